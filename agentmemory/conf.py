@@ -1,0 +1,102 @@
+"""The ``AGENTMEMORY`` settings dict: defaults, lazy typed access, reset on ``setting_changed``.
+
+Usage::
+
+    from agentmemory.conf import app_settings
+    app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+ENV_TOKEN_LIMIT = "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT"
+
+
+@dataclass(frozen=True)
+class AgentMemorySettings:
+    """Typed view of ``settings.AGENTMEMORY`` (see the README's settings table)."""
+
+    #: token budget of a context window when the caller gives none (tokens)
+    DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT: int = 10_000
+    #: dotted path of the ``TokenCounter`` class used at write time
+    TOKEN_COUNTER: str = "agentmemory.tokens.ApproximateTokenCounter"
+    #: longest content accepted for one message (characters); longer input is refused
+    MAX_MESSAGE_CHARS: int = 2_000_000
+    #: cap on one tool result in the copy sent to the model (tokens); None disables
+    MAX_TOOL_RESULT_TOKENS: int | None = 4_000
+    #: what the builder does when the newest human message cannot fit: "error" or "truncate"
+    OVERSIZED_MESSAGE_POLICY: str = "error"
+    #: compaction runs after this many human messages since the last summary
+    SUMMARIZE_EVERY_N_HUMAN_MESSAGES: int = 10
+    #: the newest human turns that are never folded into a summary
+    KEEP_RECENT_HUMAN_TURNS: int = 1
+    #: longest summary that is stored (tokens); longer output is condensed first
+    MAX_SUMMARY_TOKENS: int = 1_000
+    #: largest span of new messages sent to the summariser in one call (tokens)
+    SUMMARIZER_MAX_INPUT_TOKENS: int = 8_000
+    #: dotted path of the compactor class agents use by default
+    COMPACTOR_CLASS: str = "agentmemory.compaction.LLMMemoryCompactor"
+    #: dotted path of a ``ChatModel`` class or factory for compaction; None picks one
+    #: from the environment (OpenAI-compatible when configured) or the offline summariser
+    COMPACTION_LLM: str | None = None
+    #: a compaction that has not finished after this long may be taken over (seconds)
+    COMPACTION_LEASE_SECONDS: int = 600
+    #: text put before the summary in the summary system message
+    SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
+
+    def import_token_counter(self) -> Any:
+        return import_string(self.TOKEN_COUNTER)
+
+    def import_compactor_class(self) -> Any:
+        return import_string(self.COMPACTOR_CLASS)
+
+
+DEFAULTS = {f.name: f.default for f in fields(AgentMemorySettings)}
+
+
+def _env_token_limit() -> int | None:
+    raw = os.environ.get(ENV_TOKEN_LIMIT)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None  # reported by the system check agentmemory.E002
+
+
+@cache
+def app_settings() -> AgentMemorySettings:
+    """The current settings. Precedence for the token limit: ``AGENTMEMORY`` key, a
+    top-level Django setting of the same name, the environment variable, then 10,000."""
+    user = dict(getattr(settings, "AGENTMEMORY", {}) or {})
+    known = {k: v for k, v in user.items() if k in DEFAULTS}
+    if ENV_TOKEN_LIMIT not in known:
+        top = getattr(settings, ENV_TOKEN_LIMIT, None)
+        env = _env_token_limit()
+        if top is not None:
+            known[ENV_TOKEN_LIMIT] = top
+        elif env is not None:
+            known[ENV_TOKEN_LIMIT] = env
+    return AgentMemorySettings(**known)
+
+
+@cache
+def get_token_counter() -> Any:
+    """The configured ``TokenCounter`` instance (built once; reset with the settings)."""
+    return app_settings().import_token_counter()()
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("AGENTMEMORY", ENV_TOKEN_LIMIT):
+        app_settings.cache_clear()
+        get_token_counter.cache_clear()
