@@ -1,0 +1,246 @@
+"""Models: conversations, their messages (tool calls and results included) and summaries."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from agentmemory.messages import ChatMessage, Role, ToolCall
+
+
+class MessageRole(models.TextChoices):
+    """Stored roles; the values are those of ``agentmemory.messages.Role``."""
+
+    SYSTEM = Role.SYSTEM.value, _("system")
+    HUMAN = Role.HUMAN.value, _("human")
+    AI = Role.AI.value, _("AI")
+    TOOL = Role.TOOL.value, _("tool")
+
+
+class ConversationQuerySet(models.QuerySet["Conversation"]):
+    def for_user(self, user: Any) -> ConversationQuerySet:
+        """Conversations owned by ``user`` (none for an anonymous user)."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+    def for_agent(self, agent_key: str) -> ConversationQuerySet:
+        return self.filter(agent_key=agent_key)
+
+
+class Conversation(models.Model):
+    """One thread of messages for one agent, owned by a user or by nobody.
+
+    The counters (``last_seq``, ``message_count``, ``human_message_count``,
+    ``stored_tokens``) and the open tool exchange are maintained by
+    ``PersistentChatHistory`` under a row lock on this record; never edit them by hand.
+    """
+
+    uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="agentmemory_conversations",
+    )
+    agent_key = models.CharField(_("agent key"), max_length=100, blank=True, db_index=True)
+    title = models.CharField(_("title"), max_length=200, blank=True)
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    last_seq = models.BigIntegerField(_("last seq"), default=0, editable=False)
+    message_count = models.BigIntegerField(_("messages"), default=0, editable=False)
+    human_message_count = models.BigIntegerField(_("human messages"), default=0, editable=False)
+    stored_tokens = models.BigIntegerField(_("stored tokens"), default=0, editable=False)
+    has_system_prompt = models.BooleanField(
+        _("pinned system prompt"),
+        default=False,
+        editable=False,
+        help_text=_("The first message (seq 1) is a system message, pinned in every context window."),
+    )
+    open_exchange_seq = models.BigIntegerField(
+        _("open tool exchange"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Seq of the AI message whose tool calls still await results."),
+    )
+    pending_tool_call_ids = models.JSONField(_("pending tool call ids"), default=list, blank=True, editable=False)
+    summary = models.ForeignKey(
+        "Summary",
+        verbose_name=_("current summary"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
+    compaction_started_at = models.DateTimeField(
+        _("compaction started at"), null=True, blank=True, editable=False
+    )
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("conversation")
+        verbose_name_plural = _("conversations")
+        ordering = ["-updated_at", "-id"]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"], name="agentmemory_conv_owner_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(last_seq__gte=0)
+                & Q(message_count__gte=0)
+                & Q(human_message_count__gte=0)
+                & Q(stored_tokens__gte=0),
+                name="agentmemory_conv_counts_nonneg",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.uuid}"
+
+
+class MessageQuerySet(models.QuerySet["Message"]):
+    def in_order(self) -> MessageQuerySet:
+        return self.order_by("seq")
+
+    def after(self, seq: int) -> MessageQuerySet:
+        return self.filter(seq__gt=seq)
+
+
+class Message(models.Model):
+    """One stored message. Order is ``seq`` (unique per conversation), never a timestamp."""
+
+    conversation = models.ForeignKey(
+        Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="messages"
+    )
+    seq = models.BigIntegerField(_("seq"))
+    role = models.CharField(_("role"), max_length=10, choices=MessageRole.choices)
+    # NULL is kept apart from "": an AI message that only calls tools has content null in the
+    # OpenAI format, and it must round-trip exactly (bug-cases BUG-20).
+    content = models.TextField(_("content"), null=True, blank=True)  # noqa: DJ001
+    tool_calls = models.JSONField(_("tool calls"), default=list, blank=True)
+    tool_call_id = models.CharField(_("tool call id"), max_length=255, blank=True)
+    name = models.CharField(_("name"), max_length=255, blank=True)
+    token_count = models.PositiveIntegerField(_("token count"))
+    token_counter = models.CharField(_("token counter"), max_length=100)
+    exchange_seq = models.BigIntegerField(
+        _("tool exchange seq"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Seq of the AI message that opened the tool exchange this message belongs to; "
+            "empty for plain messages and for orphaned tool results."
+        ),
+    )
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
+        ordering = ["conversation", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "seq"], name="agentmemory_msg_conv_seq_uniq"),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="agentmemory_msg_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(role=Role.TOOL.value) | ~Q(tool_call_id=""),
+                name="agentmemory_msg_tool_has_call_id",
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="agentmemory_msg_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.role}"
+
+    @property
+    def is_orphan(self) -> bool:
+        """A tool result that answers no stored tool call (only possible via relaxed import)."""
+        return self.role == Role.TOOL and self.exchange_seq is None
+
+    def to_chat_message(self) -> ChatMessage:
+        return ChatMessage(
+            role=Role(self.role),
+            content=self.content,
+            tool_calls=tuple(ToolCall.from_dict(c) for c in self.tool_calls or ()),
+            tool_call_id=self.tool_call_id,
+            name=self.name,
+            metadata=self.metadata or {},
+            seq=self.seq,
+            id=self.pk,
+            token_count=self.token_count,
+        )
+
+
+class Summary(models.Model):
+    """An LLM-written account of a conversation's messages ``first_seq..through_seq``.
+
+    Each summary is built from ``previous`` plus the messages after ``previous.through_seq``
+    (incremental compaction). ``UniqueConstraint(conversation, through_seq)`` makes
+    compaction idempotent.
+    """
+
+    conversation = models.ForeignKey(
+        Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="summaries"
+    )
+    text = models.TextField(_("text"))
+    first_seq = models.BigIntegerField(_("first seq"))
+    through_seq = models.BigIntegerField(_("through seq"))
+    previous = models.ForeignKey(
+        "self",
+        verbose_name=_("previous summary"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="next_summaries",
+    )
+    human_messages_covered = models.BigIntegerField(_("human messages covered"), default=0)
+    human_message_count = models.BigIntegerField(
+        _("human messages when made"),
+        default=0,
+        help_text=_("The conversation's human message count when this compaction ran (trigger baseline)."),
+    )
+    tokens_covered = models.BigIntegerField(
+        _("stored tokens covered"),
+        default=0,
+        help_text=_("Sum of stored token counts of the messages first seq..through seq."),
+    )
+    token_count = models.PositiveIntegerField(_("token count"), default=0)
+    token_counter = models.CharField(_("token counter"), max_length=100, blank=True)
+    model = models.CharField(_("model"), max_length=200, blank=True)
+    prompt_version = models.CharField(_("prompt version"), max_length=50, blank=True)
+    input_tokens = models.PositiveIntegerField(_("input tokens"), default=0)
+    output_tokens = models.PositiveIntegerField(_("output tokens"), default=0)
+    llm_calls = models.PositiveIntegerField(_("LLM calls"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("summary")
+        verbose_name_plural = _("summaries")
+        ordering = ["conversation", "-through_seq"]
+        get_latest_by = "through_seq"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "through_seq"], name="agentmemory_summary_conv_through_uniq"
+            ),
+            models.CheckConstraint(
+                condition=Q(through_seq__gte=models.F("first_seq")), name="agentmemory_summary_span_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"summary through #{self.through_seq}"
