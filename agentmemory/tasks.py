@@ -1,0 +1,41 @@
+"""Celery tasks: ids in, services called."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from agentmemory.exceptions import InvalidSummaryError, TransientLLMError
+
+logger = logging.getLogger("agentmemory.tasks")
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(TransientLLMError, InvalidSummaryError),
+    retry_backoff=True,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=5,
+    acks_late=True,
+    ignore_result=True,
+)
+def compact_conversation(self, conversation_id: int, compactor_class: str | None = None) -> int | None:  # type: ignore[no-untyped-def]
+    """Write the next summary of a conversation (K3, K4).
+
+    Retries transient LLM errors and unusable summaries with exponential backoff and
+    jitter (at most 5 times); the previous summary stays in force meanwhile. A conversation
+    deleted before the task runs is skipped (BUG-23).
+
+    Returns:
+        The id of the current summary after the run, or ``None``.
+    """
+    from agentmemory.compaction import build_compactor
+    from agentmemory.models import Conversation
+
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        logger.info("conversation %s is gone; nothing to compact", conversation_id)
+        return None
+    summary = build_compactor(conversation_id, compactor_class=compactor_class).compact()
+    return summary.pk if summary is not None else None
