@@ -1,0 +1,71 @@
+"""Shared fixtures: conversations, token counters for the bug corpus, the shared data path."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from agentmemory.messages import ChatMessage
+from agentmemory.tokens import BaseTokenCounter
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """PostgreSQL-only tests skip elsewhere, except in CI, where a skip would hide them."""
+    if connection.vendor == "postgresql":
+        return
+    for item in items:
+        if item.get_closest_marker("postgres"):
+            if os.environ.get("CI"):
+                item.add_marker(pytest.mark.usefixtures("_fail_without_postgres"))
+            else:
+                item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://..."))
+
+
+@pytest.fixture
+def _fail_without_postgres() -> None:
+    pytest.fail("PostgreSQL test run on another database in CI: deselect it (-m 'not postgres') or set DATABASE_URL")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (it ships beside the repository, not in it)")
+    return SHARED_DATA
+
+
+def load_bug_cases() -> list[dict]:
+    path = SHARED_DATA / "bug-cases.json"
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())
+
+
+class TableTokenCounter(BaseTokenCounter):
+    """Bug-corpus counter ``table``: message i costs ``message_tokens[i]``, matched by its
+    content; any other message (a summary, a truncated copy) costs its word count."""
+
+    id = "table"
+
+    def __init__(self, contents: list[str | None], tokens: list[int]) -> None:
+        self.table = {c: t for c, t in zip(contents, tokens, strict=True)}
+
+    def count_text(self, text: str) -> int:
+        return max(1, len(text.split())) if text else 0
+
+    def count_message(self, message: ChatMessage) -> int:
+        if message.content in self.table and not message.truncated:
+            return self.table[message.content]
+        return max(1, len((message.content or "").split()))
+
+
+@pytest.fixture
+def conversation(db):  # type: ignore[no-untyped-def]
+    from agentmemory.models import Conversation
+
+    return Conversation.objects.create(agent_key="test")
