@@ -1,1 +1,135 @@
-"""System checks for the ``AGENTMEMORY`` settings."""
+"""System checks for the ``AGENTMEMORY`` settings: ``agentmemory.E001`` and up, each with a hint."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.utils.module_loading import import_string
+
+from agentmemory.conf import ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
+
+_POSITIVE_INTS = (
+    "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT",
+    "MAX_MESSAGE_CHARS",
+    "SUMMARIZE_EVERY_N_HUMAN_MESSAGES",
+    "KEEP_RECENT_HUMAN_TURNS",
+    "MAX_SUMMARY_TOKENS",
+    "SUMMARIZER_MAX_INPUT_TOKENS",
+    "COMPACTION_LEASE_SECONDS",
+)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _import_error(path: str) -> str | None:
+    try:
+        import_string(path)
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """Validate keys, types and import paths of ``settings.AGENTMEMORY``."""
+    raw = getattr(settings, "AGENTMEMORY", {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                "AGENTMEMORY must be a dict.",
+                hint="Set AGENTMEMORY = {...} in your settings (see the README's settings table).",
+                id="agentmemory.E001",
+            )
+        ]
+    problems: list[Error | Warning] = []
+    for key in sorted(set(raw) - KNOWN_KEYS):
+        problems.append(
+            Warning(
+                f"AGENTMEMORY has an unknown key {key!r}; it is ignored.",
+                hint="Check the spelling against the README's settings table.",
+                id="agentmemory.W001",
+            )
+        )
+    env = os.environ.get(ENV_TOKEN_LIMIT)
+    if env not in (None, ""):
+        try:
+            valid_env = int(env) > 0
+        except ValueError:
+            valid_env = False
+        if not valid_env:
+            problems.append(
+                Error(
+                    f"The environment variable {ENV_TOKEN_LIMIT}={env!r} is not a positive integer.",
+                    hint="Set it to a number of tokens, such as 10000, or unset it.",
+                    id="agentmemory.E002",
+                )
+            )
+    conf = app_settings()
+    for name in _POSITIVE_INTS:
+        value = getattr(conf, name)
+        if not _is_positive_int(value):
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['{name}'] must be a positive integer, not {value!r}.",
+                    hint="See the README's settings table for the unit and default.",
+                    id="agentmemory.E003",
+                )
+            )
+    cap = conf.MAX_TOOL_RESULT_TOKENS
+    if cap is not None and not _is_positive_int(cap):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['MAX_TOOL_RESULT_TOKENS'] must be a positive integer or None, not {cap!r}.",
+                hint="None sends tool results whole; a number caps the copy sent to the model.",
+                id="agentmemory.E004",
+            )
+        )
+    if conf.OVERSIZED_MESSAGE_POLICY not in ("error", "truncate"):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['OVERSIZED_MESSAGE_POLICY'] is {conf.OVERSIZED_MESSAGE_POLICY!r}.",
+                hint="Use 'error' (raise ContextBudgetExceeded) or 'truncate' (send a marked copy).",
+                id="agentmemory.E005",
+            )
+        )
+    for name in ("TOKEN_COUNTER", "COMPACTOR_CLASS", "COMPACTION_LLM"):
+        path = getattr(conf, name)
+        if path is None:
+            continue
+        error = _import_error(path) if isinstance(path, str) else f"{path!r} is not a dotted path"
+        if error:
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['{name}'] = {path!r} cannot be imported: {error}",
+                    hint="Give the dotted path of a class or factory, e.g. 'myapp.llm.MyModel'.",
+                    id="agentmemory.E006",
+                )
+            )
+    if not problems:
+        from agentmemory.compaction import BaseMemoryCompactor
+
+        compactor = import_string(conf.COMPACTOR_CLASS)
+        if not (isinstance(compactor, type) and issubclass(compactor, BaseMemoryCompactor)):
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['COMPACTOR_CLASS'] = {conf.COMPACTOR_CLASS!r} is not a "
+                    "BaseMemoryCompactor subclass.",
+                    hint="Subclass agentmemory.compaction.BaseMemoryCompactor.",
+                    id="agentmemory.E007",
+                )
+            )
+        if conf.MAX_SUMMARY_TOKENS >= conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT:
+            problems.append(
+                Warning(
+                    "MAX_SUMMARY_TOKENS is not below DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT: a summary "
+                    "could leave no room for the conversation.",
+                    hint="Keep summaries to a fraction of the window, e.g. 10%.",
+                    id="agentmemory.W002",
+                )
+            )
+    return problems

@@ -173,8 +173,12 @@ class BaseMemoryCompactor:
         before ``keep_recent_messages``), cut at the start of a human turn so that no tool
         exchange is split (K6, BUG-05, BUG-15)."""
         floor = self._floor(conv)
-        humans = Message.objects.filter(conversation_id=conv.pk, role=Role.HUMAN, seq__gt=floor).order_by("-seq")
-        kept = humans.values_list("seq", flat=True)[self.keep_recent_human_turns - 1 : self.keep_recent_human_turns]
+        humans = Message.objects.filter(conversation_id=conv.pk, role=Role.HUMAN, seq__gt=floor).order_by(
+            "-seq"
+        )
+        kept = humans.values_list("seq", flat=True)[
+            self.keep_recent_human_turns - 1 : self.keep_recent_human_turns
+        ]
         kept_start = next(iter(kept), None)
         if kept_start is None:
             return None
@@ -195,8 +199,9 @@ class BaseMemoryCompactor:
         last = floor
         while last < target:
             page = list(
-                Message.objects.filter(conversation_id=self.conversation_id, seq__gt=last, seq__lte=target)
-                .order_by("seq")[:_PAGE]
+                Message.objects.filter(
+                    conversation_id=self.conversation_id, seq__gt=last, seq__lte=target
+                ).order_by("seq")[:_PAGE]
             )
             if not page:
                 break
@@ -307,9 +312,10 @@ class BaseMemoryCompactor:
             folded_any = True
         if not folded_any or text is None:
             return None
-        if self.text_tokens(text) > self.max_summary_tokens:
+        text_tokens = self.text_tokens(text)
+        if text_tokens > self.max_summary_tokens:
             raise InvalidSummaryError(
-                f"summary has {self.text_tokens(text)} tokens, over MAX_SUMMARY_TOKENS={self.max_summary_tokens}"
+                f"summary has {text_tokens} tokens, over MAX_SUMMARY_TOKENS={self.max_summary_tokens}"
             )
         token_count = self.summary_tokens(text)
 
@@ -337,7 +343,8 @@ class BaseMemoryCompactor:
                         first_seq=previous.first_seq if previous else floor + 1,
                         through_seq=target,
                         previous=previous,
-                        human_messages_covered=(previous.human_messages_covered if previous else 0) + span_humans,
+                        human_messages_covered=(previous.human_messages_covered if previous else 0)
+                        + span_humans,
                         human_message_count=locked.human_message_count,
                         tokens_covered=(previous.tokens_covered if previous else 0) + span_tokens,
                         token_count=token_count,
@@ -349,7 +356,9 @@ class BaseMemoryCompactor:
                         llm_calls=calls,
                     )
             except IntegrityError:
-                return Summary.objects.filter(conversation_id=self.conversation_id, through_seq=target).first()
+                return Summary.objects.filter(
+                    conversation_id=self.conversation_id, through_seq=target
+                ).first()
             Conversation.objects.filter(pk=self.conversation_id).update(summary=summary)
         signals.summary_created.send(sender=Summary, conversation_id=self.conversation_id, summary=summary)
         return summary
@@ -404,7 +413,9 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         attempts = 0
         while self.text_tokens(text) > self.max_summary_tokens and attempts < self.max_condense_attempts:
             attempts += 1
-            text, response = self._call(CONDENSE_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), text)
+            text, response = self._call(
+                CONDENSE_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), text
+            )
             usage_in += response.usage.input_tokens
             usage_out += response.usage.output_tokens
             calls += 1
@@ -434,7 +445,7 @@ def get_compaction_llm() -> ChatModel:
     try:
         from agentmemory.llm.openai import OpenAIChatModel
     except ImportError:
-        OpenAIChatModel = None  # type: ignore[assignment,misc]  # noqa: N806
+        OpenAIChatModel = None  # type: ignore[assignment,misc]
     if OpenAIChatModel is not None:
         model = OpenAIChatModel.from_env()
         if model is not None:
@@ -444,7 +455,9 @@ def get_compaction_llm() -> ChatModel:
     return OfflineSummarizer()
 
 
-def build_compactor(conversation_id: int, *, compactor_class: str | None = None, llm: ChatModel | None = None):  # type: ignore[no-untyped-def]
+def build_compactor(
+    conversation_id: int, *, compactor_class: str | None = None, llm: ChatModel | None = None
+):  # type: ignore[no-untyped-def]
     """The configured compactor for a conversation, as the Celery task builds it."""
     from django.utils.module_loading import import_string
 

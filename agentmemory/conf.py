@@ -9,7 +9,7 @@ Usage::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -52,6 +52,8 @@ class AgentMemorySettings:
     COMPACTION_LEASE_SECONDS: int = 600
     #: text put before the summary in the summary system message
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
+    #: named LLM configurations, like CACHES: {"default": {"BACKEND": path, "OPTIONS": {...}}}
+    LLMS: dict[str, Any] = field(default_factory=dict)
 
     def import_token_counter(self) -> Any:
         return import_string(self.TOKEN_COUNTER)
@@ -61,6 +63,7 @@ class AgentMemorySettings:
 
 
 DEFAULTS = {f.name: f.default for f in fields(AgentMemorySettings)}
+KNOWN_KEYS = frozenset(DEFAULTS)
 
 
 def _env_token_limit() -> int | None:
@@ -78,7 +81,7 @@ def app_settings() -> AgentMemorySettings:
     """The current settings. Precedence for the token limit: ``AGENTMEMORY`` key, a
     top-level Django setting of the same name, the environment variable, then 10,000."""
     user = dict(getattr(settings, "AGENTMEMORY", {}) or {})
-    known = {k: v for k, v in user.items() if k in DEFAULTS}
+    known = {k: v for k, v in user.items() if k in KNOWN_KEYS}
     if ENV_TOKEN_LIMIT not in known:
         top = getattr(settings, ENV_TOKEN_LIMIT, None)
         env = _env_token_limit()

@@ -43,7 +43,9 @@ def window_violations(
     while i < len(history):
         m = history[i]
         if m.role is Role.TOOL:
-            problems.append(f"C2: tool result seq={m.seq} ({m.tool_call_id}) without its call right before it")
+            problems.append(
+                f"C2: tool result seq={m.seq} ({m.tool_call_id}) without its call right before it"
+            )
             i += 1
             continue
         if m.role is Role.AI and m.tool_calls:
@@ -60,7 +62,9 @@ def window_violations(
 
     if stored_seqs is not None and history:
         present = {m.seq for m in history} | set(window.skipped_orphans) | set(window.skipped_incomplete)
-        missing = sorted(s for s in stored_seqs if window.first_seq <= s <= window.last_seq and s not in present)
+        missing = sorted(
+            s for s in stored_seqs if window.first_seq <= s <= window.last_seq and s not in present
+        )
         if missing:
             problems.append(f"C5: stored messages {missing[:10]} skipped in the middle of the window")
     if newest_seq is not None and history:

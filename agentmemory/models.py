@@ -73,7 +73,9 @@ class Conversation(models.Model):
         editable=False,
         help_text=_("Seq of the AI message whose tool calls still await results."),
     )
-    pending_tool_call_ids = models.JSONField(_("pending tool call ids"), default=list, blank=True, editable=False)
+    pending_tool_call_ids = models.JSONField(
+        _("pending tool call ids"), default=list, blank=True, editable=False
+    )
     summary = models.ForeignKey(
         "Summary",
         verbose_name=_("current summary"),

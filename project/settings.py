@@ -90,5 +90,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"agentmemory": {"handlers": ["console"], "level": os.environ.get("AGENTMEMORY_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        "agentmemory": {"handlers": ["console"], "level": os.environ.get("AGENTMEMORY_LOG_LEVEL", "WARNING")}
+    },
 }

@@ -29,7 +29,9 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
 
 @pytest.fixture
 def _fail_without_postgres() -> None:
-    pytest.fail("PostgreSQL test run on another database in CI: deselect it (-m 'not postgres') or set DATABASE_URL")
+    pytest.fail(
+        "PostgreSQL test run on another database in CI: deselect it (-m 'not postgres') or set DATABASE_URL"
+    )
 
 
 @pytest.fixture

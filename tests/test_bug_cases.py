@@ -164,9 +164,9 @@ def test_bug11_truncate_policy_sends_a_marked_copy_within_budget() -> None:
     c = {**c, "input": [*c["input"][:3], {"role": "user", "content": "word " * 60000}]}
     counter = TableTokenCounter([m["content"] for m in c["input"]], [20, 5, 5, 50000])
     conv, _ = store(c, counter)
-    window = ContextWindowBuilder(
-        conv, token_counter=counter, oversized_message_policy="truncate"
-    ).build(c["params"]["max_tokens"])
+    window = ContextWindowBuilder(conv, token_counter=counter, oversized_message_policy="truncate").build(
+        c["params"]["max_tokens"]
+    )
     newest = window.messages[-1]
     assert newest.truncated and newest.seq == 4 and "truncated" in newest.content
     assert window.truncated == (4,)
@@ -205,7 +205,9 @@ def test_bug12_compaction_is_incremental() -> None:
     expected = c["expected"]["compactions"]
     assert compacted_after == [x["after_message"] for x in expected]
     summaries = list(Summary.objects.filter(conversation=conv).order_by("through_seq"))
-    assert [[s.first_seq - 1, s.through_seq - 1] for s in summaries] == [x["summary_covers"] for x in expected]
+    assert [[s.first_seq - 1, s.through_seq - 1] for s in summaries] == [
+        x["summary_covers"] for x in expected
+    ]
     assert summaries[1].previous == summaries[0]
     second_prompt = llm.calls[1][0][-1].content
     assert "S1: the user asked q1." in second_prompt
@@ -221,17 +223,26 @@ def test_bug13_overlong_summary_is_condensed_before_it_is_stored() -> None:
     counter = counter_for(c)
     conv = Conversation.objects.create()
     history = PersistentChatHistory(conv, token_counter=counter)
-    history.add_messages(from_openai_messages([
-        {"role": "user", "content": "an older question about the order"},
-        {"role": "assistant", "content": "an older answer about the order"},
-    ]))
+    history.add_messages(
+        from_openai_messages(
+            [
+                {"role": "user", "content": "an older question about the order"},
+                {"role": "assistant", "content": "an older answer about the order"},
+            ]
+        )
+    )
     history.add_messages(from_openai_messages(c["input"]))
     long_summary = " ".join(["word"] * 1200)
     short_summary = " ".join(["fact"] * 250)
     llm = ScriptedChatModel([long_summary, short_summary])
     compactor = LLMMemoryCompactor(
-        Conversation.objects, conv.pk, llm, history,
-        keep_recent_human_turns=3, max_summary_tokens=300, token_counter=counter,
+        Conversation.objects,
+        conv.pk,
+        llm,
+        history,
+        keep_recent_human_turns=3,
+        max_summary_tokens=300,
+        token_counter=counter,
     )
     summary = compactor.compact()
     assert summary.token_count <= 300
@@ -247,14 +258,24 @@ def test_bug13_summary_that_stays_too_long_is_never_stored() -> None:
     counter = counter_for(c)
     conv = Conversation.objects.create()
     history = PersistentChatHistory(conv, token_counter=counter)
-    history.add_messages(from_openai_messages([
-        {"role": "user", "content": "older"}, {"role": "assistant", "content": "older answer"},
-        *c["input"],
-    ]))
+    history.add_messages(
+        from_openai_messages(
+            [
+                {"role": "user", "content": "older"},
+                {"role": "assistant", "content": "older answer"},
+                *c["input"],
+            ]
+        )
+    )
     llm = ScriptedChatModel([" ".join(["word"] * 1200)] * 3)
     compactor = LLMMemoryCompactor(
-        Conversation.objects, conv.pk, llm, history,
-        keep_recent_human_turns=3, max_summary_tokens=300, token_counter=counter,
+        Conversation.objects,
+        conv.pk,
+        llm,
+        history,
+        keep_recent_human_turns=3,
+        max_summary_tokens=300,
+        token_counter=counter,
     )
     from agentmemory.exceptions import InvalidSummaryError
 
@@ -389,7 +410,6 @@ def test_bug25_async_build_matches_sync_build() -> None:
 
 def test_every_case_is_covered() -> None:
     import sys
-
     from pathlib import Path
 
     source = Path(sys.modules[__name__].__file__).read_text()
