@@ -1,0 +1,276 @@
+"""Converters between ``ChatMessage`` and OpenAI chat-completions messages.
+
+The OpenAI shape follows the Chat Completions API contract
+(https://platform.openai.com/docs/api-reference/chat/create, ``messages`` parameter; the typed
+request params in the official ``openai`` SDK, ``openai/types/chat/chat_completion_*_param.py``):
+
+- roles ``system``/``developer``/``user``/``assistant``/``tool`` (``function`` is deprecated);
+- ``content`` is a string, ``null`` (assistant messages that only call tools) or a list of
+  content parts (``{"type": "text", "text": ...}``, images, audio, files);
+- assistant ``tool_calls`` are ``{"id", "type": "function", "function": {"name", "arguments"}}``
+  where ``arguments`` is a JSON *string* (here parsed into a dict, see ``ToolCall``);
+- ``tool`` messages answer one call through ``tool_call_id``.
+
+Mapping: ``system`` and ``developer`` -> ``Role.SYSTEM``, ``user`` -> ``Role.HUMAN``,
+``assistant`` -> ``Role.AI``, ``tool`` -> ``Role.TOOL``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentmemory.exceptions import InvalidMessageError
+from agentmemory.messages import ChatMessage, Role, ToolCall
+
+__all__ = ["from_openai", "from_openai_messages", "to_openai", "to_openai_messages"]
+
+_ROLE_FROM_OPENAI = {
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+    "user": Role.HUMAN,
+    "assistant": Role.AI,
+    "tool": Role.TOOL,
+}
+_ROLE_TO_OPENAI = {Role.SYSTEM: "system", Role.HUMAN: "user", Role.AI: "assistant", Role.TOOL: "tool"}
+# Roles whose params accept an optional participant ``name`` (the tool message param has none).
+_ROLES_WITH_NAME = {Role.SYSTEM, Role.HUMAN, Role.AI}
+
+
+def _content_from_openai(content: Any, role: str) -> str | None:
+    """Return the text of an OpenAI ``content`` value (string, ``None`` or text parts)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list | tuple):
+        texts: list[str] = []
+        for position, part in enumerate(content):
+            if not isinstance(part, Mapping):
+                raise InvalidMessageError(
+                    f"{role} message content part {position} is {type(part).__name__}, not an object"
+                )
+            part_type = part.get("type")
+            if part_type != "text":
+                raise InvalidMessageError(
+                    f"{role} message content part {position} has type {part_type!r}; only text parts "
+                    "are supported (images, audio, files and refusals cannot be stored as text)"
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise InvalidMessageError(f"{role} message text part {position} has no string 'text'")
+            texts.append(text)
+        return "".join(texts)
+    raise InvalidMessageError(
+        f"{role} message content must be a string, null or a list of content parts, "
+        f"not {type(content).__name__}"
+    )
+
+
+def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
+    """Parse one assistant ``tool_calls`` entry; ``arguments`` must decode to a JSON object."""
+    if not isinstance(call, Mapping):
+        raise InvalidMessageError(f"tool call {position} is {type(call).__name__}, not an object")
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidMessageError(f"tool call {position} has no 'id'")
+    call_type = call.get("type", "function")
+    if call_type != "function":
+        raise InvalidMessageError(
+            f"tool call {call_id!r} has type {call_type!r}; only 'function' tool calls are supported"
+        )
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        raise InvalidMessageError(f"tool call {call_id!r} has no 'function' object")
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidMessageError(f"tool call {call_id!r} has no function 'name'")
+    raw = function.get("arguments", "")
+    if isinstance(raw, Mapping):
+        # Not the OpenAI contract (a JSON string), but some compatible servers send the object.
+        arguments: Any = dict(raw)
+    elif isinstance(raw, str):
+        if not raw.strip():
+            arguments = {}
+        else:
+            try:
+                arguments = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InvalidMessageError(
+                    f"tool call {call_id!r} ({name}) arguments are not valid JSON: {exc.msg} "
+                    f"at position {exc.pos}"
+                ) from exc
+    else:
+        raise InvalidMessageError(
+            f"tool call {call_id!r} ({name}) arguments must be a JSON string, not {type(raw).__name__}"
+        )
+    if not isinstance(arguments, dict):
+        raise InvalidMessageError(
+            f"tool call {call_id!r} ({name}) arguments must be a JSON object, not {type(arguments).__name__}"
+        )
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def from_openai(message: Mapping[str, Any]) -> ChatMessage:
+    """Convert one OpenAI chat-completions message dict into a ``ChatMessage``.
+
+    Args:
+        message: a request message (``{"role", "content", ...}``) or a response's
+            ``choices[i].message`` dumped to a dict.
+
+    Returns:
+        The ``ChatMessage``. ``content: null`` stays ``None`` (an assistant message that only
+        calls tools round-trips exactly, bug case BUG-20); text content parts are joined with
+        ``""``; tool-call ``arguments`` (a JSON string, ``""`` meaning ``{}``) become a dict;
+        ``name`` is kept; a non-empty top-level assistant ``refusal`` is kept in
+        ``metadata["refusal"]``. Other keys (``annotations``, ``audio: null``, ...) are ignored.
+
+    Raises:
+        InvalidMessageError: not an object; missing or unknown role; the deprecated ``function``
+            role or ``function_call`` field; non-text content parts; malformed tool calls,
+            arguments that are not valid JSON or not a JSON object (the error names the call
+            id), duplicate call ids; ``tool_calls`` on a non-assistant message; a tool message
+            without ``tool_call_id``.
+    """
+    if not isinstance(message, Mapping):
+        raise InvalidMessageError(f"an OpenAI message must be an object, not {type(message).__name__}")
+    role_name = message.get("role")
+    if role_name == "function":
+        raise InvalidMessageError(
+            "the legacy 'function' role is not supported; use 'tool' messages with a tool_call_id "
+            "(OpenAI deprecated function calling in favour of tool calls)"
+        )
+    if role_name not in _ROLE_FROM_OPENAI:
+        raise InvalidMessageError(
+            f"unknown OpenAI role {role_name!r}; expected one of system, developer, user, assistant, tool"
+        )
+    role = _ROLE_FROM_OPENAI[role_name]
+    content = _content_from_openai(message.get("content"), role_name)
+    name = message.get("name") or ""
+    if not isinstance(name, str):
+        raise InvalidMessageError(f"{role_name} message 'name' must be a string")
+
+    raw_calls = message.get("tool_calls")
+    if raw_calls is not None and role is not Role.AI:
+        raise InvalidMessageError(f"only assistant messages may carry tool_calls, not {role_name} messages")
+
+    if role is Role.AI:
+        if message.get("function_call") is not None:
+            raise InvalidMessageError(
+                "the legacy assistant 'function_call' field is not supported; use 'tool_calls'"
+            )
+        if message.get("audio") is not None:
+            raise InvalidMessageError("assistant audio responses cannot be stored as text")
+        if raw_calls is None:
+            raw_calls = []
+        if not isinstance(raw_calls, list | tuple):
+            raise InvalidMessageError("assistant 'tool_calls' must be a list")
+        tool_calls = tuple(_tool_call_from_openai(call, i) for i, call in enumerate(raw_calls))
+        ids = [call.id for call in tool_calls]
+        if len(set(ids)) != len(ids):
+            duplicates = sorted({i for i in ids if ids.count(i) > 1})
+            raise InvalidMessageError(f"assistant message repeats tool call id(s) {duplicates}")
+        refusal = message.get("refusal")
+        metadata = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+        return ChatMessage(role=role, content=content, tool_calls=tool_calls, name=name, metadata=metadata)
+
+    if role is Role.TOOL:
+        tool_call_id = message.get("tool_call_id")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise InvalidMessageError("tool message has no 'tool_call_id' naming the call it answers")
+        return ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name)
+
+    return ChatMessage(role=role, content=content, name=name)
+
+
+def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
+    """Convert a list of OpenAI messages (the ``messages`` request parameter).
+
+    Each message is converted by ``from_openai``; the sequence itself (tool results answering
+    earlier calls) is validated by storage, not here.
+
+    Raises:
+        InvalidMessageError: as ``from_openai``, with ``index`` set to the 0-based position of the
+            offending message.
+    """
+    result: list[ChatMessage] = []
+    for index, message in enumerate(messages):
+        try:
+            result.append(from_openai(message))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+    return result
+
+
+def _arguments_json(call: ToolCall) -> str:
+    try:
+        return json.dumps(dict(call.arguments), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(
+            f"tool call {call.id!r} ({call.name}) arguments are not JSON-serialisable: {exc}"
+        ) from exc
+
+
+def to_openai(message: ChatMessage) -> dict[str, Any]:
+    """Convert one ``ChatMessage`` into the dict the OpenAI chat-completions API accepts.
+
+    Shapes (Chat Completions ``messages`` contract):
+
+    - system / human: ``{"role": "system"|"user", "content": str}`` (``None`` sent as ``""``),
+      plus ``"name"`` when non-empty;
+    - ai: ``{"role": "assistant", "content": str|None}``, plus ``"tool_calls"`` as
+      ``[{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}]`` when
+      it calls tools, and ``"name"`` when non-empty. ``content`` stays ``None`` only when the
+      message calls tools (the API requires content otherwise; then ``""`` is sent);
+    - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
+      the tool message param has no ``name``, so a tool name is not sent).
+
+    ``metadata``, ``seq``, ``id``, ``token_count`` and ``truncated`` are never sent.
+
+    Raises:
+        InvalidMessageError: a tool message without ``tool_call_id``; tool-call arguments that
+            cannot be serialised to JSON; an unknown role.
+    """
+    try:
+        role = Role(message.role)
+    except ValueError as exc:
+        raise InvalidMessageError(f"unknown role {message.role!r}") from exc
+    if role is Role.TOOL:
+        if not message.tool_call_id:
+            raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
+
+    result: dict[str, Any] = {"role": _ROLE_TO_OPENAI[role]}
+    if role is Role.AI:
+        # content null is only valid next to tool_calls (BUG-20 keeps it null there).
+        no_content = message.content is None and not message.tool_calls
+        result["content"] = "" if no_content else message.content
+        if message.tool_calls:
+            result["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": _arguments_json(call)},
+                }
+                for call in message.tool_calls
+            ]
+    else:
+        result["content"] = message.content or ""
+    if message.name and role in _ROLES_WITH_NAME:
+        result["name"] = message.name
+    return result
+
+
+def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
+    """Convert ``ChatMessage``s into the OpenAI ``messages`` request parameter.
+
+    Raises:
+        InvalidMessageError: as ``to_openai``, with ``index`` set to the 0-based position of the
+            offending message.
+    """
+    result: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        try:
+            result.append(to_openai(message))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+    return result

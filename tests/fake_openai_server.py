@@ -1,0 +1,451 @@
+"""A local fake OpenAI-compatible chat-completions server (stdlib only) and its ``fake_openai`` fixture.
+
+It serves ``POST /v1/chat/completions`` on 127.0.0.1 (a free port) closely enough for the real
+``openai`` SDK: it validates the request like the OpenAI API does (JSON body, ``model``,
+``messages``, tool-call/tool-result pairing, ``arguments`` as a JSON string) and answers 400 with
+an OpenAI-style error body when it is invalid, records every request body, and answers valid
+requests from a queue of scripted replies (text, one tool call, parallel tool calls, HTTP errors).
+
+The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/conftest.py``::
+
+    def test_x(fake_openai):
+        fake_openai.enqueue_text("hello")
+        model = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="k")
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+__all__ = ["FakeOpenAIServer", "ScriptedReply", "fake_openai"]
+
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+_MESSAGE_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+@dataclass
+class ScriptedReply:
+    """One queued answer: ``status`` 200 with ``body``, or an error status with headers.
+
+    ``delay`` (seconds) is waited before answering, to script client timeouts.
+    """
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+def error_body(
+    message: str, *, type: str = "invalid_request_error", code: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": None, "code": code}}
+
+
+class InvalidRequest(Exception):
+    """The request would be refused by the OpenAI API (answered with HTTP 400)."""
+
+
+def validate_chat_request(body: Any) -> None:
+    """Check a chat-completions request body like the OpenAI API; raise ``InvalidRequest`` if not.
+
+    Rules (OpenAI chat completions contract): ``model`` a non-empty string; ``messages`` a
+    non-empty list of objects with a known role; user/system/developer/tool messages have
+    content; an assistant message has content unless it has ``tool_calls``; each tool call is
+    ``{"id", "type": "function", "function": {"name", "arguments": <string>}}``; every ``tool``
+    message answers an unanswered call of the closest preceding assistant message with
+    ``tool_calls``, and all of that message's calls are answered before any other message.
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequest("We could not parse the JSON body of your request. Expected an object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("Invalid 'messages': expected a non-empty array.")
+    pending: list[str] = []  # unanswered call ids of the closest assistant message with tool_calls
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"Invalid type for 'messages[{i}]': expected an object.")
+        role = message.get("role")
+        if role not in _MESSAGE_ROLES:
+            raise InvalidRequest(
+                f"Invalid value for 'messages[{i}].role': {role!r}. Supported values are: "
+                "'system', 'assistant', 'user', 'function', 'tool', and 'developer'."
+            )
+        content = message.get("content")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequest(f"Missing required parameter: 'messages[{i}].tool_call_id'.")
+            if call_id not in pending:
+                raise InvalidRequest(
+                    f"Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                    f"message with 'tool_calls' (messages[{i}].tool_call_id={call_id!r})."
+                )
+            pending.remove(call_id)
+            if not isinstance(content, str | list):
+                raise InvalidRequest(f"Invalid type for 'messages[{i}].content': expected a string.")
+            continue
+        if pending:
+            raise InvalidRequest(
+                "An assistant message with 'tool_calls' must be followed by tool messages responding "
+                f"to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                f"{', '.join(pending)}"
+            )
+        if role == "assistant":
+            tool_calls = message.get("tool_calls")
+            if tool_calls is not None:
+                pending = _validate_tool_calls(tool_calls, i)
+            if content is None and not tool_calls and message.get("function_call") is None:
+                raise InvalidRequest(
+                    f"Invalid value for 'messages[{i}].content': expected a string, got null."
+                )
+        elif not isinstance(content, str | list):
+            raise InvalidRequest(f"Invalid type for 'messages[{i}].content': expected a string or array.")
+    if pending:
+        raise InvalidRequest(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+            f"each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+            f"{', '.join(pending)}"
+        )
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise InvalidRequest("Invalid type for 'tools': expected an array.")
+        for j, tool in enumerate(tools):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                raise InvalidRequest(f"Invalid value for 'tools[{j}].type': expected 'function'.")
+            function = tool.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise InvalidRequest(f"Missing required parameter: 'tools[{j}].function.name'.")
+
+
+def _validate_tool_calls(tool_calls: Any, i: int) -> list[str]:
+    if not isinstance(tool_calls, list):
+        raise InvalidRequest(f"Invalid type for 'messages[{i}].tool_calls': expected an array.")
+    ids: list[str] = []
+    for j, call in enumerate(tool_calls):
+        where = f"messages[{i}].tool_calls[{j}]"
+        if not isinstance(call, dict):
+            raise InvalidRequest(f"Invalid type for '{where}': expected an object.")
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise InvalidRequest(f"Missing required parameter: '{where}.id'.")
+        if call.get("type") != "function":
+            raise InvalidRequest(f"Invalid value for '{where}.type': expected 'function'.")
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest(f"Missing required parameter: '{where}.function.name'.")
+        if not isinstance(function.get("arguments"), str):
+            raise InvalidRequest(f"Invalid type for '{where}.function.arguments': expected a string.")
+        if call["id"] in ids:
+            raise InvalidRequest(f"Duplicate tool call id {call['id']!r} in 'messages[{i}].tool_calls'.")
+        ids.append(call["id"])
+    return ids
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 keep-alive like the real API, so clients that leak pooled connections show up as
+    # ResourceWarnings (errors under the project's pytest settings).
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+        pass
+
+    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req_fake_{next(self.server.fake.ids)}")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        raw = self._read_body()
+        if self.path.rstrip("/") != CHAT_COMPLETIONS_PATH:
+            self._send_json(404, error_body(f"Invalid URL (POST {self.path})", code="unknown_url"))
+            return
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        fake._record(body, {k.lower(): v for k, v in self.headers.items()})
+        try:
+            validate_chat_request(body)
+        except InvalidRequest as exc:
+            self._send_json(400, error_body(str(exc)))
+            return
+        reply = fake._next_reply(body)
+        if reply.delay:
+            time.sleep(reply.delay)
+        self._send_json(reply.status, reply.body, reply.headers)
+
+    def do_GET(self) -> None:
+        self._read_body()
+        self._send_json(404, error_body(f"Invalid URL (GET {self.path})", code="unknown_url"))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeOpenAIServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out and hung up is expected (timeout tests); anything else is shown.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class FakeOpenAIServer:
+    """The fake server: start with ``with FakeOpenAIServer() as server`` (or ``start``/``stop``).
+
+    Attributes:
+        base_url: ``"http://127.0.0.1:PORT/v1"`` (pass it to the SDK as ``base_url``).
+        requests: every body POSTed to ``/v1/chat/completions``, in arrival order (parsed JSON,
+            or the raw text when the body is not JSON), including refused ones.
+        request_headers: the matching request headers (dicts, lower-case names).
+
+    Replies are consumed in order by valid requests only (a 400 for an invalid request consumes
+    nothing). With the queue empty, a valid request gets a 500 with ``x-should-retry: false``
+    whose message says so.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.request_headers: list[dict[str, str]] = []
+        self.ids = itertools.count(1)
+        self._replies: deque[ScriptedReply] = deque()
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAIServer:
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.fake = self
+        self._server = server
+        # A short poll interval keeps ``stop`` (``shutdown``) from adding 0.5 s to every test.
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake OpenAI server is not running"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still queued."""
+        with self._lock:
+            return len(self._replies)
+
+    # -- scripting -------------------------------------------------------------------------
+
+    def enqueue(self, reply: ScriptedReply) -> None:
+        """Queue any reply (status, body, headers)."""
+        with self._lock:
+            self._replies.append(reply)
+
+    def enqueue_text(
+        self,
+        content: str,
+        *,
+        finish_reason: str = "stop",
+        prompt_tokens: int = 12,
+        completion_tokens: int = 5,
+        model: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Queue a plain assistant text reply (sent after ``delay`` seconds)."""
+        self.enqueue(
+            ScriptedReply(
+                200,
+                _completion({"content": content}, finish_reason, prompt_tokens, completion_tokens, model),
+                delay=delay,
+            )
+        )
+
+    def enqueue_tool_calls(
+        self,
+        calls: Sequence[tuple[str, Any] | tuple[str, Any, str]],
+        *,
+        content: str | None = None,
+        prompt_tokens: int = 20,
+        completion_tokens: int = 9,
+        model: str | None = None,
+    ) -> list[str]:
+        """Queue an assistant reply calling tools in parallel; return the call ids.
+
+        Args:
+            calls: ``(name, arguments)`` or ``(name, arguments, call_id)``; ``arguments`` is a
+                dict (serialised to a JSON string like OpenAI does) or a raw string sent as-is
+                (to script malformed arguments).
+        """
+        ids: list[str] = []
+        tool_calls = []
+        for call in calls:
+            name, arguments = call[0], call[1]
+            call_id = call[2] if len(call) > 2 else f"call_fake{next(self.ids):04d}"
+            ids.append(call_id)
+            tool_calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    },
+                }
+            )
+        message = {"content": content, "tool_calls": tool_calls}
+        self.enqueue(
+            ScriptedReply(200, _completion(message, "tool_calls", prompt_tokens, completion_tokens, model))
+        )
+        return ids
+
+    def enqueue_tool_call(
+        self, name: str, arguments: Any, *, call_id: str | None = None, **kwargs: Any
+    ) -> str:
+        """Queue an assistant reply with a single tool call; return its id."""
+        call = (name, arguments, call_id) if call_id else (name, arguments)
+        return self.enqueue_tool_calls([call], **kwargs)[0]
+
+    def enqueue_error(
+        self,
+        status: int,
+        message: str = "scripted error",
+        *,
+        type: str = "server_error",
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        times: int = 1,
+    ) -> None:
+        """Queue ``times`` HTTP error replies with an OpenAI-style error body."""
+        for _ in range(times):
+            self.enqueue(
+                ScriptedReply(status, error_body(message, type=type, code=code), dict(headers or {}))
+            )
+
+    def enqueue_rate_limit(self, *, times: int = 1) -> None:
+        """Queue 429 replies asking the client to retry after 10 ms (``retry-after-ms: 10``)."""
+        self.enqueue_error(
+            429,
+            "Rate limit reached for requests (fake). Please try again in 10ms.",
+            type="requests",
+            code="rate_limit_exceeded",
+            headers={"retry-after-ms": "10", "retry-after": "0"},
+            times=times,
+        )
+
+    def enqueue_server_error(self, *, times: int = 1) -> None:
+        """Queue 500 replies (``retry-after-ms: 10`` keeps SDK retries fast)."""
+        self.enqueue_error(
+            500,
+            "The server had an error while processing your request. Sorry about that!",
+            headers={"retry-after-ms": "10"},
+            times=times,
+        )
+
+    # -- used by the handler ---------------------------------------------------------------
+
+    def _record(self, body: Any, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.request_headers.append(headers)
+
+    def _next_reply(self, body: Mapping[str, Any]) -> ScriptedReply:
+        with self._lock:
+            reply = self._replies.popleft() if self._replies else None
+        if reply is None:
+            return ScriptedReply(
+                500,
+                error_body("fake OpenAI server: no scripted reply queued for this request", type="fake"),
+                {"x-should-retry": "false"},
+            )
+        if reply.status == 200 and not reply.body.get("model"):
+            reply.body["model"] = body["model"]
+        return reply
+
+
+def _completion(
+    message: Mapping[str, Any],
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    model: str | None,
+) -> dict[str, Any]:
+    """A ``chat.completion`` object as the OpenAI API returns it."""
+    full_message: dict[str, Any] = {"role": "assistant", "refusal": None, "annotations": [], **message}
+    return {
+        "id": f"chatcmpl-fake{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model or "",
+        "choices": [{"index": 0, "message": full_message, "logprobs": None, "finish_reason": finish_reason}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+        "service_tier": "default",
+        "system_fingerprint": "fp_fake",
+    }
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAIServer]:
+    """A running ``FakeOpenAIServer`` for one test (stopped afterwards)."""
+    with FakeOpenAIServer() as server:
+        yield server
