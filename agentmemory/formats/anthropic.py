@@ -1,0 +1,385 @@
+"""Converters between ``ChatMessage`` and Anthropic Messages API messages.
+
+The Anthropic shape follows the Messages API contract
+(https://docs.anthropic.com/en/api/messages, ``system`` and ``messages`` parameters; tool use:
+https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use; the typed request
+params of the official ``anthropic`` SDK, ``anthropic/types/message_param.py``,
+``text_block_param.py``, ``tool_use_block_param.py``, ``tool_result_block_param.py``):
+
+- there is no ``system`` role among the messages: the system prompt is the top-level ``system``
+  parameter (a string or a list of text blocks);
+- ``messages`` holds ``user`` and ``assistant`` turns, starting with ``user``; consecutive
+  messages of one role are combined into one turn, so this module merges them itself (one message
+  with several content blocks) rather than rely on the API doing it;
+- ``content`` is a string or a list of content blocks: ``{"type": "text", "text"}`` (never empty:
+  the API answers 400 "text content blocks must be non-empty"), ``{"type": "tool_use", "id",
+  "name", "input": <object>}`` in assistant turns, ``{"type": "tool_result", "tool_use_id",
+  "content"}`` in user turns;
+- every ``tool_use`` of an assistant turn is answered by a ``tool_result`` in the very next user
+  turn, and a ``tool_result`` answers a ``tool_use`` of the turn right before it (otherwise 400
+  "`tool_use` ids were found without `tool_result` blocks immediately after" or "unexpected
+  `tool_use_id` found in `tool_result` blocks"); in that user turn the ``tool_result`` blocks come
+  first and any text after them.
+
+Mapping: ``system`` -> the ``system`` parameter, ``human`` -> ``user`` text, ``ai`` ->
+``assistant`` text and ``tool_use`` blocks, ``tool`` -> ``user`` ``tool_result`` blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agentmemory.exceptions import InvalidMessageError
+from agentmemory.messages import ChatMessage, Role, ToolCall
+
+__all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
+
+# Assistant block types that carry no text to store; kept in ``metadata`` so nothing is lost.
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
+# -- ChatMessage -> Anthropic -------------------------------------------------------------------
+
+
+def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    if message.role is Role.TOOL:
+        if not message.tool_call_id:
+            raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        # ``content`` is optional on a tool_result; an empty string is left out rather than sent.
+        if message.content:
+            block["content"] = message.content
+        if message.metadata.get("is_error"):
+            block["is_error"] = True
+        return [block]
+    return [{"type": "text", "text": message.content}] if message.content else []
+
+
+def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        if not isinstance(call.arguments, Mapping):
+            raise InvalidMessageError(
+                f"tool call {call.id!r} ({call.name}) arguments must be a JSON object, "
+                f"not {type(call.arguments).__name__}"
+            )
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
+    return blocks
+
+
+def _order_user_turn(blocks: list[dict[str, Any]], call_order: Sequence[str]) -> list[dict[str, Any]]:
+    """Tool results first, in the order of the calls they answer; then the other blocks."""
+    results = [b for b in blocks if b["type"] == "tool_result"]
+    others = [b for b in blocks if b["type"] != "tool_result"]
+    position = {call_id: i for i, call_id in enumerate(call_order)}
+    results.sort(key=lambda b: position.get(b["tool_use_id"], len(position)))
+    return results + others
+
+
+def _check_tool_pairs(turns: list[dict[str, Any]], first_index: list[int]) -> None:
+    """Refuse what the API would refuse: a result without its call, a call without its result.
+
+    A trailing assistant turn may keep unanswered calls (a transcript that stops mid-exchange).
+    """
+    calls: list[str] = []  # tool_use ids of the previous assistant turn
+    for turn, index in zip(turns, first_index, strict=True):
+        blocks = turn["content"]
+        if turn["role"] == "assistant":
+            # Turns alternate (runs are merged), so the previous turn was a user turn.
+            calls = [b["id"] for b in blocks if b["type"] == "tool_use"]
+            continue
+        answered = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+        orphans = [call_id for call_id in answered if call_id not in calls]
+        if orphans:
+            raise InvalidMessageError(
+                f"tool result(s) for {', '.join(orphans)} do not answer a tool call of the assistant "
+                "message right before them; Anthropic requires each tool_result to follow its tool_use",
+                index=index,
+            )
+        missing = [call_id for call_id in calls if call_id not in answered]
+        if missing:
+            raise InvalidMessageError(
+                f"tool call(s) {', '.join(missing)} have no tool result before the next user message; "
+                "Anthropic requires every tool_use to be answered in the next user message",
+                index=index,
+            )
+        calls = []
+
+
+def to_anthropic(
+    messages: Iterable[ChatMessage], *, system_blocks: bool = False
+) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """Convert ``ChatMessage``s into the Anthropic ``system`` and ``messages`` request parameters.
+
+    Args:
+        messages: a context window (pinned system prompt, summary message, history) or any
+            stored conversation, oldest first.
+        system_blocks: return ``system`` as a list of ``{"type": "text", "text"}`` blocks, one
+            per system message (to add ``cache_control`` to one of them), instead of one string.
+
+    Returns:
+        ``(system, messages)``. ``system`` holds every system message in order (the pinned
+        system prompt, the summary system message after it, any other): joined with blank lines
+        (``"\\n\\n"``), or as text blocks; ``None`` when there is no non-empty system text.
+        ``messages`` alternates ``user``/``assistant`` (runs of one role are merged into one
+        message, tool results before text in a user turn, results ordered like the calls they
+        answer); a message whose only content is a single text block is sent as a plain string.
+        Empty text is dropped (the API refuses empty text blocks), so an ``ai`` message with
+        neither text nor tool calls disappears. Names, metadata, seq and ids are never sent;
+        ``metadata["is_error"]`` on a tool message becomes ``"is_error": true``. The list is
+        empty when there are no human, ai or tool messages.
+
+    Raises:
+        InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
+            ``tool`` (Anthropic requires a ``user`` first turn; the context window builder always
+            starts history on a human message); a tool result that answers no call of the
+            assistant turn right before it; a tool call whose result is missing when the next user
+            turn arrives; a tool message without ``tool_call_id``; an unknown role. ``index`` is
+            the position of the offending message in ``messages``.
+    """
+    system_texts: list[str] = []
+    turns: list[dict[str, Any]] = []
+    first_index: list[int] = []  # position in ``messages`` of the first message of each turn
+    for index, message in enumerate(messages):
+        try:
+            role = Role(message.role)
+        except ValueError as exc:
+            raise InvalidMessageError(f"unknown role {message.role!r}", index=index) from exc
+        if role is Role.SYSTEM:
+            if message.content:
+                system_texts.append(message.content)
+            continue
+        try:
+            if role is Role.AI:
+                api_role, blocks = "assistant", _assistant_blocks(message)
+            else:
+                api_role, blocks = "user", _user_blocks(message)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+        if not blocks:
+            continue
+        if not turns and api_role != "user":
+            raise InvalidMessageError(
+                "the first non-system message is an ai message; the Anthropic Messages API requires "
+                "the conversation to start with a user turn (start the history on a human message)",
+                index=index,
+            )
+        if turns and turns[-1]["role"] == api_role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": api_role, "content": blocks})
+            first_index.append(index)
+
+    for position, turn in enumerate(turns):
+        if turn["role"] == "user" and position > 0:
+            previous = turns[position - 1]["content"]
+            call_order = [b["id"] for b in previous if b["type"] == "tool_use"]
+            turn["content"] = _order_user_turn(turn["content"], call_order)
+    _check_tool_pairs(turns, first_index)
+    for turn in turns:
+        content = turn["content"]
+        if len(content) == 1 and content[0]["type"] == "text":
+            turn["content"] = content[0]["text"]
+
+    system: str | list[dict[str, Any]] | None
+    if not system_texts:
+        system = None
+    elif system_blocks:
+        system = [{"type": "text", "text": text} for text in system_texts]
+    else:
+        system = "\n\n".join(system_texts)
+    return system, turns
+
+
+# -- Anthropic -> ChatMessage -------------------------------------------------------------------
+
+
+def _as_dict(value: Any) -> Any:
+    """SDK response objects (pydantic models) become plain dicts; dicts pass through."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json", warnings=False) if callable(dump) else value
+
+
+def _text_of(content: Any, where: str) -> str:
+    """Text of a string or a list of text blocks (``tool_result`` content, ``system``)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list | tuple):
+        texts = []
+        for position, block in enumerate(content):
+            block = _as_dict(block)
+            if not isinstance(block, Mapping) or block.get("type") != "text":
+                kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+                raise InvalidMessageError(
+                    f"{where} block {position} has type {kind!r}; only text can be stored"
+                )
+            if not isinstance(block.get("text"), str):
+                raise InvalidMessageError(f"{where} text block {position} has no string 'text'")
+            texts.append(block["text"])
+        return "".join(texts)
+    raise InvalidMessageError(f"{where} must be a string or a list of blocks, not {type(content).__name__}")
+
+
+def _blocks(content: Any, role: str) -> list[Mapping[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list | tuple):
+        raise InvalidMessageError(
+            f"{role} message content must be a string or a list of content blocks, "
+            f"not {type(content).__name__}"
+        )
+    blocks = []
+    for position, block in enumerate(content):
+        block = _as_dict(block)
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise InvalidMessageError(f"{role} message content block {position} is not a typed object")
+        blocks.append(block)
+    return blocks
+
+
+def _assistant_from_anthropic(blocks: list[Mapping[str, Any]]) -> ChatMessage:
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    thinking: list[dict[str, Any]] = []
+    for position, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "tool_use":
+            call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                raise InvalidMessageError(f"tool_use block {position} has no 'id' or 'name'")
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, Mapping):
+                raise InvalidMessageError(
+                    f"tool_use {call_id!r} ({name}) input must be a JSON object, "
+                    f"not {type(arguments).__name__}"
+                )
+            calls.append(ToolCall(id=call_id, name=name, arguments=dict(arguments)))
+        elif kind in _THINKING_BLOCKS:
+            thinking.append(dict(block))
+        else:
+            raise InvalidMessageError(
+                f"assistant content block {position} has type {kind!r}; only text, tool_use and "
+                "thinking blocks are supported"
+            )
+    ids = [call.id for call in calls]
+    if len(set(ids)) != len(ids):
+        raise InvalidMessageError(f"assistant message repeats tool_use id(s) {sorted(set(ids))}")
+    # Citations split one answer into consecutive text blocks, so they are joined without a separator.
+    content = "".join(texts) if texts or not calls else None
+    metadata = {"thinking": thinking} if thinking else {}
+    return ChatMessage.ai(content, calls, metadata=metadata)
+
+
+def _user_from_anthropic(blocks: list[Mapping[str, Any]], tool_names: Mapping[str, str]) -> list[ChatMessage]:
+    result: list[ChatMessage] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            result.append(ChatMessage.human("".join(texts)))
+            texts.clear()
+
+    for position, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "tool_result":
+            flush()
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidMessageError(f"tool_result block {position} has no 'tool_use_id'")
+            content = _text_of(block.get("content"), f"tool_result {call_id!r} content")
+            metadata = {"is_error": True} if block.get("is_error") else {}
+            result.append(
+                ChatMessage.tool(
+                    content, tool_call_id=call_id, name=tool_names.get(call_id, ""), metadata=metadata
+                )
+            )
+        else:
+            raise InvalidMessageError(
+                f"user content block {position} has type {kind!r}; only text and tool_result "
+                "blocks can be stored (images and documents are not supported)"
+            )
+    flush()
+    return result
+
+
+def from_anthropic_message(
+    message: Mapping[str, Any] | Any, *, tool_names: Mapping[str, str] | None = None
+) -> list[ChatMessage]:
+    """Convert one Anthropic message (request param or response ``Message``) into ``ChatMessage``s.
+
+    Args:
+        message: ``{"role": "user"|"assistant", "content": str | [blocks]}``, or an SDK
+            ``anthropic.types.Message`` (its ``model_dump`` is read).
+        tool_names: tool names by ``tool_use`` id, to name the ``tool`` messages made from
+            ``tool_result`` blocks (the blocks carry only the id).
+
+    Returns:
+        For an assistant message, one ``ai`` message: text blocks joined with ``""`` (citations
+        split one answer into several blocks), ``tool_use`` blocks as ``ToolCall``s with dict
+        arguments, content ``None`` when it only calls tools, thinking blocks kept in
+        ``metadata["thinking"]``. For a user message, in block order: one ``tool`` message per
+        ``tool_result`` (``is_error`` kept in ``metadata``), and one ``human`` message per run of
+        text blocks.
+
+    Raises:
+        InvalidMessageError: an unknown role (``system`` included: it is a top-level parameter),
+            image, document or server-tool blocks, a ``tool_use`` without id or name or whose
+            input is not an object, repeated ``tool_use`` ids.
+    """
+    data = _as_dict(message)
+    if not isinstance(data, Mapping):
+        raise InvalidMessageError(f"an Anthropic message must be an object, not {type(data).__name__}")
+    role = data.get("role")
+    if role not in ("user", "assistant"):
+        raise InvalidMessageError(
+            f"unknown Anthropic role {role!r}; expected 'user' or 'assistant' (the system prompt is "
+            "the top-level 'system' parameter)"
+        )
+    blocks = _blocks(data.get("content"), role)
+    if role == "assistant":
+        return [_assistant_from_anthropic(blocks)]
+    return _user_from_anthropic(blocks, tool_names or {})
+
+
+def from_anthropic(
+    messages: Iterable[Mapping[str, Any] | Any], *, system: str | Iterable[Any] | None = None
+) -> list[ChatMessage]:
+    """Convert an Anthropic conversation (``system`` and ``messages``) into ``ChatMessage``s.
+
+    The inverse of ``to_anthropic`` for stored transcripts and responses: ``system`` becomes
+    ``system`` messages first (a string gives one, a list of text blocks one per block), then each
+    message is converted by ``from_anthropic_message``; ``tool`` messages are named after the
+    ``tool_use`` they answer. Runs merged by ``to_anthropic`` come back as one message (the
+    boundaries inside a run are not part of the Anthropic shape).
+
+    Raises:
+        InvalidMessageError: as ``from_anthropic_message``, with ``index`` set to the 0-based
+            position of the offending message; a ``system`` that is not a string or text blocks.
+    """
+    result: list[ChatMessage] = []
+    if isinstance(system, str):
+        if system:
+            result.append(ChatMessage.system(system))
+    elif system is not None:
+        for block in system:
+            text = _text_of([block], "system")
+            if text:
+                result.append(ChatMessage.system(text))
+    tool_names: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        try:
+            converted = from_anthropic_message(message, tool_names=tool_names)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+        for chat_message in converted:
+            tool_names.update((call.id, call.name) for call in chat_message.tool_calls)
+        result.extend(converted)
+    return result

@@ -1,0 +1,224 @@
+"""Converters between ``ChatMessage`` and LangChain messages (``langchain_core.messages``).
+
+Needs ``langchain-core`` (the optional extra ``pip install 'agentmemory[langchain]'``); importing
+this module without it raises ``ImportError`` with that hint.
+
+LangChain shapes (``langchain_core.messages``, v0.3 and v1): ``SystemMessage``, ``HumanMessage``,
+``AIMessage`` whose ``tool_calls`` are ``ToolCall`` dicts ``{"name", "args": dict, "id",
+"type": "tool_call"}``, and ``ToolMessage(content, tool_call_id, name, status)``. ``content`` is a
+string or a list of content blocks (strings and ``{"type": "text", "text"}`` dicts, plus images
+and provider-specific blocks).
+
+Mapping: ``Role.SYSTEM`` <-> ``SystemMessage``, ``Role.HUMAN`` <-> ``HumanMessage``, ``Role.AI``
+<-> ``AIMessage``, ``Role.TOOL`` <-> ``ToolMessage``. LangChain has no ``null`` content, so an
+``ai`` message that only calls tools is sent with ``""`` and read back as ``None``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.messages import ChatMessage as LangChainGenericMessage
+except ImportError as exc:  # pragma: no cover - exercised by a test that hides the package
+    raise ImportError(
+        "agentmemory.formats.langchain needs the 'langchain-core' package; install it with: "
+        "pip install 'agentmemory[langchain]'"
+    ) from exc
+
+from agentmemory.exceptions import InvalidMessageError
+from agentmemory.messages import ChatMessage, Role, ToolCall
+
+__all__ = ["from_langchain", "from_langchain_message", "to_langchain", "to_langchain_message"]
+
+_GENERIC_ROLES = {
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+    "user": Role.HUMAN,
+    "human": Role.HUMAN,
+    "assistant": Role.AI,
+    "ai": Role.AI,
+}
+
+
+def to_langchain_message(message: ChatMessage) -> BaseMessage:
+    """Convert one ``ChatMessage`` into a LangChain message.
+
+    Returns:
+        ``SystemMessage(content)``, ``HumanMessage(content, name)``, ``AIMessage(content,
+        tool_calls=[{"id", "name", "args", "type": "tool_call"}], name)`` or
+        ``ToolMessage(content, tool_call_id, name)`` (``status="error"`` when
+        ``metadata["is_error"]``). ``None`` content is sent as ``""``; an empty ``name`` is not
+        set; metadata, seq and ids are not copied.
+
+    Raises:
+        InvalidMessageError: an unknown role; a tool message without ``tool_call_id``.
+    """
+    try:
+        role = Role(message.role)
+    except ValueError as exc:
+        raise InvalidMessageError(f"unknown role {message.role!r}") from exc
+    content = message.content or ""
+    name = message.name or None
+    if role is Role.SYSTEM:
+        return SystemMessage(content=content, name=name)
+    if role is Role.HUMAN:
+        return HumanMessage(content=content, name=name)
+    if role is Role.AI:
+        tool_calls = [
+            {"id": call.id, "name": call.name, "args": dict(call.arguments), "type": "tool_call"}
+            for call in message.tool_calls
+        ]
+        return AIMessage(content=content, tool_calls=tool_calls, name=name)
+    if not message.tool_call_id:
+        raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
+    status = "error" if message.metadata.get("is_error") else "success"
+    return ToolMessage(content=content, tool_call_id=message.tool_call_id, name=name, status=status)
+
+
+def to_langchain(messages: Iterable[ChatMessage]) -> list[BaseMessage]:
+    """Convert ``ChatMessage``s into LangChain messages (see ``to_langchain_message``).
+
+    Order and message boundaries are kept as they are: LangChain chat models place system
+    messages and merge turns as their provider requires.
+
+    Raises:
+        InvalidMessageError: as ``to_langchain_message``, with ``index`` set to the 0-based
+            position of the offending message.
+    """
+    result: list[BaseMessage] = []
+    for index, message in enumerate(messages):
+        try:
+            result.append(to_langchain_message(message))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+    return result
+
+
+def _text(content: Any, kind: str, *, ignore_other_blocks: bool) -> str:
+    """Text of a LangChain ``content``: a string, or strings and text blocks joined with ``""``."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list | tuple):
+        raise InvalidMessageError(f"{kind} content must be a string or a list, not {type(content).__name__}")
+    texts: list[str] = []
+    for position, block in enumerate(content):
+        if isinstance(block, str):
+            texts.append(block)
+            continue
+        block_type = block.get("type") if isinstance(block, Mapping) else None
+        if block_type == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif not ignore_other_blocks:
+            raise InvalidMessageError(
+                f"{kind} content block {position} has type {block_type!r}; only text can be stored "
+                "(images, audio and files are not supported)"
+            )
+    return "".join(texts)
+
+
+def _ai_from_langchain(message: AIMessage, *, fill_missing_ids: bool) -> ChatMessage:
+    if message.invalid_tool_calls:
+        bad = message.invalid_tool_calls[0]
+        raise InvalidMessageError(
+            f"tool call {bad.get('id')!r} ({bad.get('name')}) could not be parsed: "
+            f"{bad.get('error') or 'arguments are not a JSON object'} (arguments {bad.get('args')!r})"
+        )
+    calls: list[ToolCall] = []
+    for position, call in enumerate(message.tool_calls):
+        call_id = call.get("id")
+        if not call_id:
+            if not fill_missing_ids:
+                raise InvalidMessageError(f"tool call {position} ({call.get('name')}) has no 'id'")
+            # Some local servers return calls without ids; the results must still name their call.
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+        arguments = call.get("args")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, Mapping):
+            raise InvalidMessageError(
+                f"tool call {call_id!r} ({call.get('name')}) args must be a JSON object, "
+                f"not {type(arguments).__name__}"
+            )
+        calls.append(ToolCall(id=call_id, name=call["name"], arguments=dict(arguments)))
+    ids = [call.id for call in calls]
+    if len(set(ids)) != len(ids):
+        raise InvalidMessageError(f"ai message repeats tool call id(s) {sorted(set(ids))}")
+    # Provider blocks (tool_use, thinking, reasoning) duplicate tool_calls or carry no answer text.
+    text = _text(message.content, "ai", ignore_other_blocks=True)
+    content = None if not text and calls else text
+    return ChatMessage.ai(content, calls, name=message.name or "")
+
+
+def from_langchain_message(message: BaseMessage, *, fill_missing_ids: bool = False) -> ChatMessage:
+    """Convert one LangChain message into a ``ChatMessage``.
+
+    Args:
+        message: a ``SystemMessage``, ``HumanMessage``, ``AIMessage`` (or chunk), ``ToolMessage``
+            or a generic LangChain ``ChatMessage`` whose role is system/developer/user/assistant.
+        fill_missing_ids: give tool calls without an id a fresh ``call_...`` id instead of
+            refusing them (for replies of servers that omit ids; stored transcripts need real ids).
+
+    Returns:
+        The ``ChatMessage``: text blocks joined with ``""``; for ``ai`` messages, non-text blocks
+        are ignored (tool calls are read from ``tool_calls``) and content is ``None`` when the
+        message only calls tools; ``ToolMessage.status == "error"`` becomes
+        ``metadata["is_error"]``; ``name`` is kept.
+
+    Raises:
+        InvalidMessageError: another message type (``FunctionMessage``, ``RemoveMessage``, an
+            unknown generic role); non-text content blocks outside ``ai`` messages;
+            ``invalid_tool_calls`` (arguments the model produced that are not JSON); a tool call
+            without id (unless ``fill_missing_ids``); repeated call ids; a tool message without
+            ``tool_call_id``.
+    """
+    if isinstance(message, AIMessage):
+        return _ai_from_langchain(message, fill_missing_ids=fill_missing_ids)
+    name = getattr(message, "name", None) or ""
+    if isinstance(message, SystemMessage):
+        return ChatMessage.system(_text(message.content, "system", ignore_other_blocks=False), name=name)
+    if isinstance(message, HumanMessage):
+        return ChatMessage.human(_text(message.content, "human", ignore_other_blocks=False), name=name)
+    if isinstance(message, ToolMessage):
+        if not message.tool_call_id:
+            raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
+        metadata = {"is_error": True} if message.status == "error" else {}
+        return ChatMessage.tool(
+            _text(message.content, "tool", ignore_other_blocks=False),
+            tool_call_id=message.tool_call_id,
+            name=name,
+            metadata=metadata,
+        )
+    if isinstance(message, LangChainGenericMessage) and message.role in _GENERIC_ROLES:
+        role = _GENERIC_ROLES[message.role]
+        text = _text(message.content, message.role, ignore_other_blocks=role is Role.AI)
+        return ChatMessage(role=role, content=text, name=name)
+    raise InvalidMessageError(
+        f"LangChain message type {type(message).__name__} (type {getattr(message, 'type', None)!r}) is "
+        "not supported; use SystemMessage, HumanMessage, AIMessage or ToolMessage"
+    )
+
+
+def from_langchain(messages: Iterable[BaseMessage]) -> list[ChatMessage]:
+    """Convert LangChain messages into ``ChatMessage``s (see ``from_langchain_message``).
+
+    Raises:
+        InvalidMessageError: as ``from_langchain_message``, with ``index`` set to the 0-based
+            position of the offending message.
+    """
+    result: list[ChatMessage] = []
+    for index, message in enumerate(messages):
+        try:
+            result.append(from_langchain_message(message))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.reason, index=index) from exc
+    return result

@@ -1,0 +1,350 @@
+"""``ChatModel`` adapter for the Anthropic Messages API (``POST {base_url}/v1/messages``).
+
+Built on the official ``anthropic`` SDK (an optional dependency: ``pip install
+'agentmemory[anthropic]'``). The SDK retries 408/409/429/5xx (529 "overloaded" included) and
+connection errors itself (``max_retries``, exponential backoff honouring ``retry-after-ms`` and
+``retry-after``); only when those retries are exhausted does this adapter raise
+``TransientLLMError``, so callers (Celery tasks) can retry later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
+from agentmemory.formats.anthropic import from_anthropic_message, to_anthropic
+from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.messages import ChatMessage
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["DEFAULT_MODEL", "AnthropicChatModel", "from_env"]
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+# Placeholder key for local Anthropic-compatible servers and proxies that ignore it; the SDK
+# refuses to send a request without some credential.
+LOCAL_API_KEY = "not-needed"
+# Statuses the SDK itself retries (anthropic/_base_client.py ``_should_retry``): 408, 409, 429, 5xx.
+_TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+
+def _import_anthropic() -> Any:
+    try:
+        import anthropic
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise LLMError(
+            "the 'anthropic' package is not installed; install it with: pip install 'agentmemory[anthropic]'"
+        ) from exc
+    return anthropic
+
+
+def tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert a ``{"name", "description", "parameters"}`` declaration into an Anthropic tool.
+
+    Returns ``{"name", "description", "input_schema"}`` (Messages API ``tools`` parameter); an
+    OpenAI-wrapped ``{"type": "function", "function": {...}}`` is unwrapped first, and a
+    declaration that already has ``input_schema`` is returned as it is. A missing ``parameters``
+    becomes ``{"type": "object", "properties": {}}`` (the API requires an object schema).
+
+    Raises:
+        ValueError: the declaration has no ``name``.
+    """
+    if "input_schema" in tool:
+        return dict(tool)
+    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
+        tool = tool["function"]
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool declaration without a 'name': {dict(tool)!r}")
+    result: dict[str, Any] = {
+        "name": name,
+        "input_schema": dict(tool.get("parameters") or {"type": "object", "properties": {}}),
+    }
+    if tool.get("description"):
+        result["description"] = tool["description"]
+    return result
+
+
+class AnthropicChatModel:
+    """A ``ChatModel`` over the Anthropic Messages API.
+
+    Args (keyword-only):
+        model: the model name sent in each request (``"claude-haiku-4-5"``, ...).
+        api_key: ``None`` lets the SDK read ``ANTHROPIC_API_KEY``; when ``base_url`` is given and
+            no key is available at all, ``"not-needed"`` is sent (local proxies ignore it).
+        base_url: the API root without ``/v1`` (``None``: ``ANTHROPIC_BASE_URL`` or
+            ``https://api.anthropic.com``).
+        max_tokens: the most output tokens one reply may use (the API requires it).
+        timeout: per-request timeout, seconds (applies to each SDK attempt).
+        max_retries: SDK retries on 408/409/429/5xx/529 and connection errors (0 disables them).
+        temperature: sampling temperature; ``None`` leaves the provider default. Sent in the
+            request body (``extra_body``): recent SDK versions do not take it as a keyword.
+        client, async_client: pre-built ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic``
+            clients (tests, Bedrock/Vertex clients, custom HTTP clients; the caller closes them);
+            otherwise they are created on first use: one sync client, and one async client per
+            event loop, closed when that loop shuts down (``asyncio.run``) or by ``aclose``.
+
+    Attributes:
+        model_name: the ``model`` argument.
+
+    Errors: ``TransientLLMError`` for rate limits (429), overload (529), 408/409 and other 5xx,
+    timeouts and connection errors once the SDK's retries are exhausted; ``LLMError`` for every
+    other failure (bad request, authentication, a reply that cannot be read). Messages include
+    the HTTP status, the provider's error type and text, and the request id.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = 1024,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        temperature: float | None = None,
+        client: anthropic.Anthropic | None = None,
+        async_client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("AnthropicChatModel needs a model name")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive number of output tokens, not {max_tokens!r}")
+        self.model_name = model
+        self.base_url = base_url
+        if api_key is None and base_url is not None and not os.environ.get("ANTHROPIC_API_KEY"):
+            api_key = LOCAL_API_KEY
+        self._api_key = api_key
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self._client = client
+        self._owns_client = client is None
+        self._async_client = async_client
+        self._owns_async_client = async_client is None
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[anthropic.AsyncAnthropic, AsyncGenerator[None, None]]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"AnthropicChatModel(model={self.model_name!r}, base_url={self.base_url!r})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> AnthropicChatModel | None:
+        """Build a model from the environment, or return ``None`` when Anthropic is not configured.
+
+        Reads ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL`` and ``AGENTMEMORY_LLM_MODEL``
+        (default ``"claude-haiku-4-5"``). Returns ``None`` when neither ``ANTHROPIC_API_KEY`` nor
+        ``ANTHROPIC_BASE_URL`` is set; with only a base URL (a local proxy) the key
+        ``"not-needed"`` is sent.
+
+        Args:
+            environ: the mapping to read (default ``os.environ``).
+            **kwargs: other constructor options (``max_tokens``, ``timeout``, ...).
+        """
+        env = os.environ if environ is None else environ
+        api_key = env.get("ANTHROPIC_API_KEY") or None
+        base_url = env.get("ANTHROPIC_BASE_URL") or None
+        if api_key is None and base_url is None:
+            return None
+        model = env.get("AGENTMEMORY_LLM_MODEL") or DEFAULT_MODEL
+        return cls(model=model, api_key=api_key or LOCAL_API_KEY, base_url=base_url, **kwargs)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"timeout": self.timeout, "max_retries": self.max_retries}
+        if self._api_key is not None:
+            options["api_key"] = self._api_key
+        if self.base_url is not None:
+            options["base_url"] = self.base_url
+        return options
+
+    def _sync_client(self) -> anthropic.Anthropic:
+        with self._lock:
+            if self._client is None:
+                sdk = _import_anthropic()
+                try:
+                    self._client = sdk.Anthropic(**self._client_options())
+                except (sdk.AnthropicError, ValueError, TypeError) as exc:
+                    raise LLMError(f"cannot create the Anthropic client: {exc}") from exc
+            return self._client
+
+    async def _get_async_client(self) -> anthropic.AsyncAnthropic:
+        if not self._owns_async_client:
+            assert self._async_client is not None
+            return self._async_client
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._async_clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        sdk = _import_anthropic()
+        try:
+            client = sdk.AsyncAnthropic(**self._client_options())
+        except (sdk.AnthropicError, ValueError, TypeError) as exc:
+            raise LLMError(f"cannot create the Anthropic client: {exc}") from exc
+        # An HTTP connection pool belongs to one event loop, so there is one client per loop; the
+        # started generator is finalised by ``loop.shutdown_asyncgens()`` and closes the client.
+        guard = _close_on_loop_shutdown(client, self._async_clients)
+        await anext(guard)
+        with self._lock:
+            self._async_clients[loop] = (client, guard)
+        return client
+
+    def close(self) -> None:
+        """Close the sync client if this object created it (idempotent)."""
+        with self._lock:
+            client, self._client = (self._client, None) if self._owns_client else (None, self._client)
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client this object created for the running event loop (idempotent)."""
+        with self._lock:
+            entry = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _request(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] | None
+    ) -> dict[str, Any]:
+        system, turns = to_anthropic(messages)
+        if not turns:
+            raise InvalidMessageError(
+                "nothing to send: the Anthropic Messages API needs at least one human message "
+                "besides the system prompt"
+            )
+        request: dict[str, Any] = {"model": self.model_name, "max_tokens": self.max_tokens, "messages": turns}
+        if system is not None:
+            request["system"] = system
+        if tools:
+            request["tools"] = [tool_param(tool) for tool in tools]
+        if self.temperature is not None:
+            request["extra_body"] = {"temperature": self.temperature}
+        return request
+
+    def invoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        """Send ``messages`` (and optional tool declarations) and return the model's reply.
+
+        Args:
+            messages: the context window, oldest first; system messages go to the ``system``
+                parameter (see ``agentmemory.formats.anthropic.to_anthropic``).
+            tools: function declarations ``{"name", "description", "parameters"}`` (JSON
+                Schema), sent as ``{"name", "description", "input_schema"}``.
+
+        Returns:
+            ``ChatResponse`` with the ``ai`` message (text and ``tool_use`` blocks as tool calls
+            with dict arguments), usage (``input_tokens``, ``output_tokens``), the reported model,
+            ``finish_reason`` = Anthropic's ``stop_reason`` (``"end_turn"``, ``"tool_use"``,
+            ``"max_tokens"``, ...) and the JSON-mode dump of the response.
+
+        Raises:
+            InvalidMessageError: the messages cannot be expressed in the Anthropic format.
+            TransientLLMError, LLMError: see the class docstring.
+        """
+        request = self._request(messages, tools)
+        client = self._sync_client()
+        sdk = _import_anthropic()
+        try:
+            response = client.messages.create(**request)
+        except sdk.AnthropicError as exc:
+            raise self._map_error(exc) from exc
+        return self._to_response(response)
+
+    async def ainvoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        """Async ``invoke`` through ``anthropic.AsyncAnthropic``; same arguments, result and errors."""
+        request = self._request(messages, tools)
+        client = await self._get_async_client()
+        sdk = _import_anthropic()
+        try:
+            response = await client.messages.create(**request)
+        except sdk.AnthropicError as exc:
+            raise self._map_error(exc) from exc
+        return self._to_response(response)
+
+    def _to_response(self, response: Any) -> ChatResponse:
+        raw = response.model_dump(mode="json", warnings=False)
+        stop_reason = raw.get("stop_reason") or ""
+        try:
+            [message] = from_anthropic_message({"role": "assistant", "content": raw.get("content") or []})
+        except InvalidMessageError as exc:
+            raise LLMError(
+                f"model {self.model_name!r} returned a reply that cannot be used "
+                f"(stop_reason={stop_reason!r}): {exc.reason}"
+            ) from exc
+        usage = raw.get("usage") or {}
+        return ChatResponse(
+            message=message,
+            usage=Usage(
+                input_tokens=usage.get("input_tokens") or 0, output_tokens=usage.get("output_tokens") or 0
+            ),
+            model=raw.get("model") or self.model_name,
+            finish_reason=stop_reason,
+            raw=raw,
+        )
+
+    def _map_error(self, exc: Exception) -> LLMError:
+        """Translate an ``anthropic`` exception into ``TransientLLMError`` or ``LLMError``."""
+        sdk = _import_anthropic()
+        where = f"Anthropic messages call (model {self.model_name!r}, {self.base_url or 'default endpoint'})"
+        retries = f"after the SDK's retries (max_retries={self.max_retries})"
+        if isinstance(exc, sdk.APIStatusError):
+            status = exc.status_code
+            text = _provider_text(exc)
+            request_id = f", request id {exc.request_id}" if exc.request_id else ""
+            if status in _TRANSIENT_STATUSES or status >= 500:
+                return TransientLLMError(f"{where} failed with HTTP {status} {retries}{request_id}: {text}")
+            return LLMError(f"{where} failed with HTTP {status}{request_id}: {text}")
+        if isinstance(exc, sdk.APITimeoutError):
+            return TransientLLMError(f"{where} timed out after {self.timeout} s {retries}")
+        if isinstance(exc, sdk.APIConnectionError):
+            cause = exc.__cause__ or exc.message
+            return TransientLLMError(f"{where} could not connect {retries}: {cause}")
+        return LLMError(f"{where} failed: {exc}")
+
+
+async def _close_on_loop_shutdown(
+    client: anthropic.AsyncAnthropic, registry: MutableMapping[asyncio.AbstractEventLoop, Any]
+) -> AsyncGenerator[None, None]:
+    """Yield once; closing the generator (at loop shutdown or ``aclose``) closes ``client``."""
+    try:
+        yield
+    finally:
+        loop = asyncio.get_running_loop()
+        entry = registry.get(loop)
+        if entry is not None and entry[0] is client:
+            del registry[loop]
+        await client.close()
+
+
+def _provider_text(exc: anthropic.APIStatusError) -> str:
+    """Anthropic's error text: ``{"type": "error", "error": {"type", "message"}}`` -> "message (type)"."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str) and error["message"]:
+            kind = error.get("type")
+            return f"{error['message']} ({kind})" if kind else error["message"]
+    if isinstance(body, str) and body:
+        return body[:500]
+    return exc.message
+
+
+def from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AnthropicChatModel | None:
+    """``AnthropicChatModel.from_env``: a model from ``ANTHROPIC_*`` variables, or ``None``."""
+    return AnthropicChatModel.from_env(environ, **kwargs)

@@ -1,0 +1,185 @@
+"""``ChatModel`` adapter over any LangChain chat model (``langchain_core`` ``BaseChatModel``).
+
+Needs ``langchain-core`` (``pip install 'agentmemory[langchain]'``) plus the integration package
+of the model (``langchain-openai``, ``langchain-anthropic``, ``langchain-ollama``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
+from agentmemory.formats.langchain import from_langchain_message, to_langchain
+from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.messages import ChatMessage
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = ["LangChainChatModel"]
+
+# HTTP statuses worth retrying, read from the ``status_code`` that provider SDK errors carry.
+_TRANSIENT_STATUSES = frozenset({408, 409, 429})
+# Exception class names of provider SDKs (openai, anthropic, httpx, google) that mean "try later".
+_TRANSIENT_NAMES = frozenset(
+    {
+        "RateLimitError",
+        "APITimeoutError",
+        "APIConnectionError",
+        "InternalServerError",
+        "OverloadedError",
+        "ServiceUnavailableError",
+        "ServiceUnavailable",
+        "ResourceExhausted",
+        "ConnectError",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "TimeoutException",
+    }
+)
+
+
+def _function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"name", "description", "parameters"}`` as ``{"type": "function", "function": {...}}``.
+
+    That OpenAI tool shape is accepted by every ``bind_tools`` in LangChain's integrations
+    (``convert_to_openai_tool`` returns it unchanged; ``ChatAnthropic`` converts it).
+    """
+    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
+        return {"type": "function", "function": dict(tool["function"])}
+    return {"type": "function", "function": dict(tool)}
+
+
+def _is_transient(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = getattr(current, "status_code", None)
+        if isinstance(status, int) and (status in _TRANSIENT_STATUSES or status >= 500):
+            return True
+        if isinstance(current, TimeoutError | ConnectionError) or type(current).__name__ in _TRANSIENT_NAMES:
+            return True
+        current = current.__cause__
+    return False
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+class LangChainChatModel:
+    """A ``ChatModel`` that calls a LangChain chat model.
+
+    Args:
+        chat_model: any ``langchain_core.language_models.BaseChatModel`` (``ChatOpenAI``,
+            ``ChatAnthropic``, ``ChatOllama``, a fake model in tests).
+        model_name: reported as ``model_name``; default: the chat model's ``model_name`` or
+            ``model`` attribute, else its ``_llm_type``.
+
+    Tools are bound per call with ``chat_model.bind_tools(tools)`` (OpenAI function shape); the
+    messages are converted with ``agentmemory.formats.langchain.to_langchain`` and the returned
+    ``AIMessage`` with ``from_langchain_message`` (tool calls with dict arguments; calls without
+    an id get a fresh one).
+
+    Errors: ``TransientLLMError`` when the underlying error is a timeout, a connection error, or
+    an HTTP 408/409/429/5xx of the provider SDK (found through the exception chain);
+    ``LLMError`` for everything else, including a model without tool support and a reply with
+    unparseable tool calls.
+    """
+
+    def __init__(self, chat_model: BaseChatModel, *, model_name: str | None = None) -> None:
+        self.chat_model = chat_model
+        if model_name is None:
+            model_name = getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None)
+            if not isinstance(model_name, str) or not model_name:
+                model_name = getattr(chat_model, "_llm_type", None) or type(chat_model).__name__
+        self.model_name = model_name
+
+    def __repr__(self) -> str:
+        return f"LangChainChatModel({type(self.chat_model).__name__}, model_name={self.model_name!r})"
+
+    def _runnable(self, tools: Sequence[Mapping[str, Any]] | None) -> Any:
+        if not tools:
+            return self.chat_model
+        try:
+            return self.chat_model.bind_tools([_function_tool(tool) for tool in tools])
+        except NotImplementedError as exc:
+            raise LLMError(
+                f"{type(self.chat_model).__name__} does not support tool calling (bind_tools); "
+                "use a chat model integration with tool support or call it without tools"
+            ) from exc
+
+    def invoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        """Send ``messages`` (and optional tool declarations) through the LangChain model.
+
+        Args:
+            messages: the context window, oldest first.
+            tools: function declarations ``{"name", "description", "parameters"}``.
+
+        Returns:
+            ``ChatResponse`` with the ``ai`` message, usage from ``usage_metadata`` (tokens; 0
+            when the model reports none), the model and finish reason from ``response_metadata``
+            (``model_name``/``model``, ``finish_reason``/``stop_reason``) and a JSON-safe dump
+            of the ``AIMessage``.
+
+        Raises:
+            InvalidMessageError: a message cannot be converted.
+            TransientLLMError, LLMError: see the class docstring.
+        """
+        lc_messages = to_langchain(messages)
+        runnable = self._runnable(tools)
+        try:
+            result = runnable.invoke(lc_messages)
+        except Exception as exc:
+            raise self._map_error(exc) from exc
+        return self._to_response(result)
+
+    async def ainvoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        """Async ``invoke`` through the model's ``ainvoke``; same arguments, result and errors."""
+        lc_messages = to_langchain(messages)
+        runnable = self._runnable(tools)
+        try:
+            result = await runnable.ainvoke(lc_messages)
+        except Exception as exc:
+            raise self._map_error(exc) from exc
+        return self._to_response(result)
+
+    def _map_error(self, exc: Exception) -> LLMError:
+        where = f"LangChain chat model {type(self.chat_model).__name__} ({self.model_name!r})"
+        detail = f"{type(exc).__name__}: {exc}"
+        if _is_transient(exc):
+            return TransientLLMError(f"{where} failed, worth retrying later: {detail}")
+        return LLMError(f"{where} failed: {detail}")
+
+    def _to_response(self, result: Any) -> ChatResponse:
+        from langchain_core.messages import AIMessage
+
+        if not isinstance(result, AIMessage):
+            raise LLMError(
+                f"LangChain chat model {self.model_name!r} returned {type(result).__name__}, not an AIMessage"
+            )
+        try:
+            message = from_langchain_message(result, fill_missing_ids=True)
+        except InvalidMessageError as exc:
+            raise LLMError(
+                f"model {self.model_name!r} returned a reply that cannot be used: {exc.reason}"
+            ) from exc
+        metadata = result.response_metadata or {}
+        usage = result.usage_metadata or {}
+        return ChatResponse(
+            message=message,
+            usage=Usage(
+                input_tokens=int(usage.get("input_tokens") or 0),
+                output_tokens=int(usage.get("output_tokens") or 0),
+            ),
+            model=str(metadata.get("model_name") or metadata.get("model") or self.model_name),
+            finish_reason=str(metadata.get("finish_reason") or metadata.get("stop_reason") or ""),
+            raw=_json_safe(result.model_dump()),
+        )
