@@ -133,3 +133,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 )
             )
     return problems
+
+
+@register(Tags.compatibility)
+def check_llms(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Validate ``AGENTMEMORY['LLMS']`` and the LLM environment variables."""
+    from agentmemory.llm.config import configuration_errors
+
+    return [
+        Error(
+            message,
+            hint="Set AGENTMEMORY['LLMS'] = {'default': {'BACKEND': ..., 'OPTIONS': {...}}} or "
+            "OPENAI_API_KEY / ANTHROPIC_API_KEY (see docs/agents.md).",
+            id="agentmemory.E008",
+        )
+        for message in configuration_errors()
+    ]

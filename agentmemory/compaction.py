@@ -435,21 +435,19 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
 
 def get_compaction_llm() -> ChatModel:
     """The summariser model: ``AGENTMEMORY['COMPACTION_LLM']`` (dotted path to a
-    ``ChatModel`` class or factory), else an OpenAI-compatible model configured by the
-    environment (``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``), else the offline summariser."""
+    ``ChatModel`` class or factory), else ``AGENTMEMORY['LLMS']['compaction']`` or
+    ``['default']``, else a model configured by the environment (``OPENAI_API_KEY`` /
+    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``), else the offline summariser."""
     from django.utils.module_loading import import_string
 
     path = app_settings().COMPACTION_LLM
     if path:
         return import_string(path)()
-    try:
-        from agentmemory.llm.openai import OpenAIChatModel
-    except ImportError:
-        OpenAIChatModel = None  # type: ignore[assignment,misc]
-    if OpenAIChatModel is not None:
-        model = OpenAIChatModel.from_env()
-        if model is not None:
-            return model
+    from agentmemory.llm.config import get_llm
+
+    model = get_llm("compaction" if "compaction" in app_settings().LLMS else "default")
+    if model is not None:
+        return model
     from agentmemory.llm.offline import OfflineSummarizer
 
     return OfflineSummarizer()

@@ -9,7 +9,7 @@ Usage::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -62,7 +62,10 @@ class AgentMemorySettings:
         return import_string(self.COMPACTOR_CLASS)
 
 
-DEFAULTS = {f.name: f.default for f in fields(AgentMemorySettings)}
+DEFAULTS = {
+    f.name: (f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc]
+    for f in fields(AgentMemorySettings)
+}
 KNOWN_KEYS = frozenset(DEFAULTS)
 
 
