@@ -12,7 +12,7 @@ from django.db import connection
 from agentmemory.messages import ChatMessage
 from agentmemory.tokens import BaseTokenCounter
 
-pytest_plugins = ["tests.fake_openai_server"]
+pytest_plugins = ["tests.fake_openai_server", "tests.fake_anthropic_server"]
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -7,9 +7,7 @@ validates the JSON body like the Messages API does (see ``validate_messages_requ
 "message"}}`` when it is invalid, records every request, and answers valid requests from a queue
 of scripted replies (text, one tool call, parallel tool calls, HTTP errors).
 
-Usage::
-
-    from tests.fake_anthropic_server import fake_anthropic  # noqa: F401  (the fixture)
+The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/conftest.py``::
 
     def test_x(fake_anthropic):
         fake_anthropic.enqueue_text("hello")

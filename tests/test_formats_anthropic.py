@@ -21,7 +21,6 @@ from agentmemory.formats.anthropic import from_anthropic, from_anthropic_message
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Summary
-from tests.fake_anthropic_server import fake_anthropic  # noqa: F401
 
 SYSTEM = ChatMessage.system("You are a travel agent.")
 SUMMARY = ChatMessage.system("Summary of the earlier conversation:\nThe user lives in Oslo.")
@@ -404,7 +403,7 @@ def stored_conversation(db):
 
 def test_stored_conversation_rendered_for_anthropic_passes_the_api_validation(
     stored_conversation,
-    fake_anthropic,  # noqa: F811
+    fake_anthropic,
 ):
     window = ContextWindowBuilder(stored_conversation, system_prompt="You are a travel agent.").build(
         max_tokens=5_000
@@ -479,7 +478,7 @@ def test_type_checker_catches_a_wrong_shape():
         ),
     ],
 )
-def test_fake_server_refuses_what_anthropic_refuses(fake_anthropic, messages, system, match):  # noqa: F811
+def test_fake_server_refuses_what_anthropic_refuses(fake_anthropic, messages, system, match):
     request = {"model": "claude-test", "max_tokens": 16, "messages": messages}
     if system is not None:
         request["system"] = system
@@ -508,7 +507,7 @@ def _post(fake, body, headers):
     return info.value.code, error
 
 
-def test_fake_server_requires_max_tokens_the_version_header_and_an_api_key(fake_anthropic):  # noqa: F811
+def test_fake_server_requires_max_tokens_the_version_header_and_an_api_key(fake_anthropic):
     body = {"model": "claude-test", "messages": [{"role": "user", "content": "hi"}]}
     version = {"anthropic-version": "2023-06-01"}
 

@@ -12,7 +12,7 @@ from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMEr
 from agentmemory.llm.anthropic import AnthropicChatModel, from_env, tool_param
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, ToolCall
-from tests.fake_anthropic_server import FakeAnthropicServer, fake_anthropic  # noqa: F401
+from tests.fake_anthropic_server import FakeAnthropicServer
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -29,7 +29,7 @@ def api_key_of(headers: dict[str, str]) -> str | None:
 
 
 @pytest.fixture
-def model(fake_anthropic):  # noqa: F811
+def model(fake_anthropic):
     chat_model = AnthropicChatModel(
         model="claude-test",
         base_url=fake_anthropic.base_url,
@@ -46,7 +46,7 @@ def test_is_a_chat_model(model):
     assert model.model_name == "claude-test"
 
 
-def test_plain_reply(fake_anthropic, model):  # noqa: F811
+def test_plain_reply(fake_anthropic, model):
     fake_anthropic.enqueue_text("Hello there!", input_tokens=17, output_tokens=3)
 
     response = model.invoke(
@@ -75,7 +75,7 @@ def test_plain_reply(fake_anthropic, model):  # noqa: F811
     assert fake_anthropic.request_headers[0]["anthropic-version"]
 
 
-def test_single_tool_call(fake_anthropic, model):  # noqa: F811
+def test_single_tool_call(fake_anthropic, model):
     call_id = fake_anthropic.enqueue_tool_use("get_weather", {"city": "Oslo"})
 
     response = model.invoke([ChatMessage.human("Weather in Oslo?")], tools=[WEATHER_TOOL])
@@ -91,7 +91,7 @@ def test_single_tool_call(fake_anthropic, model):  # noqa: F811
     ]
 
 
-def test_parallel_tool_calls_and_follow_up_request(fake_anthropic, model):  # noqa: F811
+def test_parallel_tool_calls_and_follow_up_request(fake_anthropic, model):
     fake_anthropic.enqueue_tool_uses(
         [
             ("get_weather", {"city": "Oslo"}, "toolu_1"),
@@ -126,7 +126,7 @@ def test_parallel_tool_calls_and_follow_up_request(fake_anthropic, model):  # no
     ]
 
 
-def test_temperature_and_max_tokens_are_sent(fake_anthropic):  # noqa: F811
+def test_temperature_and_max_tokens_are_sent(fake_anthropic):
     fake_anthropic.enqueue_text("ok")
     chat_model = AnthropicChatModel(
         model="claude-test", base_url=fake_anthropic.base_url, api_key="k", temperature=0.2, max_tokens=64
@@ -139,7 +139,7 @@ def test_temperature_and_max_tokens_are_sent(fake_anthropic):  # noqa: F811
     assert fake_anthropic.requests[0]["max_tokens"] == 64
 
 
-def test_rate_limit_then_success_is_retried_transparently(fake_anthropic, model):  # noqa: F811
+def test_rate_limit_then_success_is_retried_transparently(fake_anthropic, model):
     fake_anthropic.enqueue_rate_limit()
     fake_anthropic.enqueue_text("after the retry")
 
@@ -157,7 +157,7 @@ def test_rate_limit_then_success_is_retried_transparently(fake_anthropic, model)
         ("enqueue_rate_limit", 429, "rate limit (fake). (rate_limit_error)"),
     ],
 )
-def test_persistent_transient_errors_surface_as_transient_llm_error(fake_anthropic, enqueue, status, text):  # noqa: F811
+def test_persistent_transient_errors_surface_as_transient_llm_error(fake_anthropic, enqueue, status, text):
     getattr(fake_anthropic, enqueue)(times=2)
     chat_model = AnthropicChatModel(
         model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=1
@@ -175,7 +175,7 @@ def test_persistent_transient_errors_surface_as_transient_llm_error(fake_anthrop
     assert len(fake_anthropic.requests) == 2
 
 
-def test_bad_request_is_a_permanent_llm_error(fake_anthropic, model):  # noqa: F811
+def test_bad_request_is_a_permanent_llm_error(fake_anthropic, model):
     fake_anthropic.enqueue_error(400, "max_tokens: 100000 > 8192, the maximum", type="invalid_request_error")
 
     with pytest.raises(LLMError) as info:
@@ -187,7 +187,7 @@ def test_bad_request_is_a_permanent_llm_error(fake_anthropic, model):  # noqa: F
     assert len(fake_anthropic.requests) == 1
 
 
-def test_authentication_error_is_permanent(fake_anthropic, model):  # noqa: F811
+def test_authentication_error_is_permanent(fake_anthropic, model):
     fake_anthropic.enqueue_error(401, "invalid x-api-key", type="authentication_error")
 
     with pytest.raises(LLMError, match=r"HTTP 401.*invalid x-api-key") as info:
@@ -196,7 +196,7 @@ def test_authentication_error_is_permanent(fake_anthropic, model):  # noqa: F811
     assert not isinstance(info.value, TransientLLMError)
 
 
-def test_history_that_cannot_start_with_a_user_turn_is_refused_before_sending(fake_anthropic, model):  # noqa: F811
+def test_history_that_cannot_start_with_a_user_turn_is_refused_before_sending(fake_anthropic, model):
     with pytest.raises(InvalidMessageError, match="user turn"):
         model.invoke([ChatMessage.system("S"), ChatMessage.ai("Hello!")])
     with pytest.raises(InvalidMessageError, match="at least one human message"):
@@ -216,7 +216,7 @@ def test_connection_refused_is_transient():
     chat_model.close()
 
 
-def test_timeout_is_transient(fake_anthropic):  # noqa: F811
+def test_timeout_is_transient(fake_anthropic):
     fake_anthropic.enqueue_message([{"type": "text", "text": "too late"}], delay=1.0)
     chat_model = AnthropicChatModel(
         model="claude-test", base_url=fake_anthropic.base_url, api_key="k", timeout=0.2, max_retries=0
@@ -228,14 +228,14 @@ def test_timeout_is_transient(fake_anthropic):  # noqa: F811
     chat_model.close()
 
 
-def test_unusable_tool_input_in_reply_is_an_llm_error(fake_anthropic, model):  # noqa: F811
+def test_unusable_tool_input_in_reply_is_an_llm_error(fake_anthropic, model):
     fake_anthropic.enqueue_tool_use("get_weather", ["not", "an", "object"], tool_use_id="toolu_bad")
 
     with pytest.raises(LLMError, match=r"toolu_bad.*JSON object"):
         model.invoke([ChatMessage.human("Weather?")], tools=[WEATHER_TOOL])
 
 
-def test_async_path(fake_anthropic, model):  # noqa: F811
+def test_async_path(fake_anthropic, model):
     fake_anthropic.enqueue_text("async hello", input_tokens=8, output_tokens=2)
     fake_anthropic.enqueue_tool_uses(
         [("get_weather", {"city": "Oslo"}, "t1"), ("get_weather", {"city": "Rome"}, "t2")]
@@ -258,7 +258,7 @@ def test_async_path(fake_anthropic, model):  # noqa: F811
     assert third.message.content == "second loop"
 
 
-def test_async_errors_are_mapped(fake_anthropic):  # noqa: F811
+def test_async_errors_are_mapped(fake_anthropic):
     fake_anthropic.enqueue_overloaded(times=1)
     chat_model = AnthropicChatModel(
         model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
@@ -274,7 +274,7 @@ def test_async_errors_are_mapped(fake_anthropic):  # noqa: F811
         asyncio.run(run())
 
 
-def test_injected_clients_are_used_and_left_open(fake_anthropic):  # noqa: F811
+def test_injected_clients_are_used_and_left_open(fake_anthropic):
     fake_anthropic.enqueue_text("sync")
     fake_anthropic.enqueue_text("async")
     client = anthropic.Anthropic(base_url=fake_anthropic.base_url, api_key="injected", max_retries=0)
@@ -324,7 +324,7 @@ def test_from_env_returns_none_without_configuration():
     assert AnthropicChatModel.from_env({"AGENTMEMORY_LLM_MODEL": "claude-sonnet-4-6"}) is None
 
 
-def test_from_env_reads_os_environ(monkeypatch, fake_anthropic):  # noqa: F811
+def test_from_env_reads_os_environ(monkeypatch, fake_anthropic):
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("AGENTMEMORY_LLM_MODEL", raising=False)
@@ -343,7 +343,7 @@ def test_from_env_reads_os_environ(monkeypatch, fake_anthropic):  # noqa: F811
     assert fake_anthropic.requests[0]["model"] == "claude-haiku-4-5"
 
 
-def test_from_env_with_only_a_base_url_and_a_model(fake_anthropic):  # noqa: F811
+def test_from_env_with_only_a_base_url_and_a_model(fake_anthropic):
     fake_anthropic.enqueue_text("local")
     chat_model = from_env(
         {"ANTHROPIC_BASE_URL": fake_anthropic.base_url, "AGENTMEMORY_LLM_MODEL": "claude-sonnet-4-6"}

@@ -11,7 +11,6 @@ from agentmemory.llm.config import configuration_errors, get_llm, llm_from_env
 from agentmemory.llm.langchain import LangChainChatModel
 from agentmemory.llm.openai import OpenAIChatModel
 from agentmemory.messages import ChatMessage
-from tests.fake_anthropic_server import fake_anthropic  # noqa: F401
 
 ENV_VARIABLES = (
     "AGENTMEMORY_LLM_PROVIDER",
@@ -107,7 +106,7 @@ def test_the_environment_configures_only_the_default_name(clean_env):
 # -- settings -----------------------------------------------------------------------------------
 
 
-def test_settings_entry_is_built_with_its_options_and_used(settings, fake_anthropic):  # noqa: F811
+def test_settings_entry_is_built_with_its_options_and_used(settings, fake_anthropic):
     llms(
         settings,
         {
