@@ -1,0 +1,535 @@
+"""Django admin for conversations, messages and summaries, and a "Context window" page.
+
+History is append-only: messages and summaries are read-only here (they are written by
+``PersistentChatHistory`` and the compactor). Message lists are paginated changelists filtered
+by conversation, never inlines: a conversation can hold 100,000 messages.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from functools import partial
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Model, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.formats import date_format, number_format
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.timezone import localtime
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.models import Conversation, Message, Summary
+
+# The admin's <pre> is small and grey (meant for code snippets); stored text is the content.
+_PRE_STYLE = (
+    "white-space: pre-wrap; word-break: break-word; margin: 0; padding: 0; max-width: 100%; "
+    "color: var(--body-fg); font-size: 0.8125rem;"
+)
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON in a ``<pre>`` block (escaped)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, text)
+
+
+def admin_link(obj: Any, text: Any = None) -> str:
+    """A link to the admin change (or view) page of ``obj``."""
+    opts = obj._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+
+
+def _short_datetime(value: Any) -> str:
+    """A narrow date and time for changelist columns (the long form wraps tables off screen)."""
+    return date_format(localtime(value), "SHORT_DATETIME_FORMAT") if value else "-"
+
+
+def _changelist_url(model: type[Model], **filters: Any) -> str:
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    query = "&".join(f"{key}={value}" for key, value in filters.items())
+    return f"{url}?{query}" if query else url
+
+
+class BoundedCountPaginator(Paginator):
+    """A paginator that counts at most ``MAX_COUNT`` rows.
+
+    The admin counts the (filtered) changelist on every page view; over a message table of
+    millions of rows an exact ``COUNT(*)`` is a full index scan. The count here reads at most
+    ``MAX_COUNT + 1`` rows, enough for the largest conversations the design plans for.
+    """
+
+    MAX_COUNT = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        object_list = self.object_list
+        if isinstance(object_list, QuerySet):
+            return object_list[: self.MAX_COUNT].count()
+        return len(object_list)
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """History is written by the services; the admin shows it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = (
+        "display_title",
+        "agent_key",
+        "owner",
+        "messages",
+        "humans",
+        "tokens",
+        "has_summary",
+        "updated",
+    )
+    list_select_related = ("owner",)
+    list_filter = ("agent_key", "created_at")
+    search_fields = ("title", "=uuid")
+    raw_id_fields = ("owner",)
+    show_full_result_count = False
+    paginator = BoundedCountPaginator
+    actions = ["compact_now"]
+    change_form_template = "agentmemory/admin/conversation_change_form.html"
+    readonly_fields = (
+        "uuid",
+        "message_count",
+        "human_message_count",
+        "stored_tokens",
+        "last_seq",
+        "has_system_prompt",
+        "open_exchange_seq",
+        "pending_tool_call_ids",
+        "current_summary",
+        "history_links",
+        "compaction_started_at",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("uuid", "title", "agent_key", "owner", "metadata")}),
+        (
+            _("History"),
+            {
+                "fields": (
+                    "history_links",
+                    "message_count",
+                    "human_message_count",
+                    "stored_tokens",
+                    "last_seq",
+                    "has_system_prompt",
+                    "open_exchange_seq",
+                    "pending_tool_call_ids",
+                )
+            },
+        ),
+        (_("Memory"), {"fields": ("current_summary", "compaction_started_at")}),
+        (_("Dates"), {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description=_("conversation"), ordering="title")
+    def display_title(self, obj: Conversation) -> str:
+        return str(obj)
+
+    @admin.display(description=_("messages"), ordering="message_count")
+    def messages(self, obj: Conversation) -> str:
+        return number_format(obj.message_count, force_grouping=True)
+
+    @admin.display(description=_("human"), ordering="human_message_count")
+    def humans(self, obj: Conversation) -> str:
+        return number_format(obj.human_message_count, force_grouping=True)
+
+    @admin.display(description=_("tokens"), ordering="stored_tokens")
+    def tokens(self, obj: Conversation) -> str:
+        return number_format(obj.stored_tokens, force_grouping=True)
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: Conversation) -> str:
+        return _short_datetime(obj.updated_at)
+
+    @admin.display(description=_("summary"), boolean=True)
+    def has_summary(self, obj: Conversation) -> bool:
+        return obj.summary_id is not None
+
+    @admin.display(description=_("current summary"))
+    def current_summary(self, obj: Conversation) -> str:
+        if obj.summary_id is None:
+            return "-"
+        summary = obj.summary
+        return format_html(
+            '{} <span style="color: var(--body-quiet-color)">({})</span><pre style="{}">{}</pre>',
+            admin_link(
+                summary,
+                _("seq %(first)s to %(through)s")
+                % {"first": summary.first_seq, "through": summary.through_seq},
+            ),
+            _("%(tokens)s tokens, model %(model)s")
+            % {"tokens": summary.token_count, "model": summary.model or "-"},
+            _PRE_STYLE + " margin-top: 0.5em;",
+            Truncator(summary.text).chars(2000),
+        )
+
+    @admin.display(description=_("browse"))
+    def history_links(self, obj: Conversation) -> str:
+        if obj.pk is None:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a> &middot; <a href="{}">{}</a> &middot; <a href="{}">{}</a>',
+            _changelist_url(Message, conversation__id__exact=obj.pk),
+            ngettext("%(count)s message", "%(count)s messages", obj.message_count)
+            % {"count": number_format(obj.message_count, force_grouping=True)},
+            _changelist_url(Summary, conversation__id__exact=obj.pk),
+            _("summaries"),
+            reverse("admin:agentmemory_conversation_context", args=[obj.pk]),
+            _("context window"),
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Conversation], search_term: str
+    ) -> tuple[QuerySet[Conversation], bool]:
+        # "=uuid" only makes sense for a well-formed uuid; anything else searches titles.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(title__icontains=term), False
+        return super().get_search_results(request, queryset, term)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[str], dict[Any, int], set, list]:
+        """Summarise what a delete removes instead of listing every message.
+
+        Django's default collects and lists each related row (100,000 messages would be
+        100,000 lines and as many permission checks). Messages and summaries are read-only
+        in the admin, but deleting their conversation deletes them (S2).
+        """
+        conversations = list(objs)
+        summaries = Summary.objects.filter(conversation__in=[c.pk for c in conversations]).count()
+        listed = [
+            _("Conversation: %(name)s (%(messages)s messages)") % {"name": c, "messages": c.message_count}
+            for c in conversations
+        ]
+        model_count = {
+            Conversation._meta.verbose_name_plural: len(conversations),
+            Message._meta.verbose_name_plural: sum(c.message_count for c in conversations),
+            Summary._meta.verbose_name_plural: summaries,
+        }
+        return listed, model_count, set(), []
+
+    @admin.action(description=_("Compact now"), permissions=["change"])
+    def compact_now(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        """Enqueue ``agentmemory.tasks.compact_conversation`` for each selected conversation,
+        when the transaction commits (K3); the task decides whether there is anything to fold."""
+        from agentmemory.tasks import compact_conversation
+
+        ids = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            for pk in ids:
+                transaction.on_commit(partial(compact_conversation.delay, pk))
+        self.message_user(
+            request,
+            ngettext(
+                "Compaction queued for %(count)d conversation.",
+                "Compaction queued for %(count)d conversations.",
+                len(ids),
+            )
+            % {"count": len(ids)},
+            messages.SUCCESS,
+        )
+
+    # -- the context-window page ----------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        urls = [
+            path(
+                "<path:object_id>/context/",
+                self.admin_site.admin_view(self.context_window_view),
+                name="agentmemory_conversation_context",
+            ),
+        ]
+        return urls + super().get_urls()
+
+    def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``
+        with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``) and
+        ``max_messages`` from the query string, and the window's accounting."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        default_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        errors: list[str] = []
+        max_tokens = _int_param(request, "max_tokens", default_tokens, minimum=1, errors=errors)
+        max_messages = _int_param(request, "max_messages", None, minimum=0, errors=errors)
+        window = None
+        budget_error = None
+        entries: list[dict[str, Any]] = []
+        if not errors:
+            counter = get_token_counter()
+            try:
+                window = ContextWindowBuilder(obj, token_counter=counter).build(
+                    max_tokens, max_messages=max_messages
+                )
+            except ContextBudgetExceeded as exc:
+                budget_error = exc
+            else:
+                for part, message, tokens in window_entries(window, counter):
+                    entries.append(
+                        {
+                            "part": part,
+                            "message": message,
+                            "tokens": tokens,
+                            "content": (
+                                message.text.removeprefix(app_settings().SUMMARY_MESSAGE_PREFIX)
+                                if part == SUMMARY_PART
+                                else message.content
+                            ),
+                            "tool_calls": [
+                                {
+                                    "id": call.id,
+                                    "name": call.name,
+                                    "arguments": json.dumps(
+                                        dict(call.arguments), indent=2, ensure_ascii=False, sort_keys=True
+                                    ),
+                                }
+                                for call in message.tool_calls
+                            ],
+                            "is_history": part == HISTORY_PART,
+                        }
+                    )
+        left_out = None
+        if window is not None and window.first_seq is not None:
+            floor = max(window.summary_through_seq or 0, 1 if obj.has_system_prompt else 0)
+            if window.first_seq > floor + 1:
+                left_out = (floor + 1, window.first_seq - 1)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Context window"),
+            "subtitle": str(obj),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "original": obj,
+            "has_view_permission": True,
+            "window": window,
+            "entries": entries,
+            "budget_error": budget_error,
+            "errors": errors,
+            "max_tokens": max_tokens,
+            "max_messages": max_messages,
+            "default_tokens": default_tokens,
+            "left_out": left_out,
+            "remaining": (window.max_tokens - window.total_tokens) if window else None,
+            "messages_url": _changelist_url(Message, conversation__id__exact=obj.pk),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "agentmemory/admin/context_window.html", context)
+
+
+def _int_param(
+    request: HttpRequest, name: str, default: int | None, *, minimum: int, errors: list[str]
+) -> Any:
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        errors.append(_("%(name)s must be a whole number, not %(raw)r.") % {"name": name, "raw": raw})
+        return default
+    if value < minimum:
+        errors.append(_("%(name)s must be at least %(minimum)d.") % {"name": name, "minimum": minimum})
+        return default
+    return value
+
+
+@admin.register(Message)
+class MessageAdmin(_ReadOnlyAdmin):
+    list_display = ("conversation", "seq", "role", "preview", "tool_names", "tokens", "created")
+    list_display_links = ("seq",)
+    list_select_related = ("conversation",)
+    list_filter = ("role",)
+    # Facet counts would be a COUNT per role over every message of the table.
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    show_full_result_count = False
+    # (conversation_id, seq) is the unique index: the page is an index range read and Django
+    # needs no extra "-pk" to make the order total.
+    ordering = ("conversation_id", "seq")
+    sortable_by = ("seq",)
+    paginator = BoundedCountPaginator
+    fields = (
+        "conversation_link",
+        "seq",
+        "role",
+        "name",
+        "tool_call_id",
+        "exchange_seq",
+        "content_display",
+        "tool_calls_display",
+        "token_count",
+        "token_counter",
+        "metadata_display",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("content"))
+    def preview(self, obj: Message) -> str:
+        if obj.content is None:
+            return "-"
+        return Truncator(" ".join(obj.content.split())).chars(80)
+
+    @admin.display(description=_("tokens"))
+    def tokens(self, obj: Message) -> int:
+        return obj.token_count
+
+    @admin.display(description=_("created"))
+    def created(self, obj: Message) -> str:
+        return _short_datetime(obj.created_at)
+
+    @admin.display(description=_("tools"))
+    def tool_names(self, obj: Message) -> str:
+        if obj.tool_calls:
+            return ", ".join(str(call.get("name", "?")) for call in obj.tool_calls)
+        return obj.name if obj.role == "tool" else ""
+
+    @admin.display(description=_("conversation"))
+    def conversation_link(self, obj: Message) -> str:
+        return admin_link(obj.conversation)
+
+    @admin.display(description=_("content"))
+    def content_display(self, obj: Message) -> str:
+        if obj.content is None:
+            return format_html("<em>{}</em>", _("null (the message only calls tools)"))
+        return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, obj.content)
+
+    @admin.display(description=_("tool calls"))
+    def tool_calls_display(self, obj: Message) -> str:
+        return pretty_json(obj.tool_calls) if obj.tool_calls else "-"
+
+    @admin.display(description=_("metadata"))
+    def metadata_display(self, obj: Message) -> str:
+        return pretty_json(obj.metadata) if obj.metadata else "-"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
+        return super().get_queryset(request).select_related("conversation")
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        # One conversation's messages: its name is in the title, not on every row.
+        if _filtered_conversation_id(request) is not None:
+            return [name for name in self.list_display if name != "conversation"]
+        return self.list_display
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        conversation = _filtered_conversation(request)
+        if conversation is not None:
+            extra_context = {
+                **(extra_context or {}),
+                "title": _("Messages of %(name)s") % {"name": conversation},
+            }
+        return super().changelist_view(request, extra_context)
+
+
+def _filtered_conversation_id(request: HttpRequest) -> int | None:
+    pk = request.GET.get("conversation__id__exact", "")
+    return int(pk) if pk.isdigit() else None
+
+
+def _filtered_conversation(request: HttpRequest) -> Conversation | None:
+    pk = _filtered_conversation_id(request)
+    if pk is None:
+        return None
+    return Conversation.objects.only("id", "uuid", "title").filter(pk=pk).first()
+
+
+@admin.register(Summary)
+class SummaryAdmin(_ReadOnlyAdmin):
+    list_display = (
+        "__str__",
+        "conversation",
+        "first_seq",
+        "through_seq",
+        "token_count",
+        "model",
+        "prompt_version",
+        "created_at",
+    )
+    list_select_related = ("conversation",)
+    list_filter = ("prompt_version", "created_at")
+    show_full_result_count = False
+    ordering = ("conversation_id", "-through_seq")
+    fields = (
+        "conversation_link",
+        "first_seq",
+        "through_seq",
+        "previous_link",
+        "text_display",
+        "token_count",
+        "token_counter",
+        "human_messages_covered",
+        "human_message_count",
+        "tokens_covered",
+        "model",
+        "prompt_version",
+        "input_tokens",
+        "output_tokens",
+        "llm_calls",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("conversation"))
+    def conversation_link(self, obj: Summary) -> str:
+        return admin_link(obj.conversation)
+
+    @admin.display(description=_("previous summary"))
+    def previous_link(self, obj: Summary) -> str:
+        return admin_link(obj.previous) if obj.previous_id else "-"
+
+    @admin.display(description=_("text"))
+    def text_display(self, obj: Summary) -> str:
+        return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, obj.text)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        conversation = _filtered_conversation(request)
+        if conversation is not None:
+            extra_context = {
+                **(extra_context or {}),
+                "title": _("Summaries of %(name)s") % {"name": conversation},
+            }
+        return super().changelist_view(request, extra_context)

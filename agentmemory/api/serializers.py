@@ -1,0 +1,375 @@
+"""Serializers of the API, and the native message shape it reads and writes.
+
+The native shape is agentmemory's own (``agentmemory.messages.ChatMessage``) as JSON::
+
+    {"role": "human" | "ai" | "tool" | "system",
+     "content": "text" | null,
+     "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
+     "tool_call_id": "call_1",        # tool results only
+     "name": "get_weather",           # tool results: the tool's name (optional)
+     "metadata": {...}}               # model, usage, ...: stored, never sent to a model
+
+``arguments`` is a JSON object, never a JSON string inside JSON (OpenAI's shape, with
+``arguments`` as a string, is accepted with ``?format=openai``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agentmemory.context import ContextWindow
+from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats.openai import from_openai_messages, to_openai_messages
+from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.tokens import TokenCounter
+
+NATIVE = "native"
+OPENAI = "openai"
+MESSAGE_FORMATS = (NATIVE, OPENAI)
+
+_NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata"})
+_OPENAI_ROLES = {"user": "human", "assistant": "ai", "developer": "system"}
+
+
+# -- the native message shape --------------------------------------------------------------
+
+
+def _tool_call_from_native(call: Any, position: int, index: int) -> ToolCall:
+    if not isinstance(call, Mapping):
+        raise InvalidMessageError(
+            f"tool call {position} is {type(call).__name__}, not an object", index=index
+        )
+    unknown = set(call) - {"id", "name", "arguments"}
+    if unknown:
+        raise InvalidMessageError(
+            f"tool call {position} has unknown key(s) {sorted(unknown)}; expected id, name, arguments",
+            index=index,
+        )
+    call_id, name = call.get("id"), call.get("name")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidMessageError(f"tool call {position} has no string 'id'", index=index)
+    if not isinstance(name, str) or not name:
+        raise InvalidMessageError(f"tool call {call_id!r} has no string 'name'", index=index)
+    arguments = call.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping):
+        hint = (
+            " (the native format takes the object itself; OpenAI's JSON-string arguments are "
+            "accepted with ?format=openai)"
+            if isinstance(arguments, str)
+            else ""
+        )
+        raise InvalidMessageError(
+            f"arguments of tool call {call_id!r} must be a JSON object, not {type(arguments).__name__}{hint}",
+            index=index,
+        )
+    return ToolCall(id=call_id, name=name, arguments=dict(arguments))
+
+
+def message_from_native(data: Any, index: int = 0) -> ChatMessage:
+    """Parse one message in the native shape (see the module docstring).
+
+    Args:
+        data: the decoded JSON value.
+        index: its 0-based position in the request, reported in errors.
+
+    Raises:
+        InvalidMessageError: not an object, unknown keys, an unknown role (OpenAI role names
+            are named as such), values of the wrong type. Rules that need the conversation
+            (a tool result answering an earlier call) are checked by ``PersistentChatHistory``.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidMessageError(f"a message must be an object, not {type(data).__name__}", index=index)
+    unknown = set(data) - _NATIVE_KEYS
+    if unknown:
+        raise InvalidMessageError(
+            f"unknown key(s) {sorted(unknown)}; a native message has {', '.join(sorted(_NATIVE_KEYS))}",
+            index=index,
+        )
+    raw_role = data.get("role")
+    if raw_role in _OPENAI_ROLES:
+        raise InvalidMessageError(
+            f"role {raw_role!r} is an OpenAI role; the native role is {_OPENAI_ROLES[raw_role]!r} "
+            "(or send OpenAI messages with ?format=openai)",
+            index=index,
+        )
+    if not isinstance(raw_role, str) or raw_role not in {r.value for r in Role}:
+        allowed = ", ".join(r.value for r in Role)
+        raise InvalidMessageError(f"unknown role {raw_role!r} (allowed: {allowed})", index=index)
+    role = Role(raw_role)
+    content = data.get("content")
+    if content is not None and not isinstance(content, str):
+        raise InvalidMessageError(
+            f"content must be a string or null, not {type(content).__name__}", index=index
+        )
+    raw_calls = data.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise InvalidMessageError("tool_calls must be a list", index=index)
+    tool_calls = tuple(_tool_call_from_native(call, i, index) for i, call in enumerate(raw_calls))
+    tool_call_id, name = data.get("tool_call_id") or "", data.get("name") or ""
+    for key, value in (("tool_call_id", tool_call_id), ("name", name)):
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"{key} must be a string", index=index)
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessageError("metadata must be an object", index=index)
+    return ChatMessage(
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        name=name,
+        metadata=dict(metadata),
+    )
+
+
+def messages_from_request(items: list[Any], message_format: str) -> list[ChatMessage]:
+    """Parse a request's messages in ``message_format`` (``"native"`` or ``"openai"``).
+
+    Raises:
+        InvalidMessageError: with ``index`` set to the offending message's position.
+    """
+    if message_format == OPENAI:
+        return from_openai_messages(items)
+    return [message_from_native(item, i) for i, item in enumerate(items)]
+
+
+def message_to_native(message: ChatMessage) -> dict[str, Any]:
+    """The native JSON shape of a ``ChatMessage`` (without stored-only fields)."""
+    return {
+        "role": message.role.value,
+        "content": message.content,
+        "tool_calls": [call.to_dict() for call in message.tool_calls],
+        "tool_call_id": message.tool_call_id,
+        "name": message.name,
+    }
+
+
+# -- context windows ------------------------------------------------------------------------
+
+SYSTEM_PROMPT_PART = "system_prompt"
+SUMMARY_PART = "summary"
+HISTORY_PART = "history"
+
+
+def window_entries(window: ContextWindow, counter: TokenCounter) -> list[tuple[str, ChatMessage, int]]:
+    """The window's messages as ``(part, message, tokens)``, oldest first.
+
+    ``part`` is ``"system_prompt"``, ``"summary"`` or ``"history"``; ``tokens`` is what the
+    message costs as sent (tokens): the part's accounted size for the system prompt and the
+    summary, the stored count for history messages, and a fresh count by ``counter`` for
+    truncated copies. The history entries add up to ``window.history_tokens``.
+    """
+    history_ids = {id(m) for m in window.history}
+    entries = []
+    for message in window.messages:
+        if id(message) in history_ids:
+            if message.truncated or message.token_count is None:
+                tokens = counter.count_message(message)
+            else:
+                tokens = message.token_count
+            entries.append((HISTORY_PART, message, tokens))
+        elif "summary_id" in (message.metadata or {}):
+            entries.append((SUMMARY_PART, message, window.summary_tokens))
+        else:
+            entries.append((SYSTEM_PROMPT_PART, message, window.system_tokens))
+    return entries
+
+
+class ToolCallSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    arguments = serializers.DictField(help_text="A JSON object, never a JSON string.")
+
+
+class NativeMessageInputSerializer(serializers.Serializer):
+    """One message to append, native shape (documentation of the request body)."""
+
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+    content = serializers.CharField(allow_null=True, allow_blank=True, required=False)
+    tool_calls = ToolCallSerializer(many=True, required=False)
+    tool_call_id = serializers.CharField(required=False, allow_blank=True)
+    name = serializers.CharField(required=False, allow_blank=True)
+    metadata = serializers.DictField(required=False)
+
+
+class MessageBatchInputSerializer(serializers.Serializer):
+    """A batch to append atomically (documentation of the request body)."""
+
+    messages = NativeMessageInputSerializer(many=True)
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    """A stored message, native shape plus ``seq``, ``token_count`` and ``created_at``."""
+
+    tool_calls = ToolCallSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Message
+        fields = (
+            "seq",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "name",
+            "metadata",
+            "token_count",
+            "created_at",
+        )
+        read_only_fields = fields
+
+
+class MessageBatchSerializer(serializers.Serializer):
+    messages = MessageSerializer(many=True, read_only=True)
+
+
+class SummarySerializer(serializers.ModelSerializer):
+    """A summary of messages ``first_seq..through_seq``."""
+
+    class Meta:
+        model = Summary
+        fields = (
+            "first_seq",
+            "through_seq",
+            "text",
+            "token_count",
+            "human_messages_covered",
+            "tokens_covered",
+            "model",
+            "prompt_version",
+            "input_tokens",
+            "output_tokens",
+            "created_at",
+        )
+        read_only_fields = fields
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+class ConversationSerializer(serializers.ModelSerializer):
+    """A conversation; the id is the public ``uuid``. Counters are maintained by the store."""
+
+    class Meta:
+        model = Conversation
+        fields: tuple[str, ...] = (
+            "uuid",
+            "agent_key",
+            "title",
+            "metadata",
+            "message_count",
+            "human_message_count",
+            "stored_tokens",
+            "last_seq",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields: tuple[str, ...] = (
+            "uuid",
+            "message_count",
+            "human_message_count",
+            "stored_tokens",
+            "last_seq",
+            "created_at",
+            "updated_at",
+        )
+
+    def validate_metadata(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("metadata must be a JSON object.")
+        if _has_nul(value):
+            raise serializers.ValidationError("metadata must not contain NUL characters.")
+        return value
+
+    def update(self, instance: Conversation, validated_data: dict[str, Any]) -> Conversation:
+        # Save only the edited columns: a full save() would write back the counters read
+        # before a concurrent append, corrupting last_seq and the message counts.
+        for name, value in validated_data.items():
+            setattr(instance, name, value)
+        instance.save(update_fields=[*validated_data, "updated_at"])
+        return instance
+
+
+class ConversationUpdateSerializer(ConversationSerializer):
+    """Partial update: ``title`` and ``metadata`` only (``agent_key`` is fixed at creation)."""
+
+    class Meta(ConversationSerializer.Meta):
+        read_only_fields = (*ConversationSerializer.Meta.read_only_fields, "agent_key")
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    """A conversation with its current summary embedded (``null`` before the first compaction)."""
+
+    summary = SummarySerializer(read_only=True, allow_null=True)
+
+    class Meta(ConversationSerializer.Meta):
+        fields = (*ConversationSerializer.Meta.fields, "summary")
+
+
+class ContextWindowSerializer(serializers.Serializer):
+    """A context window: the messages to send, oldest first, and its accounting (tokens)."""
+
+    format = serializers.SerializerMethodField()
+    messages = serializers.SerializerMethodField()
+    max_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+    system_tokens = serializers.IntegerField()
+    summary_tokens = serializers.IntegerField()
+    history_tokens = serializers.IntegerField()
+    first_seq = serializers.IntegerField(allow_null=True)
+    last_seq = serializers.IntegerField(allow_null=True)
+    summary_through_seq = serializers.IntegerField(allow_null=True)
+    skipped_orphans = serializers.ListField(child=serializers.IntegerField())
+    skipped_incomplete = serializers.ListField(child=serializers.IntegerField())
+    truncated = serializers.ListField(child=serializers.IntegerField())
+
+    def get_format(self, window: ContextWindow) -> str:
+        return self.context.get("message_format", NATIVE)
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_messages(self, window: ContextWindow) -> list[dict[str, Any]]:
+        if self.get_format(window) == OPENAI:
+            return to_openai_messages(window.messages)
+        result = []
+        for part, message, tokens in window_entries(window, self.context["token_counter"]):
+            entry = {"part": part, "seq": message.seq if part == HISTORY_PART else None}
+            entry.update(message_to_native(message))
+            entry["token_count"] = tokens
+            entry["truncated"] = message.truncated
+            result.append(entry)
+        return result
+
+
+class ContextBudgetErrorSerializer(serializers.Serializer):
+    """Body of a 422 answer: the newest human message cannot fit in ``max_tokens``."""
+
+    error = serializers.CharField(default="context_budget_exceeded")
+    detail = serializers.CharField()
+    seq = serializers.IntegerField(allow_null=True, help_text="Seq of the message that does not fit.")
+    tokens = serializers.IntegerField(help_text="Its size (tokens).")
+    available = serializers.IntegerField(help_text="Tokens left for it after system prompt and summary.")
+    max_tokens = serializers.IntegerField()
+
+
+class InvalidMessageErrorSerializer(serializers.Serializer):
+    """Body of a 400 answer to an append: nothing of the request was stored."""
+
+    error = serializers.CharField(default="invalid_message")
+    detail = serializers.CharField()
+    index = serializers.IntegerField(allow_null=True, help_text="0-based position of the refused message.")
+    reason = serializers.CharField()

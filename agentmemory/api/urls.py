@@ -1,0 +1,31 @@
+"""URLs of the API: ``path("api/", include("agentmemory.api.urls"))`` in the host URLconf.
+
+Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail``,
+``conversation-context``, ``conversation-messages-list``, ``conversation-summaries-list``.
+"""
+
+from rest_framework.routers import DefaultRouter
+
+from agentmemory.api.views import UUID_REGEX, ConversationViewSet, MessageViewSet, SummaryViewSet
+
+app_name = "agentmemory"
+
+
+class _Router(DefaultRouter):
+    include_format_suffixes = False
+
+
+router = _Router()
+router.register("conversations", ConversationViewSet, basename="conversation")
+router.register(
+    rf"conversations/(?P<conversation_uuid>{UUID_REGEX})/messages",
+    MessageViewSet,
+    basename="conversation-messages",
+)
+router.register(
+    rf"conversations/(?P<conversation_uuid>{UUID_REGEX})/summaries",
+    SummaryViewSet,
+    basename="conversation-summaries",
+)
+
+urlpatterns = router.urls

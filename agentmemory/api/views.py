@@ -1,0 +1,285 @@
+"""API views: thin viewsets over ``PersistentChatHistory`` and ``ContextWindowBuilder``.
+
+Every queryset starts from ``Conversation.objects.for_user(request.user)``: another user's
+conversation is a 404, never a 403, so its existence does not leak (design invariant S1).
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from agentmemory.api import serializers as s
+from agentmemory.api.pagination import (
+    ConversationCursorPagination,
+    MessageCursorPagination,
+    SummaryCursorPagination,
+)
+from agentmemory.compaction import compact_if_needed
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import Role
+from agentmemory.models import Conversation, Message, Summary
+
+#: most messages one append request may carry
+MAX_BATCH = 1000
+UUID_REGEX = "[0-9a-fA-F-]{32,36}"
+
+FORMAT_PARAMETER = OpenApiParameter(
+    "format",
+    OpenApiTypes.STR,
+    enum=list(s.MESSAGE_FORMATS),
+    default=s.NATIVE,
+    description="Message shape: agentmemory's native shape or OpenAI chat-completions messages.",
+)
+
+
+class MessageFormatNegotiation(DefaultContentNegotiation):
+    """Content negotiation that leaves ``?format=native|openai`` to the view.
+
+    DRF reads ``?format=`` as a renderer override (``URL_FORMAT_OVERRIDE``) and would answer
+    404 for ``openai``; here those two values pick the message shape instead, and any other
+    value (``json``, ``api``) still picks a renderer.
+    """
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
+        param = self.settings.URL_FORMAT_OVERRIDE
+        if param and request.query_params.get(param) in s.MESSAGE_FORMATS:
+            negotiator = copy.copy(self)
+            negotiator.settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
+            return DefaultContentNegotiation.select_renderer(negotiator, request, renderers, format_suffix)
+        return super().select_renderer(request, renderers, format_suffix)
+
+
+def message_format(request: Request) -> str:
+    value = request.query_params.get("format") or s.NATIVE
+    if value not in s.MESSAGE_FORMATS:
+        # Any other value was consumed by content negotiation as a renderer name.
+        return s.NATIVE
+    return value
+
+
+def _positive_int_param(request: Request, name: str, *, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise serializers.ValidationError({name: ["Must be an integer."]}) from None
+    if value < (1 if name == "max_tokens" else 0):
+        raise serializers.ValidationError({name: ["Must be positive." if name == "max_tokens" else ">= 0."]})
+    return value
+
+
+def invalid_message_response(exc: InvalidMessageError) -> Response:
+    return Response(
+        {"error": "invalid_message", "detail": str(exc), "index": exc.index, "reason": exc.reason},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
+
+
+class _ConversationScoped:
+    """Resolves the ``conversation_uuid`` URL kwarg among the requesting user's conversations."""
+
+    kwargs: dict[str, Any]
+    request: Request
+
+    def get_conversation(self) -> Conversation:
+        if not hasattr(self, "_conversation"):
+            conversation = (
+                Conversation.objects.for_user(self.request.user)
+                .filter(uuid=self.kwargs["conversation_uuid"])
+                .only("id", "uuid", "title")
+                .first()
+            )
+            if conversation is None:
+                raise Http404("No such conversation.")
+            self._conversation = conversation
+        return self._conversation
+
+
+@extend_schema(tags=["conversations"])
+class ConversationViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    GenericViewSet,
+):
+    """The requesting user's conversations, identified by their public ``uuid``."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = ConversationCursorPagination
+    content_negotiation_class = MessageFormatNegotiation
+    lookup_field = "uuid"
+    lookup_value_regex = UUID_REGEX
+    # PUT would have to resend every field; PATCH edits title and metadata.
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Conversation]:
+        qs = Conversation.objects.for_user(self.request.user)
+        if self.action == "retrieve":
+            qs = qs.select_related("summary")
+        return qs
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        if self.action == "retrieve":
+            return s.ConversationDetailSerializer
+        if self.action == "partial_update":
+            return s.ConversationUpdateSerializer
+        return s.ConversationSerializer
+
+    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
+        serializer.save(owner=self.request.user)
+
+    def perform_destroy(self, instance: Conversation) -> None:
+        # Messages and summaries go with it (CASCADE, S2); a compaction task enqueued
+        # earlier finds the conversation gone and stores nothing.
+        with transaction.atomic():
+            instance.delete()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("max_tokens", OpenApiTypes.INT, description="Token budget (default: setting)."),
+            OpenApiParameter("max_messages", OpenApiTypes.INT, description="Cap on history messages."),
+            FORMAT_PARAMETER,
+        ],
+        responses={
+            200: s.ContextWindowSerializer,
+            422: OpenApiResponse(
+                s.ContextBudgetErrorSerializer, description="The newest human message cannot fit."
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def context(self, request: Request, uuid: str | None = None) -> Response:
+        """The context window a model would be sent now: pinned system prompt, summary, the
+        newest contiguous history that fits ``max_tokens`` (invariants C1-C8)."""
+        conversation = self.get_object()
+        max_tokens = _positive_int_param(
+            request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        )
+        max_messages = _positive_int_param(request, "max_messages", default=None)
+        counter = get_token_counter()
+        try:
+            window = ContextWindowBuilder(conversation, token_counter=counter).build(
+                max_tokens, max_messages=max_messages
+            )
+        except ContextBudgetExceeded as exc:
+            return Response(
+                {
+                    "error": "context_budget_exceeded",
+                    "detail": str(exc),
+                    "seq": exc.seq,
+                    "tokens": exc.tokens,
+                    "available": exc.available,
+                    "max_tokens": max_tokens,
+                },
+                status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+            )
+        except ConversationNotFound:
+            raise Http404("No such conversation.") from None
+        data = s.ContextWindowSerializer(
+            window, context={"message_format": message_format(request), "token_counter": counter}
+        ).data
+        return Response(data)
+
+
+@extend_schema(tags=["messages"])
+class MessageViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+    """Messages of one conversation, in ``seq`` order; appending goes through
+    ``PersistentChatHistory`` (validation W3, atomic batches, seq under a row lock)."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = MessageCursorPagination
+    content_negotiation_class = MessageFormatNegotiation
+    serializer_class = s.MessageSerializer
+
+    def get_queryset(self) -> QuerySet[Message]:
+        if getattr(self, "swagger_fake_view", False):
+            return Message.objects.none()
+        qs = Message.objects.filter(conversation=self.get_conversation())
+        after_seq = _positive_int_param(self.request, "after_seq", default=None)
+        if after_seq is not None:
+            qs = qs.filter(seq__gt=after_seq)
+        return qs.order_by("seq")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after_seq", OpenApiTypes.INT, description="Only messages with a greater seq."),
+        ]
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Messages oldest first, a page at a time (cursor pagination on ``seq``)."""
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[FORMAT_PARAMETER],
+        request=s.MessageBatchInputSerializer,
+        responses={
+            201: s.MessageBatchSerializer,
+            400: OpenApiResponse(s.InvalidMessageErrorSerializer, description="Refused; nothing stored."),
+        },
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Append one message (a message object) or a batch (``{"messages": [...]}``),
+        atomically. A single message is answered with the stored message, a batch with
+        ``{"messages": [...]}``."""
+        conversation = self.get_conversation()
+        body = request.data
+        batch = isinstance(body, dict) and set(body) == {"messages"}
+        items = body["messages"] if batch else [body]
+        if not isinstance(items, list):
+            return invalid_message_response(InvalidMessageError("'messages' must be a list"))
+        if not items:
+            return invalid_message_response(InvalidMessageError("'messages' is empty"))
+        if len(items) > MAX_BATCH:
+            return invalid_message_response(
+                InvalidMessageError(f"{len(items)} messages in one request; at most {MAX_BATCH}")
+            )
+        try:
+            messages = s.messages_from_request(items, message_format(request))
+            stored = PersistentChatHistory(conversation).add_messages(messages)
+            if any(m.role is Role.HUMAN for m in stored):
+                compact_if_needed(conversation.pk)
+        except InvalidMessageError as exc:
+            return invalid_message_response(exc)
+        except ConversationNotFound:
+            raise Http404("No such conversation.") from None
+        rows = Message.objects.filter(
+            conversation=conversation, seq__gte=stored[0].seq, seq__lte=stored[-1].seq
+        ).order_by("seq")
+        data = s.MessageSerializer(rows, many=True).data
+        return Response({"messages": data} if batch else data[0], status=status.HTTP_201_CREATED)
+
+
+@extend_schema(tags=["summaries"])
+class SummaryViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+    """Summaries of one conversation, newest first (the first is the current one)."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = SummaryCursorPagination
+    serializer_class = s.SummarySerializer
+
+    def get_queryset(self) -> QuerySet[Summary]:
+        if getattr(self, "swagger_fake_view", False):
+            return Summary.objects.none()
+        return Summary.objects.filter(conversation=self.get_conversation()).order_by("-through_seq")

@@ -1,0 +1,240 @@
+"""The admin: changelists and pages render, history is read-only, the context-window page
+shows the window and budget errors, "Compact now" enqueues on commit, permissions hold."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation, Message, Summary
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def chat(admin_user) -> Conversation:  # type: ignore[no-untyped-def]
+    """A conversation with a system prompt, a parallel tool exchange and a current summary."""
+    conv = Conversation.objects.create(owner=admin_user, agent_key="support", title="Order <7> help")
+    history = PersistentChatHistory(conv)
+    history.add_messages(
+        [
+            ChatMessage.system("You are the <b>support</b> agent."),
+            ChatMessage.human("Hi, I ordered a lamp."),
+            ChatMessage.ai("Happy to help."),
+            ChatMessage.human("Where is order 7 and what is the weather in Oslo?"),
+            ChatMessage.ai(
+                None,
+                tool_calls=[
+                    ToolCall(
+                        id="call_a", name="lookup_order", arguments={"order_id": 7, "fields": ["status"]}
+                    ),
+                    ToolCall(id="call_b", name="weather", arguments={"city": "Oslo"}),
+                ],
+            ),
+            ChatMessage.tool('{"status": "shipped"}', tool_call_id="call_a", name="lookup_order"),
+            ChatMessage.tool("sunny, 21 C", tool_call_id="call_b", name="weather"),
+            ChatMessage.ai("Order 7 has shipped, and it is sunny in Oslo.", metadata={"model": "gpt-test"}),
+        ]
+    )
+    summary = Summary.objects.create(
+        conversation=conv,
+        text="The user ordered a lamp.",
+        first_seq=2,
+        through_seq=3,
+        token_count=6,
+        model="offline",
+        prompt_version="summary-v1",
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    conv.refresh_from_db()
+    return conv
+
+
+def url(name: str, *args) -> str:  # type: ignore[no-untyped-def]
+    return reverse(f"admin:agentmemory_{name}", args=args)
+
+
+def test_changelists_and_pages_render(admin_client, chat):  # type: ignore[no-untyped-def]
+    message = Message.objects.get(conversation=chat, seq=5)
+    summary = Summary.objects.get(conversation=chat)
+    pages = [
+        url("conversation_changelist"),
+        url("conversation_change", chat.pk),
+        url("conversation_add"),
+        url("message_changelist"),
+        url("message_changelist") + f"?conversation__id__exact={chat.pk}",
+        url("message_changelist") + "?role__exact=tool",
+        url("message_change", message.pk),
+        url("summary_changelist"),
+        url("summary_changelist") + f"?conversation__id__exact={chat.pk}",
+        url("summary_change", summary.pk),
+    ]
+    for page in pages:
+        response = admin_client.get(page)
+        assert response.status_code == 200, page
+
+
+def test_conversation_list_shows_counters_and_escapes(admin_client, chat):  # type: ignore[no-untyped-def]
+    body = admin_client.get(url("conversation_changelist")).content.decode()
+    assert "Order &lt;7&gt; help" in body
+    assert "Order <7> help" not in body
+    assert ">8<" in body  # message_count column
+    assert "icon-yes" in body  # has a summary
+
+
+def test_conversation_search_by_uuid_and_title(admin_client, chat):  # type: ignore[no-untyped-def]
+    other = Conversation.objects.create(title="Unrelated")
+    by_uuid = admin_client.get(url("conversation_changelist"), {"q": str(chat.uuid)})
+    assert list(by_uuid.context["cl"].result_list) == [chat]
+    by_title = admin_client.get(url("conversation_changelist"), {"q": "unrel"})
+    assert list(by_title.context["cl"].result_list) == [other]
+
+
+def test_conversation_page_links_to_messages_summaries_and_context(admin_client, chat):  # type: ignore[no-untyped-def]
+    body = admin_client.get(url("conversation_change", chat.pk)).content.decode()
+    assert f"?conversation__id__exact={chat.pk}" in body
+    assert url("conversation_context", chat.pk) in body
+    assert "8 messages" in body
+    assert "The user ordered a lamp." in body
+
+
+def test_message_list_is_one_conversation_in_seq_order(admin_client, chat):  # type: ignore[no-untyped-def]
+    other = Conversation.objects.create(title="other")
+    PersistentChatHistory(other).add_messages([ChatMessage.human("elsewhere")])
+    response = admin_client.get(url("message_changelist"), {"conversation__id__exact": chat.pk})
+    rows = list(response.context["cl"].result_list)
+    assert [m.seq for m in rows] == list(range(1, 9))
+    body = response.content.decode()
+    assert "Messages of Order &lt;7&gt; help" in body
+    assert "lookup_order, weather" in body
+    assert "elsewhere" not in body
+
+
+def test_admin_query_counts_do_not_grow(admin_client, chat, django_assert_max_num_queries):  # type: ignore[no-untyped-def]
+    history = PersistentChatHistory(chat)
+    for n in range(60):
+        history.add_messages([ChatMessage.human(f"q{n}"), ChatMessage.ai(f"a{n}")])
+    for i in range(20):
+        Conversation.objects.create(title=f"c{i}")
+    # session, user, the conversation's title, a bounded count, one page of rows
+    with django_assert_max_num_queries(5):
+        response = admin_client.get(url("message_changelist"), {"conversation__id__exact": chat.pk})
+    assert len(response.context["cl"].result_list) == 100
+    # session, user, bounded count, the page with owners joined, the agent_key filter
+    with django_assert_max_num_queries(5):
+        assert admin_client.get(url("conversation_changelist")).status_code == 200
+    # session, user, conversation, then the builder's reads
+    with django_assert_max_num_queries(7):
+        assert admin_client.get(url("conversation_context", chat.pk)).status_code == 200
+
+
+def test_history_is_read_only(admin_client, chat):  # type: ignore[no-untyped-def]
+    message = Message.objects.get(conversation=chat, seq=5)
+    page = admin_client.get(url("message_change", message.pk)).content.decode()
+    assert 'name="_save"' not in page
+    assert "&quot;order_id&quot;: 7" in page  # pretty-printed arguments
+    assert admin_client.post(url("message_change", message.pk), {"content": "rewritten"}).status_code == 403
+    assert admin_client.get(url("message_add")).status_code == 403
+    assert admin_client.post(url("message_delete", message.pk), {"post": "yes"}).status_code == 403
+    summary = Summary.objects.get(conversation=chat)
+    assert admin_client.post(url("summary_change", summary.pk), {"text": "x"}).status_code == 403
+    assert admin_client.get(url("summary_add")).status_code == 403
+    message.refresh_from_db()
+    assert message.content is None
+
+
+def test_context_window_page_shows_what_the_model_sees(admin_client, chat):  # type: ignore[no-untyped-def]
+    response = admin_client.get(url("conversation_context", chat.pk))
+    assert response.status_code == 200
+    window = response.context["window"]
+    assert window is not None
+    assert [e["part"] for e in response.context["entries"]][:2] == ["system_prompt", "summary"]
+    body = response.content.decode()
+    assert "You are the &lt;b&gt;support&lt;/b&gt; agent." in body
+    assert "The user ordered a lamp." in body
+    assert "lookup_order" in body and "&quot;order_id&quot;: 7" in body
+    assert "Order 7 has shipped" in body
+    assert f"<strong>{window.total_tokens}</strong> / 10000" in body
+    assert f"{window.first_seq} &ndash; {window.last_seq}" in body
+
+
+def test_context_window_page_marks_truncated_copies(admin_client, chat, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"OVERSIZED_MESSAGE_POLICY": "truncate"}
+    PersistentChatHistory(chat).add_messages([ChatMessage.human("long " * 600)])
+    response = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": 200})
+    assert response.status_code == 200
+    assert response.context["window"].truncated == (9,)
+    body = response.content.decode()
+    assert "truncated for the context window" in body
+    assert "am-badge" in body
+
+
+def test_context_window_page_shows_budget_errors_not_500(admin_client, chat):  # type: ignore[no-untyped-def]
+    PersistentChatHistory(chat).add_messages([ChatMessage.human("long " * 600)])
+    response = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": 100})
+    assert response.status_code == 200
+    assert response.context["window"] is None
+    assert response.context["budget_error"].seq == 9
+    body = response.content.decode()
+    assert 'class="error"' in body and "seq=9" in body
+    bad = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": "lots"})
+    assert bad.status_code == 200
+    assert "max_tokens must be a whole number" in bad.content.decode()
+    assert admin_client.get(url("conversation_context", 987654)).status_code == 404
+
+
+def test_non_staff_users_are_sent_to_the_login_page(client, django_user_model, chat):  # type: ignore[no-untyped-def]
+    user = django_user_model.objects.create_user("bob", password="pw")
+    client.force_login(user)
+    for page in [
+        url("conversation_changelist"),
+        url("conversation_context", chat.pk),
+        url("message_changelist"),
+    ]:
+        response = client.get(page)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_staff_without_view_permission_cannot_see_the_context_page(client, django_user_model, chat):  # type: ignore[no-untyped-def]
+    user = django_user_model.objects.create_user("carol", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get(url("conversation_context", chat.pk)).status_code == 403
+    user.user_permissions.add(Permission.objects.get(codename="view_conversation"))
+    assert client.get(url("conversation_context", chat.pk)).status_code == 200
+
+
+def test_compact_now_enqueues_on_commit(admin_client, chat, monkeypatch, django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
+    from agentmemory import tasks
+
+    second = Conversation.objects.create(title="second")
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.compact_conversation, "delay", lambda pk, *a, **k: queued.append(pk))
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = admin_client.post(
+            url("conversation_changelist"),
+            {"action": "compact_now", "_selected_action": [chat.pk, second.pk]},
+            follow=True,
+        )
+    assert queued == []  # nothing runs before the commit
+    assert len(callbacks) == 2
+    for callback in callbacks:
+        callback()
+    assert sorted(queued) == sorted([chat.pk, second.pk])
+    assert "Compaction queued for 2 conversations." in response.content.decode()
+
+
+def test_delete_confirmation_summarises_and_cascades(admin_client, chat):  # type: ignore[no-untyped-def]
+    page = admin_client.get(url("conversation_delete", chat.pk))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "8 messages" in body
+    assert "#5 ai" not in body  # messages are counted, not listed one by one
+    response = admin_client.post(url("conversation_delete", chat.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert not Conversation.objects.filter(pk=chat.pk).exists()
+    assert not Message.objects.filter(conversation_id=chat.pk).exists()
+    assert not Summary.objects.filter(conversation_id=chat.pk).exists()
