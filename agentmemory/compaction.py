@@ -152,13 +152,15 @@ class BaseMemoryCompactor:
     def compact_if_needed(self, *, max_tokens: int | None = None) -> bool:
         """Enqueue the compaction task when ``needs_compaction()``, on transaction commit.
 
-        Returns ``True`` when a task was enqueued. Never calls the LLM itself.
+        The task builds a compactor of this same class (its dotted path travels with the
+        task id). Returns ``True`` when a task was enqueued. Never calls the LLM itself.
         """
         if not self.needs_compaction(max_tokens=max_tokens):
             return False
         from agentmemory.tasks import compact_conversation
 
-        transaction.on_commit(partial(compact_conversation.delay, self.conversation_id))
+        path = f"{type(self).__module__}.{type(self).__qualname__}"
+        transaction.on_commit(partial(compact_conversation.delay, self.conversation_id, path))
         return True
 
     # -- the span -----------------------------------------------------------------------
@@ -462,3 +464,20 @@ def build_compactor(
     cls = import_string(compactor_class) if compactor_class else app_settings().import_compactor_class()
     history = PersistentChatHistory(conversation_id)
     return cls(Conversation.objects, conversation_id, llm or get_compaction_llm(), history)
+
+
+def compact_if_needed(
+    conversation_id: int, *, max_tokens: int | None = None, compactor_class: str | None = None
+) -> bool:
+    """Enqueue a compaction of the conversation if one is due (K1), on transaction commit.
+
+    For callers that append messages outside an agent (the API, imports). The check reads
+    the conversation row (one or two queries) and never builds an LLM client.
+
+    Returns:
+        ``True`` when the Celery task was enqueued.
+    """
+    from django.utils.module_loading import import_string
+
+    cls = import_string(compactor_class) if compactor_class else app_settings().import_compactor_class()
+    return cls(Conversation.objects, conversation_id, None).compact_if_needed(max_tokens=max_tokens)
