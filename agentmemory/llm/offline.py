@@ -70,7 +70,13 @@ def _previous_items(prompt: str) -> list[str]:
         block = prompt.split("Previous summary:", 1)[1].split("New messages:", 1)[0]
     else:
         block = prompt
-    return [line[2:] for line in block.splitlines() if line.startswith("- ")]
+    items = [line[2:] for line in block.splitlines() if line.startswith("- ")]
+    prose = block.strip()
+    if not items and prose and prose != "(none yet)":
+        # A summary written by an LLM (or by hand) before this one: carry it forward as
+        # one item instead of dropping it (K2: the summary accumulates).
+        items = ["Earlier: " + " ".join(prose.split())[: _ITEM_CHARS * 4]]
+    return items
 
 
 def _fit(items: list[str], max_chars: int) -> str:
