@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "agentmemory",
+    "project",  # its agents module holds the example agents (manage.py chat support)
 ]
 
 MIDDLEWARE = [
@@ -65,7 +66,12 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes the write lock at BEGIN, so concurrent appenders queue on the busy
     # timeout instead of failing with "database is locked" on lock upgrade.
-    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    # WAL lets readers run beside the writer and makes each commit cheap.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,0 +1,501 @@
+"""``BaseToolCallingAgent``: a tool-calling loop whose memory lives in agentmemory's storage.
+
+One turn (``run``, ``arun``, ``stream``, ``astream``):
+
+1. store the human message;
+2. build the context window (system prompt, summary, recent history) with
+   ``ContextWindowBuilder`` and apply the tools' memory policies to earlier turns;
+3. call the LLM with the tool declarations;
+4. if it calls tools: run them (concurrently in the async path), store the AI message and its
+   results in ``tool_calls`` order as one atomic step, and go back to 2, at most
+   ``MAX_TOOL_ROUNDS`` times;
+5. store the answer, then ``compact_if_needed()`` (a Celery task, enqueued on commit).
+
+No database transaction is held while the model or a tool runs; each step is stored whole,
+so a crash leaves a valid history (design invariants W1-W4, C1-C5, K1-K3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+
+from agentmemory.agents import registry
+from agentmemory.agents.config import AgentConfig, MemoryConfig
+from agentmemory.agents.injector import AgentInjector
+from agentmemory.agents.memory import PolicyOutcome, apply_memory_policy
+from agentmemory.agents.results import (
+    STOP_ANSWER,
+    STOP_MAX_TOOL_ROUNDS,
+    AgentEvent,
+    AgentRunResult,
+    AIMessageEvent,
+    FinalAnswer,
+    ModelCall,
+    ModelCallStarted,
+    StepStored,
+    ToolResultEvent,
+    TurnStarted,
+    add_usage,
+)
+from agentmemory.agents.tools import (
+    RAW_ARGUMENTS_KEY,
+    MemoryPolicy,
+    Tool,
+    ToolOutcome,
+    invalid_json_outcome,
+    not_run_outcome,
+    unknown_tool_outcome,
+)
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context import ContextWindow, ContextWindowBuilder
+from agentmemory.llm.base import ChatModel, ChatResponse, Usage
+from agentmemory.llm.config import DEFAULT_LLM, get_llm
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation
+
+__all__ = ["BaseToolCallingAgent", "resolve_llm"]
+
+LLM_HELP = (
+    "No LLM is configured. Configure one of:\n"
+    "  - AGENTMEMORY['LLMS'] = {'default': {'BACKEND': 'agentmemory.llm.openai.OpenAIChatModel', "
+    "'OPTIONS': {'model': 'gpt-4o-mini'}}} in settings;\n"
+    "  - the environment: OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (an OpenAI-compatible server such "
+    "as Ollama: http://127.0.0.1:11434/v1), or ANTHROPIC_API_KEY (Anthropic), with AGENTMEMORY_LLM_MODEL "
+    "for the model name (AGENTMEMORY_LLM_PROVIDER=openai|anthropic picks one when both are set);\n"
+    "  - or pass a ChatModel to the agent: MyAgent(llm=...)."
+)
+
+
+def resolve_llm(spec: Any) -> ChatModel | None:
+    """The ``ChatModel`` for ``AgentConfig.llm``: an instance as is, or a configured name
+    resolved by ``agentmemory.llm.config.get_llm`` (``AGENTMEMORY['LLMS']``, or the
+    environment for ``"default"``). Returns ``None`` when nothing is configured.
+
+    Raises:
+        ImproperlyConfigured: a name that is not configured, or a broken configuration.
+    """
+    if spec is None:
+        spec = DEFAULT_LLM
+    if not isinstance(spec, str):
+        return spec
+    return get_llm(spec)
+
+
+def compactor_problem(agent_cls: type[BaseToolCallingAgent], config: AgentConfig) -> str | None:
+    """Why ``config`` cannot serve ``agent_cls``'s memory compactor, or ``None`` if it can."""
+    if not agent_cls.MEMORY_COMPACTOR_ENABLED:
+        return None
+    if config.memory.compactor_class is None:
+        return (
+            f"{agent_cls.__module__}.{agent_cls.__qualname__} has MEMORY_COMPACTOR_ENABLED = True but its "
+            "get_config() names no compactor class (MemoryConfig(compactor_class=None))"
+        )
+    try:
+        config.memory.get_compactor_class()
+    except ImportError as exc:
+        path = config.memory.compactor_class
+        return f"{agent_cls.__qualname__}: compactor class {path!r} cannot be imported: {exc}"
+    return None
+
+
+COMPACTOR_HINT = (
+    "Return AgentConfig(memory=MemoryConfig(compactor_class='agentmemory.compaction.LLMMemoryCompactor')) "
+    "(or your own BaseMemoryCompactor subclass) from get_config(), or set MEMORY_COMPACTOR_ENABLED = False."
+)
+
+
+class BaseToolCallingAgent:
+    """Base class of tool-calling agents with persistent memory.
+
+    Class variables:
+        NAME: a human-readable name.
+        AGENT_KEY: the registry key, stored on conversations (``Conversation.agent_key``).
+            A subclass that sets it is registered automatically
+            (``class A(BaseToolCallingAgent, register=False)`` opts out).
+        SYSTEM_PROMPT: text, or a callable taking the ``AgentInjector`` and returning text;
+            sent first on every model call, never stored.
+        TOOLS: ``@tool`` functions (plain functions are wrapped with default options).
+        MEMORY_COMPACTOR_ENABLED: build a compactor and call ``compact_if_needed()`` after
+            each turn (off by default).
+        CONVERSATION_HISTORY_TOKEN_LIMIT: budget of each context window (tokens); ``None``
+            uses ``AGENTMEMORY['DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT']`` (10,000).
+        MAX_TOOL_ROUNDS: tool rounds per turn; when the model still calls tools after that,
+            the calls are answered with an error result and the turn stops
+            (``stopped_reason = "max_tool_rounds"``).
+
+    Args:
+        llm: the ``ChatModel``; defaults to ``get_config().llm`` (a configured name).
+        config: overrides ``get_config()``.
+
+    Raises:
+        ImproperlyConfigured: ``MEMORY_COMPACTOR_ENABLED`` without a compactor class (also the
+            system check ``agentmemory.E101``), duplicate tool names, or no LLM available.
+    """
+
+    NAME: ClassVar[str] = ""
+    AGENT_KEY: ClassVar[str] = ""
+    SYSTEM_PROMPT: ClassVar[str | Callable[[AgentInjector], str]] = "You are a helpful assistant."
+    TOOLS: ClassVar[Sequence[Tool | Callable[..., Any]]] = ()
+    MEMORY_COMPACTOR_ENABLED: ClassVar[bool] = False
+    CONVERSATION_HISTORY_TOKEN_LIMIT: ClassVar[int | None] = None
+    MAX_TOOL_ROUNDS: ClassVar[int] = 8
+
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Only a class that sets its own key registers: a subclass inheriting a key must not
+        # take it over from its parent.
+        if register and cls.__dict__.get("AGENT_KEY"):
+            registry.register(cls)
+
+    def __init__(self, llm: ChatModel | None = None, *, config: AgentConfig | None = None) -> None:
+        cls = type(self)
+        self.config = config if config is not None else cls.get_config()
+        problem = compactor_problem(cls, self.config)
+        if problem:
+            raise ImproperlyConfigured(f"{problem}. {COMPACTOR_HINT}")
+        self.tools: dict[str, Tool] = {t.name: t for t in cls.get_tools()}
+        self.token_counter = self.config.memory.token_counter or get_token_counter()
+        resolved = llm if llm is not None else resolve_llm(self.config.llm)
+        if resolved is None:
+            raise ImproperlyConfigured(f"{cls.__qualname__}: {LLM_HELP}")
+        self.llm: ChatModel = resolved
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__} {self.AGENT_KEY!r} llm={getattr(self.llm, 'model_name', '?')!r}>"
+
+    # -- configuration ------------------------------------------------------------------
+
+    @classmethod
+    def get_config(cls) -> AgentConfig:
+        """The agent's wiring; override to choose another history or compactor class.
+
+        The default comes from settings: ``PersistentChatHistory`` and
+        ``AGENTMEMORY['COMPACTOR_CLASS']`` (``LLMMemoryCompactor``), LLM ``"default"``.
+        """
+        return AgentConfig(memory=MemoryConfig.from_settings())
+
+    @classmethod
+    def get_tools(cls) -> list[Tool]:
+        """``TOOLS`` as ``Tool`` objects.
+
+        Raises:
+            ImproperlyConfigured: two tools share a name, or an entry is not callable.
+        """
+        tools: list[Tool] = []
+        seen: set[str] = set()
+        for entry in cls.TOOLS:
+            if isinstance(entry, Tool):
+                item = entry
+            elif callable(entry):
+                item = Tool(entry)
+            else:
+                raise ImproperlyConfigured(
+                    f"{cls.__qualname__}.TOOLS holds {entry!r}, which is not a function"
+                )
+            if item.name in seen:
+                raise ImproperlyConfigured(f"{cls.__qualname__}.TOOLS has two tools named {item.name!r}")
+            seen.add(item.name)
+            tools.append(item)
+        return tools
+
+    @property
+    def token_limit(self) -> int:
+        """Budget of each context window (tokens)."""
+        limit = self.CONVERSATION_HISTORY_TOKEN_LIMIT
+        return limit if limit is not None else app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The declarations sent to the model, in ``TOOLS`` order."""
+        return [t.schema() for t in self.tools.values()]
+
+    def memory_policy(self, tool_name: str) -> MemoryPolicy:
+        """The memory policy of a tool (``REPLAY`` for names the agent does not know)."""
+        found = self.tools.get(tool_name)
+        return found.memory if found is not None else MemoryPolicy.REPLAY
+
+    def get_system_prompt(self, injector: AgentInjector) -> str:
+        """``SYSTEM_PROMPT`` as text (calling it with the injector when it is callable)."""
+        prompt = inspect.getattr_static(type(self), "SYSTEM_PROMPT")
+        if isinstance(prompt, staticmethod | classmethod):
+            prompt = prompt.__get__(None, type(self))
+        return str(prompt(injector)) if callable(prompt) else str(prompt)
+
+    # -- conversations ------------------------------------------------------------------
+
+    def start_conversation(
+        self, owner: Any = None, title: str = "", metadata: Mapping[str, Any] | None = None
+    ) -> Conversation:
+        """Create a conversation for this agent (``agent_key = AGENT_KEY``)."""
+        return Conversation.objects.create(
+            owner=owner, title=title, agent_key=self.AGENT_KEY, metadata=dict(metadata or {})
+        )
+
+    async def astart_conversation(
+        self, owner: Any = None, title: str = "", metadata: Mapping[str, Any] | None = None
+    ) -> Conversation:
+        return await sync_to_async(self.start_conversation)(owner, title, metadata)
+
+    def get_injector(self, conversation: Conversation | int | str | UUID) -> AgentInjector:
+        """The services for one conversation (instance, primary key or public uuid).
+
+        Raises:
+            ConversationNotFound: no such conversation.
+        """
+        return AgentInjector.build(self, conversation)
+
+    def get_window_builder(self, injector: AgentInjector, system_prompt: str) -> ContextWindowBuilder:
+        return ContextWindowBuilder(
+            injector.conversation, system_prompt=system_prompt, token_counter=injector.token_counter
+        )
+
+    # -- tools --------------------------------------------------------------------------
+
+    def _prepared(self, call: ToolCall) -> Tool | ToolOutcome:
+        """The tool to run, or the error result for a call that cannot run."""
+        found = self.tools.get(call.name)
+        if found is None:
+            return unknown_tool_outcome(call, list(self.tools))
+        if RAW_ARGUMENTS_KEY in call.arguments:
+            return invalid_json_outcome(call)
+        return found
+
+    def execute_tool(self, call: ToolCall, injector: AgentInjector) -> ToolOutcome:
+        """Run one call; every failure (unknown tool, bad arguments, exception) becomes an
+        ``"Error: ..."`` result the model can read."""
+        prepared = self._prepared(call)
+        return prepared if isinstance(prepared, ToolOutcome) else prepared.run(call, injector)
+
+    async def aexecute_tool(self, call: ToolCall, injector: AgentInjector) -> ToolOutcome:
+        """Async ``execute_tool``."""
+        prepared = self._prepared(call)
+        return prepared if isinstance(prepared, ToolOutcome) else await prepared.arun(call, injector)
+
+    # -- one turn -----------------------------------------------------------------------
+
+    def run(self, conversation: Conversation | int | str | UUID, user_input: str) -> AgentRunResult:
+        """Answer ``user_input`` in ``conversation`` (see the module docstring).
+
+        Returns:
+            ``AgentRunResult``: answer, stored messages, usage, per-call window accounting.
+
+        Raises:
+            ConversationNotFound: no such conversation.
+            LLMError, TransientLLMError: the model call failed (the human message and the
+                steps stored before stay; the history remains valid).
+            ContextBudgetExceeded: the human message alone does not fit the window.
+        """
+        result = None
+        for event in self.stream(conversation, user_input):
+            if isinstance(event, FinalAnswer):
+                result = event.result
+        assert result is not None
+        return result
+
+    async def arun(self, conversation: Conversation | int | str | UUID, user_input: str) -> AgentRunResult:
+        """Async ``run``: the ORM work runs in a worker thread; the tool calls of one model
+        reply run concurrently (``asyncio.gather``)."""
+        result = None
+        async for event in self.astream(conversation, user_input):
+            if isinstance(event, FinalAnswer):
+                result = event.result
+        assert result is not None
+        return result
+
+    def stream(self, conversation: Conversation | int | str | UUID, user_input: str) -> Iterator[AgentEvent]:
+        """``run`` as a generator of events: ``TurnStarted``, then per model call
+        ``ModelCallStarted``, ``AIMessageEvent``, ``ToolResultEvent``s, ``StepStored``, and
+        finally ``FinalAnswer`` (holding the ``AgentRunResult``). Tools run one after another."""
+        injector = self.get_injector(conversation)
+        turn = _Turn(injector.conversation_id)
+        [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
+        turn.stored.append(human)
+        yield TurnStarted(injector.conversation_id, human)
+        builder = self.get_window_builder(injector, self.get_system_prompt(injector))
+        schemas = self.tool_schemas() or None
+        for round_ in itertools.count():
+            shaped = self._shape(builder.build(self.token_limit), human.seq or 0)
+            yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
+            started = time.monotonic()
+            response = self.llm.invoke(shaped.window.messages, tools=schemas)
+            ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
+            turn.record(call)
+            yield AIMessageEvent(round_, ai, call)
+            if not ai.tool_calls:
+                stored = injector.chat_history.add_messages([ai])
+                turn.finish(stored, ai, STOP_ANSWER)
+                yield StepStored(round_, stored)
+                break
+            bound = turn.rounds >= self.MAX_TOOL_ROUNDS
+            outcomes = []
+            for tool_call in ai.tool_calls:
+                outcome = (
+                    not_run_outcome(tool_call, self.MAX_TOOL_ROUNDS)
+                    if bound
+                    else self.execute_tool(tool_call, injector)
+                )
+                outcomes.append(outcome)
+                yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
+            stored = injector.chat_history.add_messages([ai, *(o.message for o in outcomes)])
+            yield StepStored(round_, stored)
+            if bound:
+                turn.finish(stored, ai, STOP_MAX_TOOL_ROUNDS)
+                break
+            turn.stored.extend(stored)
+            turn.rounds += 1
+        enqueued = self.compact_if_needed(injector)
+        yield FinalAnswer(turn.result(enqueued))
+
+    async def astream(
+        self, conversation: Conversation | int | str | UUID, user_input: str
+    ) -> AsyncIterator[AgentEvent]:
+        """Async ``stream``; the tool calls of one reply run concurrently and their events
+        come in ``tool_calls`` order once all have finished."""
+        injector = await sync_to_async(self.get_injector)(conversation)
+        turn = _Turn(injector.conversation_id)
+        [human] = await injector.chat_history.aadd_messages([ChatMessage.human(user_input)])
+        turn.stored.append(human)
+        yield TurnStarted(injector.conversation_id, human)
+        prompt = await sync_to_async(self.get_system_prompt)(injector)
+        builder = self.get_window_builder(injector, prompt)
+        schemas = self.tool_schemas() or None
+        for round_ in itertools.count():
+            window = await builder.abuild(self.token_limit)
+            shaped = self._shape(window, human.seq or 0)
+            yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
+            started = time.monotonic()
+            response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
+            ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
+            turn.record(call)
+            yield AIMessageEvent(round_, ai, call)
+            if not ai.tool_calls:
+                stored = await injector.chat_history.aadd_messages([ai])
+                turn.finish(stored, ai, STOP_ANSWER)
+                yield StepStored(round_, stored)
+                break
+            bound = turn.rounds >= self.MAX_TOOL_ROUNDS
+            if bound:
+                outcomes = [not_run_outcome(c, self.MAX_TOOL_ROUNDS) for c in ai.tool_calls]
+            else:
+                outcomes = list(
+                    await asyncio.gather(*(self.aexecute_tool(c, injector) for c in ai.tool_calls))
+                )
+            for tool_call, outcome in zip(ai.tool_calls, outcomes, strict=True):
+                yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
+            stored = await injector.chat_history.aadd_messages([ai, *(o.message for o in outcomes)])
+            yield StepStored(round_, stored)
+            if bound:
+                turn.finish(stored, ai, STOP_MAX_TOOL_ROUNDS)
+                break
+            turn.stored.extend(stored)
+            turn.rounds += 1
+        enqueued = await sync_to_async(self.compact_if_needed)(injector)
+        yield FinalAnswer(turn.result(enqueued))
+
+    def compact_if_needed(self, injector: AgentInjector) -> bool:
+        """Ask the compactor to enqueue a compaction when one is due (on commit); ``False``
+        when the compactor is disabled. The window budget is passed so that the "no longer
+        fits" trigger (K1) uses the agent's limit."""
+        if injector.memory_compactor is None:
+            return False
+        return bool(injector.memory_compactor.compact_if_needed(max_tokens=self.token_limit))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _shape(self, window: ContextWindow, current_turn_seq: int) -> PolicyOutcome:
+        return apply_memory_policy(
+            window, policy_for=self.memory_policy, before_seq=current_turn_seq, counter=self.token_counter
+        )
+
+    def _reply(
+        self, response: ChatResponse, shaped: PolicyOutcome, round_: int, latency: float
+    ) -> tuple[ChatMessage, ModelCall]:
+        """The AI message to store (usage, model, finish reason and latency in its metadata;
+        tool call ids made unique) and the call's accounting."""
+        message = response.message
+        usage = response.usage or Usage()
+        model = response.model or getattr(self.llm, "model_name", "")
+        metadata = {
+            **dict(message.metadata or {}),
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+            "model": model,
+            "finish_reason": response.finish_reason,
+            "latency_s": round(latency, 6),
+        }
+        content = message.content
+        if content is None and not message.tool_calls:
+            content = ""
+        ai = ChatMessage.ai(content, _usable_calls(message.tool_calls), name=message.name, metadata=metadata)
+        call = ModelCall(
+            round=round_,
+            window=shaped.window,
+            stubbed=shaped.stubbed,
+            omitted=shaped.omitted,
+            usage=usage,
+            model=model,
+            finish_reason=response.finish_reason,
+            latency_s=round(latency, 6),
+        )
+        return ai, call
+
+
+def _usable_calls(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """Tool calls that storage accepts: a missing or repeated id gets a fresh one (some
+    OpenAI-compatible servers send none), arguments that are not an object are kept as text
+    under ``RAW_ARGUMENTS_KEY`` so the call is answered with an error result."""
+    seen: set[str] = set()
+    usable = []
+    for call in calls:
+        fresh = not call.id or call.id in seen or len(call.id) > 255
+        call_id = f"call_{uuid.uuid4().hex}" if fresh else call.id
+        seen.add(call_id)
+        arguments = call.arguments
+        if not isinstance(arguments, Mapping):
+            arguments = {RAW_ARGUMENTS_KEY: str(arguments)}
+        if call_id != call.id or arguments is not call.arguments:
+            call = ToolCall(id=call_id, name=call.name, arguments=arguments)
+        usable.append(call)
+    return usable
+
+
+class _Turn:
+    """Accumulates one turn's stored messages, usage and calls."""
+
+    def __init__(self, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+        self.stored: list[ChatMessage] = []
+        self.calls: list[ModelCall] = []
+        self.usage = Usage()
+        self.rounds = 0
+        self.answer = ""
+        self.stopped_reason = ""
+
+    def record(self, call: ModelCall) -> None:
+        self.calls.append(call)
+        self.usage = add_usage(self.usage, call.usage)
+
+    def finish(self, stored: list[ChatMessage], ai: ChatMessage, reason: str) -> None:
+        self.stored.extend(stored)
+        self.answer = ai.text
+        self.stopped_reason = reason
+
+    def result(self, compaction_enqueued: bool) -> AgentRunResult:
+        return AgentRunResult(
+            answer=self.answer,
+            messages=list(self.stored),
+            usage=self.usage,
+            calls=list(self.calls),
+            rounds=self.rounds,
+            stopped_reason=self.stopped_reason,
+            conversation_id=self.conversation_id,
+            compaction_enqueued=compaction_enqueued,
+        )
