@@ -89,6 +89,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 id="agentmemory.E004",
             )
         )
+    ratio = conf.COMPACTION_TRIGGER_RATIO
+    if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 < ratio <= 1:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['COMPACTION_TRIGGER_RATIO'] must be a number in (0, 1], not {ratio!r}.",
+                hint="0.8 compacts when the uncovered messages fill 80% of the window.",
+                id="agentmemory.E009",
+            )
+        )
     if conf.OVERSIZED_MESSAGE_POLICY not in ("error", "truncate"):
         problems.append(
             Error(

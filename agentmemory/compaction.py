@@ -133,8 +133,10 @@ class BaseMemoryCompactor:
 
     def needs_compaction(self, *, max_tokens: int | None = None) -> bool:
         """Whether a compaction is due (K1): ``every_n_human`` human messages since the last
-        summary was made, or the messages the summary does not cover no longer fit in
-        ``max_tokens`` (defaults to ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``)."""
+        summary was made; or the messages the summary does not cover fill more than
+        ``COMPACTION_TRIGGER_RATIO`` (0.8) of ``max_tokens`` (default
+        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``); or the conversation opens with
+        messages before its first human message, which no window can start on (C3)."""
         conv = self._conversation()
         if conv is None:
             return False
@@ -142,12 +144,29 @@ class BaseMemoryCompactor:
         baseline = summary.human_message_count if summary else 0
         if conv.human_message_count - baseline >= self.every_n_human:
             return True
-        covered_humans = summary.human_messages_covered if summary else 0
-        if conv.human_message_count - covered_humans <= self.keep_recent_human_turns:
+        humans_after = conv.human_message_count - (summary.human_messages_covered if summary else 0)
+        if humans_after < self.keep_recent_human_turns:
             return False  # nothing could be folded (K6)
-        budget = max_tokens or app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        if summary is None and self._opens_without_human(conv):
+            # The assistant spoke first (a greeting): those messages can never start a window
+            # (C3), so fold them now rather than leave them outside window and summary.
+            return True
+        if humans_after == self.keep_recent_human_turns:
+            return False
+        conf = app_settings()
+        budget = max_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         uncovered = conv.stored_tokens - (summary.tokens_covered if summary else 0)
-        return uncovered + (summary.token_count if summary else 0) > budget
+        # Compact before the window is full, so the next human message still finds room.
+        return uncovered + (summary.token_count if summary else 0) > budget * conf.COMPACTION_TRIGGER_RATIO
+
+    def _opens_without_human(self, conv: Conversation) -> bool:
+        first_role = (
+            Message.objects.filter(conversation_id=conv.pk, seq__gt=self._floor(conv))
+            .order_by("seq")
+            .values_list("role", flat=True)
+            .first()
+        )
+        return first_role is not None and first_role != Role.HUMAN
 
     def compact_if_needed(self, *, max_tokens: int | None = None) -> bool:
         """Enqueue the compaction task when ``needs_compaction()``, on transaction commit.
@@ -159,8 +178,15 @@ class BaseMemoryCompactor:
             return False
         from agentmemory.tasks import compact_conversation
 
-        path = f"{type(self).__module__}.{type(self).__qualname__}"
-        transaction.on_commit(partial(compact_conversation.delay, self.conversation_id, path))
+        qualname = type(self).__qualname__
+        # A class defined inside a function cannot be imported by the worker: use the default.
+        path = None if "<locals>" in qualname else f"{type(self).__module__}.{qualname}"
+        # The task checks again when it runs: turns that arrive while a worker is busy
+        # enqueue duplicates, and only the first of them has anything to do.
+        task = partial(
+            compact_conversation.delay, self.conversation_id, path, max_tokens=max_tokens, only_if_needed=True
+        )
+        transaction.on_commit(task)
         return True
 
     # -- the span -----------------------------------------------------------------------

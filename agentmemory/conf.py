@@ -41,6 +41,8 @@ class AgentMemorySettings:
     KEEP_RECENT_HUMAN_TURNS: int = 1
     #: longest summary that is stored (tokens); longer output is condensed first
     MAX_SUMMARY_TOKENS: int = 1_000
+    #: also compact when the messages not covered by the summary fill this share of the window
+    COMPACTION_TRIGGER_RATIO: float = 0.8
     #: largest span of new messages sent to the summariser in one call (tokens)
     SUMMARIZER_MAX_INPUT_TOKENS: int = 8_000
     #: dotted path of the compactor class agents use by default

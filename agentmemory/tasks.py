@@ -21,12 +21,26 @@ logger = logging.getLogger("agentmemory.tasks")
     acks_late=True,
     ignore_result=True,
 )
-def compact_conversation(self, conversation_id: int, compactor_class: str | None = None) -> int | None:  # type: ignore[no-untyped-def]
+def compact_conversation(  # type: ignore[no-untyped-def]
+    self,
+    conversation_id: int,
+    compactor_class: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    only_if_needed: bool = False,
+) -> int | None:
     """Write the next summary of a conversation (K3, K4).
 
     Retries transient LLM errors and unusable summaries with exponential backoff and
     jitter (at most 5 times); the previous summary stays in force meanwhile. A conversation
     deleted before the task runs is skipped (BUG-23).
+
+    Args:
+        conversation_id: primary key of the conversation.
+        compactor_class: dotted path of the compactor class; default ``COMPACTOR_CLASS``.
+        max_tokens: the window budget the trigger is checked against (tokens).
+        only_if_needed: skip unless ``needs_compaction()`` still holds (set by
+            ``compact_if_needed``, so that duplicates queued behind a busy worker do nothing).
 
     Returns:
         The id of the current summary after the run, or ``None``.
@@ -37,5 +51,8 @@ def compact_conversation(self, conversation_id: int, compactor_class: str | None
     if not Conversation.objects.filter(pk=conversation_id).exists():
         logger.info("conversation %s is gone; nothing to compact", conversation_id)
         return None
-    summary = build_compactor(conversation_id, compactor_class=compactor_class).compact()
+    compactor = build_compactor(conversation_id, compactor_class=compactor_class)
+    if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
+        return None
+    summary = compactor.compact()
     return summary.pk if summary is not None else None
