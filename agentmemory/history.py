@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -48,7 +49,7 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
         return conversation
     try:
         pk = Conversation.objects.filter(uuid=conversation).values_list("pk", flat=True).first()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ValidationError) as exc:
         raise ConversationNotFound(f"no conversation {conversation!r}") from exc
     if pk is None:
         raise ConversationNotFound(f"no conversation {conversation!r}")

@@ -25,8 +25,8 @@ class OfflineSummarizer:
 
     For a summary prompt it keeps the previous summary's items and adds one per user
     message ("User asked: ...") and per tool used; items are dropped oldest first so that
-    the text stays within the token limit stated in the instructions (at roughly four
-    characters per token, conservatively halved). A condense prompt is answered the same way.
+    the text stays within the token limit stated in the instructions, counted with the
+    configured token counter. A condense prompt is answered the same way.
     """
 
     model_name = "offline-extractive"
@@ -37,7 +37,7 @@ class OfflineSummarizer:
         instructions = messages[0].text if messages else ""
         prompt = messages[-1].text if messages else ""
         match = _LIMIT.search(instructions)
-        max_chars = (int(match.group(1)) * 2) if match else 2000
+        max_tokens = int(match.group(1)) if match else 500
         items = _previous_items(prompt)
         for line in prompt.splitlines():
             if line.startswith("User: "):
@@ -45,7 +45,7 @@ class OfflineSummarizer:
             elif line.startswith("Assistant called tool "):
                 name = line[len("Assistant called tool ") :].split("(", 1)[0]
                 items.append(f"Assistant used tool {name}.")
-        text = _fit(items, max_chars)
+        text = _fit(items, max_tokens)
         return ChatResponse(
             message=ChatMessage.ai(text),
             usage=Usage(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4),
@@ -79,13 +79,25 @@ def _previous_items(prompt: str) -> list[str]:
     return items
 
 
-def _fit(items: list[str], max_chars: int) -> str:
+def _fit(items: list[str], max_tokens: int) -> str:
+    """The label and the newest items whose text stays within ``max_tokens`` by the
+    configured token counter (dense scripts cost more tokens per character)."""
+    from agentmemory.conf import get_token_counter
+
+    counter = get_token_counter()
+    total = counter.count_text(OFFLINE_LABEL) + 1
     kept: list[str] = []
-    size = len(OFFLINE_LABEL)
     for item in reversed(items):
-        if size + len(item) + 3 > max_chars:
+        cost = counter.count_text(f"- {item}") + 1  # +1: the line break
+        if total + cost > max_tokens:
             break
-        kept.append(item)
-        size += len(item) + 3
-    kept.reverse()
-    return OFFLINE_LABEL + "\n" + "\n".join(f"- {item}" for item in kept)
+        kept.insert(0, item)
+        total += cost
+    # Counts are nearly additive across lines; check the whole and trim if they were not.
+    while kept and counter.count_text(_render(kept)) > max_tokens:
+        kept.pop(0)
+    return _render(kept)
+
+
+def _render(items: list[str]) -> str:
+    return OFFLINE_LABEL + "\n" + "\n".join(f"- {item}" for item in items)
