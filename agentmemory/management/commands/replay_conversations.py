@@ -1,0 +1,144 @@
+"""``manage.py replay_conversations``: import transcripts and replay them turn by turn."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+
+from agentmemory.formats.transcripts import FORMATS, TranscriptError, load_transcripts
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "support_demo.json"
+
+
+class Command(BaseCommand):
+    help = (
+        "Import transcripts (tau-bench runs, LoCoMo conversations or OpenAI message lists) and "
+        "replay them turn by turn as an agent would: store the human message, build the context "
+        "window and check invariants C1-C5, store the recorded AI and tool messages, let compaction "
+        "trigger. Ends with a report whose last line is 'Replay finished: N invariant violations'; "
+        "the exit status is 1 when N > 0. Without PATH the bundled sample "
+        "(agentmemory/samples/support_demo.json, a bookstore support agent) is replayed. Each run "
+        "creates new conversations. LoCoMo: the first speaker (speaker_a) is the human, the second the AI; "
+        "each dialogue turn is one message with its dia_id and session date in metadata."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "path",
+            nargs="?",
+            default=None,
+            help=f"JSON transcript file (default: the bundled sample {SAMPLE.name})",
+        )
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            default=None,
+            help="transcript format (default: detected from the file's first item)",
+        )
+        parser.add_argument(
+            "--max-tokens",
+            type=int,
+            default=None,
+            help="token budget of every context window (default: "
+            "AGENTMEMORY['DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT'], 10,000)",
+        )
+        parser.add_argument("--limit", type=int, default=None, help="replay only the first K conversations")
+        parser.add_argument(
+            "--no-progress",
+            action="store_true",
+            help="no progress bar (it is also off when stderr is no TTY)",
+        )
+        parser.add_argument(
+            "--compact-before-build",
+            action="store_true",
+            help="also let compaction trigger right after each human message, before its window is "
+            "built (by default only after the turn, once the agent has answered)",
+        )
+        parser.add_argument(
+            "--show",
+            type=int,
+            default=5,
+            help="how many violations, budget errors and left-out windows to print (default 5)",
+        )
+        parser.add_argument(
+            "--wait-for-compaction",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="with a Celery broker, wait at most this long for the worker's compactions before "
+            "counting summaries (default 60; tasks run in-process without a broker)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from celery import current_app
+
+        from agentmemory.compaction import get_compaction_llm
+        from agentmemory.replay import refresh_summary_counts, replay_transcripts, wait_for_compaction
+
+        path = Path(options["path"]) if options["path"] else SAMPLE
+        max_tokens, limit = options["max_tokens"], options["limit"]
+        if max_tokens is not None and max_tokens <= 0:
+            raise CommandError("--max-tokens must be a positive number of tokens")
+        if limit is not None and limit <= 0:
+            raise CommandError("--limit must be at least 1")
+        try:
+            transcripts = load_transcripts(path, options["format"], limit=limit)
+        except TranscriptError as exc:
+            raise CommandError(str(exc)) from exc
+        if not transcripts:
+            raise CommandError(f"{path}: no conversations to replay")
+
+        eager = bool(current_app.conf.task_always_eager)
+        model = getattr(get_compaction_llm(), "model_name", "") or "configured model"
+        database = connection.settings_dict.get("NAME")
+        self.stdout.write(
+            f"Replaying {len(transcripts)} conversations from {path} into {connection.vendor} "
+            f"database {database}; compaction: {'in-process (eager)' if eager else 'Celery worker'}, "
+            f"summariser {model}"
+        )
+
+        total = sum(len(t.messages) for t in transcripts)
+        show_bar = not options["no_progress"] and sys.stderr.isatty()
+        bar = None
+        if show_bar:
+            from tqdm import tqdm
+
+            # tqdm's own probe reads a 0x0 size on some pseudo-terminals and then draws nothing;
+            # shutil falls back to 80x24 there.
+            size = shutil.get_terminal_size()
+            bar = tqdm(
+                total=total,
+                unit="msg",
+                file=sys.stderr,
+                desc="replay",
+                ncols=min(size.columns, 120),
+                nrows=size.lines,
+            )
+        try:
+            report = replay_transcripts(
+                transcripts,
+                max_tokens=max_tokens,
+                progress=bar.update if bar else None,
+                compact_before_build=options["compact_before_build"],
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        if not eager and options["wait_for_compaction"] > 0:
+            settled = wait_for_compaction(
+                report.conversation_ids, timeout=options["wait_for_compaction"], max_tokens=report.max_tokens
+            )
+            if not settled:
+                self.stdout.write("compaction still pending on the worker; summary counts may be low")
+            refresh_summary_counts(report)
+
+        for line in report.lines(show=max(0, options["show"])):
+            self.stdout.write(line)
+        self.stdout.flush()
+        if report.violation_count:
+            raise CommandError(f"{report.violation_count} invariant violations", returncode=1)

@@ -1,0 +1,422 @@
+"""Replaying transcripts turn by turn as an agent would, checking every context window.
+
+For each transcript a conversation is created; a leading system message is stored first
+(the pinned prompt). Then, turn by turn: the human message is appended, the context window
+is built and checked against invariants C1-C5, the recorded AI and tool messages of the turn
+are appended, and the memory compactor is asked whether to compact (K1), which enqueues
+``agentmemory.tasks.compact_conversation`` on commit (eager in-process without a broker).
+Every append is its own transaction, as ``PersistentChatHistory`` does it, so compaction
+sees committed data.
+
+The outcome is a ``ReplayReport``: counts, build latency, invariant violations, context
+budget errors (C8's explicit error, reported apart from violations) and messages that were
+neither in the window nor covered by the summary when a window was built (K1's promise).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from agentmemory.compaction import build_compactor
+from agentmemory.context import ContextWindow, ContextWindowBuilder
+from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.formats.transcripts import Transcript
+from agentmemory.history import PersistentChatHistory
+from agentmemory.invariants import window_violations
+from agentmemory.messages import ChatMessage, Role
+from agentmemory.models import Conversation, Message, Summary
+
+__all__ = [
+    "LONG_CONVERSATION_HUMANS",
+    "Finding",
+    "ReplayReport",
+    "TurnPlan",
+    "percentile",
+    "plan_turns",
+    "refresh_summary_counts",
+    "replay_transcripts",
+    "wait_for_compaction",
+]
+
+#: conversations with at least this many human messages must end with a summary (the
+#: issue's done-criterion, matching the default SUMMARIZE_EVERY_N_HUMAN_MESSAGES)
+LONG_CONVERSATION_HUMANS = 10
+#: findings kept per kind; the counts keep counting past it
+MAX_FINDINGS_KEPT = 100
+
+
+# --------------------------------------------------------------------------- pure logic
+
+
+@dataclass
+class TurnPlan:
+    """A transcript cut into what the replay appends, in order.
+
+    Attributes:
+        prompt: a leading system message, stored first and pinned (or ``None``).
+        preamble: messages before the first human message (stored without building a window).
+        turns: ``(human message, the AI/tool/other messages until the next human message)``.
+    """
+
+    prompt: ChatMessage | None
+    preamble: list[ChatMessage]
+    turns: list[tuple[ChatMessage, list[ChatMessage]]]
+
+
+def plan_turns(messages: Sequence[ChatMessage]) -> TurnPlan:
+    """Cut ``messages`` into a pinned prompt, a preamble and turns (design vocabulary: a turn is
+    a human message and everything after it until the next human message)."""
+    prompt = None
+    rest = list(messages)
+    if rest and rest[0].role is Role.SYSTEM:
+        prompt = rest.pop(0)
+    preamble: list[ChatMessage] = []
+    turns: list[tuple[ChatMessage, list[ChatMessage]]] = []
+    for message in rest:
+        if message.role is Role.HUMAN:
+            turns.append((message, []))
+        elif turns:
+            turns[-1][1].append(message)
+        else:
+            preamble.append(message)
+    return TurnPlan(prompt=prompt, preamble=preamble, turns=turns)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation between closest
+    ranks (numpy's default method); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem seen during a replay: which conversation, which seq, what."""
+
+    conversation: str
+    conversation_id: int
+    seq: int | None
+    text: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}" if self.seq is not None else "-"
+        return f"{self.conversation} (conversation {self.conversation_id}), {where}: {self.text}"
+
+
+@dataclass
+class ReplayReport:
+    """What a replay did and found.
+
+    Attributes:
+        max_tokens: budget of every window built (tokens).
+        conversations, messages, human_messages: what was stored.
+        tokens_stored: sum of stored token counts of the messages appended (tokens).
+        windows_built: windows built and checked (one per human message, unless the build
+            raised ``ContextBudgetExceeded``).
+        summaries_made: summaries stored for the replayed conversations.
+        conversations_summarised: replayed conversations that have a current summary.
+        long_conversations: replayed conversations with at least ``LONG_CONVERSATION_HUMANS``
+            human messages; ``long_conversations_summarised`` of them have a summary.
+        left_out_messages: over all windows, stored non-orphan messages after the summary
+            boundary (or the pinned prompt) and before the window's first history message;
+            ``windows_with_left_out`` counts the windows where that was more than 0.
+        violation_count: C1-C5 violations (``violations`` keeps the first ones).
+        budget_error_count: builds that raised ``ContextBudgetExceeded`` (C8; not a C1-C5
+            violation, reported apart, ``budget_errors`` keeps the first ones).
+        build_ms: latency of each window build (milliseconds).
+        elapsed_seconds: wall time of the replay (seconds).
+        conversation_ids: primary keys of the conversations created.
+    """
+
+    max_tokens: int
+    conversations: int = 0
+    messages: int = 0
+    human_messages: int = 0
+    tokens_stored: int = 0
+    windows_built: int = 0
+    summaries_made: int = 0
+    conversations_summarised: int = 0
+    long_conversations: int = 0
+    long_conversations_summarised: int = 0
+    left_out_messages: int = 0
+    windows_with_left_out: int = 0
+    violation_count: int = 0
+    budget_error_count: int = 0
+    violations: list[Finding] = field(default_factory=list)
+    budget_errors: list[Finding] = field(default_factory=list)
+    left_out: list[Finding] = field(default_factory=list)
+    build_ms: list[float] = field(default_factory=list)
+    elapsed_seconds: float = 0.0
+    conversation_ids: list[int] = field(default_factory=list)
+
+    @property
+    def build_p50_ms(self) -> float | None:
+        return percentile(self.build_ms, 50)
+
+    @property
+    def build_p95_ms(self) -> float | None:
+        return percentile(self.build_ms, 95)
+
+    def add_violation(self, finding: Finding) -> None:
+        self.violation_count += 1
+        if len(self.violations) < MAX_FINDINGS_KEPT:
+            self.violations.append(finding)
+
+    def add_budget_error(self, finding: Finding) -> None:
+        self.budget_error_count += 1
+        if len(self.budget_errors) < MAX_FINDINGS_KEPT:
+            self.budget_errors.append(finding)
+
+    def add_left_out(self, count: int, finding: Finding) -> None:
+        self.left_out_messages += count
+        self.windows_with_left_out += 1
+        if len(self.left_out) < MAX_FINDINGS_KEPT:
+            self.left_out.append(finding)
+
+    def summary_line(self) -> str:
+        """The last line of a replay's output."""
+        return f"Replay finished: {self.violation_count} invariant violations"
+
+    def lines(self, *, show: int = 5) -> list[str]:
+        """The report as text lines, the first ``show`` findings of each kind included; the
+        last line is ``summary_line()``."""
+
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f} ms"
+
+        rate = self.messages / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+        out = [
+            f"conversations:        {self.conversations:,}",
+            f"messages:             {self.messages:,} ({self.human_messages:,} human)",
+            f"tokens stored:        {self.tokens_stored:,}",
+            f"windows built:        {self.windows_built:,} (budget {self.max_tokens:,} tokens each)",
+            f"summaries made:       {self.summaries_made:,} "
+            f"({self.conversations_summarised:,} conversations have a summary)",
+            f"long conversations:   {self.long_conversations_summarised:,} of {self.long_conversations:,} "
+            f"with >= {LONG_CONVERSATION_HUMANS} human messages have a summary",
+            f"left outside window and summary: {self.left_out_messages:,} messages "
+            f"in {self.windows_with_left_out:,} windows",
+            f"context budget errors: {self.budget_error_count:,}",
+            f"build latency:        p50 {ms(self.build_p50_ms)}, p95 {ms(self.build_p95_ms)}",
+            f"elapsed:              {self.elapsed_seconds:.1f} s ({rate:,.0f} messages/s)",
+        ]
+        for title, count, findings in (
+            ("invariant violations", self.violation_count, self.violations),
+            ("context budget errors", self.budget_error_count, self.budget_errors),
+            (
+                "windows with messages left outside window and summary",
+                self.windows_with_left_out,
+                self.left_out,
+            ),
+        ):
+            if count and show > 0:
+                out.append(f"First {min(show, count)} of {count:,} {title}:")
+                out.extend(f"  {finding}" for finding in findings[:show])
+        out.append(self.summary_line())
+        return out
+
+
+# --------------------------------------------------------------------------- the service
+
+
+def replay_transcripts(
+    transcripts: Iterable[Transcript],
+    *,
+    max_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    compact_before_build: bool = False,
+) -> ReplayReport:
+    """Store and replay ``transcripts`` turn by turn (see the module docstring).
+
+    Args:
+        transcripts: the conversations, e.g. from ``load_transcripts``; check them first with
+            ``validate_transcript`` (``load_transcripts`` does) so that a bad one is refused
+            before anything is written.
+        max_tokens: budget of every window (tokens); defaults to
+            ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+        progress: called with the number of messages stored after each append.
+        compact_before_build: also ask the compactor right after each human message, before
+            the window is built (besides after the turn). With eager tasks the previous turn
+            is then folded before the window needs the room; without it a turn that filled
+            the budget is left outside both window and summary at the next window.
+
+    Returns:
+        The ``ReplayReport``. With a Celery worker (``CELERY_BROKER_URL`` set) summaries are
+        written asynchronously: call ``wait_for_compaction`` and ``refresh_summary_counts``
+        before reading the summary counts.
+
+    Raises:
+        InvalidMessageError: a message storage refuses (not raised for validated transcripts).
+    """
+    from agentmemory.conf import app_settings
+
+    budget = max_tokens if max_tokens is not None else app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+    if budget <= 0:
+        raise ValueError("max_tokens must be positive")
+    report = ReplayReport(max_tokens=budget)
+    started = time.perf_counter()
+    for transcript in transcripts:
+        _replay_one(transcript, budget, report, progress or (lambda n: None), compact_before_build)
+    report.elapsed_seconds = time.perf_counter() - started
+    refresh_summary_counts(report)
+    return report
+
+
+def _replay_one(
+    transcript: Transcript,
+    budget: int,
+    report: ReplayReport,
+    progress: Callable[[int], None],
+    compact_before_build: bool,
+) -> None:
+    conversation = Conversation.objects.create(
+        title=transcript.title[:200], agent_key=transcript.agent_key[:100], metadata=transcript.metadata
+    )
+    cid = conversation.pk
+    report.conversations += 1
+    report.conversation_ids.append(cid)
+    history = PersistentChatHistory(cid)
+    builder = ContextWindowBuilder(cid)
+    compactor = build_compactor(cid)
+    plan = plan_turns(transcript.messages)
+
+    def append(messages: list[ChatMessage]) -> list[ChatMessage]:
+        stored = history.add_messages(messages)
+        report.messages += len(stored)
+        report.tokens_stored += sum(m.token_count or 0 for m in stored)
+        progress(len(stored))
+        return stored
+
+    pinned = plan.prompt is not None
+    if plan.prompt is not None:
+        append([plan.prompt])
+    if plan.preamble:
+        append(plan.preamble)
+    for human, rest in plan.turns:
+        newest = append([human])[0].seq
+        report.human_messages += 1
+        if compact_before_build:
+            compactor.compact_if_needed(max_tokens=budget)
+        t0 = time.perf_counter()
+        try:
+            window = builder.build(budget)
+        except ContextBudgetExceeded as exc:
+            report.add_budget_error(Finding(transcript.title, cid, exc.seq, str(exc)))
+        else:
+            report.build_ms.append((time.perf_counter() - t0) * 1000)
+            report.windows_built += 1
+            _check_window(window, transcript.title, cid, budget, newest, pinned, report)
+        if rest:
+            append(rest)
+        compactor.compact_if_needed(max_tokens=budget)
+
+
+def _check_window(
+    window: ContextWindow,
+    title: str,
+    cid: int,
+    budget: int,
+    newest_seq: int | None,
+    pinned: bool,
+    report: ReplayReport,
+) -> None:
+    """C1-C5 on one window, and the messages it leaves outside both window and summary."""
+    stored_seqs: list[int] = []
+    if window.first_seq is not None and window.last_seq is not None:
+        # Only the window's own seq range: the check stays O(window), like the build.
+        stored_seqs = list(
+            Message.objects.filter(
+                conversation_id=cid, seq__gte=window.first_seq, seq__lte=window.last_seq
+            ).values_list("seq", flat=True)
+        )
+    for problem in window_violations(
+        window, max_tokens=budget, stored_seqs=stored_seqs, newest_seq=newest_seq
+    ):
+        report.add_violation(Finding(title, cid, newest_seq, problem))
+
+    floor = max(window.summary_through_seq or 0, 1 if pinned else 0)
+    if window.first_seq is None or window.first_seq <= floor + 1:
+        return
+    left_out = (
+        Message.objects.filter(conversation_id=cid, seq__gt=floor, seq__lt=window.first_seq)
+        .exclude(role=Role.TOOL.value, exchange_seq__isnull=True)
+        .count()
+    )
+    if left_out:
+        summary = (
+            f"summary through seq {window.summary_through_seq}"
+            if window.summary_id is not None
+            else "no summary"
+        )
+        report.add_left_out(
+            left_out,
+            Finding(
+                title,
+                cid,
+                newest_seq,
+                f"{left_out} messages (seqs {floor + 1}..{window.first_seq - 1}) in neither window nor "
+                f"summary; {summary}, window history seqs {window.first_seq}..{window.last_seq}, "
+                f"{window.total_tokens} of {budget} tokens (system {window.system_tokens}, "
+                f"summary {window.summary_tokens}, history {window.history_tokens})",
+            ),
+        )
+
+
+def refresh_summary_counts(report: ReplayReport) -> None:
+    """Fill the report's summary counts from the database (a few queries per 500
+    conversations)."""
+    ids = report.conversation_ids
+    report.summaries_made = report.conversations_summarised = 0
+    report.long_conversations = report.long_conversations_summarised = 0
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        report.summaries_made += Summary.objects.filter(conversation_id__in=chunk).count()
+        for humans, summary_id in Conversation.objects.filter(pk__in=chunk).values_list(
+            "human_message_count", "summary_id"
+        ):
+            has_summary = summary_id is not None
+            report.conversations_summarised += has_summary
+            if humans >= LONG_CONVERSATION_HUMANS:
+                report.long_conversations += 1
+                report.long_conversations_summarised += has_summary
+
+
+def wait_for_compaction(
+    conversation_ids: Sequence[int], *, timeout: float, max_tokens: int | None = None, poll: float = 0.5
+) -> bool:
+    """Wait until no conversation in ``conversation_ids`` needs or runs a compaction (for
+    a window of ``max_tokens``), for at most ``timeout`` seconds: for replays whose
+    compactions run on a Celery worker.
+
+    Returns:
+        ``True`` when everything settled in time.
+    """
+    from agentmemory.compaction import BaseMemoryCompactor
+
+    deadline = time.monotonic() + timeout
+    pending = list(conversation_ids)
+    while True:
+        running = set(
+            Conversation.objects.filter(pk__in=pending, compaction_started_at__isnull=False).values_list(
+                "pk", flat=True
+            )
+        )
+        pending = [
+            cid
+            for cid in pending
+            if cid in running
+            or BaseMemoryCompactor(Conversation.objects, cid, None).needs_compaction(max_tokens=max_tokens)
+        ]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)

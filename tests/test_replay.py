@@ -1,0 +1,249 @@
+"""Tests of the transcript replay (``agentmemory.replay``) and ``manage.py replay_conversations``."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db.models import Sum
+
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.formats.transcripts import load_transcripts, parse_transcripts
+from agentmemory.messages import ChatMessage, Role
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.replay import ReplayReport, percentile, plan_turns, replay_transcripts
+
+SAMPLE = Path(__file__).resolve().parents[1] / "agentmemory" / "samples" / "support_demo.json"
+
+# Compaction is enqueued on transaction commit: these tests need real commits.
+replay_db = pytest.mark.django_db(transaction=True)
+
+
+def run_command(*args: str) -> list[str]:
+    out = StringIO()
+    call_command("replay_conversations", *args, "--no-progress", stdout=out)
+    return out.getvalue().splitlines()
+
+
+def numbers(lines: list[str]) -> dict[str, int]:
+    """``label: 1,234 ...`` report lines as ``{label: 1234}``."""
+    values = {}
+    for line in lines:
+        match = re.match(r"^([a-z ]+):\s+([\d,]+)", line)
+        if match:
+            values[match.group(1)] = int(match.group(2).replace(",", ""))
+    return values
+
+
+def test_plan_turns_pins_the_prompt_and_groups_each_turn() -> None:
+    system = ChatMessage.system("be brief")
+    greeting = ChatMessage.ai("Hi! How can I help?")
+    h1, a1, h2, h3 = (
+        ChatMessage.human("a"),
+        ChatMessage.ai("b"),
+        ChatMessage.human("c"),
+        ChatMessage.human("d"),
+    )
+
+    plan = plan_turns([system, greeting, h1, a1, h2, h3])
+
+    assert plan.prompt is system
+    assert plan.preamble == [greeting]
+    assert plan.turns == [(h1, [a1]), (h2, []), (h3, [])]
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+
+
+def test_report_ends_with_the_violation_count() -> None:
+    report = ReplayReport(max_tokens=1000, violation_count=3)
+
+    assert report.lines()[-1] == "Replay finished: 3 invariant violations"
+
+
+@replay_db
+def test_bundled_sample_replays_without_violations_and_compacts() -> None:
+    lines = run_command()
+
+    assert lines[-1] == "Replay finished: 0 invariant violations"
+    values = numbers(lines)
+    humans = Message.objects.filter(role=Role.HUMAN).count()
+    assert values["conversations"] == Conversation.objects.count() == 3
+    assert values["messages"] == Message.objects.count()
+    assert values["tokens stored"] == Message.objects.aggregate(total=Sum("token_count"))["total"]
+    assert values["windows built"] == humans
+    assert values["summaries made"] == Summary.objects.count() >= 1
+    assert values["context budget errors"] == 0
+    assert "left outside window and summary: 0 messages in 0 windows" in lines
+    # The issue's done-criterion: every conversation with >= 10 human messages has a summary.
+    long = Conversation.objects.filter(human_message_count__gte=10)
+    assert long.exists()
+    assert not long.filter(summary__isnull=True).exists()
+    assert "long conversations:   1 of 1 with >= 10 human messages have a summary" in lines
+
+
+@replay_db
+def test_parallel_tool_results_are_sent_in_call_order() -> None:
+    [long, *_] = load_transcripts(SAMPLE)
+    replay_transcripts([long])
+    conversation = Conversation.objects.get()
+
+    window = ContextWindowBuilder(conversation).build(100_000)
+
+    # The sample stores the results of one parallel call out of order on purpose (W4).
+    for i, message in enumerate(window.history):
+        if message.role is Role.AI and len(message.tool_calls) > 1:
+            results = window.history[i + 1 : i + 1 + len(message.tool_calls)]
+            assert [r.tool_call_id for r in results] == [c.id for c in message.tool_calls]
+
+
+@replay_db
+def test_a_broken_window_is_reported_with_conversation_seq_and_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build = ContextWindowBuilder.build
+
+    def skips_a_middle_message(self, max_tokens=None, **kwargs):  # type: ignore[no-untyped-def]
+        window = real_build(self, max_tokens, **kwargs)
+        history = window.history
+        if len(history) < 3:
+            return window
+        kept = [m for m in window.messages if m is not history[1]]
+        return dataclasses.replace(window, messages=kept)
+
+    monkeypatch.setattr(ContextWindowBuilder, "build", skips_a_middle_message)
+    out = StringIO()
+
+    with pytest.raises(CommandError, match=r"^\d+ invariant violations$") as info:
+        call_command("replay_conversations", "--no-progress", stdout=out)
+
+    assert info.value.returncode == 1
+    lines = out.getvalue().splitlines()
+    count = int(re.match(r"Replay finished: (\d+) invariant violations", lines[-1]).group(1))
+    assert count > 0
+    assert str(info.value) == f"{count} invariant violations"
+    shown = [line for line in lines if line.startswith("  ") and "C5: stored messages" in line]
+    assert shown
+    assert re.search(r"\(conversation \d+\), seq \d+: C5: stored messages \[\d+", shown[0])
+
+
+@replay_db
+def test_budget_errors_are_counted_and_the_replay_goes_on() -> None:
+    transcripts = load_transcripts(SAMPLE)
+    humans = sum(t.human_messages for t in transcripts)
+
+    # The sample's system prompt alone is over 60 tokens: its windows cannot be built.
+    report = replay_transcripts(transcripts, max_tokens=60)
+
+    assert report.budget_error_count > 0
+    assert report.windows_built + report.budget_error_count == humans
+    assert report.messages == Message.objects.count()
+    assert report.violation_count == 0
+    assert "needs" in report.budget_errors[0].text
+
+
+@replay_db
+def test_messages_outside_window_and_summary_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build = ContextWindowBuilder.build
+    # A window of one message: valid (C1-C5 hold) but it leaves older messages out.
+    monkeypatch.setattr(
+        ContextWindowBuilder,
+        "build",
+        lambda self, max_tokens=None: real_build(self, max_tokens, max_messages=1),
+    )
+    chat = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": "four"},
+        {"role": "user", "content": "five"},
+    ]
+
+    report = replay_transcripts(parse_transcripts([chat], "openai"))
+
+    assert report.violation_count == 0
+    assert report.left_out_messages == 2 + 4
+    assert report.windows_with_left_out == 2
+    assert "4 messages (seqs 1..4) in neither window nor summary; no summary" in report.left_out[-1].text
+
+
+@replay_db
+@pytest.mark.parametrize(
+    ("flag", "per_turn"),
+    [((), ["build", "compact"]), (("--compact-before-build",), ["compact", "build", "compact"])],
+)
+def test_compaction_is_asked_after_each_turn_and_optionally_before_the_build(
+    monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], per_turn: list[str]
+) -> None:
+    from agentmemory.compaction import BaseMemoryCompactor
+
+    calls: list[str] = []
+    real_build, real_compact = ContextWindowBuilder.build, BaseMemoryCompactor.compact_if_needed
+
+    def build(self, max_tokens=None, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("build")
+        return real_build(self, max_tokens, **kwargs)
+
+    def compact_if_needed(self, *, max_tokens=None):  # type: ignore[no-untyped-def]
+        calls.append("compact")
+        assert max_tokens == 3000
+        return real_compact(self, max_tokens=max_tokens)
+
+    monkeypatch.setattr(ContextWindowBuilder, "build", build)
+    monkeypatch.setattr(BaseMemoryCompactor, "compact_if_needed", compact_if_needed)
+    humans = sum(t.human_messages for t in load_transcripts(SAMPLE))
+
+    run_command(str(SAMPLE), "--max-tokens", "3000", *flag)
+
+    assert calls == per_turn * humans
+
+
+@replay_db
+def test_bad_input_is_a_command_error_naming_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "chats.json"
+    bad.write_text(
+        '[[{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c9", "content": "x"}]]'
+    )
+
+    with pytest.raises(
+        CommandError, match=r"chats.json: item 0 \(chats #1\): message 1: tool result for 'c9'"
+    ):
+        run_command(str(bad))
+    with pytest.raises(CommandError, match="--limit must be at least 1"):
+        run_command("--limit", "0")
+    assert not Conversation.objects.exists()
+
+
+@replay_db
+def test_tau_bench_slice_replays_without_violations(shared_data: Path) -> None:
+    lines = run_command(str(shared_data / "tau-bench-airline-gpt-4o.json"), "--limit", "3")
+
+    assert lines[-1] == "Replay finished: 0 invariant violations"
+    values = numbers(lines)
+    assert values["conversations"] == 3
+    assert values["messages"] == Message.objects.count()
+    assert values["windows built"] == Message.objects.filter(role=Role.HUMAN).count()
+    assert "left outside window and summary: 0 messages in 0 windows" in lines
+    assert set(Conversation.objects.values_list("agent_key", flat=True)) == {"tau-bench-airline"}
+
+
+@replay_db
+def test_locomo_slice_replays_with_summaries(shared_data: Path) -> None:
+    lines = run_command(str(shared_data / "locomo6.json"), "--limit", "1")
+
+    assert lines[-1] == "Replay finished: 0 invariant violations"
+    conversation = Conversation.objects.get()
+    assert conversation.agent_key == "locomo"
+    assert conversation.summary is not None
+    assert "left outside window and summary: 0 messages in 0 windows" in lines
+    first = Message.objects.get(conversation=conversation, seq=1)
+    assert first.role == Role.HUMAN
+    assert first.metadata["dia_id"] == "D1:1"
+    assert first.metadata["session_date_time"] == conversation.metadata["session_date_times"]["1"]
