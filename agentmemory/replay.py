@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentmemory.compaction import build_compactor
+from agentmemory.compaction import BaseMemoryCompactor, build_compactor
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.formats.transcripts import Transcript
@@ -126,8 +126,13 @@ class ReplayReport:
         long_conversations: replayed conversations with at least ``LONG_CONVERSATION_HUMANS``
             human messages; ``long_conversations_summarised`` of them have a summary.
         left_out_messages: over all windows, stored non-orphan messages after the summary
-            boundary (or the pinned prompt) and before the window's first history message;
+            boundary (or the pinned prompt) and before the window's first history message,
+            while no compaction was due or running (compaction had caught up);
             ``windows_with_left_out`` counts the windows where that was more than 0.
+        left_out_pending_messages: the same, in windows built while a compaction was due
+            or running (``windows_with_left_out_pending`` of them): compaction had not
+            caught up yet, e.g. a greeting before the first human message, folded after
+            the first turn.
         violation_count: C1-C5 violations (``violations`` keeps the first ones).
         budget_error_count: builds that raised ``ContextBudgetExceeded`` (C8; not a C1-C5
             violation, reported apart, ``budget_errors`` keeps the first ones).
@@ -148,6 +153,8 @@ class ReplayReport:
     long_conversations_summarised: int = 0
     left_out_messages: int = 0
     windows_with_left_out: int = 0
+    left_out_pending_messages: int = 0
+    windows_with_left_out_pending: int = 0
     violation_count: int = 0
     budget_error_count: int = 0
     violations: list[Finding] = field(default_factory=list)
@@ -203,7 +210,9 @@ class ReplayReport:
             f"long conversations:   {self.long_conversations_summarised:,} of {self.long_conversations:,} "
             f"with >= {LONG_CONVERSATION_HUMANS} human messages have a summary",
             f"left outside window and summary: {self.left_out_messages:,} messages "
-            f"in {self.windows_with_left_out:,} windows",
+            f"in {self.windows_with_left_out:,} windows once compaction had caught up "
+            f"({self.left_out_pending_messages:,} in {self.windows_with_left_out_pending:,} windows "
+            "while a compaction was due)",
             f"context budget errors: {self.budget_error_count:,}",
             f"build latency:        p50 {ms(self.build_p50_ms)}, p95 {ms(self.build_p95_ms)}",
             f"elapsed:              {self.elapsed_seconds:.1f} s ({rate:,.0f} messages/s)",
@@ -313,7 +322,7 @@ def _replay_one(
         else:
             report.build_ms.append((time.perf_counter() - t0) * 1000)
             report.windows_built += 1
-            _check_window(window, transcript.title, cid, budget, newest, pinned, report)
+            _check_window(window, transcript.title, cid, budget, newest, pinned, report, compactor)
         if rest:
             append(rest)
         compactor.compact_if_needed(max_tokens=budget)
@@ -327,6 +336,7 @@ def _check_window(
     newest_seq: int | None,
     pinned: bool,
     report: ReplayReport,
+    compactor: BaseMemoryCompactor,
 ) -> None:
     """C1-C5 on one window, and the messages it leaves outside both window and summary."""
     stored_seqs: list[int] = []
@@ -350,7 +360,10 @@ def _check_window(
         .exclude(role=Role.TOOL.value, exchange_seq__isnull=True)
         .count()
     )
-    if left_out:
+    if left_out and _compaction_due(compactor, cid, budget):
+        report.left_out_pending_messages += left_out
+        report.windows_with_left_out_pending += 1
+    elif left_out:
         summary = (
             f"summary through seq {window.summary_through_seq}"
             if window.summary_id is not None
@@ -368,6 +381,12 @@ def _check_window(
                 f"summary {window.summary_tokens}, history {window.history_tokens})",
             ),
         )
+
+
+def _compaction_due(compactor: BaseMemoryCompactor, cid: int, budget: int) -> bool:
+    """Whether compaction has not caught up: one is due (K1) or running (its lease)."""
+    running = Conversation.objects.filter(pk=cid, compaction_started_at__isnull=False).exists()
+    return running or compactor.needs_compaction(max_tokens=budget)
 
 
 def refresh_summary_counts(report: ReplayReport) -> None:
@@ -399,7 +418,6 @@ def wait_for_compaction(
     Returns:
         ``True`` when everything settled in time.
     """
-    from agentmemory.compaction import BaseMemoryCompactor
 
     deadline = time.monotonic() + timeout
     pending = list(conversation_ids)
