@@ -1,0 +1,35 @@
+# Developer entry points. Every target creates the virtual environment it needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## demo: set up, migrate and replay the bundled sample transcript (SQLite, eager Celery by default)
+demo: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json
+
+## test: run the test suite on DATABASE_URL (SQLite when unset)
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+bench: install
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench.run
