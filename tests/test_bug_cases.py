@@ -11,7 +11,8 @@ import json
 from datetime import datetime
 
 import pytest
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
@@ -400,7 +401,12 @@ def test_bug25_async_build_matches_sync_build() -> None:
     builder = ContextWindowBuilder(conv, token_counter=counter_for(c))
 
     async def run():  # type: ignore[no-untyped-def]
-        return await builder.abuild(c["params"]["max_tokens"])
+        try:
+            return await builder.abuild(c["params"]["max_tokens"])
+        finally:
+            # The build ran in a worker thread with its own connection: close it, or the
+            # test database cannot be dropped at teardown on PostgreSQL.
+            await sync_to_async(connections.close_all)()
 
     async_window = asyncio.run(run())
     sync_window = builder.build(c["params"]["max_tokens"])
