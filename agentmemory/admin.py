@@ -488,7 +488,9 @@ class SummaryAdmin(_ReadOnlyAdmin):
         "created_at",
     )
     list_select_related = ("conversation",)
-    list_filter = ("prompt_version", "created_at")
+    list_filter = ("prompt_version", "model", "created_at")
+    search_fields = ("=conversation__uuid", "conversation__title")
+    search_help_text = _("Search by conversation title or exact uuid.")
     show_full_result_count = False
     ordering = ("conversation_id", "-through_seq")
     fields = (

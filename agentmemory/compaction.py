@@ -178,9 +178,7 @@ class BaseMemoryCompactor:
             return False
         from agentmemory.tasks import compact_conversation
 
-        qualname = type(self).__qualname__
-        # A class defined inside a function cannot be imported by the worker: use the default.
-        path = None if "<locals>" in qualname else f"{type(self).__module__}.{qualname}"
+        path = _importable_path(type(self))
         # The task checks again when it runs: turns that arrive while a worker is busy
         # enqueue duplicates, and only the first of them has anything to do.
         task = partial(
@@ -490,6 +488,26 @@ def build_compactor(
     cls = import_string(compactor_class) if compactor_class else app_settings().import_compactor_class()
     history = PersistentChatHistory(conversation_id)
     return cls(Conversation.objects, conversation_id, llm or get_compaction_llm(), history)
+
+
+def _importable_path(cls: type) -> str | None:
+    """The dotted path a worker can import ``cls`` by, or ``None`` (with a warning) for a
+    class it could not find (defined in a function or in an interactive shell); the
+    worker then uses ``COMPACTOR_CLASS``."""
+    from django.utils.module_loading import import_string
+
+    path = f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        if "<locals>" not in path and import_string(path) is cls:
+            return path
+    except ImportError:
+        pass
+    logger.warning(
+        "compactor class %s cannot be imported by a Celery worker; the task will use "
+        "AGENTMEMORY['COMPACTOR_CLASS'] instead. Define compactor classes at module level.",
+        path,
+    )
+    return None
 
 
 def compact_if_needed(

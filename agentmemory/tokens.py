@@ -328,7 +328,7 @@ class ApproximateTokenCounter(BaseTokenCounter):
 
 
 class TiktokenCounter(BaseTokenCounter):
-    """Exact counts with tiktoken (optional dependency ``agentmemory[tiktoken]``).
+    """Exact counts with tiktoken (optional dependency ``django-agentmemory[tiktoken]``).
 
     Args:
         encoding: a tiktoken encoding name. ``cl100k_base`` falls back to the

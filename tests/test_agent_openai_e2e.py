@@ -174,7 +174,9 @@ def test_25_turns_with_parallel_tool_calls_and_compaction(fake_openai, eager_cel
 
 
 def _broker_url() -> str:
-    url = os.environ.get("TEST_REDIS_URL") or os.environ.get("CELERY_BROKER_URL") or ""
+    url = (
+        os.environ.get("TEST_REDIS_URL") or os.environ.get("CELERY_BROKER_URL") or "redis://127.0.0.1:6379/9"
+    )
     if not url.startswith(("redis://", "rediss://")):
         reason = "needs a Redis broker for a real Celery worker: set TEST_REDIS_URL=redis://127.0.0.1:6379/N"
         if os.environ.get("CI"):

@@ -505,3 +505,11 @@ def test_openapi_schema_and_docs_are_served(client):  # type: ignore[no-untyped-
     home = client.get("/")
     assert home.status_code == 200
     assert b"/admin/" in home.content and b"/api/docs/" in home.content
+
+
+def test_conversations_can_be_filtered_by_agent_key(api, user):  # type: ignore[no-untyped-def]
+    Conversation.objects.create(owner=user, agent_key="support", title="a")
+    Conversation.objects.create(owner=user, agent_key="sales", title="b")
+    response = api.get("/api/conversations/?agent_key=sales")
+    assert response.status_code == 200
+    assert [c["title"] for c in response.json()["results"]] == ["b"]

@@ -2,7 +2,7 @@
 
 The worker is ``celery -A project worker`` in a child process, connected to the same test
 database (data is committed: ``django_db(transaction=True)``) and to the broker in
-``TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/4``). Its summariser is
+``TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/9``). Its summariser is
 ``tests.helpers_concurrency.FixedSummaryModel``, set through ``AGENTMEMORY_COMPACTION_LLM``.
 Locally the test skips when Redis is unreachable; in CI (``CI`` set) it fails instead.
 """
@@ -28,7 +28,7 @@ from tests.helpers_concurrency import FIXED_SUMMARY, ROOT, child_env
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/4"
+BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
 SUMMARY_TIMEOUT = 60  # seconds
 
 

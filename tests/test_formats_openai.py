@@ -309,3 +309,22 @@ def test_to_openai_refuses_tool_message_without_id_and_unserialisable_arguments(
     with pytest.raises(InvalidMessageError, match="not JSON-serialisable") as info:
         to_openai_messages([ChatMessage.ai(tool_calls=[ToolCall("c1", "f", {"when": object()})])])
     assert info.value.index == 0
+
+
+def test_sdk_response_message_object_is_accepted() -> None:
+    """``from_openai(response.choices[0].message)`` works without ``model_dump()`` first."""
+    from openai.types.chat import ChatCompletionMessage
+
+    sdk_message = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": 7}'}}
+            ],
+        }
+    )
+    message = from_openai(sdk_message)
+    assert message.content is None
+    assert message.tool_calls[0].arguments == {"id": 7}
+    assert from_openai(ChatCompletionMessage(role="assistant", content="Hi")).content == "Hi"

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -116,6 +116,13 @@ class _ConversationScoped:
 
 
 @extend_schema(tags=["conversations"])
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter("agent_key", OpenApiTypes.STR, description="Only this agent's conversations.")
+        ]
+    )
+)
 class ConversationViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -136,6 +143,9 @@ class ConversationViewSet(
 
     def get_queryset(self) -> QuerySet[Conversation]:
         qs = Conversation.objects.for_user(self.request.user)
+        agent_key = self.request.query_params.get("agent_key")
+        if self.action == "list" and agent_key is not None:
+            qs = qs.for_agent(agent_key)
         if self.action == "retrieve":
             qs = qs.select_related("summary")
         return qs

@@ -1,6 +1,6 @@
 """Converters between ``ChatMessage`` and LangChain messages (``langchain_core.messages``).
 
-Needs ``langchain-core`` (the optional extra ``pip install 'agentmemory[langchain]'``); importing
+Needs ``langchain-core`` (the optional extra ``pip install 'django-agentmemory[langchain]'``); importing
 this module without it raises ``ImportError`` with that hint.
 
 LangChain shapes (``langchain_core.messages``, v0.3 and v1): ``SystemMessage``, ``HumanMessage``,
@@ -32,7 +32,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the package
     raise ImportError(
         "agentmemory.formats.langchain needs the 'langchain-core' package; install it with: "
-        "pip install 'agentmemory[langchain]'"
+        "pip install 'django-agentmemory[langchain]'"
     ) from exc
 
 from agentmemory.exceptions import InvalidMessageError

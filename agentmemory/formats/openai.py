@@ -115,7 +115,7 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
 
     Args:
         message: a request message (``{"role", "content", ...}``) or a response's
-            ``choices[i].message`` dumped to a dict.
+            ``choices[i].message``, as a dict or as the ``openai`` SDK's object.
 
     Returns:
         The ``ChatMessage``. ``content: null`` stays ``None`` (an assistant message that only
@@ -131,6 +131,10 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             id), duplicate call ids; ``tool_calls`` on a non-assistant message; a tool message
             without ``tool_call_id``.
     """
+    if not isinstance(message, Mapping) and callable(getattr(message, "model_dump", None)):
+        # An SDK object such as ``response.choices[0].message`` (a pydantic model); its
+        # unset optional fields (``function_call``, ``audio``, ...) come out as None.
+        message = message.model_dump(exclude_none=True) | {"content": message.content}  # type: ignore[attr-defined]
     if not isinstance(message, Mapping):
         raise InvalidMessageError(f"an OpenAI message must be an object, not {type(message).__name__}")
     role_name = message.get("role")

@@ -1,7 +1,7 @@
 """``ChatModel`` adapter for the Anthropic Messages API (``POST {base_url}/v1/messages``).
 
 Built on the official ``anthropic`` SDK (an optional dependency: ``pip install
-'agentmemory[anthropic]'``). The SDK retries 408/409/429/5xx (529 "overloaded" included) and
+'django-agentmemory[anthropic]'``). The SDK retries 408/409/429/5xx (529 "overloaded" included) and
 connection errors itself (``max_retries``, exponential backoff honouring ``retry-after-ms`` and
 ``retry-after``); only when those retries are exhausted does this adapter raise
 ``TransientLLMError``, so callers (Celery tasks) can retry later.
@@ -39,7 +39,7 @@ def _import_anthropic() -> Any:
         import anthropic
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise LLMError(
-            "the 'anthropic' package is not installed; install it with: pip install 'agentmemory[anthropic]'"
+            "the 'anthropic' package is not installed; install it with: pip install 'django-agentmemory[anthropic]'"
         ) from exc
     return anthropic
 

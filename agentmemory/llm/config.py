@@ -154,7 +154,7 @@ def _build(backend: str, options: dict[str, Any], where: str) -> ChatModel:
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"{where}: cannot import BACKEND {backend!r}: {exc} (is its package installed? e.g. "
-            "pip install 'agentmemory[openai]', 'agentmemory[anthropic]' or 'agentmemory[langchain]')"
+            "pip install 'django-agentmemory[openai]', 'django-agentmemory[anthropic]' or 'django-agentmemory[langchain]')"
         ) from exc
     if not callable(factory):
         raise ImproperlyConfigured(f"{where}: BACKEND {backend!r} is not a class or factory function")
@@ -225,7 +225,7 @@ def llm_from_env(environ: Mapping[str, str] | None = None) -> ChatModel | None:
         except ImportError as exc:
             raise ImproperlyConfigured(
                 f"the {candidate} provider is configured by the environment but its SDK is missing: {exc}; "
-                f"install it with: pip install 'agentmemory[{candidate}]'"
+                f"install it with: pip install 'django-agentmemory[{candidate}]'"
             ) from exc
         return model_class.from_env(env)
     return None

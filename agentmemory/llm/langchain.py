@@ -1,6 +1,6 @@
 """``ChatModel`` adapter over any LangChain chat model (``langchain_core`` ``BaseChatModel``).
 
-Needs ``langchain-core`` (``pip install 'agentmemory[langchain]'``) plus the integration package
+Needs ``langchain-core`` (``pip install 'django-agentmemory[langchain]'``) plus the integration package
 of the model (``langchain-openai``, ``langchain-anthropic``, ``langchain-ollama``, ...).
 """
 

@@ -1,6 +1,6 @@
 """``ChatModel`` adapter for OpenAI-compatible chat-completions endpoints (OpenAI, Azure, vLLM, Ollama).
 
-Built on the official ``openai`` SDK (an optional dependency: ``pip install agentmemory[openai]``).
+Built on the official ``openai`` SDK (an optional dependency: ``pip install django-agentmemory[openai]``).
 The SDK retries 408/409/429/5xx responses and connection errors itself (``max_retries``, with
 backoff honouring ``retry-after-ms``/``retry-after`` headers); only when those retries are
 exhausted does this adapter raise ``TransientLLMError``, so callers (Celery tasks) can retry later.
@@ -38,7 +38,7 @@ def _import_openai() -> Any:
         import openai
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise LLMError(
-            "the 'openai' package is not installed; install it with: pip install 'agentmemory[openai]'"
+            "the 'openai' package is not installed; install it with: pip install 'django-agentmemory[openai]'"
         ) from exc
     return openai
 
