@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,23 +57,54 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     return pk
 
 
-def _has_nul(value: Any) -> bool:
+#: deepest nesting accepted in tool arguments and metadata (JSON objects and arrays)
+MAX_JSON_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text, or ``None``: PostgreSQL refuses NUL bytes and
+    no database can encode a lone UTF-16 surrogate (``"\\ud800"``) as UTF-8."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if _SURROGATE.search(value):
+        return "contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
+def json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not a storable JSON value, or ``None``: non-string object keys
+    (they would be rewritten as strings), NaN or infinities, nesting deeper than
+    ``MAX_JSON_DEPTH``, text that ``text_problem`` refuses, or a non-JSON type."""
+    if depth > MAX_JSON_DEPTH:
+        return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+    if value is None or isinstance(value, bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "contains NaN or an infinity"
     if isinstance(value, str):
-        return "\x00" in value
+        return text_problem(value)
     if isinstance(value, Mapping):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"has a non-string key {key!r}"
+            problem = text_problem(key) or json_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
     if isinstance(value, list | tuple):
-        return any(_has_nul(v) for v in value)
-    return False
+        for item in value:
+            problem = json_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
+    return f"holds a {type(value).__name__}, which is not a JSON type"
 
 
 def _check_json(value: Any, what: str, index: int) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(f"{what} is not JSON-serialisable: {exc}", index=index) from exc
-    if _has_nul(value):
-        raise InvalidMessageError(f"{what} contains a NUL character", index=index)
+    problem = json_problem(value)
+    if problem:
+        raise InvalidMessageError(f"{what} {problem}", index=index)
 
 
 @dataclass
@@ -113,8 +145,9 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
     if content is not None and not isinstance(content, str):
         raise InvalidMessageError(f"content must be text or None, not {type(content).__name__}", index=index)
     if content is not None:
-        if "\x00" in content:
-            raise InvalidMessageError("content contains a NUL character", index=index)
+        problem = text_problem(content)
+        if problem:
+            raise InvalidMessageError(f"content {problem}", index=index)
         if len(content) > max_chars:
             raise InvalidMessageError(
                 f"content has {len(content)} characters, over the maximum of {max_chars} "
@@ -125,11 +158,18 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
         value = getattr(message, field_name)
         if not isinstance(value, str):
             raise InvalidMessageError(f"{field_name} must be a string", index=index)
-        if "\x00" in value:
-            raise InvalidMessageError(f"{field_name} contains a NUL character", index=index)
+        problem = text_problem(value)
+        if problem:
+            raise InvalidMessageError(f"{field_name} {problem}", index=index)
         if len(value) > _MAX_SHORT:
             raise InvalidMessageError(f"{field_name} is longer than {_MAX_SHORT} characters", index=index)
-    _check_json(dict(message.metadata or {}), "metadata", index)
+    if not isinstance(message.metadata, Mapping):
+        raise InvalidMessageError(
+            f"metadata must be a JSON object, not {type(message.metadata).__name__}", index=index
+        )
+    _check_json(message.metadata, "metadata", index)
+    if not isinstance(message.tool_calls, tuple | list):
+        raise InvalidMessageError("tool_calls must be a list of ToolCall objects", index=index)
     role = message.role
     if role in (Role.HUMAN, Role.SYSTEM) and content is None:
         raise InvalidMessageError(f"a {role} message needs content (text, possibly empty)", index=index)
@@ -139,7 +179,9 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
         raise InvalidMessageError("an ai message needs content or tool calls", index=index)
     if role is Role.TOOL:
         if not message.tool_call_id:
-            raise InvalidMessageError("a tool result needs the tool_call_id of the call it answers", index=index)
+            raise InvalidMessageError(
+                "a tool result needs the tool_call_id of the call it answers", index=index
+            )
         if content is None:
             raise InvalidMessageError("a tool result needs content (text, possibly empty)", index=index)
     elif message.tool_call_id:
@@ -148,19 +190,27 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
             raise InvalidMessageError("tool_calls must hold ToolCall objects", index=index)
-        if not call.id or not isinstance(call.id, str) or len(call.id) > _MAX_SHORT or "\x00" in call.id:
+        if not isinstance(call.id, str) or not call.id or len(call.id) > _MAX_SHORT or text_problem(call.id):
             raise InvalidMessageError(f"tool call id {call.id!r} is empty, too long or not text", index=index)
         if call.id in seen:
             raise InvalidMessageError(f"tool call id {call.id!r} appears twice", index=index)
         seen.add(call.id)
-        if not call.name or not isinstance(call.name, str) or "\x00" in call.name:
-            raise InvalidMessageError(f"tool call {call.id!r} needs a name", index=index)
+        if (
+            not isinstance(call.name, str)
+            or not call.name
+            or len(call.name) > _MAX_SHORT
+            or text_problem(call.name)
+        ):
+            raise InvalidMessageError(
+                f"tool call {call.id!r} needs a name of at most {_MAX_SHORT} characters of text", index=index
+            )
         if not isinstance(call.arguments, Mapping):
             raise InvalidMessageError(
-                f"arguments of tool call {call.id!r} must be a JSON object, not {type(call.arguments).__name__}",
+                f"arguments of tool call {call.id!r} must be a JSON object, "
+                f"not {type(call.arguments).__name__}",
                 index=index,
             )
-        _check_json(dict(call.arguments), f"arguments of tool call {call.id!r}", index)
+        _check_json(call.arguments, f"arguments of tool call {call.id!r}", index)
 
 
 def _link_exchange(
@@ -170,13 +220,24 @@ def _link_exchange(
 
     Strict mode refuses a tool result that answers no earlier unanswered call and any other
     message while calls are unanswered (OpenAI and Anthropic both reject such histories).
-    Relaxed mode (legacy imports) stores such results as orphans, which context windows skip.
+    Relaxed mode (legacy imports) stores such results as orphans, which context windows skip,
+    and joins AI messages that call tools before earlier calls are answered into one
+    exchange (bug case BUG-05).
     """
     if message.role is Role.AI and message.tool_calls:
         ids = [c.id for c in message.tool_calls]
         clash = set(ids) & set(state.pending)
         if clash:
-            raise InvalidMessageError(f"tool call id(s) {sorted(clash)} are already awaiting results", index=index)
+            raise InvalidMessageError(
+                f"tool call id(s) {sorted(clash)} are already awaiting results", index=index
+            )
+        if state.pending and strict:
+            # OpenAI and Anthropic want the results right after the message that called.
+            raise InvalidMessageError(
+                f"tool call(s) {state.pending} still await results; append them before another ai "
+                "message (or cancel_pending_tool_calls())",
+                index=index,
+            )
         if state.open_seq is None:
             state.open_seq = seq
         state.pending.extend(ids)
@@ -199,7 +260,7 @@ def _link_exchange(
         if strict:
             raise InvalidMessageError(
                 f"tool call(s) {state.pending} still await results; append them before a {message.role} "
-                "message",
+                "message (or cancel_pending_tool_calls())",
                 index=index,
             )
         state.pending = []
@@ -265,7 +326,9 @@ class PersistentChatHistory:
 
         with transaction.atomic():
             try:
-                conv = Conversation.objects.select_for_update().only(*_LOCK_FIELDS).get(pk=self.conversation_id)
+                conv = (
+                    Conversation.objects.select_for_update().only(*_LOCK_FIELDS).get(pk=self.conversation_id)
+                )
             except Conversation.DoesNotExist as exc:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist") from exc
             state = _ExchangeState(conv.open_exchange_seq, list(conv.pending_tool_call_ids or []))
@@ -311,6 +374,37 @@ class PersistentChatHistory:
             sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
         )
         return stored
+
+    def cancel_pending_tool_calls(self, reason: str = "the tool call was cancelled") -> list[ChatMessage]:
+        """Answer every tool call still awaiting its result with an error result
+        (``"Error: <reason>"``), so the conversation can go on after a client died between
+        a call and its results.
+
+        Returns:
+            The tool results stored (empty when no call was pending), in call order.
+
+        Raises:
+            ConversationNotFound: the conversation does not exist (any more).
+            InvalidMessageError: ``reason`` is not storable text.
+        """
+        for attempt in range(2):
+            pending = (
+                Conversation.objects.filter(pk=self.conversation_id)
+                .values_list("pending_tool_call_ids", flat=True)
+                .first()
+            )
+            if pending is None:
+                raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
+            if not pending:
+                return []
+            results = [ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id) for call_id in pending]
+            try:
+                return self.add_messages(results)
+            except InvalidMessageError:
+                if attempt:
+                    raise
+                # Another writer answered some of them meanwhile: read the pending calls again.
+        return []
 
     def clear(self) -> None:
         """Delete every message and summary of the conversation; ``seq`` keeps counting up

@@ -449,3 +449,70 @@ def test_deleting_a_conversation_removes_its_messages_and_summaries(history, con
     with pytest.raises(ConversationNotFound):
         history.clear()
     assert not Message.objects.filter(conversation_id=pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage.human("lone surrogate \ud800"),
+        ChatMessage.human("hi", metadata={"k": "\udfff"}),
+        ChatMessage.human("hi", metadata={1: "a", "1": "b"}),
+        ChatMessage.human("hi", metadata="not an object"),  # type: ignore[arg-type]
+        ChatMessage.ai(None, [ToolCall(id="\ud800", name="f", arguments={})]),
+        ChatMessage.ai(None, [ToolCall(id="c1", name="f" * 300, arguments={})]),
+        ChatMessage.ai(None, [ToolCall(id="c1", name="f", arguments={"x": float("nan")})]),
+    ],
+    ids=[
+        "surrogate-content",
+        "surrogate-metadata",
+        "int-key",
+        "metadata-type",
+        "surrogate-id",
+        "long-name",
+        "nan",
+    ],
+)
+def test_unstorable_text_and_json_are_refused_before_anything_is_written(message) -> None:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create()
+    with pytest.raises(InvalidMessageError):
+        PersistentChatHistory(conv).add_messages([ChatMessage.human("first"), message])
+    assert not Message.objects.filter(conversation=conv).exists()
+
+
+@pytest.mark.django_db
+def test_deeply_nested_arguments_are_refused_not_a_recursion_error() -> None:
+    nested: dict = {}
+    for _ in range(1000):
+        nested = {"a": nested}
+    conv = Conversation.objects.create()
+    with pytest.raises(InvalidMessageError, match="nested deeper"):
+        PersistentChatHistory(conv).add_message(
+            ChatMessage.ai(None, [ToolCall(id="c", name="f", arguments=nested)])
+        )
+
+
+@pytest.mark.django_db
+def test_strict_mode_refuses_a_second_tool_call_message_before_the_results() -> None:
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
+    with pytest.raises(InvalidMessageError, match="still await results"):
+        history.add_message(ChatMessage.ai(None, [ToolCall(id="b1", name="f")]))
+
+
+@pytest.mark.django_db
+def test_cancel_pending_tool_calls_unblocks_the_conversation() -> None:
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv)
+    calls = [ToolCall(id="a1", name="f"), ToolCall(id="a2", name="g")]
+    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, calls)])
+    with pytest.raises(InvalidMessageError):
+        history.add_message(ChatMessage.human("are you there?"))
+    results = history.cancel_pending_tool_calls("the client disconnected")
+    assert [(m.tool_call_id, m.content) for m in results] == [
+        ("a1", "Error: the client disconnected"),
+        ("a2", "Error: the client disconnected"),
+    ]
+    history.add_message(ChatMessage.human("are you there?"))
+    assert history.cancel_pending_tool_calls() == []
