@@ -4,6 +4,7 @@ context windows (C1-C5, C8), cascading deletes (S2), query counts and the OpenAP
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from django.db import connection
@@ -513,3 +514,34 @@ def test_conversations_can_be_filtered_by_agent_key(api, user):  # type: ignore[
     response = api.get("/api/conversations/?agent_key=sales")
     assert response.status_code == 200
     assert [c["title"] for c in response.json()["results"]] == ["b"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"role": ["human"], "content": "hi"},
+        {"role": {}, "content": "hi"},
+        {"role": "human", "content": "hi", "metadata": {"k": "\ud800"}},
+        {"role": "human", "content": "hi", "metadata": []},
+        {"role": "human", "content": "hi", "name": False},
+        {"role": "ai", "content": None, "tool_calls": False},
+    ],
+)
+def test_malformed_messages_are_a_400_and_nothing_is_stored(api, user, body):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user)
+    # json.dumps escapes a lone surrogate as \ud800, as a client would send it.
+    response = api.post(conv_url(conv, "messages/"), json.dumps(body), content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert not Message.objects.filter(conversation=conv).exists()
+
+
+def test_conversation_metadata_with_a_lone_surrogate_is_refused(api, user):  # type: ignore[no-untyped-def]
+    body = json.dumps({"title": "t", "metadata": {"k": "\ud800"}})
+    response = api.post("/api/conversations/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert not Conversation.objects.exists()
+
+
+def test_oversized_budget_parameters_are_a_400(api, user):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user)
+    assert api.get(conv_url(conv, f"context/?max_tokens={2**62}")).status_code == 400

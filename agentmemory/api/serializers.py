@@ -25,6 +25,7 @@ from rest_framework import serializers
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
+from agentmemory.history import json_problem
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
@@ -94,7 +95,7 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
             index=index,
         )
     raw_role = data.get("role")
-    if raw_role in _OPENAI_ROLES:
+    if isinstance(raw_role, str) and raw_role in _OPENAI_ROLES:
         raise InvalidMessageError(
             f"role {raw_role!r} is an OpenAI role; the native role is {_OPENAI_ROLES[raw_role]!r} "
             "(or send OpenAI messages with ?format=openai)",
@@ -109,15 +110,15 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
         raise InvalidMessageError(
             f"content must be a string or null, not {type(content).__name__}", index=index
         )
-    raw_calls = data.get("tool_calls") or []
+    raw_calls = data.get("tool_calls", [])
     if not isinstance(raw_calls, list):
         raise InvalidMessageError("tool_calls must be a list", index=index)
     tool_calls = tuple(_tool_call_from_native(call, i, index) for i, call in enumerate(raw_calls))
-    tool_call_id, name = data.get("tool_call_id") or "", data.get("name") or ""
+    tool_call_id, name = data.get("tool_call_id", ""), data.get("name", "")
     for key, value in (("tool_call_id", tool_call_id), ("name", name)):
         if not isinstance(value, str):
             raise InvalidMessageError(f"{key} must be a string", index=index)
-    metadata = data.get("metadata") or {}
+    metadata = data.get("metadata", {})
     if not isinstance(metadata, Mapping):
         raise InvalidMessageError("metadata must be an object", index=index)
     return ChatMessage(
@@ -252,16 +253,6 @@ class SummarySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 class ConversationSerializer(serializers.ModelSerializer):
     """A conversation; the id is the public ``uuid``. Counters are maintained by the store."""
 
@@ -292,8 +283,9 @@ class ConversationSerializer(serializers.ModelSerializer):
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise serializers.ValidationError("metadata must be a JSON object.")
-        if _has_nul(value):
-            raise serializers.ValidationError("metadata must not contain NUL characters.")
+        problem = json_problem(value)
+        if problem:
+            raise serializers.ValidationError(f"metadata {problem}.")
         return value
 
     def update(self, instance: Conversation, validated_data: dict[str, Any]) -> Conversation:

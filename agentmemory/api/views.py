@@ -75,6 +75,10 @@ def message_format(request: Request) -> str:
     return value
 
 
+#: largest integer accepted in query parameters (SQLite integers are 64-bit; budgets are far below)
+MAX_QUERY_INT = 10**9
+
+
 def _positive_int_param(request: Request, name: str, *, default: int | None) -> int | None:
     raw = request.query_params.get(name)
     if raw in (None, ""):
@@ -85,6 +89,8 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
         raise serializers.ValidationError({name: ["Must be an integer."]}) from None
     if value < (1 if name == "max_tokens" else 0):
         raise serializers.ValidationError({name: ["Must be positive." if name == "max_tokens" else ">= 0."]})
+    if value > MAX_QUERY_INT:
+        raise serializers.ValidationError({name: [f"At most {MAX_QUERY_INT:,}."]})
     return value
 
 

@@ -138,6 +138,8 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
     if not isinstance(message, Mapping):
         raise InvalidMessageError(f"an OpenAI message must be an object, not {type(message).__name__}")
     role_name = message.get("role")
+    if not isinstance(role_name, str) and role_name is not None:
+        raise InvalidMessageError(f"unknown OpenAI role: a {type(role_name).__name__}, not a string")
     if role_name == "function":
         raise InvalidMessageError(
             "the legacy 'function' role is not supported; use 'tool' messages with a tool_call_id "

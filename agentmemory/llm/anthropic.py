@@ -39,7 +39,8 @@ def _import_anthropic() -> Any:
         import anthropic
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise LLMError(
-            "the 'anthropic' package is not installed; install it with: pip install 'django-agentmemory[anthropic]'"
+            "the 'anthropic' package is not installed; install it with: "
+            "pip install 'django-agentmemory[anthropic]'"
         ) from exc
     return anthropic
 

@@ -154,7 +154,8 @@ def _build(backend: str, options: dict[str, Any], where: str) -> ChatModel:
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"{where}: cannot import BACKEND {backend!r}: {exc} (is its package installed? e.g. "
-            "pip install 'django-agentmemory[openai]', 'django-agentmemory[anthropic]' or 'django-agentmemory[langchain]')"
+            "pip install 'django-agentmemory[openai]', 'django-agentmemory[anthropic]' or "
+            "'django-agentmemory[langchain]')"
         ) from exc
     if not callable(factory):
         raise ImproperlyConfigured(f"{where}: BACKEND {backend!r} is not a class or factory function")
