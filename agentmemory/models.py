@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
@@ -31,6 +31,20 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
 
     def for_agent(self, agent_key: str) -> ConversationQuerySet:
         return self.filter(agent_key=agent_key)
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete the conversations with their messages and summaries (S2), after taking
+        their row locks: an append in flight finishes first, a later one finds the
+        conversation gone (``ConversationNotFound``) instead of failing the delete with a
+        foreign-key error at commit."""
+        with transaction.atomic(using=self.db):
+            list(
+                self.model._default_manager.using(self.db)
+                .select_for_update()
+                .filter(pk__in=self.values("pk"))
+                .values_list("pk", flat=True)
+            )
+            return super().delete()
 
 
 class Conversation(models.Model):
@@ -110,6 +124,14 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.uuid}"
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """Delete with messages and summaries, after the row lock (see
+        ``ConversationQuerySet.delete``)."""
+        using = using or router.db_for_write(Conversation, instance=self)
+        with transaction.atomic(using=using):
+            Conversation.objects.using(using).select_for_update().filter(pk=self.pk).exists()
+            return super().delete(using=using, keep_parents=keep_parents)
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
