@@ -30,6 +30,6 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
+## bench: run the benchmarks on DATABASE_URL (PostgreSQL; see docs/benchmarks.md)
 bench: install
-	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench.run

@@ -1,0 +1,1 @@
+"""Benchmarks of agentmemory against peer systems (see docs/benchmarks.md); run ``python -m bench.run``."""

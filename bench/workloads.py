@@ -1,0 +1,513 @@
+"""Timed workloads: window builds, peak memory of a build, appends, and the compaction replay."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import statistics
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from agentmemory.messages import ChatMessage, ToolCall
+from bench.approaches import APPROACHES, LOWER_BOUND, Approach, explain_difference, window_key
+from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Dataset, Target
+
+# --------------------------------------------------------------------------- statistics
+
+
+def summarize(seconds: Sequence[float]) -> dict[str, float]:
+    """Median, p95, min and max of timings, in milliseconds (p95 by nearest rank)."""
+    ordered = sorted(seconds)
+    p95 = ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))]
+    return {
+        "median_ms": statistics.median(ordered) * 1000,
+        "p95_ms": p95 * 1000,
+        "min_ms": ordered[0] * 1000,
+        "max_ms": ordered[-1] * 1000,
+        "n": len(ordered),
+    }
+
+
+# --------------------------------------------------------------------------- builds
+
+
+@dataclass
+class BuildResult:
+    """Timings and window of one approach at one conversation length."""
+
+    approach: str
+    size: int
+    timings: list[float] = field(default_factory=list)
+    window: list[tuple[int, str, str]] = field(default_factory=list)
+    window_tokens: int = 0
+    same_as_reference: bool = True
+    difference: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _window_tokens(approach: str, result: Any, stored: Mapping[int, int]) -> int:
+    return sum(stored.get(seq, 0) for seq, _, _ in window_key(approach, result))
+
+
+def _stored_counts(target: Target, seqs: list[int]) -> dict[int, int]:
+    if not seqs:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT seq, token_count FROM agentmemory_message WHERE conversation_id = %s AND seq = ANY(%s)",
+            [target.conversation_id, seqs],
+        )
+        return dict(cur.fetchall())
+
+
+def time_builds(
+    dataset: Dataset,
+    *,
+    budget: int,
+    runs: int,
+    warmup: int,
+    approaches: Sequence[Approach] = APPROACHES,
+    slow_warmup: int = 1,
+    log: Callable[[str], None] = print,
+) -> dict[int, dict[str, BuildResult]]:
+    """Time every approach on every target conversation.
+
+    For each length, all approaches are set up, warmed up (``warmup`` builds; ``slow_warmup``
+    for approaches that take over 100 ms a build), then built ``runs`` times in rounds, one
+    build of each approach per round, so that drifts of the machine hit all of them alike.
+    The approaches that read only the tail (agentmemory and the lower bound) have rounds of
+    their own: a build that loads a whole conversation evicts caches and would slow the next
+    build, which would flatter the ratio to the lower bound. Each window is compared with
+    agentmemory's.
+    """
+    results: dict[int, dict[str, BuildResult]] = {}
+    for size in sorted(dataset.targets):
+        target = dataset.targets[size]
+        builders: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {}
+        per: dict[str, BuildResult] = {}
+        started = time.perf_counter()
+        try:
+            for approach in approaches:
+                build, close = approach.setup(target, budget)
+                builders[approach.key] = (build, close)
+                first_started = time.perf_counter()
+                result = build()
+                first = time.perf_counter() - first_started
+                for _ in range(max(0, (slow_warmup if first > 0.1 else warmup) - 1)):
+                    build()
+                per[approach.key] = BuildResult(approach.key, size, window=window_key(approach.key, result))
+                stored = _stored_counts(target, [k[0] for k in per[approach.key].window])
+                per[approach.key].window_tokens = _window_tokens(approach.key, result, stored)
+            for group in _groups(builders):
+                for _ in range(runs):
+                    for key in group:
+                        build = builders[key][0]
+                        gc.collect(0)
+                        t0 = time.perf_counter()
+                        build()
+                        per[key].timings.append(time.perf_counter() - t0)
+        finally:
+            for _, close in builders.values():
+                close()
+        reference = per["agentmemory"].window if "agentmemory" in per else next(iter(per.values())).window
+        for result in per.values():
+            result.difference = explain_difference(reference, result.window)
+            result.same_as_reference = not result.difference
+        lower = builders.get(LOWER_BOUND)
+        if lower is not None and hasattr(lower[0], "stats"):
+            per[LOWER_BOUND].extra["second_reads"] = lower[0].stats.retries  # type: ignore[attr-defined]
+        results[size] = per
+        medians = ", ".join(f"{k} {statistics.median(r.timings) * 1000:.2f} ms" for k, r in per.items())
+        log(f"  H={size:,}: {medians} ({time.perf_counter() - started:.0f} s)")
+        for key, result in per.items():
+            if result.difference:
+                log(f"  !! H={size:,} {key} returns a different window: {result.difference}")
+    return results
+
+
+#: approaches that read only the tail of a conversation
+TAIL_READERS = ("agentmemory", LOWER_BOUND)
+
+
+def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
+    tail = [k for k in builders if k in TAIL_READERS]
+    whole = [k for k in builders if k not in TAIL_READERS]
+    return [g for g in (tail, whole) if g]
+
+
+def agentmemory_queries(target: Target, budget: int) -> int:
+    """Queries one agentmemory build issues (counted with Django's query capture)."""
+    from django.test.utils import CaptureQueriesContext
+
+    build, close = APPROACHES[0].setup(target, budget)
+    try:
+        build()
+        with CaptureQueriesContext(connection) as ctx:
+            build()
+    finally:
+        close()
+    return len(ctx.captured_queries)
+
+
+def peak_memory(target: Target, budget: int, approaches: Sequence[Approach] = APPROACHES) -> dict[str, int]:
+    """Peak Python heap (bytes, by ``tracemalloc``) of one build per approach. Memory that
+    libpq holds for a result set outside Python's allocator is not included."""
+    peaks: dict[str, int] = {}
+    for approach in approaches:
+        build, close = approach.setup(target, budget)
+        try:
+            build()
+            gc.collect()
+            tracemalloc.start()
+            result = build()
+            peaks[approach.key] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            del result
+        finally:
+            close()
+    return peaks
+
+
+# --------------------------------------------------------------------------- appends
+
+_APPEND_WORDS = ("the", "booking", "flight", "seat", "refund", "change", "baggage", "upgrade", "ticket")
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choices(_APPEND_WORDS, k=words)).capitalize() + "."
+
+
+def _turns(rng: random.Random, count: int, prefix: str) -> list[ChatMessage]:
+    """``count`` valid messages: human, ai, every third turn a tool exchange."""
+    out: list[ChatMessage] = []
+    turn = 0
+    while len(out) < count:
+        turn += 1
+        out.append(ChatMessage.human(_text(rng, rng.randint(8, 40))))
+        if turn % 3 == 0 and count - len(out) >= 3:
+            call = ToolCall(
+                id=f"{prefix}_{turn}", name="get_reservation_details", arguments={"id": f"R{turn}"}
+            )
+            out.append(ChatMessage.ai(None, [call]))
+            out.append(
+                ChatMessage.tool(json.dumps({"id": f"R{turn}", "status": "confirmed"}), tool_call_id=call.id)
+            )
+        if len(out) < count:
+            out.append(ChatMessage.ai(_text(rng, rng.randint(20, 120))))
+    return out[:count]
+
+
+def _scratch_conversation() -> Any:
+    from agentmemory.models import Conversation
+
+    return Conversation.objects.create(agent_key="bench:appends", title="bench appends (temporary)")
+
+
+def _delete_conversation(conversation_id: int) -> None:
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM agentmemory_message WHERE conversation_id = %s", [conversation_id])
+        cur.execute("DELETE FROM agentmemory_conversation WHERE id = %s", [conversation_id])
+
+
+def _to_langchain(messages: Sequence[ChatMessage]) -> list[Any]:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    out: list[Any] = []
+    for m in messages:
+        if m.role == "human":
+            out.append(HumanMessage(m.text))
+        elif m.role == "ai":
+            calls = [
+                {"name": c.name, "args": dict(c.arguments), "id": c.id, "type": "tool_call"}
+                for c in m.tool_calls
+            ]
+            out.append(AIMessage(m.text, tool_calls=calls))
+        else:
+            out.append(ToolMessage(m.text, tool_call_id=m.tool_call_id))
+    return out
+
+
+def time_appends(
+    *, singles: int, bulk_messages: int, batch: int, seed: int, log: Callable[[str], None] = print
+) -> dict:
+    """Single-append latency (one ``add_message`` per call, its own transaction) and bulk
+    throughput (``add_messages`` in batches of ``batch``) for agentmemory, with LangChain's
+    two SQL histories for reference. Scratch conversations are deleted afterwards."""
+    from agentmemory.history import PersistentChatHistory
+
+    rng = random.Random(seed)
+    singles_msgs = _turns(rng, singles + 20, "s")
+    bulk_msgs = _turns(rng, bulk_messages, "b")
+    out: dict[str, Any] = {}
+
+    conv = _scratch_conversation()
+    try:
+        history = PersistentChatHistory(conv)
+        timings = []
+        for i, message in enumerate(singles_msgs):
+            t0 = time.perf_counter()
+            history.add_message(message)
+            if i >= 20:  # the first ones warm up connections and caches
+                timings.append(time.perf_counter() - t0)
+        out["agentmemory"] = {"single": summarize(timings)}
+        bulk_conv = _scratch_conversation()
+        try:
+            bulk_history = PersistentChatHistory(bulk_conv)
+            t0 = time.perf_counter()
+            for start in range(0, len(bulk_msgs), batch):
+                bulk_history.add_messages(bulk_msgs[start : start + batch])
+            seconds = time.perf_counter() - t0
+            out["agentmemory"]["bulk"] = {
+                "messages": len(bulk_msgs),
+                "batch": batch,
+                "seconds": seconds,
+                "messages_per_second": len(bulk_msgs) / seconds,
+            }
+        finally:
+            _delete_conversation(bulk_conv.pk)
+    finally:
+        _delete_conversation(conv.pk)
+    log(
+        f"  agentmemory: single append median {out['agentmemory']['single']['median_ms']:.2f} ms, "
+        f"bulk {out['agentmemory']['bulk']['messages_per_second']:,.0f} messages/s"
+    )
+    out.update(_langchain_appends(singles_msgs, bulk_msgs, batch, log=log))
+    return out
+
+
+def _langchain_appends(
+    singles: list[ChatMessage], bulk: list[ChatMessage], batch: int, *, log: Callable
+) -> dict:
+    import psycopg
+    from langchain_community.chat_message_histories import SQLChatMessageHistory
+    from langchain_postgres import PostgresChatMessageHistory
+    from sqlalchemy import create_engine
+
+    from bench.approaches import psycopg_conninfo, sqlalchemy_url
+
+    lc_singles, lc_bulk = _to_langchain(singles), _to_langchain(bulk)
+    out: dict[str, Any] = {}
+    engine = create_engine(sqlalchemy_url())
+    conn = psycopg.connect(psycopg_conninfo())
+    sessions = [str(uuid.uuid4()) for _ in range(4)]
+    try:
+        histories = {
+            "langchain_sql": (
+                SQLChatMessageHistory(session_id=sessions[0], connection=engine, table_name=LC_SQL_TABLE),
+                SQLChatMessageHistory(session_id=sessions[1], connection=engine, table_name=LC_SQL_TABLE),
+            ),
+            "langchain_postgres": (
+                PostgresChatMessageHistory(LC_PG_TABLE, sessions[2], sync_connection=conn),
+                PostgresChatMessageHistory(LC_PG_TABLE, sessions[3], sync_connection=conn),
+            ),
+        }
+        for key, (single_history, bulk_history) in histories.items():
+            timings = []
+            for i, message in enumerate(lc_singles):
+                t0 = time.perf_counter()
+                single_history.add_message(message)
+                if i >= 20:
+                    timings.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for start in range(0, len(lc_bulk), batch):
+                bulk_history.add_messages(lc_bulk[start : start + batch])
+            seconds = time.perf_counter() - t0
+            out[key] = {
+                "single": summarize(timings),
+                "bulk": {
+                    "messages": len(lc_bulk),
+                    "batch": batch,
+                    "seconds": seconds,
+                    "messages_per_second": len(lc_bulk) / seconds,
+                },
+            }
+            log(
+                f"  {key}: single append median {out[key]['single']['median_ms']:.2f} ms, "
+                f"bulk {out[key]['bulk']['messages_per_second']:,.0f} messages/s"
+            )
+    finally:
+        with connection.cursor() as cur:
+            cur.execute(f"DELETE FROM {LC_SQL_TABLE} WHERE session_id = ANY(%s)", [sessions[:2]])
+            cur.execute(f"DELETE FROM {LC_PG_TABLE} WHERE session_id = ANY(%s::uuid[])", [sessions[2:]])
+        for history in histories.get("langchain_sql", ()):
+            history.session_maker.remove()
+        engine.dispose()
+        conn.close()
+    return out
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+class RecordingLLM:
+    """Wraps a ``ChatModel`` and records the prompt size (tokens, by ``counter``) of each call."""
+
+    def __init__(self, inner: Any, counter: Any) -> None:
+        self.inner = inner
+        self.counter = counter
+        self.model_name = getattr(inner, "model_name", "recording")
+        self.calls: list[int] = []
+
+    def invoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> Any:
+        self.calls.append(sum(self.counter.count_message(m) for m in messages))
+        return self.inner.invoke(messages, tools=tools)
+
+    async def ainvoke(self, messages: Sequence[ChatMessage], *, tools: Any = None) -> Any:
+        return self.invoke(messages, tools=tools)
+
+
+def locomo_messages(item: Mapping[str, Any]) -> list[ChatMessage]:
+    """One LoCoMo conversation as messages: whoever opens the first session is the human,
+    the other speaker the AI."""
+    conv = item["conversation"]
+    sessions = sorted(
+        (int(k.split("_")[1]), v) for k, v in conv.items() if k.startswith("session_") and isinstance(v, list)
+    )
+    human = next((turns[0]["speaker"] for _, turns in sessions if turns), conv["speaker_a"])
+    out = []
+    for _, turns in sessions:
+        for turn in turns:
+            text = turn.get("text") or ""
+            if turn.get("blip_caption"):
+                text += f" [shares a photo: {turn['blip_caption']}]"
+            out.append(ChatMessage.human(text) if turn["speaker"] == human else ChatMessage.ai(text))
+    return out
+
+
+def replay_compaction(
+    path: Path, *, limit_conversations: int | None, limit_messages: int | None, log: Callable
+) -> dict:
+    """Replay LoCoMo conversations message by message; after each AI message run the
+    compaction when ``needs_compaction()`` says so (as the task would), and record each
+    compaction's prompt size against the conversation's length at that moment."""
+    from agentmemory.compaction import LLMMemoryCompactor
+    from agentmemory.conf import app_settings, get_token_counter
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.llm.offline import OfflineSummarizer
+    from agentmemory.models import Conversation
+
+    items = json.loads(path.read_text())[:limit_conversations]
+    counter = get_token_counter()
+    records: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for index, item in enumerate(items):
+        messages = locomo_messages(item)[:limit_messages]
+        conv = Conversation.objects.create(
+            agent_key="bench:compaction", title=f"LoCoMo {item.get('sample_id')}"
+        )
+        try:
+            history = PersistentChatHistory(conv)
+            llm = RecordingLLM(OfflineSummarizer(), counter)
+            compactor = LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history)
+            for position, message in enumerate(messages, start=1):
+                history.add_message(message)
+                if message.role != "ai" or not compactor.needs_compaction():
+                    continue
+                before = len(llm.calls)
+                summary = compactor.compact()
+                calls = llm.calls[before:]
+                if summary is None or not calls:
+                    continue
+                stored = Conversation.objects.values_list("stored_tokens", flat=True).get(pk=conv.pk)
+                records.append(
+                    {
+                        "conversation": index,
+                        "messages": position,
+                        "stored_tokens": stored,
+                        "prompt_tokens": sum(calls),
+                        "max_call_prompt_tokens": max(calls),
+                        "llm_calls": len(calls),
+                        "summary_tokens": summary.token_count,
+                    }
+                )
+        finally:
+            from agentmemory.models import Summary
+
+            Conversation.objects.filter(pk=conv.pk).update(summary=None)
+            Summary.objects.filter(conversation_id=conv.pk).delete()
+            _delete_conversation(conv.pk)
+    seconds = time.perf_counter() - started
+    conf = app_settings()
+    result = {
+        "conversations": len(items),
+        "compactions": len(records),
+        "seconds": seconds,
+        "summarizer": "OfflineSummarizer (extractive, no LLM)",
+        "settings": {
+            "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": conf.SUMMARIZE_EVERY_N_HUMAN_MESSAGES,
+            "MAX_SUMMARY_TOKENS": conf.MAX_SUMMARY_TOKENS,
+            "SUMMARIZER_MAX_INPUT_TOKENS": conf.SUMMARIZER_MAX_INPUT_TOKENS,
+        },
+        "records": records,
+    }
+    result.update(flatness(records))
+    log(
+        f"  {len(records)} compactions over {len(items)} conversations in {seconds:.1f} s; prompt tokens "
+        f"median {result.get('prompt_median', 0):.0f}, "
+        f"middle third {result.get('middle_third_median', 0):.0f}, "
+        f"last third {result.get('last_third_median', 0):.0f}, max {result.get('prompt_max', 0):.0f}"
+    )
+    return result
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    if len(xs) < 3 or len(set(xs)) < 2:
+        return None
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
+
+
+def flatness(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """How prompt size moves with conversation length.
+
+    Each conversation's compactions are split in thirds of its length. The first third
+    holds the warm-up (the first compaction has no previous summary, and the summary grows
+    to its size limit), so flatness compares the last third with the middle third: an
+    incremental compactor stays near 1, one that re-reads the history grows with the
+    length (about 1.7 from the middle to the last third). Also: the least-squares slope of
+    prompt tokens against the conversation's stored tokens over the second half of each
+    conversation (median over conversations), and the growth it implies over that half as a
+    fraction of the mean prompt.
+    """
+    if not records:
+        return {}
+    thirds: list[list[int]] = [[], [], []]
+    slopes, growths = [], []
+    by_conv: dict[int, list[Mapping[str, Any]]] = {}
+    for r in records:
+        by_conv.setdefault(r["conversation"], []).append(r)
+    for rows in by_conv.values():
+        length = max(r["messages"] for r in rows)
+        for r in rows:
+            thirds[min(2, int(3 * (r["messages"] - 1) / length))].append(r["prompt_tokens"])
+        half = [r for r in rows if r["messages"] > length / 2]
+        xs, ys = [r["stored_tokens"] for r in half], [r["prompt_tokens"] for r in half]
+        slope = _slope(xs, ys)
+        if slope is not None:
+            slopes.append(slope * 1000)
+            growths.append(slope * (max(xs) - min(xs)) / statistics.fmean(ys))
+    first, middle, last = (statistics.median(t) if t else 0.0 for t in thirds)
+    out = {
+        "prompt_median": statistics.median(r["prompt_tokens"] for r in records),
+        "prompt_max": max(r["prompt_tokens"] for r in records),
+        "first_third_median": first,
+        "middle_third_median": middle,
+        "last_third_median": last,
+        "last_to_middle_ratio": last / middle if middle else 0.0,
+    }
+    if slopes:
+        out["slope_per_1000_tokens"] = statistics.median(slopes)
+        out["second_half_growth"] = statistics.median(growths)
+    return out

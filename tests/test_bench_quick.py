@@ -1,0 +1,65 @@
+"""The benchmark's quick mode (``python -m bench.run --quick``) on the test database: all five
+ways of building a context window return the same window, agentmemory builds it in one
+query, and compaction prompts stay flat over a LoCoMo replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("langchain_community", reason="the bench extra is not installed")
+pytest.importorskip("langchain_postgres", reason="the bench extra is not installed")
+pytest.importorskip("matplotlib", reason="the bench extra is not installed")
+
+from bench.run import DEFAULT_LOCOMO, parse_args, run
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    args = parse_args(["--quick", "--runs", "3", "--json", str(out_json), "--plot", str(out_png)])
+    lines: list[str] = []
+
+    status, summary = run(args, log=lines.append)
+
+    assert status == 0, "\n".join(lines)
+    assert sorted(summary["build"]) == ["200", "2000"]
+    for row in summary["build"].values():
+        assert set(row) == {
+            "agentmemory",
+            "django_naive",
+            "langchain_sql",
+            "langchain_postgres",
+            "lower_bound",
+        }
+        windows = {(s["window_messages"], s["first_seq"], s["window_tokens"]) for s in row.values()}
+        assert len(windows) == 1, row
+        messages, _, tokens = windows.pop()
+        assert messages > 10  # a real window, not an empty one that trivially agrees
+        assert tokens <= args.budget
+        assert all(s["same_window"] and s["n"] == 3 for s in row.values())
+    assert summary["queries_per_build"] == 1
+    assert summary["appends"]["agentmemory"]["bulk"]["messages"] == 2_000
+    assert json.loads(out_json.read_text())["targets"] == summary["targets"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if DEFAULT_LOCOMO.is_file():  # shared/ ships beside the repository, not in it
+        assert summary["compaction"]["compactions"] >= 5
+        assert summary["compaction"]["last_to_middle_ratio"] <= 1.25
+
+
+def test_second_run_reuses_the_dataset() -> None:
+    first_status, first = run(
+        parse_args(["--quick", "--runs", "1", "--skip", "appends,memory,compaction"]), log=print
+    )
+    lines: list[str] = []
+    status, second = run(
+        parse_args(["--quick", "--runs", "1", "--skip", "appends,memory,compaction"]), log=lines.append
+    )
+    assert first_status == status == 0
+    assert any("reusing dataset" in line for line in lines)
+    assert (
+        second["build"]["2000"]["agentmemory"]["first_seq"]
+        == first["build"]["2000"]["agentmemory"]["first_seq"]
+    )
