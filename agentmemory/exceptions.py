@@ -32,18 +32,23 @@ class ContextBudgetExceeded(AgentMemoryError):
     Raised instead of silently returning a context without the user's latest request
     (bug report langchain-ai/langchainjs#8287).
 
+    Also raised when the pinned system prompt and the summary alone exceed the budget
+    (invariant C1); then ``seq`` is 1 (a stored prompt) or ``None`` and ``available`` is the
+    whole budget.
+
     Attributes:
         seq: the seq of the message (or first message of the unit) that does not fit.
         tokens: its size in tokens.
         available: the tokens left for it after the pinned system prompt and summary.
     """
 
-    def __init__(self, *, seq: int | None, tokens: int, available: int) -> None:
+    def __init__(self, *, seq: int | None, tokens: int, available: int, what: str | None = None) -> None:
         self.seq = seq
         self.tokens = tokens
         self.available = available
+        subject = what or (f"message seq={seq}" if seq is not None else "the newest turn")
         super().__init__(
-            f"message seq={seq} needs {tokens} tokens but only {available} are available "
+            f"{subject} needs {tokens} tokens but only {available} are available "
             "in the context window; raise max_tokens, enable truncation "
             "(AGENTMEMORY['OVERSIZED_MESSAGE_POLICY'] = 'truncate') or shorten the input"
         )

@@ -458,9 +458,6 @@ def test_malformed_uuid_raises_conversation_not_found() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True, reason="product bug: pinned prompt over the budget is returned over budget (C1)"
-)
 def test_pinned_prompt_alone_over_the_budget_is_an_error_not_an_oversized_window() -> None:
     conv = ConversationFactory()
     PersistentChatHistory(conv).add_message(ChatMessage.system("You are an agent. " * 50))
@@ -472,7 +469,6 @@ def test_pinned_prompt_alone_over_the_budget_is_an_error_not_an_oversized_window
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="product bug: last_seq is the last message sent, not the newest seq")
 def test_last_seq_is_the_newest_history_seq() -> None:
     # Parallel results stored in reverse call order: the window sends seq 4 (answering a)
     # before seq 3 (answering b), so its last message is not its newest.
