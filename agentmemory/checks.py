@@ -158,3 +158,25 @@ def check_llms(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
         for message in configuration_errors()
     ]
+
+
+@register(Tags.database)
+def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Concurrent appends on SQLite need ``transaction_mode = "IMMEDIATE"`` (Django 5.1+):
+    with the default deferred transactions, writers that start by reading fail with
+    "database is locked" instead of waiting their turn."""
+    warnings = []
+    for alias, db in settings.DATABASES.items():
+        if db.get("ENGINE") != "django.db.backends.sqlite3":
+            continue
+        if (db.get("OPTIONS") or {}).get("transaction_mode") != "IMMEDIATE":
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} is SQLite without transaction_mode 'IMMEDIATE': concurrent "
+                    "appends to a conversation can fail with 'database is locked'.",
+                    hint=f'Set DATABASES["{alias}"]["OPTIONS"] = '
+                    '{"transaction_mode": "IMMEDIATE", "timeout": 30}.',
+                    id="agentmemory.W003",
+                )
+            )
+    return warnings

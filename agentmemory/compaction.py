@@ -9,6 +9,7 @@ are the contract.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -24,7 +25,7 @@ from django.utils import timezone
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError
-from agentmemory.history import PersistentChatHistory
+from agentmemory.history import PersistentChatHistory, text_problem
 from agentmemory.llm.base import ChatModel
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
@@ -47,11 +48,23 @@ CONDENSE_INSTRUCTIONS = (
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
     "unlikely to need. Output only the shortened summary."
 )
-_ERROR_TEXT = re.compile(
-    r"^\s*(error\b|exception\b|traceback\b|i'?m sorry\b|i am sorry\b|i cannot\b|i can'?t\b|as an ai\b)"
-    r"|traceback \(most recent call last\)",
+# Openings of refusals and apologies: a model that did not summarise.
+_REFUSAL = re.compile(
+    r"^\W*(i'?m sorry|i am sorry|sorry\b|i apologi[sz]e|apologies|unfortunately|i cannot|i can'?t|"
+    r"i am unable|i'?m unable|i'?m not able|as an ai\b|as a language model|as an ai language model)",
     re.IGNORECASE,
 )
+# Provider and transport errors that ended up in the text of a reply.
+_ERROR_TEXT = re.compile(
+    r"^\W*(error\b|exception\b|traceback\b)|traceback \(most recent call last\)|"
+    r"\brate limit(ed| exceeded| reached)?\b|\bstatus code \d{3}\b|\b(bad gateway|gateway time-?out|"
+    r"service unavailable|internal server error|too many requests)\b|\b(4\d\d|5\d\d) error\b",
+    re.IGNORECASE,
+)
+# A reply made only of placeholders: "None", "null", "...", "N/A", an empty code fence.
+_PLACEHOLDER = re.compile(r"^(none|null|n/?a|nil|undefined|\.+|-+|`+\w*\s*`*|\W*)$", re.IGNORECASE)
+_HTML = re.compile(r"^<(!doctype|html|head|body|\?xml|[a-z][a-z0-9]*[\s>])", re.IGNORECASE)
+_PROMPT_ECHO = ("Previous summary:", "New messages:", "Write the updated summary.")
 _PAGE = 500
 
 
@@ -64,6 +77,17 @@ class SummaryDraft:
     input_tokens: int = 0
     output_tokens: int = 0
     llm_calls: int = 0
+
+
+def _is_markup(text: str) -> bool:
+    """A JSON document or an HTML/XML page (an error body) instead of a prose summary."""
+    if text[0] in "{[" and text[-1] in "}]":
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+    return bool(_HTML.match(text)) and "</" in text
 
 
 class BaseMemoryCompactor:
@@ -250,12 +274,26 @@ class BaseMemoryCompactor:
         raise NotImplementedError
 
     def validate(self, text: str) -> str:
-        """The cleaned summary text, or ``InvalidSummaryError`` (K4: empty, error text)."""
+        """The cleaned summary text, or ``InvalidSummaryError`` (K4): empty or a placeholder
+        ("None", "..."), a refusal or apology, provider error text (rate limits, HTTP
+        status pages, tracebacks), JSON or HTML instead of prose, an echo of the prompt, or
+        text no database can store. Refusals and errors are looked for at the start only, so
+        a summary may still say that the user could not log in."""
         cleaned = (text or "").strip()
-        if not cleaned:
-            raise InvalidSummaryError("the summariser returned an empty summary")
-        if _ERROR_TEXT.search(cleaned[:400]):
+        if not cleaned or _PLACEHOLDER.match(cleaned):
+            raise InvalidSummaryError(f"the summariser returned an empty summary: {cleaned[:40]!r}")
+        head = cleaned[:300]
+        if _REFUSAL.search(head):
+            raise InvalidSummaryError(f"the summariser refused: {cleaned[:120]!r}")
+        if _ERROR_TEXT.search(head):
             raise InvalidSummaryError(f"the summariser returned error text: {cleaned[:120]!r}")
+        if _is_markup(cleaned):
+            raise InvalidSummaryError(f"the summariser returned markup, not prose: {cleaned[:120]!r}")
+        if any(marker in cleaned for marker in _PROMPT_ECHO):
+            raise InvalidSummaryError("the summariser echoed its prompt")
+        problem = text_problem(cleaned)
+        if problem:
+            raise InvalidSummaryError(f"the summary {problem}")
         return cleaned
 
     def summary_message(self, text: str) -> ChatMessage:
@@ -393,7 +431,6 @@ class BaseMemoryCompactor:
 def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message: int = 8_000) -> str:
     """Plain-text transcript for the summariser: one block per message, tool calls with
     their JSON arguments, long contents cut (the stored messages stay whole)."""
-    import json
 
     lines = []
     for m in messages:

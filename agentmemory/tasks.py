@@ -54,5 +54,15 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     compactor = build_compactor(conversation_id, compactor_class=compactor_class)
     if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
         return None
-    summary = compactor.compact()
+    try:
+        summary = compactor.compact()
+    except (TransientLLMError, InvalidSummaryError) as exc:
+        if not self.request.is_eager:
+            raise  # retried with backoff by autoretry_for
+        # In-process (no broker), a retry would run at once inside the caller's request:
+        # give up for now; the next turn triggers compaction again.
+        logger.warning(
+            "compaction of conversation %s failed, will try on a later turn: %s", conversation_id, exc
+        )
+        return None
     return summary.pk if summary is not None else None

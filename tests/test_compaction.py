@@ -11,7 +11,12 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from agentmemory.compaction import LLMMemoryCompactor, build_compactor, get_compaction_llm
+from agentmemory.compaction import (
+    BaseMemoryCompactor,
+    LLMMemoryCompactor,
+    build_compactor,
+    get_compaction_llm,
+)
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import InvalidSummaryError, TransientLLMError
 from agentmemory.history import PersistentChatHistory
@@ -436,3 +441,39 @@ def test_offline_summaries_stay_bounded_for_dense_text(monkeypatch) -> None:  # 
     summaries = _offline_run(monkeypatch, question)
     assert len(summaries) >= 8
     assert all(ApproximateTokenCounter().count_text(s.text) <= 120 for s in summaries)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sorry, I can't summarize this conversation.",
+        "I apologize, but I am unable to help with that.",
+        "Unfortunately, I cannot do that.",
+        "As a language model, I cannot summarise.",
+        '{"error": {"message": "Rate limit reached for gpt-4o"}}',
+        "<html><body><h1>502 Bad Gateway</h1></body></html>",
+        "Rate limit exceeded, retry later.",
+        "Request failed with status code 429",
+        "None",
+        "...",
+        "```\n```",
+        "Previous summary:\n(none yet)\n\nNew messages:\nUser: hi",
+        "The user said \ud800",
+    ],
+)
+def test_refusals_errors_and_placeholders_are_never_a_summary(text: str) -> None:
+    compactor = BaseMemoryCompactor(None, 1, None)
+    with pytest.raises(InvalidSummaryError):
+        compactor.validate(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The user was unable to log in and asked for a reset; the assistant sent a link.",
+        "[Offline extractive summary, not written by a language model]\n- User asked: hi",
+        "- The user (Chen) wants a refund for order 7.\n- Sorry-not-sorry is the shop's motto.",
+    ],
+)
+def test_summaries_that_mention_failures_are_kept(text: str) -> None:
+    assert BaseMemoryCompactor(None, 1, None).validate(text) == text

@@ -181,5 +181,5 @@ def test_import_without_langchain_core_explains_the_extra(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "langchain_core", None)
 
-    with pytest.raises(ImportError, match=r"pip install 'agentmemory\[langchain\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'django-agentmemory\[langchain\]'"):
         importlib.import_module("agentmemory.formats.langchain")

@@ -24,7 +24,8 @@ class OfflineSummarizer:
     """Answers the compactor's prompts without a model.
 
     For a summary prompt it keeps the previous summary's items and adds one per user
-    message ("User asked: ...") and per tool used; items are dropped oldest first so that
+    message ("User asked: ..."), per assistant reply ("Assistant said: ...") and per tool
+    used; items are dropped oldest first so that
     the text stays within the token limit stated in the instructions, counted with the
     configured token counter. A condense prompt is answered the same way.
     """
@@ -42,6 +43,8 @@ class OfflineSummarizer:
         for line in prompt.splitlines():
             if line.startswith("User: "):
                 items.append("User asked: " + _clip(line[len("User: ") :]))
+            elif line.startswith("Assistant: "):
+                items.append("Assistant said: " + _clip(line[len("Assistant: ") :]))
             elif line.startswith("Assistant called tool "):
                 name = line[len("Assistant called tool ") :].split("(", 1)[0]
                 items.append(f"Assistant used tool {name}.")
