@@ -7,6 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: key under which the text of tool-call arguments that were not a JSON object is kept
+#: (a model's malformed output), so the call can be answered with an error result
+RAW_ARGUMENTS_KEY = "_raw_arguments"
+
 
 class Role(enum.StrEnum):
     """Roles of stored messages (OpenAI calls them system/user/assistant/tool)."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 from asgiref.sync import async_to_sync, sync_to_async
 
-from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
 
 if TYPE_CHECKING:
     from agentmemory.agents.injector import AgentInjector
@@ -52,7 +52,6 @@ __all__ = [
 
 #: key under which a call's arguments are kept when they were not a JSON object (an adapter
 #: may also use it for arguments that were not valid JSON); such a call gets an error result
-RAW_ARGUMENTS_KEY = "_raw_arguments"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function name rule; Anthropic's is the same
 _SECTION = re.compile(
     r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|Attributes)\s*:\s*$"

@@ -9,6 +9,7 @@ exhausted does this adapter raise ``TransientLLMError``, so callers (Celery task
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import weakref
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
 from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.llm.base import ChatResponse, Usage
-from agentmemory.messages import ChatMessage
+from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage
 
 if TYPE_CHECKING:
     import openai
@@ -256,7 +257,7 @@ class OpenAIChatModel:
         choice = completion.choices[0]
         finish_reason = choice.finish_reason or ""
         try:
-            message = from_openai(choice.message.model_dump(mode="json"))
+            message = from_openai(_keep_malformed_arguments(choice.message.model_dump(mode="json")))
         except InvalidMessageError as exc:
             raise LLMError(
                 f"model {self.model_name!r} returned a reply that cannot be used "
@@ -328,3 +329,22 @@ def _provider_text(exc: openai.APIStatusError) -> str:
 def from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> OpenAIChatModel | None:
     """``OpenAIChatModel.from_env``: a model from ``OPENAI_*`` variables, or ``None``."""
     return OpenAIChatModel.from_env(environ, **kwargs)
+
+
+def _keep_malformed_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    """Models sometimes emit tool-call arguments that are not a JSON object (cut off by
+    ``max_tokens``, or just malformed). Keep such text under ``RAW_ARGUMENTS_KEY`` instead
+    of failing the whole reply, so the caller can answer the call with an error result the
+    model can read and correct."""
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        if not isinstance(raw, str) or raw == "":
+            continue
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            function["arguments"] = json.dumps({RAW_ARGUMENTS_KEY: raw})
+    return message
