@@ -63,6 +63,7 @@ class PackResult:
         dropped_leading: seqs dropped so that the history starts on a human message.
         capped: seqs of tool results to send as truncated copies.
         truncate: ``(seq, tokens)`` of an oversized newest human message taken at that size.
+        blocked_by_count: the blocked unit fitted the tokens but not ``max_messages``.
         rows_consumed: metadata rows taken from the input iterator.
     """
 
@@ -75,6 +76,7 @@ class PackResult:
     dropped_leading: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
     truncate: tuple[int, int] | None = None
+    blocked_by_count: bool = False
     rows_consumed: int = 0
 
     @property
@@ -180,6 +182,7 @@ def pack_history(
         too_many = max_messages is not None and count + len(unit) > max_messages
         if result.tokens + cost > budget or too_many:
             result.blocked = (min(r.seq for r in unit), cost)
+            result.blocked_by_count = too_many and result.tokens + cost <= budget
             result.available_at_block = budget - result.tokens
             newest_human = unit[0].role == Role.HUMAN and not any(
                 u[0].role == Role.HUMAN for u in newest_first_units
@@ -407,6 +410,14 @@ class ContextWindowBuilder:
         has_human = any(unit[0].role == Role.HUMAN for unit in packed.units)
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
             blocked_seq, blocked_tokens = packed.blocked or (None, 0)
+            if packed.blocked_by_count:
+                raise ContextBudgetExceeded(
+                    seq=blocked_seq,
+                    tokens=blocked_tokens,
+                    available=packed.available_at_block,
+                    message=f"the newest turn needs more than max_messages={max_messages} messages "
+                    f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
+                )
             raise ContextBudgetExceeded(
                 seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
             )

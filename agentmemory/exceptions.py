@@ -42,13 +42,22 @@ class ContextBudgetExceeded(AgentMemoryError):
         available: the tokens left for it after the pinned system prompt and summary.
     """
 
-    def __init__(self, *, seq: int | None, tokens: int, available: int, what: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        seq: int | None,
+        tokens: int,
+        available: int,
+        what: str | None = None,
+        message: str | None = None,
+    ) -> None:
         self.seq = seq
         self.tokens = tokens
         self.available = available
         subject = what or (f"message seq={seq}" if seq is not None else "the newest turn")
         super().__init__(
-            f"{subject} needs {tokens} tokens but only {available} are available "
+            message
+            or f"{subject} needs {tokens} tokens but only {available} are available "
             "in the context window; raise max_tokens, enable truncation "
             "(AGENTMEMORY['OVERSIZED_MESSAGE_POLICY'] = 'truncate') or shorten the input"
         )

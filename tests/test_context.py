@@ -485,3 +485,15 @@ def test_last_seq_is_the_newest_history_seq() -> None:
     assert [m.seq for m in window.history] == [1, 2, 4, 3]
     assert (window.first_seq, window.last_seq) == (1, 4)
     assert window_violations(window, newest_seq=4) == []
+
+
+@pytest.mark.django_db
+def test_a_turn_over_max_messages_says_so() -> None:
+    conv = ConversationFactory()
+    calls = [ToolCall(id=f"c{i}", name="f") for i in range(5)]
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("go"), ChatMessage.ai(None, calls)]
+        + [ChatMessage.tool("r", tool_call_id=f"c{i}") for i in range(5)]
+    )
+    with pytest.raises(ContextBudgetExceeded, match="max_messages=3"):
+        ContextWindowBuilder(conv).build(10_000, max_messages=3)
