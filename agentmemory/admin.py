@@ -97,6 +97,17 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    #: title of a changelist filtered to one conversation (``%(name)s``), or None
+    changelist_title: Any = None
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        conversation = _filtered_conversation(request)
+        if conversation is not None and self.changelist_title is not None:
+            extra_context = {**(extra_context or {}), "title": self.changelist_title % {"name": conversation}}
+        return super().changelist_view(request, extra_context)
+
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
@@ -451,16 +462,7 @@ class MessageAdmin(_ReadOnlyAdmin):
             return [name for name in self.list_display if name != "conversation"]
         return self.list_display
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        conversation = _filtered_conversation(request)
-        if conversation is not None:
-            extra_context = {
-                **(extra_context or {}),
-                "title": _("Messages of %(name)s") % {"name": conversation},
-            }
-        return super().changelist_view(request, extra_context)
+    changelist_title = _("Messages of %(name)s")
 
 
 def _filtered_conversation_id(request: HttpRequest) -> int | None:
@@ -525,13 +527,4 @@ class SummaryAdmin(_ReadOnlyAdmin):
     def text_display(self, obj: Summary) -> str:
         return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, obj.text)
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        conversation = _filtered_conversation(request)
-        if conversation is not None:
-            extra_context = {
-                **(extra_context or {}),
-                "title": _("Summaries of %(name)s") % {"name": conversation},
-            }
-        return super().changelist_view(request, extra_context)
+    changelist_title = _("Summaries of %(name)s")
