@@ -597,6 +597,18 @@ def test_chat_command_runs_a_session(db, registered_calc, monkeypatch, settings)
     assert stored(conv)[-1].content == "welcome back"
 
 
+def test_chat_command_fails_with_scripted_input_when_a_turn_failed(db, registered_calc, monkeypatch):
+    from agentmemory.exceptions import TransientLLMError
+
+    llm = ScriptedChatModel([TransientLLMError("HTTP 500 from the provider"), "fine now"])
+    monkeypatch.setattr("agentmemory.management.commands.chat.resolve_llm", lambda spec: llm)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first\nsecond\n"))
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 turn"):
+        call_command("chat", "calc-test", stdout=io.StringIO(), stderr=err)
+    assert "HTTP 500" in err.getvalue()
+
+
 def test_chat_command_without_llm_says_how_to_configure(db, registered_calc, monkeypatch, settings):
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)

@@ -82,6 +82,7 @@ class Command(BaseCommand):
     def _loop(self, agent: BaseToolCallingAgent, conversation: Any) -> None:
         stdin = sys.stdin
         interactive = stdin.isatty()
+        failures = 0
         while True:
             if interactive:
                 self.stdout.write("you> ", ending="")
@@ -109,3 +110,7 @@ class Command(BaseCommand):
             except AgentMemoryError as exc:
                 # The history stays valid (each step is stored whole); the user may retry.
                 self.stderr.write(f"error: {exc}")
+                failures += 1
+        if failures and not interactive:
+            # Scripted input (a pipe, a file): let the caller see that a turn failed.
+            raise CommandError(f"{failures} turn(s) failed", returncode=1)

@@ -134,7 +134,10 @@ class Command(BaseCommand):
                 report.conversation_ids, timeout=options["wait_for_compaction"], max_tokens=report.max_tokens
             )
             if not settled:
-                self.stdout.write("compaction still pending on the worker; summary counts may be low")
+                self.stdout.write(
+                    "compaction still pending on the worker; summary counts may be low "
+                    "(is a worker running? celery -A project worker)"
+                )
             refresh_summary_counts(report)
 
         for line in report.lines(show=max(0, options["show"])):
