@@ -16,19 +16,14 @@ The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/c
 
 from __future__ import annotations
 
-import itertools
-import json
 import re
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.fake_http import FakeHTTPServer, ScriptedReply
 
 __all__ = [
     "FakeAnthropicServer",
@@ -42,19 +37,6 @@ MESSAGES_PATH = "/v1/messages"
 # Tool names and tool_use ids the API accepts (Messages API ``tools[].name``, ``tool_use.id``).
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
-
-
-@dataclass
-class ScriptedReply:
-    """One queued answer: ``status`` 200 with ``body``, or an error status with headers.
-
-    ``delay`` (seconds) is waited before answering, to script client timeouts.
-    """
-
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
 
 
 def error_body(message: str, *, type: str = "invalid_request_error") -> dict[str, Any]:
@@ -259,85 +241,7 @@ def validate_messages_request(body: Any) -> None:
                 raise InvalidRequest(f"tools.{j}.custom.description: Input should be a valid string")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    # HTTP/1.1 keep-alive like the real API, so clients that leak pooled connections show up as
-    # ResourceWarnings (errors under the project's pytest settings).
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
-        pass
-
-    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> None:
-        request_id = f"req_fake{next(self.server.fake.ids):06d}"
-        if body.get("type") == "error":
-            body = {**body, "request_id": request_id}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", request_id)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        raw = self._read_body()
-        if self.path.split("?")[0].rstrip("/") != MESSAGES_PATH:
-            self._send_json(404, error_body(f"Not found: POST {self.path}", type="not_found_error"))
-            return
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        fake._record(body, headers)
-        if not headers.get("x-api-key") and not headers.get("authorization"):
-            self._send_json(401, error_body("x-api-key header is required", type="authentication_error"))
-            return
-        if not headers.get("anthropic-version"):
-            self._send_json(400, error_body("anthropic-version: header is required"))
-            return
-        try:
-            validate_messages_request(body)
-        except InvalidRequest as exc:
-            self._send_json(400, error_body(str(exc)))
-            return
-        reply = fake._next_reply(body)
-        if reply.delay:
-            time.sleep(reply.delay)
-        self._send_json(reply.status, reply.body, reply.headers)
-
-    def do_GET(self) -> None:
-        self._read_body()
-        self._send_json(404, error_body(f"Not found: GET {self.path}", type="not_found_error"))
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeAnthropicServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out and hung up is expected (timeout tests); anything else is shown.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class FakeAnthropicServer:
+class FakeAnthropicServer(FakeHTTPServer):
     """The fake server: start with ``with FakeAnthropicServer() as server`` (or ``start``/``stop``).
 
     Attributes:
@@ -351,64 +255,38 @@ class FakeAnthropicServer:
     whose message says so.
     """
 
-    def __init__(self) -> None:
-        self.requests: list[Any] = []
-        self.request_headers: list[dict[str, str]] = []
-        self.ids = itertools.count(1)
-        self._replies: deque[ScriptedReply] = deque()
-        self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+    provider = "Anthropic"
+    endpoint = MESSAGES_PATH
+    empty_queue_error_type = "api_error"
 
-    # -- lifecycle -------------------------------------------------------------------------
+    def error_body(self, message: str, *, type: str) -> dict[str, Any]:
+        return error_body(message, type=type)
 
-    def start(self) -> FakeAnthropicServer:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        self._server = server
-        # A short poll interval keeps ``stop`` (``shutdown``) from adding 0.5 s to every test.
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-anthropic", daemon=True
-        )
-        self._thread.start()
-        return self
+    def not_found_body(self, method: str, path: str) -> dict[str, Any]:
+        return error_body(f"Not found: {method} {path}", type="not_found_error")
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+    def is_endpoint(self, path: str) -> bool:
+        return path.split("?")[0].rstrip("/") == self.endpoint
 
-    def __enter__(self) -> FakeAnthropicServer:
-        return self.start()
+    def refusal(self, body: Any, headers: Mapping[str, str]) -> tuple[int, dict[str, Any]] | None:
+        if not headers.get("x-api-key") and not headers.get("authorization"):
+            return 401, error_body("x-api-key header is required", type="authentication_error")
+        if not headers.get("anthropic-version"):
+            return 400, error_body("anthropic-version: header is required")
+        try:
+            validate_messages_request(body)
+        except InvalidRequest as exc:
+            return 400, error_body(str(exc))
+        return None
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the fake Anthropic server is not running"
-        return self._server.server_address[1]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still queued."""
-        with self._lock:
-            return len(self._replies)
+    def stamp(self, body: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+        # The API repeats the request id in error bodies.
+        request_id = f"req_fake{next(self.ids):06d}"
+        if body.get("type") == "error":
+            body = {**body, "request_id": request_id}
+        return body, {"request-id": request_id}
 
     # -- scripting -------------------------------------------------------------------------
-
-    def enqueue(self, reply: ScriptedReply) -> None:
-        """Queue any reply (status, body, headers)."""
-        with self._lock:
-            self._replies.append(reply)
 
     def enqueue_message(
         self,
@@ -506,28 +384,6 @@ class FakeAnthropicServer:
         self.enqueue_error(
             529, "Overloaded", type="overloaded_error", headers={"retry-after-ms": "10"}, times=times
         )
-
-    # -- used by the handler ---------------------------------------------------------------
-
-    def _record(self, body: Any, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append(body)
-            self.request_headers.append(headers)
-
-    def _next_reply(self, body: Mapping[str, Any]) -> ScriptedReply:
-        with self._lock:
-            reply = self._replies.popleft() if self._replies else None
-        if reply is None:
-            return ScriptedReply(
-                500,
-                error_body(
-                    "fake Anthropic server: no scripted reply queued for this request", type="api_error"
-                ),
-                {"x-should-retry": "false"},
-            )
-        if reply.status == 200 and not reply.body.get("model"):
-            reply.body["model"] = body["model"]
-        return reply
 
 
 def _message(

@@ -15,36 +15,19 @@ The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/c
 
 from __future__ import annotations
 
-import itertools
 import json
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.fake_http import FakeHTTPServer, ScriptedReply
 
 __all__ = ["FakeOpenAIServer", "ScriptedReply", "fake_openai"]
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 _MESSAGE_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-
-
-@dataclass
-class ScriptedReply:
-    """One queued answer: ``status`` 200 with ``body``, or an error status with headers.
-
-    ``delay`` (seconds) is waited before answering, to script client timeouts.
-    """
-
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
 
 
 def error_body(
@@ -157,75 +140,7 @@ def _validate_tool_calls(tool_calls: Any, i: int) -> list[str]:
     return ids
 
 
-class _Handler(BaseHTTPRequestHandler):
-    # HTTP/1.1 keep-alive like the real API, so clients that leak pooled connections show up as
-    # ResourceWarnings (errors under the project's pytest settings).
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
-        pass
-
-    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("x-request-id", f"req_fake_{next(self.server.fake.ids)}")
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        raw = self._read_body()
-        if self.path.rstrip("/") != CHAT_COMPLETIONS_PATH:
-            self._send_json(404, error_body(f"Invalid URL (POST {self.path})", code="unknown_url"))
-            return
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
-        fake._record(body, {k.lower(): v for k, v in self.headers.items()})
-        try:
-            validate_chat_request(body)
-        except InvalidRequest as exc:
-            self._send_json(400, error_body(str(exc)))
-            return
-        reply = fake._next_reply(body)
-        if reply.delay:
-            time.sleep(reply.delay)
-        self._send_json(reply.status, reply.body, reply.headers)
-
-    def do_GET(self) -> None:
-        self._read_body()
-        self._send_json(404, error_body(f"Invalid URL (GET {self.path})", code="unknown_url"))
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeOpenAIServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out and hung up is expected (timeout tests); anything else is shown.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class FakeOpenAIServer:
+class FakeOpenAIServer(FakeHTTPServer):
     """The fake server: start with ``with FakeOpenAIServer() as server`` (or ``start``/``stop``).
 
     Attributes:
@@ -239,64 +154,28 @@ class FakeOpenAIServer:
     whose message says so.
     """
 
-    def __init__(self) -> None:
-        self.requests: list[Any] = []
-        self.request_headers: list[dict[str, str]] = []
-        self.ids = itertools.count(1)
-        self._replies: deque[ScriptedReply] = deque()
-        self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+    provider = "OpenAI"
+    endpoint = CHAT_COMPLETIONS_PATH
+    url_suffix = "/v1"
+    empty_queue_error_type = "fake"
 
-    # -- lifecycle -------------------------------------------------------------------------
+    def error_body(self, message: str, *, type: str) -> dict[str, Any]:
+        return error_body(message, type=type)
 
-    def start(self) -> FakeOpenAIServer:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        self._server = server
-        # A short poll interval keeps ``stop`` (``shutdown``) from adding 0.5 s to every test.
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
-        )
-        self._thread.start()
-        return self
+    def not_found_body(self, method: str, path: str) -> dict[str, Any]:
+        return error_body(f"Invalid URL ({method} {path})", code="unknown_url")
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+    def refusal(self, body: Any, headers: Mapping[str, str]) -> tuple[int, dict[str, Any]] | None:
+        try:
+            validate_chat_request(body)
+        except InvalidRequest as exc:
+            return 400, error_body(str(exc))
+        return None
 
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the fake OpenAI server is not running"
-        return self._server.server_address[1]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still queued."""
-        with self._lock:
-            return len(self._replies)
+    def stamp(self, body: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+        return body, {"x-request-id": f"req_fake_{next(self.ids)}"}
 
     # -- scripting -------------------------------------------------------------------------
-
-    def enqueue(self, reply: ScriptedReply) -> None:
-        """Queue any reply (status, body, headers)."""
-        with self._lock:
-            self._replies.append(reply)
 
     def enqueue_text(
         self,
@@ -397,26 +276,6 @@ class FakeOpenAIServer:
             headers={"retry-after-ms": "10"},
             times=times,
         )
-
-    # -- used by the handler ---------------------------------------------------------------
-
-    def _record(self, body: Any, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append(body)
-            self.request_headers.append(headers)
-
-    def _next_reply(self, body: Mapping[str, Any]) -> ScriptedReply:
-        with self._lock:
-            reply = self._replies.popleft() if self._replies else None
-        if reply is None:
-            return ScriptedReply(
-                500,
-                error_body("fake OpenAI server: no scripted reply queued for this request", type="fake"),
-                {"x-should-retry": "false"},
-            )
-        if reply.status == 200 and not reply.body.get("model"):
-            reply.body["model"] = body["model"]
-        return reply
 
 
 def _completion(

@@ -9,15 +9,14 @@ connection errors itself (``max_retries``, exponential backoff honouring ``retry
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import os
-import threading
-import weakref
-from collections.abc import AsyncGenerator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
+from agentmemory.exceptions import InvalidMessageError, LLMError
 from agentmemory.formats.anthropic import from_anthropic_message, to_anthropic
+from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.messages import ChatMessage
 
@@ -30,19 +29,10 @@ DEFAULT_MODEL = "claude-haiku-4-5"
 # Placeholder key for local Anthropic-compatible servers and proxies that ignore it; the SDK
 # refuses to send a request without some credential.
 LOCAL_API_KEY = "not-needed"
-# Statuses the SDK itself retries (anthropic/_base_client.py ``_should_retry``): 408, 409, 429, 5xx.
-_TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
 
 def _import_anthropic() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise LLMError(
-            "the 'anthropic' package is not installed; install it with: "
-            "pip install 'django-agentmemory[anthropic]'"
-        ) from exc
-    return anthropic
+    return import_sdk("anthropic")
 
 
 def tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,14 +116,9 @@ class AnthropicChatModel:
         self.timeout = timeout
         self.max_retries = max_retries
         self.temperature = temperature
-        self._client = client
-        self._owns_client = client is None
-        self._async_client = async_client
-        self._owns_async_client = async_client is None
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[anthropic.AsyncAnthropic, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+        self._clients: SDKClients[anthropic.Anthropic, anthropic.AsyncAnthropic] = SDKClients(
+            client=client, async_client=async_client
+        )
 
     def __repr__(self) -> str:
         return f"AnthropicChatModel(model={self.model_name!r}, base_url={self.base_url!r})"
@@ -169,51 +154,22 @@ class AnthropicChatModel:
             options["base_url"] = self.base_url
         return options
 
-    def _sync_client(self) -> anthropic.Anthropic:
-        with self._lock:
-            if self._client is None:
-                sdk = _import_anthropic()
-                try:
-                    self._client = sdk.Anthropic(**self._client_options())
-                except (sdk.AnthropicError, ValueError, TypeError) as exc:
-                    raise LLMError(f"cannot create the Anthropic client: {exc}") from exc
-            return self._client
-
-    async def _get_async_client(self) -> anthropic.AsyncAnthropic:
-        if not self._owns_async_client:
-            assert self._async_client is not None
-            return self._async_client
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._async_clients.get(loop)
-        if entry is not None:
-            return entry[0]
+    def _new_client(self, class_name: str) -> Any:
         sdk = _import_anthropic()
-        try:
-            client = sdk.AsyncAnthropic(**self._client_options())
-        except (sdk.AnthropicError, ValueError, TypeError) as exc:
-            raise LLMError(f"cannot create the Anthropic client: {exc}") from exc
-        # An HTTP connection pool belongs to one event loop, so there is one client per loop; the
-        # started generator is finalised by ``loop.shutdown_asyncgens()`` and closes the client.
-        guard = _close_on_loop_shutdown(client, self._async_clients)
-        await anext(guard)
-        with self._lock:
-            self._async_clients[loop] = (client, guard)
-        return client
+        return create_client(
+            getattr(sdk, class_name),
+            self._client_options(),
+            errors=(sdk.AnthropicError, ValueError, TypeError),
+            provider="Anthropic",
+        )
 
     def close(self) -> None:
         """Close the sync client if this object created it (idempotent)."""
-        with self._lock:
-            client, self._client = (self._client, None) if self._owns_client else (None, self._client)
-        if client is not None:
-            client.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """Close the async client this object created for the running event loop (idempotent)."""
-        with self._lock:
-            entry = self._async_clients.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            await entry[1].aclose()
+        await self._clients.aclose()
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -257,7 +213,7 @@ class AnthropicChatModel:
             TransientLLMError, LLMError: see the class docstring.
         """
         request = self._request(messages, tools)
-        client = self._sync_client()
+        client = self._clients.sync(functools.partial(self._new_client, "Anthropic"))
         sdk = _import_anthropic()
         try:
             response = client.messages.create(**request)
@@ -270,7 +226,7 @@ class AnthropicChatModel:
     ) -> ChatResponse:
         """Async ``invoke`` through ``anthropic.AsyncAnthropic``; same arguments, result and errors."""
         request = self._request(messages, tools)
-        client = await self._get_async_client()
+        client = await self._clients.get_async(functools.partial(self._new_client, "AsyncAnthropic"))
         sdk = _import_anthropic()
         try:
             response = await client.messages.create(**request)
@@ -301,49 +257,19 @@ class AnthropicChatModel:
 
     def _map_error(self, exc: Exception) -> LLMError:
         """Translate an ``anthropic`` exception into ``TransientLLMError`` or ``LLMError``."""
-        sdk = _import_anthropic()
         where = f"Anthropic messages call (model {self.model_name!r}, {self.base_url or 'default endpoint'})"
-        retries = f"after the SDK's retries (max_retries={self.max_retries})"
-        if isinstance(exc, sdk.APIStatusError):
-            status = exc.status_code
-            text = _provider_text(exc)
-            request_id = f", request id {exc.request_id}" if exc.request_id else ""
-            if status in _TRANSIENT_STATUSES or status >= 500:
-                return TransientLLMError(f"{where} failed with HTTP {status} {retries}{request_id}: {text}")
-            return LLMError(f"{where} failed with HTTP {status}{request_id}: {text}")
-        if isinstance(exc, sdk.APITimeoutError):
-            return TransientLLMError(f"{where} timed out after {self.timeout} s {retries}")
-        if isinstance(exc, sdk.APIConnectionError):
-            cause = exc.__cause__ or exc.message
-            return TransientLLMError(f"{where} could not connect {retries}: {cause}")
-        return LLMError(f"{where} failed: {exc}")
+        return map_sdk_error(
+            exc,
+            _import_anthropic(),
+            where=where,
+            retries=f"after the SDK's retries (max_retries={self.max_retries})",
+            timeout=self.timeout,
+            describe=_provider_text,
+        )
 
 
-async def _close_on_loop_shutdown(
-    client: anthropic.AsyncAnthropic, registry: MutableMapping[asyncio.AbstractEventLoop, Any]
-) -> AsyncGenerator[None, None]:
-    """Yield once; closing the generator (at loop shutdown or ``aclose``) closes ``client``."""
-    try:
-        yield
-    finally:
-        loop = asyncio.get_running_loop()
-        entry = registry.get(loop)
-        if entry is not None and entry[0] is client:
-            del registry[loop]
-        await client.close()
-
-
-def _provider_text(exc: anthropic.APIStatusError) -> str:
-    """Anthropic's error text: ``{"type": "error", "error": {"type", "message"}}`` -> "message (type)"."""
-    body = exc.body
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping) and isinstance(error.get("message"), str) and error["message"]:
-            kind = error.get("type")
-            return f"{error['message']} ({kind})" if kind else error["message"]
-    if isinstance(body, str) and body:
-        return body[:500]
-    return exc.message
+# Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}`` -> "message (type)".
+_provider_text = functools.partial(provider_text, envelope="error")
 
 
 def from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> AnthropicChatModel | None:

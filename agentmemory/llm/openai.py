@@ -8,16 +8,15 @@ exhausted does this adapter raise ``TransientLLMError``, so callers (Celery task
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import os
-import threading
-import weakref
-from collections.abc import AsyncGenerator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
+from agentmemory.exceptions import InvalidMessageError, LLMError
 from agentmemory.formats.openai import from_openai, to_openai_messages
+from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage
 
@@ -30,18 +29,10 @@ DEFAULT_MODEL = "gpt-4o-mini"
 # Placeholder key for local OpenAI-compatible servers (Ollama, vLLM, LM Studio) that ignore it;
 # the SDK refuses to build a client without some key.
 LOCAL_API_KEY = "not-needed"
-# HTTP statuses the SDK itself treats as retryable (openai/_base_client.py ``_should_retry``).
-_TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
 
 def _import_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise LLMError(
-            "the 'openai' package is not installed; install it with: pip install 'django-agentmemory[openai]'"
-        ) from exc
-    return openai
+    return import_sdk("openai")
 
 
 def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,14 +93,9 @@ class OpenAIChatModel:
         self.max_retries = max_retries
         self.temperature = temperature
         self.extra_body = dict(extra_body) if extra_body else None
-        self._client = client
-        self._owns_client = client is None
-        self._async_client = async_client
-        self._owns_async_client = async_client is None
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+        self._clients: SDKClients[openai.OpenAI, openai.AsyncOpenAI] = SDKClients(
+            client=client, async_client=async_client
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model_name!r}, base_url={self.base_url!r})"
@@ -145,56 +131,22 @@ class OpenAIChatModel:
             "max_retries": self.max_retries,
         }
 
-    def _sync_client(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                sdk = _import_openai()
-                try:
-                    self._client = sdk.OpenAI(**self._client_options())
-                except sdk.OpenAIError as exc:
-                    raise LLMError(f"cannot create the OpenAI client: {exc}") from exc
-            return self._client
-
-    async def _get_async_client(self) -> openai.AsyncOpenAI:
-        if not self._owns_async_client:
-            assert self._async_client is not None
-            return self._async_client
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._async_clients.get(loop)
-        if entry is not None:
-            return entry[0]
+    def _new_client(self, class_name: str) -> Any:
         sdk = _import_openai()
-        try:
-            client = sdk.AsyncOpenAI(**self._client_options())
-        except sdk.OpenAIError as exc:
-            raise LLMError(f"cannot create the OpenAI client: {exc}") from exc
-        # An httpx connection pool belongs to one event loop (each ``asyncio.run`` or
-        # ``async_to_sync`` call makes a new one), so there is one client per loop. The started
-        # async generator is finalised by ``loop.shutdown_asyncgens()`` (``asyncio.run`` calls it)
-        # and closes the client's sockets before the loop closes, instead of leaking them.
-        guard = _close_on_loop_shutdown(client, self._async_clients)
-        await anext(guard)  # runs to the ``yield`` without suspending: no other task can interleave
-        with self._lock:
-            self._async_clients[loop] = (client, guard)
-        return client
+        return create_client(
+            getattr(sdk, class_name), self._client_options(), errors=(sdk.OpenAIError,), provider="OpenAI"
+        )
 
     def close(self) -> None:
         """Close the sync client if this object created it (idempotent)."""
-        with self._lock:
-            client, self._client = (self._client, None) if self._owns_client else (None, self._client)
-        if client is not None:
-            client.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """Close the async client this object created for the running event loop (idempotent).
 
         Optional under ``asyncio.run`` (clients are closed when their loop shuts down).
         """
-        with self._lock:
-            entry = self._async_clients.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            await entry[1].aclose()
+        await self._clients.aclose()
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -230,7 +182,7 @@ class OpenAIChatModel:
             TransientLLMError, LLMError: see the class docstring.
         """
         request = self._request(messages, tools)
-        client = self._sync_client()
+        client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
         sdk = _import_openai()
         try:
             completion = client.chat.completions.create(**request)
@@ -243,7 +195,7 @@ class OpenAIChatModel:
     ) -> ChatResponse:
         """Async ``invoke`` through ``openai.AsyncOpenAI``; same arguments, result and errors."""
         request = self._request(messages, tools)
-        client = await self._get_async_client()
+        client = await self._clients.get_async(functools.partial(self._new_client, "AsyncOpenAI"))
         sdk = _import_openai()
         try:
             completion = await client.chat.completions.create(**request)
@@ -277,53 +229,19 @@ class OpenAIChatModel:
 
     def _map_error(self, exc: Exception) -> LLMError:
         """Translate an ``openai`` exception into ``TransientLLMError`` or ``LLMError``."""
-        sdk = _import_openai()
         where = f"OpenAI chat completion (model {self.model_name!r}, {self.base_url or 'default endpoint'})"
-        retries = f"(SDK max_retries={self.max_retries})"
-        if isinstance(exc, sdk.APIStatusError):
-            status = exc.status_code
-            text = _provider_text(exc)
-            request_id = f", request id {exc.request_id}" if exc.request_id else ""
-            if status in _TRANSIENT_STATUSES or status >= 500:
-                return TransientLLMError(f"{where} failed with HTTP {status} {retries}{request_id}: {text}")
-            return LLMError(f"{where} failed with HTTP {status}{request_id}: {text}")
-        if isinstance(exc, sdk.APITimeoutError):
-            return TransientLLMError(f"{where} timed out after {self.timeout} s {retries}")
-        if isinstance(exc, sdk.APIConnectionError):
-            cause = exc.__cause__ or exc.message
-            return TransientLLMError(f"{where} could not connect {retries}: {cause}")
-        return LLMError(f"{where} failed: {exc}")
+        return map_sdk_error(
+            exc,
+            _import_openai(),
+            where=where,
+            retries=f"(SDK max_retries={self.max_retries})",
+            timeout=self.timeout,
+            describe=_provider_text,
+        )
 
 
-async def _close_on_loop_shutdown(
-    client: openai.AsyncOpenAI, registry: MutableMapping[asyncio.AbstractEventLoop, Any]
-) -> AsyncGenerator[None, None]:
-    """Yield once; closing the generator (at loop shutdown or ``aclose``) closes ``client``.
-
-    It also drops the loop's entry from ``registry``: the started generator holds its loop
-    (through the loop's finaliser hook), so the entry would otherwise keep every loop alive.
-    """
-    try:
-        yield
-    finally:
-        loop = asyncio.get_running_loop()
-        entry = registry.get(loop)
-        if entry is not None and entry[0] is client:
-            del registry[loop]
-        await client.close()
-
-
-def _provider_text(exc: openai.APIStatusError) -> str:
-    """The provider's error text from an ``APIStatusError`` (OpenAI ``{"error": {"message"}}``)."""
-    body = exc.body
-    if isinstance(body, Mapping):
-        message = body.get("message")
-        kind = body.get("type") or body.get("code")
-        if isinstance(message, str) and message:
-            return f"{message} ({kind})" if kind else message
-    if isinstance(body, str) and body:
-        return body[:500]
-    return exc.message
+# The ``openai`` SDK unwraps ``{"error": {"message", "type", "param", "code"}}`` into ``body``.
+_provider_text = functools.partial(provider_text, kind_keys=("type", "code"))
 
 
 def from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> OpenAIChatModel | None:
