@@ -28,6 +28,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 ## bench: run the benchmarks on DATABASE_URL (PostgreSQL; see docs/benchmarks.md)

@@ -191,9 +191,9 @@ class ConversationAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("current summary"))
     def current_summary(self, obj: Conversation) -> str:
-        if obj.summary_id is None:
-            return "-"
         summary = obj.summary
+        if summary is None:
+            return "-"
         return format_html(
             '{} <span style="color: var(--body-quiet-color)">({})</span><pre style="{}">{}</pre>',
             admin_link(

@@ -148,7 +148,10 @@ class BaseMemoryCompactor:
     # -- reading ------------------------------------------------------------------------
 
     def _conversation(self) -> Conversation | None:
-        return self.conversation_repo.select_related("summary").filter(pk=self.conversation_id).first()
+        conversation: Conversation | None = (
+            self.conversation_repo.select_related("summary").filter(pk=self.conversation_id).first()  # type: ignore[misc]  # the repo is duck-typed
+        )
+        return conversation
 
     def get_summary(self) -> Summary | None:
         """The conversation's current summary, or ``None``."""

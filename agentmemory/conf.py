@@ -65,7 +65,7 @@ class AgentMemorySettings:
 
 
 DEFAULTS = {
-    f.name: (f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc]
+    f.name: (f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc,operator]
     for f in fields(AgentMemorySettings)
 }
 KNOWN_KEYS = frozenset(DEFAULTS)

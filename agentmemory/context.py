@@ -12,13 +12,13 @@ a constant number of queries, whatever the length of the conversation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
-from django.db import connections, router
+from django.db import connections, models, router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
@@ -110,7 +110,7 @@ def _canonical(unit_rows: list[RowMeta]) -> tuple[list[RowMeta], bool]:
 
 
 def pack_history(
-    rows_newest_first: Iterator[RowMeta] | Sequence[RowMeta],
+    rows_newest_first: Iterable[RowMeta],
     *,
     budget: int,
     max_messages: int | None = None,
@@ -715,7 +715,9 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
 
 def _json_value(field_name: str, value: Any, conn: Any) -> Any:
     """A JSON column as the model field returns it (the raw cursor gives text)."""
-    return Message._meta.get_field(field_name).from_db_value(value, None, conn)
+    field = Message._meta.get_field(field_name)
+    assert isinstance(field, models.JSONField)
+    return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
 
 
 def _tool_calls(value: Any, conn: Any) -> Any:

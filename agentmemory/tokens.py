@@ -302,7 +302,7 @@ class ApproximateTokenCounter(BaseTokenCounter):
             return 0
         total = 0.0
         for match in _PIECES.finditer(text):
-            kind = match.lastindex
+            kind = match.lastindex or 0
             if kind == _ONE:
                 total += 1.0
             elif kind == _WORD:

@@ -172,7 +172,7 @@ class LangChainChatModel:
                 f"model {self.model_name!r} returned a reply that cannot be used: {exc.reason}"
             ) from exc
         metadata = result.response_metadata or {}
-        usage = result.usage_metadata or {}
+        usage: Mapping[str, Any] = result.usage_metadata or {}
         return ChatResponse(
             message=message,
             usage=Usage(
