@@ -408,7 +408,11 @@ class PersistentChatHistory:
 
     def clear(self) -> None:
         """Delete every message and summary of the conversation; ``seq`` keeps counting up
-        (seqs are never reused, so a late compaction cannot attach to new messages)."""
+        (seqs are never reused, so a late compaction cannot attach to new messages).
+
+        Only a system message stored at seq 1 is pinned, so after ``clear()`` give the
+        system prompt to the builder (``ContextWindowBuilder(..., system_prompt=...)``, as
+        agents do) rather than storing it again."""
         from agentmemory.models import Summary
 
         with transaction.atomic():
