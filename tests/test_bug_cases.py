@@ -219,23 +219,18 @@ def test_bug12_compaction_is_incremental() -> None:
     assert labels(window) == c["expected"]["context"]
 
 
-def test_bug13_overlong_summary_is_condensed_before_it_is_stored() -> None:
+def _bug13(llm: ScriptedChatModel):  # type: ignore[no-untyped-def]
+    """BUG-13's history after two older messages (the ones the summary will cover), and a
+    compactor that keeps the case's three human turns and caps summaries at 300 tokens."""
     c = case("BUG-13")
     counter = counter_for(c)
     conv = Conversation.objects.create()
     history = PersistentChatHistory(conv, token_counter=counter)
-    history.add_messages(
-        from_openai_messages(
-            [
-                {"role": "user", "content": "an older question about the order"},
-                {"role": "assistant", "content": "an older answer about the order"},
-            ]
-        )
-    )
-    history.add_messages(from_openai_messages(c["input"]))
-    long_summary = " ".join(["word"] * 1200)
-    short_summary = " ".join(["fact"] * 250)
-    llm = ScriptedChatModel([long_summary, short_summary])
+    older = [
+        {"role": "user", "content": "an older question about the order"},
+        {"role": "assistant", "content": "an older answer about the order"},
+    ]
+    history.add_messages(from_openai_messages([*older, *c["input"]]))
     compactor = LLMMemoryCompactor(
         Conversation.objects,
         conv.pk,
@@ -245,6 +240,14 @@ def test_bug13_overlong_summary_is_condensed_before_it_is_stored() -> None:
         max_summary_tokens=300,
         token_counter=counter,
     )
+    return c, counter, conv, compactor
+
+
+def test_bug13_overlong_summary_is_condensed_before_it_is_stored() -> None:
+    long_summary = " ".join(["word"] * 1200)
+    short_summary = " ".join(["fact"] * 250)
+    llm = ScriptedChatModel([long_summary, short_summary])
+    c, counter, conv, compactor = _bug13(llm)
     summary = compactor.compact()
     assert summary.token_count <= 300
     assert summary.text == short_summary
@@ -255,31 +258,9 @@ def test_bug13_overlong_summary_is_condensed_before_it_is_stored() -> None:
 
 
 def test_bug13_summary_that_stays_too_long_is_never_stored() -> None:
-    c = case("BUG-13")
-    counter = counter_for(c)
-    conv = Conversation.objects.create()
-    history = PersistentChatHistory(conv, token_counter=counter)
-    history.add_messages(
-        from_openai_messages(
-            [
-                {"role": "user", "content": "older"},
-                {"role": "assistant", "content": "older answer"},
-                *c["input"],
-            ]
-        )
-    )
-    llm = ScriptedChatModel([" ".join(["word"] * 1200)] * 3)
-    compactor = LLMMemoryCompactor(
-        Conversation.objects,
-        conv.pk,
-        llm,
-        history,
-        keep_recent_human_turns=3,
-        max_summary_tokens=300,
-        token_counter=counter,
-    )
     from agentmemory.exceptions import InvalidSummaryError
 
+    _, _, conv, compactor = _bug13(ScriptedChatModel([" ".join(["word"] * 1200)] * 3))
     with pytest.raises(InvalidSummaryError):
         compactor.compact()
     assert not Summary.objects.filter(conversation=conv).exists()
