@@ -545,3 +545,33 @@ def test_conversation_metadata_with_a_lone_surrogate_is_refused(api, user):  # t
 def test_oversized_budget_parameters_are_a_400(api, user):  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user)
     assert api.get(conv_url(conv, f"context/?max_tokens={2**62}")).status_code == 400
+
+
+def test_cancel_pending_tool_calls_unblocks_a_conversation(api, user):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user)
+    calls = [{"id": "c1", "name": "lookup", "arguments": {}}, {"id": "c2", "name": "lookup", "arguments": {}}]
+    batch = {
+        "messages": [{"role": "human", "content": "go"}, {"role": "ai", "content": None, "tool_calls": calls}]
+    }
+    assert api.post(conv_url(conv, "messages/"), batch, format="json").status_code == 201
+    blocked = api.post(conv_url(conv, "messages/"), {"role": "human", "content": "hello?"}, format="json")
+    assert blocked.status_code == 400 and "still await results" in blocked.json()["detail"]
+
+    response = api.post(
+        conv_url(conv, "cancel-pending-tool-calls/"), {"reason": "client gone"}, format="json"
+    )
+    assert response.status_code == 200
+    assert [(m["tool_call_id"], m["content"]) for m in response.json()["messages"]] == [
+        ("c1", "Error: client gone"),
+        ("c2", "Error: client gone"),
+    ]
+    assert (
+        api.post(
+            conv_url(conv, "messages/"), {"role": "human", "content": "hello?"}, format="json"
+        ).status_code
+        == 201
+    )
+    again = api.post(conv_url(conv, "cancel-pending-tool-calls/"), {}, format="json")
+    assert again.status_code == 200 and again.json() == {"messages": []}
+    other = Conversation.objects.create()
+    assert api.post(conv_url(other, "cancel-pending-tool-calls/"), {}, format="json").status_code == 404

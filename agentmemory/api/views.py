@@ -14,7 +14,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -217,6 +223,33 @@ class ConversationViewSet(
             window, context={"message_format": message_format(request), "token_counter": counter}
         ).data
         return Response(data)
+
+    @extend_schema(
+        request=inline_serializer(
+            "CancelPendingToolCalls",
+            {"reason": serializers.CharField(required=False, max_length=1000)},
+        ),
+        responses={200: s.MessageBatchSerializer, 400: s.InvalidMessageErrorSerializer},
+    )
+    @action(detail=True, methods=["post"], url_path="cancel-pending-tool-calls", pagination_class=None)
+    def cancel_pending_tool_calls(self, request: Request, uuid: str | None = None) -> Response:
+        """Answer every tool call still awaiting its result with ``"Error: <reason>"``, so a
+        conversation whose client died between a call and its results can go on (strict
+        validation refuses any other message until then). Returns the results stored."""
+        conversation = self.get_object()
+        reason = request.data.get("reason", "the tool call was cancelled")
+        if not isinstance(reason, str) or not reason or len(reason) > 1000:
+            raise serializers.ValidationError({"reason": ["A text of 1 to 1000 characters."]})
+        try:
+            stored = PersistentChatHistory(conversation).cancel_pending_tool_calls(reason)
+        except InvalidMessageError as exc:
+            return invalid_message_response(exc)
+        except ConversationNotFound:
+            raise Http404("No such conversation.") from None
+        rows = Message.objects.filter(conversation=conversation, seq__in=[m.seq for m in stored]).order_by(
+            "seq"
+        )
+        return Response({"messages": s.MessageSerializer(rows, many=True).data})
 
 
 @extend_schema(tags=["messages"])
