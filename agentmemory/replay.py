@@ -383,7 +383,7 @@ def _check_window(
         )
 
 
-def _compaction_due(compactor: BaseMemoryCompactor, cid: int, budget: int) -> bool:
+def _compaction_due(compactor: BaseMemoryCompactor, cid: int, budget: int | None) -> bool:
     """Whether compaction has not caught up: one is due (K1) or running (its lease)."""
     running = Conversation.objects.filter(pk=cid, compaction_started_at__isnull=False).exists()
     return running or compactor.needs_compaction(max_tokens=budget)
@@ -418,20 +418,13 @@ def wait_for_compaction(
     Returns:
         ``True`` when everything settled in time.
     """
-
     deadline = time.monotonic() + timeout
     pending = list(conversation_ids)
     while True:
-        running = set(
-            Conversation.objects.filter(pk__in=pending, compaction_started_at__isnull=False).values_list(
-                "pk", flat=True
-            )
-        )
         pending = [
             cid
             for cid in pending
-            if cid in running
-            or BaseMemoryCompactor(Conversation.objects, cid, None).needs_compaction(max_tokens=max_tokens)
+            if _compaction_due(BaseMemoryCompactor(Conversation.objects, cid, None), cid, max_tokens)
         ]
         if not pending:
             return True

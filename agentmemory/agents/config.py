@@ -9,7 +9,7 @@ from django.utils.module_loading import import_string
 
 from agentmemory.conf import app_settings
 
-__all__ = ["AgentConfig", "MemoryConfig", "class_path", "resolve_class"]
+__all__ = ["AgentConfig", "MemoryConfig", "resolve_class"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,3 @@ def resolve_class(value: type | str) -> type:
         ImportError: the dotted path does not resolve.
     """
     return import_string(value) if isinstance(value, str) else value
-
-
-def class_path(cls: type) -> str | None:
-    """The dotted path a worker can import ``cls`` from, or ``None`` for a class defined
-    inside a function (``<locals>`` in its qualified name)."""
-    qualname = cls.__qualname__
-    if "<locals>" in qualname:
-        return None
-    return f"{cls.__module__}.{qualname}"
