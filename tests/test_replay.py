@@ -282,3 +282,17 @@ def test_assistant_greeting_before_the_first_question_is_folded_after_the_first_
     assert report.left_out_pending_messages == 1  # the first window, before any turn ended
     summary = Summary.objects.get(conversation_id=report.conversation_ids[0])
     assert (summary.first_seq, summary.through_seq) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_wait_for_compaction_waits_while_a_compaction_is_running() -> None:
+    from django.utils import timezone
+
+    from agentmemory.replay import wait_for_compaction
+
+    idle = Conversation.objects.create()
+    busy = Conversation.objects.create(compaction_started_at=timezone.now())
+    assert wait_for_compaction([idle.pk], timeout=0.1, poll=0.01)
+    assert not wait_for_compaction([idle.pk, busy.pk], timeout=0.05, poll=0.01)
+    Conversation.objects.filter(pk=busy.pk).update(compaction_started_at=None)
+    assert wait_for_compaction([idle.pk, busy.pk], timeout=0.1, poll=0.01)
