@@ -369,7 +369,7 @@ class PersistentChatHistory:
                 pending_tool_call_ids=state.pending,
                 updated_at=timezone.now(),
             )
-        stored = [_to_chat(row) for row in rows]
+        stored = [row.to_chat_message() for row in rows]
         signals.message_appended.send(
             sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
         )
@@ -447,7 +447,7 @@ class PersistentChatHistory:
             rows.reverse()
         else:
             rows = list(qs.order_by("seq"))
-        return [_to_chat(r) for r in rows]
+        return [r.to_chat_message() for r in rows]
 
     @property
     def messages(self) -> list[ChatMessage]:
@@ -466,7 +466,7 @@ class PersistentChatHistory:
             if seq is None:
                 raise MessageNotFound(f"message {message_id} is not in conversation {self.conversation_id}")
             qs = qs.filter(seq__gt=seq)
-        return [_to_chat(r) for r in qs.order_by("seq")]
+        return [r.to_chat_message() for r in qs.order_by("seq")]
 
     # -- async --------------------------------------------------------------------------
 
@@ -487,7 +487,3 @@ class PersistentChatHistory:
 
     async def aclear(self) -> None:
         await sync_to_async(self.clear)()
-
-
-def _to_chat(row: Message) -> ChatMessage:
-    return row.to_chat_message()
