@@ -219,6 +219,47 @@ def test_bug12_compaction_is_incremental() -> None:
     assert labels(window) == c["expected"]["context"]
 
 
+def test_bug32_second_compaction_folds_what_the_first_kept_verbatim() -> None:
+    """The second summary is built from the first plus every message after its boundary,
+    including the turns the first compaction kept verbatim; after each compaction every
+    stored message is in the summary's span or in the window, never both, never neither."""
+    c = case("BUG-32")
+    counter = counter_for(c)
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=counter)
+    llm = ScriptedChatModel(["S1: bed with tomatoes, basil, peppers.", "S2: sun, pH 6.5, planting 20 April."])
+    compactor = _incremental_compactor(conv, history, c["params"]["compaction"], llm, counter)
+    budget = c["params"]["max_tokens"]
+    compacted_after = []
+    for index, message in enumerate(from_openai_messages(c["input"])):
+        history.add_message(message)
+        if compactor.needs_compaction(max_tokens=budget):
+            summary = compactor.compact()
+            assert summary is not None
+            compacted_after.append(index)
+            window = build(conv, c, counter)
+            in_window = {x for x in labels(window) if x != "SUMMARY"}
+            in_summary = set(range(summary.first_seq - 1, summary.through_seq))
+            assert in_window & in_summary == set()
+            assert in_window | in_summary == set(range(index + 1))
+            assert index not in in_summary
+    expected = c["expected"]["compactions"]
+    assert compacted_after == [x["after_message"] for x in expected]
+    summaries = list(Summary.objects.filter(conversation=conv).order_by("through_seq"))
+    assert [[s.first_seq - 1, s.through_seq - 1] for s in summaries] == [
+        x["summary_covers"] for x in expected
+    ]
+    first_prompt, second_prompt = (call[0][-1].content for call in llm.calls)
+    assert c["input"][0]["content"] in first_prompt and c["input"][2]["content"] not in first_prompt
+    assert "S1: bed with tomatoes, basil, peppers." in second_prompt
+    # The turns the first compaction kept verbatim (2-4) reach the second summariser call.
+    for index in range(2, 8):
+        assert c["input"][index]["content"] in second_prompt
+    for index in (0, 1, 8, 9, 10):
+        assert c["input"][index]["content"] not in second_prompt
+    assert labels(build(conv, c, counter)) == c["expected"]["context"]
+
+
 def _bug13(llm: ScriptedChatModel):  # type: ignore[no-untyped-def]
     """BUG-13's history after two older messages (the ones the summary will cover), and a
     compactor that keeps the case's three human turns and caps summaries at 300 tokens."""
