@@ -25,11 +25,12 @@ from django.utils import timezone
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError
-from agentmemory.history import PersistentChatHistory, text_problem
+from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.base import ChatModel
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
+from agentmemory.validation import text_problem
 
 logger = logging.getLogger("agentmemory.compaction")
 

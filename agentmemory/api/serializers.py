@@ -25,10 +25,10 @@ from rest_framework import serializers
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
-from agentmemory.history import json_problem
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
+from agentmemory.validation import json_problem
 
 NATIVE = "native"
 OPENAI = "openai"

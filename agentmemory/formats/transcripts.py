@@ -175,7 +175,7 @@ def validate_transcript(transcript: Transcript, *, where: str = "transcript") ->
         TranscriptError: naming ``where`` and the 0-based message index.
     """
     from agentmemory.conf import app_settings
-    from agentmemory.history import validate_message
+    from agentmemory.validation import validate_message
 
     max_chars = app_settings().MAX_MESSAGE_CHARS
     pending: list[str] = []
