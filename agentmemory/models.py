@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models, router, transaction
@@ -11,6 +11,9 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.messages import ChatMessage, Role, ToolCall
+
+if TYPE_CHECKING:
+    from agentmemory.context.sql import TailReader, WindowHead
 
 
 class MessageRole(models.TextChoices):
@@ -140,6 +143,63 @@ class MessageQuerySet(models.QuerySet["Message"]):
 
     def after(self, seq: int) -> MessageQuerySet:
         return self.filter(seq__gt=seq)
+
+    # The context window's read path: hand-written SQL in ``agentmemory.context.sql`` (a
+    # window is built for every model call, and the ORM's query construction costs several
+    # times the database work there). Each reads the database this queryset reads.
+
+    def window_head(
+        self,
+        conversation_id: int,
+        *,
+        with_pinned: bool,
+        budget: int,
+        max_messages: int | None,
+        max_tool_result_tokens: int | None,
+    ) -> WindowHead | None:
+        """The conversation row, its summary, its pinned system prompt (``with_pinned``)
+        and the first page of its tail, in one statement; ``None`` when the conversation
+        does not exist. ``budget`` (tokens) sizes the page and bounds the content read."""
+        from agentmemory.context.sql import read_head
+
+        return read_head(
+            self.db,
+            conversation_id,
+            with_pinned=with_pinned,
+            budget=budget,
+            max_messages=max_messages,
+            max_tool_result_tokens=max_tool_result_tokens,
+        )
+
+    def window_tail(
+        self,
+        conversation_id: int,
+        floor_seq: int,
+        first_page: int,
+        *,
+        first_rows: list[tuple[Any, ...]] | None = None,
+        content_budget: int = 0,
+        max_tool_result_tokens: int | None = None,
+    ) -> TailReader:
+        """An iterator of ``RowMeta`` newest first above ``floor_seq``, one page (one
+        query) at a time, starting from ``first_rows`` (the head's page) when given."""
+        from agentmemory.context.sql import TailReader
+
+        return TailReader(
+            conversation_id,
+            floor_seq,
+            first_page,
+            first_rows=first_rows,
+            content_budget=content_budget,
+            max_tool_result_tokens=max_tool_result_tokens,
+            using=self.db,
+        )
+
+    def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
+        """The messages of ``seqs`` as ``ChatMessage``s, by seq."""
+        from agentmemory.context.sql import read_contents
+
+        return read_contents(self.db, conversation_id, seqs)
 
 
 class Message(models.Model):

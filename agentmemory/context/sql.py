@@ -1,0 +1,472 @@
+"""The builder's read path: hand-written SQL returning typed rows.
+
+Reached through ``Message.objects.window_head()``, ``window_tail()`` and
+``window_contents()``. One statement reads the conversation row with its summary and pinned
+system prompt and the first page of the tail (stored token counts newest first on the
+``(conversation, seq)`` index, the page sized from the conversation's average message size,
+with the content of the rows inside the budget); a window longer than the first page reads
+further pages, each twice the size of the last: a constant number of queries, whatever the
+length of the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, models, router
+
+from agentmemory.context.packing import _META_FIELDS, RowMeta
+from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.models import Conversation, Message
+
+# -- reading ---------------------------------------------------------------------------------
+#
+# The read path is hand-written SELECTs through the connection's cursor rather than
+# querysets: a window is built for every model call, and the ORM's query construction,
+# compilation and model instances cost several times the database work here (measured in
+# docs/benchmarks.md). One statement reads the conversation row, its summary, its pinned
+# system prompt and the first page of the tail with the content of the rows inside the
+# budget; a longer window reads further pages. The SQL is plain (UNION ALL, a window
+# function, scalar sub-selects), runs on PostgreSQL and SQLite, and takes table and column
+# names from the models' metadata. Its text is built once per database alias and variant.
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRow:
+    """The conversation fields the builder needs."""
+
+    pk: int
+    message_count: int
+    human_message_count: int
+    stored_tokens: int
+    has_system_prompt: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """The current summary's fields the builder needs."""
+
+    pk: int
+    text: str
+    through_seq: int
+    token_count: int
+    token_counter: str
+    human_messages_covered: int
+
+
+_SQL_CACHE: dict[tuple[Any, ...], str] = {}
+#: largest budget (tokens) and message cap passed to the database
+MAX_READ = 2**31
+_NO_CAP = 2**62
+#: columns of a tail row: the metadata (``_META_FIELDS``), then id, name, whether the
+#: content was read, and the content
+_TAIL_WIDTH = len(_META_FIELDS) + 4
+
+
+def _names(alias: str) -> tuple[Any, Any, Any]:
+    """Quoted column-name helpers ``(conversation, summary, message)`` for ``alias``."""
+    from agentmemory.models import Summary
+
+    qn = connections[alias].ops.quote_name
+
+    def helper(model: Any) -> Any:
+        return lambda name: qn(model._meta.get_field(name).column)
+
+    return helper(Conversation), helper(Summary), helper(Message)
+
+
+def _tail_select(
+    alias: str,
+    *,
+    capped: bool,
+    where: str,
+    limit: str,
+    before: str = "",
+    after: str = "",
+    ordered: bool = True,
+) -> str:
+    """A page of the tail: rows newest first on the ``(conversation, seq)`` index, at most
+    ``limit``. A running sum of the (capped) stored token counts, newest first, decides
+    which rows also bring their content: those inside ``%(room)s``, so that text past the
+    budget (a multi-megabyte tool output just too old to fit) is never read. The inner
+    ``ORDER BY seq DESC LIMIT`` keeps the plan on the index even for a conversation that
+    holds a large share of the table. ``before`` and ``after`` are extra output columns."""
+    qn = connections[alias].ops.quote_name
+    _, _, m = _names(alias)
+    meta = [m(f) for f in _META_FIELDS]
+    tokens = m("token_count")
+    if capped:
+        tokens = f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s THEN %(cap)s ELSE {tokens} END"
+    return (
+        f"SELECT {before}{', '.join(meta)}, {m('id')}, {m('name')}, "
+        f"CASE WHEN running <= %(room)s THEN 1 ELSE 0 END, "
+        f"CASE WHEN running <= %(room)s THEN {m('content')} END{after} FROM ("
+        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, "
+        f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running "
+        f"FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}) tail"
+        + (f" ORDER BY {m('seq')} DESC" if ordered else "")
+    )
+
+
+def _page_expression(alias: str, c: Any, table: str) -> str:
+    """``first_page_size`` in SQL over the conversation row of ``table``."""
+    greatest, least = ("MAX", "MIN") if connections[alias].vendor == "sqlite" else ("GREATEST", "LEAST")
+    count, stored = f"{table}.{c('message_count')}", f"{table}.{c('stored_tokens')}"
+    more = (
+        f"CASE WHEN {stored} <= {count} THEN %(half)s "
+        f"ELSE (%(triple)s * {count} + 2 * {stored} - 1) / (2 * {stored}) END"
+    )
+    return f"{least}(CASE WHEN {count} <= 0 THEN 16 ELSE {greatest}(16, {more} + 8) END, %(max_page)s)"
+
+
+#: Kinds of the rows of the head statement (its first column).
+_CONVERSATION, _SUMMARY, _PINNED, _TAIL = 0, 1, 2, 3
+
+
+def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
+    """One statement, four kinds of rows in one column layout (``kind`` first, then the
+    tail row layout, then ``metadata``):
+
+    * the first page of the tail (``_tail_select``), whose LIMIT is the page size computed
+      from the conversation row in a scalar sub-select (``first_page_size`` gives the same
+      number from the conversation row read alongside). Rows at or below the summary
+      boundary are dropped by the caller (newest first, they can only come last);
+    * (``with_pinned``) the system message at seq 1 with its ``metadata``;
+    * the conversation: ``id`` in ``id``, ``message_count`` in ``seq``,
+      ``human_message_count`` in ``token_count``, ``stored_tokens`` in ``exchange_seq``,
+      ``has_system_prompt`` in ``has_content``;
+    * its summary: ``id``, ``through_seq`` in ``seq``, ``token_count``,
+      ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name`` and
+      ``text`` in ``content``.
+
+    Single-table branches keep planning cheap: joins and repeated sub-selects cost more to
+    plan than the whole statement takes to run.
+    """
+    key = ("head", alias, with_pinned, capped)
+    sql = _SQL_CACHE.get(key)
+    if sql is not None:
+        return sql
+    from agentmemory.models import Summary
+
+    qn = connections[alias].ops.quote_name
+    c, s, m = _names(alias)
+    conversations, summaries = qn(Conversation._meta.db_table), qn(Summary._meta.db_table)
+    messages = qn(Message._meta.db_table)
+    null = "NULL"
+    limit = (
+        f"COALESCE((SELECT {_page_expression(alias, c, conversations)} FROM {conversations} "
+        f"WHERE {c('id')} = %(id)s), 0)"
+    )
+    # The tail comes first and the pinned message second: PostgreSQL resolves the type of
+    # each column of a UNION from left to right, and these two branches give every column
+    # its type (two NULLs first would make text, which clashes with jsonb or bigint).
+    branches = [
+        _tail_select(
+            alias,
+            capped=capped,
+            where=f"{m('conversation')} = %(id)s",
+            limit=limit,
+            before=f"{_TAIL}, ",
+            after=f", {null}",
+            ordered=False,
+        )
+    ]
+    if with_pinned:
+        pinned = [
+            str(_PINNED),
+            *(m(f) for f in _META_FIELDS),
+            m("id"),
+            m("name"),
+            "1",
+            m("content"),
+            m("metadata"),
+        ]
+        branches.append(
+            f"SELECT {', '.join(pinned)} FROM {messages} "
+            f"WHERE {m('conversation')} = %(id)s AND {m('seq')} = 1 AND {m('role')} = %(system)s"
+        )
+    conversation = [
+        str(_CONVERSATION),
+        c("message_count"),
+        null,
+        c("human_message_count"),
+        c("stored_tokens"),
+        null,
+        null,
+        c("id"),
+        null,
+        f"CASE WHEN {c('has_system_prompt')} = %(true)s THEN 1 ELSE 0 END",
+        null,
+        null,
+    ]
+    summary = [
+        str(_SUMMARY),
+        s("through_seq"),
+        null,
+        s("token_count"),
+        s("human_messages_covered"),
+        null,
+        null,
+        s("id"),
+        s("token_counter"),
+        "1",
+        s("text"),
+        null,
+    ]
+    branches.append(f"SELECT {', '.join(conversation)} FROM {conversations} WHERE {c('id')} = %(id)s")
+    branches.append(
+        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = "
+        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)"
+    )
+    sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
+    return sql
+
+
+def _next_page_sql(alias: str, *, capped: bool) -> str:
+    key = ("next", alias, capped)
+    sql = _SQL_CACHE.get(key)
+    if sql is None:
+        _, _, m = _names(alias)
+        where = f"{m('conversation')} = %(id)s AND {m('seq')} > %(floor)s AND {m('seq')} < %(upper)s"
+        sql = _SQL_CACHE[key] = _tail_select(alias, capped=capped, where=where, limit="%(size)s")
+    return sql
+
+
+def _json_value(field_name: str, value: Any, conn: Any) -> Any:
+    """A JSON column as the model field returns it (the raw cursor gives text)."""
+    field = Message._meta.get_field(field_name)
+    assert isinstance(field, models.JSONField)
+    return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
+
+
+def _tool_calls(value: Any, conn: Any) -> Any:
+    if not value or value == "[]":
+        return ()
+    return _json_value("tool_calls", value, conn) or ()
+
+
+_ROLES = {role.value: role for role in Role}
+
+
+def _chat(
+    pk: int,
+    seq: int,
+    role: str,
+    content: str | None,
+    tool_calls: Any,
+    tool_call_id: str,
+    name: str,
+    tokens: int,
+) -> ChatMessage:
+    return ChatMessage(
+        role=_ROLES[role],
+        content=content,
+        tool_calls=tuple(ToolCall.from_dict(c) for c in tool_calls) if tool_calls else (),
+        tool_call_id=tool_call_id,
+        name=name,
+        seq=seq,
+        id=pk,
+        token_count=tokens,
+    )
+
+
+@dataclass
+class WindowHead:
+    """What the first statement read."""
+
+    conv: ConversationRow
+    summary: SummaryRow | None
+    pinned: ChatMessage | None
+    page_size: int
+    page: list[tuple[Any, ...]]
+
+
+def read_head(
+    alias: str,
+    conversation_id: int,
+    *,
+    with_pinned: bool,
+    budget: int,
+    max_messages: int | None,
+    max_tool_result_tokens: int | None,
+) -> WindowHead | None:
+    """The conversation, its summary, its pinned system prompt (``with_pinned``) and the
+    first page of its tail in one statement; ``None`` when the conversation does not exist.
+
+    ``budget`` (tokens) sizes the first page and bounds the content read with it; it must
+    not be less than what the history may use (here: the budget before the summary and the
+    pinned prompt are taken off), so the page brings at least the content that is needed.
+    """
+    conn = connections[alias]
+    capped = max_tool_result_tokens is not None
+    budget = max(budget, 0)
+    params: dict[str, Any] = {
+        "id": conversation_id,
+        "true": True,
+        "system": Role.SYSTEM.value,
+        "room": budget,
+        "half": (3 * budget + 1) // 2,
+        "triple": 3 * budget,
+        "max_page": _NO_CAP if max_messages is None else max_messages + 16,
+    }
+    if capped:
+        params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
+    with conn.cursor() as cursor:
+        cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
+        rows = cursor.fetchall()
+    conv = summary = pinned = None
+    page: list[tuple[Any, ...]] = []
+    for row in rows:
+        kind = row[0]
+        if kind == _TAIL:
+            page.append(row[1 : _TAIL_WIDTH + 1])
+            continue
+        values = row[1:]
+        if kind == _CONVERSATION:
+            conv = ConversationRow(values[6], values[0], values[2], values[3], bool(values[8]))
+        elif kind == _SUMMARY:
+            summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
+        else:
+            seq, role, tokens, _, tool_call_id, tool_calls, pk, name, _, content, metadata = values
+            pinned = ChatMessage(
+                role=Role(role),
+                content=content,
+                tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls, conn)),
+                tool_call_id=tool_call_id,
+                name=name,
+                metadata=_json_value("metadata", metadata, conn) or {},
+                seq=seq,
+                id=pk,
+                token_count=tokens,
+            )
+    if conv is None:
+        return None
+    if not conv.has_system_prompt:
+        pinned = None
+    page.sort(key=lambda r: r[0], reverse=True)  # UNION ALL promises no order
+    # The LIMIT of the tail branch, computed from the same row of the same snapshot.
+    page_size = first_page_size(budget, conv, max_messages)
+    return WindowHead(conv=conv, summary=summary, pinned=pinned, page_size=page_size, page=page)
+
+
+def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
+    """Messages of the given seqs, by seq (the rare rows the tail read left without content)."""
+    rows = (
+        Message.objects.using(alias)
+        .filter(conversation_id=conversation_id, seq__in=seqs)
+        .values_list("id", "seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count")
+    )
+    return {r[1]: _chat(r[0], r[1], r[2], r[3], r[4] or (), r[5], r[6], r[7]) for r in rows}
+
+
+class TailReader:
+    """Iterates metadata rows newest first, one page (one query) at a time, from the first
+    page the caller read (``first_rows``, ``first_page`` rows asked for) when given.
+
+    Each page also brings the content of the rows whose running token count (tool results
+    counted at ``max_tool_result_tokens`` when set) stays within ``content_budget``, kept in
+    ``contents`` by seq: in the usual case the window's messages come with the page that
+    found them and no further read is needed. Rows at or below ``floor_seq`` are not
+    yielded; ``rows_read`` counts every row read.
+    """
+
+    def __init__(
+        self,
+        conversation_id: int,
+        floor_seq: int,
+        first_page: int,
+        *,
+        first_rows: list[tuple[Any, ...]] | None = None,
+        content_budget: int = 0,
+        max_tool_result_tokens: int | None = None,
+        using: str | None = None,
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.floor_seq = floor_seq
+        self.page_size = first_page
+        self.first_rows = first_rows
+        self.content_budget = content_budget
+        self.cap = max_tool_result_tokens
+        self.using = using or router.db_for_read(Message)
+        self.rows_read = 0
+        self.contents: dict[int, ChatMessage] = {}
+
+    def _fetch(self, upper: int | None, size: int, room: int) -> list[tuple[Any, ...]]:
+        params: dict[str, Any] = {
+            "id": self.conversation_id,
+            "floor": self.floor_seq,
+            "size": size,
+            "room": room,
+        }
+        if upper is None:  # no page read yet: start above the newest seq
+            upper = 2**62
+        params["upper"] = upper
+        if self.cap is not None:
+            params.update(tool=Role.TOOL.value, cap=self.cap)
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(_next_page_sql(self.using, capped=self.cap is not None), params)
+            return cursor.fetchall()
+
+    def __iter__(self) -> Iterator[RowMeta]:
+        conn = connections[self.using]
+        cap = self.cap
+        upper: int | None = None
+        size = self.page_size
+        spent = 0  # (capped) tokens of the rows already yielded
+        page = self.first_rows
+        while True:
+            if page is None:
+                page = self._fetch(upper, size, self.content_budget - spent)
+            self.rows_read += len(page)
+            complete = len(page) < size
+            for values in page:
+                (
+                    seq,
+                    role,
+                    token_count,
+                    exchange_seq,
+                    tool_call_id,
+                    raw_calls,
+                    pk,
+                    name,
+                    has_content,
+                    content,
+                ) = values
+                if seq <= self.floor_seq:
+                    complete = True  # everything above the boundary has been read
+                    break
+                tool_calls = _tool_calls(raw_calls, conn) if raw_calls and raw_calls != "[]" else ()
+                if has_content:
+                    self.contents[seq] = _chat(
+                        pk, seq, role, content, tool_calls, tool_call_id, name, token_count
+                    )
+                spent += cap if cap is not None and role == Role.TOOL and token_count > cap else token_count
+                yield RowMeta(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)
+            if complete or not page:
+                return
+            upper = page[-1][0]
+            size *= 2
+            page = None
+
+
+def first_page_size(budget: int, conv: Any, max_messages: int | None) -> int:
+    """Rows to read first: enough for ``budget`` at the conversation's average message size
+    (``conv.stored_tokens / conv.message_count``, at least 1), with a 1.5x margin, plus 8;
+    at least 16, and at most ``max_messages + 16``. Later pages double.
+
+    Integer arithmetic, so that ``_head_sql`` computes the same number in the database.
+    """
+    budget = max(budget, 0)
+    if conv.message_count <= 0:
+        size = 16
+    else:
+        if conv.stored_tokens <= conv.message_count:  # average at most one token: counts as one
+            more = (3 * budget + 1) // 2
+        else:  # ceil(budget / average * 1.5)
+            more = (3 * budget * conv.message_count + 2 * conv.stored_tokens - 1) // (2 * conv.stored_tokens)
+        size = max(16, more + 8)
+    if max_messages is not None:
+        size = min(size, max_messages + 16)
+    return size
