@@ -242,7 +242,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
         Django's default collects and lists each related row (100,000 messages would be
         100,000 lines and as many permission checks). Messages and summaries are read-only
-        in the admin, but deleting their conversation deletes them (S2).
+        in the admin, but deleting their conversation deletes them.
         """
         conversations = list(objs)
         summaries = Summary.objects.filter(conversation__in=[c.pk for c in conversations]).count()
@@ -260,7 +260,7 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.action(description=_("Compact now"), permissions=["change"])
     def compact_now(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
         """Enqueue ``agentmemory.tasks.compact_conversation`` for each selected conversation,
-        when the transaction commits (K3); the task decides whether there is anything to fold."""
+        when the transaction commits; the task decides whether there is anything to fold."""
         from agentmemory.tasks import compact_conversation
 
         ids = list(queryset.values_list("pk", flat=True))

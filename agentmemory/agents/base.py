@@ -12,14 +12,17 @@ One turn (``run``, ``arun``, ``stream``, ``astream``):
 5. store the answer, then ``compact_if_needed()`` (a Celery task, enqueued on commit).
 
 No database transaction is held while the model or a tool runs; each step is stored whole,
-so a crash leaves a valid history (design invariants W1-W4, C1-C5, K1-K3).
+so a crash leaves a valid history: seq order, tool exchanges stored whole, every window within
+its budget and starting on a human message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -56,6 +59,7 @@ from agentmemory.agents.tools import (
     not_run_outcome,
     unknown_tool_outcome,
 )
+from agentmemory.compaction import BaseMemoryCompactor
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
@@ -64,6 +68,8 @@ from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation
 
 __all__ = ["BaseToolCallingAgent", "resolve_llm"]
+
+logger = logging.getLogger("agentmemory.agents")
 
 LLM_HELP = (
     "No LLM is configured. Configure one of:\n"
@@ -323,7 +329,7 @@ class BaseToolCallingAgent:
         builder = self.get_window_builder(injector, self.get_system_prompt(injector))
         schemas = self.tool_schemas() or None
         for round_ in itertools.count():
-            shaped = self._shape(builder.build(self.token_limit), human.seq or 0)
+            shaped = self._shape(self.build_window(builder, injector), human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
             response = self.llm.invoke(shaped.window.messages, tools=schemas)
@@ -369,7 +375,7 @@ class BaseToolCallingAgent:
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         for round_ in itertools.count():
-            window = await builder.abuild(self.token_limit)
+            window = await sync_to_async(self.build_window)(builder, injector)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -401,13 +407,53 @@ class BaseToolCallingAgent:
         enqueued = await sync_to_async(self.compact_if_needed)(injector)
         yield FinalAnswer(turn.result(enqueued))
 
+    def build_window(self, builder: ContextWindowBuilder, injector: AgentInjector) -> ContextWindow:
+        """The window of one model call, within ``token_limit`` tokens.
+
+        A compactor that overrides ``get_summary()`` (the seed's contract: it returns the
+        summary text or ``None``) has its text sent as the summary system message right after
+        the system prompt, and the history trimmed to what is left of the budget.
+        """
+        text = _custom_summary(injector.memory_compactor)
+        if not text:
+            return builder.build(self.token_limit)
+        message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + text)
+        tokens = self.token_counter.count_message(message)
+        window = builder.build(max(self.token_limit - tokens, 1))
+        leading = len(window.messages) - len(window.history)
+        return dataclasses.replace(
+            window,
+            messages=[*window.messages[:leading], message, *window.messages[leading:]],
+            max_tokens=self.token_limit,
+            summary_tokens=window.summary_tokens + tokens,
+        )
+
     def compact_if_needed(self, injector: AgentInjector) -> bool:
-        """Ask the compactor to enqueue a compaction when one is due (on commit); ``False``
-        when the compactor is disabled. The window budget is passed so that the "no longer
-        fits" trigger (K1) uses the agent's limit."""
-        if injector.memory_compactor is None:
+        """After a turn: let a compaction run when one is due. Returns whether one was
+        enqueued or run; ``False`` when the compactor is disabled.
+
+        agentmemory's own compactors are asked through their ``compact_if_needed(max_tokens=)``
+        with the agent's budget, so the "no longer fits" trigger uses the agent's limit. A
+        compactor that overrides ``compact_if_needed`` is called the way the seed's contract
+        writes it, ``compact_if_needed()`` (with ``max_tokens=`` only when its signature takes
+        it). The answer is already stored: an exception from a compactor is logged, never
+        raised, so the caller always gets the answer.
+        """
+        compactor = injector.memory_compactor
+        if compactor is None:
             return False
-        return bool(injector.memory_compactor.compact_if_needed(max_tokens=self.token_limit))
+        method = compactor.compact_if_needed
+        try:
+            if _is_own(compactor, "compact_if_needed") or _takes_max_tokens(method):
+                return bool(method(max_tokens=self.token_limit))
+            return bool(method())
+        except Exception:
+            logger.exception(
+                "compact_if_needed() of %s failed for conversation %s; the turn's answer is stored",
+                type(compactor).__qualname__,
+                injector.conversation_id,
+            )
+            return False
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -446,6 +492,32 @@ class BaseToolCallingAgent:
             latency_s=round(latency, 6),
         )
         return ai, call
+
+
+def _is_own(compactor: Any, name: str) -> bool:
+    """Whether ``compactor``'s method ``name`` is ``BaseMemoryCompactor``'s own."""
+    return getattr(type(compactor), name, None) is getattr(BaseMemoryCompactor, name)
+
+
+def _takes_max_tokens(method: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "max_tokens" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _custom_summary(compactor: Any) -> str | None:
+    """The text of a compactor that overrides ``get_summary()`` (seed contract: text or
+    ``None``); ``None`` for agentmemory's own compactors, whose stored summary the builder
+    reads itself."""
+    if compactor is None or _is_own(compactor, "get_summary"):
+        return None
+    value = compactor.get_summary()
+    if value is None:
+        return None
+    text = getattr(value, "text", value)
+    return text if isinstance(text, str) and text.strip() else None
 
 
 def _usable_calls(calls: Sequence[ToolCall]) -> list[ToolCall]:

@@ -12,9 +12,10 @@ from agentmemory.conf import app_settings
 __all__ = ["AgentConfig", "MemoryConfig", "resolve_class"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class MemoryConfig:
-    """How an agent remembers.
+    """How an agent remembers. Mutable: ``get_config()`` builds a fresh one on every call, so a
+    subclass may change it (``config.memory = MemoryConfig(...)``) without touching anyone else's.
 
     Attributes:
         chat_history_class: class (or dotted path) built as ``cls(conversation,
@@ -48,9 +49,12 @@ class MemoryConfig:
         return cls(compactor_class=app_settings().COMPACTOR_CLASS)
 
 
-@dataclass(frozen=True)
+@dataclass
 class AgentConfig:
     """An agent's wiring, returned by ``BaseToolCallingAgent.get_config()``.
+
+    Mutable, and a fresh instance on every ``get_config()`` call: the seed contract is
+    ``config = super().get_config(); config.memory = MemoryConfig(...); return config``.
 
     Attributes:
         memory: the ``MemoryConfig``.

@@ -2,7 +2,7 @@
 
 Applied by the agent to each window after ``ContextWindowBuilder`` built it, to exchanges of
 earlier turns only: the model always sees the results it asked for in the current turn.
-Storage is never changed (invariant C6); only the copy sent to the model is.
+Storage is never changed (building a window never writes); only the copy sent to the model is.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def apply_memory_policy(
     """Stub or leave out tool exchanges stored before ``before_seq``, by tool policy.
 
     Args:
-        window: the built window (its tool exchanges are whole and in canonical order, C2).
+        window: the built window (its tool exchanges are whole, results in ``tool_calls`` order).
         policy_for: the ``MemoryPolicy`` of a tool name (a mapping or a function); tools not
             found replay.
         before_seq: the seq of the current turn's human message; exchanges at or after it
@@ -59,8 +59,8 @@ def apply_memory_policy(
         - ``omit``: the AI message and all its results are left out, but only when every call
           of that AI message is ``omit`` and another AI message of the same turn follows it
           (so every human message keeps a reply after it); otherwise it falls back to
-          ``stub`` for those results. A window never holds half an exchange (C2), still
-          starts on a human message (C3) and only shrinks (C1).
+          ``stub`` for those results. A window never holds half an exchange, still starts on
+          a human message and only shrinks (it stays within its budget).
     """
     lookup = policy_for.get if isinstance(policy_for, Mapping) else policy_for
 

@@ -67,7 +67,8 @@ class MemoryPolicy(enum.StrEnum):
     - ``STUB``: the result is replaced by a short stub; the call/result pair stays valid.
     - ``OMIT``: the whole exchange (the AI message with the calls and all its results) is
       left out. An AI message that also calls tools of another policy falls back to ``STUB``
-      for the omitted tool, so no exchange is ever split (invariant C2).
+      for the omitted tool, so no exchange is ever split (providers reject a
+      call without its result).
 
     Storage always keeps the full result; the policy only shapes what the model sees later.
     """

@@ -19,7 +19,7 @@ class ConversationCursorPagination(CursorPagination):
 
 
 class MessageCursorPagination(CursorPagination):
-    """Messages of one conversation in ``seq`` order (the only order, invariant W1).
+    """Messages of one conversation in ``seq`` order (the only order; timestamps can tie or go backwards).
 
     ``seq`` is unique within a conversation, so the cursor is a plain keyset position on the
     ``(conversation, seq)`` index: a page costs one indexed range read whatever the length of

@@ -1,7 +1,7 @@
 """API views: thin viewsets over ``PersistentChatHistory`` and ``ContextWindowBuilder``.
 
 Every queryset starts from ``Conversation.objects.for_user(request.user)``: another user's
-conversation is a 404, never a 403, so its existence does not leak (design invariant S1).
+conversation is a 404, never a 403, so its existence does not leak.
 """
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ class ConversationViewSet(
         serializer.save(owner=self.request.user)
 
     def perform_destroy(self, instance: Conversation) -> None:
-        # Messages and summaries go with it (CASCADE, S2); a compaction task enqueued
-        # earlier finds the conversation gone and stores nothing.
+        # Messages and summaries go with it (CASCADE, under the conversation's row lock); a
+        # compaction task enqueued earlier finds the conversation gone and stores nothing.
         with transaction.atomic():
             instance.delete()
 
@@ -194,7 +194,8 @@ class ConversationViewSet(
     @action(detail=True, methods=["get"], pagination_class=None)
     def context(self, request: Request, uuid: str | None = None) -> Response:
         """The context window a model would be sent now: pinned system prompt, summary, the
-        newest contiguous history that fits ``max_tokens`` (invariants C1-C8)."""
+        newest contiguous history that fits ``max_tokens``: within the budget, tool exchanges whole,
+        starting on a human message."""
         conversation = self.get_object()
         max_tokens = _positive_int_param(
             request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
@@ -255,7 +256,8 @@ class ConversationViewSet(
 @extend_schema(tags=["messages"])
 class MessageViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet):
     """Messages of one conversation, in ``seq`` order; appending goes through
-    ``PersistentChatHistory`` (validation W3, atomic batches, seq under a row lock)."""
+    ``PersistentChatHistory`` (bad input refused with nothing stored, atomic batches, seq under a row
+    lock)."""
 
     permission_classes = [IsAuthenticated]
     pagination_class = MessageCursorPagination
