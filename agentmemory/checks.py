@@ -222,3 +222,92 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
                 )
             )
     return warnings
+
+
+@register(Tags.compatibility)
+def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Validate the long-term memory and recall settings (``agentmemory.E201`` and up)."""
+    conf = app_settings()
+    problems: list[Error] = []
+    backend = conf.RECALL_BACKEND
+    if not isinstance(backend, str) or not backend:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['RECALL_BACKEND'] must be a name or dotted path, not {backend!r}.",
+                hint="Use 'fulltext' (default), 'embedding', 'hybrid' or 'myapp.recall.MyBackend'.",
+                id="agentmemory.E201",
+            )
+        )
+    elif backend not in ("fulltext", "embedding", "hybrid") and (error := _import_error(backend)):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['RECALL_BACKEND'] = {backend!r} cannot be imported: {error}",
+                hint="Use 'fulltext', 'embedding', 'hybrid' or the dotted path of a backend class.",
+                id="agentmemory.E201",
+            )
+        )
+    embedder = conf.EMBEDDER
+    if embedder is not None and (not isinstance(embedder, str) or (error := _import_error(embedder))):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['EMBEDDER'] = {embedder!r} cannot be imported.",
+                hint="Give the dotted path of an Embedder class, e.g. "
+                "'agentmemory.recall.embedders.OpenAICompatibleEmbedder', or None.",
+                id="agentmemory.E202",
+            )
+        )
+    if not isinstance(conf.EMBEDDER_OPTIONS, dict):
+        problems.append(
+            Error(
+                "AGENTMEMORY['EMBEDDER_OPTIONS'] must be a dict of keyword arguments.",
+                hint="For example {'model': 'text-embedding-3-small'}.",
+                id="agentmemory.E203",
+            )
+        )
+    if backend in ("embedding", "hybrid") and embedder is None:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['RECALL_BACKEND'] is {backend!r} but no EMBEDDER is configured.",
+                hint="Set AGENTMEMORY['EMBEDDER'] or use the 'fulltext' backend, which needs no model.",
+                id="agentmemory.E204",
+            )
+        )
+    similarity = conf.FACT_SUPERSEDE_SIMILARITY
+    if similarity is not None and (
+        not isinstance(similarity, int | float) or isinstance(similarity, bool) or not 0 < similarity <= 1
+    ):
+        problems.append(
+            Error(
+                "AGENTMEMORY['FACT_SUPERSEDE_SIMILARITY'] must be a number in (0, 1] or None, "
+                f"not {similarity!r}.",
+                hint="0.85 lets a changed fact replace a very similar one; None turns it off.",
+                id="agentmemory.E205",
+            )
+        )
+    for name in ("RECALL_IMPORTANCE_WEIGHT", "RECALL_RECENCY_WEIGHT", "RECALL_RECENCY_HALF_LIFE_DAYS"):
+        value = getattr(conf, name)
+        positive = name.endswith("_DAYS")
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or value < 0
+            or (positive and value == 0)
+        ):
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['{name}'] must be a {'positive' if positive else 'non-negative'} number, "
+                    f"not {value!r}.",
+                    hint="See docs/longterm.md for how the ranking uses it.",
+                    id="agentmemory.E206",
+                )
+            )
+    for name in ("KNOWLEDGE_CONTEXT_MAX_TOKENS", "MAX_FACT_CHARS"):
+        if not _is_positive_int(getattr(conf, name)):
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['{name}'] must be a positive integer, not {getattr(conf, name)!r}.",
+                    hint="See docs/longterm.md for the unit and default.",
+                    id="agentmemory.E207",
+                )
+            )
+    return problems

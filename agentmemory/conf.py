@@ -60,6 +60,24 @@ class AgentMemorySettings:
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
     #: named LLM configurations, like CACHES: {"default": {"BACKEND": path, "OPTIONS": {...}}}
     LLMS: dict[str, Any] = field(default_factory=dict)
+    #: recall backend of long-term memory and conversation search: "fulltext" (no download),
+    #: "embedding", "hybrid" (both fused by reciprocal rank) or a dotted path to a class
+    RECALL_BACKEND: str = "fulltext"
+    #: dotted path of an ``Embedder`` class or factory, called with ``EMBEDDER_OPTIONS``;
+    #: None: no embeddings (full-text only)
+    EMBEDDER: str | None = None
+    EMBEDDER_OPTIONS: dict[str, Any] = field(default_factory=dict)
+    #: a new fact this similar (cosine, 0..1) to a live fact of the same scope and category
+    #: supersedes it (needs an embedder); None turns it off
+    FACT_SUPERSEDE_SIMILARITY: float | None = 0.85
+    #: ranking boosts: score * (1 + w * importance) * (1 + w * 0.5 ** (age / half-life))
+    RECALL_IMPORTANCE_WEIGHT: float = 0.5
+    RECALL_RECENCY_WEIGHT: float = 0.25
+    RECALL_RECENCY_HALF_LIFE_DAYS: float = 30.0
+    #: token bound of ``KnowledgeMemory.build_context()`` (tokens)
+    KNOWLEDGE_CONTEXT_MAX_TOKENS: int = 2_000
+    #: longest fact accepted (characters)
+    MAX_FACT_CHARS: int = 10_000
 
     def import_token_counter(self) -> Any:
         return import_string(self.TOKEN_COUNTER)

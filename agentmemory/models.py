@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import models, router, transaction
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.messages import ChatMessage, Role, ToolCall
@@ -328,3 +329,152 @@ class Summary(models.Model):
 
     def __str__(self) -> str:
         return f"summary through #{self.through_seq}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Long-term memory: facts that outlive a conversation (knowledge and semantic memory), and the
+# embeddings beside facts and messages. Full-text indexes are created by migration (a GIN index
+# on PostgreSQL, FTS5 tables on SQLite); see ``agentmemory.recall``.
+# ---------------------------------------------------------------------------------------------
+
+
+class FactQuerySet(models.QuerySet["Fact"]):
+    def in_scope(self, owner_id: int, agent_key: str = "", namespace: str = "") -> FactQuerySet:
+        """Facts of exactly this owner, agent key and namespace (equality, never a pattern:
+        ``_`` and ``%`` are ordinary characters)."""
+        return self.filter(owner_id=owner_id, agent_key=agent_key, namespace=namespace)
+
+    def live(self, now: Any = None) -> FactQuerySet:
+        """Facts in default recall: not superseded and not expired at ``now`` (query time)."""
+        now = now or timezone.now()
+        return self.filter(superseded_by__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
+class Fact(models.Model):
+    """One remembered fact of one user, scoped by agent key and namespace (both exact).
+
+    A changed fact supersedes the old one: the old row points at its successor through
+    ``superseded_by`` and stays as history, out of default recall; deleting the successor
+    deletes its history with it. ``expires_at`` is enforced when reading; nothing that reads a
+    fact moves it.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
+        on_delete=models.CASCADE,
+        related_name="agentmemory_facts",
+    )
+    agent_key = models.CharField(_("agent key"), max_length=100, blank=True, default="")
+    namespace = models.CharField(_("namespace"), max_length=200, blank=True, default="")
+    content = models.TextField(_("content"))
+    content_hash = models.CharField(
+        _("content hash"),
+        max_length=64,
+        editable=False,
+        help_text=_("SHA-256 of the content with runs of whitespace collapsed (finds exact repeats)."),
+    )
+    category = models.CharField(_("category"), max_length=100, default="general")
+    importance = models.FloatField(_("importance"), default=0.5)
+    persistent = models.BooleanField(
+        _("persistent"),
+        default=False,
+        help_text=_("Persistent facts are kept until forgotten; others are recent entries that age out."),
+    )
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    source_message = models.ForeignKey(
+        Message,
+        verbose_name=_("source message"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="facts",
+    )
+    superseded_by = models.ForeignKey(
+        "self",
+        verbose_name=_("superseded by"),
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="supersedes",
+    )
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    last_recalled_at = models.DateTimeField(_("last recalled at"), null=True, blank=True)
+    recall_count = models.PositiveIntegerField(_("recall count"), default=0)
+
+    objects = FactQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("fact")
+        verbose_name_plural = _("facts")
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["owner", "agent_key", "namespace", "-created_at"], name="agentmemory_fact_scope_idx"
+            ),
+            models.Index(fields=["superseded_by"], name="agentmemory_fact_sup_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(importance__gte=0.0) & Q(importance__lte=1.0),
+                name="agentmemory_fact_importance_range",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "agent_key", "namespace", "content_hash"],
+                condition=Q(superseded_by__isnull=True),
+                name="agentmemory_fact_live_content_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"fact {self.pk} ({self.category})"
+
+
+class FactEmbedding(models.Model):
+    """The vector of one fact by one embedding model (float32, little-endian bytes)."""
+
+    fact = models.ForeignKey(
+        Fact, verbose_name=_("fact"), on_delete=models.CASCADE, related_name="embeddings"
+    )
+    model = models.CharField(_("embedding model"), max_length=200)
+    dimensions = models.PositiveIntegerField(_("dimensions"))
+    vector = models.BinaryField(_("vector"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("fact embedding")
+        verbose_name_plural = _("fact embeddings")
+        ordering = ["fact", "model"]
+        constraints = [
+            models.UniqueConstraint(fields=["fact", "model"], name="agentmemory_factemb_fact_model_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"embedding of fact {self.fact_id} ({self.model})"
+
+
+class MessageEmbedding(models.Model):
+    """The vector of one stored message by one embedding model (float32, little-endian bytes)."""
+
+    message = models.ForeignKey(
+        Message, verbose_name=_("message"), on_delete=models.CASCADE, related_name="embeddings"
+    )
+    model = models.CharField(_("embedding model"), max_length=200)
+    dimensions = models.PositiveIntegerField(_("dimensions"))
+    vector = models.BinaryField(_("vector"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("message embedding")
+        verbose_name_plural = _("message embeddings")
+        ordering = ["message", "model"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "model"], name="agentmemory_msgemb_msg_model_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"embedding of message {self.message_id} ({self.model})"

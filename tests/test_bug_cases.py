@@ -443,3 +443,146 @@ def test_every_case_is_covered() -> None:
     source = Path(sys.modules[__name__].__file__).read_text()
     missing = [case_id for case_id in CASES if f'"{case_id}"' not in source]
     assert missing == []
+
+
+# -- long-term memory cases: operation lists mapped to KnowledgeMemory --------------------------
+
+
+def _at(op: dict):  # type: ignore[no-untyped-def]
+    from django.utils.dateparse import parse_datetime
+
+    return parse_datetime(op["at"]) if "at" in op else None
+
+
+def test_bug34_changed_fact_is_stored_and_ranks_first_never_dropped_as_duplicate() -> None:
+    from django.contrib.auth import get_user_model
+
+    from agentmemory.knowledge import KnowledgeMemory
+    from agentmemory.models import Fact
+    from agentmemory.recall import EmbeddingBackend
+    from tests.embedders import StubEmbedder, vectors_with_similarities
+
+    c = case("BUG-34")
+    ops = {op["ref"]: op for op in c["input"]}
+    f1, f2, query = vectors_with_similarities(0.91, 0.80, 0.78)  # the case's fixed similarities
+    embedder = StubEmbedder({ops["F1"]["text"]: f1, ops["F2"]["text"]: f2, ops["R1"]["query"]: query})
+    users = {name: get_user_model().objects.create(username=name) for name in ("u1", "someone-else")}
+    # another owner's identical and near-identical facts are never dedup candidates
+    other = KnowledgeMemory(users["someone-else"], embedder=embedder, max_log_days=365)
+    other.store(ops["F1"]["text"], "work", now=_at(ops["F1"]))
+
+    def memory(threshold):  # type: ignore[no-untyped-def]
+        return KnowledgeMemory(
+            users["u1"],
+            embedder=embedder,
+            backend=EmbeddingBackend(embedder),
+            supersede_similarity=threshold,
+            max_log_days=365,
+        )
+
+    km = memory(c["params"]["dedup_threshold"])
+    results = {}
+    for op in c["input"]:
+        if op["op"] == "remember":
+            rows_before = Fact.objects.count()
+            results[op["ref"]] = (
+                km.store(op["text"], op["category"], now=_at(op)),
+                Fact.objects.count() - rows_before,
+            )
+    expected = c["expected"]["results"]
+    created, _ = results["F1"]
+    assert created.action == expected["F1"]["action"]
+    again, new_rows = results["F1_again"]
+    assert again.action == expected["F1_again"]["action"]
+    assert again.fact.pk == created.fact.pk and new_rows == expected["F1_again"]["new_rows"]
+    changed, new_rows = results["F2"]
+    assert changed.action in expected["F2"]["action_in"]
+    assert changed.action == "superseded" and changed.superseded_ids == (created.fact.pk,)
+    assert new_rows == 1  # the action matches what was stored: one new row
+    assert expected["F2"]["stored_text_contains"] in Fact.objects.get(pk=changed.fact.pk).content
+    # the stale fact is kept as history, out of default recall
+    assert Fact.objects.get(pk=created.fact.pk).superseded_by_id == changed.fact.pk
+    r1 = ops["R1"]
+    hits = km.recall(r1["query"], k=r1["k"], now=_at(r1))
+    assert expected["R1"]["top_1_text_contains"] in hits[0].fact.content
+    assert all("Northwind" not in h.fact.content for h in hits)
+    assert other.live_facts().get().content == ops["F1"]["text"]
+
+    # Without supersede (threshold off) both facts stay live: recency still puts the newer
+    # Contoso fact above the stale one that pure cosine would rank first.
+    Fact.objects.filter(owner=users["u1"]).delete()
+    km = memory(None)
+    for op in c["input"]:
+        if op["op"] == "remember":
+            km.store(op["text"], op["category"], now=_at(op))
+    hits = km.recall(r1["query"], k=r1["k"], now=_at(r1))
+    assert [("Contoso" in h.fact.content) for h in hits] == [True, False]
+
+
+def test_bug35_forget_all_is_scoped_has_no_page_cap_and_refuses_no_owner() -> None:
+    from django.contrib.auth import get_user_model
+
+    from agentmemory.knowledge import KnowledgeMemory
+    from agentmemory.models import Fact, FactEmbedding
+    from agentmemory.recall import MemoryScopeError
+    from tests.embedders import StubEmbedder
+
+    c = case("BUG-35")
+    embedder = StubEmbedder()
+    users = {name: get_user_model().objects.create(username=name) for name in ("user_a", "user_b")}
+
+    def memory(owner):  # type: ignore[no-untyped-def]
+        return KnowledgeMemory(users[owner] if owner else None, embedder=embedder, supersede_similarity=None)
+
+    refs: dict[str, int] = {}
+    results: dict[str, dict] = {}
+    b_before = None
+    for op in c["input"]:
+        if op["op"] == "seed":
+            km = memory(op["owner"])
+            for n in range(op["count"]):
+                km.store(op["text_pattern"].format(n=n), op["category"])
+        elif op["op"] == "remember":
+            refs[op["ref"]] = memory(op["owner"]).store(op["text"], op["category"]).fact.pk
+        elif op["op"] == "forget_all":
+            if b_before is None:
+                b_before = list(
+                    FactEmbedding.objects.filter(fact__owner=users["user_b"]).values_list("fact_id", "vector")
+                )
+            before = Fact.objects.count()
+            try:
+                results[op["ref"]] = {
+                    "deleted_count": memory(op.get("owner")).forget_all(category=op.get("category"))
+                }
+            except (MemoryScopeError, ValueError) as exc:
+                results[op["ref"]] = {
+                    "error": type(exc).__name__,
+                    "deleted_count": before - Fact.objects.count(),
+                }
+        elif op["op"] == "recall":
+            hits = memory(op["owner"]).recall(op["query"], k=op["k"])
+            results[op["ref"]] = {"ids": [h.fact.pk for h in hits]}
+    expected = c["expected"]["results"]
+    assert results["D1"] == expected["D1"]
+    assert results["D2"] == expected["D2"]
+    assert results["D3"]["deleted_count"] == 0 and results["D3"]["error"] == "MemoryScopeError"
+    assert results["R1"]["ids"] == [refs[ref] for ref in expected["R1"]["ids"]]
+    # nothing of user_a is left, by raw queries: facts, history, embeddings, full-text rows
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM agentmemory_fact WHERE owner_id = %s", [users["user_a"].pk])
+        assert cursor.fetchone()[0] == 0
+        cursor.execute("SELECT count(*) FROM agentmemory_factembedding")
+        assert cursor.fetchone()[0] == 3
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT count(*) FROM agentmemory_fact_fts WHERE agentmemory_fact_fts MATCH 'note OR oslo'"
+            )
+            assert cursor.fetchone()[0] == 0
+            cursor.execute("SELECT count(*) FROM agentmemory_fact_fts_docsize")
+            assert cursor.fetchone()[0] == 3
+    # user_b keeps B1, B2 and B3 with their ids and embeddings
+    kept = Fact.objects.filter(owner=users["user_b"]).values_list("pk", flat=True)
+    assert sorted(kept) == sorted(refs[r] for r in ("B1", "B2", "B3"))
+    assert sorted(
+        FactEmbedding.objects.filter(fact__owner=users["user_b"]).values_list("fact_id", "vector")
+    ) == sorted(b_before)

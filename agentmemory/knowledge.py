@@ -1,0 +1,658 @@
+"""Knowledge memory: facts a user's agents keep across conversations, on the ORM.
+
+``KnowledgeMemory(owner)`` follows the knowledge-memory contract of the seed design
+(``remember()``, categories, persistent facts, recent entries, ``build_context()``, pruning)
+with the storage in the host's database instead of files:
+
+- a *persistent* fact is the seed's ``MEMORY.md`` line: kept until forgotten;
+- a *transient* fact is the seed's daily-log entry: it is hidden once it is older than
+  ``max_log_days`` and deleted by ``prune_logs()``.
+
+Rules (each pinned by tests): scope is the owner plus an optional agent key and namespace,
+matched exactly; an exact repeat adds nothing; a changed fact supersedes the old one, which
+stays as history out of default recall; a near-duplicate never discards new content (a peer
+bug report, cyzus/suzent#34, dropped a changed fact because it embedded close to the old
+one); expiry is enforced when reading and a read never extends it; forgetting deletes rows
+for real, in batches with no cap, and never anything of another owner (mem0ai/mem0#3928).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import numpy as np
+from django.db import IntegrityError, router, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.exceptions import AgentMemoryError
+from agentmemory.models import Fact, FactEmbedding, Message
+from agentmemory.recall import boost
+from agentmemory.recall.backends import RecallBackend, get_backend, get_embedder
+from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, to_bytes
+from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+
+__all__ = [
+    "FactHit",
+    "InvalidFactError",
+    "KnowledgeMemory",
+    "MemoryScopeError",
+    "RememberResult",
+]
+
+Action = Literal["created", "duplicate", "updated", "superseded"]
+
+#: rows deleted per statement when forgetting (no cap on the total)
+DELETE_BATCH = 500
+_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s*\S")
+
+
+class InvalidFactError(AgentMemoryError, ValueError):
+    """A fact that cannot be stored: empty or over-long content, NUL bytes, a bad category,
+    importance outside 0.0-1.0, a non-positive ttl, or a ``supersedes`` id outside the scope."""
+
+
+@dataclass(frozen=True)
+class RememberResult:
+    """What ``KnowledgeMemory.store()`` did.
+
+    ``action``: "created" (a new fact), "duplicate" (the same content was already live in the
+    scope; nothing was written), "updated" (the same content was live and its persistence,
+    importance or expiry changed), "superseded" (a new fact replaced ``superseded_ids``, which
+    stay as history).
+    """
+
+    fact: Fact
+    action: Action
+    superseded_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FactHit:
+    """One fact found by ``KnowledgeMemory.recall()``; ``score`` orders one call's hits."""
+
+    fact: Fact
+    score: float
+
+
+def normalize(content: str) -> str:
+    """Content with every run of whitespace made one space and the ends stripped: the form
+    compared for exact repeats. Case and punctuation are kept (they may be the change)."""
+    return " ".join(content.split())
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(normalize(content).encode()).hexdigest()
+
+
+def fact_key(content: str) -> str | None:
+    """The key of a "key: value" fact ("Preferred language: Python" has the key
+    "preferred language"), or None. A new fact with the key of a live fact of the same scope
+    and category supersedes it."""
+    match = _KEY.match(content)
+    if not match:
+        return None
+    return " ".join(match.group(1).split()).casefold()
+
+
+def _seconds(ttl: Any) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise InvalidFactError(f"ttl must be seconds or a timedelta, not {ttl!r}")
+    if not seconds > 0:
+        raise InvalidFactError(f"ttl must be positive, not {ttl!r}")
+    return seconds
+
+
+class KnowledgeMemory:
+    """Long-term facts of one owner, for one agent key and namespace.
+
+    Args:
+        owner: a saved user or a user id (required).
+        agent_key: an agent's key; facts of other agent keys are not seen (exact match).
+            None means the facts stored without an agent key.
+        namespace: a further exact partition (a project, a tenant); None means none.
+        max_log_days: transient entries older than this are hidden and pruned (days).
+        max_context_entries: most recent entries in ``build_context()``.
+        max_entries: most live facts kept in the scope; the least important (then transient,
+            then oldest) are deleted when a new fact goes over it. None: no limit.
+        max_context_tokens: token bound of ``build_context()``; default
+            ``AGENTMEMORY["KNOWLEDGE_CONTEXT_MAX_TOKENS"]``.
+        embedder: an ``Embedder`` used to find near-duplicates that a new fact supersedes
+            (default ``AGENTMEMORY["EMBEDDER"]``; none: only exact repeats and "key: value"
+            facts are recognised).
+        backend: the ``RecallBackend`` of ``recall()``; default ``AGENTMEMORY["RECALL_BACKEND"]``.
+
+    Raises:
+        MemoryScopeError: no owner, or a scope value that is not a string.
+        ValueError: a negative ``max_log_days`` or non-positive ``max_context_entries`` /
+            ``max_entries``.
+    """
+
+    def __init__(
+        self,
+        owner: Any,
+        *,
+        agent_key: str | None = None,
+        namespace: str | None = None,
+        max_log_days: int = 30,
+        max_context_entries: int = 50,
+        max_entries: int | None = None,
+        max_context_tokens: int | None = None,
+        embedder: Embedder | None = None,
+        backend: RecallBackend | None = None,
+        supersede_similarity: float | Literal["default"] | None = "default",
+        using: str | None = None,
+    ) -> None:
+        self.scope = MemoryScope.of(owner, agent_key, namespace)
+        for name, value, low in (
+            ("max_log_days", max_log_days, 0),
+            ("max_context_entries", max_context_entries, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
+        if max_entries is not None and (
+            isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1
+        ):
+            raise ValueError(f"max_entries must be a positive integer or None, not {max_entries!r}")
+        conf = app_settings()
+        self.max_log_days = max_log_days
+        self.max_context_entries = max_context_entries
+        self.max_entries = max_entries
+        self.max_context_tokens = max_context_tokens or conf.KNOWLEDGE_CONTEXT_MAX_TOKENS
+        self.embedder = embedder if embedder is not None else get_embedder()
+        self._backend = backend
+        self.supersede_similarity = (
+            conf.FACT_SUPERSEDE_SIMILARITY if supersede_similarity == "default" else supersede_similarity
+        )
+        self.using = using or router.db_for_write(Fact)
+
+    def __repr__(self) -> str:
+        s = self.scope
+        return f"KnowledgeMemory(owner={s.owner_id}, agent_key={s.agent_key!r}, namespace={s.namespace!r})"
+
+    # -- querysets -------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> RecallBackend:
+        if self._backend is None:
+            self._backend = get_backend(embedder=self.embedder)
+        return self._backend
+
+    def all_facts(self) -> Any:
+        """Every stored fact of the scope: live, superseded and expired (the history)."""
+        return Fact.objects.using(self.using).filter(**self.scope.filter())
+
+    def live_facts(self, now: datetime | None = None) -> Any:
+        """Facts in default recall at ``now``: not superseded, not expired, and, for
+        transient entries, not older than ``max_log_days``."""
+        now = now or timezone.now()
+        cutoff = now - timedelta(days=self.max_log_days)
+        return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def remember(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        supersedes: int | None = None,
+    ) -> str:
+        """Store a fact and return a one-line confirmation for the model or the user, such as
+        ``"Remembered (preferences, persistent): Prefers dark mode"``. See ``store()`` for
+        the arguments and errors."""
+        result = self.store(
+            content,
+            category,
+            persistent,
+            importance=importance,
+            ttl=ttl,
+            source_message=source_message,
+            supersedes=supersedes,
+        )
+        fact = result.fact
+        kind = "persistent" if fact.persistent else "recent"
+        if result.action == "duplicate":
+            return f"Already remembered ({fact.category}): {fact.content}"
+        if result.action == "updated":
+            return f"Updated memory ({fact.category}, {kind}): {fact.content}"
+        if result.action == "superseded":
+            return f"Remembered ({fact.category}, {kind}), replacing an older fact: {fact.content}"
+        return f"Remembered ({fact.category}, {kind}): {fact.content}"
+
+    def store(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        supersedes: int | None = None,
+        now: datetime | None = None,
+    ) -> RememberResult:
+        """Store a fact and say what happened (see ``RememberResult``).
+
+        Args:
+            content: the fact, 1 to ``AGENTMEMORY["MAX_FACT_CHARS"]`` characters, no NUL.
+            category: a label such as "preferences" (1-100 characters).
+            persistent: kept until forgotten (True) or a recent entry that ages out after
+                ``max_log_days`` (False).
+            importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
+            ttl: seconds (or a timedelta) until the fact expires; None: no expiry.
+            source_message: the stored message the fact came from.
+            supersedes: id of a live fact of this scope that the new one replaces.
+            now: the clock (tests and imports); default the current time.
+
+        Returns:
+            ``RememberResult``. A live fact of the same scope with the same content (up to
+            whitespace) is a repeat: nothing new is stored. Otherwise a new fact is stored and
+            supersedes ``supersedes``, a live fact of the same category with the same
+            "key:" prefix, or the most similar live fact of the same category at or above
+            ``AGENTMEMORY["FACT_SUPERSEDE_SIMILARITY"]`` when an embedder is configured.
+            The new content is always stored.
+
+        Raises:
+            InvalidFactError: bad content, category, importance, ttl or ``supersedes``.
+        """
+        now = now or timezone.now()
+        content, category, importance_value, ttl_seconds = self._validate(content, category, importance, ttl)
+        if not isinstance(persistent, bool):
+            raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
+        digest = content_hash(content)
+        expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
+        source_id = source_message.pk if isinstance(source_message, Message) else source_message
+        vector = self._embed(content)
+        for _attempt in range(3):
+            try:
+                with transaction.atomic(using=self.using):
+                    return self._store(
+                        content,
+                        category,
+                        persistent,
+                        importance,
+                        importance_value,
+                        expires_at,
+                        source_id,
+                        supersedes,
+                        digest,
+                        vector,
+                        now,
+                    )
+            except IntegrityError:
+                # Two writers stored the same content at once: the unique constraint on live
+                # content kept one; the retry reports it as the repeat it now is.
+                continue
+        raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def _validate(
+        self, content: Any, category: Any, importance: Any, ttl: Any
+    ) -> tuple[str, str, float, float | None]:
+        limit = app_settings().MAX_FACT_CHARS
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidFactError("content must be a non-empty string")
+        if "\x00" in content or len(content) > limit:
+            raise InvalidFactError(f"content must be at most {limit} characters without NUL bytes")
+        if not isinstance(category, str) or not category.strip() or len(category) > 100 or "\x00" in category:
+            raise InvalidFactError("category must be a non-empty string of at most 100 characters")
+        if importance is None:
+            value = 0.5
+        elif isinstance(importance, bool) or not isinstance(importance, int | float):
+            raise InvalidFactError(f"importance must be a number from 0.0 to 1.0, not {importance!r}")
+        else:
+            value = float(importance)
+            if not 0.0 <= value <= 1.0:
+                raise InvalidFactError(f"importance must be from 0.0 to 1.0, not {importance!r}")
+        return content.strip(), category.strip(), value, _seconds(ttl)
+
+    def _embed(self, content: str) -> list[float] | None:
+        if self.embedder is None:
+            return None
+        (vector,) = self.embedder.embed([content])
+        return vector
+
+    def _store(
+        self,
+        content: str,
+        category: str,
+        persistent: bool,
+        importance_given: float | None,
+        importance: float,
+        expires_at: datetime | None,
+        source_id: int | None,
+        supersedes: int | None,
+        digest: str,
+        vector: list[float] | None,
+        now: datetime,
+    ) -> RememberResult:
+        live = self.live_facts(now)
+        same = self.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
+        if same is not None and not live.filter(pk=same.pk).exists():
+            # An expired or aged-out copy is invisible: it is replaced by the new fact.
+            same.delete()
+            same = None
+        if same is not None:
+            changed: list[str] = []
+            if persistent and not same.persistent:
+                same.persistent = True
+                changed.append("persistent")
+            if importance_given is not None and importance != same.importance:
+                same.importance = importance
+                changed.append("importance")
+            if expires_at is not None and expires_at != same.expires_at:
+                same.expires_at = expires_at
+                changed.append("expires_at")
+            if not changed:
+                return RememberResult(same, "duplicate")
+            same.save(update_fields=[*changed, "updated_at"])
+            return RememberResult(same, "updated")
+
+        old_ids = self._superseded_candidates(live, content, category, supersedes, vector)
+        fact = Fact.objects.using(self.using).create(
+            owner_id=self.scope.owner_id,
+            agent_key=self.scope.agent_key,
+            namespace=self.scope.namespace,
+            content=content,
+            content_hash=digest,
+            category=category,
+            importance=importance,
+            persistent=persistent,
+            expires_at=expires_at,
+            source_message_id=source_id,
+            created_at=now,
+        )
+        if vector is not None and self.embedder is not None:
+            FactEmbedding.objects.using(self.using).create(
+                fact=fact, model=self.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
+            )
+        if old_ids:
+            # History follows the new head: deleting the head deletes the whole chain.
+            Fact.objects.using(self.using).filter(superseded_by_id__in=old_ids).update(superseded_by=fact)
+            Fact.objects.using(self.using).filter(pk__in=old_ids).update(superseded_by=fact)
+        self._evict(now, keep=fact.pk)
+        return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
+
+    def _superseded_candidates(
+        self,
+        live: Any,
+        content: str,
+        category: str,
+        supersedes: int | None,
+        vector: list[float] | None,
+    ) -> list[int]:
+        if supersedes is not None:
+            if isinstance(supersedes, bool) or not isinstance(supersedes, int):
+                raise InvalidFactError(f"supersedes must be a fact id, not {supersedes!r}")
+            if not live.filter(pk=supersedes).exists():
+                raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
+            return [supersedes]
+        same_category = live.filter(category=category)
+        key = fact_key(content)
+        if key is not None:
+            prefix = content.split(":", 1)[0].strip()
+            ids = [
+                pk
+                for pk, text in same_category.filter(content__istartswith=prefix).values_list("pk", "content")
+                if fact_key(text) == key
+            ]
+            if ids:
+                return ids
+        threshold = self.supersede_similarity
+        if vector is None or threshold is None or self.embedder is None:
+            return []
+        rows = list(
+            FactEmbedding.objects.using(self.using)
+            .filter(model=self.embedder.model, fact__in=same_category.values("pk"))
+            .values_list("fact_id", "vector")
+        )
+        if not rows:
+            return []
+        scores = cosine_scores(vector, np.vstack([from_bytes(v) for _, v in rows]))
+        best = int(np.argmax(scores))
+        return [rows[best][0]] if scores[best] >= threshold else []
+
+    def _evict(self, now: datetime, keep: int) -> int:
+        if self.max_entries is None:
+            return 0
+        live = self.live_facts(now)
+        excess = live.count() - self.max_entries
+        if excess <= 0:
+            return 0
+        victims = list(
+            live.exclude(pk=keep)
+            .order_by("importance", "persistent", "created_at", "pk")
+            .values_list("pk", flat=True)[:excess]
+        )
+        return self._delete_ids(victims)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def recall(
+        self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
+    ) -> list[FactHit]:
+        """Live facts of the scope that match ``query``, best first: the backend's relevance
+        times importance and recency boosts (see ``agentmemory.recall.boost``). Marks the
+        returned facts as recalled (``last_recalled_at``, ``recall_count``); never changes an
+        expiry.
+
+        Raises:
+            ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
+        """
+        from agentmemory.recall import MAX_K, MIN_CANDIDATES
+
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
+        now = now or timezone.now()
+        facts = self.live_facts(now)
+        if category is not None:
+            facts = facts.filter(category=category)
+        ranked = self.backend.rank(facts, query, max(k * 5, MIN_CANDIDATES))
+        if not ranked:
+            return []
+        relevance = dict(ranked)
+        best = max(relevance.values())
+        rows = list(Fact.objects.using(self.using).filter(pk__in=relevance))
+        hits = [FactHit(f, boost(relevance[f.pk], best, f.created_at, f.importance, now)) for f in rows]
+        hits.sort(key=lambda h: (-h.score, -h.fact.pk))
+        hits = hits[:k]
+        if hits:
+            Fact.objects.using(self.using).filter(pk__in=[h.fact.pk for h in hits]).update(
+                last_recalled_at=now, recall_count=F("recall_count") + 1
+            )
+        return hits
+
+    def get_persistent_facts(self) -> dict[str, list[str]]:
+        """Live persistent facts by category (categories and facts in the order stored)."""
+        out: dict[str, list[str]] = {}
+        for category, content in (
+            self.live_facts()
+            .filter(persistent=True)
+            .order_by("created_at", "pk")
+            .values_list("category", "content")
+        ):
+            out.setdefault(category, []).append(content)
+        return out
+
+    def get_recent_entries(self, days: int = 7, limit: int = 50) -> list[dict[str, Any]]:
+        """Live transient entries of the last ``days`` days, newest first, at most ``limit``:
+        dicts with ``id``, ``timestamp`` (ISO 8601, UTC, "Z"), ``category``, ``content``,
+        ``persistent`` (False), ``importance`` and ``expires_at`` (ISO 8601 or None)."""
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ValueError(f"days must be a non-negative integer, not {days!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        now = timezone.now()
+        rows = (
+            self.live_facts(now)
+            .filter(persistent=False, created_at__gte=now - timedelta(days=days))
+            .order_by("-created_at", "-pk")[:limit]
+        )
+        return [_entry(f) for f in rows]
+
+    def build_context(self) -> str:
+        """The block put into the system prompt::
+
+            [Long-term Memory]
+            ## preferences
+            - Preferred language: Python
+
+            [Recent Memory]
+            - [2026-03-13 10:16] (context) Working on Project Atlas this week
+
+        Long-term memory holds the live persistent facts grouped by category (most important
+        first when they do not all fit); recent memory the newest ``max_context_entries``
+        transient entries, oldest first. The whole block stays within ``max_context_tokens``
+        by the configured token counter; a section with nothing in it is left out, and an
+        empty memory gives "". Reading never changes a fact.
+        """
+        counter = get_token_counter()
+        budget = self.max_context_tokens
+        now = timezone.now()
+        live = self.live_facts(now)
+        persistent = list(
+            live.filter(persistent=True)
+            .order_by("-importance", "-created_at", "-pk")
+            .values_list("pk", "category", "content", "created_at")[: self.max_context_entries * 4]
+        )
+        kept: list[tuple[int, str, str, datetime]] = []
+        used = counter.count_text("[Long-term Memory]\n")
+        for row in persistent:
+            cost = counter.count_text(f"## {row[1]}\n- {row[2]}\n")
+            if used + cost > budget:
+                break
+            kept.append(row)
+            used += cost
+        sections: list[str] = []
+        if kept:
+            kept.sort(key=lambda r: (r[3], r[0]))
+            groups: dict[str, list[str]] = {}
+            for _pk, category, content, _created in kept:
+                groups.setdefault(category, []).append(content)
+            body = "\n\n".join(
+                f"## {category}\n" + "\n".join(f"- {c}" for c in items) for category, items in groups.items()
+            )
+            sections.append(f"[Long-term Memory]\n{body}")
+        recent_rows = list(
+            live.filter(persistent=False)
+            .order_by("-created_at", "-pk")
+            .values_list("category", "content", "created_at")[: self.max_context_entries]
+        )
+        lines: list[str] = []
+        used += counter.count_text("[Recent Memory]\n")
+        for category, content, created in recent_rows:
+            line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {content}"
+            cost = counter.count_text(line + "\n")
+            if used + cost > budget:
+                break
+            lines.append(line)
+            used += cost
+        if lines:
+            sections.append("[Recent Memory]\n" + "\n".join(reversed(lines)))
+        return "\n\n".join(sections)
+
+    # -- deleting --------------------------------------------------------------------------
+
+    def forget(self, fact_id: int) -> int:
+        """Delete one fact of this scope with its history (the facts it superseded) and its
+        embeddings and index entries; returns the number of facts deleted (0 when the id is
+        not a fact of this scope)."""
+        if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+            raise TypeError(f"fact_id must be an int, not {type(fact_id).__name__}")
+        head = self.all_facts().filter(pk=fact_id).first()
+        if head is None:
+            return 0
+        while head.superseded_by_id is not None:  # forgetting history forgets the fact it led to
+            head = Fact.objects.using(self.using).get(pk=head.superseded_by_id)
+        return self._delete_ids([head.pk])
+
+    def forget_all(self, *, category: str | None = None) -> int:
+        """Delete every fact of this scope (or of one category), history included; returns how
+        many facts were deleted. Deletes in batches of ``DELETE_BATCH`` until none is left,
+        so no page size limits it; other owners' rows are never touched."""
+        facts = self.all_facts()
+        if category is not None:
+            facts = facts.filter(category=category)
+        return self._delete_ids(facts.values_list("pk", flat=True), count_all=True)
+
+    def clear(self) -> None:
+        """Forget every fact of this scope (the seed's "remove all knowledge")."""
+        self.forget_all()
+
+    def clear_logs(self) -> None:
+        """Forget the transient entries of this scope, keeping persistent facts."""
+        self._delete_ids(
+            self.all_facts().filter(persistent=False).values_list("pk", flat=True), count_all=True
+        )
+
+    def prune_logs(self, max_days: int | None = None) -> int:
+        """Delete transient entries older than ``max_days`` (default ``max_log_days``) and
+        expired facts of this scope; returns how many facts were deleted. With the default,
+        only facts that reads already hide are deleted."""
+        days = self.max_log_days if max_days is None else max_days
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ValueError(f"max_days must be a non-negative integer, not {max_days!r}")
+        now = timezone.now()
+        stale = self.all_facts().filter(
+            Q(persistent=False, created_at__lt=now - timedelta(days=days)) | Q(expires_at__lte=now)
+        )
+        return self._delete_ids(stale.values_list("pk", flat=True), count_all=True)
+
+    def _delete_ids(self, ids: Any, count_all: bool = False) -> int:
+        """Delete facts by id in batches (their history and embeddings cascade; the full-text
+        index follows in the same transaction); returns the facts deleted."""
+        deleted = 0
+        if not count_all:
+            ids = list(ids)
+            for start in range(0, len(ids), DELETE_BATCH):
+                deleted += self._delete_batch(ids[start : start + DELETE_BATCH])
+            return deleted
+        while True:
+            batch = list(ids[:DELETE_BATCH])
+            if not batch:
+                return deleted
+            removed = self._delete_batch(batch)
+            if not removed:
+                return deleted
+            deleted += removed
+
+    def _delete_batch(self, ids: Sequence[int]) -> int:
+        with transaction.atomic(using=self.using):
+            _total, per_model = (
+                Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
+            )
+        return per_model.get(Fact._meta.label, 0)
+
+
+def _entry(fact: Fact) -> dict[str, Any]:
+    return {
+        "id": fact.pk,
+        "timestamp": _iso(fact.created_at),
+        "category": fact.category,
+        "content": fact.content,
+        "persistent": fact.persistent,
+        "importance": fact.importance,
+        "expires_at": _iso(fact.expires_at) if fact.expires_at else None,
+    }
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,163 @@
+"""Recall: search over a user's facts and past conversations, with one backend protocol.
+
+``search_messages(query, owner=..., k=10)`` finds stored messages of the owner's
+conversations, also those a summary has condensed (compaction never deletes messages).
+Ranking is the backend's relevance (full-text by default), then recency and, for facts,
+importance (``AGENTMEMORY["RECALL_RECENCY_WEIGHT"]``, ``"RECALL_RECENCY_HALF_LIFE_DAYS"``,
+``"RECALL_IMPORTANCE_WEIGHT"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.utils import timezone
+
+from agentmemory.recall.backends import (
+    EmbeddingBackend,
+    FullTextBackend,
+    HybridBackend,
+    RecallBackend,
+    get_backend,
+    get_embedder,
+)
+from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
+
+__all__ = [
+    "EmbeddingBackend",
+    "FullTextBackend",
+    "HybridBackend",
+    "MemoryScope",
+    "MemoryScopeError",
+    "MessageHit",
+    "RecallBackend",
+    "boost",
+    "get_backend",
+    "get_embedder",
+    "search_messages",
+]
+
+#: candidates read from the backend per result wanted, before recency and importance re-rank
+CANDIDATES_PER_RESULT = 5
+MIN_CANDIDATES = 50
+MAX_K = 100
+SEARCHED_ROLES = ("human", "ai", "tool")
+
+
+@dataclass(frozen=True)
+class MessageHit:
+    """One stored message found by ``search_messages``.
+
+    ``score`` orders the hits of one call (higher is better); it is not comparable across
+    calls or backends.
+    """
+
+    message_id: int
+    conversation_id: int
+    conversation_uuid: UUID
+    seq: int
+    role: str
+    content: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    score: float
+
+
+def boost(
+    relevance: float, best: float, created_at: datetime, importance: float | None, now: datetime
+) -> float:
+    """Final score: relevance scaled to the best candidate's (0..1), times
+    ``1 + importance_weight * importance`` (facts) and ``1 + recency_weight * 0.5 **
+    (age_days / half_life_days)`` (an item loses half its recency bonus every half-life)."""
+    from agentmemory.conf import app_settings
+
+    conf = app_settings()
+    score = relevance / best if best > 0 else 0.0
+    if importance is not None:
+        score *= 1.0 + conf.RECALL_IMPORTANCE_WEIGHT * importance
+    age_days = max(0.0, (now - created_at).total_seconds() / 86_400)
+    score *= 1.0 + conf.RECALL_RECENCY_WEIGHT * 0.5 ** (age_days / conf.RECALL_RECENCY_HALF_LIFE_DAYS)
+    return score
+
+
+def _check_query(query: Any, k: Any) -> None:
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, not {type(query).__name__}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
+
+
+def search_messages(
+    query: str,
+    *,
+    owner: Any,
+    conversation: Any = None,
+    agent_key: str | None = None,
+    k: int = 10,
+    backend: RecallBackend | None = None,
+    using: str | None = None,
+) -> list[MessageHit]:
+    """Ranked stored messages (human, AI and tool; not system prompts) of the conversations
+    of ``owner`` that match ``query``.
+
+    Args:
+        query: natural-language text; its words are matched (stemmed, stop words ignored).
+        owner: a saved user or a user id (required; conversations without an owner are never
+            searched).
+        conversation: limit to one conversation (instance, id or public uuid); one of another
+            user finds nothing.
+        agent_key: limit to conversations of this agent key (exact match).
+        k: hits wanted, 1 to 100.
+        backend: a ``RecallBackend``; default ``AGENTMEMORY["RECALL_BACKEND"]``.
+
+    Returns:
+        At most ``k`` ``MessageHit``, best first; an empty list when nothing matches.
+
+    Raises:
+        MemoryScopeError: no owner. ValueError / TypeError: a bad ``k`` or ``query``.
+    """
+    from agentmemory.models import Conversation, Message
+
+    owner_id = owner_id_of(owner)
+    _check_query(query, k)
+    messages = Message.objects.filter(conversation__owner_id=owner_id, role__in=SEARCHED_ROLES)
+    if using:
+        messages = messages.using(using)
+    if agent_key is not None:
+        messages = messages.filter(conversation__agent_key=agent_key)
+    if conversation is not None:
+        if isinstance(conversation, Conversation):
+            messages = messages.filter(conversation_id=conversation.pk)
+        elif isinstance(conversation, UUID):
+            messages = messages.filter(conversation__uuid=conversation)
+        elif isinstance(conversation, int) and not isinstance(conversation, bool):
+            messages = messages.filter(conversation_id=conversation)
+        else:
+            raise TypeError("conversation must be a Conversation, its id or its uuid")
+    backend = backend or get_backend()
+    ranked = backend.rank(messages, query, max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
+    if not ranked:
+        return []
+    relevance = dict(ranked)
+    best = max(relevance.values())
+    rows = Message.objects.using(messages.db).filter(pk__in=relevance).select_related("conversation")
+    now = timezone.now()
+    hits = [
+        MessageHit(
+            message_id=m.pk,
+            conversation_id=m.conversation_id,
+            conversation_uuid=m.conversation.uuid,
+            seq=m.seq,
+            role=m.role,
+            content=m.content or "",
+            metadata=m.metadata or {},
+            created_at=m.created_at,
+            score=boost(relevance[m.pk], best, m.created_at, None, now),
+        )
+        for m in rows
+    ]
+    hits.sort(key=lambda h: (-h.score, -h.message_id))
+    return hits[:k]

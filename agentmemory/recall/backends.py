@@ -1,0 +1,198 @@
+"""Recall backends behind one protocol: full-text (default, nothing to download), embeddings
+(exact cosine on any database) and hybrid (reciprocal rank fusion of the two).
+
+A backend ranks the rows of an already scoped queryset of ``Fact`` or ``Message`` by their
+relevance to a query; scoping, expiry, recency and importance are applied by the callers in
+``agentmemory.recall`` and ``agentmemory.knowledge``, the same way for every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from django.db.models import Model, QuerySet
+from django.utils.module_loading import import_string
+
+from agentmemory.recall import fulltext
+from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, to_bytes
+
+__all__ = [
+    "EmbeddingBackend",
+    "FullTextBackend",
+    "HybridBackend",
+    "RecallBackend",
+    "embedding_model_for",
+    "get_backend",
+    "get_embedder",
+]
+
+#: the constant of reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009)
+RRF_K = 60
+
+
+@runtime_checkable
+class RecallBackend(Protocol):
+    """Ranks rows of a scoped ``Fact`` or ``Message`` queryset against a query.
+
+    ``rank`` returns at most ``limit`` ``(pk, relevance)`` pairs, best first; relevance is
+    higher for better matches and comparable only within one call. ``index`` prepares rows
+    written outside the database's own indexes (embeddings); full-text needs nothing.
+    """
+
+    name: str
+
+    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]: ...
+
+    def index(self, objects: Sequence[Model]) -> int: ...
+
+
+class FullTextBackend:
+    """PostgreSQL ``tsvector`` with a GIN index, SQLite FTS5 (see ``recall.fulltext``)."""
+
+    name = "fulltext"
+
+    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+        return fulltext.search(queryset, query, limit)
+
+    def index(self, objects: Sequence[Model]) -> int:
+        return 0  # the database maintains the full-text index in the writing transaction
+
+
+def embedding_model_for(model: type[Model]) -> tuple[type[Model], str]:
+    """The embedding model class and its foreign key name for ``Fact`` or ``Message``."""
+    from agentmemory.models import Fact, FactEmbedding, Message, MessageEmbedding
+
+    if issubclass(model, Fact):
+        return FactEmbedding, "fact"
+    if issubclass(model, Message):
+        return MessageEmbedding, "message"
+    raise TypeError(f"no embeddings for {model.__name__}")
+
+
+class EmbeddingBackend:
+    """Exact cosine similarity between the query's vector and the stored vectors of the rows
+    (one query reads the vectors of the scoped rows; numpy does the arithmetic). Rows without
+    a vector of this embedder's model are not found until indexed."""
+
+    name = "embedding"
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+        if not query.strip() or limit <= 0:
+            return []
+        emb_model, fk = embedding_model_for(queryset.model)
+        rows = list(
+            emb_model._default_manager.using(queryset.db)
+            .filter(model=self.embedder.model, **{f"{fk}__in": queryset.values("pk")})
+            .values_list(f"{fk}_id", "vector")
+        )
+        if not rows:
+            return []
+        ids = [pk for pk, _ in rows]
+        matrix = np.vstack([from_bytes(vector) for _, vector in rows])
+        (query_vector,) = self.embedder.embed([query])
+        scores = cosine_scores(query_vector, matrix)
+        order = np.argsort(-scores, kind="stable")[:limit]
+        return [(ids[i], float(scores[i])) for i in order if scores[i] > 0]
+
+    def vectors_for(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.embedder.embed(list(texts))
+
+    def index(self, objects: Sequence[Model]) -> int:
+        """Store vectors for ``objects`` (facts or messages) that have none of this model yet;
+        returns how many were stored. Calls the embedding model: keep it off the request
+        path (``agentmemory.tasks`` runs it in a Celery task when a broker is configured)."""
+        objects = [o for o in objects if getattr(o, "content", None)]
+        if not objects:
+            return 0
+        emb_model, fk = embedding_model_for(type(objects[0]))
+        db = objects[0]._state.db or "default"
+        have = set(
+            emb_model._default_manager.using(db)
+            .filter(model=self.embedder.model, **{f"{fk}__in": [o.pk for o in objects]})
+            .values_list(f"{fk}_id", flat=True)
+        )
+        todo = [o for o in objects if o.pk not in have]
+        if not todo:
+            return 0
+        vectors = self.embedder.embed([o.content for o in todo])  # type: ignore[attr-defined]
+        emb_model._default_manager.using(db).bulk_create(
+            [
+                emb_model(
+                    **{fk: o, "model": self.embedder.model, "dimensions": len(v), "vector": to_bytes(v)}
+                )
+                for o, v in zip(todo, vectors, strict=True)
+            ],
+            ignore_conflicts=True,
+        )
+        return len(todo)
+
+
+class HybridBackend:
+    """Full-text and embeddings fused by reciprocal rank: each list gives ``1 / (60 + rank)``
+    to a row, and rows are ordered by the sum."""
+
+    name = "hybrid"
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.text = FullTextBackend()
+        self.dense = EmbeddingBackend(embedder)
+
+    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+        depth = max(limit, 50)
+        return fuse([self.text.rank(queryset, query, depth), self.dense.rank(queryset, query, depth)])[:limit]
+
+    def index(self, objects: Sequence[Model]) -> int:
+        return self.dense.index(objects)
+
+
+def fuse(rankings: Iterable[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of ranked ``(pk, score)`` lists, best first."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for position, (pk, _score) in enumerate(ranking, start=1):
+            scores[pk] = scores.get(pk, 0.0) + 1.0 / (RRF_K + position)
+    return sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+
+
+def get_embedder() -> Embedder | None:
+    """The embedder of ``AGENTMEMORY["EMBEDDER"]`` (a dotted path to a class or factory,
+    called with ``EMBEDDER_OPTIONS``), or None when none is configured."""
+    from agentmemory.conf import app_settings
+
+    conf = app_settings()
+    if not conf.EMBEDDER:
+        return None
+    factory = import_string(conf.EMBEDDER)
+    embedder: Embedder = factory(**conf.EMBEDDER_OPTIONS)
+    return embedder
+
+
+def get_backend(name: str | None = None, *, embedder: Embedder | None = None) -> RecallBackend:
+    """The backend named ``name`` (default ``AGENTMEMORY["RECALL_BACKEND"]``): "fulltext",
+    "embedding", "hybrid", or a dotted path to a class taking ``embedder=``.
+
+    Raises:
+        ImproperlyConfigured: an embedding or hybrid backend without an embedder.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    from agentmemory.conf import app_settings
+
+    name = name or app_settings().RECALL_BACKEND
+    if name == "fulltext":
+        return FullTextBackend()
+    embedder = embedder or get_embedder()
+    if name in ("embedding", "hybrid"):
+        if embedder is None:
+            raise ImproperlyConfigured(
+                f"The {name!r} recall backend needs an embedder: set AGENTMEMORY['EMBEDDER']."
+            )
+        return EmbeddingBackend(embedder) if name == "embedding" else HybridBackend(embedder)
+    backend: RecallBackend = import_string(name)(embedder=embedder)
+    return backend

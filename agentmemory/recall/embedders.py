@@ -1,0 +1,129 @@
+"""Embedders: the ``Embedder`` protocol, an adapter for OpenAI-compatible embedding endpoints,
+and the vector helpers (float32 bytes, exact cosine) used on every database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "Embedder",
+    "EmbeddingError",
+    "OpenAICompatibleEmbedder",
+    "cosine_scores",
+    "from_bytes",
+    "to_bytes",
+]
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding model could not be reached or answered something unusable."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors of one fixed length.
+
+    ``model`` names the model; it is stored beside every vector, so vectors of two models are
+    never compared. ``embed`` returns one vector per text, in order.
+    """
+
+    model: str
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def to_bytes(vector: Sequence[float]) -> bytes:
+    """A vector as little-endian float32 bytes (what ``FactEmbedding.vector`` stores)."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_bytes(data: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(data), dtype="<f4")
+
+
+def cosine_scores(query: Sequence[float], matrix: np.ndarray) -> np.ndarray:
+    """Exact cosine similarity of ``query`` with each row of ``matrix`` (zero rows score 0)."""
+    q = np.asarray(query, dtype=np.float32)
+    q_norm = float(np.linalg.norm(q))
+    if matrix.size == 0 or q_norm == 0.0:
+        return np.zeros(len(matrix), dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = np.inf
+    return (matrix @ q) / (norms * q_norm)
+
+
+class OpenAICompatibleEmbedder:
+    """Calls ``POST {base_url}/embeddings`` the way the OpenAI embeddings API defines it
+    (``{"model", "input": [...]}`` answered by ``{"data": [{"index", "embedding"}]}``), which
+    OpenAI, Azure OpenAI, vLLM, Ollama and LM Studio serve.
+
+    Args:
+        model: the embedding model name sent with each request.
+        base_url: the API root, such as ``https://api.openai.com/v1``; defaults to the
+            ``OPENAI_BASE_URL`` environment variable, then OpenAI's.
+        api_key: sent as a bearer token; defaults to ``OPENAI_API_KEY``.
+        timeout: seconds per request.
+        batch_size: texts per request.
+        dimensions: asked of models that can shorten their vectors (OpenAI's ``dimensions``).
+
+    Raises:
+        EmbeddingError: on a transport error, an error status or a malformed answer.
+    """
+
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        batch_size: int = 256,
+        dimensions: int | None = None,
+    ) -> None:
+        import os
+
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip(
+            "/"
+        )
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.timeout = timeout
+        self.batch_size = batch_size
+        self.dimensions = dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import httpx
+
+        out: list[list[float]] = []
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        with httpx.Client(timeout=self.timeout, headers=headers) as client:
+            for start in range(0, len(texts), self.batch_size):
+                batch = list(texts[start : start + self.batch_size])
+                body: dict[str, Any] = {"model": self.model, "input": batch}
+                if self.dimensions:
+                    body["dimensions"] = self.dimensions
+                try:
+                    response = client.post(f"{self.base_url}/embeddings", json=body)
+                except httpx.HTTPError as exc:
+                    raise EmbeddingError(f"embedding request failed: {exc}") from exc
+                if response.status_code != 200:
+                    raise EmbeddingError(
+                        f"embedding endpoint answered {response.status_code}: {response.text[:300]}"
+                    )
+                out.extend(_parse(response, len(batch)))
+        return out
+
+
+def _parse(response: Any, expected: int) -> list[list[float]]:
+    try:
+        data = response.json()["data"]
+        ordered = sorted(data, key=lambda item: item["index"])
+        vectors = [[float(x) for x in item["embedding"]] for item in ordered]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EmbeddingError(f"malformed embedding answer: {exc}") from exc
+    if len(vectors) != expected or len({len(v) for v in vectors}) > 1:
+        raise EmbeddingError(f"expected {expected} vectors of one length, got {len(vectors)}")
+    return vectors

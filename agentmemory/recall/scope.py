@@ -1,0 +1,71 @@
+"""Scope of long-term memory: the owner (required), agent key and namespace, matched exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentmemory.exceptions import AgentMemoryError
+
+__all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of"]
+
+
+class MemoryScopeError(AgentMemoryError, ValueError):
+    """A long-term memory read or write without an owner (or with an owner that is not a
+    saved user). Every fact and every searched message belongs to one user; an unscoped
+    call could reach another user's memory, so it is refused (the peer bug report behind this
+    rule: mem0ai/mem0#3928, a user's ``delete_all`` that wiped every user's memories)."""
+
+
+def owner_id_of(owner: Any) -> int:
+    """The primary key of ``owner``: a saved user instance or a positive integer.
+
+    Raises:
+        MemoryScopeError: None, an anonymous or unsaved user, a bool or any other type.
+    """
+    if owner is None:
+        raise MemoryScopeError("long-term memory needs an owner (a user or a user id)")
+    if isinstance(owner, bool):
+        raise MemoryScopeError("an owner must be a user or a user id, not a bool")
+    if isinstance(owner, int):
+        if owner <= 0:
+            raise MemoryScopeError(f"an owner id must be positive, not {owner}")
+        return owner
+    if getattr(owner, "is_anonymous", False):
+        raise MemoryScopeError("an anonymous user has no long-term memory")
+    pk = getattr(owner, "pk", None)
+    if not isinstance(pk, int) or isinstance(pk, bool):
+        raise MemoryScopeError(f"an owner must be a saved user or a user id, not {owner!r}")
+    return pk
+
+
+def _key(value: str | None, what: str, max_length: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MemoryScopeError(f"{what} must be a string or None, not {type(value).__name__}")
+    if len(value) > max_length or "\x00" in value:
+        raise MemoryScopeError(f"{what} must be at most {max_length} characters without NUL")
+    return value
+
+
+@dataclass(frozen=True)
+class MemoryScope:
+    """One owner's memory for one agent key and namespace. ``None`` and ``""`` both mean
+    "no agent key" / "no namespace", which is a scope of its own (not a wildcard)."""
+
+    owner_id: int
+    agent_key: str = ""
+    namespace: str = ""
+
+    @classmethod
+    def of(cls, owner: Any, agent_key: str | None = None, namespace: str | None = None) -> MemoryScope:
+        return cls(
+            owner_id=owner_id_of(owner),
+            agent_key=_key(agent_key, "agent_key", 100),
+            namespace=_key(namespace, "namespace", 200),
+        )
+
+    def filter(self) -> dict[str, Any]:
+        """Keyword arguments of an exact ``Fact`` filter for this scope."""
+        return {"owner_id": self.owner_id, "agent_key": self.agent_key, "namespace": self.namespace}

@@ -1,0 +1,275 @@
+"""Knowledge memory (long-term facts): the seed's behaviour on the ORM, scope, supersede,
+expiry at query time, eviction, and forgetting for real."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory
+from agentmemory.models import Fact
+from agentmemory.recall import MemoryScopeError
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice():  # type: ignore[no-untyped-def]
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def km(alice):  # type: ignore[no-untyped-def]
+    return KnowledgeMemory(alice)
+
+
+def test_remember_persistent_and_transient_build_the_seed_context(km) -> None:  # type: ignore[no-untyped-def]
+    assert km.build_context() == ""
+    assert km.remember("Prefers Python", category="preferences", persistent=True).startswith("Remembered")
+    km.remember("Meeting at 3pm", category="context", persistent=False)
+    context = km.build_context()
+    lines = context.splitlines()
+    assert lines[:3] == ["[Long-term Memory]", "## preferences", "- Prefers Python"]
+    assert lines[4] == "[Recent Memory]"
+    assert re.fullmatch(r"- \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] \(context\) Meeting at 3pm", lines[5])
+    assert len(lines) == 6
+
+
+def test_sections_are_omitted_when_empty(km) -> None:  # type: ignore[no-untyped-def]
+    km.remember("Working on Project Atlas this week", category="context")
+    assert km.build_context().startswith("[Recent Memory]\n")
+    km.clear_logs()
+    km.remember("Name: Alice", category="personal", persistent=True)
+    assert km.build_context() == "[Long-term Memory]\n## personal\n- Name: Alice"
+
+
+def test_categories_group_in_order_stored(km) -> None:  # type: ignore[no-untyped-def]
+    km.remember("Name: Alice", category="personal", persistent=True)
+    km.remember("Prefers Python", category="preferences", persistent=True)
+    km.remember("Uses VS Code", category="preferences", persistent=True)
+    assert km.get_persistent_facts() == {
+        "personal": ["Name: Alice"],
+        "preferences": ["Prefers Python", "Uses VS Code"],
+    }
+    assert km.build_context() == (
+        "[Long-term Memory]\n## personal\n- Name: Alice\n\n## preferences\n- Prefers Python\n- Uses VS Code"
+    )
+
+
+def test_recent_entries_are_oldest_first_in_context_and_bounded(alice) -> None:  # type: ignore[no-untyped-def]
+    km = KnowledgeMemory(alice, max_context_entries=2)
+    now = timezone.now()
+    for i, minutes in enumerate((30, 20, 10)):
+        km.store(f"note {i}", "context", now=now - timedelta(minutes=minutes))
+    lines = km.build_context().splitlines()
+    assert [line.rsplit(" ", 2)[-2:] for line in lines[1:]] == [["note", "1"], ["note", "2"]]
+    entries = km.get_recent_entries(days=7, limit=2)
+    assert [e["content"] for e in entries] == ["note 2", "note 1"]
+    assert set(entries[0]) >= {"timestamp", "category", "content", "persistent"}
+    assert entries[0]["timestamp"].endswith("Z")
+
+
+def test_build_context_stays_within_its_token_bound(alice) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.conf import get_token_counter
+
+    km = KnowledgeMemory(alice, max_context_tokens=60)
+    for i in range(40):
+        km.remember(f"persistent fact number {i} about something long enough", "facts", persistent=True)
+        km.remember(f"transient entry number {i} about something else", "context")
+    context = km.build_context()
+    assert get_token_counter().count_text(context) <= 60
+    assert "[Long-term Memory]" in context
+
+
+def test_exact_repeat_adds_nothing_and_returns_the_same_fact(km) -> None:  # type: ignore[no-untyped-def]
+    first = km.store("Prefers dark mode", "preferences")
+    again = km.store("  Prefers   dark mode ", "preferences")
+    assert (first.action, again.action) == ("created", "duplicate")
+    assert again.fact.pk == first.fact.pk
+    assert Fact.objects.count() == 1
+    upgraded = km.store("Prefers dark mode", "preferences", persistent=True)
+    assert upgraded.action == "updated" and upgraded.fact.pk == first.fact.pk
+    assert Fact.objects.get().persistent is True
+
+
+def test_changed_key_value_fact_supersedes_and_keeps_history(km) -> None:  # type: ignore[no-untyped-def]
+    old = km.store("Preferred language: Python", "preferences", persistent=True)
+    new = km.store("Preferred language: Rust", "preferences", persistent=True)
+    assert new.action == "superseded" and new.superseded_ids == (old.fact.pk,)
+    assert km.get_persistent_facts() == {"preferences": ["Preferred language: Rust"]}
+    history = Fact.objects.get(pk=old.fact.pk)
+    assert history.superseded_by_id == new.fact.pk and history.content == "Preferred language: Python"
+    # the superseded fact is out of default recall but both rows are stored
+    assert [h.fact.pk for h in km.recall("preferred language")] == [new.fact.pk]
+    assert km.all_facts().count() == 2
+
+
+def test_explicit_supersedes_must_name_a_live_fact_of_the_scope(km, alice) -> None:  # type: ignore[no-untyped-def]
+    other = KnowledgeMemory(UserFactory(username="bob")).store("Bob fact", "misc")
+    with pytest.raises(InvalidFactError):
+        km.store("Alice fact", "misc", supersedes=other.fact.pk)
+    old = km.store("Lives in Oslo", "personal")
+    new = km.store("Moved to Bergen", "personal", supersedes=old.fact.pk)
+    assert new.action == "superseded"
+    assert other.fact.__class__.objects.filter(pk=other.fact.pk, superseded_by__isnull=True).exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"content": ""}, InvalidFactError),
+        ({"content": "a\x00b"}, InvalidFactError),
+        ({"content": "x", "category": ""}, InvalidFactError),
+        ({"content": "x", "importance": 1.5}, InvalidFactError),
+        ({"content": "x", "importance": True}, InvalidFactError),
+        ({"content": "x", "ttl": 0}, InvalidFactError),
+        ({"content": "x", "persistent": "yes"}, InvalidFactError),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_stored(km, bad, error) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error):
+        km.store(**bad)
+    assert Fact.objects.count() == 0
+
+
+@pytest.mark.parametrize("owner", [None, 0, True, "alice"])
+def test_unscoped_calls_are_refused(owner) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(MemoryScopeError):
+        KnowledgeMemory(owner)
+
+
+def test_anonymous_user_is_refused() -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(MemoryScopeError):
+        KnowledgeMemory(AnonymousUser())
+
+
+@pytest.mark.parametrize(
+    ("stored", "looked_up"),
+    [
+        ({"agent_key": "john_doe"}, {"agent_key": "john-doe"}),
+        ({"agent_key": "john_doe"}, {"agent_key": "johnXdoe"}),
+        ({"namespace": "acme"}, {"namespace": "acme-corp"}),
+        ({"namespace": "acme-corp"}, {"namespace": "acme"}),
+        ({"namespace": "100%"}, {"namespace": "100"}),
+        ({"namespace": "a%"}, {"namespace": "ab"}),
+        ({"agent_key": "support"}, {}),
+        ({}, {"agent_key": "support"}),
+    ],
+)
+def test_scope_is_matched_exactly(alice, stored, looked_up) -> None:  # type: ignore[no-untyped-def]
+    KnowledgeMemory(alice, **stored).remember("Secret preference: tea", "preferences", persistent=True)
+    other = KnowledgeMemory(alice, **looked_up)
+    assert other.build_context() == ""
+    assert other.get_persistent_facts() == {}
+    assert other.recall("secret preference tea") == []
+    assert other.forget_all() == 0
+    assert KnowledgeMemory(alice, **stored).get_persistent_facts() == {
+        "preferences": ["Secret preference: tea"]
+    }
+
+
+def test_one_users_fact_never_reaches_another_user(alice) -> None:  # type: ignore[no-untyped-def]
+    bob = UserFactory(username="john_doe")
+    lookalike = UserFactory(username="john-doe")
+    KnowledgeMemory(bob).remember("Prefers window seats", "travel", persistent=True)
+    mine = KnowledgeMemory(lookalike)
+    assert mine.recall("window seats") == []
+    assert mine.build_context() == ""
+    # the same content for another user is not a repeat of bob's fact
+    assert mine.store("Prefers window seats", "travel").action == "created"
+
+
+def test_expired_fact_is_hidden_at_query_time_before_any_pruning(km) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now() - timedelta(hours=2)
+    fact = km.store("Temporary door code: 4411", "context", ttl=3600, now=start).fact
+    km.store("Door code hint", "context", persistent=True)
+    assert Fact.objects.filter(pk=fact.pk).exists()  # stored, not pruned yet
+    assert "4411" not in km.build_context()
+    assert km.recall("door code") == [] or all("4411" not in h.fact.content for h in km.recall("door code"))
+    assert all(e["content"] != fact.content for e in km.get_recent_entries())
+    assert km.get_persistent_facts() == {"context": ["Door code hint"]}
+
+
+def test_a_read_never_extends_an_expiry(km) -> None:  # type: ignore[no-untyped-def]
+    fact = km.store("Parked on level 3", "context", ttl=600).fact
+    before = Fact.objects.get(pk=fact.pk).expires_at
+    km.recall("parked level")
+    km.build_context()
+    km.get_recent_entries()
+    after = Fact.objects.get(pk=fact.pk)
+    assert after.expires_at == before
+    assert after.recall_count == 1  # recall is recorded, expiry untouched
+
+
+def test_transient_entries_age_out_and_prune_deletes_only_hidden_ones(alice) -> None:  # type: ignore[no-untyped-def]
+    km = KnowledgeMemory(alice, max_log_days=30)
+    now = timezone.now()
+    km.store("Old note", "context", now=now - timedelta(days=31))
+    km.store("Fresh note", "context", now=now - timedelta(days=1))
+    km.store("Old but persistent", "facts", persistent=True, now=now - timedelta(days=400))
+    assert [e["content"] for e in km.get_recent_entries(days=365)] == ["Fresh note"]
+    assert "Old note" not in km.build_context()
+    assert km.prune_logs() == 1
+    assert km.all_facts().count() == 2
+    assert km.prune_logs(max_days=0) == 1  # an explicit shorter window deletes the fresh note too
+    assert km.get_persistent_facts() == {"facts": ["Old but persistent"]}
+
+
+def test_clear_logs_keeps_persistent_facts_and_clear_removes_all(km) -> None:  # type: ignore[no-untyped-def]
+    km.remember("Important fact", category="general", persistent=True)
+    km.remember("Transient note", category="context", persistent=False)
+    km.clear_logs()
+    assert "Important fact" in km.get_persistent_facts().get("general", [])
+    assert len(km.get_recent_entries()) == 0
+    km.clear()
+    assert km.all_facts().count() == 0
+
+
+def test_eviction_over_max_entries_removes_the_least_important(alice) -> None:  # type: ignore[no-untyped-def]
+    km = KnowledgeMemory(alice, max_entries=3)
+    km.store("keep high", "a", importance=0.9)
+    km.store("drop low", "a", importance=0.1)
+    km.store("keep mid", "a", importance=0.5)
+    km.store("newest low", "a", importance=0.2)
+    assert sorted(km.live_facts().values_list("content", flat=True)) == [
+        "keep high",
+        "keep mid",
+        "newest low",
+    ]
+
+
+def test_forget_deletes_the_fact_its_history_and_embedding_rows(km) -> None:  # type: ignore[no-untyped-def]
+    km.store("Employer: Northwind", "work", persistent=True)
+    head = km.store("Employer: Contoso", "work", persistent=True).fact
+    assert km.forget(head.pk) == 2
+    assert km.all_facts().count() == 0
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM agentmemory_fact_fts WHERE agentmemory_fact_fts MATCH 'northwind'"
+            )
+            assert cursor.fetchone()[0] == 0
+
+
+def test_remember_survives_a_new_memory_object(alice) -> None:  # type: ignore[no-untyped-def]
+    KnowledgeMemory(alice).remember("Preferred editor: VS Code", category="preferences", persistent=True)
+    again = KnowledgeMemory(alice.pk)
+    assert again.get_persistent_facts() == {"preferences": ["Preferred editor: VS Code"]}
+
+
+def test_recall_ranks_by_relevance_then_importance(km) -> None:  # type: ignore[no-untyped-def]
+    km.store("Likes green tea in the morning", "food", importance=0.2)
+    km.store("Allergic to tea tree oil", "health", importance=1.0)
+    km.store("Plays chess on Sundays", "hobby")
+    hits = km.recall("tea", k=5)
+    assert [h.fact.content for h in hits] == ["Allergic to tea tree oil", "Likes green tea in the morning"]
+    assert hits[0].score > hits[1].score
+    with pytest.raises(ValueError):
+        km.recall("tea", k=0)

@@ -1,0 +1,168 @@
+"""Search over past conversations (``search_messages``) and the full-text indexes behind it,
+on SQLite (FTS5) and PostgreSQL (tsvector with a GIN index)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.history import PersistentChatHistory
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Message
+from agentmemory.recall import MemoryScopeError, fulltext, search_messages
+from agentmemory.recall.text import query_words
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def conversation_with(owner, texts, agent_key="support"):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=owner, agent_key=agent_key)
+    history = PersistentChatHistory(conv)
+    messages = []
+    for i, text in enumerate(texts):
+        messages.append(ChatMessage.human(text) if i % 2 == 0 else ChatMessage.ai(text))
+    history.add_messages(messages)
+    return conv
+
+
+def test_query_words_drop_stop_words_and_operators() -> None:
+    assert query_words('Where does the user "work" OR NEAR(x)?') == ["user", "work", "near", "x"]
+    assert query_words("the who") == ["the", "who"]  # only stop words: keep them
+    assert query_words("x_y%z") == ["x", "y", "z"]
+
+
+def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:
+    alice = UserFactory(username="alice")
+    conv = conversation_with(
+        alice,
+        [
+            "My flight to Lisbon leaves on Friday",
+            "Noted, your flight leaves Friday.",
+            "I also need a hotel near the river",
+            "I will look for hotels.",
+        ],
+    )
+    hits = search_messages("hotels by the river", owner=alice, k=5)
+    assert hits[0].seq == 3
+    top = hits[0]
+    assert (top.conversation_id, top.conversation_uuid, top.role) == (conv.pk, conv.uuid, "human")
+    assert top.content == "I also need a hotel near the river" and isinstance(top.metadata, dict)
+    assert {h.seq for h in hits} == {3, 4}  # stemming: "hotels" finds "hotel"
+    assert search_messages("Lisbon flights", owner=alice.pk, k=1)[0].seq == 1
+
+
+def test_other_users_and_ownerless_conversations_are_never_searched() -> None:
+    alice, bob = UserFactory(username="john_doe"), UserFactory(username="john-doe")
+    conversation_with(bob, ["The vault code is 7781"])
+    Conversation.objects.create(agent_key="support")  # ownerless
+    conversation_with(None, ["The vault code is 1234"])
+    assert search_messages("vault code", owner=alice) == []
+    assert [h.content for h in search_messages("vault code", owner=bob)] == ["The vault code is 7781"]
+    with pytest.raises(MemoryScopeError):
+        search_messages("vault code", owner=None)
+
+
+def test_conversation_and_agent_key_filters_are_exact() -> None:
+    alice = UserFactory()
+    first = conversation_with(alice, ["Invoice 1042 was wrong"], agent_key="billing")
+    second = conversation_with(alice, ["Invoice 2000 looks fine"], agent_key="billing_")
+    assert [h.conversation_id for h in search_messages("invoice", owner=alice, agent_key="billing")] == [
+        first.pk
+    ]
+    assert [h.conversation_id for h in search_messages("invoice", owner=alice, conversation=second.uuid)] == [
+        second.pk
+    ]
+    other = conversation_with(UserFactory(), ["Invoice 3000"])
+    assert search_messages("invoice", owner=alice, conversation=other) == []
+
+
+def test_what_compaction_condensed_stays_findable() -> None:
+    alice = UserFactory()
+    texts = []
+    for i in range(12):
+        texts += [f"turn {i}: question about topic{i}", f"answer about topic{i}"]
+    texts[2] = "My passport number ends in 9921"
+    conv = conversation_with(alice, texts)
+    history = PersistentChatHistory(conv)
+    compactor = LLMMemoryCompactor(
+        Conversation.objects, conv.pk, ScriptedChatModel(["The user talked about topics."]), history
+    )
+    compactor.compact()
+    conv.refresh_from_db()
+    assert conv.summary is not None and conv.summary.through_seq >= 3
+    hits = search_messages("passport number", owner=alice)
+    assert [h.seq for h in hits] == [3]
+
+
+def test_bad_arguments_are_typed_errors() -> None:
+    alice = UserFactory()
+    with pytest.raises(ValueError):
+        search_messages("x", owner=alice, k=0)
+    with pytest.raises(ValueError):
+        search_messages("x", owner=alice, k=1000)
+    with pytest.raises(TypeError):
+        search_messages(None, owner=alice)  # type: ignore[arg-type]
+    assert search_messages("", owner=alice) == []
+    assert search_messages("?!", owner=alice) == []
+
+
+def test_full_text_index_follows_edits_and_deletes() -> None:
+    alice = UserFactory()
+    conv = conversation_with(alice, ["zebra crossing ahead"])
+    assert len(search_messages("zebra", owner=alice)) == 1
+    Message.objects.filter(conversation=conv).update(content="giraffe crossing ahead")
+    assert search_messages("zebra", owner=alice) == []
+    assert len(search_messages("giraffe", owner=alice)) == 1
+    conv.delete()
+    assert search_messages("giraffe", owner=alice) == []
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM agentmemory_message_fts_docsize")
+            assert cursor.fetchone()[0] == 0
+
+
+def test_sqlite_triggers_come_back_after_a_table_rebuild() -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite FTS5 triggers")
+    alice = UserFactory()
+    with connection.cursor() as cursor:
+        for suffix in ("ai", "ad", "au"):
+            cursor.execute(f"DROP TRIGGER agentmemory_message_fts_{suffix}")
+    conversation_with(alice, ["a message stored while the triggers were gone: pelican"])
+    assert search_messages("pelican", owner=alice) == []
+    assert fulltext.ensure_sqlite_fulltext() is True
+    assert len(search_messages("pelican", owner=alice)) == 1
+    assert fulltext.ensure_sqlite_fulltext() is False
+
+
+def test_search_cost_is_a_constant_number_of_queries(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    alice = UserFactory()
+    for i in range(5):
+        conversation_with(alice, [f"orchid care note {i}", f"water the orchid {i}"])
+    with django_assert_max_num_queries(2):
+        hits = search_messages("orchid", owner=alice, k=10)
+    assert len(hits) == 10
+
+
+@pytest.mark.postgres
+def test_postgres_uses_the_gin_index_for_message_search() -> None:
+    from django.contrib.postgres.search import SearchQuery, SearchVector
+
+    alice = UserFactory()
+    conversation_with(alice, ["unique walrus text"])
+    qs = (
+        Message.objects.annotate(_fts=SearchVector("content", config="english"))
+        .filter(_fts=SearchQuery("walrus", config="english", search_type="raw"))
+        .order_by()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            plan = qs.explain()
+        finally:
+            cursor.execute("SET enable_seqscan = on")
+    assert "agentmemory_msg_fts_idx" in plan
+    assert [h.content for h in search_messages("walrus", owner=alice)] == ["unique walrus text"]
