@@ -106,6 +106,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 id="agentmemory.E005",
             )
         )
+    if conf.PENDING_TOOL_CALLS not in ("omit", "placeholder"):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['PENDING_TOOL_CALLS'] is {conf.PENDING_TOOL_CALLS!r}.",
+                hint="Use 'omit' (leave exchanges with unanswered calls out of the window) or "
+                "'placeholder' (send them with a marked placeholder result).",
+                id="agentmemory.E030",
+            )
+        )
+    timeout = conf.PENDING_TOOL_CALL_TIMEOUT
+    if timeout is not None and not _is_positive_int(timeout):
+        problems.append(
+            Error(
+                "AGENTMEMORY['PENDING_TOOL_CALL_TIMEOUT'] must be a positive integer or None, "
+                f"not {timeout!r}.",
+                hint="A number of seconds after which an unanswered tool call counts as abandoned; "
+                "None never abandons one (compaction then waits for every result).",
+                id="agentmemory.E031",
+            )
+        )
     for name in ("TOKEN_COUNTER", "COMPACTOR_CLASS", "COMPACTION_LLM"):
         path = getattr(conf, name)
         if path is None:

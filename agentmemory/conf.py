@@ -58,6 +58,14 @@ class AgentMemorySettings:
     COMPACTION_LEASE_SECONDS: int = 600
     #: text put before the summary in the summary system message
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
+    #: what a context window does with a tool exchange whose calls are not all answered yet:
+    #: "omit" leaves it out (providers reject a call without its result), "placeholder" sends
+    #: it with a marked placeholder result in the copy sent (storage is never changed)
+    PENDING_TOOL_CALLS: str = "omit"
+    #: a tool call unanswered for this long counts as abandoned, and compaction may fold its
+    #: exchange into a summary (seconds); None waits for every result forever, which keeps
+    #: compaction from passing a call that will never be answered
+    PENDING_TOOL_CALL_TIMEOUT: int | None = 86_400
     #: named LLM configurations, like CACHES: {"default": {"BACKEND": path, "OPTIONS": {...}}}
     LLMS: dict[str, Any] = field(default_factory=dict)
     #: recall backend of long-term memory and conversation search: "fulltext" (no download),

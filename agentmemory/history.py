@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from agentmemory import signals
@@ -16,7 +18,7 @@ from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import ExchangeState, coerce_message, link_exchange, validate_message
+from agentmemory.validation import coerce_message, link_tool_message, validate_message
 
 _LOCK_FIELDS = (
     "id",
@@ -25,8 +27,7 @@ _LOCK_FIELDS = (
     "human_message_count",
     "stored_tokens",
     "has_system_prompt",
-    "open_exchange_seq",
-    "pending_tool_call_ids",
+    "pending_tool_calls",
 )
 
 
@@ -45,7 +46,12 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     if isinstance(conversation, int):
         return conversation
     try:
-        pk = Conversation.objects.filter(uuid=conversation).values_list("pk", flat=True).first()
+        pk = (
+            Conversation.objects.using(router.db_for_read(Conversation))
+            .filter(uuid=conversation)
+            .values_list("pk", flat=True)
+            .first()
+        )
     except (ValueError, TypeError, ValidationError) as exc:
         raise ConversationNotFound(f"no conversation {conversation!r}") from exc
     if pk is None:
@@ -64,8 +70,17 @@ class PersistentChatHistory:
             (default). ``False`` is for importing legacy history: such results are stored
             as orphans and skipped by context windows.
 
-    Appending takes a row lock on the conversation (``SELECT ... FOR UPDATE``) to allocate
-    ``seq``; a batch of n messages costs three queries whatever n is (invariants W1, W2).
+    Every read and write goes to the database the routers choose for ``Message``
+    (``router.db_for_read`` / ``router.db_for_write``); a conversation and its messages live
+    on the same database.
+
+    Appends never collide or lose a message, however many processes append to one
+    conversation, and cost a constant number of queries whatever the batch size: on
+    PostgreSQL a batch without tool calls or results is one statement (the conversation's
+    counters are bumped with ``UPDATE ... RETURNING``, which takes the row lock, and the rows
+    inserted with the seqs it returns); otherwise the conversation row is locked
+    (``SELECT ... FOR UPDATE``), the pending tool calls checked, then the rows inserted and
+    the counters updated: three queries.
     """
 
     def __init__(
@@ -88,15 +103,21 @@ class PersistentChatHistory:
     def add_messages(
         self, messages: Iterable[ChatMessage], *, validate_tool_pairs: bool | None = None
     ) -> list[ChatMessage]:
-        """Append messages atomically, in the order given.
+        """Append messages atomically, in the order given, on the database the routers choose
+        for writing ``Message`` (``router.db_for_write``).
+
+        Messages are stored in the order they happen: a human message may follow a tool call
+        that still awaits its result, and a result may arrive after later messages; it is
+        linked to its call (``exchange_seq``) and context windows put it right after it.
 
         Returns:
             The stored messages (``seq``, ``id``, ``token_count`` set), oldest first.
 
         Raises:
-            InvalidMessageError: a message breaks invariant W3 (unknown role, NUL bytes,
-                content over ``MAX_MESSAGE_CHARS``, arguments not a JSON object, a tool
-                result answering no unanswered call); nothing of the batch is stored.
+            InvalidMessageError: a message cannot be stored (unknown role, NUL bytes, content
+                over ``MAX_MESSAGE_CHARS``, arguments not a JSON object, a tool call id already
+                pending, a tool result answering no pending call); nothing of the batch is
+                stored.
             ConversationNotFound: the conversation does not exist (any more).
         """
         batch = [coerce_message(m, i) for i, m in enumerate(messages)]
@@ -107,23 +128,45 @@ class PersistentChatHistory:
         for i, message in enumerate(batch):
             validate_message(message, i, max_chars=max_chars)
         counts = [self.token_counter.count_message(m) for m in batch]
-        counter_id = self.token_counter.id
+        using = router.db_for_write(Message)
+        if connections[using].vendor == "postgresql" and not any(
+            m.tool_calls or m.role is Role.TOOL for m in batch
+        ):
+            stored = _append_plain_postgresql(
+                using, self.conversation_id, batch, counts, self.token_counter.id
+            )
+        else:
+            stored = self._append_locked(using, batch, counts, strict=strict)
+        signals.message_appended.send(
+            sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
+        )
+        return stored
 
-        with transaction.atomic():
+    def _append_locked(
+        self, using: str, batch: list[ChatMessage], counts: list[int], *, strict: bool
+    ) -> list[ChatMessage]:
+        """Append under a row lock on the conversation: the pending tool calls are read,
+        checked and changed with the seqs, so concurrent appends see each other's calls."""
+        counter_id = self.token_counter.id
+        with transaction.atomic(using=using):
             try:
                 conv = (
-                    Conversation.objects.select_for_update().only(*_LOCK_FIELDS).get(pk=self.conversation_id)
+                    Conversation.objects.using(using)
+                    .select_for_update()
+                    .only(*_LOCK_FIELDS)
+                    .get(pk=self.conversation_id)
                 )
             except Conversation.DoesNotExist as exc:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist") from exc
-            state = ExchangeState(conv.open_exchange_seq, list(conv.pending_tool_call_ids or []))
+            pending = dict(conv.pending_tool_calls or {})
             rows = []
             seq = conv.last_seq
             humans = 0
             has_system_prompt = conv.has_system_prompt
+            now = timezone.now()
             for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
                 seq += 1
-                exchange_seq = link_exchange(message, seq, i, state, strict=strict)
+                exchange_seq = link_tool_message(message, seq, i, pending, strict=strict)
                 if message.role is Role.HUMAN:
                     humans += 1
                 if seq == 1 and message.role is Role.SYSTEM:
@@ -141,48 +184,53 @@ class PersistentChatHistory:
                         token_counter=counter_id,
                         exchange_seq=exchange_seq,
                         metadata=dict(message.metadata or {}),
+                        created_at=now,
                     )
                 )
-            Message.objects.bulk_create(rows)
-            Conversation.objects.filter(pk=self.conversation_id).update(
+            Message.objects.using(using).bulk_create(rows)
+            Conversation.objects.using(using).filter(pk=self.conversation_id).update(
                 last_seq=seq,
                 message_count=conv.message_count + len(rows),
                 human_message_count=conv.human_message_count + humans,
                 stored_tokens=conv.stored_tokens + sum(counts),
                 has_system_prompt=has_system_prompt,
-                open_exchange_seq=state.open_seq,
-                pending_tool_call_ids=state.pending,
-                updated_at=timezone.now(),
+                pending_tool_calls=pending,
+                updated_at=now,
             )
-        stored = [row.to_chat_message() for row in rows]
-        signals.message_appended.send(
-            sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
-        )
-        return stored
+        return [row.to_chat_message() for row in rows]
 
     def cancel_pending_tool_calls(self, reason: str = "the tool call was cancelled") -> list[ChatMessage]:
         """Answer every tool call still awaiting its result with an error result
-        (``"Error: <reason>"``), so the conversation can go on after a client died between
-        a call and its results.
+        (``"Error: <reason>"``), for a call that will never be answered (a client that died
+        between a call and its result, an approval that was refused). Nothing requires it:
+        the conversation goes on while calls are pending, but their exchanges stay out of
+        context windows and out of summaries until answered.
 
         Returns:
-            The tool results stored (empty when no call was pending), in call order.
+            The tool results stored (empty when no call was pending), oldest call first, in
+            the order of each AI message's ``tool_calls``.
 
         Raises:
             ConversationNotFound: the conversation does not exist (any more).
             InvalidMessageError: ``reason`` is not storable text.
         """
+        using = router.db_for_write(Message)
         for attempt in range(2):
-            pending = (
-                Conversation.objects.filter(pk=self.conversation_id)
-                .values_list("pending_tool_call_ids", flat=True)
+            conv = (
+                Conversation.objects.using(using)
+                .only("id", "pending_tool_calls")
+                .filter(pk=self.conversation_id)
                 .first()
             )
-            if pending is None:
+            if conv is None:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
+            pending = dict(conv.pending_tool_calls or {})
             if not pending:
                 return []
-            results = [ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id) for call_id in pending]
+            ordered = [call.tool_call_id for call in conv.pending_calls(using=using)]
+            # Ids whose AI message is gone (data written around the history) still get an answer.
+            ordered += sorted(set(pending) - set(ordered), key=lambda call_id: (pending[call_id], call_id))
+            results = [ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id) for call_id in ordered]
             try:
                 return self.add_messages(results)
             except InvalidMessageError:
@@ -200,21 +248,22 @@ class PersistentChatHistory:
         agents do) rather than storing it again."""
         from agentmemory.models import Summary
 
-        with transaction.atomic():
-            if not Conversation.objects.select_for_update().filter(pk=self.conversation_id).exists():
+        using = router.db_for_write(Message)
+        with transaction.atomic(using=using):
+            conversations = Conversation.objects.using(using).filter(pk=self.conversation_id)
+            if not conversations.select_for_update().exists():
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
-            Conversation.objects.filter(pk=self.conversation_id).update(
+            conversations.update(
                 summary=None,
                 message_count=0,
                 human_message_count=0,
                 stored_tokens=0,
                 has_system_prompt=False,
-                open_exchange_seq=None,
-                pending_tool_call_ids=[],
+                pending_tool_calls={},
                 updated_at=timezone.now(),
             )
-            Summary.objects.filter(conversation_id=self.conversation_id).delete()
-            Message.objects.filter(conversation_id=self.conversation_id).delete()
+            Summary.objects.using(using).filter(conversation_id=self.conversation_id).delete()
+            Message.objects.using(using).filter(conversation_id=self.conversation_id).delete()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -224,7 +273,7 @@ class PersistentChatHistory:
         Reads O(returned) rows: the newest are taken from the end of the ``(conversation,
         seq)`` index, then put in chronological order (bug report yaalalabs/agent-kernel#739).
         """
-        qs = Message.objects.filter(conversation_id=self.conversation_id)
+        qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if limit is not None:
             if limit < 0:
                 raise ValueError("limit must be >= 0")
@@ -245,7 +294,7 @@ class PersistentChatHistory:
         Raises:
             MessageNotFound: ``message_id`` is not a message of this conversation.
         """
-        qs = Message.objects.filter(conversation_id=self.conversation_id)
+        qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if message_id is not None:
             seq = qs.filter(pk=message_id).values_list("seq", flat=True).first()
             if seq is None:
@@ -272,3 +321,87 @@ class PersistentChatHistory:
 
     async def aclear(self) -> None:
         await sync_to_async(self.clear)()
+
+
+_PLAIN_APPEND_SQL = """
+WITH conv AS (
+    UPDATE {conversation}
+    SET last_seq = last_seq + %s,
+        message_count = message_count + %s,
+        human_message_count = human_message_count + %s,
+        stored_tokens = stored_tokens + %s,
+        has_system_prompt = has_system_prompt OR (last_seq = 0 AND %s),
+        updated_at = %s
+    WHERE id = %s
+    RETURNING last_seq - %s AS base
+)
+INSERT INTO {message} (
+    conversation_id, seq, role, content, tool_calls, tool_call_id, name,
+    token_count, token_counter, exchange_seq, metadata, created_at
+)
+SELECT %s, conv.base + v.ord, v.role, v.content, '[]'::jsonb, '', v.name,
+       v.token_count, %s, NULL, v.metadata::jsonb, %s
+FROM conv, (VALUES {values}) AS v(ord, role, content, name, token_count, metadata)
+ORDER BY v.ord
+RETURNING id, seq
+"""
+_VALUES_ROW = "(%s::integer, %s::varchar, %s::text, %s::varchar, %s::integer, %s::text)"
+
+
+def _append_plain_postgresql(
+    using: str, conversation_id: int, batch: list[ChatMessage], counts: list[int], counter_id: str
+) -> list[ChatMessage]:
+    """Append messages that neither call tools nor answer a call, in one statement.
+
+    The ``UPDATE ... RETURNING`` on the conversation takes its row lock (a concurrent append
+    waits, then sees the new ``last_seq``) and hands its seqs to the ``INSERT``: one round trip,
+    atomic on its own, so no transaction needs to be opened around it.
+    """
+    n = len(batch)
+    now = timezone.now()
+    params: list[Any] = [
+        n,
+        n,
+        sum(1 for m in batch if m.role is Role.HUMAN),
+        sum(counts),
+        batch[0].role is Role.SYSTEM,
+        now,
+        conversation_id,
+        n,
+        conversation_id,
+        counter_id,
+        now,
+    ]
+    for ordinal, (message, tokens) in enumerate(zip(batch, counts, strict=True), start=1):
+        params += [
+            ordinal,
+            message.role.value,
+            message.content,
+            message.name,
+            tokens,
+            json.dumps(dict(message.metadata or {})),
+        ]
+    sql = _PLAIN_APPEND_SQL.format(
+        conversation=Conversation._meta.db_table,
+        message=Message._meta.db_table,
+        values=", ".join([_VALUES_ROW] * n),
+    )
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        returned = cursor.fetchall()
+    if not returned:
+        raise ConversationNotFound(f"conversation {conversation_id} does not exist")
+    ids = dict((seq, pk) for pk, seq in returned)
+    base = min(ids) - 1
+    return [
+        ChatMessage(
+            role=message.role,
+            content=message.content,
+            name=message.name,
+            metadata=dict(message.metadata or {}),
+            seq=base + ordinal,
+            id=ids[base + ordinal],
+            token_count=tokens,
+        )
+        for ordinal, (message, tokens) in enumerate(zip(batch, counts, strict=True), start=1)
+    ]

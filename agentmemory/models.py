@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -51,12 +53,34 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
             return super().delete()
 
 
+@dataclass(frozen=True)
+class PendingToolCall:
+    """A tool call that has no stored result yet (see ``Conversation.pending_calls``).
+
+    Attributes:
+        tool_call_id, name, arguments: the call as the AI message made it.
+        ai_seq: seq of the AI message that made the call.
+        requested_at: when that AI message was stored.
+        age_seconds: seconds since then.
+        abandoned: older than ``AGENTMEMORY['PENDING_TOOL_CALL_TIMEOUT']``: compaction may fold
+            its exchange into a summary.
+    """
+
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    ai_seq: int
+    requested_at: datetime
+    age_seconds: float
+    abandoned: bool
+
+
 class Conversation(models.Model):
     """One thread of messages for one agent, owned by a user or by nobody.
 
     The counters (``last_seq``, ``message_count``, ``human_message_count``,
-    ``stored_tokens``) and the open tool exchange are maintained by
-    ``PersistentChatHistory`` under a row lock on this record; never edit them by hand.
+    ``stored_tokens``) and ``pending_tool_calls`` are maintained by ``PersistentChatHistory``
+    under a row lock on this record; never edit them by hand.
     """
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
@@ -84,15 +108,15 @@ class Conversation(models.Model):
         editable=False,
         help_text=_("The first message (seq 1) is a system message, pinned in every context window."),
     )
-    open_exchange_seq = models.BigIntegerField(
-        _("open tool exchange"),
-        null=True,
+    pending_tool_calls = models.JSONField(
+        _("pending tool calls"),
+        default=dict,
         blank=True,
         editable=False,
-        help_text=_("Seq of the AI message whose tool calls still await results."),
-    )
-    pending_tool_call_ids = models.JSONField(
-        _("pending tool call ids"), default=list, blank=True, editable=False
+        help_text=_(
+            "Tool calls still awaiting their result: "
+            "{tool call id: seq of the AI message that made the call}."
+        ),
     )
     summary = models.ForeignKey(
         "Summary",
@@ -128,6 +152,50 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.uuid}"
+
+    def pending_calls(
+        self, *, now: datetime | None = None, using: str | None = None
+    ) -> list[PendingToolCall]:
+        """The tool calls still awaiting their result, oldest call first (in the order of
+        each AI message's ``tool_calls``), read from ``pending_tool_calls`` as stored on this
+        instance plus one query for the AI messages that made them.
+
+        Args:
+            now: the time ages are measured at (defaults to now).
+            using: the database alias to read the AI messages from (defaults to the one the
+                routers choose for reading ``Message``).
+        """
+        pending = dict(self.pending_tool_calls or {})
+        if not pending:
+            return []
+        from agentmemory.conf import app_settings
+
+        now = now or timezone.now()
+        timeout = app_settings().PENDING_TOOL_CALL_TIMEOUT
+        using = using or router.db_for_read(Message, instance=self)
+        calls: list[PendingToolCall] = []
+        rows = (
+            Message.objects.using(using)
+            .filter(conversation_id=self.pk, seq__in=set(pending.values()))
+            .order_by("seq")
+            .values_list("seq", "tool_calls", "created_at")
+        )
+        for seq, tool_calls, created_at in rows:
+            for call in tool_calls or ():
+                if pending.get(call.get("id")) == seq:
+                    age = (now - created_at).total_seconds()
+                    calls.append(
+                        PendingToolCall(
+                            tool_call_id=call["id"],
+                            name=call.get("name", ""),
+                            arguments=call.get("arguments") or {},
+                            ai_seq=seq,
+                            requested_at=created_at,
+                            age_seconds=age,
+                            abandoned=timeout is not None and age >= timeout,
+                        )
+                    )
+        return calls
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete with messages and summaries, after the row lock (see
@@ -224,8 +292,9 @@ class Message(models.Model):
         null=True,
         blank=True,
         help_text=_(
-            "Seq of the AI message that opened the tool exchange this message belongs to; "
-            "empty for plain messages and for orphaned tool results."
+            "For an AI message with tool calls, its own seq; for a tool result, the seq of the AI "
+            "message whose call it answers, even when stored after later messages; empty for "
+            "other messages and for orphaned tool results."
         ),
     )
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
@@ -62,14 +61,6 @@ def _check_json(value: Any, what: str, index: int) -> None:
     problem = json_problem(value)
     if problem:
         raise InvalidMessageError(f"{what} {problem}", index=index)
-
-
-@dataclass
-class ExchangeState:
-    """The open tool exchange while a batch is validated (mirrors the conversation row)."""
-
-    open_seq: int | None
-    pending: list[str]
 
 
 def coerce_message(message: Any, index: int) -> ChatMessage:
@@ -176,56 +167,50 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
         _check_json(call.arguments, f"arguments of tool call {call.id!r}", index)
 
 
-def link_exchange(
-    message: ChatMessage, seq: int, index: int, state: ExchangeState, *, strict: bool
+def link_tool_message(
+    message: ChatMessage, seq: int, index: int, pending: dict[str, int], *, strict: bool
 ) -> int | None:
-    """Advance the open tool exchange; return the ``exchange_seq`` for this message.
+    """Link a message to the tool exchange it belongs to, updating ``pending`` in place.
 
-    Strict mode refuses a tool result that answers no earlier unanswered call and any other
-    message while calls are unanswered (OpenAI and Anthropic both reject such histories).
-    Relaxed mode (legacy imports) stores such results as orphans, which context windows skip,
-    and joins AI messages that call tools before earlier calls are answered into one
-    exchange (bug case BUG-05).
+    Messages are stored in the order they happen: a human, system or AI message may follow a
+    tool call that still awaits its result (an approval flow, a tool that runs for minutes, a
+    client that died), and a result may arrive after later messages. Each tool call stays
+    pending until a result with its id arrives.
+
+    Args:
+        message: the message about to be stored.
+        seq: the seq it will be stored at.
+        index: its place in the batch (for the error).
+        pending: the conversation's unanswered tool calls, ``{tool_call_id: seq of the AI
+            message that made the call}``; calls made by ``message`` are added, the call a
+            tool result answers is removed.
+        strict: refuse a tool result that answers no pending call; otherwise (importing
+            legacy history) it is stored as an orphan, which context windows skip.
+
+    Returns:
+        The message's ``exchange_seq``: its own seq for an AI message with tool calls, the
+        seq of the AI message whose call it answers for a tool result, ``None`` otherwise
+        (and for an orphaned result).
+
+    Raises:
+        InvalidMessageError: an AI message reuses the id of a call still pending (a result
+            could not tell which call it answers), or, in strict mode, a tool result answers
+            no pending call (OpenAI and Anthropic reject a result without its call).
     """
     if message.role is Role.AI and message.tool_calls:
-        ids = [c.id for c in message.tool_calls]
-        clash = set(ids) & set(state.pending)
+        clash = sorted(c.id for c in message.tool_calls if c.id in pending)
         if clash:
-            raise InvalidMessageError(
-                f"tool call id(s) {sorted(clash)} are already awaiting results", index=index
-            )
-        if state.pending and strict:
-            # OpenAI and Anthropic want the results right after the message that called.
-            raise InvalidMessageError(
-                f"tool call(s) {state.pending} still await results; append them before another ai "
-                "message (or cancel_pending_tool_calls())",
-                index=index,
-            )
-        if state.open_seq is None:
-            state.open_seq = seq
-        state.pending.extend(ids)
-        return state.open_seq
+            raise InvalidMessageError(f"tool call id(s) {clash} are already awaiting results", index=index)
+        for call in message.tool_calls:
+            pending[call.id] = seq
+        return seq
     if message.role is Role.TOOL:
-        if message.tool_call_id in state.pending:
-            state.pending.remove(message.tool_call_id)
-            exchange = state.open_seq
-            if not state.pending:
-                state.open_seq = None
-            return exchange
-        if strict:
+        exchange = pending.pop(message.tool_call_id, None)
+        if exchange is None and strict:
             raise InvalidMessageError(
-                f"tool result for {message.tool_call_id!r} answers no earlier unanswered tool call "
+                f"tool result for {message.tool_call_id!r} answers no tool call awaiting a result "
                 "(import legacy history with validate_tool_pairs=False to keep it as an orphan)",
                 index=index,
             )
-        return None
-    if state.pending:
-        if strict:
-            raise InvalidMessageError(
-                f"tool call(s) {state.pending} still await results; append them before a {message.role} "
-                "message (or cancel_pending_tool_calls())",
-                index=index,
-            )
-        state.pending = []
-        state.open_seq = None
+        return exchange
     return None
