@@ -61,14 +61,19 @@ def window_violations(
         problems.append(f"C3: history starts on {history[0].role} seq={history[0].seq}, not a human message")
 
     if stored_seqs is not None and window.first_seq is not None and window.last_seq is not None:
-        present = {m.seq for m in history} | set(window.skipped_orphans) | set(window.skipped_incomplete)
+        present = (
+            {m.seq for m in history}
+            | set(window.skipped_orphans)
+            | set(window.skipped_pending)
+            | set(window.skipped_late)
+        )
         missing = sorted(
             s for s in stored_seqs if window.first_seq <= s <= window.last_seq and s not in present
         )
         if missing:
             problems.append(f"C5: stored messages {missing[:10]} skipped in the middle of the window")
     if newest_seq is not None and window.last_seq is not None:
-        tail = set(window.skipped_orphans) | set(window.skipped_incomplete)
+        tail = set(window.skipped_orphans) | set(window.skipped_pending) | set(window.skipped_late)
         newer = [s for s in range(window.last_seq + 1, newest_seq + 1) if s not in tail]
         if newer:
             problems.append(f"C5: window ends at seq={window.last_seq} but seq={newer[0]} is newer")

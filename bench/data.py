@@ -415,7 +415,7 @@ def load_dataset(spec: DatasetSpec, *, log: Callable[[str], None] = print) -> Da
             cur,
             "COPY agentmemory_conversation (uuid, agent_key, title, metadata, created_at, updated_at, "
             "last_seq, "
-            "message_count, human_message_count, stored_tokens, has_system_prompt, pending_tool_call_ids) "
+            "message_count, human_message_count, stored_tokens, has_system_prompt, pending_tool_calls) "
             "FROM STDIN",
             (
                 (
@@ -430,7 +430,7 @@ def load_dataset(spec: DatasetSpec, *, log: Callable[[str], None] = print) -> Da
                     sum(1 for r in rows if r[0] == "human"),
                     sum(r[5] for r in rows),
                     False,
-                    "[]",
+                    "{}",
                 )
                 for conv_uuid, size, is_target, rows, start, span in conversations
             ),

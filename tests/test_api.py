@@ -86,7 +86,9 @@ def window_from_response(data: dict) -> ContextWindow:
         last_seq=data["last_seq"],
         summary_through_seq=data["summary_through_seq"],
         skipped_orphans=tuple(data["skipped_orphans"]),
-        skipped_incomplete=tuple(data["skipped_incomplete"]),
+        skipped_pending=tuple(data["skipped_pending"]),
+        skipped_late=tuple(data["skipped_late"]),
+        placeholders=tuple(data["placeholders"]),
         truncated=tuple(data["truncated"]),
     )
 
@@ -547,30 +549,37 @@ def test_oversized_budget_parameters_are_a_400(api, user):  # type: ignore[no-un
     assert api.get(conv_url(conv, f"context/?max_tokens={2**62}")).status_code == 400
 
 
-def test_cancel_pending_tool_calls_unblocks_a_conversation(api, user):  # type: ignore[no-untyped-def]
+def test_cancel_pending_tool_calls_answers_calls_a_client_left_waiting(api, user):  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user)
     calls = [{"id": "c1", "name": "lookup", "arguments": {}}, {"id": "c2", "name": "lookup", "arguments": {}}]
     batch = {
         "messages": [{"role": "human", "content": "go"}, {"role": "ai", "content": None, "tool_calls": calls}]
     }
     assert api.post(conv_url(conv, "messages/"), batch, format="json").status_code == 201
-    blocked = api.post(conv_url(conv, "messages/"), {"role": "human", "content": "hello?"}, format="json")
-    assert blocked.status_code == 400 and "still await results" in blocked.json()["detail"]
+    # a pending call never blocks the conversation: the human message is stored after it
+    later = api.post(conv_url(conv, "messages/"), {"role": "human", "content": "hello?"}, format="json")
+    assert later.status_code == 201
+    context = api.get(conv_url(conv, "context/")).json()
+    assert context["skipped_pending"] == [2]
+    assert [m["content"] for m in context["messages"]] == ["go", "hello?"]
 
     response = api.post(
         conv_url(conv, "cancel-pending-tool-calls/"), {"reason": "client gone"}, format="json"
     )
     assert response.status_code == 200
-    assert [(m["tool_call_id"], m["content"]) for m in response.json()["messages"]] == [
-        ("c1", "Error: client gone"),
-        ("c2", "Error: client gone"),
+    assert [(m["tool_call_id"], m["content"], m["seq"]) for m in response.json()["messages"]] == [
+        ("c1", "Error: client gone", 4),
+        ("c2", "Error: client gone", 5),
     ]
-    assert (
-        api.post(
-            conv_url(conv, "messages/"), {"role": "human", "content": "hello?"}, format="json"
-        ).status_code
-        == 201
-    )
+    context = api.get(conv_url(conv, "context/")).json()
+    assert context["skipped_pending"] == []
+    assert [m.get("tool_call_id") or m["content"] for m in context["messages"]] == [
+        "go",
+        None,
+        "c1",
+        "c2",
+        "hello?",
+    ]
     again = api.post(conv_url(conv, "cancel-pending-tool-calls/"), {}, format="json")
     assert again.status_code == 200 and again.json() == {"messages": []}
     other = Conversation.objects.create()

@@ -108,7 +108,7 @@ def test_pack_skips_orphans_and_incomplete_exchanges_and_reports_them() -> None:
     result = pack_history(newest_first(rows), budget=100)
     assert seqs(result) == [1, 5, 6]
     assert result.skipped_orphans == [4]
-    assert result.skipped_incomplete == [2, 3]
+    assert result.skipped_pending == [2, 3]
 
 
 def test_pack_respects_max_messages() -> None:

@@ -30,8 +30,7 @@ def snapshot(conv: Conversation) -> tuple:
         "message_count",
         "human_message_count",
         "stored_tokens",
-        "open_exchange_seq",
-        "pending_tool_call_ids",
+        "pending_tool_calls",
         "has_system_prompt",
     ).get(pk=conv.pk)
     return row, list(Message.objects.filter(conversation=conv).order_by("seq").values())
@@ -79,12 +78,12 @@ def test_parallel_results_may_arrive_in_later_batches_and_any_order(history, con
     calls = [ToolCall(id="a", name="t"), ToolCall(id="b", name="t"), ToolCall(id="c", name="t")]
     history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, calls)])
     conversation.refresh_from_db()
-    assert conversation.pending_tool_call_ids == ["a", "b", "c"]
+    assert conversation.pending_tool_calls == {"a": 2, "b": 2, "c": 2}
     history.add_message(ChatMessage.tool("C", tool_call_id="c"))
     history.add_messages([ChatMessage.tool("A", tool_call_id="a"), ChatMessage.tool("B", tool_call_id="b")])
     history.add_message(ChatMessage.ai("done"))
     conversation.refresh_from_db()
-    assert conversation.pending_tool_call_ids == [] and conversation.open_exchange_seq is None
+    assert conversation.pending_tool_calls == {}
     rows = list(Message.objects.filter(conversation=conversation).order_by("seq"))
     assert [r.exchange_seq for r in rows] == [None, 2, 2, 2, 2, None]
 
@@ -219,25 +218,59 @@ def test_content_over_the_configured_maximum_is_refused(history, conversation) -
     history.add_message(ChatMessage.ai("y" * 11))  # the default maximum is far larger
 
 
-def test_human_message_while_tool_calls_are_pending_is_refused(history, conversation) -> None:  # type: ignore[no-untyped-def]
+def test_messages_may_follow_a_pending_tool_call_and_the_late_result_is_linked_to_it(
+    history, conversation
+) -> None:  # type: ignore[no-untyped-def]
+    """An approval flow: the user goes on talking while a call waits; each later message is
+    stored in the order it happened, and the result, stored last, still belongs to its call."""
     calls = [ToolCall(id="a", name="t"), ToolCall(id="b", name="t")]
     history.add_messages(
         [ChatMessage.human("go"), ChatMessage.ai(None, calls), ChatMessage.tool("A", tool_call_id="a")]
     )
+    stored = history.add_messages(
+        [ChatMessage.human("next question"), ChatMessage.ai("plain reply"), ChatMessage.system("note")]
+    )
+    assert [m.seq for m in stored] == [4, 5, 6]
+    conversation.refresh_from_db()
+    assert conversation.pending_tool_calls == {"b": 2}
+    late = history.add_message(ChatMessage.tool("B", tool_call_id="b"))
+    assert late.seq == 7
+    rows = {r.seq: r for r in Message.objects.filter(conversation=conversation)}
+    assert [rows[s].exchange_seq for s in range(1, 8)] == [None, 2, 2, None, None, None, 2]
+    conversation.refresh_from_db()
+    assert conversation.pending_tool_calls == {} and conversation.human_message_count == 2
+
+
+def test_new_tool_calls_while_earlier_calls_are_pending_open_a_second_exchange(history, conversation) -> None:  # type: ignore[no-untyped-def]
+    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
+    history.add_messages(
+        [ChatMessage.human("and this?"), ChatMessage.ai(None, [ToolCall(id="b1", name="f")])]
+    )
+    conversation.refresh_from_db()
+    assert conversation.pending_tool_calls == {"a1": 2, "b1": 4}
+    history.add_messages([ChatMessage.tool("B", tool_call_id="b1"), ChatMessage.tool("A", tool_call_id="a1")])
+    rows = {r.seq: r.exchange_seq for r in Message.objects.filter(conversation=conversation)}
+    assert rows == {1: None, 2: 2, 3: None, 4: 4, 5: 4, 6: 2}
+    conversation.refresh_from_db()
+    assert conversation.pending_tool_calls == {}
+
+
+def test_a_call_id_still_pending_in_another_exchange_is_refused(history, conversation) -> None:  # type: ignore[no-untyped-def]
+    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
+    history.add_message(ChatMessage.human("meanwhile"))
     before = snapshot(conversation)
-    for message in (
-        ChatMessage.human("next question"),
-        ChatMessage.ai("plain reply"),
-        ChatMessage.system("x"),
-    ):
-        with pytest.raises(InvalidMessageError, match=r"still await results") as info:
-            history.add_message(message)
-        assert "'b'" in str(info.value)
-    # within one batch as well: the result for b arrives after the human message
-    with pytest.raises(InvalidMessageError):
-        history.add_messages([ChatMessage.human("too early"), ChatMessage.tool("B", tool_call_id="b")])
+    for strict in (True, False):
+        with pytest.raises(InvalidMessageError, match=r"\['a1'\] are already awaiting results") as info:
+            history.add_messages(
+                [ChatMessage.ai(None, [ToolCall(id="x", name="f"), ToolCall(id="a1", name="f")])],
+                validate_tool_pairs=strict,
+            )
+        assert info.value.index == 0
     assert snapshot(conversation) == before
-    history.add_messages([ChatMessage.tool("B", tool_call_id="b"), ChatMessage.human("now it is fine")])
+    # once answered, the id may be used again: a result then answers the newest call
+    history.add_message(ChatMessage.tool("A", tool_call_id="a1"))
+    again = history.add_messages([ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
+    assert Message.objects.get(conversation=conversation, seq=again[0].seq).exchange_seq == again[0].seq
 
 
 def test_result_answering_an_already_answered_call_is_refused(history, conversation) -> None:  # type: ignore[no-untyped-def]
@@ -277,9 +310,12 @@ def test_relaxed_import_stores_orphans_explicitly(conversation) -> None:  # type
     assert rows[2].is_orphan and rows[2].exchange_seq is None
     assert [rows[s].exchange_seq for s in (3, 4)] == [3, 3] and not rows[4].is_orphan
     conversation.refresh_from_db()
-    assert conversation.pending_tool_call_ids == [] and conversation.open_exchange_seq is None
-    # the relaxation is per call as well, and the strict default comes back
-    strict.add_messages([ChatMessage.tool("late", tool_call_id="y")], validate_tool_pairs=False)
+    assert conversation.pending_tool_calls == {"y": 3}
+    # a late result is linked in either mode; an unanswerable one is an orphan only when relaxed
+    assert strict.add_message(ChatMessage.tool("late", tool_call_id="y")).seq == 6
+    assert Message.objects.get(conversation=conversation, seq=6).exchange_seq == 3
+    strict.add_messages([ChatMessage.tool("late again", tool_call_id="y")], validate_tool_pairs=False)
+    assert Message.objects.get(conversation=conversation, seq=7).is_orphan
     with pytest.raises(InvalidMessageError):
         strict.add_message(ChatMessage.tool("late again", tool_call_id="y"))
 
@@ -493,26 +529,32 @@ def test_deeply_nested_arguments_are_refused_not_a_recursion_error() -> None:
 
 
 @pytest.mark.django_db
-def test_strict_mode_refuses_a_second_tool_call_message_before_the_results() -> None:
+def test_cancel_pending_tool_calls_answers_every_pending_exchange_in_call_order() -> None:
     conv = Conversation.objects.create()
     history = PersistentChatHistory(conv)
-    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
-    with pytest.raises(InvalidMessageError, match="still await results"):
-        history.add_message(ChatMessage.ai(None, [ToolCall(id="b1", name="f")]))
-
-
-@pytest.mark.django_db
-def test_cancel_pending_tool_calls_unblocks_the_conversation() -> None:
-    conv = Conversation.objects.create()
-    history = PersistentChatHistory(conv)
-    calls = [ToolCall(id="a1", name="f"), ToolCall(id="a2", name="g")]
-    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, calls)])
-    with pytest.raises(InvalidMessageError):
-        history.add_message(ChatMessage.human("are you there?"))
+    # "z1" sorts first but was called last: results follow the calls, not the ids
+    history.add_messages(
+        [
+            ChatMessage.human("go"),
+            ChatMessage.ai(None, [ToolCall(id="a2", name="f"), ToolCall(id="a1", name="g")]),
+        ]
+    )
+    history.add_messages(
+        [ChatMessage.human("are you there?"), ChatMessage.ai(None, [ToolCall(id="0z", name="f")])]
+    )
     results = history.cancel_pending_tool_calls("the client disconnected")
-    assert [(m.tool_call_id, m.content) for m in results] == [
-        ("a1", "Error: the client disconnected"),
-        ("a2", "Error: the client disconnected"),
+    assert [(m.tool_call_id, m.content, m.seq) for m in results] == [
+        ("a2", "Error: the client disconnected", 5),
+        ("a1", "Error: the client disconnected", 6),
+        ("0z", "Error: the client disconnected", 7),
     ]
-    history.add_message(ChatMessage.human("are you there?"))
+    assert dict(
+        Message.objects.filter(conversation=conv, role="tool").values_list("seq", "exchange_seq")
+    ) == {
+        5: 2,
+        6: 2,
+        7: 4,
+    }
+    conv.refresh_from_db()
+    assert conv.pending_tool_calls == {} and conv.pending_calls() == []
     assert history.cancel_pending_tool_calls() == []

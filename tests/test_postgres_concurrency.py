@@ -100,7 +100,7 @@ def test_eight_processes_append_to_one_conversation() -> None:
     assert conv.last_seq == conv.message_count == total
     assert conv.human_message_count == sum(1 for r in rows if r[1] == Role.HUMAN)
     assert conv.stored_tokens == sum(r[6] for r in rows)
-    assert conv.pending_tool_call_ids == [] and conv.open_exchange_seq is None
+    assert conv.pending_tool_calls == {}
     window = ContextWindowBuilder(conv).build(3_000)
     assert window_violations(window, newest_seq=total) == []
 

@@ -231,7 +231,7 @@ def check_window(s: Scenario, build) -> None:  # type: ignore[no-untyped-def]
     assert [m.seq for m in window.history] == expected.history
     assert window.system_tokens == system and window.summary_tokens == summary
     assert set(window.skipped_orphans) <= expected.orphans
-    assert set(window.skipped_incomplete) <= expected.incomplete
+    assert set(window.skipped_pending) <= expected.incomplete
     if expected.truncated_seq is not None:
         assert expected.truncated_seq in window.truncated
         assert window.history[0].truncated and window.history[0].seq == expected.truncated_seq
@@ -263,7 +263,7 @@ def test_pack_history_matches_the_specification(s: Scenario) -> None:
     assert packed == expected.history
     assert result.tokens <= max(0, s.max_tokens - system - summary)
     assert set(result.skipped_orphans) <= expected.orphans
-    assert set(result.skipped_incomplete) <= expected.incomplete
+    assert set(result.skipped_pending) <= expected.incomplete
     assert result.rows_consumed <= len(rows)
 
 

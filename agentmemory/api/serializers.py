@@ -327,7 +327,18 @@ class ContextWindowSerializer(serializers.Serializer):
     last_seq = serializers.IntegerField(allow_null=True)
     summary_through_seq = serializers.IntegerField(allow_null=True)
     skipped_orphans = serializers.ListField(child=serializers.IntegerField())
-    skipped_incomplete = serializers.ListField(child=serializers.IntegerField())
+    skipped_pending = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Seqs of tool exchanges left out because a call still awaits its result.",
+    )
+    skipped_late = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Seqs of tool results not sent: the exchange they answer is older than the window.",
+    )
+    placeholders = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Ids of tool calls sent with a placeholder result (never stored).",
+    )
     truncated = serializers.ListField(child=serializers.IntegerField())
 
     def get_format(self, window: ContextWindow) -> str:

@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.context.packing import pack_history, truncate_message
+from agentmemory.context.packing import _replace, pack_history, pending_placeholder, truncate_message
 from agentmemory.context.sql import MAX_READ
 from agentmemory.context.window import ContextWindow
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound
@@ -41,6 +41,14 @@ class ContextWindowBuilder:
         oversized_message_policy: ``"error"`` (raise ``ContextBudgetExceeded``) or
             ``"truncate"`` (send a marked, truncated copy) when the newest human message
             cannot fit; defaults to ``AGENTMEMORY['OVERSIZED_MESSAGE_POLICY']``.
+        pending_tool_calls: what to do with a tool exchange whose calls are not all
+            answered: ``"omit"`` leaves it out (``ContextWindow.skipped_pending``),
+            ``"placeholder"`` sends it with a placeholder result for each unanswered call
+            (``pending_placeholder``; in the copy sent only). Defaults to
+            ``AGENTMEMORY['PENDING_TOOL_CALLS']``.
+
+    Tool results are sent right after the AI message that made the call, in the order of its
+    ``tool_calls``, wherever they are stored (a result may be stored after later messages).
     """
 
     _UNSET: Any = object()
@@ -53,6 +61,7 @@ class ContextWindowBuilder:
         system_prompt: str | None = None,
         max_tool_result_tokens: int | None = _UNSET,
         oversized_message_policy: str | None = None,
+        pending_tool_calls: str | None = None,
     ) -> None:
         conf = app_settings()
         self.conversation_id = resolve_conversation_id(conversation)
@@ -64,6 +73,9 @@ class ContextWindowBuilder:
         self.oversized_message_policy = oversized_message_policy or conf.OVERSIZED_MESSAGE_POLICY
         if self.oversized_message_policy not in ("error", "truncate"):
             raise ValueError("oversized_message_policy must be 'error' or 'truncate'")
+        self.pending_tool_calls = pending_tool_calls or conf.PENDING_TOOL_CALLS
+        if self.pending_tool_calls not in ("omit", "placeholder"):
+            raise ValueError("pending_tool_calls must be 'omit' or 'placeholder'")
 
     def build(self, max_tokens: int | None = None, *, max_messages: int | None = None) -> ContextWindow:
         """Assemble the context window.
@@ -146,6 +158,11 @@ class ContextWindowBuilder:
             max_messages=max_messages,
             max_tool_result_tokens=self.max_tool_result_tokens,
             truncate_oversized_human=self.oversized_message_policy == "truncate",
+            placeholder_tokens=(
+                (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
+                if self.pending_tool_calls == "placeholder"
+                else None
+            ),
         )
 
         has_human = any(unit[0].role == Role.HUMAN for unit in packed.units)
@@ -166,7 +183,7 @@ class ContextWindowBuilder:
 
         rows = packed.rows
         contents = reader.contents
-        missing = [r.seq for r in rows if r.seq not in contents]
+        missing = [r.seq for r in rows if r.seq not in contents and not r.placeholder]
         if missing:
             # Rows past the running budget (skipped orphans before them, or the oversized
             # newest human message taken truncated) were read without their content.
@@ -177,6 +194,11 @@ class ContextWindowBuilder:
         truncated: list[int] = []
         cap = self.max_tool_result_tokens
         for row in rows:
+            if row.placeholder:
+                placeholder = pending_placeholder(row.tool_call_id, row.name)
+                history.append(_replace(placeholder, token_count=row.token_count))
+                history_tokens += row.token_count
+                continue
             chat = contents.get(row.seq)
             if chat is None:  # deleted between the reads (conversation cleared)
                 continue
@@ -192,6 +214,7 @@ class ContextWindowBuilder:
             history.append(chat)
             history_tokens += tokens
         messages.extend(history)
+        seqs = [m.seq for m in history if m.seq is not None]
 
         window = ContextWindow(
             messages=messages,
@@ -200,12 +223,14 @@ class ContextWindowBuilder:
             summary_tokens=summary_tokens,
             history_tokens=history_tokens,
             # Parallel results are sent in call order, not seq order: take min and max.
-            first_seq=min(m.seq for m in history) if history else None,  # type: ignore[type-var]
-            last_seq=max(m.seq for m in history) if history else None,  # type: ignore[type-var]
+            first_seq=min(seqs) if seqs else None,
+            last_seq=max(seqs) if seqs else None,
             summary_id=summary.pk if summary else None,
             summary_through_seq=summary.through_seq if summary else None,
             skipped_orphans=tuple(sorted(packed.skipped_orphans)),
-            skipped_incomplete=tuple(sorted(packed.skipped_incomplete)),
+            skipped_pending=tuple(sorted(packed.skipped_pending)),
+            skipped_late=tuple(packed.skipped_late),
+            placeholders=tuple(packed.placeholders),
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
         )

@@ -7,7 +7,7 @@ whole units (a plain message, or a tool exchange with every result) that fits; t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,9 @@ from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.tokens import TokenCounter
 
+#: content of the placeholder result sent for a tool call still awaiting its own (placeholder
+#: mode); the copy sent carries ``metadata={"pending_tool_call": True}``, storage never does
+PENDING_RESULT_PLACEHOLDER = "[no result yet: this tool call is still pending]"
 TRUNCATION_MARKER = "\n[... truncated for the context window: {omitted} of {total} characters omitted ...]"
 _META_FIELDS = ("seq", "role", "token_count", "exchange_seq", "tool_call_id", "tool_calls")
 
@@ -29,10 +32,14 @@ class RowMeta:
     exchange_seq: int | None = None
     tool_call_id: str = ""
     tool_calls: Sequence[dict[str, Any]] = ()
+    #: a stand-in result for a call still awaiting its own (placeholder mode); never stored,
+    #: its ``seq`` is that of the AI message that made the call
+    placeholder: bool = False
+    name: str = ""
 
     @property
     def is_orphan(self) -> bool:
-        return self.role == Role.TOOL and self.exchange_seq is None
+        return self.role == Role.TOOL and self.exchange_seq is None and not self.placeholder
 
 
 @dataclass
@@ -46,7 +53,11 @@ class PackResult:
         blocked: ``(seq, tokens)`` of the newest unit that did not fit, if any.
         available_at_block: tokens that were left for the blocked unit.
         skipped_orphans: seqs of tool results that answer no stored call.
-        skipped_incomplete: seqs of tool exchanges whose calls are not all answered.
+        skipped_pending: seqs of the messages of tool exchanges left out because a call
+            still awaits its result (the AI message and the results already stored).
+        skipped_late: seqs of results read whose exchange is older than the window (or at
+            or below the summary boundary): never sent on their own.
+        placeholders: ids of calls sent with a placeholder result (placeholder mode).
         dropped_leading: seqs dropped so that the history starts on a human message.
         capped: seqs of tool results to send as truncated copies.
         truncate: ``(seq, tokens)`` of an oversized newest human message taken at that size.
@@ -59,7 +70,9 @@ class PackResult:
     blocked: tuple[int, int] | None = None
     available_at_block: int = 0
     skipped_orphans: list[int] = field(default_factory=list)
-    skipped_incomplete: list[int] = field(default_factory=list)
+    skipped_pending: list[int] = field(default_factory=list)
+    skipped_late: list[int] = field(default_factory=list)
+    placeholders: list[str] = field(default_factory=list)
     dropped_leading: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
     truncate: tuple[int, int] | None = None
@@ -71,29 +84,33 @@ class PackResult:
         return [row for unit in self.units for row in unit]
 
 
+def pending_placeholder(call_id: str, name: str = "") -> ChatMessage:
+    """The placeholder result sent, in the copy only, for the call ``call_id`` that has no
+    result yet (``AGENTMEMORY['PENDING_TOOL_CALLS'] = "placeholder"``)."""
+    return ChatMessage.tool(
+        PENDING_RESULT_PLACEHOLDER, tool_call_id=call_id, name=name, metadata={"pending_tool_call": True}
+    )
+
+
 def _effective_tokens(row: RowMeta, cap: int | None) -> int:
     if cap is not None and row.role == Role.TOOL and row.token_count > cap:
         return cap
     return row.token_count
 
 
-def _canonical(unit_rows: list[RowMeta]) -> tuple[list[RowMeta], bool]:
-    """Order a tool exchange: each AI message followed by its results in ``tool_calls``
-    order (invariant W4); second value is False when some call has no result."""
-    ai_rows = sorted((r for r in unit_rows if r.role == Role.AI), key=lambda r: r.seq)
-    results = {r.tool_call_id: r for r in unit_rows if r.role == Role.TOOL}
-    ordered: list[RowMeta] = []
-    complete = True
-    for ai in ai_rows:
-        ordered.append(ai)
-        for call in ai.tool_calls:
-            result = results.pop(call["id"], None)
-            if result is None:
-                complete = False
-            else:
-                ordered.append(result)
-    # Results left over belong to no AI message of the unit: data written around validation.
-    return ordered, complete and not results
+def _canonical(ai: RowMeta, results: list[RowMeta]) -> tuple[list[RowMeta], list[dict[str, Any]]]:
+    """Order a tool exchange: the AI message, then its results in ``tool_calls`` order,
+    wherever they were stored. Second value: the calls that have no result."""
+    by_id = {r.tool_call_id: r for r in results}
+    ordered = [ai]
+    unanswered = []
+    for call in ai.tool_calls:
+        result = by_id.pop(call["id"], None)
+        if result is None:
+            unanswered.append(call)
+        else:
+            ordered.append(result)
+    return ordered, unanswered
 
 
 def pack_history(
@@ -103,14 +120,23 @@ def pack_history(
     max_messages: int | None = None,
     max_tool_result_tokens: int | None = None,
     truncate_oversized_human: bool = False,
+    placeholder_tokens: Callable[[dict[str, Any]], int] | None = None,
 ) -> PackResult:
     """Choose the newest contiguous run of whole units that fits ``budget`` tokens.
 
-    A unit is a plain message or a whole tool exchange (stored with the same
-    ``exchange_seq``). Units are taken newest first until the first that does not fit; then
-    leading units are dropped until the run starts on a human message. Orphaned results and
-    exchanges with unanswered calls are skipped and reported (invariants C1-C5; the rules
-    are spelled out in shared/data/bug-cases.md).
+    A unit is a plain message or a tool exchange: an AI message with tool calls and the
+    results that answer them (``exchange_seq`` = the AI message's seq), in ``tool_calls``
+    order whatever order they were stored in, also when a result was stored after later
+    messages. Read newest first, such a late result comes before its AI message: it is held
+    until the AI message is read, and the unit costs the AI message plus its results.
+
+    Units are taken newest first until the first that does not fit; then leading units are
+    dropped until the run starts on a human message. Nothing in the middle is left out,
+    except: orphaned results (answering no stored call), and exchanges whose calls are not
+    all answered, because OpenAI and Anthropic reject a call without its result. Those are
+    left out and reported, or, with ``placeholder_tokens``, sent with a placeholder result
+    for each unanswered call. Results whose AI message lies below the rows read (older than
+    the window, or folded into the summary) are never sent on their own.
 
     Args:
         rows_newest_first: stored metadata rows after the summary boundary, newest first.
@@ -120,51 +146,36 @@ def pack_history(
             sent as truncated copies); ``None`` counts them whole.
         truncate_oversized_human: when the newest human message alone does not fit, take
             it anyway at the size left (``PackResult.truncate``), to be sent truncated.
+        placeholder_tokens: cost (tokens) of the placeholder result sent for an unanswered
+            call, given the call (``{"id", "name", "arguments"}``); ``None`` leaves
+            exchanges with unanswered calls out.
     """
     result = PackResult()
-    it = iter(rows_newest_first)
-    pushback: list[RowMeta] = []
     count = 0
-
-    def next_row() -> RowMeta | None:
-        if pushback:
-            return pushback.pop()
-        row = next(it, None)
-        if row is not None:
-            result.rows_consumed += 1
-        return row
+    # results read before their AI message, by the seq of that AI message
+    held: dict[int, list[RowMeta]] = {}
 
     newest_first_units: list[list[RowMeta]] = []
-    while True:
-        row = next_row()
-        if row is None:
-            break
+    for row in rows_newest_first:
+        result.rows_consumed += 1
         if row.is_orphan:
             result.skipped_orphans.append(row.seq)
             continue
-        if row.exchange_seq is None:
-            unit = [row]
-            complete = True
-        else:
-            start = row.exchange_seq
-            members = [row]
-            while members[-1].seq > start:
-                prev = next_row()
-                if prev is None:
-                    break
-                if prev.is_orphan:
-                    result.skipped_orphans.append(prev.seq)
+        if row.role == Role.TOOL:
+            held.setdefault(row.exchange_seq, []).append(row)  # type: ignore[arg-type]
+            continue
+        if row.role == Role.AI and row.tool_calls:
+            results = held.pop(row.seq, [])
+            unit, unanswered = _canonical(row, results)
+            # Results whose id the AI message does not hold: data written around validation.
+            stray = [r.seq for r in results if r not in unit]
+            if unanswered or stray:
+                if placeholder_tokens is None or stray:
+                    result.skipped_pending.extend(sorted([row.seq, *(r.seq for r in results)]))
                     continue
-                if prev.exchange_seq != start:
-                    pushback.append(prev)
-                    break
-                members.append(prev)
-            unit, complete = _canonical(members)
-            if members[-1].seq != start:
-                complete = False
-            if not complete:
-                result.skipped_incomplete.extend(sorted(m.seq for m in members))
-                continue
+                unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
+        else:
+            unit = [row]
         cost = sum(_effective_tokens(r, max_tool_result_tokens) for r in unit)
         too_many = max_messages is not None and count + len(unit) > max_messages
         if result.tokens + cost > budget or too_many:
@@ -184,16 +195,48 @@ def pack_history(
         result.tokens += cost
         count += len(unit)
 
+    result.skipped_late = sorted(r.seq for rows in held.values() for r in rows)
     while newest_first_units and newest_first_units[-1][0].role != Role.HUMAN:
         dropped = newest_first_units.pop()
         result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens) for r in dropped)
-        result.dropped_leading.extend(r.seq for r in dropped)
+        result.dropped_leading.extend(r.seq for r in dropped if not r.placeholder)
     result.units = list(reversed(newest_first_units))
+    result.placeholders = [r.tool_call_id for r in result.rows if r.placeholder]
     if max_tool_result_tokens is not None:
         result.capped = [
-            r.seq for r in result.rows if r.role == Role.TOOL and r.token_count > max_tool_result_tokens
+            r.seq
+            for r in result.rows
+            if r.role == Role.TOOL and not r.placeholder and r.token_count > max_tool_result_tokens
         ]
     return result
+
+
+def _with_placeholders(
+    ai: RowMeta,
+    answered: list[RowMeta],
+    unanswered: list[dict[str, Any]],
+    cost: Callable[[dict[str, Any]], int],
+) -> list[RowMeta]:
+    """The exchange with a placeholder row for each unanswered call, in ``tool_calls`` order."""
+    missing = {call["id"] for call in unanswered}
+    by_id = {r.tool_call_id: r for r in answered[1:]}
+    unit = [ai]
+    for call in ai.tool_calls:
+        if call["id"] in missing:
+            unit.append(
+                RowMeta(
+                    seq=ai.seq,
+                    role=Role.TOOL.value,
+                    token_count=cost(call),
+                    exchange_seq=ai.seq,
+                    tool_call_id=call["id"],
+                    placeholder=True,
+                    name=call.get("name", ""),
+                )
+            )
+        else:
+            unit.append(by_id[call["id"]])
+    return unit
 
 
 def truncate_message(message: ChatMessage, max_tokens: int, counter: TokenCounter) -> ChatMessage:

@@ -18,7 +18,12 @@ class ContextWindow:
         first_seq, last_seq: seqs of the oldest and newest history messages (None if empty).
         summary_id, summary_through_seq: the summary used, if any.
         skipped_orphans: seqs of stored tool results left out because they answer no call.
-        skipped_incomplete: seqs of tool exchanges left out because calls lack results.
+        skipped_pending: seqs of the messages of tool exchanges left out because a call still
+            awaits its result (providers reject a call without its result); with
+            ``PENDING_TOOL_CALLS = "placeholder"`` such exchanges are sent instead.
+        skipped_late: seqs of tool results not sent because the exchange they answer is
+            older than the window or folded into the summary.
+        placeholders: ids of the tool calls sent with a placeholder result (never stored).
         truncated: seqs of messages sent as truncated copies (storage keeps them whole).
         rows_read: metadata rows read from the message table.
     """
@@ -33,7 +38,9 @@ class ContextWindow:
     summary_id: int | None = None
     summary_through_seq: int | None = None
     skipped_orphans: tuple[int, ...] = ()
-    skipped_incomplete: tuple[int, ...] = ()
+    skipped_pending: tuple[int, ...] = ()
+    skipped_late: tuple[int, ...] = ()
+    placeholders: tuple[str, ...] = ()
     truncated: tuple[int, ...] = ()
     rows_read: int = 0
 
@@ -43,5 +50,6 @@ class ContextWindow:
 
     @property
     def history(self) -> list[ChatMessage]:
-        """The history part: messages that carry a seq, excluding the pinned system prompt."""
-        return [m for m in self.messages if m.seq is not None and not (m.seq == 1 and m.role is Role.SYSTEM)]
+        """The history part: every message but the system prompt and the summary (stored
+        messages, and the placeholder results of pending calls, which carry no seq)."""
+        return [m for m in self.messages if not (m.role is Role.SYSTEM and (m.seq is None or m.seq == 1))]

@@ -57,7 +57,7 @@ def backward(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentmemory', '0001_initial'),
+        ('agentmemory', '0003_longterm_fulltext'),
     ]
 
     operations = [
