@@ -12,13 +12,14 @@ import uuid
 from functools import partial
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Model, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.formats import date_format, number_format
@@ -34,6 +35,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import json_problem, text_problem
 
 # The admin's <pre> is small and grey (meant for code snippets); stored text is the content.
 _PRE_STYLE = (
@@ -85,7 +87,30 @@ class BoundedCountPaginator(Paginator):
         return len(object_list)
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+def _query_problem(request: HttpRequest) -> str | None:
+    """Why the query string cannot be used as filters, or ``None``: a NUL character or a lone
+    surrogate in a name or value (PostgreSQL refuses them in any text comparison)."""
+    for key, values in request.GET.lists():
+        for text in (key, *values):
+            problem = text_problem(text)
+            if problem:
+                return _("The filter %(name)s %(problem)s.") % {"name": key[:50], "problem": problem}
+    return None
+
+
+class _CheckedQueryAdmin(admin.ModelAdmin):
+    """Refuses filters the database cannot compare with a 400, instead of a server error."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        problem = _query_problem(request)
+        if problem:
+            return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
+        return super().changelist_view(request, extra_context)
+
+
+class _ReadOnlyAdmin(_CheckedQueryAdmin):
     """History is written by the services; the admin shows it."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -109,8 +134,43 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
 
+class _StorableJSONField(forms.JSONField):
+    """A JSON form field that can show back any value it refused: text the page cannot be
+    encoded with (a lone surrogate) is shown with JSON escapes."""
+
+    def prepare_value(self, value: Any) -> Any:
+        text = super().prepare_value(value)
+        if isinstance(text, str) and text_problem(text):
+            return (
+                json.dumps(value, ensure_ascii=True)
+                if not isinstance(value, str)
+                else text.encode("utf-8", "backslashreplace").decode("utf-8")
+            )
+        return text
+
+
+class ConversationAdminForm(forms.ModelForm):
+    """Refuses metadata the database cannot store: not an object (``null`` included), NUL
+    characters, lone surrogates, NaN or infinities, or nesting too deep."""
+
+    metadata = _StorableJSONField(label=_("metadata"), required=False)
+
+    class Meta:
+        model = Conversation
+        fields = ("title", "agent_key", "owner", "metadata")
+
+    def clean_metadata(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("metadata")
+        if not isinstance(value, dict):
+            raise forms.ValidationError(_("Metadata must be a JSON object, such as {}."))
+        problem = json_problem(value)
+        if problem:
+            raise forms.ValidationError(_("Metadata %(problem)s.") % {"problem": problem})
+        return value
+
+
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(_CheckedQueryAdmin):
     list_display = (
         "display_title",
         "agent_key",
@@ -127,6 +187,7 @@ class ConversationAdmin(admin.ModelAdmin):
     raw_id_fields = ("owner",)
     show_full_result_count = False
     paginator = BoundedCountPaginator
+    form = ConversationAdminForm
     actions = ["compact_now"]
     change_form_template = "agentmemory/admin/conversation_change_form.html"
     readonly_fields = (
@@ -297,10 +358,13 @@ class ConversationAdmin(admin.ModelAdmin):
             raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
-        default_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        conf = app_settings()
+        default_tokens = min(conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT, conf.MAX_CONTEXT_TOKENS)
         errors: list[str] = []
-        max_tokens = _int_param(request, "max_tokens", default_tokens, minimum=1, errors=errors)
-        max_messages = _int_param(request, "max_messages", None, minimum=0, errors=errors)
+        max_tokens = _int_param(
+            request, "max_tokens", default_tokens, minimum=1, maximum=conf.MAX_CONTEXT_TOKENS, errors=errors
+        )
+        max_messages = _int_param(request, "max_messages", None, minimum=0, maximum=10**9, errors=errors)
         window = None
         budget_error = None
         entries: list[dict[str, Any]] = []
@@ -362,22 +426,32 @@ class ConversationAdmin(admin.ModelAdmin):
             "messages_url": _changelist_url(Message, conversation__id__exact=obj.pk),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "agentmemory/admin/context_window.html", context)
+        return TemplateResponse(
+            request, "agentmemory/admin/context_window.html", context, status=400 if errors else 200
+        )
 
 
 def _int_param(
-    request: HttpRequest, name: str, default: int | None, *, minimum: int, errors: list[str]
+    request: HttpRequest, name: str, default: int | None, *, minimum: int, maximum: int, errors: list[str]
 ) -> Any:
+    """A whole-number query parameter within ``minimum..maximum``; anything else (a sign,
+    ``nan``, ``inf``, an exponent, a NUL) adds an error and gives ``default``."""
     raw = request.GET.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        errors.append(_("%(name)s must be a whole number, not %(raw)r.") % {"name": name, "raw": raw})
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        shown = raw[:40].encode("unicode_escape").decode("ascii")
+        errors.append(_("%(name)s must be a whole number, not %(raw)r.") % {"name": name, "raw": shown})
         return default
+    value = int(raw)
     if value < minimum:
         errors.append(_("%(name)s must be at least %(minimum)d.") % {"name": name, "minimum": minimum})
+        return default
+    if value > maximum:
+        errors.append(
+            _("%(name)s must be at most %(maximum)s (AGENTMEMORY['MAX_CONTEXT_TOKENS'] for max_tokens).")
+            % {"name": name, "maximum": number_format(maximum, force_grouping=True)}
+        )
         return default
     return value
 

@@ -33,6 +33,9 @@ class AgentMemorySettings:
     #: model whose tokenizer the default counter uses; None takes the model of
     #: ``LLMS["default"]`` (or of the environment's provider)
     TOKENIZER_MODEL: str | None = None
+    #: the largest max_tokens any caller may ask for (tokens); the API and the admin answer
+    #: 400 above it, so one request cannot make the server read and render a whole history
+    MAX_CONTEXT_TOKENS: int = 1_000_000
     #: longest content accepted for one message (characters); longer input is refused
     MAX_MESSAGE_CHARS: int = 2_000_000
     #: cap on one tool result in the copy sent to the model (tokens); None disables

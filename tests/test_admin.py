@@ -181,7 +181,7 @@ def test_context_window_page_shows_budget_errors_not_500(admin_client, chat):  #
     body = response.content.decode()
     assert 'class="error"' in body and "seq=9" in body
     bad = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": "lots"})
-    assert bad.status_code == 200
+    assert bad.status_code == 400  # the form is shown again with the error
     assert "max_tokens must be a whole number" in bad.content.decode()
     assert admin_client.get(url("conversation_context", 987654)).status_code == 404
 

@@ -186,7 +186,7 @@ def test_create_conversation_is_owned_by_the_requester(api, user):  # type: igno
 def test_create_refuses_metadata_that_is_not_an_object(api):  # type: ignore[no-untyped-def]
     response = api.post("/api/conversations/", {"agent_key": "a", "metadata": [1, 2]}, format="json")
     assert response.status_code == 400
-    assert "metadata" in response.json()
+    assert "metadata" in response.json()["fields"]
     assert Conversation.objects.count() == 0
 
 

@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
-from rest_framework.pagination import CursorPagination
+import re
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.request import Request
+
+_INTEGER = re.compile(r"-?\d{1,18}")
 
 
-class ConversationCursorPagination(CursorPagination):
+class CheckedCursorPagination(CursorPagination):
+    """A cursor pagination that refuses a crafted cursor (404 "Invalid cursor", as DRF does
+    for an undecodable one) instead of passing its position to the database: a position must
+    be an integer of at most 18 digits for integer orderings, a date and time for ``created_at``."""
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        if cursor is None or cursor.position is None:
+            return cursor
+        field = self.ordering[0].lstrip("-") if isinstance(self.ordering, tuple | list) else ""
+        if not self.position_is_valid(field, cursor.position):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
+    @staticmethod
+    def position_is_valid(field: str, position: Any) -> bool:
+        if not isinstance(position, str) or "\x00" in position:
+            return False
+        if field.endswith("_at"):
+            try:
+                return parse_datetime(position) is not None
+            except ValueError:
+                return False
+        return bool(_INTEGER.fullmatch(position))
+
+
+class ConversationCursorPagination(CheckedCursorPagination):
     """Conversations, newest created first.
 
     Ordered by ``created_at`` rather than ``updated_at``: every append moves ``updated_at``,
@@ -18,7 +52,7 @@ class ConversationCursorPagination(CursorPagination):
     max_page_size = 200
 
 
-class MessageCursorPagination(CursorPagination):
+class MessageCursorPagination(CheckedCursorPagination):
     """Messages of one conversation in ``seq`` order (the only order; timestamps can tie or go backwards).
 
     ``seq`` is unique within a conversation, so the cursor is a plain keyset position on the
@@ -32,7 +66,7 @@ class MessageCursorPagination(CursorPagination):
     max_page_size = 1000
 
 
-class SummaryCursorPagination(CursorPagination):
+class SummaryCursorPagination(CheckedCursorPagination):
     """Summaries of one conversation, newest (highest ``through_seq``) first."""
 
     ordering = ("-through_seq",)

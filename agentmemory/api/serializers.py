@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from agentmemory.context import ContextWindow
@@ -282,10 +281,10 @@ class ConversationSerializer(serializers.ModelSerializer):
 
     def validate_metadata(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise serializers.ValidationError("metadata must be a JSON object.")
+            raise serializers.ValidationError("must be a JSON object.")
         problem = json_problem(value)
         if problem:
-            raise serializers.ValidationError(f"metadata {problem}.")
+            raise serializers.ValidationError(f"The value {problem}.")
         return value
 
     def update(self, instance: Conversation, validated_data: dict[str, Any]) -> Conversation:
@@ -311,6 +310,57 @@ class ConversationDetailSerializer(ConversationSerializer):
 
     class Meta(ConversationSerializer.Meta):
         fields = (*ConversationSerializer.Meta.fields, "summary")
+
+
+class NativeContextMessageSerializer(serializers.Serializer):
+    """One message of a context window, native shape (``?format=native``, the default)."""
+
+    part = serializers.ChoiceField(
+        choices=[SYSTEM_PROMPT_PART, SUMMARY_PART, HISTORY_PART],
+        help_text="Which part of the window the message belongs to.",
+    )
+    seq = serializers.IntegerField(allow_null=True, help_text="Stored seq; null outside the history.")
+    role = serializers.CharField(help_text="system, human, ai or tool.")
+    content = serializers.JSONField(
+        allow_null=True,
+        help_text="Text, a list of content parts, or null (an AI message that only calls tools).",
+    )
+    tool_calls = ToolCallSerializer(many=True)
+    tool_call_id = serializers.CharField(allow_blank=True)
+    name = serializers.CharField(allow_blank=True)
+    metadata = serializers.DictField()
+    token_count = serializers.IntegerField(help_text="Tokens this message costs in the window.")
+    truncated = serializers.BooleanField(help_text="A truncated copy was sent; storage keeps it whole.")
+
+
+class OpenAIMessageSerializer(serializers.Serializer):
+    """One message of a context window in OpenAI chat-completions shape (``?format=openai``)."""
+
+    role = serializers.CharField(help_text="system, user, assistant or tool.")
+    content = serializers.JSONField(allow_null=True, help_text="Text, content parts, or null.")
+    tool_calls = serializers.ListField(child=serializers.DictField(), required=False)
+    tool_call_id = serializers.CharField(required=False)
+    name = serializers.CharField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The API's error shape: every 4xx answer is a JSON object with at least these keys."""
+
+    error = serializers.CharField(
+        help_text="A stable code: invalid, not_found, parse_error, too_large, not_authenticated, "
+        "permission_denied, method_not_allowed, invalid_message, context_budget_exceeded, ..."
+    )
+    detail = serializers.CharField(help_text="What went wrong, for people.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # "fields" cannot be a class attribute: it is the serializer's own field mapping.
+        fields = super().get_fields()
+        fields["fields"] = serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            required=False,
+            help_text="Validation errors only: messages by field or parameter name.",
+        )
+        return fields
 
 
 class ContextWindowSerializer(serializers.Serializer):
@@ -344,7 +394,14 @@ class ContextWindowSerializer(serializers.Serializer):
     def get_format(self, window: ContextWindow) -> str:
         return self.context.get("message_format", NATIVE)
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field(
+        PolymorphicProxySerializer(
+            component_name="ContextMessage",
+            serializers=[NativeContextMessageSerializer, OpenAIMessageSerializer],
+            resource_type_field_name=None,
+            many=True,
+        )
+    )
     def get_messages(self, window: ContextWindow) -> list[dict[str, Any]]:
         if self.get_format(window) == OPENAI:
             return to_openai_messages(window.messages)

@@ -7,6 +7,8 @@ conversation is a 404, never a 403, so its existence does not leak.
 from __future__ import annotations
 
 import copy
+import re
+import uuid as uuid_lib
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,12 +26,14 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
+from agentmemory.api.errors import AppAutoSchema, BoundedJSONParser, exception_handler, reject_oversized_body
 from agentmemory.api.pagination import (
     ConversationCursorPagination,
     MessageCursorPagination,
@@ -42,6 +46,7 @@ from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, 
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import text_problem
 
 #: most messages one append request may carry
 MAX_BATCH = 1000
@@ -83,21 +88,67 @@ def message_format(request: Request) -> str:
 
 #: largest integer accepted in query parameters (SQLite integers are 64-bit; budgets are far below)
 MAX_QUERY_INT = 10**9
+_DIGITS = re.compile(r"\d{1,18}")
 
 
 def _positive_int_param(request: Request, name: str, *, default: int | None) -> int | None:
+    """A whole-number query parameter: digits only (no sign, exponent, ``nan`` or ``inf``),
+    at least 1 for ``max_tokens`` (0 for others), at most ``AGENTMEMORY["MAX_CONTEXT_TOKENS"]``
+    for ``max_tokens`` and 10^9 for others.
+
+    Raises:
+        ValidationError: any other value (a 400 naming the parameter).
+    """
     raw = request.query_params.get(name)
     if raw in (None, ""):
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise serializers.ValidationError({name: ["Must be an integer."]}) from None
-    if value < (1 if name == "max_tokens" else 0):
-        raise serializers.ValidationError({name: ["Must be positive." if name == "max_tokens" else ">= 0."]})
-    if value > MAX_QUERY_INT:
-        raise serializers.ValidationError({name: [f"At most {MAX_QUERY_INT:,}."]})
+    if not _DIGITS.fullmatch(raw):
+        raise serializers.ValidationError({name: ["Must be a whole number."]})
+    value = int(raw)
+    minimum = 1 if name == "max_tokens" else 0
+    if value < minimum:
+        raise serializers.ValidationError({name: [f"Must be at least {minimum}."]})
+    ceiling = app_settings().MAX_CONTEXT_TOKENS if name == "max_tokens" else MAX_QUERY_INT
+    if value > ceiling:
+        setting = ' (AGENTMEMORY["MAX_CONTEXT_TOKENS"])' if name == "max_tokens" else ""
+        raise serializers.ValidationError({name: [f"At most {ceiling:,}{setting}."]})
     return value
+
+
+def _text_param(request: Request, name: str) -> str | None:
+    """A text query parameter that the database can compare (no NUL, no lone surrogate).
+
+    Raises:
+        ValidationError: the value cannot be stored or compared as text.
+    """
+    raw = request.query_params.get(name)
+    if raw is not None and (problem := text_problem(raw)):
+        raise serializers.ValidationError({name: [f"The value {problem}."]})
+    return raw
+
+
+def _conversation_uuid(value: Any) -> uuid_lib.UUID:
+    """The URL's conversation id as a UUID; anything else is no conversation (404)."""
+    try:
+        return uuid_lib.UUID(str(value))
+    except ValueError:
+        raise Http404("No such conversation.") from None
+
+
+class AppAPIView:
+    """What every agentmemory view shares: the API's error shape (its own exception handler,
+    so a host project's handler keeps its own views), a JSON parser with size and depth
+    bounds, and a body-size check made before anything reads the body."""
+
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+    schema = AppAutoSchema()
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        reject_oversized_body(request)
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
 
 
 def invalid_message_response(exc: InvalidMessageError) -> Response:
@@ -117,7 +168,7 @@ class _ConversationScoped:
         if not hasattr(self, "_conversation"):
             conversation = (
                 Conversation.objects.for_user(self.request.user)
-                .filter(uuid=self.kwargs["conversation_uuid"])
+                .filter(uuid=_conversation_uuid(self.kwargs["conversation_uuid"]))
                 .only("id", "uuid", "title")
                 .first()
             )
@@ -136,6 +187,7 @@ class _ConversationScoped:
     )
 )
 class ConversationViewSet(
+    AppAPIView,
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -153,9 +205,13 @@ class ConversationViewSet(
     # PUT would have to resend every field; PATCH edits title and metadata.
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
+    def get_object(self) -> Conversation:
+        _conversation_uuid(self.kwargs.get(self.lookup_field))
+        return super().get_object()
+
     def get_queryset(self) -> QuerySet[Conversation]:
         qs = Conversation.objects.for_user(self.request.user)
-        agent_key = self.request.query_params.get("agent_key")
+        agent_key = _text_param(self.request, "agent_key")
         if self.action == "list" and agent_key is not None:
             qs = qs.for_agent(agent_key)
         if self.action == "retrieve":
@@ -238,7 +294,10 @@ class ConversationViewSet(
         conversation whose client died between a call and its results can go on (strict
         validation refuses any other message until then). Returns the results stored."""
         conversation = self.get_object()
-        reason = request.data.get("reason", "the tool call was cancelled")
+        body = request.data
+        if not isinstance(body, dict):
+            raise serializers.ValidationError({"non_field_errors": ["The body must be a JSON object."]})
+        reason = body.get("reason", "the tool call was cancelled")
         if not isinstance(reason, str) or not reason or len(reason) > 1000:
             raise serializers.ValidationError({"reason": ["A text of 1 to 1000 characters."]})
         try:
@@ -254,7 +313,7 @@ class ConversationViewSet(
 
 
 @extend_schema(tags=["messages"])
-class MessageViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, GenericViewSet):
     """Messages of one conversation, in ``seq`` order; appending goes through
     ``PersistentChatHistory`` (bad input refused with nothing stored, atomic batches, seq under a row
     lock)."""
@@ -323,7 +382,7 @@ class MessageViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet)
 
 
 @extend_schema(tags=["summaries"])
-class SummaryViewSet(_ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+class SummaryViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, GenericViewSet):
     """Summaries of one conversation, newest first (the first is the current one)."""
 
     permission_classes = [IsAuthenticated]

@@ -1,0 +1,189 @@
+"""The API's error shape, its exception handler, and a JSON parser with bounds.
+
+Every error the API answers is a JSON object ``{"error": code, "detail": text, ...}``:
+``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
+``not_authenticated``, ``permission_denied``, ``method_not_allowed``, ``invalid_message``,
+``context_budget_exceeded``...), ``detail`` a sentence for people. Validation errors add
+``fields``: ``{field name: [messages]}``. The handler is used by agentmemory's views only
+(``get_exception_handler``), so a host project's ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` keeps
+governing its own views.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+__all__ = [
+    "MAX_BODY_DEPTH",
+    "AppAutoSchema",
+    "BoundedJSONParser",
+    "PayloadTooLarge",
+    "error_response",
+    "exception_handler",
+    "reject_oversized_body",
+]
+
+#: deepest nesting of objects and arrays accepted in a request body
+MAX_BODY_DEPTH = 100
+
+
+class PayloadTooLarge(exceptions.APIException):
+    """The request body is over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (bytes)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "too_large"
+
+
+def _body_limit() -> int | None:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is over {limit:,} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE).")
+
+
+def reject_oversized_body(request: Request) -> None:
+    """Refuse a body whose declared ``Content-Length`` is over ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+    before anything reads it (DRF reads the stream itself, bypassing Django's check).
+
+    Raises:
+        PayloadTooLarge: the declared length is over the limit.
+    """
+    limit = _body_limit()
+    if limit is None:
+        return
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise exceptions.ParseError("Content-Length is not a number.") from None
+    if length > limit:
+        raise _too_large(limit)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser with bounds: at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes read
+    (413 above), nesting at most ``MAX_BODY_DEPTH`` levels, NaN and infinities refused (they
+    are not JSON, RFC 8259), and a body too deep for Python's parser a 400, not a 500."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        if stream is None:
+            return None
+        limit = _body_limit()
+        raw = stream.read() if limit is None else stream.read(limit + 1)
+        if limit is not None and len(raw) > limit:
+            raise _too_large(limit)
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = codecs.decode(raw, encoding)
+            data = json.loads(text, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_BODY_DEPTH} levels.") from None
+        except ValueError as exc:
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+        if _depth_exceeds(data, MAX_BODY_DEPTH):
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_BODY_DEPTH} levels.")
+        return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def error_response(
+    error: str, detail: str, status_code: int, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    """A ``Response`` in the API's error shape."""
+    return Response({"error": error, "detail": detail, **extra}, status=status_code, headers=headers)
+
+
+def _flatten(detail: Any) -> list[str]:
+    if isinstance(detail, dict):
+        return [f"{key}: {text}" for key, value in detail.items() for text in _flatten(value)]
+    if isinstance(detail, list):
+        return [text for item in detail for text in _flatten(item)]
+    return [str(detail)]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, answering in the API's error shape; also turns Django's
+    ``RequestDataTooBig`` into a 413 and a Django ``ValidationError`` into a 400. Anything
+    else unhandled stays a server error (returns ``None``), so real bugs are not hidden."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(*exc.args)
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(*exc.args)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = _too_large(_body_limit() or 0)
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(exc.messages)
+    response = drf_exception_handler(exc, context)
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response
+    data = response.data
+    if isinstance(exc, exceptions.ValidationError):
+        fields = data if isinstance(data, dict) else {"non_field_errors": data}
+        body = {"error": "invalid", "detail": " ".join(_flatten(fields)), "fields": fields}
+    else:
+        detail = exc.detail
+        code = getattr(detail, "code", None) or exc.default_code
+        text = data.get("detail", detail) if isinstance(data, dict) else detail
+        body = {"error": str(code), "detail": " ".join(_flatten(text))}
+    response.data = body
+    return response
+
+
+class AppAutoSchema(AutoSchema):
+    """drf-spectacular's schema, with the error answers every agentmemory operation can give
+    (the API's error shape) added where a view declares none of its own for that status."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        from agentmemory.api.serializers import ErrorSerializer
+
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        errors = {
+            "400": "Invalid input, parameter or body (nothing stored).",
+            "401": "Not authenticated.",
+            "403": "Not allowed.",
+            "404": "No such conversation for this user (or an invalid cursor).",
+        }
+        if self.method in ("POST", "PUT", "PATCH"):
+            errors["413"] = "The body is over DATA_UPLOAD_MAX_MEMORY_SIZE."
+        for code, description in errors.items():
+            if code not in responses:
+                responses[code] = self._get_response_for_code(
+                    OpenApiResponse(ErrorSerializer, description=description), code, direction=direction
+                )
+        return responses

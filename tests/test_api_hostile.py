@@ -1,0 +1,271 @@
+"""Hostile requests: each answers 4xx with the API's JSON error shape (``{"error": code,
+"detail": text, ...}``) and stores nothing; the admin refuses the same input without a 500.
+The requests are those that answered 500 or an HTML page before (issue 7, point 10)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation, Message
+
+pytestmark = pytest.mark.django_db
+
+NOT_A_UUID = "0000000000000000000000000000000000"  # 34 characters: matches the URL pattern
+
+
+@pytest.fixture
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice", password="alice-pw")
+
+
+@pytest.fixture
+def api(user) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def conv(user) -> Conversation:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user, agent_key="support", title="mine")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("hello"), ChatMessage.ai("hi")])
+    return conv
+
+
+def url(conv: Conversation | str, suffix: str = "") -> str:
+    key = conv.uuid if isinstance(conv, Conversation) else conv
+    return f"/api/conversations/{key}/{suffix}"
+
+
+def assert_error(response, status: int | tuple[int, ...], error: str | None = None) -> dict:  # type: ignore[no-untyped-def]
+    statuses = status if isinstance(status, tuple) else (status,)
+    assert response.status_code in statuses, (response.status_code, response.content[:300])
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = response.json()
+    assert (
+        isinstance(body, dict) and isinstance(body.get("error"), str) and isinstance(body.get("detail"), str)
+    )
+    if error is not None:
+        assert body["error"] == error, body
+    return body
+
+
+def snapshot() -> tuple[int, int, list]:
+    return (
+        Conversation.objects.count(),
+        Message.objects.count(),
+        list(Conversation.objects.order_by("pk").values_list("title", "metadata", "last_seq")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "body"),
+    [
+        ("get", "", None),
+        ("patch", "", {"title": "x"}),
+        ("delete", "", None),
+        ("get", "context/", None),
+        ("get", "messages/", None),
+        ("post", "messages/", {"role": "human", "content": "x"}),
+        ("get", "summaries/", None),
+        ("post", "cancel-pending-tool-calls/", {}),
+    ],
+)
+def test_uuid_shaped_segment_that_is_not_a_uuid_is_404(api, conv, method, suffix, body):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    response = getattr(api, method)(url(NOT_A_UUID, suffix), body, format="json")
+    assert_error(response, 404, "not_found")
+    assert snapshot() == before
+
+
+def _cursor(query: str) -> str:
+    return base64.b64encode(query.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["p=abc", "p=1e400", "o=-1", "o=x", "p=" + "9" * 40, "p=%00", "r=1&p=nan", "r=x&p=1"],
+)
+def test_crafted_message_cursor_is_4xx(api, conv, query):  # type: ignore[no-untyped-def]
+    response = api.get(url(conv, "messages/"), {"cursor": _cursor(query)})
+    assert_error(response, (400, 404))
+
+
+@pytest.mark.parametrize("query", ["p=not-a-date", "p=9999-99-99", "p=%00", "o=-5"])
+def test_crafted_conversation_cursor_is_4xx(api, conv, query):  # type: ignore[no-untyped-def]
+    response = api.get("/api/conversations/", {"cursor": _cursor(query)})
+    assert_error(response, (400, 404))
+
+
+def test_undecodable_cursor_is_404_json(api, conv):  # type: ignore[no-untyped-def]
+    not_ascii = base64.b64encode(b"\xff\xfe=").decode()
+    assert_error(api.get(url(conv, "summaries/"), {"cursor": not_ascii}), 404)
+
+
+def test_huge_cursor_offset_is_clamped_not_an_error(api, conv):  # type: ignore[no-untyped-def]
+    response = api.get(url(conv, "messages/"), {"cursor": _cursor("o=99999999999999999999999")})
+    assert response.status_code == 200 and response.json()["results"] == []
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_deeply_nested_json_is_400_and_stores_nothing(api, conv, depth):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    nested = "[" * depth + "]" * depth
+    bodies = [
+        (url(conv, "messages/"), nested),
+        (url(conv, "messages/"), '{"role": "human", "content": "x", "metadata": {"a": ' + nested + "}}"),
+        ("/api/conversations/", '{"agent_key": "a", "metadata": {"a": ' + nested + "}}"),
+        (url(conv, "cancel-pending-tool-calls/"), nested),
+    ]
+    for target, body in bodies:
+        assert_error(api.post(target, body, content_type="application/json"), 400)
+    assert_error(
+        api.patch(url(conv), '{"metadata": {"a": ' + nested + "}}", content_type="application/json"), 400
+    )
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '"stop"', "3", "null", "true"])
+def test_cancel_pending_tool_calls_refuses_a_body_that_is_not_an_object(api, conv, body):  # type: ignore[no-untyped-def]
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("weather?"), ChatMessage.ai(None, [ToolCall(id="c1", name="w", arguments={})])]
+    )
+    before = snapshot()
+    response = api.post(url(conv, "cancel-pending-tool-calls/"), body, content_type="application/json")
+    assert_error(response, 400)
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["\x00", "support\x00"])
+def test_nul_byte_in_agent_key_filter_is_400(api, conv, value):  # type: ignore[no-untyped-def]
+    assert_error(api.get("/api/conversations/", {"agent_key": value}), 400)
+
+
+def test_undecodable_bytes_in_agent_key_filter_match_nothing(api, conv):  # type: ignore[no-untyped-def]
+    # An encoded lone surrogate is not UTF-8: Django decodes it to U+FFFD, which matches nothing.
+    response = api.get("/api/conversations/?agent_key=%ED%A0%80")
+    assert response.status_code == 200 and response.json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    "metadata_json",
+    ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": "\\ud800"}', '{"a": NaN}', '{"a": Infinity}', "null"],
+)
+def test_api_metadata_refuses_nul_surrogates_non_finite_and_null(api, conv, metadata_json):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    create = '{"agent_key": "a", "metadata": ' + metadata_json + "}"
+    assert_error(api.post("/api/conversations/", create, content_type="application/json"), 400)
+    patch = '{"metadata": ' + metadata_json + "}"
+    assert_error(api.patch(url(conv), patch, content_type="application/json"), 400)
+    message = '{"role": "human", "content": "x", "metadata": ' + metadata_json + "}"
+    if metadata_json != "null":
+        assert_error(api.post(url(conv, "messages/"), message, content_type="application/json"), 400)
+    assert snapshot() == before
+
+
+def test_body_over_the_upload_limit_is_413_json(api, conv, settings):  # type: ignore[no-untyped-def]
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    before = snapshot()
+    body = json.dumps({"role": "human", "content": "x" * 20_000})
+    assert_error(api.post(url(conv, "messages/"), body, content_type="application/json"), 413, "too_large")
+    form = {"agent_key": "a", "title": "t" * 20_000}
+    assert_error(api.post("/api/conversations/", form), 413, "too_large")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e3", "1.5", "10" + "0" * 30, "0x10", "\x00"])
+def test_max_tokens_that_is_not_a_whole_number_is_400(api, conv, value):  # type: ignore[no-untyped-def]
+    body = assert_error(api.get(url(conv, "context/"), {"max_tokens": value}), 400, "invalid")
+    assert "max_tokens" in body["fields"]
+
+
+def test_max_tokens_above_the_ceiling_is_400(api, conv, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MAX_CONTEXT_TOKENS": 50_000}
+    assert api.get(url(conv, "context/"), {"max_tokens": 50_000}).status_code == 200
+    body = assert_error(api.get(url(conv, "context/"), {"max_tokens": 50_001}), 400, "invalid")
+    assert "50,000" in body["fields"]["max_tokens"][0]
+    assert_error(api.get(url(conv, "context/"), {"max_tokens": 10**9}), 400, "invalid")
+
+
+def test_validation_errors_keep_field_messages(api):  # type: ignore[no-untyped-def]
+    body = assert_error(
+        api.post("/api/conversations/", {"agent_key": "a", "metadata": [1]}, format="json"), 400
+    )
+    assert body["error"] == "invalid" and "metadata" in body["fields"]
+
+
+def test_unauthenticated_and_unknown_method_use_the_json_shape(conv):  # type: ignore[no-untyped-def]
+    anonymous = APIClient()
+    assert_error(anonymous.get("/api/conversations/"), (401, 403))
+
+
+# -- the admin -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def admin_client_(django_user_model, client):  # type: ignore[no-untyped-def]
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "root-pw")
+    client.raise_request_exception = False
+    client.force_login(admin)
+    return client
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"agent_key": "\x00"},
+        {"agent_key__exact": "a\x00b"},
+        {"q": "\x00"},
+        {"owner__id__exact": "\x00"},
+        {"created_at__gte": "\x00"},
+    ],
+)
+def test_admin_conversation_filters_with_nul_bytes_are_4xx(admin_client_, conv, query):  # type: ignore[no-untyped-def]
+    response = admin_client_.get("/admin/agentmemory/conversation/", query)
+    assert 400 <= response.status_code < 500 or response.status_code == 302, response.status_code
+
+
+def test_admin_filter_with_undecodable_bytes_is_answered(admin_client_, conv):  # type: ignore[no-untyped-def]
+    # An encoded lone surrogate is not UTF-8: Django decodes it to U+FFFD, which matches nothing.
+    response = admin_client_.get("/admin/agentmemory/conversation/?q=%ED%A0%80")
+    assert response.status_code == 200 and not response.context["cl"].result_count
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"conversation__id__exact": "\x00"}, {"role": "\x00"}, {"role__exact": "ai\x00"}, {"q": "\x00"}],
+)
+def test_admin_message_and_summary_filters_with_nul_bytes_are_4xx(admin_client_, conv, query):  # type: ignore[no-untyped-def]
+    for model in ("message", "summary"):
+        response = admin_client_.get(f"/admin/agentmemory/{model}/", query)
+        assert 400 <= response.status_code < 500 or response.status_code == 302, (model, response.status_code)
+
+
+@pytest.mark.parametrize(
+    "metadata", ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": "\\ud800"}', "null", '{"a": NaN}', "[1, 2]"]
+)
+def test_admin_metadata_refuses_nul_surrogates_and_null(admin_client_, conv, metadata):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    response = admin_client_.post(
+        f"/admin/agentmemory/conversation/{conv.pk}/change/",
+        {"title": "changed", "agent_key": "support", "owner": "", "metadata": metadata},
+    )
+    # The form is shown again with the error: nothing saved, no 500.
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["metadata"]
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", str(10**30), "-1", "\x00"])
+def test_admin_context_page_refuses_bad_and_huge_max_tokens(admin_client_, conv, value, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MAX_CONTEXT_TOKENS": 100_000}
+    response = admin_client_.get(f"/admin/agentmemory/conversation/{conv.pk}/context/", {"max_tokens": value})
+    assert response.status_code == 400
+    assert len(response.content) < 200_000
+    assert response.context["errors"]
