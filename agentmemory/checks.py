@@ -20,6 +20,7 @@ _POSITIVE_INTS = (
     "MAX_SUMMARY_TOKENS",
     "SUMMARIZER_MAX_INPUT_TOKENS",
     "COMPACTION_LEASE_SECONDS",
+    "MAX_CONTEXT_TOKENS",
 )
 
 
@@ -99,6 +100,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 id="agentmemory.E009",
             )
         )
+    problems.extend(_context_problems(conf))
     if conf.OVERSIZED_MESSAGE_POLICY not in ("error", "truncate"):
         problems.append(
             Error(
@@ -205,6 +207,42 @@ def _tokenizer_warnings() -> list[Error | Warning]:
             id="agentmemory.W031",
         )
     ]
+
+
+def _context_problems(conf: Any) -> list[Error | Warning]:
+    """The context window's ceiling, gap policy and compaction wait."""
+    from agentmemory.context.builder import GAP_POLICIES
+
+    problems: list[Error | Warning] = []
+    ceiling, default = conf.MAX_CONTEXT_TOKENS, conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+    if _is_positive_int(ceiling) and _is_positive_int(default) and default > ceiling:
+        problems.append(
+            Error(
+                f"DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT ({default:,}) is above "
+                f"MAX_CONTEXT_TOKENS ({ceiling:,}): every window built with the default would be refused.",
+                hint="Raise AGENTMEMORY['MAX_CONTEXT_TOKENS'] or lower the default limit.",
+                id="agentmemory.E020",
+            )
+        )
+    if conf.CONTEXT_GAP_POLICY not in GAP_POLICIES:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['CONTEXT_GAP_POLICY'] is {conf.CONTEXT_GAP_POLICY!r}.",
+                hint="Use 'close' (compact before sending a window that leaves messages out), "
+                "'report' (only report them) or 'ignore'.",
+                id="agentmemory.E021",
+            )
+        )
+    wait = conf.COMPACTION_WAIT_SECONDS
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 3600:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['COMPACTION_WAIT_SECONDS'] must be seconds from 0 to 3600, not {wait!r}.",
+                hint="30 waits up to half a minute for a worker's compaction before a window is sent.",
+                id="agentmemory.E022",
+            )
+        )
+    return problems
 
 
 @register(Tags.compatibility)

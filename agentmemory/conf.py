@@ -59,6 +59,16 @@ class AgentMemorySettings:
     COMPACTION_LLM: str | None = None
     #: a compaction that has not finished after this long may be taken over (seconds)
     COMPACTION_LEASE_SECONDS: int = 600
+    #: largest ``max_tokens`` a context window may be asked for (tokens); larger requests
+    #: are refused (the builder raises ValueError, the API and admin answer 400)
+    MAX_CONTEXT_TOKENS: int = 1_000_000
+    #: what agents (and the replay, and the API's context endpoint) do about stored messages
+    #: a window would leave in neither itself nor the summary: "close" (compact first, then
+    #: report what is left), "report" or "ignore"
+    CONTEXT_GAP_POLICY: str = "close"
+    #: how long a window build waits for a compaction it asked for, when a Celery worker
+    #: runs compactions (seconds); inline compactions are always waited for
+    COMPACTION_WAIT_SECONDS: float = 30.0
     #: text put before the summary in the summary system message
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
     #: what a context window does with a tool exchange whose calls are not all answered yet:

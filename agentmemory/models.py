@@ -264,6 +264,24 @@ class MessageQuerySet(models.QuerySet["Message"]):
             using=self.db,
         )
 
+    def window_uncovered(
+        self, conversation_id: int, *, after: int, before: int, pending_exchanges: list[int], listed: int
+    ) -> tuple[int, int, list[int]]:
+        """``(count, tokens, seqs newest first)`` of the messages with ``after < seq <
+        before`` other than orphaned tool results and the messages of the exchanges
+        started at ``pending_exchanges`` (at most ``listed`` seqs; count and tokens exact):
+        what a window left outside itself and the summary."""
+        from agentmemory.context.sql import read_uncovered
+
+        return read_uncovered(
+            self.db,
+            conversation_id,
+            after=after,
+            before=before,
+            pending_exchanges=pending_exchanges,
+            listed=listed,
+        )
+
     def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
         """The messages of ``seqs`` as ``ChatMessage``s, by seq."""
         from agentmemory.context.sql import read_contents

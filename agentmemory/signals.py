@@ -6,6 +6,14 @@
   compaction stored a new summary.
 - ``context_built(sender=ContextWindowBuilder, conversation_id: int, window: ContextWindow)``
   after a context window was assembled.
+- ``messages_left_out(sender=ContextWindowBuilder, conversation_id: int, window: ContextWindow,
+  uncovered: UncoveredMessages, messages_removed: int, messages_remaining: int, reason: str)``
+  when a window leaves stored messages in neither itself nor the summary, after the builder's
+  gap policy ran (a compaction asked for and waited on, under the default policy).
+  ``uncovered`` has their count, seqs and tokens, ``messages_removed`` is their count,
+  ``messages_remaining`` the number of history messages in the window, and ``reason`` says
+  why they are left out ("compaction did not cover them: <error>", "no memory compactor",
+  "compaction not requested (gap policy 'report')").
 """
 
 from django.dispatch import Signal
@@ -13,3 +21,4 @@ from django.dispatch import Signal
 message_appended = Signal()
 summary_created = Signal()
 context_built = Signal()
+messages_left_out = Signal()

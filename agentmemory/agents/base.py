@@ -19,7 +19,6 @@ its budget and starting on a human message.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import itertools
 import logging
@@ -260,8 +259,24 @@ class BaseToolCallingAgent:
         return AgentInjector.build(self, conversation)
 
     def get_window_builder(self, injector: AgentInjector, system_prompt: str) -> ContextWindowBuilder:
+        """The builder of this turn's windows. With a compactor, its ``get_summary()`` gives
+        the summary and a window that would leave stored messages in neither itself nor the
+        summary first gets a compaction (``AGENTMEMORY['CONTEXT_GAP_POLICY']``, "close" by
+        default). Without one, the stored summary is sent and what trimming leaves out is
+        only reported."""
+        if injector.memory_compactor is None:
+            return ContextWindowBuilder(
+                injector.conversation,
+                system_prompt=system_prompt,
+                token_counter=injector.token_counter,
+                gap_policy="report",
+            )
         return ContextWindowBuilder(
-            injector.conversation, system_prompt=system_prompt, token_counter=injector.token_counter
+            chat_history=injector.chat_history,
+            memory_compactor=injector.memory_compactor,
+            system_prompt=system_prompt,
+            token_counter=injector.token_counter,
+            gap_policy=app_settings().CONTEXT_GAP_POLICY,
         )
 
     # -- tools --------------------------------------------------------------------------
@@ -408,25 +423,9 @@ class BaseToolCallingAgent:
         yield FinalAnswer(turn.result(enqueued))
 
     def build_window(self, builder: ContextWindowBuilder, injector: AgentInjector) -> ContextWindow:
-        """The window of one model call, within ``token_limit`` tokens.
-
-        A compactor that overrides ``get_summary()`` (the seed's contract: it returns the
-        summary text or ``None``) has its text sent as the summary system message right after
-        the system prompt, and the history trimmed to what is left of the budget.
-        """
-        text = _custom_summary(injector.memory_compactor)
-        if not text:
-            return builder.build(self.token_limit)
-        message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + text)
-        tokens = self.token_counter.count_message(message)
-        window = builder.build(max(self.token_limit - tokens, 1))
-        leading = len(window.messages) - len(window.history)
-        return dataclasses.replace(
-            window,
-            messages=[*window.messages[:leading], message, *window.messages[leading:]],
-            max_tokens=self.token_limit,
-            summary_tokens=window.summary_tokens + tokens,
-        )
+        """The window of one model call, within ``token_limit`` tokens (a compactor's own
+        ``get_summary()`` text counts against it)."""
+        return builder.build(self.token_limit)
 
     def compact_if_needed(self, injector: AgentInjector) -> bool:
         """After a turn: let a compaction run when one is due. Returns whether one was
@@ -505,19 +504,6 @@ def _takes_max_tokens(method: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "max_tokens" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def _custom_summary(compactor: Any) -> str | None:
-    """The text of a compactor that overrides ``get_summary()`` (seed contract: text or
-    ``None``); ``None`` for agentmemory's own compactors, whose stored summary the builder
-    reads itself."""
-    if compactor is None or _is_own(compactor, "get_summary"):
-        return None
-    value = compactor.get_summary()
-    if value is None:
-        return None
-    text = getattr(value, "text", value)
-    return text if isinstance(text, str) and text.strip() else None
 
 
 def _usable_calls(calls: Sequence[ToolCall]) -> list[ToolCall]:

@@ -2,13 +2,19 @@
 
 A window is the pinned system prompt, the current summary (a second system message), then
 the newest contiguous run of history that fits, starting on a human message, with every tool
-exchange whole. The reads go through ``Message.objects.window_head()`` and
+exchange whole. Before a window that would leave stored messages in neither itself nor
+the summary is returned, the builder asks for a compaction and builds again (the gap
+policy); what still cannot be covered is reported on the window, by the
+``messages_left_out`` signal and in the log. The reads go through ``Message.objects.window_head()`` and
 ``window_tail()`` (hand-written SQL in ``agentmemory.context.sql``): a constant number of
 queries, whatever the length of the conversation.
 """
 
 from __future__ import annotations
 
+import logging
+import numbers
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -16,21 +22,69 @@ from asgiref.sync import sync_to_async
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.context.packing import _replace, pack_history, pending_placeholder, truncate_message
-from agentmemory.context.sql import MAX_READ
-from agentmemory.context.window import ContextWindow
+from agentmemory.context.packing import (
+    PackResult,
+    _replace,
+    pack_history,
+    pending_placeholder,
+    truncate_message,
+)
+from agentmemory.context.sql import MAX_READ, SummaryRow
+from agentmemory.context.window import MAX_LISTED_SEQS, NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound
 from agentmemory.history import resolve_conversation_id
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
 
+logger = logging.getLogger("agentmemory.context")
+
+#: what a builder does about stored messages left in neither the window nor the summary
+GAP_POLICIES = ("close", "report", "ignore")
+
+#: ``reason`` values of the ``messages_left_out`` signal
+REASON_NOT_CLOSED = "compaction did not cover them"
+REASON_NO_COMPACTOR = "no memory compactor"
+REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
+
+
+def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
+    """``max_tokens`` as an ``int``, checked: a whole number of tokens, at least 1, at
+    most ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` (1,000,000 by default).
+
+    Raises:
+        TypeError: not an integer (a float, NaN, infinity, a string, a bool).
+        ValueError: below 1 or above the ceiling.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number of tokens, not {type(max_tokens).__name__}")
+    value = int(max_tokens)
+    if value <= 0:
+        raise ValueError(f"{name} must be at least 1 token, not {value}")
+    ceiling = app_settings().MAX_CONTEXT_TOKENS
+    if value > ceiling:
+        raise ValueError(f"{name}={value} is above AGENTMEMORY['MAX_CONTEXT_TOKENS'] ({ceiling:,} tokens)")
+    return value
+
 
 class ContextWindowBuilder:
     """Builds ``ContextWindow``s for one conversation.
 
+    Two ways to name the conversation: ``ContextWindowBuilder(conversation)``, or, as the
+    agent contract writes it, ``ContextWindowBuilder(chat_history=...,
+    memory_compactor=...)``.
+
     Args:
         conversation: a ``Conversation``, its primary key or its public uuid.
+        chat_history: a ``PersistentChatHistory`` (instead of ``conversation``); its token
+            counter is the default ``token_counter``.
+        memory_compactor: where the summary comes from. Not given: the conversation's
+            stored summary, and gaps are closed with ``AGENTMEMORY['COMPACTOR_CLASS']``.
+            A ``BaseMemoryCompactor``: ``get_summary()`` gives the summary (a ``Summary``,
+            a ``str`` or ``None``), and gaps are closed by compactions of its class; a
+            ``str`` summary covers messages the builder cannot know, so no gap is looked
+            for then. ``None``: no summary is sent and none is made (trimming only; what
+            is trimmed is still reported).
         token_counter: counts what is not stored (summary message, truncated copies, an
             explicit system prompt); defaults to ``AGENTMEMORY['TOKEN_COUNTER']``. Stored
             messages are budgeted with their stored counts.
@@ -46,25 +100,53 @@ class ContextWindowBuilder:
             ``"placeholder"`` sends it with a placeholder result for each unanswered call
             (``pending_placeholder``; in the copy sent only). Defaults to
             ``AGENTMEMORY['PENDING_TOOL_CALLS']``.
+        gap_policy: what to do when stored messages would be in neither the window nor the
+            summary. ``"close"``: ask for a compaction (``request_compaction(force=True,
+            wait=AGENTMEMORY['COMPACTION_WAIT_SECONDS'])``: inline where compaction runs
+            inline, else enqueued and awaited) and build once more, then report what is
+            still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
+            ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
+            extra query. Defaults to "report": a read has no side effects unless asked;
+            agents, the replay and the API's context endpoint pass
+            ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
+
+    Raises:
+        TypeError: neither ``conversation`` nor ``chat_history`` given.
+        ValueError: an unknown policy, or ``conversation`` and ``chat_history`` name
+            different conversations.
+        ConversationNotFound: a uuid that names no conversation.
     """
 
     _UNSET: Any = object()
 
     def __init__(
         self,
-        conversation: Conversation | int | str | UUID,
+        conversation: Conversation | int | str | UUID | None = None,
         *,
+        chat_history: Any = None,
+        memory_compactor: Any = _UNSET,
         token_counter: TokenCounter | None = None,
         system_prompt: str | None = None,
         max_tool_result_tokens: int | None = _UNSET,
         oversized_message_policy: str | None = None,
         pending_tool_calls: str | None = None,
+        gap_policy: str | None = None,
     ) -> None:
         conf = app_settings()
-        self.conversation_id = resolve_conversation_id(conversation)
+        if conversation is None and chat_history is None:
+            raise TypeError("ContextWindowBuilder needs a conversation or chat_history=")
+        if chat_history is not None:
+            self.conversation_id = int(chat_history.conversation_id)
+            if conversation is not None and resolve_conversation_id(conversation) != self.conversation_id:
+                raise ValueError("conversation and chat_history name different conversations")
+            token_counter = token_counter or getattr(chat_history, "token_counter", None)
+        else:
+            self.conversation_id = resolve_conversation_id(conversation)  # type: ignore[arg-type]  # not None here
+        self.chat_history = chat_history
+        self.memory_compactor = None if memory_compactor is self._UNSET else memory_compactor
         self.token_counter: TokenCounter = token_counter or get_token_counter()
         self.system_prompt = system_prompt
         self.max_tool_result_tokens = (
@@ -76,25 +158,143 @@ class ContextWindowBuilder:
         self.pending_tool_calls = pending_tool_calls or conf.PENDING_TOOL_CALLS
         if self.pending_tool_calls not in ("omit", "placeholder"):
             raise ValueError("pending_tool_calls must be 'omit' or 'placeholder'")
+        self.gap_policy = gap_policy or "report"
+        if self.gap_policy not in GAP_POLICIES:
+            raise ValueError(f"gap_policy must be one of {', '.join(GAP_POLICIES)}, not {self.gap_policy!r}")
+        # Where the summary comes from: the stored one (read with the window, no extra
+        # query), none, or the compactor's own ``get_summary()``.
+        self._no_summary = memory_compactor is None
+        self._compactor_class: Any = None  # the configured one
+        self._custom_summary = False
+        if memory_compactor is not self._UNSET and memory_compactor is not None:
+            from agentmemory.compaction import BaseMemoryCompactor
+
+            stock = isinstance(memory_compactor, BaseMemoryCompactor) and (
+                type(memory_compactor).get_summary is BaseMemoryCompactor.get_summary
+            )
+            self._custom_summary = not stock
+            self._compactor_class = (
+                type(memory_compactor) if isinstance(memory_compactor, BaseMemoryCompactor) else None
+            )
+        self._can_compact = memory_compactor is self._UNSET or (
+            memory_compactor is not None and self._compactor_class is not None
+        )
 
     def build(self, max_tokens: int | None = None, *, max_messages: int | None = None) -> ContextWindow:
         """Assemble the context window.
 
         Args:
             max_tokens: budget for everything returned (tokens); defaults to
-                ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` (10,000).
+                ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` (10,000); at most
+                ``MAX_CONTEXT_TOKENS`` (1,000,000).
             max_messages: optional cap on the number of history messages.
 
+        Returns:
+            The ``ContextWindow``; ``uncovered`` says what it leaves outside itself and
+            the summary after the gap policy has run, ``compaction`` the compaction it
+            asked for.
+
         Raises:
+            TypeError, ValueError: ``max_tokens`` is not a whole number of tokens between
+                1 and the ceiling, or ``max_messages`` is negative or not an integer.
             ConversationNotFound: the conversation does not exist (any more).
             ContextBudgetExceeded: the newest human message cannot fit (policy "error").
         """
         if max_tokens is None:
             max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        if max_tokens <= 0:
-            raise ValueError("max_tokens must be positive")
-        if max_messages is not None and max_messages < 0:
-            raise ValueError("max_messages must be >= 0")
+        max_tokens = validate_max_tokens(max_tokens)
+        if max_messages is not None:
+            if isinstance(max_messages, bool) or not isinstance(max_messages, numbers.Integral):
+                raise TypeError("max_messages must be a whole number of messages or None")
+            if max_messages < 0:
+                raise ValueError("max_messages must be >= 0")
+        window = self._assemble(max_tokens, max_messages)
+        reason = ""
+        if window.uncovered:
+            if self.gap_policy == "close" and self._can_compact:
+                request = self._request_compaction(max_tokens)
+                window = replace(self._assemble(max_tokens, max_messages), compaction=request)
+                error = getattr(request, "error", None)
+                reason = f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
+            elif self.gap_policy == "close":
+                reason = REASON_NO_COMPACTOR
+            else:
+                reason = REASON_NOT_REQUESTED
+            if window.uncovered:
+                self._report_left_out(window, reason)
+        signals.context_built.send(
+            sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
+        )
+        return window
+
+    def _request_compaction(self, max_tokens: int) -> Any:
+        from agentmemory import compaction
+
+        request_compaction = getattr(compaction, "request_compaction", None)
+        if request_compaction is None:  # a compaction service older than the gap policy
+            return None
+        return request_compaction(
+            self.conversation_id,
+            max_tokens=max_tokens,
+            force=True,
+            wait=app_settings().COMPACTION_WAIT_SECONDS,
+            compactor_class=self._compactor_class,
+            reason="context window gap",
+        )
+
+    def _report_left_out(self, window: ContextWindow, reason: str) -> None:
+        uncovered = window.uncovered
+        level = logging.INFO if reason == REASON_NOT_REQUESTED else logging.WARNING
+        logger.log(
+            level,
+            "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
+            "in neither the window nor the summary: %s",
+            self.conversation_id,
+            uncovered.count,
+            uncovered.tokens,
+            uncovered.seqs[0] if uncovered.seqs else "-",
+            uncovered.seqs[-1] if uncovered.seqs else "-",
+            reason,
+        )
+        signals.messages_left_out.send(
+            sender=ContextWindowBuilder,
+            conversation_id=self.conversation_id,
+            window=window,
+            uncovered=uncovered,
+            messages_removed=uncovered.count,
+            messages_remaining=len(window.history),
+            reason=reason,
+        )
+
+    def _summary(self, stored: SummaryRow | None) -> tuple[SummaryRow | None, str | None]:
+        """The summary to send: ``(row, None)`` when its coverage is known, ``(None,
+        text)`` for a custom compactor's text, ``(None, None)`` for none."""
+        if self._no_summary:
+            return None, None
+        if not self._custom_summary:
+            return stored, None
+        from agentmemory.models import Summary
+
+        compactor: Any = self.memory_compactor
+        got = compactor.get_summary()
+        if got is None:
+            return None, None
+        if isinstance(got, Summary):
+            return (
+                SummaryRow(
+                    got.pk,
+                    got.text,
+                    got.through_seq,
+                    got.token_count,
+                    got.token_counter,
+                    got.human_messages_covered,
+                ),
+                None,
+            )
+        text = str(got)
+        return (None, text) if text.strip() else (None, None)
+
+    def _assemble(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
         counter = self.token_counter
         messages: list[ChatMessage] = []
         system_tokens = 0
@@ -121,8 +321,13 @@ class ContextWindowBuilder:
             messages.append(head.pinned)
             system_tokens = head.pinned.token_count or 0
 
+        summary, custom_text = self._summary(summary)
         summary_tokens = 0
-        if summary is not None:
+        if custom_text is not None:
+            summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
+            summary_tokens = counter.count_message(summary_message)
+            messages.append(summary_message)
+        elif summary is not None:
             summary_message = ChatMessage.system(
                 app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
             )
@@ -234,8 +439,35 @@ class ContextWindowBuilder:
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
         )
-        signals.context_built.send(sender=ContextWindowBuilder, conversation_id=conv.pk, window=window)
+        if self.gap_policy != "ignore" and custom_text is None:
+            uncovered = self._uncovered(packed, conv, floor_seq, window.first_seq, messages_qs)
+            if uncovered.count:
+                window = replace(window, uncovered=uncovered)
         return window
+
+    def _uncovered(
+        self, packed: PackResult, conv: Any, floor_seq: int, first_seq: int | None, messages_qs: Any
+    ) -> UncoveredMessages:
+        """What the window leaves in neither itself nor the summary: stored messages above
+        ``floor_seq`` and older than ``first_seq``, less orphaned tool results and the
+        messages of tool exchanges still waiting for a result. In the usual case packing
+        took every row above the floor and dropped none, and no query is needed; otherwise
+        one statement reads the gap."""
+        before = first_seq if first_seq is not None else 2**62
+        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
+            # Nothing blocked packing, so it read every row down to the floor, and it
+            # dropped nothing older than the window but waiting exchanges and orphans.
+            return NO_UNCOVERED
+        count, tokens, seqs = messages_qs.window_uncovered(
+            self.conversation_id,
+            after=floor_seq,
+            before=before,
+            pending_exchanges=sorted(set(conv.pending_exchanges)),
+            listed=MAX_LISTED_SEQS,
+        )
+        if not count:
+            return NO_UNCOVERED
+        return UncoveredMessages(count, tokens, tuple(reversed(seqs)))
 
     async def abuild(
         self, max_tokens: int | None = None, *, max_messages: int | None = None

@@ -42,6 +42,8 @@ class ConversationRow:
     human_message_count: int
     stored_tokens: int
     has_system_prompt: bool
+    #: seqs of the AI messages whose tool calls still await a result
+    pending_exchanges: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +201,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         f"CASE WHEN {c('has_system_prompt')} = %(true)s THEN 1 ELSE 0 END",
         null,
-        null,
+        c("pending_tool_calls"),
     ]
     summary = [
         str(_SUMMARY),
@@ -234,9 +236,9 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
     return sql
 
 
-def _json_value(field_name: str, value: Any, conn: Any) -> Any:
+def _json_value(field_name: str, value: Any, conn: Any, model: Any = Message) -> Any:
     """A JSON column as the model field returns it (the raw cursor gives text)."""
-    field = Message._meta.get_field(field_name)
+    field = model._meta.get_field(field_name)
     assert isinstance(field, models.JSONField)
     return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
 
@@ -325,7 +327,17 @@ def read_head(
             continue
         values = row[1:]
         if kind == _CONVERSATION:
-            conv = ConversationRow(values[6], values[0], values[2], values[3], bool(values[8]))
+            pending = (
+                _json_value("pending_tool_calls", values[10], conn, Conversation) if values[10] else None
+            )
+            conv = ConversationRow(
+                values[6],
+                values[0],
+                values[2],
+                values[3],
+                bool(values[8]),
+                tuple(sorted({int(seq) for seq in pending.values()})) if pending else (),
+            )
         elif kind == _SUMMARY:
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
         else:
@@ -470,3 +482,43 @@ def first_page_size(budget: int, conv: Any, max_messages: int | None) -> int:
     if max_messages is not None:
         size = min(size, max_messages + 16)
     return size
+
+
+def _uncovered_sql(alias: str, *, pending: int) -> str:
+    key = ("uncovered", alias, pending)
+    sql = _SQL_CACHE.get(key)
+    if sql is None:
+        _, _, m = _names(alias)
+        qn = connections[alias].ops.quote_name
+        exchange = m("exchange_seq")
+        waiting = (
+            f" AND ({exchange} IS NULL OR {exchange} NOT IN ({', '.join(['%s'] * pending)}))"
+            if pending
+            else ""
+        )
+        sql = _SQL_CACHE[key] = (
+            f"SELECT {m('seq')}, COUNT(*) OVER (), SUM({m('token_count')}) OVER () "
+            f"FROM {qn(Message._meta.db_table)} WHERE {m('conversation')} = %s AND {m('seq')} > %s "
+            f"AND {m('seq')} < %s AND NOT ({m('role')} = %s AND {exchange} IS NULL){waiting} "
+            f"ORDER BY {m('seq')} DESC LIMIT %s"
+        )
+    return sql
+
+
+def read_uncovered(
+    alias: str, conversation_id: int, *, after: int, before: int, pending_exchanges: list[int], listed: int
+) -> tuple[int, int, list[int]]:
+    """Stored messages with ``after < seq < before`` other than orphaned tool results
+    and the messages of the tool exchanges started at ``pending_exchanges`` (seqs of AI
+    messages whose calls await a result): ``(count, tokens, seqs)``, the seqs newest
+    first and at most ``listed`` of them (count and tokens are exact). One statement on
+    the ``(conversation, seq)`` index."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            _uncovered_sql(alias, pending=len(pending_exchanges)),
+            [conversation_id, after, before, Role.TOOL.value, *pending_exchanges, listed],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return 0, 0, []
+    return int(rows[0][1]), int(rows[0][2] or 0), [r[0] for r in rows]

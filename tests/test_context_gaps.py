@@ -1,0 +1,342 @@
+"""Windows that would leave stored messages in neither themselves nor the summary: the
+``uncovered`` accounting, the gap policies ("close" compacts first), the
+``messages_left_out`` signal, the builder's seed-contract constructor and ``max_tokens``
+validation."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.db.models import F
+from django.test import override_settings
+
+from agentmemory import signals
+from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.context.builder import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
+from agentmemory.history import PersistentChatHistory
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage, Role
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.tokens import LengthTokenCounter
+from tests.factories import conversation_with_turns
+
+COUNTER = LengthTokenCounter()  # every message costs one token: the arithmetic stays visible
+
+
+def ten_turns(**kwargs: Any) -> tuple[Conversation, PersistentChatHistory]:
+    """System prompt at seq 1, then turn i: human at 2 + 2i, answer at 3 + 2i (no tools)."""
+    return conversation_with_turns(10, token_counter=COUNTER, tool_every=0, **kwargs)
+
+
+@pytest.fixture
+def left_out() -> Any:
+    received: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        received.append(kwargs)
+
+    signals.messages_left_out.connect(receiver)
+    yield received
+    signals.messages_left_out.disconnect(receiver)
+
+
+# -- accounting --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_window_reports_what_neither_it_nor_the_summary_holds(left_out: Any) -> None:
+    conv, _ = ten_turns()
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER).build(5)
+
+    assert [m.seq for m in window.history] == [18, 19, 20, 21]
+    assert window.uncovered.count == 16 and window.uncovered.tokens == 16
+    assert window.uncovered.seqs == tuple(range(2, 18))
+    [sent] = left_out
+    assert sent["conversation_id"] == conv.pk and sent["window"] is window
+    assert sent["uncovered"] == window.uncovered
+    assert sent["messages_removed"] == 16 and sent["messages_remaining"] == 4
+    assert sent["reason"] == REASON_NOT_REQUESTED
+
+
+@pytest.mark.django_db
+def test_orphaned_tool_results_are_not_counted_as_uncovered() -> None:
+    conv, history = conversation_with_turns(3, token_counter=COUNTER, tool_every=0)
+    # A tool result that answers no call, stored around validation (seq 8).
+    Message.objects.create(
+        conversation=conv, seq=8, role=Role.TOOL.value, content="stray", tool_call_id="lost", token_count=1
+    )
+    Conversation.objects.filter(pk=conv.pk).update(
+        last_seq=F("last_seq") + 1, message_count=F("message_count") + 1
+    )
+    history.add_messages([ChatMessage.human("q"), ChatMessage.ai("a")])
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER).build(3)
+
+    assert [m.seq for m in window.history] == [9, 10]
+    assert window.uncovered.seqs == (2, 3, 4, 5, 6, 7)  # not 8
+
+
+@pytest.mark.django_db
+def test_a_window_without_a_gap_costs_no_extra_query(django_assert_num_queries: Any) -> None:
+    conv, _ = ten_turns()
+    with django_assert_num_queries(1):
+        whole = ContextWindowBuilder(conv, token_counter=COUNTER).build(100)
+    assert not whole.uncovered and whole.uncovered.count == 0
+    with django_assert_num_queries(2):  # the gap is read in one more statement
+        gapped = ContextWindowBuilder(conv, token_counter=COUNTER).build(5)
+    assert gapped.uncovered.count == 16
+    with django_assert_num_queries(1):  # plain trimming
+        ignored = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="ignore").build(5)
+    assert ignored.uncovered.count == 0 and ignored.history == gapped.history
+
+
+@pytest.mark.django_db
+def test_a_greeting_before_the_first_question_is_uncovered() -> None:
+    conv = Conversation.objects.create(agent_key="t")
+    PersistentChatHistory(conv, token_counter=COUNTER).add_messages(
+        [ChatMessage.ai("Hello! How can I help?"), ChatMessage.human("hi"), ChatMessage.ai("hello")]
+    )
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER).build(100)
+
+    assert [m.seq for m in window.history] == [2, 3]
+    assert window.uncovered.seqs == (1,)
+
+
+@pytest.mark.django_db
+def test_the_summary_covers_what_it_folded() -> None:
+    conv, history = ten_turns()
+    compactor = LLMMemoryCompactor(
+        Conversation.objects, conv.pk, ScriptedChatModel(["The user asked ten questions."]), history
+    )
+    summary = compactor.compact()
+    assert summary is not None and summary.through_seq == 19
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER).build(10)
+
+    assert window.summary_id == summary.pk and [m.seq for m in window.history] == [20, 21]
+    assert window.uncovered.count == 0
+
+
+# -- the "close" policy --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeRequest:
+    """What ``request_compaction`` returns, as far as the builder reads it."""
+
+    due: bool = True
+    mode: str = "inline"
+    enqueued: bool = False
+    ran_inline: bool = True
+    summary_id: int | None = None
+    error: str | None = None
+
+
+@pytest.fixture
+def compaction_requests(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``request_compaction`` replaced by an inline run of ``LLMMemoryCompactor`` with a
+    scripted summariser; each call's arguments are recorded."""
+    import agentmemory.compaction as compaction
+
+    calls: list[dict[str, Any]] = []
+
+    def request(conversation_id: int, **kwargs: Any) -> FakeRequest:
+        calls.append({"conversation_id": conversation_id, **kwargs})
+        if kwargs.get("reason") == "fail":
+            return FakeRequest(error="LLMError: down")
+        cls = kwargs.get("compactor_class") or LLMMemoryCompactor
+        history = PersistentChatHistory(conversation_id, token_counter=COUNTER)
+        summary = cls(
+            Conversation.objects, conversation_id, ScriptedChatModel(["Earlier: questions."]), history
+        ).compact()
+        return FakeRequest(summary_id=summary.pk if summary else None)
+
+    monkeypatch.setattr(compaction, "request_compaction", request, raising=False)
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_close_compacts_before_returning_a_window_with_a_gap(compaction_requests: Any, left_out: Any) -> None:
+    conv, _ = ten_turns()
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close").build(5)
+
+    [call] = compaction_requests
+    assert call["conversation_id"] == conv.pk and call["force"] is True
+    assert call["max_tokens"] == 5 and call["wait"] == 30.0
+    summary = Summary.objects.get(conversation=conv)
+    assert window.summary_id == summary.pk and window.compaction.summary_id == summary.pk
+    assert [m.seq for m in window.history] == [20, 21]
+    assert window.uncovered.count == 0 and left_out == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_close_reports_a_gap_compaction_could_not_close(
+    compaction_requests: Any, left_out: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    conv, _ = ten_turns()
+    builder = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close")
+    monkeypatch.setattr(
+        builder, "_request_compaction", lambda max_tokens: FakeRequest(error="LLMError: down")
+    )
+
+    with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
+        window = builder.build(5)
+
+    assert window.uncovered.count == 16 and window.compaction.error == "LLMError: down"
+    [sent] = left_out
+    assert sent["reason"] == f"{REASON_NOT_CLOSED}: LLMError: down"
+    assert "leaves 16 stored messages (16 tokens, seqs 2..17)" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_close_with_the_compactors_own_class(compaction_requests: Any) -> None:
+    class KeepTwoTurns(LLMMemoryCompactor):
+        pass
+
+    conv, history = ten_turns()
+    compactor = KeepTwoTurns(Conversation.objects, conv.pk, None, history, keep_recent_human_turns=2)
+
+    window = ContextWindowBuilder(chat_history=history, memory_compactor=compactor, gap_policy="close").build(
+        5
+    )
+
+    assert compaction_requests[0]["compactor_class"] is KeepTwoTurns
+    assert window.uncovered.count == 0 and [m.seq for m in window.history] == [20, 21]
+
+
+@pytest.mark.django_db
+def test_close_without_a_compactor_only_reports(compaction_requests: Any, left_out: Any) -> None:
+    _conv, history = ten_turns()
+
+    window = ContextWindowBuilder(chat_history=history, memory_compactor=None, gap_policy="close").build(5)
+
+    assert compaction_requests == [] and window.uncovered.count == 16
+    assert left_out[0]["reason"] == REASON_NO_COMPACTOR
+
+
+# -- the seed's constructor ------------------------------------------------------------------
+
+
+class TextCompactor(BaseMemoryCompactor):
+    """A compactor written to the seed's contract: ``get_summary()`` returns text or None."""
+
+    text: str | None = "The reader asked about Django."
+
+    def get_summary(self) -> str | None:  # type: ignore[override]  # the seed's contract returns text
+        return self.text
+
+    def compact_if_needed(self) -> None:  # type: ignore[override]  # the seed's contract takes no budget
+        return None
+
+
+@pytest.mark.django_db
+def test_builder_from_chat_history_and_a_custom_compactor(compaction_requests: Any) -> None:
+    conv, history = ten_turns()
+    compactor = TextCompactor(Conversation.objects, conv.pk, None, history)
+
+    window = ContextWindowBuilder(chat_history=history, memory_compactor=compactor, gap_policy="close").build(
+        max_tokens=6
+    )
+
+    assert window.messages[1].role is Role.SYSTEM
+    assert window.messages[1].content.endswith("The reader asked about Django.")
+    assert window.summary_tokens == 1 and window.total_tokens <= 6
+    assert [m.seq for m in window.history] == [18, 19, 20, 21]
+    # What a custom summary covers is unknown: no gap is claimed, no compaction asked for.
+    assert window.uncovered.count == 0 and compaction_requests == []
+    # The window can be used as the list of messages the seed's code expects.
+    assert list(window) == window.messages and window[0] == window.messages[0] and len(window) == 6
+
+
+@pytest.mark.django_db
+def test_custom_compactor_without_a_summary_yet_and_no_compactor_send_no_summary() -> None:
+    conv, history = ten_turns()
+    LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel(["S."]), history).compact()
+    empty = TextCompactor(Conversation.objects, conv.pk, None, history)
+    empty.text = None
+
+    for compactor in (empty, None):
+        window = ContextWindowBuilder(chat_history=history, memory_compactor=compactor).build(5)
+        assert window.summary_id is None and window.summary_tokens == 0
+        assert [m.role for m in window.messages[:2]] == [Role.SYSTEM, Role.HUMAN]
+        assert window.uncovered.count == 16  # nothing is covered without a summary
+
+    ours = LLMMemoryCompactor(Conversation.objects, conv.pk, None, history)
+    window = ContextWindowBuilder(chat_history=history, memory_compactor=ours).build(5)
+    assert window.summary_id == Summary.objects.get(conversation=conv).pk
+
+
+@pytest.mark.django_db
+def test_builder_needs_one_conversation() -> None:
+    conv, history = ten_turns()
+    other, _ = ten_turns()
+    with pytest.raises(TypeError, match="needs a conversation or chat_history"):
+        ContextWindowBuilder()
+    with pytest.raises(ValueError, match="different conversations"):
+        ContextWindowBuilder(other, chat_history=history)
+    with pytest.raises(ValueError, match="gap_policy"):
+        ContextWindowBuilder(conv, gap_policy="compact")
+    assert ContextWindowBuilder(chat_history=history).token_counter is history.token_counter
+
+
+# -- max_tokens ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("max_tokens", "error"),
+    [
+        (math.nan, TypeError),
+        (math.inf, TypeError),
+        (-math.inf, TypeError),
+        (1500.0, TypeError),
+        ("10", TypeError),
+        (True, TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+        (1_000_001, ValueError),
+        (10**30, ValueError),
+    ],
+)
+def test_max_tokens_must_be_a_whole_number_of_tokens_within_the_ceiling(max_tokens: Any, error: type) -> None:
+    conv, _ = ten_turns()
+    with pytest.raises(error, match="max_tokens"):
+        ContextWindowBuilder(conv).build(max_tokens)
+
+
+@pytest.mark.django_db
+def test_the_ceiling_is_a_setting() -> None:
+    conv, _ = ten_turns()
+    assert ContextWindowBuilder(conv).build(1_000_000).uncovered.count == 0
+    with override_settings(
+        AGENTMEMORY={"MAX_CONTEXT_TOKENS": 50, "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT": 40}
+    ):
+        assert ContextWindowBuilder(conv, token_counter=COUNTER).build(50).max_tokens == 50
+        with pytest.raises(ValueError, match=r"above AGENTMEMORY\['MAX_CONTEXT_TOKENS'\] \(50 tokens\)"):
+            ContextWindowBuilder(conv).build(51)
+    with pytest.raises(TypeError, match="max_messages"):
+        ContextWindowBuilder(conv).build(100, max_messages=2.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("setting", "error_id"),
+    [
+        ({"MAX_CONTEXT_TOKENS": 0}, "agentmemory.E003"),
+        ({"MAX_CONTEXT_TOKENS": 5_000}, "agentmemory.E020"),
+        ({"CONTEXT_GAP_POLICY": "always"}, "agentmemory.E021"),
+        ({"COMPACTION_WAIT_SECONDS": -1}, "agentmemory.E022"),
+        ({"COMPACTION_WAIT_SECONDS": "30"}, "agentmemory.E022"),
+    ],
+)
+def test_checks_refuse_bad_context_settings(setting: dict[str, Any], error_id: str) -> None:
+    with override_settings(AGENTMEMORY=setting):
+        assert error_id in {problem.id for problem in run_checks()}
