@@ -340,3 +340,20 @@ def test_the_ceiling_is_a_setting() -> None:
 def test_checks_refuse_bad_context_settings(setting: dict[str, Any], error_id: str) -> None:
     with override_settings(AGENTMEMORY=setting):
         assert error_id in {problem.id for problem in run_checks()}
+
+
+@pytest.mark.django_db
+def test_a_tool_exchange_still_waiting_for_its_result_is_not_uncovered() -> None:
+    from agentmemory.messages import ToolCall
+
+    conv, history = conversation_with_turns(2, token_counter=COUNTER, tool_every=0)  # seqs 1..5
+    call = ToolCall(id="approve_1", name="approve", arguments={})
+    history.add_messages([ChatMessage.human("refund?"), ChatMessage.ai(None, [call])])  # 6, 7 waits
+    history.add_messages([ChatMessage.human("still there?"), ChatMessage.ai("yes")])  # 8, 9
+    history.add_messages([ChatMessage.human("ok"), ChatMessage.ai("done")])  # 10, 11
+
+    window = ContextWindowBuilder(conv, token_counter=COUNTER).build(3)
+
+    assert [m.seq for m in window.history] == [10, 11]
+    assert window.uncovered.seqs == (2, 3, 4, 5, 6, 8, 9)  # not the waiting call at 7
+    assert window.uncovered.count == 7 and window.uncovered.tokens == 7
