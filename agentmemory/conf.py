@@ -33,8 +33,9 @@ class AgentMemorySettings:
     #: model whose tokenizer the default counter uses; None takes the model of
     #: ``LLMS["default"]`` (or of the environment's provider)
     TOKENIZER_MODEL: str | None = None
-    #: the largest max_tokens any caller may ask for (tokens); the API and the admin answer
-    #: 400 above it, so one request cannot make the server read and render a whole history
+    #: the largest max_tokens any caller may ask for (tokens): the window builder raises
+    #: ValueError above it, the API and the admin answer 400, so one request cannot make the
+    #: server read and render a whole history
     MAX_CONTEXT_TOKENS: int = 1_000_000
     #: longest content accepted for one message (characters); longer input is refused
     MAX_MESSAGE_CHARS: int = 2_000_000
@@ -59,9 +60,6 @@ class AgentMemorySettings:
     COMPACTION_LLM: str | None = None
     #: a compaction that has not finished after this long may be taken over (seconds)
     COMPACTION_LEASE_SECONDS: int = 600
-    #: largest ``max_tokens`` a context window may be asked for (tokens); larger requests
-    #: are refused (the builder raises ValueError, the API and admin answer 400)
-    MAX_CONTEXT_TOKENS: int = 1_000_000
     #: what agents (and the replay, and the API's context endpoint) do about stored messages
     #: a window would leave in neither itself nor the summary: "close" (compact first, then
     #: report what is left), "report" or "ignore"
