@@ -25,7 +25,7 @@ from django.utils import timezone
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError
-from agentmemory.history import PersistentChatHistory
+from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.llm.base import ChatModel
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
@@ -242,7 +242,8 @@ class BaseMemoryCompactor:
                 kept_start = humans.filter(seq__lte=limit).values_list("seq", flat=True).first()
                 if kept_start is None:
                     return None
-        target = kept_start - 1
+        # Never cut a tool exchange still waiting for a result (unless abandoned) or answered late.
+        target = last_foldable_seq(conv, floor=floor, target=kept_start - 1)
         return target if target > floor else None
 
     def _span(self, floor: int, target: int) -> Iterator[list[ChatMessage]]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import connections, router, transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from agentmemory import signals
@@ -57,6 +59,56 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     if pk is None:
         raise ConversationNotFound(f"no conversation {conversation!r}")
     return pk
+
+
+def last_foldable_seq(
+    conversation: Conversation, *, floor: int, target: int, now: datetime | None = None
+) -> int:
+    """The highest seq at most ``target`` through which a summary may fold the conversation
+    without cutting a tool exchange that is not finished: never past the human turn holding
+    the oldest exchange (after ``floor``) that still has a call awaiting its result, or
+    whose result was stored after ``target``. A call unanswered for
+    ``AGENTMEMORY['PENDING_TOOL_CALL_TIMEOUT']`` seconds counts as abandoned and no longer
+    holds the summary back (``None``: never abandoned; compaction then stops before a call
+    that will never be answered until ``cancel_pending_tool_calls()`` answers it).
+
+    Args:
+        conversation: with ``pending_tool_calls`` loaded.
+        floor: seq the current summary reaches (nothing at or below it is folded again).
+        target: seq the compactor would fold through.
+        now: the time ages are measured at (defaults to now).
+
+    Returns:
+        ``target`` or a lower seq; ``floor`` when nothing may be folded.
+    """
+    using = router.db_for_read(Message)
+    messages = Message.objects.using(using).filter(conversation_id=conversation.pk)
+    waiting = {seq for seq in (conversation.pending_tool_calls or {}).values() if floor < seq <= target}
+    abandoned: set[int] = set()
+    timeout = app_settings().PENDING_TOOL_CALL_TIMEOUT
+    if waiting and timeout is not None:
+        cutoff = (now or timezone.now()) - timedelta(seconds=timeout)
+        abandoned = set(
+            messages.filter(seq__in=waiting, created_at__lte=cutoff).values_list("seq", flat=True)
+        )
+        waiting -= abandoned
+    while target > floor:
+        late = (
+            messages.filter(role=Role.TOOL, seq__gt=target, exchange_seq__gt=floor, exchange_seq__lte=target)
+            .exclude(exchange_seq__in=abandoned)
+            .aggregate(first=Min("exchange_seq"))["first"]
+        )
+        blockers = [seq for seq in waiting if seq <= target] + ([late] if late is not None else [])
+        if not blockers:
+            return target
+        turn = (
+            messages.filter(role=Role.HUMAN, seq__gt=floor, seq__lte=min(blockers))
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        target = floor if turn is None else turn - 1
+    return floor
 
 
 class PersistentChatHistory:

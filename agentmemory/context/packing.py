@@ -55,8 +55,9 @@ class PackResult:
         skipped_orphans: seqs of tool results that answer no stored call.
         skipped_pending: seqs of the messages of tool exchanges left out because a call
             still awaits its result (the AI message and the results already stored).
-        skipped_late: seqs of results read whose exchange is older than the window (or at
-            or below the summary boundary): never sent on their own.
+        skipped_late: seqs of results stored after the window's first message whose
+            exchange is older than the window (or folded into the summary): never sent on
+            their own.
         placeholders: ids of calls sent with a placeholder result (placeholder mode).
         dropped_leading: seqs dropped so that the history starts on a human message.
         capped: seqs of tool results to send as truncated copies.
@@ -154,6 +155,7 @@ def pack_history(
     count = 0
     # results read before their AI message, by the seq of that AI message
     held: dict[int, list[RowMeta]] = {}
+    outside: list[RowMeta] = []  # results read whose exchange does not enter the window
 
     newest_first_units: list[list[RowMeta]] = []
     for row in rows_newest_first:
@@ -179,6 +181,7 @@ def pack_history(
         cost = sum(_effective_tokens(r, max_tool_result_tokens) for r in unit)
         too_many = max_messages is not None and count + len(unit) > max_messages
         if result.tokens + cost > budget or too_many:
+            outside.extend(unit[1:])
             result.blocked = (min(r.seq for r in unit), cost)
             result.blocked_by_count = too_many and result.tokens + cost <= budget
             result.available_at_block = budget - result.tokens
@@ -195,12 +198,18 @@ def pack_history(
         result.tokens += cost
         count += len(unit)
 
-    result.skipped_late = sorted(r.seq for rows in held.values() for r in rows)
     while newest_first_units and newest_first_units[-1][0].role != Role.HUMAN:
         dropped = newest_first_units.pop()
+        outside.extend(dropped[1:])
         result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens) for r in dropped)
         result.dropped_leading.extend(r.seq for r in dropped if not r.placeholder)
     result.units = list(reversed(newest_first_units))
+    # Results of exchanges older than the window that were stored after its start.
+    first = min((r.seq for r in result.rows), default=0)
+    outside.extend(r for rows in held.values() for r in rows)
+    result.skipped_late = sorted(
+        r.seq for r in outside if r.role == Role.TOOL and not r.placeholder and r.seq > first
+    )
     result.placeholders = [r.tool_call_id for r in result.rows if r.placeholder]
     if max_tool_result_tokens is not None:
         result.capped = [
