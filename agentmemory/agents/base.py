@@ -35,6 +35,7 @@ from agentmemory.agents import registry
 from agentmemory.agents.config import AgentConfig, MemoryConfig
 from agentmemory.agents.injector import AgentInjector
 from agentmemory.agents.memory import PolicyOutcome, apply_memory_policy
+from agentmemory.agents.memory_tools import memory_tools_for, with_knowledge
 from agentmemory.agents.results import (
     STOP_ANSWER,
     STOP_MAX_TOOL_ROUNDS,
@@ -152,6 +153,9 @@ class BaseToolCallingAgent:
     SYSTEM_PROMPT: ClassVar[str | Callable[[AgentInjector], str]] = "You are a helpful assistant."
     TOOLS: ClassVar[Sequence[Tool | Callable[..., Any]]] = ()
     MEMORY_COMPACTOR_ENABLED: ClassVar[bool] = False
+    #: registers the ``remember`` and ``recall`` tools and puts the owner's long-term memory
+    #: into the system prompt (``agentmemory.agents.memory_tools``)
+    KNOWLEDGE_MEMORY_ENABLED: ClassVar[bool] = False
     CONVERSATION_HISTORY_TOKEN_LIMIT: ClassVar[int | None] = None
     MAX_TOOL_ROUNDS: ClassVar[int] = 8
 
@@ -211,7 +215,7 @@ class BaseToolCallingAgent:
                 raise ImproperlyConfigured(f"{cls.__qualname__}.TOOLS has two tools named {item.name!r}")
             seen.add(item.name)
             tools.append(item)
-        return tools
+        return tools + memory_tools_for(cls, seen)
 
     @property
     def token_limit(self) -> int:
@@ -233,7 +237,7 @@ class BaseToolCallingAgent:
         prompt = inspect.getattr_static(type(self), "SYSTEM_PROMPT")
         if isinstance(prompt, staticmethod | classmethod):
             prompt = prompt.__get__(None, type(self))
-        return str(prompt(injector)) if callable(prompt) else str(prompt)
+        return with_knowledge(self, injector, str(prompt(injector)) if callable(prompt) else str(prompt))
 
     # -- conversations ------------------------------------------------------------------
 

@@ -1,0 +1,63 @@
+"""``manage.py memory_md export|import``: a user's persistent facts to and from ``MEMORY.md``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, export_memory_md, import_memory_md
+
+
+def find_user(value: str) -> Any:
+    """A user by username (the user model's ``USERNAME_FIELD``) or by numeric id."""
+    model = get_user_model()
+    user = model._default_manager.filter(**{model.USERNAME_FIELD: value}).first()
+    if user is None and value.isdigit():
+        user = model._default_manager.filter(pk=int(value)).first()
+    if user is None:
+        raise CommandError(f"no user {value!r}")
+    return user
+
+
+class Command(BaseCommand):
+    help = (
+        "Export a user's persistent long-term facts as MEMORY.md (categories as '## ' headings, "
+        "facts as '- ' bullets), or import such a file as persistent facts. Importing a file "
+        "twice adds nothing the second time."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("action", choices=["export", "import"])
+        parser.add_argument("--user", required=True, help="username or user id (the facts' owner)")
+        parser.add_argument("--agent-key", default=None, help="agent key of the scope (exact)")
+        parser.add_argument("--namespace", default=None, help="namespace of the scope (exact)")
+        parser.add_argument("--file", "-f", default="-", help="path of MEMORY.md; '-' for stdout/stdin")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        memory = KnowledgeMemory(
+            find_user(options["user"]), agent_key=options["agent_key"], namespace=options["namespace"]
+        )
+        path = options["file"]
+        if options["action"] == "export":
+            text = export_memory_md(memory)
+            if path == "-":
+                self.stdout.write(text, ending="")
+            else:
+                Path(path).write_text(text, encoding="utf-8")
+            return
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc}") from exc
+        try:
+            report = import_memory_md(memory, text)
+        except InvalidFactError as exc:
+            raise CommandError(f"nothing imported: {exc}") from exc
+        self.stdout.write(
+            f"created {report.created}, already present {report.duplicate}, updated {report.updated}, "
+            f"superseding {report.superseded}, skipped lines {report.skipped}"
+        )

@@ -1,0 +1,98 @@
+"""Management commands of long-term memory: MEMORY.md export and import, index rebuild."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.models import Conversation, Fact, FactEmbedding, MessageEmbedding
+from agentmemory.recall import search_messages
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+MEMORY_MD = """# Agent Memory
+
+## preferences
+- Preferred language: Python
+- Dark mode: enabled
+
+## personal
+- Works at Acme Corp
+- Name: Alice
+"""
+
+
+def run(*args: str, stdin: str | None = None) -> str:
+    out = io.StringIO()
+    if stdin is not None:
+        import sys
+
+        old = sys.stdin
+        sys.stdin = io.StringIO(stdin)
+        try:
+            call_command("memory_md", *args, stdout=out)
+        finally:
+            sys.stdin = old
+    else:
+        call_command("memory_md", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_import_then_export_round_trips_the_seed_layout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    alice = UserFactory(username="alice")
+    path = tmp_path / "MEMORY.md"
+    path.write_text(MEMORY_MD)
+    assert run("import", "--user", "alice", "--file", str(path)).startswith("created 4, already present 0")
+    assert run("import", "--user", str(alice.pk), "--file", str(path)).startswith(
+        "created 0, already present 4"
+    )
+    assert KnowledgeMemory(alice).get_persistent_facts() == {
+        "preferences": ["Preferred language: Python", "Dark mode: enabled"],
+        "personal": ["Works at Acme Corp", "Name: Alice"],
+    }
+    assert run("export", "--user", "alice") == MEMORY_MD
+    # another scope of the same user is empty
+    assert run("export", "--user", "alice", "--namespace", "work") == "# Agent Memory\n"
+
+
+def test_import_from_stdin_into_a_scope_and_errors() -> None:
+    bob = UserFactory(username="bob")
+    run("import", "--user", "bob", "--agent-key", "support", stdin="- Likes tea\n## x\n- \nnot a fact\n")
+    assert KnowledgeMemory(bob, agent_key="support").get_persistent_facts() == {"general": ["Likes tea"]}
+    assert KnowledgeMemory(bob).get_persistent_facts() == {}
+    with pytest.raises(CommandError):
+        run("export", "--user", "nobody")
+    with pytest.raises(CommandError, match="nothing imported"):
+        run("import", "--user", "bob", stdin="- ok\n- bad\x00fact\n")
+    assert Fact.objects.filter(content="ok").count() == 0
+
+
+def test_rebuild_restores_the_index_and_embeds_what_is_missing(settings) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+
+    alice = UserFactory()
+    conv = Conversation.objects.create(owner=alice, agent_key="a")
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.system("sys"), ChatMessage.human("kingfisher sighting")]
+    )
+    KnowledgeMemory(alice).remember("Watches birds", "hobby")
+    out = io.StringIO()
+    call_command("rebuild_recall_index", stdout=out)
+    assert "full-text indexes rebuilt" in out.getvalue()
+    assert len(search_messages("kingfisher", owner=alice)) == 1
+    assert MessageEmbedding.objects.count() == 0
+    settings.AGENTMEMORY = {"EMBEDDER": "tests.embedders.StubEmbedder"}
+    out = io.StringIO()
+    call_command("rebuild_recall_index", stdout=out)
+    assert "Fact: 1 embeddings stored" in out.getvalue()
+    assert "Message: 1 embeddings stored" in out.getvalue()  # the system prompt is not searched
+    assert (FactEmbedding.objects.count(), MessageEmbedding.objects.count()) == (1, 1)
+    out = io.StringIO()
+    call_command("rebuild_recall_index", stdout=out)
+    assert "Message: 0 embeddings stored" in out.getvalue()
