@@ -75,6 +75,7 @@ def snapshot() -> tuple[int, int, list]:
         ("post", "messages/", {"role": "human", "content": "x"}),
         ("get", "summaries/", None),
         ("post", "cancel-pending-tool-calls/", {}),
+        ("get", "export/", None),
     ],
 )
 def test_uuid_shaped_segment_that_is_not_a_uuid_is_404(api, conv, method, suffix, body):  # type: ignore[no-untyped-def]

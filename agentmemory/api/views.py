@@ -33,7 +33,13 @@ from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
-from agentmemory.api.errors import AppAutoSchema, BoundedJSONParser, exception_handler, reject_oversized_body
+from agentmemory.api.errors import (
+    AppAutoSchema,
+    BoundedJSONParser,
+    error_response,
+    exception_handler,
+    reject_oversized_body,
+)
 from agentmemory.api.pagination import (
     ConversationCursorPagination,
     MessageCursorPagination,
@@ -46,6 +52,7 @@ from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, 
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from agentmemory.validation import text_problem
 
 #: most messages one append request may carry
@@ -280,6 +287,36 @@ class ConversationViewSet(
             window, context={"message_format": message_format(request), "token_counter": counter}
         ).data
         return Response(data)
+
+    @extend_schema(
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="The export document (version 1).")},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def export(self, request: Request, uuid: str | None = None) -> Response:
+        """The conversation as a JSON document that the import endpoint restores exactly:
+        messages with seqs, tool calls, metadata and token counts, summaries with their spans,
+        counters and pending tool calls (``agentmemory.transfer.export_conversation``)."""
+        conversation = self.get_object()
+        return Response(export_conversation(conversation))
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={
+            201: s.ConversationDetailSerializer,
+            400: OpenApiResponse(s.ErrorSerializer, description="Refused document (`invalid_document`)."),
+        },
+    )
+    @action(detail=False, methods=["post"], url_path="import", pagination_class=None)
+    def import_(self, request: Request) -> Response:
+        """Create a conversation owned by the requester from an export document, in the exact
+        state it describes (nothing re-counted or trimmed), under a fresh uuid. A refused
+        document writes nothing and answers 400 with ``path`` naming the offending part."""
+        try:
+            conversation = import_conversation(request.data, owner=request.user, new_uuid=True)
+        except InvalidConversationData as exc:
+            return error_response("invalid_document", str(exc), status.HTTP_400_BAD_REQUEST, path=exc.path)
+        conversation = Conversation.objects.select_related("summary").get(pk=conversation.pk)
+        return Response(s.ConversationDetailSerializer(conversation).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=inline_serializer(

@@ -1,0 +1,423 @@
+"""Export a conversation to a JSON document, and import one back to the exact same state.
+
+The document (``"format": "agentmemory.conversation"``, ``"version": 1``)::
+
+    {"format": "agentmemory.conversation", "version": 1, "exported_at": "2026-...Z",
+     "conversation": {"uuid": "...", "agent_key": "...", "title": "...", "metadata": {...},
+                      "created_at": "...", "updated_at": "...", "last_seq": 42,
+                      "message_count": 42, "human_message_count": 10, "stored_tokens": 5120,
+                      "has_system_prompt": true, "pending_tool_calls": {"call_1": 41},
+                      "summary_through_seq": 30, ...},
+     "messages": [{"seq": 1, "role": "system", "content": "...", "tool_calls": [],
+                   "tool_call_id": "", "name": "", "token_count": 33,
+                   "token_counter": "tiktoken:o200k_base", "exchange_seq": null,
+                   "metadata": {}, "created_at": "...", ...}, ...],
+     "summaries": [{"text": "...", "first_seq": 1, "through_seq": 30,
+                    "previous_through_seq": null, "token_count": 140, ...}, ...]}
+
+Every stored column is exported (new columns are picked up without changing this module), in
+``seq`` order; a summary names the summary it extends by its ``through_seq``, and the
+conversation names its current summary the same way. The owner, database ids and the
+compaction lease are not exported.
+
+Import writes exactly what the document holds, in one transaction: seqs, token counts (with the
+id of the counter that made them), timestamps, counters, pending tool calls and summaries with
+their spans. Nothing is trimmed, re-counted or re-summarised. The document is checked whole
+before anything is written, so a refused document leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuid_lib
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import models, router, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from agentmemory.conf import app_settings
+from agentmemory.exceptions import AgentMemoryError, InvalidMessageError
+from agentmemory.messages import Role
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import json_problem, text_problem, validate_message
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "ConversationExists",
+    "InvalidConversationData",
+    "export_conversation",
+    "import_conversation",
+]
+
+FORMAT = "agentmemory.conversation"
+VERSION = 1
+_BATCH = 1000
+
+# Columns that are not part of a conversation's state: identity in this database, the owner
+# (given at import), the current summary (exported by its span) and compaction bookkeeping.
+_CONVERSATION_SKIP = {"id", "owner", "summary"}
+_MESSAGE_SKIP = {"id", "conversation"}
+_SUMMARY_SKIP = {"id", "conversation", "previous"}
+
+
+class InvalidConversationData(AgentMemoryError, ValueError):
+    """An import document was refused before anything was written.
+
+    Attributes:
+        path: where in the document, e.g. ``"messages[3].seq"`` (``""`` for the whole).
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+
+class ConversationExists(InvalidConversationData):
+    """The document's conversation uuid is already used in this database (import with
+    ``new_uuid=True`` to make a copy)."""
+
+
+def _fields(model: type[models.Model], skip: set[str]) -> list[models.Field]:
+    return [
+        f
+        for f in model._meta.concrete_fields
+        if f.name not in skip and not (model is Conversation and f.name.startswith("compaction_"))
+    ]
+
+
+def _dump(field: models.Field, value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid_lib.UUID):
+        return str(value)
+    return value
+
+
+def _row(obj: models.Model, fields: list[models.Field]) -> dict[str, Any]:
+    return {f.name: _dump(f, getattr(obj, f.attname)) for f in fields}
+
+
+def export_conversation(conversation: Conversation, *, using: str | None = None) -> dict[str, Any]:
+    """The conversation as a JSON-able document (see the module docstring).
+
+    Args:
+        conversation: the conversation to export.
+        using: database alias to read from (defaults to what the routers choose).
+
+    Returns:
+        A dict of JSON types only (``json.dumps`` needs no encoder). Messages are read in
+        ``seq`` order a batch at a time.
+    """
+    alias = using or router.db_for_read(Conversation, instance=conversation)
+    conv = Conversation.objects.using(alias).select_related("summary").get(pk=conversation.pk)
+    data = _row(conv, _fields(Conversation, _CONVERSATION_SKIP))
+    data["summary_through_seq"] = conv.summary.through_seq if conv.summary else None
+    message_fields = _fields(Message, _MESSAGE_SKIP)
+    messages = [
+        _row(m, message_fields)
+        for m in Message.objects.using(alias).filter(conversation_id=conv.pk).order_by("seq").iterator(_BATCH)
+    ]
+    summary_fields = _fields(Summary, _SUMMARY_SKIP)
+    summaries = []
+    for s in (
+        Summary.objects.using(alias)
+        .filter(conversation_id=conv.pk)
+        .select_related("previous")
+        .order_by("through_seq")
+    ):
+        row = _row(s, summary_fields)
+        row["previous_through_seq"] = s.previous.through_seq if s.previous else None
+        summaries.append(row)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": timezone.now().isoformat(),
+        "conversation": data,
+        "messages": messages,
+        "summaries": summaries,
+    }
+
+
+# -- import ------------------------------------------------------------------------------------
+
+
+def _load(field: models.Field, value: Any, path: str) -> Any:
+    """``value`` from the document as the Python value of ``field``, checked the way the
+    database would check it (and PostgreSQL is the strictest).
+
+    Raises:
+        InvalidConversationData: the value does not fit the column.
+    """
+    if value is None:
+        if field.null:
+            return None
+        raise InvalidConversationData(path, "must not be null")
+    if isinstance(field, models.JSONField):
+        problem = json_problem(value)
+        if problem:
+            raise InvalidConversationData(path, f"the value {problem}")
+        return value
+    if isinstance(field, models.BooleanField):
+        if not isinstance(value, bool):
+            raise InvalidConversationData(path, "must be true or false")
+        return value
+    if isinstance(field, models.IntegerField):  # also BigInteger and PositiveInteger
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidConversationData(path, "must be a whole number")
+        low, high = -(2**63), 2**63 - 1
+        if isinstance(field, models.PositiveIntegerField):
+            low, high = 0, 2**31 - 1
+        if not low <= value <= high:
+            raise InvalidConversationData(path, f"must be between {low} and {high}")
+        return value
+    if isinstance(field, models.DateTimeField):
+        parsed = None
+        if isinstance(value, str):
+            try:
+                parsed = parse_datetime(value)
+            except ValueError:
+                parsed = None
+        if parsed is None:
+            raise InvalidConversationData(path, "must be an ISO 8601 date and time")
+        if timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed, dt.UTC)
+        return parsed
+    if isinstance(field, models.UUIDField):
+        try:
+            return uuid_lib.UUID(str(value))
+        except ValueError:
+            raise InvalidConversationData(path, "must be a UUID") from None
+    if isinstance(field, models.CharField | models.TextField):
+        if not isinstance(value, str):
+            raise InvalidConversationData(path, "must be text")
+        problem = text_problem(value)
+        if problem:
+            raise InvalidConversationData(path, f"the text {problem}")
+        if field.max_length is not None and len(value) > field.max_length:
+            raise InvalidConversationData(path, f"is longer than {field.max_length} characters")
+        if field.choices and value not in {str(c[0]) for c in field.choices}:
+            raise InvalidConversationData(
+                path, f"must be one of {', '.join(str(c[0]) for c in field.choices)}"
+            )
+        return value
+    raise InvalidConversationData(
+        path, f"has a column type this version cannot import ({type(field).__name__})"
+    )
+
+
+def _object(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidConversationData(path, "must be a JSON object")
+    return value
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise InvalidConversationData(path, "must be a JSON array")
+    return value
+
+
+def _values(
+    model: type[models.Model],
+    skip: set[str],
+    row: Mapping[str, Any],
+    path: str,
+    *,
+    extra: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    fields = _fields(model, skip)
+    names = {f.name for f in fields}
+    unknown = set(row) - names - extra
+    if unknown:
+        raise InvalidConversationData(f"{path}.{sorted(unknown)[0]}", "is not a field of this version")
+    values: dict[str, Any] = {}
+    for field in fields:
+        if field.name in row:
+            values[field.attname] = _load(field, row[field.name], f"{path}.{field.name}")
+        elif not field.has_default() and not field.null and field.name not in ("created_at", "updated_at"):
+            raise InvalidConversationData(f"{path}.{field.name}", "is missing")
+    return values
+
+
+def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tuple[dict[str, Any], Any]], Any]:
+    """Everything import needs, checked whole before a single write.
+
+    Returns:
+        (conversation values, unsaved messages, [(summary values, previous through_seq)],
+        current summary through_seq).
+    """
+    doc = _object(data, "")
+    if doc.get("format") != FORMAT:
+        raise InvalidConversationData("format", f"must be {FORMAT!r}")
+    version = doc.get("version")
+    if version != VERSION:
+        raise InvalidConversationData("version", f"is {version!r}; this version reads version {VERSION}")
+    conv_row = _object(doc.get("conversation"), "conversation")
+    conv = _values(
+        Conversation, _CONVERSATION_SKIP, conv_row, "conversation", extra=frozenset({"summary_through_seq"})
+    )
+
+    max_chars = app_settings().MAX_MESSAGE_CHARS
+    messages: list[Message] = []
+    last = 0
+    humans = tokens = 0
+    ai_calls: dict[int, set[str]] = {}
+    for i, raw in enumerate(_list(doc.get("messages"), "messages")):
+        path = f"messages[{i}]"
+        message = Message(**_values(Message, _MESSAGE_SKIP, _object(raw, path), path))
+        if "seq" not in raw or message.seq is None or message.seq <= last:
+            raise InvalidConversationData(f"{path}.seq", "seqs must start at 1 or more and strictly increase")
+        last = message.seq
+        try:
+            validate_message(message.to_chat_message(), i, max_chars=max_chars)
+        except (InvalidMessageError, ValueError, TypeError, KeyError) as exc:
+            raise InvalidConversationData(path, str(getattr(exc, "reason", exc))) from None
+        humans += message.role == Role.HUMAN
+        tokens += message.token_count
+        if message.role == Role.AI and message.tool_calls:
+            ai_calls[message.seq] = {str(c.get("id")) for c in message.tool_calls if isinstance(c, Mapping)}
+        messages.append(message)
+    for i, message in enumerate(messages):
+        if message.exchange_seq is not None and (
+            message.exchange_seq not in ai_calls or message.exchange_seq > message.seq
+        ):
+            raise InvalidConversationData(
+                f"messages[{i}].exchange_seq", "names no earlier AI message with tool calls in the document"
+            )
+
+    expected = {
+        "message_count": len(messages),
+        "human_message_count": humans,
+        "stored_tokens": tokens,
+        "has_system_prompt": bool(messages) and messages[0].seq == 1 and messages[0].role == Role.SYSTEM,
+    }
+    for name, value in expected.items():
+        if name in conv and conv[name] != value:
+            raise InvalidConversationData(
+                f"conversation.{name}", f"is {conv[name]!r} but the messages give {value!r}"
+            )
+        conv[name] = value
+    if conv.setdefault("last_seq", last) < last:
+        raise InvalidConversationData("conversation.last_seq", f"is below the last message's seq {last}")
+    pending = conv.get("pending_tool_calls") or {}
+    if not isinstance(pending, Mapping):
+        raise InvalidConversationData("conversation.pending_tool_calls", "must be a JSON object")
+    for call_id, seq in pending.items():
+        if seq not in ai_calls or call_id not in ai_calls[seq]:
+            raise InvalidConversationData(
+                f"conversation.pending_tool_calls.{call_id}",
+                f"names no tool call of an AI message at seq {seq!r}",
+            )
+
+    summaries: list[tuple[dict[str, Any], Any]] = []
+    spans: set[int] = set()
+    for i, raw in enumerate(_list(doc.get("summaries", []), "summaries")):
+        path = f"summaries[{i}]"
+        row = _object(raw, path)
+        values = _values(Summary, _SUMMARY_SKIP, row, path, extra=frozenset({"previous_through_seq"}))
+        first, through = values.get("first_seq"), values.get("through_seq")
+        if first is None or through is None or not 0 <= first <= through <= conv["last_seq"]:
+            raise InvalidConversationData(
+                path, "needs 0 <= first_seq <= through_seq <= the conversation's last_seq"
+            )
+        if not values.get("text", "").strip():
+            raise InvalidConversationData(f"{path}.text", "must not be empty")
+        if through in spans:
+            raise InvalidConversationData(f"{path}.through_seq", "two summaries end at the same seq")
+        spans.add(through)
+        summaries.append((values, row.get("previous_through_seq")))
+    for i, (_, previous) in enumerate(summaries):
+        if previous is not None and previous not in spans:
+            raise InvalidConversationData(
+                f"summaries[{i}].previous_through_seq", "names no summary in the document"
+            )
+    current = conv_row.get("summary_through_seq")
+    if current is not None and current not in spans:
+        raise InvalidConversationData("conversation.summary_through_seq", "names no summary in the document")
+    return conv, messages, summaries, current
+
+
+def import_conversation(
+    data: Mapping[str, Any],
+    *,
+    owner: Any = None,
+    new_uuid: bool = False,
+    using: str | None = None,
+) -> Conversation:
+    """Create a conversation from an ``export_conversation`` document, in the exact state the
+    document describes (see the module docstring).
+
+    Args:
+        data: the document (parsed JSON).
+        owner: the user who owns the imported conversation (``None``: nobody).
+        new_uuid: give the conversation a fresh public uuid instead of the document's.
+        using: database alias to write to (defaults to what the routers choose).
+
+    Returns:
+        The new ``Conversation``.
+
+    Raises:
+        InvalidConversationData: the document is not one this version can restore exactly
+            (wrong format or version, a value a column cannot hold, seqs out of order,
+            counters that disagree with the messages, a summary span or pending tool call that
+            names nothing). Nothing is written.
+        ConversationExists: the uuid is taken (and ``new_uuid`` is false). Nothing is written.
+    """
+    conv_values, messages, summaries, current = _check_document(data)
+    alias = using or router.db_for_write(Conversation)
+    if new_uuid or "uuid" not in conv_values:
+        conv_values["uuid"] = uuid_lib.uuid4()
+    stamps: dict[str, Any] = {k: conv_values.pop(k) for k in ("created_at", "updated_at") if k in conv_values}
+    with transaction.atomic(using=alias):
+        if Conversation.objects.using(alias).filter(uuid=conv_values["uuid"]).exists():
+            raise ConversationExists("conversation.uuid", f"{conv_values['uuid']} is already used here")
+        conv = Conversation(owner=owner, **conv_values)
+        conv.save(using=alias, force_insert=True)
+        created = [m.created_at for m in messages]
+        for message in messages:
+            message.conversation = conv
+        Message.objects.using(alias).bulk_create(messages, batch_size=_BATCH)
+        _restore_created_at(Message, messages, created, alias)
+
+        by_through: dict[int, Summary] = {}
+        summary_stamps = []
+        for values, _previous in sorted(summaries, key=lambda item: item[0]["through_seq"]):
+            stamp = values.pop("created_at", None)
+            summary = Summary(conversation=conv, **values)
+            summary.save(using=alias, force_insert=True)
+            by_through[summary.through_seq] = summary
+            summary_stamps.append((summary, stamp))
+        for values, previous in summaries:
+            if previous is not None:
+                Summary.objects.using(alias).filter(pk=by_through[values["through_seq"]].pk).update(
+                    previous=by_through[previous]
+                )
+        _restore_created_at(
+            Summary,
+            [s for s, stamp in summary_stamps if stamp is not None],
+            [stamp for _s, stamp in summary_stamps if stamp is not None],
+            alias,
+        )
+        conv_update: dict[str, Any] = dict(stamps)
+        if current is not None:
+            conv_update["summary"] = by_through[current]
+        if conv_update:
+            Conversation.objects.using(alias).filter(pk=conv.pk).update(**conv_update)
+    conv.refresh_from_db(using=alias)
+    return conv
+
+
+def _restore_created_at(model: type[models.Model], objs: list[Any], stamps: list[Any], alias: str) -> None:
+    """``auto_now_add`` overwrote ``created_at`` at insert: put the document's times back."""
+    keep = [(obj, stamp) for obj, stamp in zip(objs, stamps, strict=True) if stamp is not None]
+    for obj, stamp in keep:
+        obj.created_at = stamp
+    if keep:
+        model._default_manager.using(alias).bulk_update(
+            [obj for obj, _ in keep], ["created_at"], batch_size=500
+        )
