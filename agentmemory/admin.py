@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from functools import partial
 from typing import Any
 
 from django import forms
@@ -201,6 +200,10 @@ class ConversationAdmin(_CheckedQueryAdmin):
         "current_summary",
         "history_links",
         "compaction_started_at",
+        "compaction_lease_expires_at",
+        "compaction_requested_at",
+        "compaction_error",
+        "compaction_failed_at",
         "created_at",
         "updated_at",
     )
@@ -220,7 +223,19 @@ class ConversationAdmin(_CheckedQueryAdmin):
                 )
             },
         ),
-        (_("Memory"), {"fields": ("current_summary", "compaction_started_at")}),
+        (
+            _("Memory"),
+            {
+                "fields": (
+                    "current_summary",
+                    "compaction_started_at",
+                    "compaction_lease_expires_at",
+                    "compaction_requested_at",
+                    "compaction_error",
+                    "compaction_failed_at",
+                )
+            },
+        ),
         (_("Dates"), {"fields": ("created_at", "updated_at")}),
     )
 
@@ -318,14 +333,15 @@ class ConversationAdmin(_CheckedQueryAdmin):
 
     @admin.action(description=_("Compact now"), permissions=["change"])
     def compact_now(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
-        """Enqueue ``agentmemory.tasks.compact_conversation`` for each selected conversation,
-        when the transaction commits; the task decides whether there is anything to fold."""
-        from agentmemory.tasks import compact_conversation
+        """Request a compaction of each selected conversation through ``request_compaction``
+        (forced: the run decides whether there is anything to fold), after the transaction
+        commits; a broker failure is recorded on the conversation, never an error page."""
+        from agentmemory.compaction import request_compaction
 
         ids = list(queryset.values_list("pk", flat=True))
         with transaction.atomic():
             for pk in ids:
-                transaction.on_commit(partial(compact_conversation.delay, pk))
+                request_compaction(pk, force=True, reason="admin compact now")
         self.message_user(
             request,
             ngettext(

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from agentmemory.conf import DEFAULTS, ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
@@ -20,6 +20,7 @@ _POSITIVE_INTS = (
     "MAX_SUMMARY_TOKENS",
     "SUMMARIZER_MAX_INPUT_TOKENS",
     "COMPACTION_LEASE_SECONDS",
+    "COMPACTION_MAX_CALLS_PER_RUN",
 )
 
 
@@ -369,3 +370,62 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 )
             )
     return problems
+
+
+@register(Tags.compatibility)
+def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Say how compactions run (``COMPACTION_MODE`` and the Celery broker) and how to change
+    it; warn when the configuration cannot do what it asks for."""
+    from agentmemory.compaction import COMPACTION_MODES, celery_broker, describe_compaction_mode
+
+    setting = app_settings().COMPACTION_MODE
+    if setting not in COMPACTION_MODES:
+        return [
+            Error(
+                f"AGENTMEMORY['COMPACTION_MODE'] is {setting!r}.",
+                hint="Use 'auto' (Celery when a broker is configured, else inline), 'celery', "
+                "'inline' or 'off'.",
+                id="agentmemory.E010",
+            )
+        ]
+    mode, why = describe_compaction_mode()
+    broker, eager = celery_broker()
+    messages: list[CheckMessage] = []
+    if mode == "celery" and (not broker or eager):
+        messages.append(
+            Warning(
+                "COMPACTION_MODE is 'celery' but the Celery app "
+                + ("runs tasks eagerly, in the request" if broker else "has no broker URL")
+                + ": compactions will "
+                + ("run inside the request that asked for them." if broker else "fail to enqueue."),
+                hint="Configure a broker (CELERY_BROKER_URL read by your celery.py) and run a worker, "
+                "or set AGENTMEMORY['COMPACTION_MODE'] = 'inline'.",
+                id="agentmemory.W004",
+            )
+        )
+    if setting == "auto" and not broker and getattr(settings, "CELERY_BROKER_URL", None):
+        messages.append(
+            Warning(
+                "CELERY_BROKER_URL is set but the Celery app tasks bind to has no broker URL: no "
+                "celery.py loads the Django settings, so compactions run inline.",
+                hint="Add the celery.py of the README's 'Using it in your project' section and import "
+                "its app in your project's __init__.py, or set AGENTMEMORY['COMPACTION_MODE'] = 'inline'.",
+                id="agentmemory.W005",
+            )
+        )
+    how = {
+        "celery": "a Celery worker runs each compaction (start `celery -A <project> worker`; schedule the "
+        "agentmemory.tasks.sweep_compactions task with beat to pick up missed ones)",
+        "inline": "each compaction runs in the web or agent process right after the transaction that asked "
+        "for them commits",
+        "off": "compactions never run automatically (run `manage.py compact_conversations`)",
+    }[mode]
+    messages.append(
+        Info(
+            f"Compaction mode {mode!r} ({why}): {how}.",
+            hint="Set AGENTMEMORY['COMPACTION_MODE'] to 'celery', 'inline' or 'off' to choose; "
+            "'auto' picks Celery when a broker is configured and tasks are not eager.",
+            id="agentmemory.I001",
+        )
+    )
+    return messages

@@ -1,32 +1,39 @@
 """Memory compaction: incremental summaries of a conversation's earlier messages.
 
 ``BaseMemoryCompactor`` holds the protocol (when to compact, which span, how to store the
-result safely); ``LLMMemoryCompactor`` writes the summary with a ``ChatModel``. The Celery
-task ``agentmemory.tasks.compact_conversation`` runs ``compact()`` off the request path.
-Design invariants K1-K6 (shared/design.md) and the bug corpus (BUG-09, 12, 13, 15, 16, 23)
-are the contract.
+result safely under a lease); ``LLMMemoryCompactor`` writes the summary with a ``ChatModel``;
+``OfflineMemoryCompactor`` writes a labelled extractive summary when no model is configured.
+
+``request_compaction()`` is the one entry point every caller uses (agents, the API, the admin,
+the replay, the context builder): it decides whether a compaction is due and then runs it in
+process after the caller's transaction commits ("inline"), hands it to the Celery task
+``agentmemory.tasks.compact_conversation`` ("celery"), or does nothing ("off"), following
+``AGENTMEMORY["COMPACTION_MODE"]``. A broker or model failure never reaches the caller: it is
+logged and recorded on the conversation, and the periodic sweep (``sweep_compactions`` task,
+``compact_conversations`` command) or the next trigger picks the work up again.
 """
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
-import re
-from collections.abc import Iterator, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.exceptions import InvalidSummaryError
+from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
-from agentmemory.llm.base import ChatModel
+from agentmemory.llm.base import ChatModel, ChatResponse
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
@@ -49,24 +56,20 @@ CONDENSE_INSTRUCTIONS = (
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
     "unlikely to need. Output only the shortened summary."
 )
-# Openings of refusals and apologies: a model that did not summarise.
-_REFUSAL = re.compile(
-    r"^\W*(i'?m sorry|i am sorry|sorry\b|i apologi[sz]e|apologies|unfortunately|i cannot|i can'?t|"
-    r"i am unable|i'?m unable|i'?m not able|as an ai\b|as a language model|as an ai language model)",
-    re.IGNORECASE,
-)
-# Provider and transport errors that ended up in the text of a reply.
-_ERROR_TEXT = re.compile(
-    r"^\W*(error\b|exception\b|traceback\b)|traceback \(most recent call last\)|"
-    r"\brate limit(ed| exceeded| reached)?\b|\bstatus code \d{3}\b|\b(bad gateway|gateway time-?out|"
-    r"service unavailable|internal server error|too many requests)\b|\b(4\d\d|5\d\d) error\b",
-    re.IGNORECASE,
-)
-# A reply made only of placeholders: "None", "null", "...", "N/A", an empty code fence.
-_PLACEHOLDER = re.compile(r"^(none|null|n/?a|nil|undefined|\.+|-+|`+\w*\s*`*|\W*)$", re.IGNORECASE)
-_HTML = re.compile(r"^<(!doctype|html|head|body|\?xml|[a-z][a-z0-9]*[\s>])", re.IGNORECASE)
-_PROMPT_ECHO = ("Previous summary:", "New messages:", "Write the updated summary.")
+# The section headers of the summary prompt: a reply that repeats them is the prompt sent back.
+_PROMPT_HEADERS = ("Previous summary:", "New messages:")
 _PAGE = 500
+
+#: the values of ``AGENTMEMORY["COMPACTION_MODE"]``
+COMPACTION_MODES = ("auto", "celery", "inline", "off")
+
+#: How long publishing a task may keep trying when the broker does not answer: one retry
+#: 0.1 s later, so a dead broker costs an append a fraction of a second, not Celery's
+#: default of several seconds of reconnecting.
+ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2}
+
+
+# --------------------------------------------------------------------------- results
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +83,140 @@ class SummaryDraft:
     llm_calls: int = 0
 
 
-def _is_markup(text: str) -> bool:
-    """A JSON document or an HTML/XML page (an error body) instead of a prose summary."""
-    if text[0] in "{[" and text[-1] in "}]":
+#: ``CompactionRun.status`` values
+STORED, PARTIAL, NOTHING, BUSY, GONE, LOST_LEASE, SUPERSEDED = (
+    "stored",
+    "partial",
+    "nothing",
+    "busy",
+    "gone",
+    "lost_lease",
+    "superseded",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRun:
+    """What one bounded compaction run did.
+
+    Attributes:
+        status: ``"stored"`` (a summary reaching the target was stored), ``"partial"`` (an
+            intermediate summary was stored at a human-turn boundary; more remains),
+            ``"nothing"`` (nothing to fold), ``"busy"`` (another run holds the lease),
+            ``"gone"`` (the conversation was deleted), ``"lost_lease"`` (the lease was taken
+            over while the model worked; nothing stored), ``"superseded"`` (the summary or
+            history changed meanwhile; nothing stored).
+        summary: the conversation's summary after the run (new or current), or ``None``.
+        retry_after: for ``"busy"``: seconds until the other run's lease expires.
+        llm_calls: summariser calls made by this run.
+    """
+
+    status: str
+    summary: Summary | None = None
+    retry_after: float = 0.0
+    llm_calls: int = 0
+
+    @property
+    def more_to_do(self) -> bool:
+        """Whether another run should follow (a partial backlog, or a busy lease)."""
+        return self.status in (PARTIAL, BUSY, LOST_LEASE, SUPERSEDED)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRequest:
+    """What ``request_compaction()`` did.
+
+    Attributes:
+        conversation_id: the conversation.
+        due: a compaction was due (or forced).
+        mode: the mode in force: ``"inline"``, ``"celery"`` or ``"off"``.
+        enqueued: the Celery task was handed to the broker (or will be when the caller's
+            transaction commits, see ``deferred``).
+        ran_inline: the compaction ran in this process before the call returned.
+        deferred: the work waits for the caller's transaction to commit (then runs inline,
+            or is enqueued).
+        summary_id: the conversation's summary id after an inline run or a wait.
+        error: why the work could not be started or failed, when known (also recorded on
+            the conversation as ``compaction_error``).
+        reason: the caller's reason, for logs.
+    """
+
+    conversation_id: int
+    due: bool
+    mode: str
+    enqueued: bool = False
+    ran_inline: bool = False
+    deferred: bool = False
+    summary_id: int | None = None
+    error: str | None = None
+    reason: str = ""
+
+    @property
+    def scheduled(self) -> bool:
+        """A compaction ran, was enqueued, or will run/enqueue at commit."""
+        return self.enqueued or self.ran_inline or self.deferred
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A compaction's hold on a conversation: a random token and when it expires."""
+
+    token: uuid.UUID
+    taken_at: Any
+    expires_at: Any
+
+
+class LeaseKeeper:
+    """Renews a lease every ``lease_seconds / 3`` seconds in a small daemon thread while the
+    model works, so a long compaction is never taken over while it is alive, and a dead
+    worker's lease expires within ``lease_seconds``. The thread uses its own database
+    connection and closes it when it stops. ``lost`` is set when the lease was taken over
+    (the row no longer holds our token): the run must not store.
+    """
+
+    def __init__(self, conversation_id: int, lease: Lease, lease_seconds: float) -> None:
+        self.conversation_id = conversation_id
+        self.lease = lease
+        self.lease_seconds = lease_seconds
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"agentmemory-lease-{conversation_id}", daemon=True
+        )
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        # Bounded: a renewal stuck behind a lock must not hold the caller.
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        interval = max(self.lease_seconds / 3, 0.05)
         try:
-            json.loads(text)
-        except ValueError:
-            return False
-        return True
-    return bool(_HTML.match(text)) and "</" in text
+            while not self._stop.wait(interval):
+                renewed = Conversation.objects.filter(
+                    pk=self.conversation_id, compaction_lease=self.lease.token
+                ).update(compaction_lease_expires_at=timezone.now() + timedelta(seconds=self.lease_seconds))
+                if not renewed:
+                    logger.warning(
+                        "compaction of conversation %s lost its lease; its result will not be stored",
+                        self.conversation_id,
+                    )
+                    self.lost.set()
+                    return
+        except Exception:
+            logger.exception("renewing the compaction lease of conversation %s failed", self.conversation_id)
+        finally:
+            connections.close_all()  # this thread's connections only
+
+
+# --------------------------------------------------------------------------- compactors
 
 
 class BaseMemoryCompactor:
@@ -102,13 +230,17 @@ class BaseMemoryCompactor:
             do not use one).
         chat_history: the conversation's ``PersistentChatHistory``.
         summarize_every_n_human: compact after this many human messages since the last
-            summary (K1); defaults to ``SUMMARIZE_EVERY_N_HUMAN_MESSAGES`` (10).
-        keep_recent_human_turns: newest human turns never folded (K6); default 1.
+            summary; defaults to ``SUMMARIZE_EVERY_N_HUMAN_MESSAGES`` (10).
+        keep_recent_human_turns: newest human turns never folded; default 1 (the newest
+            question always stays verbatim).
         keep_recent_messages: optionally also keep at least this many newest messages
             verbatim; the boundary then moves back to the start of a human turn (BUG-05).
         max_summary_tokens: longest summary stored (tokens); longer output is condensed.
         max_input_tokens: largest span of new messages per summariser call (tokens); longer
-            spans are folded in chunks (K2).
+            spans are folded in chunks, so the prompt never grows with the conversation.
+        max_calls_per_run: summariser calls one run may make before it stores an
+            intermediate summary at a human-turn boundary and leaves the rest to the next
+            run; defaults to ``COMPACTION_MAX_CALLS_PER_RUN``.
         token_counter: counts the summary message; defaults to the configured counter.
     """
 
@@ -126,6 +258,7 @@ class BaseMemoryCompactor:
         keep_recent_messages: int | None = None,
         max_summary_tokens: int | None = None,
         max_input_tokens: int | None = None,
+        max_calls_per_run: int | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
         conf = app_settings()
@@ -138,13 +271,16 @@ class BaseMemoryCompactor:
             conf.KEEP_RECENT_HUMAN_TURNS if keep_recent_human_turns is None else keep_recent_human_turns
         )
         if self.keep_recent_human_turns < 1:
-            raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim (K6)")
+            raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim")
         self.keep_recent_messages = keep_recent_messages
         self.max_summary_tokens = max_summary_tokens or conf.MAX_SUMMARY_TOKENS
         self.max_input_tokens = max_input_tokens or conf.SUMMARIZER_MAX_INPUT_TOKENS
+        self.max_calls_per_run = max_calls_per_run or conf.COMPACTION_MAX_CALLS_PER_RUN
         self.token_counter: TokenCounter = token_counter or (
             chat_history.token_counter if chat_history is not None else get_token_counter()
         )
+        #: the conversation row read by the last ``needs_compaction()`` (saves a query)
+        self.last_checked: Conversation | None = None
 
     # -- reading ------------------------------------------------------------------------
 
@@ -160,24 +296,30 @@ class BaseMemoryCompactor:
         return conv.summary if conv is not None else None
 
     def needs_compaction(self, *, max_tokens: int | None = None) -> bool:
-        """Whether a compaction is due (K1): ``every_n_human`` human messages since the last
+        """Whether a compaction is due: ``every_n_human`` human messages since the last
         summary was made; or the messages the summary does not cover fill more than
         ``COMPACTION_TRIGGER_RATIO`` (0.8) of ``max_tokens`` (default
-        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``); or the conversation opens with
-        messages before its first human message, which no window can start on (C3)."""
+        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``), so the next human message still finds
+        room; or the conversation opens with messages before its first human message, which
+        no window can start on; or a compaction was requested longer than
+        ``COMPACTION_LEASE_SECONDS`` ago and has not completed (it failed, or its worker
+        died) and no live lease holds it. Reads the conversation row (one or two queries)."""
         conv = self._conversation()
+        self.last_checked = conv
         if conv is None:
             return False
+        if _stale_request(conv):
+            return True
         summary = conv.summary
         baseline = summary.human_message_count if summary else 0
         if conv.human_message_count - baseline >= self.every_n_human:
             return True
         humans_after = conv.human_message_count - (summary.human_messages_covered if summary else 0)
         if humans_after < self.keep_recent_human_turns:
-            return False  # nothing could be folded (K6)
+            return False  # nothing could be folded: the newest turns stay verbatim
         if summary is None and self._opens_without_human(conv):
-            # The assistant spoke first (a greeting): those messages can never start a window
-            # (C3), so fold them now rather than leave them outside window and summary.
+            # The assistant spoke first (a greeting): those messages can never start a
+            # window, so fold them now rather than leave them outside window and summary.
             return True
         if humans_after == self.keep_recent_human_turns:
             return False
@@ -197,23 +339,16 @@ class BaseMemoryCompactor:
         return first_role is not None and first_role != Role.HUMAN
 
     def compact_if_needed(self, *, max_tokens: int | None = None) -> bool:
-        """Enqueue the compaction task when ``needs_compaction()``, on transaction commit.
+        """Request a compaction when ``needs_compaction()`` holds, through
+        ``request_compaction()`` (inline after commit, a Celery task, or nothing, by
+        ``COMPACTION_MODE``). Never raises because of the broker or the model.
 
-        The task builds a compactor of this same class (its dotted path travels with the
-        task id). Returns ``True`` when a task was enqueued. Never calls the LLM itself.
+        Returns:
+            ``True`` when a compaction was run, enqueued or scheduled for commit.
         """
-        if not self.needs_compaction(max_tokens=max_tokens):
-            return False
-        from agentmemory.tasks import compact_conversation
-
-        path = _importable_path(type(self))
-        # The task checks again when it runs: turns that arrive while a worker is busy
-        # enqueue duplicates, and only the first of them has anything to do.
-        task = partial(
-            compact_conversation.delay, self.conversation_id, path, max_tokens=max_tokens, only_if_needed=True
-        )
-        transaction.on_commit(task)
-        return True
+        return request_compaction(
+            self.conversation_id, max_tokens=max_tokens, compactor=self, reason="compact_if_needed"
+        ).scheduled
 
     # -- the span -----------------------------------------------------------------------
 
@@ -225,7 +360,7 @@ class BaseMemoryCompactor:
         """The ``through_seq`` the next summary should reach, or ``None`` if nothing can be
         folded: everything before the newest ``keep_recent_human_turns`` human turns (and
         before ``keep_recent_messages``), cut at the start of a human turn so that no tool
-        exchange is split (K6, BUG-05, BUG-15)."""
+        exchange is split (BUG-05, BUG-15)."""
         floor = self._floor(conv)
         humans = Message.objects.filter(conversation_id=conv.pk, role=Role.HUMAN, seq__gt=floor).order_by(
             "-seq"
@@ -246,11 +381,9 @@ class BaseMemoryCompactor:
         target = last_foldable_seq(conv, floor=floor, target=kept_start - 1)
         return target if target > floor else None
 
-    def _span(self, floor: int, target: int) -> Iterator[list[ChatMessage]]:
-        """Messages ``floor+1..target`` in chunks of at most ``max_input_tokens`` (by stored
-        counts), read a page at a time so memory stays bounded (K2)."""
-        chunk: list[ChatMessage] = []
-        tokens = 0
+    def _rows(self, floor: int, target: int) -> Iterator[Message]:
+        """Stored messages ``floor+1..target`` in order, a page at a time (memory stays
+        bounded); orphaned tool results (relaxed imports) are skipped."""
         last = floor
         while last < target:
             page = list(
@@ -259,16 +392,23 @@ class BaseMemoryCompactor:
                 ).order_by("seq")[:_PAGE]
             )
             if not page:
-                break
+                return
             for row in page:
-                if row.is_orphan:
-                    continue
-                if chunk and tokens + row.token_count > self.max_input_tokens:
-                    yield chunk
-                    chunk, tokens = [], 0
-                chunk.append(row.to_chat_message())
-                tokens += row.token_count
+                if not row.is_orphan:
+                    yield row
             last = page[-1].seq
+
+    def _span(self, floor: int, target: int) -> Iterator[list[ChatMessage]]:
+        """Messages ``floor+1..target`` in chunks of at most ``max_input_tokens`` (by stored
+        counts); a single larger message is a chunk of its own."""
+        chunk: list[ChatMessage] = []
+        tokens = 0
+        for row in self._rows(floor, target):
+            if chunk and tokens + row.token_count > self.max_input_tokens:
+                yield chunk
+                chunk, tokens = [], 0
+            chunk.append(row.to_chat_message())
+            tokens += row.token_count
         if chunk:
             yield chunk
 
@@ -279,22 +419,21 @@ class BaseMemoryCompactor:
         raise NotImplementedError
 
     def validate(self, text: str) -> str:
-        """The cleaned summary text, or ``InvalidSummaryError`` (K4): empty or a placeholder
-        ("None", "..."), a refusal or apology, provider error text (rate limits, HTTP
-        status pages, tracebacks), JSON or HTML instead of prose, an echo of the prompt, or
-        text no database can store. Refusals and errors are looked for at the start only, so
-        a summary may still say that the user could not log in."""
+        """The cleaned (stripped) summary text, or ``InvalidSummaryError``.
+
+        The checks are structural, never about the wording (a summary may well say that an
+        order was lost or that a payment failed with a 502): the text is not empty or
+        whitespace; it is not the prompt sent back (the prompt's section headers on lines of
+        their own); no database refuses it (NUL characters, lone surrogates). Its length is
+        checked by the caller against ``max_summary_tokens`` after condensing. Whether the
+        provider refused or cut the reply short is known from the response (see
+        ``LLMMemoryCompactor``), not from the text.
+        """
         cleaned = (text or "").strip()
-        if not cleaned or _PLACEHOLDER.match(cleaned):
-            raise InvalidSummaryError(f"the summariser returned an empty summary: {cleaned[:40]!r}")
-        head = cleaned[:300]
-        if _REFUSAL.search(head):
-            raise InvalidSummaryError(f"the summariser refused: {cleaned[:120]!r}")
-        if _ERROR_TEXT.search(head):
-            raise InvalidSummaryError(f"the summariser returned error text: {cleaned[:120]!r}")
-        if _is_markup(cleaned):
-            raise InvalidSummaryError(f"the summariser returned markup, not prose: {cleaned[:120]!r}")
-        if any(marker in cleaned for marker in _PROMPT_ECHO):
+        if not cleaned:
+            raise InvalidSummaryError("the summariser returned an empty summary")
+        lines = {line.strip() for line in cleaned.splitlines()}
+        if all(header in lines for header in _PROMPT_HEADERS):
             raise InvalidSummaryError("the summariser echoed its prompt")
         problem = text_problem(cleaned)
         if problem:
@@ -312,75 +451,154 @@ class BaseMemoryCompactor:
         """Tokens of the summary text alone: what ``max_summary_tokens`` limits."""
         return self.token_counter.count_text(text)
 
-    def _claim(self) -> Any:
-        """Take the compaction lease; ``None`` when another worker holds it (K3)."""
+    # -- the lease ----------------------------------------------------------------------
+
+    def _claim(self) -> Lease | None:
+        """Take the compaction lease: a fresh token with an expiry ``COMPACTION_LEASE_SECONDS``
+        ahead, written only when no other run holds a live lease (an expired lease, left by a
+        dead worker, is taken over). ``None`` when another run holds it."""
         now = timezone.now()
-        stale = now - timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
+        lease = Lease(
+            token=uuid.uuid4(),
+            taken_at=now,
+            expires_at=now + timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS),
+        )
         taken = (
             Conversation.objects.filter(pk=self.conversation_id)
-            .filter(Q(compaction_started_at__isnull=True) | Q(compaction_started_at__lt=stale))
-            .update(compaction_started_at=now)
+            .filter(Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now))
+            .update(
+                compaction_lease=lease.token,
+                compaction_lease_expires_at=lease.expires_at,
+                compaction_started_at=now,
+            )
         )
-        return now if taken else None
+        return lease if taken else None
 
-    def _release(self, claimed_at: Any) -> None:
-        Conversation.objects.filter(pk=self.conversation_id, compaction_started_at=claimed_at).update(
-            compaction_started_at=None
+    def _release(self, lease: Lease) -> None:
+        Conversation.objects.filter(pk=self.conversation_id, compaction_lease=lease.token).update(
+            compaction_lease=None, compaction_lease_expires_at=None, compaction_started_at=None
         )
+
+    def _busy(self) -> CompactionRun:
+        expires = (
+            Conversation.objects.filter(pk=self.conversation_id)
+            .values_list("compaction_lease_expires_at", flat=True)
+            .first()
+        )
+        if expires is None and not Conversation.objects.filter(pk=self.conversation_id).exists():
+            return CompactionRun(GONE)
+        left = (expires - timezone.now()).total_seconds() if expires is not None else 0.0
+        logger.info(
+            "compaction of conversation %s is already running (lease expires in %.0f s)",
+            self.conversation_id,
+            left,
+        )
+        return CompactionRun(BUSY, retry_after=max(left, 0.0))
+
+    # -- running ------------------------------------------------------------------------
 
     def compact(self) -> Summary | None:
-        """Write the next summary now (normally called by the Celery task).
-
-        Holds no database lock while the LLM is called; a lease on the conversation keeps
-        concurrent tasks from doing the work twice, and the unique ``(conversation,
-        through_seq)`` plus a boundary check under a row lock keep the summary from moving
-        backwards (K3). Messages are never edited or deleted (K5).
+        """Run ``run()`` and return the summary after it (see ``run()`` for errors).
 
         Returns:
             The new summary; the current one if it already reaches the target; ``None``
-            when there is nothing to do, another worker holds the lease, or the
-            conversation is gone (BUG-23).
+            when there is nothing to do, another run holds the lease, or the conversation is
+            gone (BUG-23).
+        """
+        run = self.run()
+        if run.status in (NOTHING, BUSY, GONE, LOST_LEASE, SUPERSEDED):
+            return None
+        return run.summary
+
+    def run(self) -> CompactionRun:
+        """Write the next summary now, under the conversation's lease (one bounded run).
+
+        Holds no database lock while the model works; the lease (renewed by a
+        ``LeaseKeeper`` thread) keeps a second run from doing the same work, the lease token
+        checked under the row lock keeps a run that lost its lease from storing, and the
+        unique ``(conversation, through_seq)`` keeps the boundary from moving backwards.
+        Messages are never edited or deleted. At most ``max_calls_per_run`` summariser calls
+        are made (plus those needed to reach the next human-turn boundary): a longer backlog
+        is stored as an intermediate summary at a human-turn boundary (``"partial"``) and
+        the next run continues from there.
+
+        Returns:
+            A ``CompactionRun``.
 
         Raises:
             InvalidSummaryError: the summariser's output was unusable (nothing is stored).
-            TransientLLMError, LLMError: from the model.
+            TransientLLMError, PermanentLLMError: from the model (nothing is stored).
         """
-        conv = self._conversation()
-        if conv is None:
-            return None
-        target = self.target_boundary(conv)
-        if target is None:
-            return None
-        claimed_at = self._claim()
-        if claimed_at is None:
-            logger.info("compaction of conversation %s already running", self.conversation_id)
-            return None
+        lease = self._claim()
+        if lease is None:
+            return self._busy()
         try:
-            return self._compact(conv, target)
+            conv = self._conversation()
+            if conv is None:
+                return CompactionRun(GONE)
+            target = self.target_boundary(conv)
+            if target is None:
+                _mark_done(self.conversation_id, lease.taken_at)
+                return CompactionRun(NOTHING, summary=conv.summary)
+            with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
+                run = self._compact(conv, target, lease, keeper)
+            if run.status == STORED:
+                _mark_done(self.conversation_id, lease.taken_at)
+            elif run.status == PARTIAL:
+                _clear_error(self.conversation_id)
+            return run
         finally:
-            self._release(claimed_at)
+            self._release(lease)
 
-    def _compact(self, conv: Conversation, target: int) -> Summary | None:
+    def _compact(self, conv: Conversation, target: int, lease: Lease, keeper: LeaseKeeper) -> CompactionRun:
         previous = conv.summary
         floor = self._floor(conv)
         text = previous.text if previous else None
         model = ""
         input_tokens = output_tokens = calls = 0
-        span_tokens = 0
-        span_humans = 0
-        folded_any = False
-        for chunk in self._span(floor, target):
-            draft = self.summarize(text, chunk)
+        span_tokens = span_humans = 0
+        chunk: list[ChatMessage] = []
+        chunk_tokens = 0
+        reached = floor  # the last seq folded into ``text``
+        stop_at: int | None = None  # set when the run stops early at a human-turn boundary
+
+        def fold(messages: list[ChatMessage]) -> None:
+            nonlocal text, model, input_tokens, output_tokens, calls, span_tokens, span_humans, reached
+            if keeper.lost.is_set():
+                raise _LeaseLost
+            draft = self.summarize(text, messages)
             text = draft.text
             model = draft.model or model
             input_tokens += draft.input_tokens
             output_tokens += draft.output_tokens
-            calls += draft.llm_calls
-            span_tokens += sum(m.token_count or 0 for m in chunk)
-            span_humans += sum(1 for m in chunk if m.role is Role.HUMAN)
-            folded_any = True
-        if not folded_any or text is None:
-            return None
+            calls += max(draft.llm_calls, 1)
+            span_tokens += sum(m.token_count or 0 for m in messages)
+            span_humans += sum(1 for m in messages if m.role is Role.HUMAN)
+            reached = messages[-1].seq or reached
+
+        try:
+            for row in self._rows(floor, target):
+                started = bool(chunk) or reached > floor
+                if row.role == Role.HUMAN and started and calls + bool(chunk) >= self.max_calls_per_run:
+                    # The run's budget of calls is spent: fold what is pending and stop right
+                    # before this human message, so the intermediate summary ends on a turn.
+                    if chunk:
+                        fold(chunk)
+                    stop_at = row.seq - 1
+                    break
+                if chunk and chunk_tokens + row.token_count > self.max_input_tokens:
+                    fold(chunk)
+                    chunk, chunk_tokens = [], 0
+                chunk.append(row.to_chat_message())
+                chunk_tokens += row.token_count
+            else:
+                if chunk:
+                    fold(chunk)
+        except _LeaseLost:
+            return CompactionRun(LOST_LEASE, llm_calls=calls)
+        boundary = target if stop_at is None else stop_at
+        if text is None or reached <= floor:
+            return CompactionRun(NOTHING, summary=previous, llm_calls=calls)
         text_tokens = self.text_tokens(text)
         if text_tokens > self.max_summary_tokens:
             raise InvalidSummaryError(
@@ -392,25 +610,32 @@ class BaseMemoryCompactor:
             locked = (
                 Conversation.objects.select_for_update()
                 .filter(pk=self.conversation_id)
-                .only("id", "summary_id", "human_message_count", "has_system_prompt")
+                .only("id", "summary_id", "human_message_count", "has_system_prompt", "compaction_lease")
                 .first()
             )
             if locked is None:
-                return None  # deleted while the LLM was working (S2, BUG-23)
+                return CompactionRun(GONE, llm_calls=calls)  # deleted while the model worked (BUG-23)
             current = Summary.objects.filter(pk=locked.summary_id).first() if locked.summary_id else None
-            if current is not None and current.through_seq >= target:
-                return current  # someone else got there first: the boundary never moves back
+            if current is not None and current.through_seq >= boundary:
+                # Someone else got there first: the boundary never moves back.
+                return CompactionRun(STORED, summary=current, llm_calls=calls)
+            if locked.compaction_lease != lease.token or keeper.lost.is_set():
+                logger.warning(
+                    "compaction of conversation %s lost its lease while the model worked; not stored",
+                    self.conversation_id,
+                )
+                return CompactionRun(LOST_LEASE, llm_calls=calls)
             if (current.pk if current else None) != (previous.pk if previous else None):
-                return None  # the summary changed under us; the next trigger will retry
-            if not Message.objects.filter(conversation_id=self.conversation_id, seq=target).exists():
-                return None  # history cleared while the LLM was working
+                return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)
+            if not Message.objects.filter(conversation_id=self.conversation_id, seq=boundary).exists():
+                return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)  # history cleared
             try:
                 with transaction.atomic():
                     summary = Summary.objects.create(
                         conversation_id=self.conversation_id,
                         text=text,
                         first_seq=previous.first_seq if previous else floor + 1,
-                        through_seq=target,
+                        through_seq=boundary,
                         previous=previous,
                         human_messages_covered=(previous.human_messages_covered if previous else 0)
                         + span_humans,
@@ -425,17 +650,86 @@ class BaseMemoryCompactor:
                         llm_calls=calls,
                     )
             except IntegrityError:
-                return Summary.objects.filter(
-                    conversation_id=self.conversation_id, through_seq=target
+                existing = Summary.objects.filter(
+                    conversation_id=self.conversation_id, through_seq=boundary
                 ).first()
+                return CompactionRun(
+                    STORED if stop_at is None else PARTIAL, summary=existing, llm_calls=calls
+                )
             Conversation.objects.filter(pk=self.conversation_id).update(summary=summary)
         signals.summary_created.send(sender=Summary, conversation_id=self.conversation_id, summary=summary)
-        return summary
+        if stop_at is not None:
+            logger.info(
+                "compaction of conversation %s folded seqs %s..%s in %s calls; %s..%s left for the next run",
+                self.conversation_id,
+                floor + 1,
+                boundary,
+                calls,
+                boundary + 1,
+                target,
+            )
+            return CompactionRun(PARTIAL, summary=summary, llm_calls=calls)
+        return CompactionRun(STORED, summary=summary, llm_calls=calls)
+
+
+class _LeaseLost(Exception):
+    """Internal: the lease keeper saw the lease taken over; stop folding."""
+
+
+def _stale_request(conv: Conversation) -> bool:
+    """A compaction was requested more than a lease ago, has not completed, and no live
+    lease holds it (its run failed, was refused, or its worker died)."""
+    requested = getattr(conv, "compaction_requested_at", None)
+    if requested is None:
+        return False
+    now = timezone.now()
+    grace = timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
+    expires = conv.compaction_lease_expires_at
+    return requested < now - grace and (expires is None or expires < now)
+
+
+def _mark_done(conversation_id: int, since: Any) -> None:
+    """Forget the request a completed run has served (only requests made before the run
+    started: a later one still wants its own run) and the last error."""
+    Conversation.objects.filter(pk=conversation_id, compaction_requested_at__lte=since).update(
+        compaction_requested_at=None
+    )
+    _clear_error(conversation_id)
+
+
+def _clear_error(conversation_id: int) -> None:
+    Conversation.objects.filter(pk=conversation_id).exclude(compaction_error="").update(
+        compaction_error="", compaction_failed_at=None
+    )
+
+
+def record_compaction_failure(conversation_id: int, error: BaseException | str) -> str:
+    """Write why a compaction could not be started or failed on the conversation
+    (``compaction_error``, ``compaction_failed_at``) and keep its request pending, so the
+    sweep and the next trigger pick it up. Never raises (a failure to record is logged).
+
+    Returns:
+        The recorded text.
+    """
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    text = text[:2000]
+    try:
+        now = timezone.now()
+        Conversation.objects.filter(pk=conversation_id).update(
+            compaction_error=text, compaction_failed_at=now
+        )
+        Conversation.objects.filter(pk=conversation_id, compaction_requested_at__isnull=True).update(
+            compaction_requested_at=now
+        )
+    except Exception:
+        logger.exception("could not record the compaction failure of conversation %s", conversation_id)
+    return text
 
 
 def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message: int = 8_000) -> str:
     """Plain-text transcript for the summariser: one block per message, tool calls with
     their JSON arguments, long contents cut (the stored messages stay whole)."""
+    import json
 
     lines = []
     for m in messages:
@@ -459,14 +753,31 @@ def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message:
 
 class LLMMemoryCompactor(BaseMemoryCompactor):
     """Writes summaries with a ``ChatModel``: previous summary plus the new messages only
-    (incremental, K2), validated, condensed when over ``max_summary_tokens`` (BUG-13)."""
+    (incremental), validated, condensed when over ``max_summary_tokens`` (BUG-13).
+
+    A reply the provider marks as refused (OpenAI's ``finish_reason`` ``"content_filter"``
+    or a ``refusal``, Anthropic's ``stop_reason`` ``"refusal"``) raises ``LLMRefusalError``;
+    a reply cut at the output token limit (``"length"``, ``"max_tokens"``) raises
+    ``InvalidSummaryError``: its end, with the newest facts, is missing.
+    """
 
     max_condense_attempts = 2
 
-    def _call(self, instructions: str, prompt: str) -> tuple[str, Any]:
+    def _call(self, instructions: str, prompt: str) -> tuple[str, ChatResponse]:
         if self.llm is None:
-            raise InvalidSummaryError("LLMMemoryCompactor needs an llm")
+            raise PermanentLLMError("LLMMemoryCompactor needs an llm")
         response = self.llm.invoke([ChatMessage.system(instructions), ChatMessage.human(prompt)])
+        if response.refused:
+            raise LLMRefusalError(
+                f"the summariser {response.model or ''} declined to summarise "
+                f"(finish reason {response.finish_reason!r})",
+                finish_reason=response.finish_reason,
+            )
+        if response.cut_off:
+            raise InvalidSummaryError(
+                "the summary was cut off at the model's output limit "
+                f"(finish reason {response.finish_reason!r})"
+            )
         return response.message.text, response
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
@@ -501,35 +812,78 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         )
 
 
-def get_compaction_llm() -> ChatModel:
+class OfflineMemoryCompactor(BaseMemoryCompactor):
+    """A labelled, extractive compactor used when no language model is configured.
+
+    It calls no model: the summary starts with ``agentmemory.llm.offline.OFFLINE_LABEL`` and
+    lists what the user asked, what the assistant said and which tools ran, one line each,
+    newest kept first when the list outgrows ``max_summary_tokens`` (counted with the
+    configured token counter). It lets compaction, storage and context windows be seen
+    working on a machine without API keys; configure a model (``COMPACTION_LLM``, ``LLMS``,
+    ``OPENAI_API_KEY``/``ANTHROPIC_API_KEY``) for real summaries.
+    """
+
+    prompt_version = "offline-extractive-v1"
+
+    def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
+        from agentmemory.llm.offline import OFFLINE_MODEL, extractive_summary
+
+        text = extractive_summary(previous, messages, max_tokens=self.max_summary_tokens)
+        return SummaryDraft(text=self.validate(text), model=OFFLINE_MODEL, llm_calls=1)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def get_compaction_llm() -> ChatModel | None:
     """The summariser model: ``AGENTMEMORY['COMPACTION_LLM']`` (dotted path to a
     ``ChatModel`` class or factory), else ``AGENTMEMORY['LLMS']['compaction']`` or
     ``['default']``, else a model configured by the environment (``OPENAI_API_KEY`` /
-    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``), else the offline summariser."""
+    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``), else ``None`` (``build_compactor`` then
+    uses ``OfflineMemoryCompactor``)."""
     from django.utils.module_loading import import_string
 
     path = app_settings().COMPACTION_LLM
     if path:
-        return import_string(path)()
+        model: ChatModel | None = import_string(path)()
+        return model
     from agentmemory.llm.config import get_llm
 
-    model = get_llm("compaction" if "compaction" in app_settings().LLMS else "default")
-    if model is not None:
-        return model
-    from agentmemory.llm.offline import OfflineSummarizer
+    return get_llm("compaction" if "compaction" in app_settings().LLMS else "default")
 
-    return OfflineSummarizer()
+
+def _resolve_class(compactor_class: str | type | None) -> type[BaseMemoryCompactor]:
+    from django.utils.module_loading import import_string
+
+    if compactor_class is None:
+        cls: type[BaseMemoryCompactor] = app_settings().import_compactor_class()
+    elif isinstance(compactor_class, str):
+        cls = import_string(compactor_class)
+    else:
+        cls = compactor_class
+    return cls
 
 
 def build_compactor(
-    conversation_id: int, *, compactor_class: str | None = None, llm: ChatModel | None = None
-):  # type: ignore[no-untyped-def]
-    """The configured compactor for a conversation, as the Celery task builds it."""
-    from django.utils.module_loading import import_string
-
-    cls = import_string(compactor_class) if compactor_class else app_settings().import_compactor_class()
+    conversation_id: int, *, compactor_class: str | type | None = None, llm: ChatModel | None = None
+) -> BaseMemoryCompactor:
+    """The compactor a compaction run uses, as the Celery task and inline runs build it:
+    ``compactor_class`` (a class or dotted path; default ``COMPACTOR_CLASS``) built as
+    ``cls(Conversation.objects, conversation_id, llm, history)`` with ``llm`` or
+    ``get_compaction_llm()``. Without any configured model, an ``LLMMemoryCompactor`` (or a
+    subclass that keeps its ``summarize``) becomes an ``OfflineMemoryCompactor`` (labelled,
+    extractive); a subclass with its own ``summarize`` keeps its class and fails with
+    ``PermanentLLMError`` if it calls the missing model."""
+    cls = _resolve_class(compactor_class)
+    model = llm if llm is not None else get_compaction_llm()
+    if (
+        model is None
+        and issubclass(cls, LLMMemoryCompactor)
+        and cls.summarize is LLMMemoryCompactor.summarize
+    ):
+        cls = OfflineMemoryCompactor
     history = PersistentChatHistory(conversation_id)
-    return cls(Conversation.objects, conversation_id, llm or get_compaction_llm(), history)
+    return cls(Conversation.objects, conversation_id, model, history)
 
 
 def _importable_path(cls: type) -> str | None:
@@ -552,18 +906,470 @@ def _importable_path(cls: type) -> str | None:
     return None
 
 
-def compact_if_needed(
-    conversation_id: int, *, max_tokens: int | None = None, compactor_class: str | None = None
-) -> bool:
-    """Enqueue a compaction of the conversation if one is due (K1), on transaction commit.
+# --------------------------------------------------------------------------- the mode
 
-    For callers that append messages outside an agent (the API, imports). The check reads
-    the conversation row (one or two queries) and never builds an LLM client.
+
+def compaction_mode() -> str:
+    """The compaction mode in force: ``"inline"``, ``"celery"`` or ``"off"``.
+
+    ``AGENTMEMORY["COMPACTION_MODE"]`` may name one; ``"auto"`` (the default) picks
+    ``"celery"`` when the Celery app the tasks bind to has a broker URL (set explicitly by the
+    host, e.g. ``CELERY_BROKER_URL`` read by its ``celery.py``, or the ``CELERY_BROKER_URL``
+    environment variable) and does not run tasks eagerly, and ``"inline"`` otherwise. A host
+    that only adds the app to ``INSTALLED_APPS`` has no broker, so its compactions run in
+    process after each commit instead of failing to reach a broker that is not there.
+    """
+    return describe_compaction_mode()[0]
+
+
+def describe_compaction_mode() -> tuple[str, str]:
+    """``(mode, why)``: the mode in force and a sentence saying why (for ``manage.py check``)."""
+    setting = app_settings().COMPACTION_MODE
+    if setting in ("celery", "inline", "off"):
+        return setting, f"AGENTMEMORY['COMPACTION_MODE'] is {setting!r}"
+    broker, eager = celery_broker()
+    if broker and not eager:
+        return "celery", "COMPACTION_MODE is 'auto' and the Celery app has a broker URL"
+    if broker:
+        return "inline", "COMPACTION_MODE is 'auto' and Celery runs tasks eagerly (task_always_eager)"
+    return "inline", "COMPACTION_MODE is 'auto' and no Celery broker is configured"
+
+
+def celery_broker() -> tuple[str, bool]:
+    """``(broker_url, always_eager)`` of the Celery app tasks bind to (the current app;
+    the default app reads only the ``CELERY_BROKER_URL`` environment variable). The broker
+    URL is ``""`` when none was set."""
+    try:
+        from celery import current_app
+
+        conf = current_app.conf
+        broker = conf.broker_write_url or conf.broker_url or ""
+        return str(broker), bool(conf.task_always_eager)
+    except Exception:  # a broken Celery configuration must not break an append
+        logger.exception("cannot read the Celery configuration")
+        return "", False
+
+
+# --------------------------------------------------------------------------- requesting
+
+
+def request_compaction(
+    conversation_id: int,
+    *,
+    max_tokens: int | None = None,
+    force: bool = False,
+    wait: float = 0.0,
+    compactor_class: str | type | None = None,
+    reason: str = "",
+    compactor: BaseMemoryCompactor | None = None,
+) -> CompactionRequest:
+    """Compact the conversation if a compaction is due, the way ``COMPACTION_MODE`` says.
+
+    "inline": the compaction runs in this process once the caller's transaction commits
+    (at once outside a transaction), one bounded run per request. "celery": the task
+    ``compact_conversation`` is enqueued on commit, with a short publish retry policy
+    (``ENQUEUE_RETRY_POLICY``), so a dead broker costs well under a second. "off": nothing.
+    A request is recorded on the conversation (``compaction_requested_at``) until a run
+    completes; a failure to enqueue or a failed inline run is logged and recorded
+    (``compaction_error``) and never raised: the append or agent turn that asked has
+    already succeeded. The ``sweep_compactions`` task, the ``compact_conversations``
+    command and the next trigger pick such requests up.
+
+    Args:
+        conversation_id: primary key of the conversation.
+        max_tokens: the window budget the "no longer fits" trigger is checked against
+            (tokens); default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+        force: skip the "is it due" check.
+        wait: seconds; when positive, make sure a compaction has run before returning:
+            inline it runs now (runs follow each other until the backlog is folded or the
+            time is up); with Celery the task is enqueued at once and awaited up to
+            ``wait`` seconds.
+        compactor_class: a class or dotted path; default ``COMPACTOR_CLASS`` (or the
+            class of ``compactor``).
+        reason: why the caller asks (for logs).
+        compactor: a compactor instance whose ``needs_compaction()`` settings decide
+            whether one is due (the run itself builds its own with the compaction model).
 
     Returns:
-        ``True`` when the Celery task was enqueued.
+        A ``CompactionRequest``.
     """
-    from django.utils.module_loading import import_string
+    mode = "off"
+    try:
+        mode = compaction_mode()
+        return _request(conversation_id, mode, max_tokens, force, wait, compactor_class, reason, compactor)
+    except Exception as exc:
+        # The caller's append or turn has already succeeded; deciding about compaction must
+        # not turn it into an error.
+        logger.exception("requesting a compaction of conversation %s failed", conversation_id)
+        return CompactionRequest(
+            conversation_id, due=False, mode=mode, error=f"{type(exc).__name__}: {exc}", reason=reason
+        )
 
-    cls = import_string(compactor_class) if compactor_class else app_settings().import_compactor_class()
-    return cls(Conversation.objects, conversation_id, None).compact_if_needed(max_tokens=max_tokens)
+
+def _needs(checker: Any, max_tokens: int | None) -> bool:
+    """``checker.needs_compaction()``, with ``max_tokens`` when its signature takes it."""
+    method = checker.needs_compaction
+    try:
+        takes_budget = "max_tokens" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        takes_budget = True
+    return bool(method(max_tokens=max_tokens) if takes_budget else method())
+
+
+def _request(
+    conversation_id: int,
+    mode: str,
+    max_tokens: int | None,
+    force: bool,
+    wait: float,
+    compactor_class: str | type | None,
+    reason: str,
+    compactor: BaseMemoryCompactor | None,
+) -> CompactionRequest:
+    if compactor is not None and compactor_class is None:
+        compactor_class = type(compactor)
+    checker = compactor or _resolve_class(compactor_class)(Conversation.objects, conversation_id, None)
+    due = _needs(checker, max_tokens)
+    conv = getattr(checker, "last_checked", None)
+    if conv is None or conv.pk != conversation_id:
+        conv = Conversation.objects.filter(pk=conversation_id).first()
+    if conv is None:
+        return CompactionRequest(conversation_id, due=False, mode=mode, reason=reason)
+    if not (due or force):
+        return CompactionRequest(conversation_id, due=False, mode=mode, reason=reason)
+    if mode == "off":
+        return CompactionRequest(conversation_id, due=True, mode=mode, reason=reason)
+    if (
+        mode == "celery"
+        and not force
+        and wait <= 0
+        and conv.compaction_requested_at is not None
+        and not conv.compaction_error
+        and not _stale_request(conv)
+    ):
+        # Already handed to the broker and not failed: one queued task per conversation
+        # is enough (the task checks again when it runs).
+        return CompactionRequest(conversation_id, due=True, mode=mode, enqueued=True, reason=reason)
+    Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
+    if mode == "inline":
+        return _request_inline(conversation_id, compactor_class, max_tokens, force, wait, reason)
+    return _request_celery(conversation_id, compactor_class, max_tokens, force, wait, reason)
+
+
+def _request_inline(
+    conversation_id: int,
+    compactor_class: str | type | None,
+    max_tokens: int | None,
+    force: bool,
+    wait: float,
+    reason: str,
+) -> CompactionRequest:
+    if wait > 0:
+        deadline = time.monotonic() + wait
+        summary_id, error = None, None
+        while True:
+            run, error = _run_safely(conversation_id, compactor_class)
+            summary_id = run.summary.pk if run is not None and run.summary is not None else summary_id
+            if run is None or run.status != PARTIAL or time.monotonic() >= deadline:
+                break
+        return CompactionRequest(
+            conversation_id,
+            due=True,
+            mode="inline",
+            ran_inline=True,
+            summary_id=summary_id,
+            error=error,
+            reason=reason,
+        )
+    outcome: dict[str, Any] = {}
+
+    def run_now() -> None:
+        run, error = _run_safely(
+            conversation_id, compactor_class, only_if_needed=not force, max_tokens=max_tokens
+        )
+        outcome["run"], outcome["error"] = run, error
+
+    transaction.on_commit(run_now)
+    if "run" not in outcome and "error" not in outcome:
+        return CompactionRequest(conversation_id, due=True, mode="inline", deferred=True, reason=reason)
+    run = outcome.get("run")
+    return CompactionRequest(
+        conversation_id,
+        due=True,
+        mode="inline",
+        ran_inline=True,
+        summary_id=run.summary.pk if run is not None and run.summary is not None else None,
+        error=outcome.get("error"),
+        reason=reason,
+    )
+
+
+def _run_safely(
+    conversation_id: int,
+    compactor_class: str | type | None,
+    *,
+    only_if_needed: bool = False,
+    max_tokens: int | None = None,
+) -> tuple[CompactionRun | None, str | None]:
+    """One inline run; every failure is logged and recorded, never raised."""
+    try:
+        run = run_compaction(
+            conversation_id,
+            compactor_class=compactor_class,
+            only_if_needed=only_if_needed,
+            max_tokens=max_tokens,
+        )
+    except Exception as exc:
+        logger.warning("inline compaction of conversation %s failed: %s", conversation_id, exc, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}"
+    if run.status == BUSY:
+        logger.info(
+            "inline compaction of conversation %s refused: another run holds the lease; left for the sweep",
+            conversation_id,
+        )
+    return run, None
+
+
+def _request_celery(
+    conversation_id: int,
+    compactor_class: str | type | None,
+    max_tokens: int | None,
+    force: bool,
+    wait: float,
+    reason: str,
+) -> CompactionRequest:
+    path = _importable_path(compactor_class) if isinstance(compactor_class, type) else compactor_class
+    before = Conversation.objects.filter(pk=conversation_id).values_list("summary_id", flat=True).first()
+    outcome: dict[str, Any] = {}
+
+    def publish() -> None:
+        outcome["error"] = enqueue_compaction(
+            conversation_id, compactor_class=path, max_tokens=max_tokens, only_if_needed=not force
+        )
+
+    if wait > 0:
+        publish()
+    else:
+        transaction.on_commit(publish)
+    if "error" not in outcome:
+        return CompactionRequest(
+            conversation_id, due=True, mode="celery", enqueued=True, deferred=True, reason=reason
+        )
+    error = outcome["error"]
+    if error is not None or wait <= 0:
+        return CompactionRequest(
+            conversation_id, due=True, mode="celery", enqueued=error is None, error=error, reason=reason
+        )
+    summary_id = _await_compaction(conversation_id, before, wait)
+    return CompactionRequest(
+        conversation_id, due=True, mode="celery", enqueued=True, summary_id=summary_id, reason=reason
+    )
+
+
+def _await_compaction(conversation_id: int, before: int | None, wait: float) -> int | None:
+    """Poll until the request is served (cleared), the summary changed, or ``wait`` runs out."""
+    deadline = time.monotonic() + wait
+    delay = 0.05
+    while True:
+        row = (
+            Conversation.objects.filter(pk=conversation_id)
+            .values_list("summary_id", "compaction_requested_at")
+            .first()
+        )
+        if row is None:
+            return None
+        summary_id, requested = row
+        if requested is None or summary_id != before or time.monotonic() >= deadline:
+            return summary_id
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, 0.5)
+
+
+def enqueue_compaction(
+    conversation_id: int,
+    *,
+    compactor_class: str | None = None,
+    max_tokens: int | None = None,
+    only_if_needed: bool = True,
+    countdown: float | None = None,
+) -> str | None:
+    """Hand ``compact_conversation`` to the broker now, with ``ENQUEUE_RETRY_POLICY``.
+
+    Returns:
+        ``None`` when published; otherwise the error text, which is logged and recorded on
+        the conversation (any exception from ``apply_async``: kombu's ``OperationalError``,
+        a refused connection, a serialisation error). Never raises.
+    """
+    from agentmemory.tasks import compact_conversation
+
+    try:
+        compact_conversation.apply_async(
+            args=(conversation_id, compactor_class),
+            kwargs={"max_tokens": max_tokens, "only_if_needed": only_if_needed},
+            countdown=countdown,
+            retry=True,
+            retry_policy=ENQUEUE_RETRY_POLICY,
+        )
+    except Exception as exc:
+        logger.warning(
+            "could not enqueue the compaction of conversation %s (the sweep or the next trigger "
+            "will try again): %s",
+            conversation_id,
+            exc,
+        )
+        return record_compaction_failure(conversation_id, f"enqueue failed: {type(exc).__name__}: {exc}")
+    return None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_compaction(
+    conversation_id: int,
+    *,
+    compactor_class: str | type | None = None,
+    max_tokens: int | None = None,
+    only_if_needed: bool = False,
+    llm: ChatModel | None = None,
+) -> CompactionRun:
+    """One bounded compaction run of a conversation, as the task, inline requests and the
+    ``compact_conversations`` command do it; a failure is recorded on the conversation
+    (``compaction_error``) before it is raised.
+
+    Args:
+        conversation_id: primary key of the conversation.
+        compactor_class: a class or dotted path; default ``COMPACTOR_CLASS``.
+        max_tokens: the window budget the trigger is checked against (tokens).
+        only_if_needed: do nothing unless ``needs_compaction()`` still holds (requests
+            queued behind a busy worker then find nothing to do).
+        llm: the summariser; default ``get_compaction_llm()``.
+
+    Returns:
+        The ``CompactionRun``.
+
+    Raises:
+        TransientLLMError, PermanentLLMError, InvalidSummaryError: recorded, then raised.
+    """
+    if not Conversation.objects.filter(pk=conversation_id).exists():
+        logger.info("conversation %s is gone; nothing to compact", conversation_id)
+        return CompactionRun(GONE)
+    compactor = build_compactor(conversation_id, compactor_class=compactor_class, llm=llm)
+    if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
+        conv = compactor.last_checked
+        if conv is not None and conv.compaction_requested_at is not None:
+            _mark_done(conversation_id, timezone.now())
+        return CompactionRun(NOTHING, summary=conv.summary if conv is not None else None)
+    try:
+        return compactor.run()
+    except Exception as exc:
+        logger.warning("compaction of conversation %s failed: %s", conversation_id, exc)
+        record_compaction_failure(conversation_id, exc)
+        raise
+
+
+def pending_compactions(*, include_due: bool = False, limit: int | None = None) -> list[int]:
+    """Ids of conversations whose requested compaction has not run (requested more than
+    ``COMPACTION_LEASE_SECONDS`` ago, or failed) and that no live lease holds, oldest
+    request first; with ``include_due`` also every conversation for which a compaction is
+    due now (reads every conversation: for the management command, not for a beat task)."""
+    now = timezone.now()
+    grace = now - timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
+    free = Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now)
+    qs = (
+        Conversation.objects.filter(free)
+        .filter(
+            Q(compaction_requested_at__lt=grace)
+            | (Q(compaction_requested_at__isnull=False) & ~Q(compaction_error=""))
+        )
+        .order_by("compaction_requested_at")
+        .values_list("pk", flat=True)
+    )
+    ids = list(qs[:limit] if limit else qs)
+    if include_due:
+        seen = set(ids)
+        cls = _resolve_class(None)
+        for pk in Conversation.objects.filter(free).order_by("pk").values_list("pk", flat=True).iterator():
+            if pk not in seen and cls(Conversation.objects, pk, None).needs_compaction():
+                ids.append(pk)
+                if limit and len(ids) >= limit:
+                    break
+    return ids
+
+
+def sweep(
+    *,
+    enqueue: bool | None = None,
+    include_due: bool = False,
+    limit: int | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> dict[str, int]:
+    """Pick up requested-but-not-run compactions (see ``pending_compactions``): enqueue
+    them (``enqueue=True``; default when the mode is "celery") or run them here, one
+    bounded run each, continuing a backlog while runs are partial.
+
+    Returns:
+        Counts by outcome: ``{"enqueued": n, "stored": n, "failed": n, ...}``.
+    """
+    if enqueue is None:
+        enqueue = compaction_mode() == "celery"
+    counts: dict[str, int] = {}
+    for pk in pending_compactions(include_due=include_due, limit=limit):
+        if enqueue:
+            outcome = "enqueued" if enqueue_compaction(pk, only_if_needed=False) is None else "failed"
+        else:
+            outcome = compact_backlog(pk)
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if progress is not None:
+            progress(pk, outcome)
+    return counts
+
+
+def compact_backlog(conversation_id: int, *, compactor_class: str | type | None = None) -> str:
+    """Run bounded compactions of one conversation in this process until its backlog is
+    folded (runs stop being ``"partial"``); failures are recorded, not raised.
+
+    Returns:
+        The last run's status, or ``"failed"``.
+    """
+    while True:
+        try:
+            run = run_compaction(conversation_id, compactor_class=compactor_class)
+        except Exception:
+            return "failed"
+        if run.status != PARTIAL:
+            return run.status
+
+
+def compact_if_needed(
+    conversation_id: int, *, max_tokens: int | None = None, compactor_class: str | type | None = None
+) -> bool:
+    """``request_compaction()`` for callers that only want a yes/no: ``True`` when a
+    compaction ran, was enqueued or will be at commit. The check reads the conversation row
+    (one or two queries) and never builds a model client; it never raises because of the
+    broker or the model."""
+    return request_compaction(
+        conversation_id, max_tokens=max_tokens, compactor_class=compactor_class, reason="compact_if_needed"
+    ).scheduled
+
+
+__all__ = [
+    "COMPACTION_MODES",
+    "BaseMemoryCompactor",
+    "CompactionRequest",
+    "CompactionRun",
+    "LLMMemoryCompactor",
+    "OfflineMemoryCompactor",
+    "SummaryDraft",
+    "build_compactor",
+    "compact_backlog",
+    "compact_if_needed",
+    "compaction_mode",
+    "enqueue_compaction",
+    "get_compaction_llm",
+    "pending_compactions",
+    "record_compaction_failure",
+    "render_transcript",
+    "request_compaction",
+    "run_compaction",
+    "sweep",
+]

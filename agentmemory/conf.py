@@ -56,10 +56,8 @@ class AgentMemorySettings:
     #: dotted path of the compactor class agents use by default
     COMPACTOR_CLASS: str = "agentmemory.compaction.LLMMemoryCompactor"
     #: dotted path of a ``ChatModel`` class or factory for compaction; None picks one
-    #: from the environment (OpenAI-compatible when configured) or the offline summariser
+    #: from LLMS or the environment, or the offline extractive compactor when none is set
     COMPACTION_LLM: str | None = None
-    #: a compaction that has not finished after this long may be taken over (seconds)
-    COMPACTION_LEASE_SECONDS: int = 600
     #: what agents (and the replay, and the API's context endpoint) do about stored messages
     #: a window would leave in neither itself nor the summary: "close" (compact first, then
     #: report what is left), "report" or "ignore"
@@ -67,6 +65,15 @@ class AgentMemorySettings:
     #: how long a window build waits for a compaction it asked for, when a Celery worker
     #: runs compactions (seconds); inline compactions are always waited for
     COMPACTION_WAIT_SECONDS: float = 30.0
+    #: how compactions run: "auto" (Celery when a broker is configured, else inline),
+    #: "celery", "inline" (in process, after the caller's commit) or "off"
+    COMPACTION_MODE: str = "auto"
+    #: lease of a running compaction (seconds); renewed every third of it while the model
+    #: works, so a dead worker's lease is taken over within this time
+    COMPACTION_LEASE_SECONDS: int = 60
+    #: summariser calls one compaction run may make; a longer backlog is folded over
+    #: several runs, each storing a summary at a human-turn boundary
+    COMPACTION_MAX_CALLS_PER_RUN: int = 20
     #: text put before the summary in the summary system message
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
     #: what a context window does with a tool exchange whose calls are not all answered yet:

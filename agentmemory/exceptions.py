@@ -8,7 +8,7 @@ class AgentMemoryError(Exception):
 
 
 class InvalidMessageError(AgentMemoryError, ValueError):
-    """A message was refused before anything was stored (invariant W3).
+    """A message was refused before anything was stored: a batch is stored whole or not at all.
 
     Attributes:
         index: 0-based position of the offending message in the batch passed in.
@@ -26,15 +26,23 @@ class ConversationNotFound(AgentMemoryError, LookupError):
     """The conversation does not exist (never did, or was deleted)."""
 
 
+class MessageNotFound(AgentMemoryError, LookupError):
+    """A message id is not a message of the conversation it was looked up in.
+
+    Not a ``ConversationNotFound``: the conversation exists, so a caller that answers "no
+    such conversation" (an HTTP 404 on the conversation) must not catch this by accident.
+    """
+
+
 class ContextBudgetExceeded(AgentMemoryError):
-    """The newest human message cannot fit in the token budget (invariant C8).
+    """The newest human message cannot fit in the token budget; it is never dropped silently.
 
     Raised instead of silently returning a context without the user's latest request
     (bug report langchain-ai/langchainjs#8287).
 
     Also raised when the pinned system prompt and the summary alone exceed the budget
-    (invariant C1); then ``seq`` is 1 (a stored prompt) or ``None`` and ``available`` is the
-    whole budget.
+    (a window never exceeds its budget); then ``seq`` is 1 (a stored prompt) or ``None`` and
+    ``available`` is the whole budget.
 
     Attributes:
         seq: the seq of the message (or first message of the unit) that does not fit.
@@ -64,12 +72,53 @@ class ContextBudgetExceeded(AgentMemoryError):
 
 
 class LLMError(AgentMemoryError):
-    """A language model call failed in a way retrying will not fix (bad request, auth)."""
+    """A language model call failed. The two kinds below say whether retrying may help;
+    catch ``LLMError`` to handle both."""
 
 
 class TransientLLMError(LLMError):
-    """A language model call failed in a way that may succeed later (429, 5xx, timeout)."""
+    """A language model call failed in a way that may succeed later: rate limits (HTTP 429),
+    overload and server errors (5xx, Anthropic's 529), 408/409, timeouts, connection errors.
+    Celery tasks retry it with backoff."""
+
+
+class PermanentLLMError(LLMError):
+    """A language model call failed in a way retrying will not fix: a bad request, failed
+    authentication, a missing SDK, a reply that cannot be used. Never retried automatically."""
+
+
+#: The older name of ``PermanentLLMError``, kept importable.
+LLMRequestError = PermanentLLMError
+
+
+class LLMRefusalError(PermanentLLMError):
+    """The provider declined to answer: OpenAI's ``finish_reason`` ``"content_filter"`` or a
+    ``refusal`` in the reply, Anthropic's ``stop_reason`` ``"refusal"``. Known from the
+    provider's response, never guessed from the reply's wording.
+
+    Attributes:
+        finish_reason: the provider's finish or stop reason.
+    """
+
+    def __init__(self, message: str, *, finish_reason: str = "") -> None:
+        self.finish_reason = finish_reason
+        super().__init__(message)
 
 
 class InvalidSummaryError(AgentMemoryError):
-    """The summariser returned text that must not be stored (empty, too long, error text)."""
+    """The summariser's output must not be stored: empty, still over ``MAX_SUMMARY_TOKENS``
+    after condensing, an echo of the prompt, cut off at the model's output limit, or text no
+    database can store. Retrying the same input would give the same kind of output, so tasks
+    record it instead of retrying."""
+
+
+class CompactionBusy(AgentMemoryError):
+    """Another compaction holds the conversation's lease (it is running now).
+
+    Attributes:
+        retry_after: seconds until that lease expires unless it is renewed.
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 0.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)

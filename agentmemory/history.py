@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
+from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
@@ -31,10 +31,6 @@ _LOCK_FIELDS = (
     "has_system_prompt",
     "pending_tool_calls",
 )
-
-
-class MessageNotFound(ConversationNotFound):
-    """The message id given to ``messages_after`` is not in this conversation."""
 
 
 def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> int:

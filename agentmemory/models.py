@@ -128,7 +128,42 @@ class Conversation(models.Model):
         editable=False,
     )
     compaction_started_at = models.DateTimeField(
-        _("compaction started at"), null=True, blank=True, editable=False
+        _("compaction started at"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When the running compaction took its lease; empty when none runs."),
+    )
+    compaction_lease = models.UUIDField(
+        _("compaction lease"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Token of the compaction run holding this conversation; only it may store."),
+    )
+    compaction_lease_expires_at = models.DateTimeField(
+        _("compaction lease expires at"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Renewed while the run works; a lease past this time is taken over."),
+    )
+    compaction_requested_at = models.DateTimeField(
+        _("compaction requested at"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("A compaction was requested and has not completed since; the sweep picks it up."),
+    )
+    compaction_error = models.TextField(
+        _("last compaction error"),
+        blank=True,
+        default="",
+        editable=False,
+        help_text=_("Why the last compaction could not be enqueued or failed; empty after a success."),
+    )
+    compaction_failed_at = models.DateTimeField(
+        _("compaction failed at"), null=True, blank=True, editable=False
     )
 
     objects = ConversationQuerySet.as_manager()

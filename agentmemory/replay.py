@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from django.utils import timezone
+
 from agentmemory.compaction import BaseMemoryCompactor, build_compactor
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
@@ -385,7 +387,12 @@ def _check_window(
 
 def _compaction_due(compactor: BaseMemoryCompactor, cid: int, budget: int | None) -> bool:
     """Whether compaction has not caught up: one is due (K1) or running (its lease)."""
-    running = Conversation.objects.filter(pk=cid, compaction_started_at__isnull=False).exists()
+    now = timezone.now()
+    running = (
+        Conversation.objects.filter(pk=cid, compaction_started_at__isnull=False)
+        .exclude(compaction_lease_expires_at__lt=now)  # a dead worker's lease is not running
+        .exists()
+    )
     return running or compactor.needs_compaction(max_tokens=budget)
 
 

@@ -1,19 +1,27 @@
-"""Celery tasks: ids in, services called."""
+"""Celery tasks: ids in, services called.
+
+``compact_conversation`` runs one bounded compaction of a conversation; ``sweep_compactions``
+(for Celery beat) re-enqueues compactions that were requested and never ran.
+"""
 
 from __future__ import annotations
 
 import logging
+import random
 
 from celery import shared_task
 
-from agentmemory.exceptions import InvalidSummaryError, TransientLLMError
+from agentmemory.exceptions import TransientLLMError
 
 logger = logging.getLogger("agentmemory.tasks")
+
+#: retries of a compaction refused because another run holds the lease
+MAX_BUSY_RETRIES = 10
 
 
 @shared_task(
     bind=True,
-    autoretry_for=(TransientLLMError, InvalidSummaryError),
+    autoretry_for=(TransientLLMError,),
     retry_backoff=True,
     retry_backoff_max=600,
     retry_jitter=True,
@@ -29,40 +37,78 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     max_tokens: int | None = None,
     only_if_needed: bool = False,
 ) -> int | None:
-    """Write the next summary of a conversation (K3, K4).
+    """Write the next summary of a conversation (one bounded run, see
+    ``agentmemory.compaction.run_compaction``).
 
-    Retries transient LLM errors and unusable summaries with exponential backoff and
-    jitter (at most 5 times); the previous summary stays in force meanwhile. A conversation
-    deleted before the task runs is skipped (BUG-23).
+    Transient model errors (rate limits, 5xx, timeouts) are retried with exponential backoff
+    and jitter, at most 5 times; the previous summary stays in force meanwhile. A rejected
+    summary (``InvalidSummaryError``) or a permanent model error is recorded on the
+    conversation and not retried here: the same input would fail the same way, so the
+    sweep or the next trigger tries again later. A run refused because another holds the
+    lease is retried once that lease can have expired. A backlog longer than one run
+    enqueues the next run. A conversation deleted before the task runs is skipped (BUG-23).
 
     Args:
         conversation_id: primary key of the conversation.
         compactor_class: dotted path of the compactor class; default ``COMPACTOR_CLASS``.
         max_tokens: the window budget the trigger is checked against (tokens).
-        only_if_needed: skip unless ``needs_compaction()`` still holds (set by
-            ``compact_if_needed``, so that duplicates queued behind a busy worker do nothing).
+        only_if_needed: skip unless ``needs_compaction()`` still holds.
 
     Returns:
         The id of the current summary after the run, or ``None``.
     """
-    from agentmemory.compaction import build_compactor
-    from agentmemory.models import Conversation
+    from agentmemory.compaction import BUSY, PARTIAL, enqueue_compaction, run_compaction
+    from agentmemory.exceptions import InvalidSummaryError, PermanentLLMError
 
-    if not Conversation.objects.filter(pk=conversation_id).exists():
-        logger.info("conversation %s is gone; nothing to compact", conversation_id)
-        return None
-    compactor = build_compactor(conversation_id, compactor_class=compactor_class)
-    if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
-        return None
     try:
-        summary = compactor.compact()
-    except (TransientLLMError, InvalidSummaryError) as exc:
+        run = run_compaction(
+            conversation_id,
+            compactor_class=compactor_class,
+            max_tokens=max_tokens,
+            only_if_needed=only_if_needed,
+        )
+        while run.status == PARTIAL and self.request.is_eager:
+            run = run_compaction(conversation_id, compactor_class=compactor_class, max_tokens=max_tokens)
+    except (InvalidSummaryError, PermanentLLMError) as exc:
+        logger.warning("compaction of conversation %s failed and is not retried: %s", conversation_id, exc)
+        return None
+    except TransientLLMError as exc:
         if not self.request.is_eager:
             raise  # retried with backoff by autoretry_for
-        # In-process (no broker), a retry would run at once inside the caller's request:
-        # give up for now; the next turn triggers compaction again.
-        logger.warning(
-            "compaction of conversation %s failed, will try on a later turn: %s", conversation_id, exc
-        )
+        # In process (eager), a retry would run at once inside the caller's request; the
+        # failure is recorded and the sweep or the next trigger tries again.
+        logger.warning("compaction of conversation %s failed, left for later: %s", conversation_id, exc)
         return None
-    return summary.pk if summary is not None else None
+    if run.status == BUSY and not self.request.is_eager:
+        if self.request.retries < MAX_BUSY_RETRIES:
+            countdown = run.retry_after + 1 + random.uniform(0, 5)
+            raise self.retry(countdown=countdown, max_retries=MAX_BUSY_RETRIES)
+        logger.warning("compaction of conversation %s stayed busy; left for the sweep", conversation_id)
+    if run.status == PARTIAL:
+        # More backlog: the next bounded run is a task of its own (visible progress: each
+        # run stores a summary).
+        enqueue_compaction(
+            conversation_id, compactor_class=compactor_class, max_tokens=max_tokens, only_if_needed=False
+        )
+    return run.summary.pk if run.summary is not None else None
+
+
+@shared_task(ignore_result=True)
+def sweep_compactions(limit: int = 500) -> dict[str, int]:
+    """Enqueue (mode "celery") or run (otherwise) compactions that were requested and have
+    not run: requested more than ``COMPACTION_LEASE_SECONDS`` ago or failed, and not held by
+    a live lease. Schedule it with Celery beat (see ``project/celery.py``), e.g. every
+    minute.
+
+    Args:
+        limit: most conversations handled per sweep.
+
+    Returns:
+        Counts by outcome (``{"enqueued": n}``, ``{"stored": n, "failed": n}``...).
+    """
+    from agentmemory.compaction import sweep
+
+    counts = sweep(limit=limit)
+    if counts:
+        logger.info("compaction sweep: %s", counts)
+    return counts

@@ -366,6 +366,22 @@ class RecordingLLM:
         return self.invoke(messages, tools=tools)
 
 
+class TailWordsModel:
+    """A stand-in summariser for measuring prompt sizes without an LLM: it answers with the
+    last 300 words of the prompt, a bounded text like a real summary."""
+
+    model_name = "tail-words"
+
+    def invoke(self, messages: Sequence[ChatMessage], *, tools: Any = None) -> Any:
+        from agentmemory.llm.base import ChatResponse
+
+        words = (messages[-1].text if messages else "").split()
+        return ChatResponse(message=ChatMessage.ai(" ".join(words[-300:]) or "-"), model=self.model_name)
+
+    async def ainvoke(self, messages: Sequence[ChatMessage], *, tools: Any = None) -> Any:
+        return self.invoke(messages, tools=tools)
+
+
 def locomo_messages(item: Mapping[str, Any]) -> list[ChatMessage]:
     """One LoCoMo conversation as messages: whoever opens the first session is the human,
     the other speaker the AI."""
@@ -393,7 +409,6 @@ def replay_compaction(
     from agentmemory.compaction import LLMMemoryCompactor
     from agentmemory.conf import app_settings, get_token_counter
     from agentmemory.history import PersistentChatHistory
-    from agentmemory.llm.offline import OfflineSummarizer
     from agentmemory.models import Conversation
 
     items = json.loads(path.read_text())[:limit_conversations]
@@ -407,7 +422,7 @@ def replay_compaction(
         )
         try:
             history = PersistentChatHistory(conv)
-            llm = RecordingLLM(OfflineSummarizer(), counter)
+            llm = RecordingLLM(TailWordsModel(), counter)
             compactor = LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history)
             for position, message in enumerate(messages, start=1):
                 history.add_message(message)
@@ -442,7 +457,7 @@ def replay_compaction(
         "conversations": len(items),
         "compactions": len(records),
         "seconds": seconds,
-        "summarizer": "OfflineSummarizer (extractive, no LLM)",
+        "summarizer": "TailWordsModel (the last 300 words of each prompt, no LLM)",
         "settings": {
             "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": conf.SUMMARIZE_EVERY_N_HUMAN_MESSAGES,
             "MAX_SUMMARY_TOKENS": conf.MAX_SUMMARY_TOKENS,

@@ -45,7 +45,7 @@ from agentmemory.api.pagination import (
     MessageCursorPagination,
     SummaryCursorPagination,
 )
-from agentmemory.compaction import compact_if_needed
+from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
@@ -405,12 +405,13 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
         try:
             messages = s.messages_from_request(items, message_format(request))
             stored = PersistentChatHistory(conversation).add_messages(messages)
-            if any(m.role is Role.HUMAN for m in stored):
-                compact_if_needed(conversation.pk)
         except InvalidMessageError as exc:
             return invalid_message_response(exc)
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
+        if any(m.role is Role.HUMAN for m in stored):
+            # Never fails the append: broker and model errors are logged and recorded.
+            request_compaction(conversation.pk, reason="api append")
         rows = Message.objects.filter(
             conversation=conversation, seq__gte=stored[0].seq, seq__lte=stored[-1].seq
         ).order_by("seq")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError
+from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
 from agentmemory.formats.anthropic import from_anthropic_message, to_anthropic
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, Usage
@@ -85,7 +85,7 @@ class AnthropicChatModel:
         model_name: the ``model`` argument.
 
     Errors: ``TransientLLMError`` for rate limits (429), overload (529), 408/409 and other 5xx,
-    timeouts and connection errors once the SDK's retries are exhausted; ``LLMError`` for every
+    timeouts and connection errors once the SDK's retries are exhausted; ``PermanentLLMError`` for every
     other failure (bad request, authentication, a reply that cannot be read). Messages include
     the HTTP status, the provider's error type and text, and the request id.
     """
@@ -210,7 +210,7 @@ class AnthropicChatModel:
 
         Raises:
             InvalidMessageError: the messages cannot be expressed in the Anthropic format.
-            TransientLLMError, LLMError: see the class docstring.
+            TransientLLMError, PermanentLLMError: see the class docstring.
         """
         request = self._request(messages, tools)
         client = self._clients.sync(functools.partial(self._new_client, "Anthropic"))
@@ -240,7 +240,7 @@ class AnthropicChatModel:
         try:
             [message] = from_anthropic_message({"role": "assistant", "content": raw.get("content") or []})
         except InvalidMessageError as exc:
-            raise LLMError(
+            raise PermanentLLMError(
                 f"model {self.model_name!r} returned a reply that cannot be used "
                 f"(stop_reason={stop_reason!r}): {exc.reason}"
             ) from exc
@@ -256,7 +256,7 @@ class AnthropicChatModel:
         )
 
     def _map_error(self, exc: Exception) -> LLMError:
-        """Translate an ``anthropic`` exception into ``TransientLLMError`` or ``LLMError``."""
+        """Translate an ``anthropic`` exception into ``TransientLLMError`` or ``PermanentLLMError``."""
         where = f"Anthropic messages call (model {self.model_name!r}, {self.base_url or 'default endpoint'})"
         return map_sdk_error(
             exc,

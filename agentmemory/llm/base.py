@@ -25,8 +25,13 @@ class ChatResponse:
         message: the ``ai`` message (text and/or tool calls).
         usage: provider-reported token usage.
         model: the model name the provider reports.
-        finish_reason: the provider's stop reason (``"stop"``, ``"tool_calls"``, ...).
+        finish_reason: the provider's stop reason as it reports it (OpenAI's
+            ``finish_reason``: ``"stop"``, ``"tool_calls"``, ``"length"``,
+            ``"content_filter"``; Anthropic's ``stop_reason``: ``"end_turn"``, ``"tool_use"``,
+            ``"max_tokens"``, ``"refusal"``).
         raw: the provider payload, as a JSON-compatible dict, where useful.
+        refusal: the provider's refusal text when it sends one apart from the content
+            (OpenAI's ``message.refusal``), else ``""``.
     """
 
     message: ChatMessage
@@ -34,6 +39,25 @@ class ChatResponse:
     model: str = ""
     finish_reason: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)
+    refusal: str = ""
+
+    @property
+    def refused(self) -> bool:
+        """The provider declined to answer: a refusal text, or a finish reason in
+        ``REFUSAL_FINISH_REASONS`` (OpenAI's content filter, Anthropic's refusal)."""
+        return bool(self.refusal) or self.finish_reason in REFUSAL_FINISH_REASONS
+
+    @property
+    def cut_off(self) -> bool:
+        """The reply stopped at the model's output token limit (OpenAI's ``"length"``,
+        Anthropic's ``"max_tokens"``): its text may be incomplete."""
+        return self.finish_reason in CUT_OFF_FINISH_REASONS
+
+
+#: finish reasons meaning the provider declined to answer (OpenAI, Anthropic)
+REFUSAL_FINISH_REASONS = frozenset({"content_filter", "refusal"})
+#: finish reasons meaning the reply hit the output token limit (OpenAI, Anthropic)
+CUT_OFF_FINISH_REASONS = frozenset({"length", "max_tokens"})
 
 
 @runtime_checkable
@@ -43,7 +67,9 @@ class ChatModel(Protocol):
     ``tools`` are JSON Schema function declarations in the OpenAI shape
     ``{"name", "description", "parameters"}``. Implementations raise
     ``agentmemory.exceptions.TransientLLMError`` for errors worth retrying (rate limits,
-    timeouts, 5xx) and ``LLMError`` for the rest.
+    timeouts, 5xx) and ``agentmemory.exceptions.PermanentLLMError`` for the rest (both are
+    ``LLMError``s). A provider that declines to answer is reported through ``finish_reason``
+    (or ``refusal``), never by the reply's wording.
     """
 
     model_name: str

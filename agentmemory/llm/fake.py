@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from agentmemory.exceptions import LLMError
+from agentmemory.exceptions import PermanentLLMError
 from agentmemory.llm.base import ChatResponse
 from agentmemory.messages import ChatMessage, Role
 
@@ -48,7 +48,7 @@ class ScriptedChatModel:
             item raises.
 
     Raises (from ``invoke``/``ainvoke``):
-        LLMError: ``"script exhausted"`` when a call arrives after the last item, naming how
+        PermanentLLMError: ``"script exhausted"`` when a call arrives after the last item, naming how
             many calls were answered; whatever exception the script holds.
         TypeError: an item of an unsupported type, or a ``ChatMessage`` that is not ``ai``.
 
@@ -83,7 +83,7 @@ class ScriptedChatModel:
         with self._lock:
             self.calls.append((recorded, list(tools) if tools is not None else None))
             if not self._script:
-                raise LLMError(
+                raise PermanentLLMError(
                     f"ScriptedChatModel {self.model_name!r}: script exhausted after "
                     f"{len(self.calls) - 1} call(s); add more items to the script"
                 )

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError, TransientLLMError
+from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError, TransientLLMError
 from agentmemory.formats.langchain import from_langchain_message, to_langchain
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.messages import ChatMessage
@@ -86,7 +86,7 @@ class LangChainChatModel:
 
     Errors: ``TransientLLMError`` when the underlying error is a timeout, a connection error, or
     an HTTP 408/409/429/5xx of the provider SDK (found through the exception chain);
-    ``LLMError`` for everything else, including a model without tool support and a reply with
+    ``PermanentLLMError`` for everything else, including a model without tool support and a reply with
     unparseable tool calls.
     """
 
@@ -107,7 +107,7 @@ class LangChainChatModel:
         try:
             return self.chat_model.bind_tools([_function_tool(tool) for tool in tools])
         except NotImplementedError as exc:
-            raise LLMError(
+            raise PermanentLLMError(
                 f"{type(self.chat_model).__name__} does not support tool calling (bind_tools); "
                 "use a chat model integration with tool support or call it without tools"
             ) from exc
@@ -129,7 +129,7 @@ class LangChainChatModel:
 
         Raises:
             InvalidMessageError: a message cannot be converted.
-            TransientLLMError, LLMError: see the class docstring.
+            TransientLLMError, PermanentLLMError: see the class docstring.
         """
         lc_messages = to_langchain(messages)
         runnable = self._runnable(tools)
@@ -156,19 +156,19 @@ class LangChainChatModel:
         detail = f"{type(exc).__name__}: {exc}"
         if _is_transient(exc):
             return TransientLLMError(f"{where} failed, worth retrying later: {detail}")
-        return LLMError(f"{where} failed: {detail}")
+        return PermanentLLMError(f"{where} failed: {detail}")
 
     def _to_response(self, result: Any) -> ChatResponse:
         from langchain_core.messages import AIMessage
 
         if not isinstance(result, AIMessage):
-            raise LLMError(
+            raise PermanentLLMError(
                 f"LangChain chat model {self.model_name!r} returned {type(result).__name__}, not an AIMessage"
             )
         try:
             message = from_langchain_message(result, fill_missing_ids=True)
         except InvalidMessageError as exc:
-            raise LLMError(
+            raise PermanentLLMError(
                 f"model {self.model_name!r} returned a reply that cannot be used: {exc.reason}"
             ) from exc
         metadata = result.response_metadata or {}

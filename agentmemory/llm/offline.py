@@ -1,65 +1,55 @@
-"""``OfflineSummarizer``: a clearly labelled, extractive stand-in for an LLM summariser.
+"""The offline extractive summary: what ``OfflineMemoryCompactor`` writes without a model.
 
-Used by the embedded default when no language model is configured, so that compaction,
-storage and context windows can be seen working on a machine without API keys. Its output
-starts with ``OFFLINE_LABEL``: it is a list of what was asked and which tools ran, not an
-LLM summary.
+Used when no language model is configured, so that compaction, storage and context windows
+can be seen working on a machine without API keys. The text starts with ``OFFLINE_LABEL``:
+it is a list of what was asked, what was answered and which tools ran, not a summary written
+by a language model. It is built from the messages themselves; no prompt is parsed.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from agentmemory.llm.base import ChatResponse, Usage
-from agentmemory.messages import ChatMessage
+from agentmemory.messages import ChatMessage, Role
 
 OFFLINE_LABEL = "[Offline extractive summary, not written by a language model]"
-_LIMIT = re.compile(r"at most (\d+) tokens")
+#: the ``Summary.model`` of offline summaries
+OFFLINE_MODEL = "offline-extractive"
 _ITEM_CHARS = 160
 
+__all__ = ["OFFLINE_LABEL", "OFFLINE_MODEL", "extractive_items", "extractive_summary"]
 
-class OfflineSummarizer:
-    """Answers the compactor's prompts without a model.
 
-    For a summary prompt it keeps the previous summary's items and adds one per user
-    message ("User asked: ..."), per assistant reply ("Assistant said: ...") and per tool
-    used; items are dropped oldest first so that
-    the text stays within the token limit stated in the instructions, counted with the
-    configured token counter. A condense prompt is answered the same way.
+def extractive_summary(previous: str | None, messages: Sequence[ChatMessage], *, max_tokens: int) -> str:
+    """The previous summary's items followed by one item per message of ``messages``, the
+    oldest items dropped until the text fits ``max_tokens`` (counted with the configured
+    token counter).
+
+    Args:
+        previous: the previous summary text (an offline one keeps its items; any other text
+            is carried forward as one "Earlier: ..." item), or ``None``.
+        messages: the messages to fold, oldest first.
+        max_tokens: the longest text returned (tokens).
+
+    Returns:
+        ``OFFLINE_LABEL`` and one ``- item`` line per kept item.
     """
+    return _fit(_previous_items(previous) + extractive_items(messages), max_tokens)
 
-    model_name = "offline-extractive"
 
-    def invoke(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> ChatResponse:
-        instructions = messages[0].text if messages else ""
-        prompt = messages[-1].text if messages else ""
-        match = _LIMIT.search(instructions)
-        max_tokens = int(match.group(1)) if match else 500
-        items = _previous_items(prompt)
-        for line in prompt.splitlines():
-            if line.startswith("User: "):
-                items.append("User asked: " + _clip(line[len("User: ") :]))
-            elif line.startswith("Assistant: "):
-                items.append("Assistant said: " + _clip(line[len("Assistant: ") :]))
-            elif line.startswith("Assistant called tool "):
-                name = line[len("Assistant called tool ") :].split("(", 1)[0]
-                items.append(f"Assistant used tool {name}.")
-        text = _fit(items, max_tokens)
-        return ChatResponse(
-            message=ChatMessage.ai(text),
-            usage=Usage(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4),
-            model=self.model_name,
-            finish_reason="stop",
-        )
-
-    async def ainvoke(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> ChatResponse:
-        return self.invoke(messages, tools=tools)
+def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
+    """One line per user message ("User asked: ..."), assistant reply ("Assistant said:
+    ...") and tool call ("Assistant used tool NAME."), each cut to 160 characters; tool
+    results and system messages are left out."""
+    items: list[str] = []
+    for m in messages:
+        if m.role is Role.HUMAN and m.text.strip():
+            items.append("User asked: " + _clip(m.text))
+        elif m.role is Role.AI:
+            if m.text.strip():
+                items.append("Assistant said: " + _clip(m.text))
+            items.extend(f"Assistant used tool {call.name}." for call in m.tool_calls)
+    return items
 
 
 def _clip(text: str) -> str:
@@ -67,19 +57,15 @@ def _clip(text: str) -> str:
     return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 3] + "..."
 
 
-def _previous_items(prompt: str) -> list[str]:
-    """Items of a previous offline summary found in the prompt (summary or condense)."""
-    if "Previous summary:" in prompt:
-        block = prompt.split("Previous summary:", 1)[1].split("New messages:", 1)[0]
-    else:
-        block = prompt
-    items = [line[2:] for line in block.splitlines() if line.startswith("- ")]
-    prose = block.strip()
-    if not items and prose and prose != "(none yet)":
-        # A summary written by an LLM (or by hand) before this one: carry it forward as
-        # one item instead of dropping it (K2: the summary accumulates).
-        items = ["Earlier: " + " ".join(prose.split())[: _ITEM_CHARS * 4]]
-    return items
+def _previous_items(previous: str | None) -> list[str]:
+    text = (previous or "").strip()
+    if not text:
+        return []
+    if text.startswith(OFFLINE_LABEL):
+        return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+    # A summary written by a model (or by hand) before this one: carry it forward as one
+    # item instead of dropping it (the summary accumulates).
+    return ["Earlier: " + " ".join(text.split())[: _ITEM_CHARS * 4]]
 
 
 def _fit(items: list[str], max_tokens: int) -> str:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError
+from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
 from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, Usage
@@ -64,7 +64,7 @@ class OpenAIChatModel:
         model_name: the ``model`` argument.
 
     Errors: ``TransientLLMError`` for rate limits, timeouts, connection errors, 408/409 and 5xx
-    responses once the SDK's retries are exhausted; ``LLMError`` for every other failure (bad
+    responses once the SDK's retries are exhausted; ``PermanentLLMError`` for every other failure (bad
     request, authentication, unparseable tool-call arguments in the reply). Messages include the
     HTTP status and the provider's error text.
     """
@@ -179,7 +179,7 @@ class OpenAIChatModel:
 
         Raises:
             InvalidMessageError: a message cannot be expressed in the OpenAI format.
-            TransientLLMError, LLMError: see the class docstring.
+            TransientLLMError, PermanentLLMError: see the class docstring.
         """
         request = self._request(messages, tools)
         client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
@@ -205,13 +205,13 @@ class OpenAIChatModel:
 
     def _to_response(self, completion: Any) -> ChatResponse:
         if not completion.choices:
-            raise LLMError(f"model {self.model_name!r} returned a completion without choices")
+            raise PermanentLLMError(f"model {self.model_name!r} returned a completion without choices")
         choice = completion.choices[0]
         finish_reason = choice.finish_reason or ""
         try:
             message = from_openai(_keep_malformed_arguments(choice.message.model_dump(mode="json")))
         except InvalidMessageError as exc:
-            raise LLMError(
+            raise PermanentLLMError(
                 f"model {self.model_name!r} returned a reply that cannot be used "
                 f"(finish_reason={finish_reason!r}): {exc.reason}"
             ) from exc
@@ -225,10 +225,11 @@ class OpenAIChatModel:
             model=completion.model or self.model_name,
             finish_reason=finish_reason,
             raw=completion.model_dump(mode="json"),
+            refusal=getattr(choice.message, "refusal", None) or "",
         )
 
     def _map_error(self, exc: Exception) -> LLMError:
-        """Translate an ``openai`` exception into ``TransientLLMError`` or ``LLMError``."""
+        """Translate an ``openai`` exception into ``TransientLLMError`` or ``PermanentLLMError``."""
         where = f"OpenAI chat completion (model {self.model_name!r}, {self.base_url or 'default endpoint'})"
         return map_sdk_error(
             exc,
