@@ -207,24 +207,50 @@ def test_staff_without_view_permission_cannot_see_the_context_page(client, djang
     assert client.get(url("conversation_context", chat.pk)).status_code == 200
 
 
-def test_compact_now_enqueues_on_commit(admin_client, chat, monkeypatch, django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
-    from agentmemory import tasks
+def test_compact_now_runs_after_commit_without_a_broker(
+    admin_client, chat, settings, django_capture_on_commit_callbacks
+):  # type: ignore[no-untyped-def]
+    from tests.factories import conversation_with_turns
 
-    second = Conversation.objects.create(title="second")
-    queued: list[int] = []
-    monkeypatch.setattr(tasks.compact_conversation, "delay", lambda pk, *a, **k: queued.append(pk))
+    settings.AGENTMEMORY = {"COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor"}
+    second, _ = conversation_with_turns(3)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = admin_client.post(
             url("conversation_changelist"),
             {"action": "compact_now", "_selected_action": [chat.pk, second.pk]},
             follow=True,
         )
-    assert queued == []  # nothing runs before the commit
+    assert not Summary.objects.filter(conversation=second).exists()  # nothing runs before the commit
     assert len(callbacks) == 2
     for callback in callbacks:
         callback()
-    assert sorted(queued) == sorted([chat.pk, second.pk])
+    assert Summary.objects.filter(conversation=second).count() == 1
+    assert Conversation.objects.get(pk=chat.pk).summary == chat.summary  # nothing more to fold there
+    assert not Conversation.objects.filter(compaction_requested_at__isnull=False).exists()
     assert "Compaction queued for 2 conversations." in response.content.decode()
+
+
+def test_compact_now_with_a_dead_broker_records_the_failure(
+    admin_client, chat, settings, monkeypatch, django_capture_on_commit_callbacks
+):  # type: ignore[no-untyped-def]
+    from kombu.exceptions import OperationalError
+
+    from agentmemory import tasks
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OperationalError("[Errno 111] Connection refused")
+
+    settings.AGENTMEMORY = {"COMPACTION_MODE": "celery"}
+    monkeypatch.setattr(tasks.compact_conversation, "apply_async", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            url("conversation_changelist"),
+            {"action": "compact_now", "_selected_action": [chat.pk]},
+            follow=True,
+        )
+    assert response.status_code == 200
+    chat.refresh_from_db()
+    assert "Connection refused" in chat.compaction_error and chat.compaction_requested_at is not None
 
 
 def test_delete_confirmation_summarises_and_cascades(admin_client, chat):  # type: ignore[no-untyped-def]

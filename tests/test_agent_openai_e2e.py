@@ -27,7 +27,7 @@ from project.celery import app as celery_app
 from tests.fake_openai_server import FakeOpenAIServer, fake_openai  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE_SUMMARIZER = "agentmemory.llm.offline.OfflineSummarizer"
+OFFLINE_COMPACTOR = "agentmemory.compaction.OfflineMemoryCompactor"
 TOOL_NAMES = ["lookup_order", "search_faq", "create_ticket"]
 
 
@@ -87,7 +87,7 @@ def script_turn(server: FakeOpenAIServer, turn: int) -> int:
 def eager_celery(settings) -> Iterator[list[tuple[str, tuple]]]:  # type: ignore[no-untyped-def]
     """Celery in eager mode (whatever the environment says) with the offline summariser;
     yields the (task name, args) of every task that ran."""
-    settings.AGENTMEMORY = {"COMPACTION_LLM": OFFLINE_SUMMARIZER}
+    settings.AGENTMEMORY = {"COMPACTOR_CLASS": OFFLINE_COMPACTOR}
     ran: list[tuple[str, tuple]] = []
 
     def record(sender=None, args=None, **kwargs):  # type: ignore[no-untyped-def]
@@ -125,9 +125,9 @@ def test_25_turns_with_parallel_tool_calls_and_compaction(fake_openai, eager_cel
         llm.close()
 
     assert fake_openai.pending == 0
-    # Compaction ran through Celery right after human messages 10 and 20, and only then.
-    compactions = [args for name, args in eager_celery if name == "agentmemory.tasks.compact_conversation"]
-    assert [args[0] for args in compactions] == [conv.pk, conv.pk]
+    # Celery is eager (no broker): compaction ran inline, in process, right after human
+    # messages 10 and 20 and only then (the summaries below), not through a Celery task.
+    assert not [name for name, _ in eager_celery if name == "agentmemory.tasks.compact_conversation"]
     assert [len(summaries_seen[t]) for t in (9, 10, 19, 20, 25)] == [0, 1, 1, 2, 2]
     first, second = summaries_seen[25]
     assert (first.human_message_count, second.human_message_count) == (10, 20)
@@ -221,7 +221,7 @@ def celery_worker_process(transactional_db) -> Iterator[subprocess.Popen]:  # ty
         DJANGO_SETTINGS_MODULE="project.settings",
         DATABASE_URL=_database_url(),
         CELERY_BROKER_URL=broker,
-        AGENTMEMORY_COMPACTION_LLM=OFFLINE_SUMMARIZER,
+        AGENTMEMORY_COMPACTOR_CLASS=OFFLINE_COMPACTOR,
         AGENTMEMORY_LLM_PROVIDER="none",
     )
     command = [
@@ -280,7 +280,7 @@ def celery_worker_process(transactional_db) -> Iterator[subprocess.Popen]:  # ty
 @pytest.mark.celery_worker
 @pytest.mark.django_db(transaction=True)
 def test_real_celery_worker_compacts_an_agent_conversation(fake_openai, celery_worker_process, settings):  # noqa: F811
-    settings.AGENTMEMORY = {"COMPACTION_LLM": OFFLINE_SUMMARIZER}
+    settings.AGENTMEMORY = {"COMPACTOR_CLASS": OFFLINE_COMPACTOR}
     llm = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="sk-test", max_retries=0)
     agent = SupportAgent(llm=llm)
     conv = agent.start_conversation(title="worker")

@@ -38,7 +38,7 @@ from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
 from tests.fake_anthropic_server import fake_anthropic  # noqa: F401
 
-OFFLINE = {"COMPACTION_LLM": "agentmemory.llm.offline.OfflineSummarizer"}
+OFFLINE = {"COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor"}
 
 
 @tool
@@ -521,7 +521,7 @@ class OwnCompactorAgent(CalcAgent, register=False):
 def test_get_config_override_compactor_is_used_by_the_task(
     conv, settings, django_capture_on_commit_callbacks
 ):
-    settings.AGENTMEMORY = OFFLINE
+    settings.AGENTMEMORY = {"COMPACTION_LLM": "tests.helpers_concurrency.FixedSummaryModel"}
     agent = OwnCompactorAgent(llm=ScriptedChatModel([f"a{i}" for i in range(3)]))
     with django_capture_on_commit_callbacks(execute=True):
         results = [agent.run(conv, f"q{i}") for i in range(3)]

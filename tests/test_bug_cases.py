@@ -9,14 +9,21 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
+from django.test import override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound
+from agentmemory.exceptions import (
+    ContextBudgetExceeded,
+    ConversationNotFound,
+    InvalidSummaryError,
+    TransientLLMError,
+)
 from agentmemory.formats.openai import from_openai_messages, to_openai
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
@@ -25,6 +32,7 @@ from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import LengthTokenCounter, TiktokenCounter
 from tests.conftest import TableTokenCounter, load_bug_cases
+from tests.helpers_concurrency import ScriptHolder
 
 CASES = {case["id"]: case for case in load_bug_cases()}
 pytestmark = [
@@ -586,3 +594,128 @@ def test_bug35_forget_all_is_scoped_has_no_page_cap_and_refuses_no_owner() -> No
     assert sorted(
         FactEmbedding.objects.filter(fact__owner=users["user_b"]).values_list("fact_id", "vector")
     ) == sorted(b_before)
+
+
+def _bug31_after_message_6(llm: ScriptedChatModel):  # type: ignore[no-untyped-def]
+    """BUG-31 up to message 6: summary v1 (made after message 2) covers messages 0-1, and the
+    compaction after message 6 is due. Runs go through ``run_compaction`` (what the Celery
+    task and inline requests call) with the case's compactor settings and ``llm``."""
+    from agentmemory.compaction import run_compaction
+
+    c = case("BUG-31")
+    counter = counter_for(c)
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=counter)
+    messages = from_openai_messages(c["input"])
+    settings = c["params"]["compaction"]
+
+    class Bug31Compactor(LLMMemoryCompactor):
+        def __init__(self, repo, cid, model, chat_history=None, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs.update(
+                summarize_every_n_human=settings["summarize_every_n_human"],
+                keep_recent_human_turns=settings["keep_recent_human_turns"],
+                token_counter=counter,
+            )
+            super().__init__(repo, cid, model, chat_history, **kwargs)
+
+    def compact():  # type: ignore[no-untyped-def]
+        return run_compaction(conv.pk, compactor_class=Bug31Compactor, llm=llm)
+
+    history.add_messages(messages[:3])
+    first = ScriptedChatModel(["S1: flight to Lisbon on 12 May at 07:40."])
+    v1 = run_compaction(conv.pk, compactor_class=Bug31Compactor, llm=first).summary
+    assert (
+        v1 is not None and [v1.first_seq - 1, v1.through_seq - 1] == c["params"]["existing_summary"]["covers"]
+    )
+    history.add_messages(messages[3:7])
+    assert Bug31Compactor(Conversation.objects, conv.pk, None).needs_compaction()
+    return SimpleNamespace(
+        c=c, counter=counter, conv=conv, history=history, messages=messages, v1=v1, compact=compact
+    )
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [TransientLLMError("Connection reset by peer (mid-stream)"), "   \n\t  "],
+    ids=["summariser-raises", "whitespace-summary"],
+)
+def test_bug31_a_failed_summary_changes_nothing(failure) -> None:  # type: ignore[no-untyped-def]
+    """Variant A (the summariser raises on every attempt) and B (it returns whitespace): no
+    summary is stored, v1 stays in force with its text, no message is touched, the failure
+    is recorded on the conversation, and the window after message 8 is v1 plus 2-8."""
+    llm = ScriptedChatModel([failure] * 3)
+    s = _bug31_after_message_6(llm)
+    c, conv, v1, compact = s.c, s.conv, s.v1, s.compact
+    before = list(Message.objects.filter(conversation=conv).order_by("seq").values())
+    expected_error = TransientLLMError if isinstance(failure, Exception) else InvalidSummaryError
+    for _ in range(3):  # every attempt fails the same way
+        with pytest.raises(expected_error):
+            compact()
+    conv.refresh_from_db()
+    assert Summary.objects.filter(conversation=conv).count() == 1
+    assert conv.summary == v1 and conv.summary.text == v1.text
+    assert [conv.summary.first_seq - 1, conv.summary.through_seq - 1] == c["expected"]["summary_covers"]
+    assert list(Message.objects.filter(conversation=conv).order_by("seq").values()) == before
+    assert expected_error.__name__ in conv.compaction_error and conv.compaction_requested_at is not None
+    assert "Connection reset" not in conv.summary.text
+    s.history.add_messages(s.messages[7:])
+    window = build(conv, c, s.counter)
+    assert labels(window) == c["expected"]["context"]
+    assert window.summary_id == v1.pk
+
+
+def test_bug31_the_task_retries_model_errors_but_not_rejected_summaries() -> None:
+    """The Celery retry policy: transient model errors are retried with backoff and jitter,
+    a bounded number of times; a rejected summary is recorded and not retried blindly."""
+    from agentmemory.tasks import compact_conversation
+
+    assert compact_conversation.autoretry_for == (TransientLLMError,)
+    assert compact_conversation.retry_backoff and compact_conversation.retry_jitter
+    assert 0 < compact_conversation.max_retries <= 5
+    llm = ScriptedChatModel(["  ", "S2: must not be asked for"])
+    s = _bug31_after_message_6(llm)
+    conv, v1 = s.conv, s.v1
+    ScriptHolder.current = llm
+    try:
+        with override_settings(AGENTMEMORY={"COMPACTION_LLM": "tests.helpers_concurrency.scripted_model"}):
+            compact_conversation.apply(args=[conv.pk, f"{__name__}._Bug31TaskCompactor"], throw=True)
+    finally:
+        ScriptHolder.current = None
+    assert len(llm.calls) == 1  # one call: the rejection was not retried
+    conv.refresh_from_db()
+    assert conv.summary == v1 and "InvalidSummaryError" in conv.compaction_error
+
+
+class _Bug31TaskCompactor(LLMMemoryCompactor):
+    """BUG-31's compactor settings, importable by the task."""
+
+    def __init__(self, repo, cid, model, chat_history=None, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs.update(
+            summarize_every_n_human=2, keep_recent_human_turns=1, token_counter=LengthTokenCounter()
+        )
+        super().__init__(repo, cid, model, chat_history, **kwargs)
+
+
+def test_bug31_a_retry_that_succeeds_stores_exactly_one_summary_from_the_old_boundary() -> None:
+    llm = ScriptedChatModel(
+        [TransientLLMError("Connection reset by peer"), "S2: Lisbon trip, hotel, dinner."]
+    )
+    s = _bug31_after_message_6(llm)
+    c, conv, v1, compact = s.c, s.conv, s.v1, s.compact
+    with pytest.raises(TransientLLMError):
+        compact()
+    run = compact()  # the retry
+    assert run.status == "stored"
+    summaries = list(Summary.objects.filter(conversation=conv).order_by("through_seq"))
+    assert len(summaries) == 2 and summaries[0] == v1
+    v2 = summaries[1]
+    assert [v2.first_seq - 1, v2.through_seq - 1] == [0, 5] and v2.previous == v1
+    # The retry started from the old boundary: v1 plus messages 2-5, not messages 0-1 again.
+    prompt = llm.calls[-1][0][-1].content
+    assert v1.text in prompt
+    assert all(c["input"][i]["content"] in prompt for i in range(2, 6))
+    assert all(c["input"][i]["content"] not in prompt for i in (0, 1, 6))
+    conv.refresh_from_db()
+    assert conv.summary == v2 and conv.compaction_error == "" and conv.compaction_requested_at is None
+    assert compact().status == "nothing"  # a second retry stores no duplicate
+    assert Summary.objects.filter(conversation=conv).count() == 2

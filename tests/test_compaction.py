@@ -1,10 +1,11 @@
-"""Memory compaction: when it triggers (K1), incremental and chunked prompts (K2), enqueue on
-commit, lease and monotonic boundary (K3), safe failure (K4), messages untouched (K5), the
-newest human turn kept verbatim (K6), and the labelled offline summariser."""
+"""Memory compaction: when it triggers, incremental and chunked prompts, runs after commit,
+the lease and a boundary that never moves back, safe failure, messages untouched, the newest
+human turn kept verbatim, and the labelled offline compactor."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -22,7 +23,7 @@ from agentmemory.exceptions import InvalidSummaryError, TransientLLMError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.llm.offline import OFFLINE_LABEL, OfflineSummarizer
+from agentmemory.llm.offline import OFFLINE_LABEL
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import ApproximateTokenCounter
@@ -200,16 +201,22 @@ def test_running_lease_blocks_a_second_compaction_and_a_stale_one_is_taken_over(
     conv, history = conversation_with_turns(5)
     llm = ScriptedChatModel(["Earlier questions."])
     compactor = compactor_for(conv, history, llm)
-    Conversation.objects.filter(pk=conv.pk).update(compaction_started_at=timezone.now())
-    assert compactor.compact() is None
+    other = uuid.uuid4()
+    Conversation.objects.filter(pk=conv.pk).update(
+        compaction_lease=other,
+        compaction_started_at=timezone.now(),
+        compaction_lease_expires_at=timezone.now() + timedelta(seconds=60),
+    )
+    run = compactor.run()
+    assert run.status == "busy" and 55 < run.retry_after <= 60
     assert llm.calls == [] and not Summary.objects.exists()
-    with override_settings(AGENTMEMORY={"COMPACTION_LEASE_SECONDS": 60}):
-        Conversation.objects.filter(pk=conv.pk).update(
-            compaction_started_at=timezone.now() - timedelta(seconds=61)
-        )
-        assert compactor.compact() is not None
+    # The worker holding it died: its lease expired and is taken over.
+    Conversation.objects.filter(pk=conv.pk).update(
+        compaction_lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert compactor.compact() is not None
     conv.refresh_from_db()
-    assert conv.compaction_started_at is None  # released after the work
+    assert conv.compaction_started_at is None and conv.compaction_lease is None  # released after the work
 
 
 def test_lease_is_released_when_the_llm_fails() -> None:
@@ -274,12 +281,9 @@ def test_running_compaction_twice_is_idempotent() -> None:
 INVALID = [
     "",
     "   \n\t ",
-    "Error: upstream request timed out",
-    "ERROR 500 internal server error",
-    "I'm sorry, I cannot summarise this conversation.",
-    "As an AI language model I cannot do that.",
-    'Traceback (most recent call last):\n  File "x.py", line 1',
-    'Summary follows.\nTraceback (most recent call last):\n  File "x.py"',
+    "Previous summary:\n(none yet)\n\nNew messages:\nUser: hi",
+    "The user said \ud800",
+    "The user said \x00",
 ]
 
 
@@ -317,7 +321,7 @@ def test_summary_still_too_long_after_condensing_is_never_stored() -> None:
 def test_invalid_condensed_output_is_never_stored() -> None:
     conv, history = conversation_with_turns(4)
     compactor = compactor_for(
-        conv, history, ScriptedChatModel(["fact " * 300, "Error: rate limited"]), max_summary_tokens=50
+        conv, history, ScriptedChatModel(["fact " * 300, "  \n "]), max_summary_tokens=50
     )
     with pytest.raises(InvalidSummaryError):
         compactor.compact()
@@ -371,7 +375,7 @@ def test_keep_recent_human_turns_keeps_that_many() -> None:
     )
     assert summary.through_seq == humans[-3] - 1
     assert all(f"question {i}:" not in llm.calls[0][0][-1].content for i in (3, 4, 5))
-    with pytest.raises(ValueError, match="K6"):
+    with pytest.raises(ValueError, match="newest question"):
         compactor_for(conv, history, llm, keep_recent_human_turns=0)
 
 
@@ -387,11 +391,11 @@ def test_a_single_human_turn_is_never_summarised() -> None:
 # -- the offline summariser -------------------------------------------------------------------
 
 
-def test_offline_summariser_is_the_default_without_an_llm(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+def test_no_compaction_llm_without_configuration(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     with override_settings(AGENTMEMORY={}):
-        assert isinstance(get_compaction_llm(), OfflineSummarizer)
+        assert get_compaction_llm() is None  # build_compactor then uses the offline compactor
 
 
 def _offline_run(monkeypatch, question) -> list[Summary]:  # type: ignore[no-untyped-def]
@@ -443,25 +447,8 @@ def test_offline_summaries_stay_bounded_for_dense_text(monkeypatch) -> None:  # 
     assert all(ApproximateTokenCounter().count_text(s.text) <= 120 for s in summaries)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Sorry, I can't summarize this conversation.",
-        "I apologize, but I am unable to help with that.",
-        "Unfortunately, I cannot do that.",
-        "As a language model, I cannot summarise.",
-        '{"error": {"message": "Rate limit reached for gpt-4o"}}',
-        "<html><body><h1>502 Bad Gateway</h1></body></html>",
-        "Rate limit exceeded, retry later.",
-        "Request failed with status code 429",
-        "None",
-        "...",
-        "```\n```",
-        "Previous summary:\n(none yet)\n\nNew messages:\nUser: hi",
-        "The user said \ud800",
-    ],
-)
-def test_refusals_errors_and_placeholders_are_never_a_summary(text: str) -> None:
+@pytest.mark.parametrize("text", INVALID)
+def test_structurally_invalid_text_is_never_a_summary(text: str) -> None:
     compactor = BaseMemoryCompactor(None, 1, None)
     with pytest.raises(InvalidSummaryError):
         compactor.validate(text)
@@ -470,9 +457,15 @@ def test_refusals_errors_and_placeholders_are_never_a_summary(text: str) -> None
 @pytest.mark.parametrize(
     "text",
     [
+        "Unfortunately, order 1042 was lost in transit; the assistant opened a claim.",
+        "The user reported a 502 error when paying; the assistant retried the charge.",
+        "Sorry-not-sorry is the shop's motto; the user wants a refund for order 7.",
+        "Error: the user typed the wrong card number twice, then it worked.",
+        "I'm sorry, the user said, was all the agent heard before the call dropped.",
+        '{"customer": "Chen", "order": 7}',
+        "None of the user's three orders has shipped yet.",
         "The user was unable to log in and asked for a reset; the assistant sent a link.",
         "[Offline extractive summary, not written by a language model]\n- User asked: hi",
-        "- The user (Chen) wants a refund for order 7.\n- Sorry-not-sorry is the shop's motto.",
     ],
 )
 def test_summaries_that_mention_failures_are_kept(text: str) -> None:

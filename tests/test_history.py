@@ -366,8 +366,9 @@ def test_messages_after(history, conversation) -> None:  # type: ignore[no-untyp
     foreign = other.add_message(ChatMessage.human("elsewhere"))
     with pytest.raises(MessageNotFound, match="not in conversation"):
         history.messages_after(foreign.id)
-    with pytest.raises(ConversationNotFound):  # MessageNotFound is a ConversationNotFound
+    with pytest.raises(MessageNotFound) as info:
         history.messages_after(10**12)
+    assert not isinstance(info.value, ConversationNotFound)  # the conversation exists
     assert other.messages_after(foreign.id) == []
 
 

@@ -1,0 +1,443 @@
+"""``request_compaction()``: the mode in force, inline runs after commit, a dead broker that
+never breaks an append or a turn, leases kept alive and taken over, long backlogs folded over
+bounded runs, provider refusals known from the response, and the sweep that picks up what was
+requested and never ran."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+from django.utils import timezone
+
+from agentmemory.compaction import (
+    LLMMemoryCompactor,
+    OfflineMemoryCompactor,
+    compaction_mode,
+    describe_compaction_mode,
+    pending_compactions,
+    request_compaction,
+    run_compaction,
+)
+from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, TransientLLMError
+from agentmemory.llm.base import ChatResponse
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage, Role
+from agentmemory.models import Conversation, Message, Summary
+from tests.factories import conversation_with_turns
+from tests.helpers_concurrency import ScriptHolder
+
+pytestmark = pytest.mark.django_db
+
+SCRIPTED = {"COMPACTION_LLM": "tests.helpers_concurrency.scripted_model"}
+DEAD_BROKER = "redis://127.0.0.1:1/0"  # nothing listens on port 1: connections are refused
+
+
+@pytest.fixture
+def scripted():  # type: ignore[no-untyped-def]
+    """The model compaction runs build (``COMPACTION_LLM``), scripted by the test."""
+    ScriptHolder.current = ScriptedChatModel()
+    with override_settings(AGENTMEMORY=SCRIPTED):
+        yield ScriptHolder.current
+    ScriptHolder.current = None
+
+
+@pytest.fixture
+def celery_broker_url():  # type: ignore[no-untyped-def]
+    """Point the project's Celery app at a broker URL (not eager) for the test, then restore it."""
+    from project.celery import app
+
+    saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
+
+    def forget() -> None:
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    def use(url: str) -> None:
+        forget()
+        app.conf.update(broker_url=url, task_always_eager=False)
+
+    yield use
+    forget()
+    app.conf.update(**saved)
+
+
+# -- the mode ---------------------------------------------------------------------------------
+
+
+def test_auto_mode_is_inline_without_a_broker_and_celery_with_one(celery_broker_url, settings) -> None:  # type: ignore[no-untyped-def]
+    from project.celery import app
+
+    settings.AGENTMEMORY = {}
+    app.conf.update(broker_url="", task_always_eager=False)
+    assert describe_compaction_mode() == (
+        "inline",
+        "COMPACTION_MODE is 'auto' and no Celery broker is configured",
+    )
+    celery_broker_url("redis://127.0.0.1:6379/11")
+    assert compaction_mode() == "celery"
+    app.conf.task_always_eager = True
+    assert compaction_mode() == "inline"  # eager tasks would run inside the request anyway
+    for mode in ("celery", "inline", "off"):
+        settings.AGENTMEMORY = {"COMPACTION_MODE": mode}
+        assert compaction_mode() == mode
+
+
+def test_check_says_which_mode_is_in_force(settings, celery_broker_url) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.checks import check_compaction_mode
+
+    settings.AGENTMEMORY = {}
+    [info] = check_compaction_mode()
+    assert info.id == "agentmemory.I001" and "'inline'" in info.msg and "COMPACTION_MODE" in info.hint
+    settings.AGENTMEMORY = {"COMPACTION_MODE": "sometimes"}
+    [error] = check_compaction_mode()
+    assert error.id == "agentmemory.E010"
+    settings.AGENTMEMORY = {"COMPACTION_MODE": "celery"}
+    celery_broker_url("")
+    ids = [m.id for m in check_compaction_mode()]
+    assert ids == ["agentmemory.W004", "agentmemory.I001"]
+
+
+# -- inline -----------------------------------------------------------------------------------
+
+
+def test_not_due_does_nothing(scripted) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(3)
+    request = request_compaction(conv.pk)
+    assert (request.due, request.scheduled) == (False, False)
+    assert Conversation.objects.get(pk=conv.pk).compaction_requested_at is None
+
+
+def test_inline_runs_after_commit_and_clears_the_request(
+    scripted, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(10)
+    scripted.add("Ten questions.")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        request = request_compaction(conv.pk, reason="test")
+    assert request.mode == "inline" and request.due and request.deferred and not request.ran_inline
+    assert Conversation.objects.get(pk=conv.pk).compaction_requested_at is not None
+    assert scripted.calls == [] and not Summary.objects.exists()  # nothing before the commit
+    [callback] = callbacks
+    callback()
+    conv.refresh_from_db()
+    assert conv.summary.text == "Ten questions."
+    assert conv.compaction_requested_at is None and conv.compaction_error == ""
+
+
+def test_inline_failure_is_recorded_never_raised_and_picked_up_by_the_sweep(
+    scripted, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(10)
+    scripted.add(TransientLLMError("HTTP 503 from the provider"))
+    with django_capture_on_commit_callbacks(execute=True):
+        request = request_compaction(conv.pk)
+    assert request.due
+    conv.refresh_from_db()
+    assert conv.summary is None
+    assert "TransientLLMError" in conv.compaction_error and "503" in conv.compaction_error
+    assert conv.compaction_requested_at is not None
+    # A failed request is pending at once; the sweep runs it once the model answers again.
+    assert pending_compactions() == [conv.pk]
+    scripted.add("Ten questions, summarised late.")
+    call_command("compact_conversations", stdout=(out := _Out()))
+    assert f"conversation {conv.pk}: stored" in out.text
+    conv.refresh_from_db()
+    assert conv.summary.text == "Ten questions, summarised late."
+    assert conv.compaction_error == "" and conv.compaction_requested_at is None
+    assert pending_compactions() == []
+
+
+def test_wait_runs_the_compaction_before_returning(scripted) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(4)
+    scripted.add("Turns 0 to 2.")
+    request = request_compaction(conv.pk, force=True, wait=5)
+    assert request.ran_inline and request.summary_id is not None
+    assert Summary.objects.get(pk=request.summary_id).text == "Turns 0 to 2."
+
+
+def test_off_mode_requests_nothing(scripted, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(10)
+    with (
+        override_settings(AGENTMEMORY={**SCRIPTED, "COMPACTION_MODE": "off"}),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
+        request = request_compaction(conv.pk)
+    assert (request.mode, request.due, request.scheduled) == ("off", True, False)
+    assert callbacks == [] and scripted.calls == []
+
+
+# -- a broker that refuses connections -------------------------------------------------------
+
+
+def test_a_dead_broker_costs_well_under_a_second_and_is_recorded(
+    celery_broker_url, settings, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {}
+    celery_broker_url(DEAD_BROKER)
+    conv, _ = conversation_with_turns(10)
+    with django_capture_on_commit_callbacks(execute=True):
+        started = time.monotonic()
+        request = request_compaction(conv.pk)
+        elapsed = time.monotonic() - started
+    assert request.mode == "celery" and request.due
+    assert elapsed < 1.0
+    conv.refresh_from_db()
+    assert "enqueue failed" in conv.compaction_error and conv.compaction_requested_at is not None
+    assert conv.compaction_failed_at is not None
+
+
+def test_api_append_and_agent_turn_succeed_with_a_dead_broker(
+    celery_broker_url, settings, django_user_model, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    from rest_framework.test import APIClient
+
+    from agentmemory.agents.base import BaseToolCallingAgent
+
+    settings.AGENTMEMORY = {}
+    celery_broker_url(DEAD_BROKER)
+    user = django_user_model.objects.create_user("ann", password="pw")
+    conv = Conversation.objects.create(owner=user)
+    api = APIClient()
+    api.force_authenticate(user)
+    url = f"/api/conversations/{conv.uuid}/messages/"
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(12):
+            assert api.post(url, {"role": "human", "content": f"q{i}"}, format="json").status_code == 201
+            assert api.post(url, {"role": "ai", "content": f"a{i}"}, format="json").status_code == 201
+    assert Message.objects.filter(conversation=conv).count() == 24  # each stored exactly once
+    conv.refresh_from_db()
+    assert "enqueue failed" in conv.compaction_error
+
+    class Agent(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "dead-broker"
+        MEMORY_COMPACTOR_ENABLED = True
+
+    agent = Agent(llm=ScriptedChatModel([f"answer {i}" for i in range(12)]))
+    other = agent.start_conversation()
+    with django_capture_on_commit_callbacks(execute=True):
+        answers = [agent.run(other, f"question {i}").answer for i in range(12)]
+    assert answers == [f"answer {i}" for i in range(12)]
+    assert "enqueue failed" in Conversation.objects.get(pk=other.pk).compaction_error
+
+
+# -- the task ------------------------------------------------------------------------------
+
+
+def test_a_busy_lease_makes_the_task_retry_after_it_expires(scripted, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from celery.exceptions import Retry
+
+    from agentmemory.tasks import compact_conversation
+
+    conv, _ = conversation_with_turns(10)
+    Conversation.objects.filter(pk=conv.pk).update(
+        compaction_lease=uuid.uuid4(), compaction_lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    retried = {}
+
+    def retry(**kwargs):  # type: ignore[no-untyped-def]
+        retried.update(kwargs)
+        return Retry("busy")
+
+    monkeypatch.setattr(compact_conversation, "retry", retry)
+    compact_conversation.push_request(is_eager=False, retries=0)
+    try:
+        with pytest.raises(Retry):
+            compact_conversation.run(conv.pk)
+    finally:
+        compact_conversation.pop_request()
+    assert 30 <= retried["countdown"] <= 37 and scripted.calls == []
+
+
+# -- provider refusals --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (ChatResponse(message=ChatMessage.ai(""), finish_reason="content_filter"), LLMRefusalError),
+        (ChatResponse(message=ChatMessage.ai("I can't help."), finish_reason="refusal"), LLMRefusalError),
+        (ChatResponse(message=ChatMessage.ai(""), refusal="I can't assist with that."), LLMRefusalError),
+        (
+            ChatResponse(message=ChatMessage.ai("The user asked abo"), finish_reason="length"),
+            InvalidSummaryError,
+        ),
+        (ChatResponse(message=ChatMessage.ai(""), finish_reason="max_tokens"), InvalidSummaryError),
+    ],
+)
+def test_provider_refusals_and_cut_replies_are_known_from_the_response(response, error) -> None:  # type: ignore[no-untyped-def]
+    conv, history = conversation_with_turns(4)
+    compactor = LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel([response]), history)
+    with pytest.raises(error):
+        compactor.compact()
+    assert not Summary.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Unfortunately, order 1042 was lost in transit; the assistant opened a claim.",
+        "The user reported a 502 error when paying; the assistant retried the charge.",
+    ],
+)
+def test_summaries_that_mention_errors_or_apologies_are_stored(text: str) -> None:
+    conv, history = conversation_with_turns(4)
+    summary = LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel([text]), history).compact()
+    assert summary is not None and summary.text == text
+
+
+# -- leases -----------------------------------------------------------------------------
+
+
+def test_a_compaction_that_lost_its_lease_never_stores() -> None:
+    conv, history = conversation_with_turns(4)
+
+    def taken_over(messages):  # type: ignore[no-untyped-def]
+        # A second worker took the lease over while the model worked (this one looked dead).
+        Conversation.objects.filter(pk=conv.pk).update(compaction_lease=uuid.uuid4())
+        return "Turns 0 to 2."
+
+    run = LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel([taken_over]), history).run()
+    assert run.status == "lost_lease" and run.summary is None
+    assert not Summary.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_compaction_renews_its_lease() -> None:
+    conv, history = conversation_with_turns(4)
+    seen: dict[str, object] = {}
+
+    def slow(messages):  # type: ignore[no-untyped-def]
+        first = Conversation.objects.get(pk=conv.pk).compaction_lease_expires_at
+        time.sleep(1.3)  # longer than the lease: only renewals keep it alive
+        row = Conversation.objects.get(pk=conv.pk)
+        seen["renewed"] = row.compaction_lease_expires_at > first
+        seen["alive"] = row.compaction_lease_expires_at > timezone.now()
+        seen["second"] = OfflineMemoryCompactor(Conversation.objects, conv.pk, None).run().status
+        return "Turns 0 to 2."
+
+    with override_settings(AGENTMEMORY={"COMPACTION_LEASE_SECONDS": 1}):
+        run = LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel([slow]), history).run()
+    assert seen == {"renewed": True, "alive": True, "second": "busy"}
+    assert run.status == "stored" and Summary.objects.count() == 1
+    assert Conversation.objects.get(pk=conv.pk).compaction_lease is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_compactions_store_one_summary() -> None:
+    from django.db import connections
+
+    conv, _ = conversation_with_turns(6)
+    gate = threading.Barrier(3, timeout=10)
+    statuses: list[str] = []
+
+    def slow(messages):  # type: ignore[no-untyped-def]
+        time.sleep(0.5)
+        return "Turns 0 to 4."
+
+    def worker() -> None:
+        try:
+            gate.wait()
+            llm = ScriptedChatModel([slow])
+            statuses.append(LLMMemoryCompactor(Conversation.objects, conv.pk, llm, None).run().status)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(statuses) == ["busy", "busy", "stored"]
+    assert Summary.objects.filter(conversation=conv).count() == 1
+
+
+# -- long backlogs --------------------------------------------------------------------------
+
+
+def test_a_backlog_is_folded_over_several_bounded_runs(scripted) -> None:  # type: ignore[no-untyped-def]
+    conv, _ = conversation_with_turns(30, tool_every=0, words=20)
+    for i in range(100):
+        scripted.add(f"Summary part {i}.")
+    humans = set(Message.objects.filter(conversation=conv, role=Role.HUMAN).values_list("seq", flat=True))
+    # a turn is about 180 tokens: one turn per summariser call, three calls per run
+    settings = {**SCRIPTED, "SUMMARIZER_MAX_INPUT_TOKENS": 250, "COMPACTION_MAX_CALLS_PER_RUN": 3}
+    runs = []
+    with override_settings(AGENTMEMORY=settings):
+        while True:
+            calls_before = len(scripted.calls)
+            run = run_compaction(conv.pk)
+            runs.append((run.status, len(scripted.calls) - calls_before, run.summary.through_seq))
+            if run.status != "partial":
+                break
+    assert len(runs) >= 5 and runs[-1][0] == "stored"
+    assert [calls for _, calls, _ in runs] == [3] * 9 + [2]  # 29 turns to fold
+    # every intermediate summary ends right before a human message, and they advance
+    ends = [through for _, _, through in runs]
+    assert ends == sorted(set(ends)) and all(end + 1 in humans for end in ends)
+    summaries = list(Summary.objects.filter(conversation=conv).order_by("through_seq"))
+    assert len(summaries) == len(runs)
+    assert all(s.previous_id == p.pk for p, s in itertools.pairwise(summaries))
+    assert summaries[-1].through_seq == max(humans) - 1
+    conv.refresh_from_db()
+    assert conv.compaction_requested_at is None
+
+
+def test_the_task_enqueues_the_next_run_of_a_backlog(scripted, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory import compaction
+    from agentmemory.tasks import compact_conversation
+
+    conv, _ = conversation_with_turns(12, tool_every=0, words=20)
+    for i in range(5):
+        scripted.add(f"Part {i}.")
+    queued = []
+    monkeypatch.setattr(compaction, "enqueue_compaction", lambda pk, **kwargs: queued.append(pk))
+    settings = {**SCRIPTED, "SUMMARIZER_MAX_INPUT_TOKENS": 60, "COMPACTION_MAX_CALLS_PER_RUN": 2}
+    compact_conversation.push_request(is_eager=False, retries=0)
+    try:
+        with override_settings(AGENTMEMORY=settings):
+            summary_id = compact_conversation.run(conv.pk)
+    finally:
+        compact_conversation.pop_request()
+    assert summary_id is not None and queued == [conv.pk] and len(scripted.calls) == 2
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+
+def test_command_dry_run_and_all(scripted) -> None:  # type: ignore[no-untyped-def]
+    due, _ = conversation_with_turns(10)
+    quiet, _ = conversation_with_turns(2)
+    stale = timezone.now() - timedelta(minutes=5)
+    Conversation.objects.filter(pk=quiet.pk).update(compaction_requested_at=stale)
+    out = _Out()
+    call_command("compact_conversations", "--dry-run", stdout=out)
+    assert f"would compact conversation {quiet.pk}" in out.text
+    assert f"would compact conversation {due.pk}\n" not in out.text
+    out = _Out()
+    call_command("compact_conversations", "--all", "--dry-run", stdout=out)
+    assert "2 conversations to compact" in out.text
+    assert scripted.calls == [] and not Summary.objects.exists()  # a dry run changes nothing
+    scripted.add("Ten questions.", "Two questions.")
+    out = _Out()
+    call_command("compact_conversations", "--all", stdout=out)
+    assert "2 stored" in out.text
+    assert Summary.objects.count() == 2
+    assert not Conversation.objects.filter(compaction_requested_at__isnull=False).exists()
