@@ -79,7 +79,7 @@ def compact_conversation(  # type: ignore[no-untyped-def]
         # failure is recorded and the sweep or the next trigger tries again.
         logger.warning("compaction of conversation %s failed, left for later: %s", conversation_id, exc)
         return None
-    if run.status == BUSY and not self.request.is_eager:
+    if run.status == BUSY and not (self.request.is_eager or self.request.called_directly):
         if self.request.retries < MAX_BUSY_RETRIES:
             countdown = run.retry_after + 1 + random.uniform(0, 5)
             raise self.retry(countdown=countdown, max_retries=MAX_BUSY_RETRIES)

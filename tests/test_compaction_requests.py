@@ -246,7 +246,7 @@ def test_a_busy_lease_makes_the_task_retry_after_it_expires(scripted, monkeypatc
         return Retry("busy")
 
     monkeypatch.setattr(compact_conversation, "retry", retry)
-    compact_conversation.push_request(is_eager=False, retries=0)
+    compact_conversation.push_request(is_eager=False, called_directly=False, retries=0)
     try:
         with pytest.raises(Retry):
             compact_conversation.run(conv.pk)
