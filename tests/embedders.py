@@ -10,11 +10,12 @@ import numpy as np
 
 
 def hashed_vector(text: str, dimensions: int = 16) -> list[float]:
-    """A unit vector that depends only on ``text`` (bag of hashed words)."""
+    """A unit vector that depends only on ``text`` (bag of hashed words; texts sharing no
+    word are orthogonal unless two words hash alike)."""
     vector = np.zeros(dimensions)
     for word in text.lower().split():
         digest = hashlib.sha256(word.encode()).digest()
-        vector[digest[0] % dimensions] += 1.0 if digest[1] % 2 else -1.0
+        vector[digest[0] % dimensions] += 1.0
     norm = float(np.linalg.norm(vector)) or 1.0
     return [float(x) / norm for x in vector]
 

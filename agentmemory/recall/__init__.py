@@ -161,3 +161,33 @@ def search_messages(
     ]
     hits.sort(key=lambda h: (-h.score, -h.message_id))
     return hits[:k]
+
+
+def embeddings_wanted() -> bool:
+    """Whether the configured backend ranks with stored vectors (an embedder is set and the
+    backend is not plain full-text)."""
+    from agentmemory.conf import app_settings
+
+    conf = app_settings()
+    return bool(conf.EMBEDDER) and conf.RECALL_BACKEND != "fulltext"
+
+
+def embed_stored_messages(message_ids: list[int]) -> int:
+    """Embed the messages of ``message_ids`` that search can return (searched roles, with
+    content, in a conversation that has an owner) and have no vector of the configured
+    embedder's model yet; returns how many vectors were stored. Calls the embedding model.
+
+    Raises:
+        EmbeddingError: the model could not be reached or answered badly.
+    """
+    from agentmemory.models import Message
+
+    embedder = get_embedder()
+    if embedder is None or not message_ids:
+        return 0
+    rows = list(
+        Message.objects.filter(pk__in=message_ids, role__in=SEARCHED_ROLES, conversation__owner__isnull=False)
+        .exclude(content__isnull=True)
+        .exclude(content="")
+    )
+    return EmbeddingBackend(embedder).index(rows)
