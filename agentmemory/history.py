@@ -124,9 +124,9 @@ class PersistentChatHistory:
 
     Appends never collide or lose a message, however many processes append to one
     conversation, and cost a constant number of queries whatever the batch size: on
-    PostgreSQL a batch without tool calls or results is one statement (the conversation's
-    counters are bumped with ``UPDATE ... RETURNING``, which takes the row lock, and the rows
-    inserted with the seqs it returns); otherwise the conversation row is locked
+    PostgreSQL one statement (the conversation row locked, its counters and pending tool
+    calls checked and changed, the rows inserted with the seqs it hands over); elsewhere, and
+    to refuse a batch with a precise error, the conversation row is locked
     (``SELECT ... FOR UPDATE``), the pending tool calls checked, then the rows inserted and
     the counters updated: three queries.
     """
@@ -177,13 +177,12 @@ class PersistentChatHistory:
             validate_message(message, i, max_chars=max_chars)
         counts = [self.token_counter.count_message(m) for m in batch]
         using = router.db_for_write(Message)
-        if connections[using].vendor == "postgresql" and not any(
-            m.tool_calls or m.role is Role.TOOL for m in batch
-        ):
-            stored = _append_plain_postgresql(
-                using, self.conversation_id, batch, counts, self.token_counter.id
+        stored = None
+        if connections[using].vendor == "postgresql":
+            stored = _append_postgresql(
+                using, self.conversation_id, batch, counts, self.token_counter.id, strict=strict
             )
-        else:
+        if stored is None:
             stored = self._append_locked(using, batch, counts, strict=strict)
         signals.message_appended.send(
             sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
@@ -372,84 +371,179 @@ class PersistentChatHistory:
 
 
 _PLAIN_APPEND_SQL = """
-WITH conv AS (
+WITH bumped AS (
     UPDATE {conversation}
-    SET last_seq = last_seq + %s,
-        message_count = message_count + %s,
-        human_message_count = human_message_count + %s,
-        stored_tokens = stored_tokens + %s,
-        has_system_prompt = has_system_prompt OR (last_seq = 0 AND %s),
-        updated_at = %s
-    WHERE id = %s
-    RETURNING last_seq - %s AS base
+    SET last_seq = last_seq + %(n)s,
+        message_count = message_count + %(n)s,
+        human_message_count = human_message_count + %(humans)s,
+        stored_tokens = stored_tokens + %(tokens)s,
+        has_system_prompt = has_system_prompt OR (last_seq = 0 AND %(first_is_system)s),
+        updated_at = %(now)s
+    WHERE id = %(id)s
+    RETURNING last_seq - %(n)s AS base
 )
 INSERT INTO {message} (
     conversation_id, seq, role, content, tool_calls, tool_call_id, name,
     token_count, token_counter, exchange_seq, metadata, created_at
 )
-SELECT %s, conv.base + v.ord, v.role, v.content, '[]'::jsonb, '', v.name,
-       v.token_count, %s, NULL, v.metadata::jsonb, %s
-FROM conv, (VALUES {values}) AS v(ord, role, content, name, token_count, metadata)
+SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.tool_call_id, v.name,
+       v.token_count, %(counter)s, NULL, v.metadata::jsonb, %(now)s
+FROM bumped, (VALUES {values}) AS v(
+    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata
+)
 ORDER BY v.ord
-RETURNING id, seq
+RETURNING id, seq, exchange_seq
 """
-_VALUES_ROW = "(%s::integer, %s::varchar, %s::text, %s::varchar, %s::integer, %s::text)"
+_APPEND_SQL = """
+WITH locked AS (
+    SELECT id, last_seq, pending_tool_calls AS pending
+    FROM {conversation} WHERE id = %(id)s FOR UPDATE
+), bumped AS (
+    UPDATE {conversation} AS c
+    SET last_seq = locked.last_seq + %(n)s,
+        message_count = c.message_count + %(n)s,
+        human_message_count = c.human_message_count + %(humans)s,
+        stored_tokens = c.stored_tokens + %(tokens)s,
+        has_system_prompt = c.has_system_prompt OR (locked.last_seq = 0 AND %(first_is_system)s),
+        pending_tool_calls = (locked.pending - %(answered)s::text[]) || COALESCE(
+            (SELECT jsonb_object_agg(k, locked.last_seq + o)
+             FROM unnest(%(new_ids)s::text[], %(new_ords)s::integer[]) AS t(k, o)),
+            '{{}}'::jsonb
+        ),
+        updated_at = %(now)s
+    FROM locked
+    WHERE c.id = locked.id
+      AND (NOT %(strict)s OR locked.pending ?& %(answered)s::text[])
+      AND NOT locked.pending ?| %(called)s::text[]
+    RETURNING locked.last_seq AS base, locked.pending AS pending
+)
+INSERT INTO {message} (
+    conversation_id, seq, role, content, tool_calls, tool_call_id, name,
+    token_count, token_counter, exchange_seq, metadata, created_at
+)
+SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.tool_call_id, v.name,
+       v.token_count, %(counter)s,
+       CASE WHEN v.exchange_ord IS NOT NULL THEN bumped.base + v.exchange_ord
+            WHEN v.tool_call_id <> '' THEN (bumped.pending ->> v.tool_call_id)::bigint END,
+       v.metadata::jsonb, %(now)s
+FROM bumped, (VALUES {values}) AS v(
+    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata
+)
+ORDER BY v.ord
+RETURNING id, seq, exchange_seq
+"""
 
 
-def _append_plain_postgresql(
-    using: str, conversation_id: int, batch: list[ChatMessage], counts: list[int], counter_id: str
-) -> list[ChatMessage]:
-    """Append messages that neither call tools nor answer a call, in one statement.
+def _append_postgresql(
+    using: str,
+    conversation_id: int,
+    batch: list[ChatMessage],
+    counts: list[int],
+    counter_id: str,
+    *,
+    strict: bool,
+) -> list[ChatMessage] | None:
+    """Append ``batch`` in one statement, or return ``None`` when the batch needs the
+    locked path (to be refused with a precise error, or for a case this statement leaves
+    out: a call id both answered and made again in one batch).
 
-    The ``UPDATE ... RETURNING`` on the conversation takes its row lock (a concurrent append
-    waits, then sees the new ``last_seq``) and hands its seqs to the ``INSERT``: one round trip,
-    atomic on its own, so no transaction needs to be opened around it.
+    With tool calls or results, the conversation row is locked (``SELECT ... FOR UPDATE``
+    in the first CTE) and its counters and pending tool calls changed in the ``UPDATE``,
+    which also checks that every result answering a call from an earlier append finds it
+    pending (strict mode) and that no new call reuses a pending id; without them the
+    ``UPDATE`` alone takes the lock. The rows are inserted with the seqs it hands over: one
+    round trip, atomic on its own, so no transaction needs to be opened around it.
     """
+    local: dict[str, int] = {}  # calls made in this batch and not answered yet: id -> ordinal
+    answered: list[str] = []  # ids answered here of calls made by an earlier append
+    called: set[str] = set()
+    exchange_ords: list[int | None] = []
+    for ordinal, message in enumerate(batch, start=1):
+        exchange_ord: int | None = None
+        if message.role is Role.AI and message.tool_calls:
+            for call in message.tool_calls:
+                if call.id in local or call.id in answered:
+                    return None
+                local[call.id] = ordinal
+                called.add(call.id)
+            exchange_ord = ordinal
+        elif message.role is Role.TOOL:
+            if message.tool_call_id in local:
+                exchange_ord = local.pop(message.tool_call_id)
+            elif message.tool_call_id in answered or message.tool_call_id in called:
+                return None
+            else:
+                answered.append(message.tool_call_id)
+        exchange_ords.append(exchange_ord)
+
     n = len(batch)
     now = timezone.now()
-    params: list[Any] = [
-        n,
-        n,
-        sum(1 for m in batch if m.role is Role.HUMAN),
-        sum(counts),
-        batch[0].role is Role.SYSTEM,
-        now,
-        conversation_id,
-        n,
-        conversation_id,
-        counter_id,
-        now,
-    ]
-    for ordinal, (message, tokens) in enumerate(zip(batch, counts, strict=True), start=1):
-        params += [
-            ordinal,
-            message.role.value,
-            message.content,
-            message.name,
-            tokens,
-            json.dumps(dict(message.metadata or {})),
-        ]
-    sql = _PLAIN_APPEND_SQL.format(
-        conversation=Conversation._meta.db_table,
-        message=Message._meta.db_table,
-        values=", ".join([_VALUES_ROW] * n),
+    params: dict[str, Any] = {
+        "id": conversation_id,
+        "n": n,
+        "humans": sum(1 for m in batch if m.role is Role.HUMAN),
+        "tokens": sum(counts),
+        "first_is_system": batch[0].role is Role.SYSTEM,
+        "answered": answered,
+        "new_ids": list(local),
+        "new_ords": list(local.values()),
+        "strict": strict,
+        "called": sorted(called),
+        "counter": counter_id,
+        "now": now,
+    }
+    values: list[str] = []
+    for ordinal, (message, tokens, exchange_ord) in enumerate(
+        zip(batch, counts, exchange_ords, strict=True), start=1
+    ):
+        names = [f"v{ordinal}_{k}" for k in range(9)]
+        values.append(
+            "(" + ", ".join(f"%({name})s::{t}" for name, t in zip(names, _VALUE_TYPES, strict=True)) + ")"
+        )
+        params.update(
+            zip(
+                names,
+                (
+                    ordinal,
+                    message.role.value,
+                    message.content,
+                    json.dumps([c.to_dict() for c in message.tool_calls]),
+                    message.tool_call_id,
+                    message.name,
+                    tokens,
+                    exchange_ord,
+                    json.dumps(dict(message.metadata or {})),
+                ),
+                strict=True,
+            )
+        )
+    # Without tool calls or results the pending calls stay as they are: the plain statement
+    # (the ``UPDATE`` takes the row lock itself) costs the database less to plan.
+    template = _APPEND_SQL if called or answered else _PLAIN_APPEND_SQL
+    sql = template.format(
+        conversation=Conversation._meta.db_table, message=Message._meta.db_table, values=", ".join(values)
     )
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
     if not returned:
-        raise ConversationNotFound(f"conversation {conversation_id} does not exist")
-    ids = dict((seq, pk) for pk, seq in returned)
-    base = min(ids) - 1
+        return None  # no such conversation, or a check failed: the locked path says which
+    by_seq = {seq: (pk, exchange_seq) for pk, seq, exchange_seq in returned}
+    base = min(by_seq) - 1
     return [
         ChatMessage(
             role=message.role,
             content=message.content,
+            tool_calls=message.tool_calls,
+            tool_call_id=message.tool_call_id,
             name=message.name,
             metadata=dict(message.metadata or {}),
             seq=base + ordinal,
-            id=ids[base + ordinal],
+            id=by_seq[base + ordinal][0],
             token_count=tokens,
         )
         for ordinal, (message, tokens) in enumerate(zip(batch, counts, strict=True), start=1)
     ]
+
+
+_VALUE_TYPES = ("integer", "varchar", "text", "text", "varchar", "varchar", "integer", "integer", "text")

@@ -559,3 +559,49 @@ def test_cancel_pending_tool_calls_answers_every_pending_exchange_in_call_order(
     conv.refresh_from_db()
     assert conv.pending_tool_calls == {} and conv.pending_calls() == []
     assert history.cancel_pending_tool_calls() == []
+
+
+@pytest.mark.postgres
+def test_every_append_is_one_statement_on_postgresql(
+    history, conversation, django_assert_num_queries
+) -> None:  # type: ignore[no-untyped-def]
+    """Plain messages, tool calls, results in the same batch and results arriving later each
+    cost one round trip, and store exactly what the locked path would."""
+    with django_assert_num_queries(1):
+        history.add_messages([ChatMessage.system("prompt"), ChatMessage.human("q")])
+    with django_assert_num_queries(1):
+        history.add_messages(
+            [
+                ChatMessage.ai(None, [ToolCall("a", "t"), ToolCall("b", "t")]),
+                ChatMessage.tool("A", tool_call_id="a"),
+            ]
+        )
+    with django_assert_num_queries(1):
+        history.add_message(ChatMessage.human("meanwhile"))
+    with django_assert_num_queries(1):
+        late = history.add_message(ChatMessage.tool("B", tool_call_id="b"))
+    assert (late.seq, late.tool_call_id) == (6, "b")
+    rows = list(Message.objects.filter(conversation=conversation).order_by("seq"))
+    assert [(r.seq, r.role, r.exchange_seq) for r in rows] == [
+        (1, "system", None),
+        (2, "human", None),
+        (3, "ai", 3),
+        (4, "tool", 3),
+        (5, "human", None),
+        (6, "tool", 3),
+    ]
+    assert rows[2].tool_calls == [
+        {"id": "a", "name": "t", "arguments": {}},
+        {"id": "b", "name": "t", "arguments": {}},
+    ]
+    conversation.refresh_from_db()
+    assert conversation.has_system_prompt and conversation.pending_tool_calls == {}
+    assert (conversation.last_seq, conversation.message_count, conversation.human_message_count) == (6, 6, 2)
+    assert conversation.stored_tokens == sum(r.token_count for r in rows)
+    # a refusal still names the message at fault and stores nothing
+    before = snapshot(conversation)
+    with pytest.raises(InvalidMessageError, match="answers no earlier unanswered") as info:
+        history.add_messages([ChatMessage.human("x"), ChatMessage.tool("B again", tool_call_id="b")])
+    assert info.value.index == 1 and snapshot(conversation) == before
+    with pytest.raises(ConversationNotFound):
+        PersistentChatHistory(conversation.pk + 1000).add_message(ChatMessage.human("nobody"))
