@@ -9,6 +9,16 @@ class AgentMemoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import pre_delete
+
         from agentmemory import checks, conf  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
+        from agentmemory.deletion import delete_owned_conversations
         from agentmemory.recall import receivers  # noqa: F401  (full-text index upkeep)
+
+        # A user's conversations go first, under their row locks, so appends running while
+        # the user is deleted cannot make the delete fail.
+        pre_delete.connect(
+            delete_owned_conversations, sender=get_user_model(), dispatch_uid="agentmemory_user_conversations"
+        )
