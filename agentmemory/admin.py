@@ -19,13 +19,21 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import router, transaction
 from django.db.models import CASCADE, Model, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
 from django.utils.formats import date_format, number_format
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator, capfirst
+from django.utils.timesince import timesince
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -34,6 +42,7 @@ from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entri
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.validation import json_problem, text_problem
 
@@ -191,6 +200,12 @@ def summarise_user_deletions(site: admin.AdminSite = admin.site) -> None:
     )
 
 
+def _cancel_pending(conversation: Conversation, request: HttpRequest) -> list[Any]:
+    user = getattr(request.user, "get_username", lambda: "")()
+    reason = f"the tool call was cancelled in the admin by {user}" if user else "the tool call was cancelled"
+    return PersistentChatHistory(conversation).cancel_pending_tool_calls(reason)
+
+
 def _query_problem(request: HttpRequest) -> str | None:
     """Why the query string cannot be used as filters, or ``None``: a NUL character or a lone
     surrogate in a name or value (PostgreSQL refuses them in any text comparison)."""
@@ -292,7 +307,7 @@ class ConversationAdmin(_CheckedQueryAdmin):
     show_full_result_count = False
     paginator = BoundedCountPaginator
     form = ConversationAdminForm
-    actions = ["compact_now"]
+    actions = ["compact_now", "cancel_pending_tool_calls"]
     change_form_template = "agentmemory/admin/conversation_change_form.html"
     readonly_fields = (
         "uuid",
@@ -301,7 +316,7 @@ class ConversationAdmin(_CheckedQueryAdmin):
         "stored_tokens",
         "last_seq",
         "has_system_prompt",
-        "pending_tool_calls",
+        "pending_calls_display",
         "current_summary",
         "history_links",
         "compaction_started_at",
@@ -324,7 +339,7 @@ class ConversationAdmin(_CheckedQueryAdmin):
                     "stored_tokens",
                     "last_seq",
                     "has_system_prompt",
-                    "pending_tool_calls",
+                    "pending_calls_display",
                 )
             },
         ),
@@ -385,6 +400,79 @@ class ConversationAdmin(_CheckedQueryAdmin):
             _PRE_STYLE + " margin-top: 0.5em;",
             Truncator(summary.text).chars(2000),
         )
+
+    @admin.display(description=_("pending tool calls"))
+    def pending_calls_display(self, obj: Conversation) -> str:
+        """The tool calls still awaiting their result: call id, tool, the seq of the AI
+        message that made the call (a link to the messages from there), and how long ago."""
+        calls = obj.pending_calls() if obj.pk is not None else []
+        if not calls:
+            return "-"
+        rows = format_html_join(
+            "",
+            '<tr><td><code>{}</code></td><td>{}</td><td><a href="{}">{}</a></td><td>{}{}</td></tr>',
+            (
+                (
+                    call.tool_call_id,
+                    call.name,
+                    _changelist_url(Message, conversation__id__exact=obj.pk, seq__gte=call.ai_seq),
+                    call.ai_seq,
+                    _("%(time)s ago") % {"time": timesince(call.requested_at)},
+                    format_html(" <strong>{}</strong>", _("abandoned")) if call.abandoned else "",
+                )
+                for call in calls
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            _("call id"),
+            _("tool"),
+            _("AI message seq"),
+            _("waiting"),
+            rows,
+        )
+
+    @admin.action(description=_("Cancel pending tool calls"), permissions=["change"])
+    def cancel_pending_tool_calls(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        """Answer every pending tool call of the selected conversations with an error result
+        (``PersistentChatHistory.cancel_pending_tool_calls``), so their exchanges can be sent
+        to the model and summarised again."""
+        answered = 0
+        for conversation in queryset.exclude(pending_tool_calls={}).select_related(None).only("pk"):
+            answered += len(_cancel_pending(conversation, request))
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d pending tool call answered with an error result.",
+                "%(count)d pending tool calls answered with an error result.",
+                answered,
+            )
+            % {"count": answered},
+            messages.SUCCESS,
+        )
+
+    def cancel_pending_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST only: cancel one conversation's pending tool calls, then back to its page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        stored = _cancel_pending(obj, request)
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d pending tool call answered with an error result.",
+                "%(count)d pending tool calls answered with an error result.",
+                len(stored),
+            )
+            % {"count": len(stored)},
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:agentmemory_conversation_change", args=[obj.pk]))
 
     @admin.display(description=_("browse"))
     def history_links(self, obj: Conversation) -> str:
@@ -466,6 +554,11 @@ class ConversationAdmin(_CheckedQueryAdmin):
                 "<path:object_id>/context/",
                 self.admin_site.admin_view(self.context_window_view),
                 name="agentmemory_conversation_context",
+            ),
+            path(
+                "<path:object_id>/cancel-pending-tool-calls/",
+                self.admin_site.admin_view(self.cancel_pending_view),
+                name="agentmemory_conversation_cancel_pending",
             ),
         ]
         return urls + super().get_urls()

@@ -9,7 +9,8 @@ One turn (``run``, ``arun``, ``stream``, ``astream``):
 4. if it calls tools: run them (concurrently in the async path), store the AI message and its
    results in ``tool_calls`` order as one atomic step, and go back to 2, at most
    ``MAX_TOOL_ROUNDS`` times;
-5. store the answer, then ``compact_if_needed()`` (a Celery task, enqueued on commit).
+5. store the answer, then the compactor's ``compact_if_needed()`` (agentmemory's own compactors go
+   through ``request_compaction()``: inline, a Celery task or nothing, by ``COMPACTION_MODE``).
 
 No database transaction is held while the model or a tool runs; each step is stored whole,
 so a crash leaves a valid history: seq order, tool exchanges stored whole, every window within
