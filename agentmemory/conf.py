@@ -39,6 +39,14 @@ class AgentMemorySettings:
     MAX_CONTEXT_TOKENS: int = 1_000_000
     #: longest content accepted for one message (characters); longer input is refused
     MAX_MESSAGE_CHARS: int = 2_000_000
+    #: largest inline data of one content part (bytes, decoded); larger parts are refused
+    MAX_PART_DATA_BYTES: int = 5_000_000
+    #: tokens an image of unknown size costs (a URL, an unreadable header)
+    IMAGE_TOKENS_UNKNOWN_SIZE: int = 1_600
+    #: tokens one audio part is estimated to cost
+    AUDIO_PART_TOKENS: int = 1_000
+    #: tokens one file part (a PDF, a document by URL or id) is estimated to cost
+    FILE_PART_TOKENS: int = 3_000
     #: cap on one tool result in the copy sent to the model (tokens); None disables
     MAX_TOOL_RESULT_TOKENS: int | None = 4_000
     #: what the builder does when the newest human message cannot fit: "error" or "truncate"

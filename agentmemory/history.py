@@ -224,6 +224,7 @@ class PersistentChatHistory:
                         seq=seq,
                         role=message.role.value,
                         content=message.content,
+                        parts=[p.to_dict() for p in message.parts] or None,
                         tool_calls=[c.to_dict() for c in message.tool_calls],
                         tool_call_id=message.tool_call_id,
                         name=message.name,
@@ -384,12 +385,12 @@ WITH bumped AS (
 )
 INSERT INTO {message} (
     conversation_id, seq, role, content, tool_calls, tool_call_id, name,
-    token_count, token_counter, exchange_seq, metadata, created_at
+    token_count, token_counter, exchange_seq, metadata, parts, created_at
 )
 SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.tool_call_id, v.name,
-       v.token_count, %(counter)s, NULL, v.metadata::jsonb, %(now)s
+       v.token_count, %(counter)s, NULL, v.metadata::jsonb, v.parts::jsonb, %(now)s
 FROM bumped, (VALUES {values}) AS v(
-    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata
+    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts
 )
 ORDER BY v.ord
 RETURNING id, seq, exchange_seq
@@ -419,15 +420,15 @@ WITH locked AS (
 )
 INSERT INTO {message} (
     conversation_id, seq, role, content, tool_calls, tool_call_id, name,
-    token_count, token_counter, exchange_seq, metadata, created_at
+    token_count, token_counter, exchange_seq, metadata, parts, created_at
 )
 SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.tool_call_id, v.name,
        v.token_count, %(counter)s,
        CASE WHEN v.exchange_ord IS NOT NULL THEN bumped.base + v.exchange_ord
             WHEN v.tool_call_id <> '' THEN (bumped.pending ->> v.tool_call_id)::bigint END,
-       v.metadata::jsonb, %(now)s
+       v.metadata::jsonb, v.parts::jsonb, %(now)s
 FROM bumped, (VALUES {values}) AS v(
-    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata
+    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts
 )
 ORDER BY v.ord
 RETURNING id, seq, exchange_seq
@@ -496,7 +497,7 @@ def _append_postgresql(
     for ordinal, (message, tokens, exchange_ord) in enumerate(
         zip(batch, counts, exchange_ords, strict=True), start=1
     ):
-        names = [f"v{ordinal}_{k}" for k in range(9)]
+        names = [f"v{ordinal}_{k}" for k in range(len(_VALUE_TYPES))]
         values.append(
             "(" + ", ".join(f"%({name})s::{t}" for name, t in zip(names, _VALUE_TYPES, strict=True)) + ")"
         )
@@ -513,6 +514,7 @@ def _append_postgresql(
                     tokens,
                     exchange_ord,
                     json.dumps(dict(message.metadata or {})),
+                    json.dumps([p.to_dict() for p in message.parts]) if message.parts else None,
                 ),
                 strict=True,
             )
@@ -534,6 +536,7 @@ def _append_postgresql(
         ChatMessage(
             role=message.role,
             content=message.content,
+            parts=message.parts,
             tool_calls=message.tool_calls,
             tool_call_id=message.tool_call_id,
             name=message.name,
@@ -546,4 +549,15 @@ def _append_postgresql(
     ]
 
 
-_VALUE_TYPES = ("integer", "varchar", "text", "text", "varchar", "varchar", "integer", "integer", "text")
+_VALUE_TYPES = (
+    "integer",
+    "varchar",
+    "text",
+    "text",
+    "varchar",
+    "varchar",
+    "integer",
+    "integer",
+    "text",
+    "text",
+)

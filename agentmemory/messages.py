@@ -1,4 +1,5 @@
-"""In-memory message types used everywhere outside the ORM: ``ChatMessage`` and ``ToolCall``."""
+"""In-memory message types used everywhere outside the ORM: ``ChatMessage``, ``ToolCall`` and
+``ContentPart``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,113 @@ from typing import Any
 #: key under which the text of tool-call arguments that were not a JSON object is kept
 #: (a model's malformed output), so the call can be answered with an error result
 RAW_ARGUMENTS_KEY = "_raw_arguments"
+
+
+class PartKind(enum.StrEnum):
+    """Kinds of content parts, provider-neutral (OpenAI content parts, Anthropic blocks)."""
+
+    TEXT = "text"
+    IMAGE = "image"
+    AUDIO = "audio"
+    FILE = "file"
+
+
+#: separator of the texts of a message's parts in ``ChatMessage.content``. Neither OpenAI nor
+#: Anthropic documents one: each part reaches the model as a part of its own, which is why
+#: the parts themselves are stored and sent back. The joined text serves search, the admin
+#: and summaries, where the words of adjacent parts must not run together.
+PART_SEPARATOR = "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """One part of a multi-part message: text, an image, audio or a file.
+
+    Args:
+        kind: a ``PartKind``.
+        text: the text of a text part (and of a plain-text document).
+        data: inline data, base64-encoded (never the ``data:`` prefix); ``mime_type`` says
+            what it is.
+        url: an ``http(s)`` address the provider fetches (images, documents).
+        file_id: a file uploaded to the provider beforehand (OpenAI ``file_id``, Anthropic
+            ``file`` source).
+        mime_type: ``"image/png"``, ``"audio/wav"``, ``"application/pdf"``, ``"text/plain"``.
+        detail: OpenAI's image ``detail``: ``"low"``, ``"high"``, ``"auto"`` or ``""`` (not
+            given; the API's default is ``"auto"``).
+        filename: the file name of a file part.
+        width, height: the image size in pixels when known (read from the header of inline
+            data); they price the image (``agentmemory.tokens``).
+        extra: provider fields kept so that a part round-trips (Anthropic's ``title``,
+            ``context``, ``citations``, ``cache_control``).
+    """
+
+    kind: PartKind
+    text: str = ""
+    data: str = ""
+    url: str = ""
+    file_id: str = ""
+    mime_type: str = ""
+    detail: str = ""
+    filename: str = ""
+    width: int | None = None
+    height: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def placeholder(self) -> str:
+        """How the part reads as text where only text fits (summaries, search, the admin):
+        the text of a text part, else ``[image]``, ``[audio]``, ``[file: report.pdf]``."""
+        if self.kind is PartKind.TEXT:
+            return self.text
+        if self.kind is PartKind.FILE and self.filename:
+            return f"[file: {self.filename}]"
+        return f"[{self.kind.value}]"
+
+    @property
+    def data_bytes(self) -> int:
+        """Size of the inline data once decoded (bytes), from the base64 length."""
+        n = len(self.data)
+        return n * 3 // 4 - self.data[-2:].count("=") if n else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored JSON shape: ``{"type": kind, ...}`` with only the fields that are set."""
+        out: dict[str, Any] = {"type": self.kind.value}
+        for name in ("text", "data", "url", "file_id", "mime_type", "detail", "filename"):
+            value = getattr(self, name)
+            if value:
+                out[name] = value
+        if self.width is not None and self.height is not None:
+            out["width"], out["height"] = self.width, self.height
+        if self.extra:
+            out["extra"] = dict(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ContentPart:
+        """The inverse of ``to_dict``.
+
+        Raises:
+            ValueError: an unknown ``type``.
+        """
+        return cls(
+            kind=PartKind(data["type"]),
+            text=data.get("text") or "",
+            data=data.get("data") or "",
+            url=data.get("url") or "",
+            file_id=data.get("file_id") or "",
+            mime_type=data.get("mime_type") or "",
+            detail=data.get("detail") or "",
+            filename=data.get("filename") or "",
+            width=data.get("width"),
+            height=data.get("height"),
+            extra=dict(data.get("extra") or {}),
+        )
+
+
+def parts_text(parts: tuple[ContentPart, ...] | list[ContentPart], separator: str = PART_SEPARATOR) -> str:
+    """The text of ``parts``: each part's ``placeholder`` (the text of text parts), joined by
+    ``separator``; empty texts are left out."""
+    return separator.join(text for part in parts if (text := part.placeholder))
 
 
 class Role(enum.StrEnum):
@@ -54,7 +162,11 @@ class ChatMessage:
         metadata: model, usage, finish reason, latency, provider payload: never sent.
         seq, id, token_count: set on messages read back from storage.
         truncated: ``True`` on a copy shortened for the context window (storage keeps
-            the whole text).
+            the whole text); such a copy is sent as its (shortened) text, without parts.
+        parts: the content parts of a multi-part message (several texts, images, audio,
+            files), in order; ``()`` for plain text. ``content`` then holds their text
+            (``parts_text``: texts, and placeholders such as ``[image]``), which is what
+            search, the admin and summaries read; converters send the parts.
     """
 
     role: Role
@@ -67,6 +179,18 @@ class ChatMessage:
     id: int | None = None
     token_count: int | None = None
     truncated: bool = False
+    parts: tuple[ContentPart, ...] = ()
+
+    @classmethod
+    def from_parts(
+        cls, role: Role, parts: tuple[ContentPart, ...] | list[ContentPart], **kwargs: Any
+    ) -> ChatMessage:
+        """A message of ``parts``. A single text part gives a plain-text message; otherwise
+        ``parts`` are kept and ``content`` is their text (``parts_text``)."""
+        parts = tuple(parts)
+        if len(parts) == 1 and parts[0].kind is PartKind.TEXT and not parts[0].extra:
+            return cls(role=role, content=parts[0].text, **kwargs)
+        return cls(role=role, content=parts_text(parts), parts=parts, **kwargs)
 
     @classmethod
     def system(cls, content: str, **kwargs: Any) -> ChatMessage:

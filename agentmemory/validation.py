@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
 _MAX_SHORT = 255
 
@@ -75,16 +75,141 @@ def coerce_message(message: Any, index: int) -> ChatMessage:
     except ValueError as exc:
         allowed = ", ".join(r.value for r in Role)
         raise InvalidMessageError(f"unknown role {message.role!r} (allowed: {allowed})", index=index) from exc
-    if role is not message.role:
+    parts = message.parts
+    if parts and isinstance(parts, tuple | list) and all(isinstance(p, ContentPart) for p in parts):
+        # the stored text of a multi-part message is always its parts' text, and an inline
+        # image's size is read once here so that pricing it never needs the header again
+        parts = tuple(_with_size(p) for p in parts)
+        content: str | None = parts_text(parts)
+    else:
+        content = message.content
+    if role is not message.role or parts is not message.parts or content != message.content:
         message = ChatMessage(
             role=role,
-            content=message.content,
+            content=content,
             tool_calls=message.tool_calls,
             tool_call_id=message.tool_call_id,
             name=message.name,
             metadata=message.metadata,
+            parts=parts,
         )
     return message
+
+
+def _with_size(part: ContentPart) -> ContentPart:
+    if part.kind is not PartKind.IMAGE or not part.data or part.width is not None:
+        return part
+    from agentmemory.formats.media import image_size
+
+    size = image_size(part.data)
+    if size is None:
+        return part
+    from dataclasses import replace
+
+    return replace(part, width=size[0], height=size[1])
+
+
+#: image types both OpenAI and Anthropic accept inline
+IMAGE_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+_IMAGE_DETAILS = frozenset({"", "low", "high", "auto"})
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_URL = re.compile(r"https?://\S+", re.IGNORECASE)
+#: parts on roles other than human and tool may only be text: OpenAI takes only text parts
+#: in system and assistant messages, Anthropic only text (and tool use) in assistant turns
+_ANY_PART_ROLES = frozenset({Role.HUMAN, Role.TOOL})
+
+
+def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> None:
+    """Check the content parts of one message: ``ContentPart`` objects of a known kind, on a
+    role that takes them (images, audio and files only on human and tool messages), with
+    exactly one source for media (inline base64 ``data``, an ``http(s)`` ``url`` or a
+    provider ``file_id``; audio only inline, as OpenAI's ``input_audio``), inline data that
+    is base64 of at most ``max_data_bytes`` bytes (``AGENTMEMORY['MAX_PART_DATA_BYTES']``),
+    inline images of a type both providers accept (PNG, JPEG, GIF, WebP), a known image
+    ``detail``, storable text (no NUL character) and JSON ``extra`` fields.
+
+    Raises:
+        InvalidMessageError: with ``index`` set to the message's place in its batch.
+    """
+    parts = message.parts
+    if not isinstance(parts, tuple | list):
+        raise InvalidMessageError("parts must be a list of ContentPart objects", index=index)
+    for position, part in enumerate(parts):
+        where = f"part {position}"
+        if not isinstance(part, ContentPart):
+            raise InvalidMessageError(f"{where} is a {type(part).__name__}, not a ContentPart", index=index)
+        try:
+            kind = PartKind(part.kind)
+        except ValueError:
+            allowed = ", ".join(k.value for k in PartKind)
+            raise InvalidMessageError(
+                f"{where} has an unknown kind {part.kind!r} (allowed: {allowed})", index=index
+            ) from None
+        for name in ("text", "data", "url", "file_id", "mime_type", "detail", "filename"):
+            value = getattr(part, name)
+            if not isinstance(value, str):
+                raise InvalidMessageError(f"{where} {name} must be a string", index=index)
+            problem = text_problem(value)
+            if problem:
+                raise InvalidMessageError(f"{where} {name} {problem}", index=index)
+        for name in ("width", "height"):
+            value = getattr(part, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise InvalidMessageError(f"{where} {name} must be a positive number of pixels", index=index)
+        if not isinstance(part.extra, Mapping):
+            raise InvalidMessageError(f"{where} extra must be a JSON object", index=index)
+        _check_json(part.extra, f"{where} extra", index)
+        if kind is PartKind.TEXT:
+            if part.data or part.url or part.file_id:
+                raise InvalidMessageError(
+                    f"{where} is text but carries data, a url or a file id", index=index
+                )
+            continue
+        if message.role not in _ANY_PART_ROLES:
+            raise InvalidMessageError(
+                f"{where} is {kind.value}; a {message.role} message takes only text parts", index=index
+            )
+        sources = [name for name in ("data", "url", "file_id") if getattr(part, name)]
+        if kind is PartKind.FILE and part.text:
+            sources.append("text")
+        if len(sources) != 1:
+            raise InvalidMessageError(
+                f"{where} ({kind.value}) needs exactly one source (inline data, an http(s) url or a "
+                f"file id), not {', '.join(sources) or 'none'}",
+                index=index,
+            )
+        if part.url and not _URL.fullmatch(part.url):
+            raise InvalidMessageError(
+                f"{where} url must be an http(s) address (inline data goes in 'data', base64, "
+                "with its mime_type)",
+                index=index,
+            )
+        if part.data:
+            if not _BASE64.fullmatch(part.data) or len(part.data) % 4:
+                raise InvalidMessageError(f"{where} data is not base64", index=index)
+            if part.data_bytes > max_data_bytes:
+                raise InvalidMessageError(
+                    f"{where} holds {part.data_bytes} bytes of inline data, over the maximum of "
+                    f"{max_data_bytes} (AGENTMEMORY['MAX_PART_DATA_BYTES'])",
+                    index=index,
+                )
+            if not part.mime_type:
+                raise InvalidMessageError(f"{where} has inline data but no mime_type", index=index)
+        if kind is PartKind.IMAGE:
+            if part.data and part.mime_type not in IMAGE_MIME_TYPES:
+                raise InvalidMessageError(
+                    f"{where} is an image of type {part.mime_type!r}; inline images must be "
+                    f"{', '.join(sorted(IMAGE_MIME_TYPES))}",
+                    index=index,
+                )
+            if part.detail not in _IMAGE_DETAILS:
+                raise InvalidMessageError(
+                    f"{where} detail {part.detail!r} is not one of low, high, auto", index=index
+                )
+        elif kind is PartKind.AUDIO and not part.data:
+            raise InvalidMessageError(
+                f"{where} is audio; audio is sent inline only (base64 data)", index=index
+            )
 
 
 def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> None:
@@ -122,6 +247,10 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
             f"metadata must be a JSON object, not {type(message.metadata).__name__}", index=index
         )
     _check_json(message.metadata, "metadata", index)
+    if message.parts:
+        from agentmemory.conf import app_settings
+
+        validate_parts(message, index, max_data_bytes=app_settings().MAX_PART_DATA_BYTES)
     if not isinstance(message.tool_calls, tuple | list):
         raise InvalidMessageError("tool_calls must be a list of ToolCall objects", index=index)
     role = message.role

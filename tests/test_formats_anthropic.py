@@ -292,7 +292,8 @@ def test_user_blocks_become_tool_messages_then_a_human_message():
     ("message", "match"),
     [
         ({"role": "system", "content": "x"}, "top-level 'system'"),
-        ({"role": "user", "content": [{"type": "image", "source": {}}]}, "'image'"),
+        ({"role": "user", "content": [{"type": "image", "source": {}}]}, "image block has source type None"),
+        ({"role": "user", "content": [{"type": "video", "source": {}}]}, "'video'"),
         (
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]},
             "JSON object",

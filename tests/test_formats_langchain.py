@@ -91,7 +91,7 @@ def test_round_trip_through_langchain_serialisation():
     assert from_langchain(restored) == CONVERSATION
 
 
-def test_content_blocks_are_joined_and_provider_blocks_in_ai_messages_are_ignored():
+def test_text_blocks_are_kept_as_parts_and_provider_blocks_in_ai_messages_are_ignored():
     ai = AIMessage(
         content=[
             {"type": "thinking", "thinking": "hmm", "signature": "s"},
@@ -106,7 +106,9 @@ def test_content_blocks_are_joined_and_provider_blocks_in_ai_messages_are_ignore
     assert from_langchain_message(ai) == ChatMessage.ai(
         "Checking both.", [ToolCall("toolu_1", "w", {"city": "Oslo"})]
     )
-    assert from_langchain_message(human) == ChatMessage.human("ab")
+    converted = from_langchain_message(human)
+    assert converted.content == "a\nb"
+    assert [part.text for part in converted.parts] == ["a", "b"]
 
 
 def test_generic_chat_messages_with_known_roles_are_accepted():
@@ -121,7 +123,9 @@ def test_generic_chat_messages_with_known_roles_are_accepted():
 @pytest.mark.parametrize(
     ("message", "match"),
     [
-        (HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,"}}]), "'image_url'"),
+        (HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,"}}]), "not base64"),
+        (HumanMessage(content=[{"type": "video", "url": "https://example.com/v.mp4"}]), "'video'"),
+        (HumanMessage(content=[{"type": "image", "mime_type": "image/png"}]), "needs one of base64"),
         (FunctionMessage(content="x", name="f"), "FunctionMessage"),
         (RemoveMessage(id="m1"), "RemoveMessage"),
         (GenericMessage(content="x", role="critic"), "ChatMessage"),

@@ -173,12 +173,22 @@ def test_developer_role_maps_to_system():
     assert from_openai({"role": "developer", "content": "d"}) == ChatMessage.system("d")
 
 
-def test_text_content_parts_are_joined():
-    message = from_openai(
-        {"role": "user", "content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]}
-    )
+def test_text_content_parts_are_kept_as_parts_and_their_text_joined_by_a_newline():
+    data = {
+        "role": "user",
+        "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}],
+    }
+    message = from_openai(data)
 
-    assert message == ChatMessage.human("Hello, world")
+    assert message.content == "part one\npart two"
+    assert [p.text for p in message.parts] == ["part one", "part two"]
+    assert to_openai(message) == data
+
+
+def test_a_single_text_part_is_plain_text():
+    message = from_openai({"role": "user", "content": [{"type": "text", "text": "Hello"}]})
+
+    assert message == ChatMessage.human("Hello")
 
 
 def test_tool_name_is_kept_when_present():
@@ -260,15 +270,19 @@ def test_legacy_function_call_field_is_refused():
 
 
 @pytest.mark.parametrize(
-    "part",
+    ("part", "match"),
     [
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-        {"type": "file", "file": {"file_id": "file-1"}},
+        ({"type": "refusal", "refusal": "no"}, "type 'refusal'"),
+        ({"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}}, "type 'video_url'"),
+        ({"type": "image_url", "image_url": {}}, "'url' must be a non-empty string"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png,abc"}}, "not base64"),
+        ({"type": "input_audio", "input_audio": {"data": "AAAA"}}, "'format'"),
+        ({"type": "file", "file": {"filename": "a.pdf"}}, "neither 'file_data' nor 'file_id'"),
+        ("text", "must be an object"),
     ],
 )
-def test_non_text_content_parts_are_refused(part):
-    with pytest.raises(InvalidMessageError, match=f"type '{part['type']}'.*only text parts"):
+def test_unknown_or_malformed_content_parts_are_refused(part, match):
+    with pytest.raises(InvalidMessageError, match=match):
         from_openai({"role": "user", "content": [{"type": "text", "text": "look"}, part]})
 
 

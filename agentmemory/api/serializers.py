@@ -7,7 +7,13 @@ The native shape is agentmemory's own (``agentmemory.messages.ChatMessage``) as 
      "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
      "tool_call_id": "call_1",        # tool results only
      "name": "get_weather",           # tool results: the tool's name (optional)
-     "metadata": {...}}               # model, usage, ...: stored, never sent to a model
+     "metadata": {...},               # model, usage, ...: stored, never sent to a model
+     "parts": [{"type": "text", "text": "What is this?"},      # optional: a multi-part message
+               {"type": "image", "data": "<base64>", "mime_type": "image/png"}]}
+
+``parts`` (text, image, audio, file; see ``agentmemory.messages.ContentPart``) replace
+``content`` when given: the stored ``content`` is then their text, with ``[image]``-style
+placeholders. An ``image`` ``url`` may also be a base64 data URL.
 
 ``arguments`` is a JSON object, never a JSON string inside JSON (OpenAI's shape, with
 ``arguments`` as a string, is accepted with ``?format=openai``).
@@ -23,8 +29,9 @@ from rest_framework import serializers
 
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats.media import parse_data_url
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import json_problem
@@ -33,7 +40,7 @@ NATIVE = "native"
 OPENAI = "openai"
 MESSAGE_FORMATS = (NATIVE, OPENAI)
 
-_NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata"})
+_NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata", "parts"})
 _OPENAI_ROLES = {"user": "human", "assistant": "ai", "developer": "system"}
 
 
@@ -127,7 +134,44 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
         tool_call_id=tool_call_id,
         name=name,
         metadata=dict(metadata),
+        parts=_parts_from_native(data.get("parts") or [], index),
     )
+
+
+_PART_KEYS = frozenset(
+    {"type", "text", "data", "url", "file_id", "mime_type", "detail", "filename", "width", "height", "extra"}
+)
+
+
+def _parts_from_native(raw: Any, index: int) -> tuple[ContentPart, ...]:
+    """``parts`` of a native message as ``ContentPart``s; the checks of their values are
+    ``agentmemory.validation.validate_parts``'."""
+    if not isinstance(raw, list):
+        raise InvalidMessageError("parts must be a list", index=index)
+    parts = []
+    for position, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise InvalidMessageError(f"part {position} is {type(item).__name__}, not an object", index=index)
+        unknown = set(item) - _PART_KEYS
+        if unknown:
+            raise InvalidMessageError(
+                f"part {position} has unknown key(s) {sorted(unknown)}; "
+                f"allowed: {', '.join(sorted(_PART_KEYS))}",
+                index=index,
+            )
+        if item.get("type") not in {k.value for k in PartKind}:
+            allowed = ", ".join(k.value for k in PartKind)
+            raise InvalidMessageError(
+                f"part {position} has an unknown type {item.get('type')!r} (allowed: {allowed})", index=index
+            )
+        item = dict(item)
+        inline = parse_data_url(item["url"]) if isinstance(item.get("url"), str) else None
+        if inline is not None and not item.get("data"):
+            item["mime_type"], item["data"], item["url"] = inline[0], inline[1], ""
+        if not isinstance(item.get("extra") or {}, Mapping):
+            raise InvalidMessageError(f"part {position} extra must be an object", index=index)
+        parts.append(ContentPart.from_dict(item))
+    return tuple(parts)
 
 
 def messages_from_request(items: list[Any], message_format: str) -> list[ChatMessage]:
@@ -149,6 +193,7 @@ def message_to_native(message: ChatMessage) -> dict[str, Any]:
         "tool_calls": [call.to_dict() for call in message.tool_calls],
         "tool_call_id": message.tool_call_id,
         "name": message.name,
+        **({"parts": [part.to_dict() for part in message.parts]} if message.parts else {}),
     }
 
 
@@ -198,6 +243,12 @@ class NativeMessageInputSerializer(serializers.Serializer):
     tool_call_id = serializers.CharField(required=False, allow_blank=True)
     name = serializers.CharField(required=False, allow_blank=True)
     metadata = serializers.DictField(required=False)
+    parts = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="Content parts of a multi-part message: {type: text|image|audio|file, text, data "
+        "(base64), url, file_id, mime_type, detail, filename}.",
+    )
 
 
 class MessageBatchInputSerializer(serializers.Serializer):
@@ -221,6 +272,7 @@ class MessageSerializer(serializers.ModelSerializer):
             "tool_call_id",
             "name",
             "metadata",
+            "parts",
             "token_count",
             "created_at",
         )

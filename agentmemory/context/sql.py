@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections, models, router
 
 from agentmemory.context.packing import _META_FIELDS, RowMeta
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
 
 # -- reading ---------------------------------------------------------------------------------
@@ -63,8 +63,8 @@ _SQL_CACHE: dict[tuple[Any, ...], str] = {}
 MAX_READ = 2**31
 _NO_CAP = 2**62
 #: columns of a tail row: the metadata (``_META_FIELDS``), then id, name, whether the
-#: content was read, and the content
-_TAIL_WIDTH = len(_META_FIELDS) + 4
+#: content was read, the content and the content parts
+_TAIL_WIDTH = len(_META_FIELDS) + 5
 
 
 def _names(alias: str) -> tuple[Any, Any, Any]:
@@ -104,8 +104,9 @@ def _tail_select(
     return (
         f"SELECT {before}{', '.join(meta)}, {m('id')}, {m('name')}, "
         f"CASE WHEN running <= %(room)s THEN 1 ELSE 0 END, "
-        f"CASE WHEN running <= %(room)s THEN {m('content')} END{after} FROM ("
-        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, "
+        f"CASE WHEN running <= %(room)s THEN {m('content')} END, "
+        f"CASE WHEN running <= %(room)s THEN {m('parts')} END{after} FROM ("
+        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, "
         f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running "
         f"FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}) tail"
         + (f" ORDER BY {m('seq')} DESC" if ordered else "")
@@ -183,6 +184,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
             m("name"),
             "1",
             m("content"),
+            m("parts"),
             m("metadata"),
         ]
         branches.append(
@@ -201,6 +203,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         f"CASE WHEN {c('has_system_prompt')} = %(true)s THEN 1 ELSE 0 END",
         null,
+        null,
         c("pending_tool_calls"),
     ]
     summary = [
@@ -215,6 +218,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         s("token_counter"),
         "1",
         s("text"),
+        null,
         null,
     ]
     branches.append(f"SELECT {', '.join(conversation)} FROM {conversations} WHERE {c('id')} = %(id)s")
@@ -243,6 +247,12 @@ def _json_value(field_name: str, value: Any, conn: Any, model: Any = Message) ->
     return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
 
 
+def _parts(value: Any, conn: Any) -> tuple[ContentPart, ...]:
+    if value is None:
+        return ()
+    return tuple(ContentPart.from_dict(p) for p in _json_value("parts", value, conn) or ())
+
+
 def _tool_calls(value: Any, conn: Any) -> Any:
     if not value or value == "[]":
         return ()
@@ -261,6 +271,7 @@ def _chat(
     tool_call_id: str,
     name: str,
     tokens: int,
+    parts: tuple[ContentPart, ...] = (),
 ) -> ChatMessage:
     return ChatMessage(
         role=_ROLES[role],
@@ -271,6 +282,7 @@ def _chat(
         seq=seq,
         id=pk,
         token_count=tokens,
+        parts=parts,
     )
 
 
@@ -328,7 +340,7 @@ def read_head(
         values = row[1:]
         if kind == _CONVERSATION:
             pending = (
-                _json_value("pending_tool_calls", values[10], conn, Conversation) if values[10] else None
+                _json_value("pending_tool_calls", values[11], conn, Conversation) if values[11] else None
             )
             conv = ConversationRow(
                 values[6],
@@ -341,7 +353,7 @@ def read_head(
         elif kind == _SUMMARY:
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
         else:
-            seq, role, tokens, _, tool_call_id, tool_calls, pk, name, _, content, metadata = values
+            seq, role, tokens, _, tool_call_id, tool_calls, pk, name, _, content, parts, metadata = values
             pinned = ChatMessage(
                 role=Role(role),
                 content=content,
@@ -352,6 +364,7 @@ def read_head(
                 seq=seq,
                 id=pk,
                 token_count=tokens,
+                parts=_parts(parts, conn),
             )
     if conv is None:
         return None
@@ -368,9 +381,24 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
     rows = (
         Message.objects.using(alias)
         .filter(conversation_id=conversation_id, seq__in=seqs)
-        .values_list("id", "seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count")
+        .values_list(
+            "id", "seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count", "parts"
+        )
     )
-    return {r[1]: _chat(r[0], r[1], r[2], r[3], r[4] or (), r[5], r[6], r[7]) for r in rows}
+    return {
+        r[1]: _chat(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4] or (),
+            r[5],
+            r[6],
+            r[7],
+            tuple(ContentPart.from_dict(p) for p in r[8] or ()),
+        )
+        for r in rows
+    }
 
 
 class TailReader:
@@ -445,6 +473,7 @@ class TailReader:
                     name,
                     has_content,
                     content,
+                    parts,
                 ) = values
                 if seq <= self.floor_seq:
                     complete = True  # everything above the boundary has been read
@@ -452,7 +481,15 @@ class TailReader:
                 tool_calls = _tool_calls(raw_calls, conn) if raw_calls and raw_calls != "[]" else ()
                 if has_content:
                     self.contents[seq] = _chat(
-                        pk, seq, role, content, tool_calls, tool_call_id, name, token_count
+                        pk,
+                        seq,
+                        role,
+                        content,
+                        tool_calls,
+                        tool_call_id,
+                        name,
+                        token_count,
+                        _parts(parts, conn),
                     )
                 spent += cap if cap is not None and role == Role.TOOL and token_count > cap else token_count
                 yield RowMeta(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)

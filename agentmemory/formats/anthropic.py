@@ -14,7 +14,12 @@ params of the official ``anthropic`` SDK, ``anthropic/types/message_param.py``,
 - ``content`` is a string or a list of content blocks: ``{"type": "text", "text"}`` (never empty:
   the API answers 400 "text content blocks must be non-empty"), ``{"type": "tool_use", "id",
   "name", "input": <object>}`` in assistant turns, ``{"type": "tool_result", "tool_use_id",
-  "content"}`` in user turns;
+  "content"}`` in user turns; user turns also take ``{"type": "image", "source": {"type":
+  "base64", "media_type", "data"} | {"type": "url", "url"} | {"type": "file", "file_id"}}``
+  and ``{"type": "document", "source": ...}`` (a base64 PDF, plain text, a URL or a file id,
+  with optional ``title``, ``context``, ``citations``), and a ``tool_result``'s content may
+  hold text and image blocks. Such blocks are stored as ``ContentPart``s
+  (``ChatMessage.parts``) and sent back as blocks;
 - every ``tool_use`` of an assistant turn is answered by a ``tool_result`` in the very next user
   turn, and a ``tool_result`` answers a ``tool_use`` of the turn right before it (otherwise 400
   "`tool_use` ids were found without `tool_result` blocks immediately after" or "unexpected
@@ -31,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
 
@@ -41,24 +46,80 @@ _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 # -- ChatMessage -> Anthropic -------------------------------------------------------------------
 
+#: fields of a part's ``extra`` that are copied onto its block (and read back)
+_BLOCK_EXTRAS = ("cache_control", "title", "context", "citations")
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
+    """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty text (the API
+    refuses empty text blocks). Audio, which Anthropic does not take, and files it cannot
+    carry (inline data that is not a PDF) are sent as their placeholder text."""
+    if part.kind is PartKind.TEXT:
+        block = _text_block(part.text) if part.text else None
+    elif part.kind is PartKind.IMAGE:
+        block = {"type": "image", "source": _source(part)}
+    elif part.kind is PartKind.FILE and part.text:
+        block = {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": part.text},
+        }
+    elif part.kind is PartKind.FILE and (part.url or part.file_id or part.mime_type == "application/pdf"):
+        block = {"type": "document", "source": _source(part)}
+    else:
+        block = _text_block(part.placeholder)
+    if (block is not None and block["type"] != "text") or (block is not None and part.kind is PartKind.TEXT):
+        block.update({key: part.extra[key] for key in _BLOCK_EXTRAS if key in part.extra})
+    return block
+
+
+def _source(part: ContentPart) -> dict[str, Any]:
+    if part.data:
+        return {"type": "base64", "media_type": part.mime_type, "data": part.data}
+    if part.url:
+        return {"type": "url", "url": part.url}
+    return {"type": "file", "file_id": part.file_id}
+
+
+def _part_blocks(message: ChatMessage, *, media: bool) -> list[dict[str, Any]]:
+    """Blocks of ``message.parts``; without ``media`` (assistant turns), every part is text."""
+    if not media:
+        return [_text_block(p.placeholder) for p in message.parts if p.placeholder]
+    return [block for part in message.parts if (block := part_to_anthropic(part)) is not None]
+
 
 def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    parts = bool(message.parts) and not message.truncated
     if message.role is Role.TOOL:
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
         # ``content`` is optional on a tool_result; an empty string is left out rather than sent.
-        if message.content:
+        if parts:
+            # a tool_result holds text and image blocks; other parts go as their placeholder
+            block["content"] = [
+                b if b["type"] in ("text", "image") else _text_block(p.placeholder)
+                for p in message.parts
+                if (b := part_to_anthropic(p)) is not None
+            ]
+        elif message.content:
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
         return [block]
+    if parts:
+        return _part_blocks(message, media=True)
     return [{"type": "text", "text": message.content}] if message.content else []
 
 
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if message.content:
+    if message.parts and not message.truncated:
+        blocks.extend(_part_blocks(message, media=False))
+    elif message.content:
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:
         if not isinstance(call.arguments, Mapping):
@@ -203,6 +264,48 @@ def _as_dict(value: Any) -> Any:
     return dump(mode="json", warnings=False) if callable(dump) else value
 
 
+def part_from_anthropic(block: Mapping[str, Any], where: str) -> ContentPart:
+    """One Anthropic ``text``, ``image`` or ``document`` block as a ``ContentPart``.
+
+    Raises:
+        InvalidMessageError: another block type, a missing or unknown ``source``.
+    """
+    kind = block.get("type")
+    extra = {key: block[key] for key in _BLOCK_EXTRAS if block.get(key) is not None}
+    if kind == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise InvalidMessageError(f"{where} text block has no string 'text'")
+        return ContentPart(PartKind.TEXT, text=text, extra=extra)
+    if kind not in ("image", "document"):
+        raise InvalidMessageError(
+            f"{where} has type {kind!r}; only text, image, document and tool_result blocks can be stored"
+        )
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise InvalidMessageError(f"{where} {kind} block has no 'source' object")
+    source_type = source.get("type")
+    part_kind = PartKind.IMAGE if kind == "image" else PartKind.FILE
+    fields: dict[str, Any]
+    if source_type == "base64":
+        fields = {"data": source.get("data"), "mime_type": source.get("media_type")}
+    elif source_type == "url":
+        fields = {"url": source.get("url")}
+    elif source_type == "file":
+        fields = {"file_id": source.get("file_id")}
+    elif source_type == "text" and kind == "document":
+        fields = {"text": source.get("data"), "mime_type": source.get("media_type") or "text/plain"}
+    else:
+        raise InvalidMessageError(
+            f"{where} {kind} block has source type {source_type!r}; supported: base64, url, file"
+            + (", text" if kind == "document" else "")
+        )
+    for name, value in fields.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidMessageError(f"{where} {kind} source has no string {name!r}")
+    return ContentPart(part_kind, extra=extra, **fields)
+
+
 def _text_of(content: Any, where: str) -> str:
     """Text of a string or a list of text blocks (``tool_result`` content, ``system``)."""
     if content is None or isinstance(content, str):
@@ -276,36 +379,51 @@ def _assistant_from_anthropic(blocks: list[Mapping[str, Any]]) -> ChatMessage:
     return ChatMessage.ai(content, calls, metadata=metadata)
 
 
+def _tool_result_parts(content: Any, where: str) -> tuple[ContentPart, ...]:
+    if content is None or isinstance(content, str):
+        return (ContentPart(PartKind.TEXT, text=content or ""),)
+    if not isinstance(content, list | tuple):
+        raise InvalidMessageError(
+            f"{where} must be a string or a list of blocks, not {type(content).__name__}"
+        )
+    parts = []
+    for position, block in enumerate(content):
+        block = _as_dict(block)
+        if not isinstance(block, Mapping):
+            raise InvalidMessageError(f"{where} block {position} is not a typed object")
+        parts.append(part_from_anthropic(block, f"{where} block {position}"))
+    return tuple(parts)
+
+
 def _user_from_anthropic(blocks: list[Mapping[str, Any]], tool_names: Mapping[str, str]) -> list[ChatMessage]:
     result: list[ChatMessage] = []
-    texts: list[str] = []
+    run: list[ContentPart] = []
 
     def flush() -> None:
-        if texts:
-            result.append(ChatMessage.human("".join(texts)))
-            texts.clear()
+        if run:
+            result.append(ChatMessage.from_parts(Role.HUMAN, run))
+            run.clear()
 
     for position, block in enumerate(blocks):
         kind = block["type"]
-        if kind == "text":
-            texts.append(block.get("text") or "")
-        elif kind == "tool_result":
+        if kind == "tool_result":
             flush()
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidMessageError(f"tool_result block {position} has no 'tool_use_id'")
-            content = _text_of(block.get("content"), f"tool_result {call_id!r} content")
+            parts = _tool_result_parts(block.get("content"), f"tool_result {call_id!r} content")
             metadata = {"is_error": True} if block.get("is_error") else {}
             result.append(
-                ChatMessage.tool(
-                    content, tool_call_id=call_id, name=tool_names.get(call_id, ""), metadata=metadata
+                ChatMessage.from_parts(
+                    Role.TOOL,
+                    parts,
+                    tool_call_id=call_id,
+                    name=tool_names.get(call_id, ""),
+                    metadata=metadata,
                 )
             )
         else:
-            raise InvalidMessageError(
-                f"user content block {position} has type {kind!r}; only text and tool_result "
-                "blocks can be stored (images and documents are not supported)"
-            )
+            run.append(part_from_anthropic(block, f"user content block {position}"))
     flush()
     return result
 
@@ -327,12 +445,13 @@ def from_anthropic_message(
         arguments, content ``None`` when it only calls tools, thinking blocks kept in
         ``metadata["thinking"]``. For a user message, in block order: one ``tool`` message per
         ``tool_result`` (``is_error`` kept in ``metadata``), and one ``human`` message per run of
-        text blocks.
+        text, image and document blocks: one part per block (``ChatMessage.from_parts``: a
+        single text block is plain text, several blocks are kept as ``parts``).
 
     Raises:
         InvalidMessageError: an unknown role (``system`` included: it is a top-level parameter),
-            image, document or server-tool blocks, a ``tool_use`` without id or name or whose
-            input is not an object, repeated ``tool_use`` ids.
+            server-tool blocks, images or documents of an unknown source, a ``tool_use``
+            without id or name or whose input is not an object, repeated ``tool_use`` ids.
     """
     data = _as_dict(message)
     if not isinstance(data, Mapping):

@@ -9,6 +9,12 @@ LangChain shapes (``langchain_core.messages``, v0.3 and v1): ``SystemMessage``, 
 string or a list of content blocks (strings and ``{"type": "text", "text"}`` dicts, plus images
 and provider-specific blocks).
 
+Content parts are written as LangChain's provider-neutral standard blocks (``{"type":
+"image"|"audio"|"file", "base64"|"url"|"file_id", "mime_type", "extras"}`` and ``{"type":
+"text-plain"}``; ``langchain_core.messages.content``), which each LangChain chat model
+translates for its provider. Read back are those, the older ``source_type`` form, OpenAI's
+content parts and Anthropic's image and document blocks.
+
 Mapping: ``Role.SYSTEM`` <-> ``SystemMessage``, ``Role.HUMAN`` <-> ``HumanMessage``, ``Role.AI``
 <-> ``AIMessage``, ``Role.TOOL`` <-> ``ToolMessage``. LangChain has no ``null`` content, so an
 ``ai`` message that only calls tools is sent with ``""`` and read back as ``None``.
@@ -36,7 +42,9 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.formats.anthropic import part_from_anthropic
+from agentmemory.formats.openai import part_from_openai
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_langchain", "from_langchain_message", "to_langchain", "to_langchain_message"]
 
@@ -50,6 +58,111 @@ _GENERIC_ROLES = {
 }
 
 
+#: the source fields of a standard block, and the ``ContentPart`` field each maps to
+_SOURCES = (("base64", "data"), ("url", "url"), ("file_id", "file_id"))
+_MEDIA = {"image": PartKind.IMAGE, "audio": PartKind.AUDIO, "file": PartKind.FILE}
+
+
+def part_to_langchain(part: ContentPart) -> dict[str, Any]:
+    """One ``ContentPart`` as a LangChain standard content block."""
+    if part.kind is PartKind.TEXT:
+        return {"type": "text", "text": part.text}
+    if part.kind is PartKind.FILE and part.text:
+        block: dict[str, Any] = {"type": "text-plain", "mime_type": "text/plain", "text": part.text}
+        if "title" in part.extra:
+            block["title"] = part.extra["title"]
+        return block
+    block = {"type": part.kind.value}
+    for key, name in _SOURCES:
+        if getattr(part, name):
+            block[key] = getattr(part, name)
+    if part.mime_type:
+        block["mime_type"] = part.mime_type
+    extras = dict(part.extra)
+    if part.detail:
+        extras["detail"] = part.detail
+    if part.filename:
+        extras["filename"] = part.filename
+    if extras:
+        block["extras"] = extras
+    return block
+
+
+def part_from_langchain(block: Any, where: str) -> ContentPart:
+    """One LangChain content block as a ``ContentPart``: a string, a standard block (v1, or
+    the older ``source_type`` form), an OpenAI content part or an Anthropic block.
+
+    Raises:
+        InvalidMessageError: another block type, a block without a source.
+    """
+    if isinstance(block, str):
+        return ContentPart(PartKind.TEXT, text=block)
+    if not isinstance(block, Mapping):
+        raise InvalidMessageError(f"{where} is {type(block).__name__}, not a string or an object")
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise InvalidMessageError(f"{where} text block has no string 'text'")
+        return ContentPart(PartKind.TEXT, text=text)
+    if kind in ("image_url", "input_audio") or (kind == "file" and isinstance(block.get("file"), Mapping)):
+        return part_from_openai(block, where)
+    if kind in ("image", "document") and isinstance(block.get("source"), Mapping):
+        return part_from_anthropic(block, where)
+    if kind == "text-plain":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise InvalidMessageError(f"{where} text-plain block has no string 'text'")
+        extra = {"title": block["title"]} if isinstance(block.get("title"), str) else {}
+        return ContentPart(PartKind.FILE, text=text, mime_type="text/plain", extra=extra)
+    if kind not in _MEDIA:
+        raise InvalidMessageError(
+            f"{where} has type {kind!r}; text, image, audio, file and text-plain blocks can be stored"
+        )
+    fields: dict[str, Any] = {}
+    source_type = block.get("source_type")  # the form before langchain-core 1.0
+    if source_type == "base64":
+        fields["data"] = block.get("data")
+    elif source_type == "url":
+        fields["url"] = block.get("url")
+    elif source_type == "id":
+        fields["file_id"] = block.get("id")
+    else:
+        fields = {name: block[key] for key, name in _SOURCES if block.get(key)}
+    if len(fields) != 1 or not all(isinstance(v, str) and v for v in fields.values()):
+        raise InvalidMessageError(f"{where} {kind} block needs one of base64, url or file_id")
+    extras = dict(block.get("extras") or {})
+    detail = extras.pop("detail", "")
+    filename = extras.pop("filename", "") or block.get("filename") or ""
+    return ContentPart(
+        _MEDIA[kind],
+        mime_type=block.get("mime_type") or "",
+        detail=detail if isinstance(detail, str) else "",
+        filename=filename if isinstance(filename, str) else "",
+        extra=extras,
+        **fields,
+    )
+
+
+def _content_to_langchain(message: ChatMessage, role: Role) -> str | list[str | dict[str, Any]]:
+    if not message.parts or message.truncated:
+        return message.content or ""
+    if role in (Role.HUMAN, Role.TOOL):
+        return [part_to_langchain(part) for part in message.parts]
+    return [{"type": "text", "text": part.placeholder} for part in message.parts if part.placeholder]
+
+
+def _content_from_langchain(content: Any, kind: str) -> tuple[ContentPart, ...]:
+    if isinstance(content, str):
+        return (ContentPart(PartKind.TEXT, text=content),)
+    if not isinstance(content, list | tuple):
+        raise InvalidMessageError(f"{kind} content must be a string or a list, not {type(content).__name__}")
+    return tuple(
+        part_from_langchain(block, f"{kind} content block {position}")
+        for position, block in enumerate(content)
+    )
+
+
 def to_langchain_message(message: ChatMessage) -> BaseMessage:
     """Convert one ``ChatMessage`` into a LangChain message.
 
@@ -58,7 +171,9 @@ def to_langchain_message(message: ChatMessage) -> BaseMessage:
         tool_calls=[{"id", "name", "args", "type": "tool_call"}], name)`` or
         ``ToolMessage(content, tool_call_id, name)`` (``status="error"`` when
         ``metadata["is_error"]``). ``None`` content is sent as ``""``; an empty ``name`` is not
-        set; metadata, seq and ids are not copied.
+        set; metadata, seq and ids are not copied. ``parts`` are sent as a list of standard
+        content blocks (``part_to_langchain``); system and ai messages take their text, with
+        placeholders such as ``[image]`` for other parts.
 
     Raises:
         InvalidMessageError: an unknown role; a tool message without ``tool_call_id``.
@@ -67,7 +182,7 @@ def to_langchain_message(message: ChatMessage) -> BaseMessage:
         role = Role(message.role)
     except ValueError as exc:
         raise InvalidMessageError(f"unknown role {message.role!r}") from exc
-    content = message.content or ""
+    content: Any = _content_to_langchain(message, role)
     name = message.name or None
     if role is Role.SYSTEM:
         return SystemMessage(content=content, name=name)
@@ -169,14 +284,16 @@ def from_langchain_message(message: BaseMessage, *, fill_missing_ids: bool = Fal
             refusing them (for replies of servers that omit ids; stored transcripts need real ids).
 
     Returns:
-        The ``ChatMessage``: text blocks joined with ``""``; for ``ai`` messages, non-text blocks
+        The ``ChatMessage``: a single text block is plain text, several blocks (texts, images,
+        audio, files) are kept as ``parts``; for ``ai`` messages text blocks are joined with
+        ``""`` and non-text blocks
         are ignored (tool calls are read from ``tool_calls``) and content is ``None`` when the
         message only calls tools; ``ToolMessage.status == "error"`` becomes
         ``metadata["is_error"]``; ``name`` is kept.
 
     Raises:
         InvalidMessageError: another message type (``FunctionMessage``, ``RemoveMessage``, an
-            unknown generic role); non-text content blocks outside ``ai`` messages;
+            unknown generic role); unknown or malformed content blocks outside ``ai`` messages;
             ``invalid_tool_calls`` (arguments the model produced that are not JSON); a tool call
             without id (unless ``fill_missing_ids``); repeated call ids; a tool message without
             ``tool_call_id``.
@@ -185,23 +302,30 @@ def from_langchain_message(message: BaseMessage, *, fill_missing_ids: bool = Fal
         return _ai_from_langchain(message, fill_missing_ids=fill_missing_ids)
     name = getattr(message, "name", None) or ""
     if isinstance(message, SystemMessage):
-        return ChatMessage.system(_text(message.content, "system", ignore_other_blocks=False), name=name)
+        return ChatMessage.from_parts(
+            Role.SYSTEM, _content_from_langchain(message.content, "system"), name=name
+        )
     if isinstance(message, HumanMessage):
-        return ChatMessage.human(_text(message.content, "human", ignore_other_blocks=False), name=name)
+        return ChatMessage.from_parts(
+            Role.HUMAN, _content_from_langchain(message.content, "human"), name=name
+        )
     if isinstance(message, ToolMessage):
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
         metadata = {"is_error": True} if message.status == "error" else {}
-        return ChatMessage.tool(
-            _text(message.content, "tool", ignore_other_blocks=False),
+        return ChatMessage.from_parts(
+            Role.TOOL,
+            _content_from_langchain(message.content, "tool"),
             tool_call_id=message.tool_call_id,
             name=name,
             metadata=metadata,
         )
     if isinstance(message, LangChainGenericMessage) and message.role in _GENERIC_ROLES:
         role = _GENERIC_ROLES[message.role]
-        text = _text(message.content, message.role, ignore_other_blocks=role is Role.AI)
-        return ChatMessage(role=role, content=text, name=name)
+        if role is Role.AI:
+            text = _text(message.content, message.role, ignore_other_blocks=True)
+            return ChatMessage(role=role, content=text, name=name)
+        return ChatMessage.from_parts(role, _content_from_langchain(message.content, message.role), name=name)
     raise InvalidMessageError(
         f"LangChain message type {type(message).__name__} (type {getattr(message, 'type', None)!r}) is "
         "not supported; use SystemMessage, HumanMessage, AIMessage or ToolMessage"

@@ -6,7 +6,12 @@ request params in the official ``openai`` SDK, ``openai/types/chat/chat_completi
 
 - roles ``system``/``developer``/``user``/``assistant``/``tool`` (``function`` is deprecated);
 - ``content`` is a string, ``null`` (assistant messages that only call tools) or a list of
-  content parts (``{"type": "text", "text": ...}``, images, audio, files);
+  content parts: ``{"type": "text", "text"}``; in user messages also ``{"type": "image_url",
+  "image_url": {"url": <http(s) or base64 data URL>, "detail": "low"|"high"|"auto"}}``,
+  ``{"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"|"mp3"}}`` and
+  ``{"type": "file", "file": {"file_data": <base64 data URL>, "filename"} | {"file_id"}}``.
+  Several parts are stored as ``ContentPart``s (``ChatMessage.parts``) and sent back as
+  parts; a list holding one text part is plain text;
 - assistant ``tool_calls`` are ``{"id", "type": "function", "function": {"name", "arguments"}}``
   where ``arguments`` is a JSON *string* (here parsed into a dict, see ``ToolCall``);
 - ``tool`` messages answer one call through ``tool_call_id``.
@@ -22,7 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
 __all__ = ["from_openai", "from_openai_messages", "to_openai", "to_openai_messages"]
 
@@ -38,32 +44,130 @@ _ROLE_TO_OPENAI = {Role.SYSTEM: "system", Role.HUMAN: "user", Role.AI: "assistan
 _ROLES_WITH_NAME = {Role.SYSTEM, Role.HUMAN, Role.AI}
 
 
-def _content_from_openai(content: Any, role: str) -> str | None:
-    """Return the text of an OpenAI ``content`` value (string, ``None`` or text parts)."""
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, what: str, *, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise InvalidMessageError(f"{what} must be a non-empty string")
+    return value
+
+
+def part_from_openai(part: Any, where: str) -> ContentPart:
+    """One OpenAI content part as a ``ContentPart`` (``where`` names it in errors).
+
+    ``image_url`` with a base64 data URL keeps the data and its MIME type (the URL prefix is
+    not stored twice); ``input_audio``'s ``format`` becomes a MIME type (``wav`` ->
+    ``audio/wav``, ``mp3`` -> ``audio/mpeg``); a ``file``'s ``file_data`` data URL is split
+    the same way.
+
+    Raises:
+        InvalidMessageError: not an object, an unknown type (``refusal`` parts included), a
+            missing or malformed field.
+    """
+    part = _object(part, where)
+    kind = part.get("type")
+    if kind == "text":
+        return ContentPart(PartKind.TEXT, text=_string(part.get("text"), f"{where} 'text'", required=False))
+    if kind == "image_url":
+        image = _object(part.get("image_url"), f"{where} 'image_url'")
+        url = _string(image.get("url"), f"{where} image_url 'url'")
+        detail = _string(image.get("detail"), f"{where} image_url 'detail'", required=False)
+        inline = parse_data_url(url)
+        if inline is not None:
+            return ContentPart(PartKind.IMAGE, data=inline[1], mime_type=inline[0], detail=detail)
+        if url.startswith("data:"):
+            raise InvalidMessageError(f"{where} image_url is a data URL that is not base64")
+        return ContentPart(PartKind.IMAGE, url=url, detail=detail)
+    if kind == "input_audio":
+        audio = _object(part.get("input_audio"), f"{where} 'input_audio'")
+        data = _string(audio.get("data"), f"{where} input_audio 'data'")
+        audio_format = _string(audio.get("format"), f"{where} input_audio 'format'")
+        return ContentPart(
+            PartKind.AUDIO, data=data, mime_type=AUDIO_FORMATS.get(audio_format, f"audio/{audio_format}")
+        )
+    if kind == "file":
+        file = _object(part.get("file"), f"{where} 'file'")
+        filename = _string(file.get("filename"), f"{where} file 'filename'", required=False)
+        file_id = _string(file.get("file_id"), f"{where} file 'file_id'", required=False)
+        file_data = _string(file.get("file_data"), f"{where} file 'file_data'", required=False)
+        if file_data:
+            inline = parse_data_url(file_data)
+            mime, data = inline if inline is not None else ("", file_data)
+            return ContentPart(PartKind.FILE, data=data, mime_type=mime, filename=filename, file_id=file_id)
+        if not file_id:
+            raise InvalidMessageError(f"{where} file has neither 'file_data' nor 'file_id'")
+        return ContentPart(PartKind.FILE, file_id=file_id, filename=filename)
+    raise InvalidMessageError(
+        f"{where} has type {kind!r}; supported content parts are text, image_url, input_audio and file"
+    )
+
+
+def _content_from_openai(content: Any, role: str) -> tuple[str | None, tuple[ContentPart, ...]]:
+    """``(content, parts)`` of an OpenAI ``content`` value (string, ``None`` or parts)."""
     if content is None or isinstance(content, str):
-        return content
+        return content, ()
     if isinstance(content, list | tuple):
-        texts: list[str] = []
-        for position, part in enumerate(content):
-            if not isinstance(part, Mapping):
-                raise InvalidMessageError(
-                    f"{role} message content part {position} is {type(part).__name__}, not an object"
-                )
-            part_type = part.get("type")
-            if part_type != "text":
-                raise InvalidMessageError(
-                    f"{role} message content part {position} has type {part_type!r}; only text parts "
-                    "are supported (images, audio, files and refusals cannot be stored as text)"
-                )
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise InvalidMessageError(f"{role} message text part {position} has no string 'text'")
-            texts.append(text)
-        return "".join(texts)
+        parts = tuple(
+            part_from_openai(part, f"{role} message content part {position}")
+            for position, part in enumerate(content)
+        )
+        if len(parts) == 1 and parts[0].kind is PartKind.TEXT:
+            return parts[0].text, ()
+        if not parts:
+            return "", ()
+        return parts_text(parts), parts
     raise InvalidMessageError(
         f"{role} message content must be a string, null or a list of content parts, "
         f"not {type(content).__name__}"
     )
+
+
+def part_to_openai(part: ContentPart) -> dict[str, Any]:
+    """One ``ContentPart`` as an OpenAI content part (the inverse of ``part_from_openai``).
+
+    An Anthropic document given by URL or as plain text, which OpenAI's ``file`` part cannot
+    carry, is sent as a text part: its text, or ``[file: <url>]``.
+    """
+    if part.kind is PartKind.TEXT:
+        return {"type": "text", "text": part.text}
+    if part.kind is PartKind.IMAGE:
+        if part.file_id:
+            return {"type": "text", "text": part.placeholder}
+        image: dict[str, Any] = {"url": data_url(part.mime_type, part.data) if part.data else part.url}
+        if part.detail:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    if part.kind is PartKind.AUDIO:
+        formats = {mime: name for name, mime in AUDIO_FORMATS.items()}
+        audio_format = formats.get(part.mime_type, part.mime_type.removeprefix("audio/"))
+        return {"type": "input_audio", "input_audio": {"data": part.data, "format": audio_format}}
+    if part.text:
+        return {"type": "text", "text": part.text}
+    if part.url:
+        return {"type": "text", "text": f"[file: {part.url}]"}
+    file: dict[str, Any] = {}
+    if part.data:
+        file["file_data"] = data_url(part.mime_type, part.data) if part.mime_type else part.data
+    if part.file_id:
+        file["file_id"] = part.file_id
+    if part.filename:
+        file["filename"] = part.filename
+    return {"type": "file", "file": file}
+
+
+def _parts_to_openai(message: ChatMessage, role: Role) -> list[dict[str, Any]]:
+    """The parts of ``message`` for its OpenAI role: user messages take every kind; system,
+    assistant and tool messages take only text parts, so other parts become their
+    placeholder text (``[image]``)."""
+    if role is Role.HUMAN:
+        return [part_to_openai(part) for part in message.parts]
+    return [{"type": "text", "text": part.placeholder} for part in message.parts if part.placeholder]
 
 
 def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
@@ -121,12 +225,13 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         The ``ChatMessage``. ``content: null`` stays ``None`` (an assistant message that only
         calls tools round-trips exactly, bug case BUG-20); text content parts are joined with
         ``""``; tool-call ``arguments`` (a JSON string, ``""`` meaning ``{}``) become a dict;
-        ``name`` is kept; a non-empty top-level assistant ``refusal`` is kept in
+        ``name`` is kept; content parts other than a single text part are kept as
+        ``parts`` (``content`` then holds their text); a non-empty top-level assistant ``refusal`` is kept in
         ``metadata["refusal"]``. Other keys (``annotations``, ``audio: null``, ...) are ignored.
 
     Raises:
         InvalidMessageError: not an object; missing or unknown role; the deprecated ``function``
-            role or ``function_call`` field; non-text content parts; malformed tool calls,
+            role or ``function_call`` field; unknown or malformed content parts; malformed tool calls,
             arguments that are not valid JSON or not a JSON object (the error names the call
             id), duplicate call ids; ``tool_calls`` on a non-assistant message; a tool message
             without ``tool_call_id``.
@@ -150,7 +255,7 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             f"unknown OpenAI role {role_name!r}; expected one of system, developer, user, assistant, tool"
         )
     role = _ROLE_FROM_OPENAI[role_name]
-    content = _content_from_openai(message.get("content"), role_name)
+    content, parts = _content_from_openai(message.get("content"), role_name)
     name = message.get("name") or ""
     if not isinstance(name, str):
         raise InvalidMessageError(f"{role_name} message 'name' must be a string")
@@ -177,15 +282,17 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             raise InvalidMessageError(f"assistant message repeats tool call id(s) {duplicates}")
         refusal = message.get("refusal")
         metadata = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
-        return ChatMessage(role=role, content=content, tool_calls=tool_calls, name=name, metadata=metadata)
+        return ChatMessage(
+            role=role, content=content, tool_calls=tool_calls, name=name, metadata=metadata, parts=parts
+        )
 
     if role is Role.TOOL:
         tool_call_id = message.get("tool_call_id")
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessageError("tool message has no 'tool_call_id' naming the call it answers")
-        return ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name)
+        return ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name, parts=parts)
 
-    return ChatMessage(role=role, content=content, name=name)
+    return ChatMessage(role=role, content=content, name=name, parts=parts)
 
 
 def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
@@ -230,7 +337,10 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
       the tool message param has no ``name``, so a tool name is not sent).
 
-    ``metadata``, ``seq``, ``id``, ``token_count`` and ``truncated`` are never sent.
+    A message with ``parts`` sends them as a list of content parts (``part_to_openai``);
+    roles other than ``user`` take only text parts, so their images, audio and files are
+    sent as placeholder text. ``metadata``, ``seq``, ``id``, ``token_count`` and
+    ``truncated`` are never sent.
 
     Raises:
         InvalidMessageError: a tool message without ``tool_call_id``; tool-call arguments that
@@ -240,10 +350,13 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         role = Role(message.role)
     except ValueError as exc:
         raise InvalidMessageError(f"unknown role {message.role!r}") from exc
+    # a copy truncated for the window is sent as its shortened text
+    parts = _parts_to_openai(message, role) if message.parts and not message.truncated else None
     if role is Role.TOOL:
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
+        content = parts if parts else message.content or ""
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
 
     result: dict[str, Any] = {"role": _ROLE_TO_OPENAI[role]}
     if role is Role.AI:
@@ -261,6 +374,8 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
             ]
     else:
         result["content"] = message.content or ""
+    if parts:
+        result["content"] = parts
     if message.name and role in _ROLES_WITH_NAME:
         result["name"] = message.name
     return result

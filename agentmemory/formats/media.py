@@ -1,0 +1,117 @@
+"""Inline media helpers shared by the converters: data URLs and image sizes from file headers.
+
+Image sizes are read from the first bytes of the data (PNG ``IHDR``, GIF logical screen,
+JPEG start-of-frame marker, WebP ``VP8``/``VP8L``/``VP8X`` headers), never by decoding the
+image, so pricing an image costs microseconds whatever its size.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+
+__all__ = ["AUDIO_FORMATS", "data_url", "image_size", "parse_data_url"]
+
+_DATA_URL = re.compile(
+    r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*);base64,", re.ASCII
+)
+
+#: OpenAI ``input_audio.format`` <-> MIME type
+AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+
+#: base64 characters decoded to find an image's size; a JPEG's frame header usually sits in
+#: the first few kilobytes, after its EXIF block
+_HEADER_CHARS = 256 * 1024
+
+
+def parse_data_url(url: str) -> tuple[str, str] | None:
+    """``(mime_type, base64 data)`` of a ``data:<mime>;base64,<data>`` URL, else ``None``.
+
+    Only base64 data URLs are recognised (the form OpenAI documents for inline images and
+    files); the data is returned as it is, not decoded.
+    """
+    match = _DATA_URL.match(url)
+    if match is None:
+        return None
+    return match.group("mime") or "", url[match.end() :]
+
+
+def data_url(mime_type: str, data: str) -> str:
+    """``data:<mime>;base64,<data>``."""
+    return f"data:{mime_type};base64,{data}"
+
+
+def _head(data: str) -> bytes:
+    chunk = data[:_HEADER_CHARS]
+    chunk = chunk[: len(chunk) - len(chunk) % 4]
+    try:
+        return base64.b64decode(chunk, validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def image_size(data: str) -> tuple[int, int] | None:
+    """``(width, height)`` in pixels of a base64 PNG, GIF, JPEG or WebP image, read from its
+    header; ``None`` for another format, a malformed header, or a JPEG whose frame header
+    lies beyond the first 192 KB."""
+    head = _head(data)
+    try:
+        if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+            width, height = struct.unpack(">II", head[16:24])
+        elif head[:6] in (b"GIF87a", b"GIF89a"):
+            width, height = struct.unpack("<HH", head[6:10])
+        elif head[:2] == b"\xff\xd8":
+            size = _jpeg_size(head)
+            if size is None:
+                return None
+            width, height = size
+        elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+            size = _webp_size(head)
+            if size is None:
+                return None
+            width, height = size
+        else:
+            return None
+    except struct.error:
+        return None
+    if width <= 0 or height <= 0:
+        return None
+    return width, height
+
+
+def _jpeg_size(head: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length
+            i += 2
+            continue
+        (length,) = struct.unpack(">H", head[i + 2 : i + 4])
+        # start-of-frame markers (baseline, progressive, ...), not DHT/JPG/DAC
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack(">HH", head[i + 5 : i + 9])
+            return width, height
+        i += 2 + length
+    return None
+
+
+def _webp_size(head: bytes) -> tuple[int, int] | None:
+    chunk = head[12:16]
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        width, height = struct.unpack("<HH", head[26:30])
+        return width & 0x3FFF, height & 0x3FFF
+    if chunk == b"VP8L" and head[20:21] == b"\x2f":
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        width = int.from_bytes(head[24:27], "little") + 1
+        height = int.from_bytes(head[27:30], "little") + 1
+        return width, height
+    return None
