@@ -2,15 +2,19 @@
 
 For each transcript a conversation is created; a leading system message is stored first
 (the pinned prompt). Then, turn by turn: the human message is appended, the context window
-is built and checked against invariants C1-C5, the recorded AI and tool messages of the turn
-are appended, and the memory compactor is asked whether to compact (K1), which enqueues
-``agentmemory.tasks.compact_conversation`` on commit (eager in-process without a broker).
-Every append is its own transaction, as ``PersistentChatHistory`` does it, so compaction
-sees committed data.
+is built as an agent builds it (with the gap policy ``AGENTMEMORY['CONTEXT_GAP_POLICY']``:
+a window that would leave stored messages in neither itself nor the summary first gets a
+compaction) and checked against the window invariants (budget, whole tool exchanges, a
+human message first, the prompt and summary placed once, no message skipped in the
+middle), the recorded AI and tool messages of the turn are appended, and the memory
+compactor is asked whether to compact. Every append is its own transaction, as
+``PersistentChatHistory`` does it, so compaction sees committed data.
 
 The outcome is a ``ReplayReport``: counts, build latency, invariant violations, context
-budget errors (C8's explicit error, reported apart from violations) and messages that were
-neither in the window nor covered by the summary when a window was built (K1's promise).
+budget errors (the newest human message could not fit), the messages every window left
+in neither itself nor the summary (counted by a query of their own, and checked against
+the window's own ``uncovered`` accounting), and the summariser calls, with those made by
+compactions the window builds asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Sum
 
 from django.utils import timezone
 
@@ -28,7 +35,7 @@ from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.formats.transcripts import Transcript
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
 
 __all__ = [
@@ -127,17 +134,20 @@ class ReplayReport:
         conversations_summarised: replayed conversations that have a current summary.
         long_conversations: replayed conversations with at least ``LONG_CONVERSATION_HUMANS``
             human messages; ``long_conversations_summarised`` of them have a summary.
-        left_out_messages: over all windows, stored non-orphan messages after the summary
+        left_out_messages: over every window built, stored messages after the summary
             boundary (or the pinned prompt) and before the window's first history message,
-            while no compaction was due or running (compaction had caught up);
-            ``windows_with_left_out`` counts the windows where that was more than 0.
-        left_out_pending_messages: the same, in windows built while a compaction was due
-            or running (``windows_with_left_out_pending`` of them): compaction had not
-            caught up yet, e.g. a greeting before the first human message, folded after
-            the first turn.
-        violation_count: C1-C5 violations (``violations`` keeps the first ones).
-        budget_error_count: builds that raised ``ContextBudgetExceeded`` (C8; not a C1-C5
-            violation, reported apart, ``budget_errors`` keeps the first ones).
+            other than orphaned tool results and waiting tool exchanges: messages in
+            neither the window nor the summary; ``windows_with_left_out`` counts the windows
+            where that was more than 0 (``left_out`` keeps the first ones).
+        gap_compactions: compactions the window builds asked for to close a gap;
+            ``gap_summariser_calls`` the summariser calls of the summaries they made.
+        summariser_calls: summariser calls of every summary of the replayed conversations.
+        violation_count: window invariant violations (``violations`` keeps the first
+            ones), a window whose own ``uncovered`` count disagrees with the replay's
+            included.
+        budget_error_count: builds that raised ``ContextBudgetExceeded`` (the newest
+            human message could not fit; reported apart, ``budget_errors`` keeps the
+            first ones).
         build_ms: latency of each window build (milliseconds).
         elapsed_seconds: wall time of the replay (seconds).
         conversation_ids: primary keys of the conversations created.
@@ -155,8 +165,10 @@ class ReplayReport:
     long_conversations_summarised: int = 0
     left_out_messages: int = 0
     windows_with_left_out: int = 0
-    left_out_pending_messages: int = 0
-    windows_with_left_out_pending: int = 0
+    gap_compactions: int = 0
+    gap_summariser_calls: int = 0
+    summariser_calls: int = 0
+    gap_summary_ids: list[int] = field(default_factory=list)
     violation_count: int = 0
     budget_error_count: int = 0
     violations: list[Finding] = field(default_factory=list)
@@ -190,9 +202,18 @@ class ReplayReport:
         if len(self.left_out) < MAX_FINDINGS_KEPT:
             self.left_out.append(finding)
 
+    @property
+    def failed(self) -> bool:
+        """Whether the replay found a problem: a violation, a budget error or a message
+        left in neither a window nor the summary."""
+        return bool(self.violation_count or self.budget_error_count or self.left_out_messages)
+
     def summary_line(self) -> str:
         """The last line of a replay's output."""
-        return f"Replay finished: {self.violation_count} invariant violations"
+        return (
+            f"Replay finished: {self.violation_count} invariant violations, "
+            f"{self.left_out_messages} messages left out, {self.budget_error_count} budget errors"
+        )
 
     def lines(self, *, show: int = 5) -> list[str]:
         """The report as text lines, the first ``show`` findings of each kind included; the
@@ -212,9 +233,9 @@ class ReplayReport:
             f"long conversations:   {self.long_conversations_summarised:,} of {self.long_conversations:,} "
             f"with >= {LONG_CONVERSATION_HUMANS} human messages have a summary",
             f"left outside window and summary: {self.left_out_messages:,} messages "
-            f"in {self.windows_with_left_out:,} windows once compaction had caught up "
-            f"({self.left_out_pending_messages:,} in {self.windows_with_left_out_pending:,} windows "
-            "while a compaction was due)",
+            f"in {self.windows_with_left_out:,} windows",
+            f"summariser calls:     {self.summariser_calls:,} ({self.gap_summariser_calls:,} in "
+            f"{self.gap_compactions:,} compactions asked for by window builds)",
             f"context budget errors: {self.budget_error_count:,}",
             f"build latency:        p50 {ms(self.build_p50_ms)}, p95 {ms(self.build_p95_ms)}",
             f"elapsed:              {self.elapsed_seconds:.1f} s ({rate:,.0f} messages/s)",
@@ -288,6 +309,8 @@ def _replay_one(
     progress: Callable[[int], None],
     compact_before_build: bool,
 ) -> None:
+    from agentmemory.conf import app_settings
+
     conversation = Conversation.objects.create(
         title=transcript.title[:200], agent_key=transcript.agent_key[:100], metadata=transcript.metadata
     )
@@ -295,8 +318,10 @@ def _replay_one(
     report.conversations += 1
     report.conversation_ids.append(cid)
     history = PersistentChatHistory(cid)
-    builder = ContextWindowBuilder(cid)
     compactor = build_compactor(cid)
+    builder = ContextWindowBuilder(
+        chat_history=history, memory_compactor=compactor, gap_policy=app_settings().CONTEXT_GAP_POLICY
+    )
     plan = plan_turns(transcript.messages)
 
     def append(messages: list[ChatMessage]) -> list[ChatMessage]:
@@ -324,7 +349,11 @@ def _replay_one(
         else:
             report.build_ms.append((time.perf_counter() - t0) * 1000)
             report.windows_built += 1
-            _check_window(window, transcript.title, cid, budget, newest, pinned, report, compactor)
+            if window.compaction is not None:
+                report.gap_compactions += 1
+                if window.compaction.summary_id is not None:
+                    report.gap_summary_ids.append(window.compaction.summary_id)
+            _check_window(window, transcript.title, cid, budget, newest, pinned, report)
         if rest:
             append(rest)
         compactor.compact_if_needed(max_tokens=budget)
@@ -338,9 +367,10 @@ def _check_window(
     newest_seq: int | None,
     pinned: bool,
     report: ReplayReport,
-    compactor: BaseMemoryCompactor,
 ) -> None:
-    """C1-C5 on one window, and the messages it leaves outside both window and summary."""
+    """The window invariants on one window, and the messages it leaves outside both window
+    and summary, counted here by a query of their own and compared with the window's
+    ``uncovered``."""
     stored_seqs: list[int] = []
     if window.first_seq is not None and window.last_seq is not None:
         # Only the window's own seq range: the check stays O(window), like the build.
@@ -355,30 +385,39 @@ def _check_window(
         report.add_violation(Finding(title, cid, newest_seq, problem))
 
     floor = max(window.summary_through_seq or 0, 1 if pinned else 0)
-    if window.first_seq is None or window.first_seq <= floor + 1:
-        return
+    before = window.first_seq if window.first_seq is not None else 2**62
+    pending = Conversation.objects.filter(pk=cid).values_list("pending_tool_calls", flat=True).first() or {}
     left_out = (
-        Message.objects.filter(conversation_id=cid, seq__gt=floor, seq__lt=window.first_seq)
+        Message.objects.filter(conversation_id=cid, seq__gt=floor, seq__lt=before)
         .exclude(role=Role.TOOL.value, exchange_seq__isnull=True)
+        .exclude(exchange_seq__in=set(pending.values()))
         .count()
     )
-    if left_out and _compaction_due(compactor, cid, budget):
-        report.left_out_pending_messages += left_out
-        report.windows_with_left_out_pending += 1
-    elif left_out:
+    if left_out != window.uncovered.count:
+        report.add_violation(
+            Finding(
+                title,
+                cid,
+                newest_seq,
+                f"the window reports {window.uncovered.count} uncovered messages, "
+                f"the replay counts {left_out}",
+            )
+        )
+    if left_out:
         summary = (
             f"summary through seq {window.summary_through_seq}"
             if window.summary_id is not None
             else "no summary"
         )
+        span = f"seqs {floor + 1}..{before - 1}" if window.first_seq is not None else f"seqs after {floor}"
         report.add_left_out(
             left_out,
             Finding(
                 title,
                 cid,
                 newest_seq,
-                f"{left_out} messages (seqs {floor + 1}..{window.first_seq - 1}) in neither window nor "
-                f"summary; {summary}, window history seqs {window.first_seq}..{window.last_seq}, "
+                f"{left_out} messages ({span}) in neither "
+                f"window nor summary; {summary}, window history seqs {window.first_seq}..{window.last_seq}, "
                 f"{window.total_tokens} of {budget} tokens (system {window.system_tokens}, "
                 f"summary {window.summary_tokens}, history {window.history_tokens})",
             ),
@@ -400,11 +439,15 @@ def refresh_summary_counts(report: ReplayReport) -> None:
     """Fill the report's summary counts from the database (a few queries per 500
     conversations)."""
     ids = report.conversation_ids
-    report.summaries_made = report.conversations_summarised = 0
+    report.summaries_made = report.conversations_summarised = report.summariser_calls = 0
     report.long_conversations = report.long_conversations_summarised = 0
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        report.summaries_made += Summary.objects.filter(conversation_id__in=chunk).count()
+        made = Summary.objects.filter(conversation_id__in=chunk).aggregate(
+            count=Count("id"), calls=Sum("llm_calls")
+        )
+        report.summaries_made += made["count"]
+        report.summariser_calls += made["calls"] or 0
         for humans, summary_id in Conversation.objects.filter(pk__in=chunk).values_list(
             "human_message_count", "summary_id"
         ):
@@ -413,6 +456,18 @@ def refresh_summary_counts(report: ReplayReport) -> None:
             if humans >= LONG_CONVERSATION_HUMANS:
                 report.long_conversations += 1
                 report.long_conversations_summarised += has_summary
+    report.gap_summariser_calls = _gap_summariser_calls(report)
+
+
+def _gap_summariser_calls(report: ReplayReport) -> int:
+    ids = sorted(set(report.gap_summary_ids))
+    total = 0
+    for start in range(0, len(ids), 500):
+        total += (
+            Summary.objects.filter(pk__in=ids[start : start + 500]).aggregate(calls=Sum("llm_calls"))["calls"]
+            or 0
+        )
+    return total
 
 
 def wait_for_compaction(
@@ -438,3 +493,101 @@ def wait_for_compaction(
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll)
+
+
+# --------------------------------------------------------------------------- through the agent
+
+
+def replay_through_agent(
+    transcripts: Iterable[Transcript],
+    *,
+    max_tokens: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Replay ``transcripts`` through ``BaseToolCallingAgent.run()`` with the memory
+    compactor enabled and a scripted model that answers each call with the recorded AI
+    message (tool calls included), tools answering with the recorded results.
+
+    Every model call of a turn is checked like a replay window (``windows_built`` counts
+    model calls): the window sent, the messages it leaves in neither itself nor the
+    summary, budget errors (the turn is then stored as recorded and the replay goes on).
+    A transcript's leading system message is the agent's system prompt (sent, not stored);
+    a turn that does not end on a text answer gets a short closing answer, since an agent
+    turn ends on one.
+
+    Returns:
+        The ``ReplayReport``.
+    """
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.agents.results import ModelCallStarted, StepStored, TurnStarted
+    from agentmemory.agents.tools import ToolOutcome
+    from agentmemory.conf import app_settings
+    from agentmemory.llm.fake import ScriptedChatModel
+
+    budget = max_tokens if max_tokens is not None else app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+    report = ReplayReport(max_tokens=budget)
+    progress = progress or (lambda n: None)
+    started = time.perf_counter()
+    results: dict[str, ChatMessage] = {}  # the recorded tool results of the current turn, by call id
+    for transcript in transcripts:
+        plan = plan_turns(transcript.messages)
+
+        class ReplayAgent(BaseToolCallingAgent, register=False):
+            SYSTEM_PROMPT = plan.prompt.text if plan.prompt is not None else "You are a helpful assistant."
+            MEMORY_COMPACTOR_ENABLED = True
+            CONVERSATION_HISTORY_TOKEN_LIMIT = budget
+            MAX_TOOL_ROUNDS = 10_000
+
+            def execute_tool(self, call: ToolCall, injector: Any) -> ToolOutcome:
+                recorded = results.pop(call.id, None)
+                if recorded is None:  # the transcript holds no result for this call
+                    recorded = ChatMessage.tool("(no recorded result)", tool_call_id=call.id, name=call.name)
+                return ToolOutcome(recorded)
+
+        agent = ReplayAgent(llm=ScriptedChatModel())
+        conversation = agent.start_conversation(title=transcript.title[:200])
+        cid = conversation.pk
+        report.conversations += 1
+        report.conversation_ids.append(cid)
+        history = PersistentChatHistory(cid, token_counter=agent.token_counter)
+        if plan.preamble:
+            stored = history.add_messages(plan.preamble)
+            report.messages += len(stored)
+            progress(len(stored))
+        for human, rest in plan.turns:
+            answers = [m for m in rest if m.role is Role.AI]
+            if not answers or answers[-1].tool_calls:
+                answers.append(ChatMessage.ai("(end of the recorded turn)"))
+            results.clear()
+            results.update({m.tool_call_id: m for m in rest if m.role is Role.TOOL})
+            agent.llm = ScriptedChatModel(answers)  # a fresh script for each turn
+            report.human_messages += 1
+            newest: int | None = None
+            stored_in_turn = 0
+            t0 = time.perf_counter()
+            try:
+                for event in agent.stream(cid, human.text):
+                    if isinstance(event, TurnStarted):
+                        newest = event.message.seq
+                    elif isinstance(event, ModelCallStarted):
+                        report.build_ms.append((time.perf_counter() - t0) * 1000)
+                        report.windows_built += 1
+                        window = event.window
+                        if window.compaction is not None:
+                            report.gap_compactions += 1
+                            if window.compaction.summary_id is not None:
+                                report.gap_summary_ids.append(window.compaction.summary_id)
+                        _check_window(window, transcript.title, cid, budget, newest, False, report)
+                    elif isinstance(event, StepStored):
+                        report.messages += len(event.messages)
+                        stored_in_turn += len(event.messages)
+                        progress(len(event.messages))
+                        t0 = time.perf_counter()
+            except ContextBudgetExceeded as exc:
+                report.add_budget_error(Finding(transcript.title, cid, exc.seq, str(exc)))
+                remaining = rest[stored_in_turn:]  # the steps the agent could not take
+                report.messages += len(history.add_messages(remaining)) if remaining else 0
+            report.messages += 1  # the human message
+    report.elapsed_seconds = time.perf_counter() - started
+    refresh_summary_counts(report)
+    return report

@@ -19,6 +19,7 @@ from agentmemory import signals
 from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.builder import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
+from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, Role
@@ -357,3 +358,41 @@ def test_a_tool_exchange_still_waiting_for_its_result_is_not_uncovered() -> None
     assert [m.seq for m in window.history] == [10, 11]
     assert window.uncovered.seqs == (2, 3, 4, 5, 6, 8, 9)  # not the waiting call at 7
     assert window.uncovered.count == 7 and window.uncovered.tokens == 7
+
+
+# -- a tool loop that outgrows the window ---------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_tool_loop_that_outgrows_the_window_is_sent_with_shorter_tool_results() -> None:
+    """The turn in progress (a question, then tool results piling up) no longer fits: its
+    tool results are sent as truncated copies cut to one size instead of failing the call
+    (through the agent, tau-bench runs at 3,000 tokens failed this way)."""
+    from agentmemory.messages import ToolCall
+
+    conv = Conversation.objects.create(agent_key="t")
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.human("cancel all my reservations"), ChatMessage.ai("Which ones?")])
+    history.add_messages([ChatMessage.human("all of them, please")])  # seq 3
+    for i in range(4):
+        call = ToolCall(id=f"c{i}", name="cancel", arguments={"n": i})
+        history.add_messages(
+            [
+                ChatMessage.ai(None, [call]),
+                ChatMessage.tool(f"cancelled {i}: " + "detail " * 400, tool_call_id=f"c{i}"),
+            ]
+        )
+    stored = {m.seq: m.token_count for m in Message.objects.filter(conversation=conv)}
+    turn_tokens = sum(tokens for seq, tokens in stored.items() if seq >= 3)
+    assert turn_tokens > 1_500
+
+    window = ContextWindowBuilder(conv).build(1_500)
+
+    assert [m.seq for m in window.history] == list(range(3, 12))  # the whole turn, in order
+    assert window.truncated == (5, 7, 9, 11) and window.total_tokens <= 1_500
+    assert all(m.truncated for m in window.history if m.role is Role.TOOL)
+    assert window.uncovered.seqs == (1, 2)
+    with pytest.raises(ContextBudgetExceeded):  # no cap asked for: no truncated copies either
+        ContextWindowBuilder(conv, max_tool_result_tokens=None).build(1_500)
+    with pytest.raises(ContextBudgetExceeded):  # too small for even short copies
+        ContextWindowBuilder(conv).build(200)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,7 @@ from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
     PackResult,
+    RowMeta,
     _replace,
     pack_history,
     pending_placeholder,
@@ -46,6 +48,47 @@ GAP_POLICIES = ("close", "report", "ignore")
 REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
+
+
+#: the shortest truncated copy of a tool result sent to fit a tool loop into the window
+#: (tokens): below it the marker alone would be most of the copy
+MIN_FITTED_TOOL_RESULT_TOKENS = 64
+
+
+def _recording(rows: Iterable[RowMeta], seen: list[RowMeta]) -> Iterator[RowMeta]:
+    """``rows``, each also appended to ``seen`` as it is taken."""
+    for row in rows:
+        seen.append(row)
+        yield row
+
+
+def _newest_turn(source: Iterator[RowMeta], seen: list[RowMeta]) -> list[RowMeta]:
+    """The rows of the newest turn, newest first: what packing read, then more from
+    ``source`` until the newest human message; empty when there is none."""
+    for index, row in enumerate(seen):
+        if row.role == Role.HUMAN:
+            return seen[: index + 1]
+    for row in source:
+        if row.role == Role.HUMAN:
+            return seen
+    return []
+
+
+def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
+    """The largest size (tokens, at most ``cap``) to cut the turn's tool results to so that
+    the whole turn fits ``budget``, by water-filling: results smaller than the size are
+    sent whole. ``None`` when the size would be under ``MIN_FITTED_TOOL_RESULT_TOKENS``."""
+    results = sorted(min(r.token_count, cap) for r in turn if r.role == Role.TOOL and not r.is_orphan)
+    if not results:
+        return None
+    room = budget - sum(r.token_count for r in turn if r.role != Role.TOOL)
+    for index, tokens in enumerate(results):
+        left = len(results) - index
+        if tokens * left > room:
+            size = room // left
+            return size if size >= MIN_FITTED_TOOL_RESULT_TOKENS else None
+        room -= tokens
+    return None  # everything fits at the current cap: something else blocks
 
 
 def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
@@ -357,20 +400,42 @@ class ContextWindowBuilder:
             content_budget=available,
             max_tool_result_tokens=self.max_tool_result_tokens,
         )
+        placeholder_tokens = (
+            (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
+            if self.pending_tool_calls == "placeholder"
+            else None
+        )
+        cap = self.max_tool_result_tokens
+        rows_seen: list[RowMeta] = []
+        source = _recording(reader, rows_seen)
         packed = pack_history(
-            reader,
+            source,
             budget=available,
             max_messages=max_messages,
-            max_tool_result_tokens=self.max_tool_result_tokens,
+            max_tool_result_tokens=cap,
             truncate_oversized_human=self.oversized_message_policy == "truncate",
-            placeholder_tokens=(
-                (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
-                if self.pending_tool_calls == "placeholder"
-                else None
-            ),
+            placeholder_tokens=placeholder_tokens,
         )
 
         has_human = any(unit[0].role == Role.HUMAN for unit in packed.units)
+        if not has_human and humans_after_floor > 0 and cap is not None and not packed.blocked_by_count:
+            # The newest turn does not fit: in a tool loop its results pile up after the
+            # human message. Send its tool results as shorter truncated copies, all cut to
+            # one size, rather than fail the model call (the turn stays whole and in order).
+            turn = _newest_turn(source, rows_seen)
+            fitted = _fitting_cap(turn, available, cap) if turn else None
+            if fitted is not None:
+                refit = pack_history(
+                    turn,
+                    budget=available,
+                    max_messages=max_messages,
+                    max_tool_result_tokens=fitted,
+                    truncate_oversized_human=self.oversized_message_policy == "truncate",
+                    placeholder_tokens=placeholder_tokens,
+                )
+                if any(unit[0].role == Role.HUMAN for unit in refit.units):
+                    refit.blocked = refit.blocked or packed.blocked  # older rows were not read
+                    packed, cap, has_human = refit, fitted, True
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
             blocked_seq, blocked_tokens = packed.blocked or (None, 0)
             if packed.blocked_by_count:
@@ -397,7 +462,6 @@ class ContextWindowBuilder:
         history: list[ChatMessage] = []
         history_tokens = 0
         truncated: list[int] = []
-        cap = self.max_tool_result_tokens
         for row in rows:
             if row.placeholder:
                 placeholder = pending_placeholder(row.tool_call_id, row.name)

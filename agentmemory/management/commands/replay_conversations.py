@@ -19,9 +19,12 @@ class Command(BaseCommand):
     help = (
         "Import transcripts (tau-bench runs, LoCoMo conversations or OpenAI message lists) and "
         "replay them turn by turn as an agent would: store the human message, build the context "
-        "window and check invariants C1-C5, store the recorded AI and tool messages, let compaction "
-        "trigger. Ends with a report whose last line is 'Replay finished: N invariant violations'; "
-        "the exit status is 1 when N > 0. Without PATH the bundled sample "
+        "window as an agent does (compacting first when it would leave stored messages in neither "
+        "window nor summary) and check the window invariants, store the recorded AI and tool "
+        "messages, let compaction trigger. Counts, in every window, the messages left in neither "
+        "window nor summary. Ends with a report whose last line is 'Replay finished: N invariant "
+        "violations, M messages left out, B budget errors'; the exit status is 1 when any of them "
+        "is above 0. Without PATH the bundled sample "
         "(agentmemory/samples/support_demo.json, a bookstore support agent) is replayed. Each run "
         "creates new conversations. LoCoMo: the first speaker (speaker_a) is the human, the second the AI; "
         "each dialogue turn is one message with its dia_id and session date in metadata."
@@ -143,5 +146,9 @@ class Command(BaseCommand):
         for line in report.lines(show=max(0, options["show"])):
             self.stdout.write(line)
         self.stdout.flush()
-        if report.violation_count:
-            raise CommandError(f"{report.violation_count} invariant violations", returncode=1)
+        if report.failed:
+            raise CommandError(
+                f"{report.violation_count} invariant violations, {report.left_out_messages} messages left "
+                f"out, {report.budget_error_count} budget errors",
+                returncode=1,
+            )
