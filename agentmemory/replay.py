@@ -589,5 +589,9 @@ def replay_through_agent(
                 report.messages += len(history.add_messages(remaining)) if remaining else 0
             report.messages += 1  # the human message
     report.elapsed_seconds = time.perf_counter() - started
+    ids = report.conversation_ids
+    for start in range(0, len(ids), 500):
+        stored = Message.objects.filter(conversation_id__in=ids[start : start + 500])
+        report.tokens_stored += stored.aggregate(total=Sum("token_count"))["total"] or 0
     refresh_summary_counts(report)
     return report

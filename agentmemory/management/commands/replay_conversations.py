@@ -63,6 +63,13 @@ class Command(BaseCommand):
             "built (by default only after the turn, once the agent has answered)",
         )
         parser.add_argument(
+            "--through-agent",
+            action="store_true",
+            help="replay through BaseToolCallingAgent.run() with the memory compactor enabled and a "
+            "scripted model answering with the recorded messages; every model call of a turn is "
+            "checked (windows built then counts model calls)",
+        )
+        parser.add_argument(
             "--show",
             type=int,
             default=5,
@@ -81,7 +88,12 @@ class Command(BaseCommand):
         from celery import current_app
 
         from agentmemory.compaction import get_compaction_llm
-        from agentmemory.replay import refresh_summary_counts, replay_transcripts, wait_for_compaction
+        from agentmemory.replay import (
+            refresh_summary_counts,
+            replay_through_agent,
+            replay_transcripts,
+            wait_for_compaction,
+        )
 
         path = Path(options["path"]) if options["path"] else SAMPLE
         max_tokens, limit = options["max_tokens"], options["limit"]
@@ -123,12 +135,17 @@ class Command(BaseCommand):
                 nrows=size.lines,
             )
         try:
-            report = replay_transcripts(
-                transcripts,
-                max_tokens=max_tokens,
-                progress=bar.update if bar else None,
-                compact_before_build=options["compact_before_build"],
-            )
+            if options["through_agent"]:
+                report = replay_through_agent(
+                    transcripts, max_tokens=max_tokens, progress=bar.update if bar else None
+                )
+            else:
+                report = replay_transcripts(
+                    transcripts,
+                    max_tokens=max_tokens,
+                    progress=bar.update if bar else None,
+                    compact_before_build=options["compact_before_build"],
+                )
         finally:
             if bar is not None:
                 bar.close()
