@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Count, Sum
-
 from django.utils import timezone
 
 from agentmemory.compaction import BaseMemoryCompactor, build_compactor
@@ -319,9 +318,8 @@ def _replay_one(
     report.conversation_ids.append(cid)
     history = PersistentChatHistory(cid)
     compactor = build_compactor(cid)
-    builder = ContextWindowBuilder(
-        chat_history=history, memory_compactor=compactor, gap_policy=app_settings().CONTEXT_GAP_POLICY
-    )
+    gap_policy = app_settings().CONTEXT_GAP_POLICY
+    builder = ContextWindowBuilder(chat_history=history, memory_compactor=compactor, gap_policy=gap_policy)
     plan = plan_turns(transcript.messages)
 
     def append(messages: list[ChatMessage]) -> list[ChatMessage]:
@@ -341,6 +339,7 @@ def _replay_one(
         report.human_messages += 1
         if compact_before_build:
             compactor.compact_if_needed(max_tokens=budget)
+        before = _summary_id(cid) if gap_policy == "close" else None
         t0 = time.perf_counter()
         try:
             window = builder.build(budget)
@@ -349,14 +348,27 @@ def _replay_one(
         else:
             report.build_ms.append((time.perf_counter() - t0) * 1000)
             report.windows_built += 1
-            if window.compaction is not None:
-                report.gap_compactions += 1
-                if window.compaction.summary_id is not None:
-                    report.gap_summary_ids.append(window.compaction.summary_id)
+            _count_gap_compaction(window, before, report)
             _check_window(window, transcript.title, cid, budget, newest, pinned, report)
         if rest:
             append(rest)
         compactor.compact_if_needed(max_tokens=budget)
+
+
+def _summary_id(cid: int) -> int | None:
+    """The conversation's current summary id (read before a build, to tell a summary made
+    for the build from an older one)."""
+    return Conversation.objects.filter(pk=cid).values_list("summary_id", flat=True).first()
+
+
+def _count_gap_compaction(window: ContextWindow, summary_before: int | None, report: ReplayReport) -> None:
+    """Count a compaction the build asked for, and the summary it made, if any."""
+    request = window.compaction
+    if request is None:
+        return
+    report.gap_compactions += 1
+    if request.summary_id is not None and request.summary_id != summary_before:
+        report.gap_summary_ids.append(request.summary_id)
 
 
 def _check_window(
@@ -564,6 +576,7 @@ def replay_through_agent(
             report.human_messages += 1
             newest: int | None = None
             stored_in_turn = 0
+            before = _summary_id(cid)
             t0 = time.perf_counter()
             try:
                 for event in agent.stream(cid, human.text):
@@ -573,15 +586,13 @@ def replay_through_agent(
                         report.build_ms.append((time.perf_counter() - t0) * 1000)
                         report.windows_built += 1
                         window = event.window
-                        if window.compaction is not None:
-                            report.gap_compactions += 1
-                            if window.compaction.summary_id is not None:
-                                report.gap_summary_ids.append(window.compaction.summary_id)
+                        _count_gap_compaction(window, before, report)
                         _check_window(window, transcript.title, cid, budget, newest, False, report)
                     elif isinstance(event, StepStored):
                         report.messages += len(event.messages)
                         stored_in_turn += len(event.messages)
                         progress(len(event.messages))
+                        before = _summary_id(cid)
                         t0 = time.perf_counter()
             except ContextBudgetExceeded as exc:
                 report.add_budget_error(Finding(transcript.title, cid, exc.seq, str(exc)))
@@ -591,7 +602,7 @@ def replay_through_agent(
     report.elapsed_seconds = time.perf_counter() - started
     ids = report.conversation_ids
     for start in range(0, len(ids), 500):
-        stored = Message.objects.filter(conversation_id__in=ids[start : start + 500])
-        report.tokens_stored += stored.aggregate(total=Sum("token_count"))["total"] or 0
+        chunk = Message.objects.filter(conversation_id__in=ids[start : start + 500])
+        report.tokens_stored += chunk.aggregate(total=Sum("token_count"))["total"] or 0
     refresh_summary_counts(report)
     return report

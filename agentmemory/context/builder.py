@@ -271,11 +271,8 @@ class ContextWindowBuilder:
         return window
 
     def _request_compaction(self, max_tokens: int) -> Any:
-        from agentmemory import compaction
+        from agentmemory.compaction import request_compaction
 
-        request_compaction = getattr(compaction, "request_compaction", None)
-        if request_compaction is None:  # a compaction service older than the gap policy
-            return None
         return request_compaction(
             self.conversation_id,
             max_tokens=max_tokens,
