@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
@@ -442,6 +444,75 @@ def test_bug25_async_build_matches_sync_build() -> None:
     sync_window = builder.build(c["params"]["max_tokens"])
     assert labels(async_window) == labels(sync_window) == c["expected"]["context"]
     assert async_window.messages == sync_window.messages
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_bug33_two_tabs_appending_at_once_lose_nothing_and_request_one_compaction(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two requests append to one conversation from their own connections, both having read
+    it before either inserts (a barrier forces the overlap), repeated as the case says: both
+    appends succeed with distinct, gap-free seqs, the counters are exact, and exactly one
+    compaction is requested, by whichever append stored the third human message."""
+    from agentmemory import compaction
+    from agentmemory.compaction import request_compaction
+
+    c = case("BUG-33")
+    messages = from_openai_messages(c["input"])
+    every = c["params"]["compaction"]["summarize_every_n_human"]
+    counter = counter_for(c)
+    enqueued: list[int] = []
+    lock = threading.Lock()
+
+    def enqueue(conversation_id: int, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            enqueued.append(conversation_id)
+
+    monkeypatch.setattr(compaction, "enqueue_compaction", enqueue)
+
+    def append(conversation_id: int, message, ready: threading.Event | None, go: threading.Barrier) -> int:  # type: ignore[no-untyped-def]
+        with transaction.atomic():
+            Conversation.objects.get(pk=conversation_id)  # the request reads the conversation
+            if ready is not None:
+                ready.set()  # A's transaction is open first
+            go.wait(timeout=10)  # both have read before either inserts
+            stored = PersistentChatHistory(conversation_id, token_counter=counter).add_message(message)
+            request_compaction(conversation_id, reason="BUG-33")
+        return stored.seq  # type: ignore[return-value]
+
+    def request_b(conversation_id: int, message, a_open: threading.Event, go: threading.Barrier) -> int:  # type: ignore[no-untyped-def]
+        a_open.wait(timeout=10)
+        return append(conversation_id, message, None, go)
+
+    repeats = 200
+    settings = {"COMPACTION_MODE": "celery", "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": every}
+    with override_settings(AGENTMEMORY=settings), ThreadPoolExecutor(max_workers=2) as pool:
+        try:
+            for _ in range(repeats):
+                conv = Conversation.objects.create(agent_key="bug-case")
+                PersistentChatHistory(conv, token_counter=counter).add_messages(messages[:2])
+                a_open, go = threading.Event(), threading.Barrier(2)
+                a = pool.submit(append, conv.pk, messages[2], a_open, go)
+                b = pool.submit(request_b, conv.pk, messages[3], a_open, go)
+                assert sorted([a.result(timeout=30), b.result(timeout=30)]) == [3, 4]
+                conv.refresh_from_db()
+                assert (conv.last_seq, conv.message_count, conv.human_message_count) == (4, 4, 3)
+                seqs = list(Message.objects.filter(conversation=conv).values_list("seq", flat=True))
+                assert seqs == [1, 2, 3, 4]
+                assert enqueued.count(conv.pk) == 1
+        finally:
+            # Each pool thread holds its own connection: close both before the database goes.
+            closing = threading.Barrier(2)
+
+            def close() -> None:
+                closing.wait(timeout=10)
+                connections.close_all()
+
+            for future in [pool.submit(close), pool.submit(close)]:
+                future.result(timeout=30)
+    assert len(enqueued) == repeats
+    window = build(conv, c)
+    assert labels(window) == c["expected"]["context"]
+    assert [m.role.value for m in window.messages] == ["human", "ai", "human", "human"]
 
 
 def test_every_case_is_covered() -> None:
