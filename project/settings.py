@@ -73,6 +73,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 
+# A second database, unused unless a database router sends work to it: the tests use it to
+# check that agentmemory honours routers (a host project may keep its memory apart).
+DATABASES["secondary"] = dj_database_url.parse(
+    os.environ.get("SECONDARY_DATABASE_URL", f"sqlite:///{BASE_DIR / 'db-secondary.sqlite3'}")
+)
+if DATABASES["secondary"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["secondary"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
