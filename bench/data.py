@@ -30,6 +30,7 @@ from django.db import connection, transaction
 
 from agentmemory.conf import get_token_counter
 from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.models import Conversation
 from agentmemory.tokens import BaseTokenCounter
 
 FORMAT_VERSION = "v1"
@@ -363,6 +364,20 @@ def drop_all() -> None:
         cur.execute(f"TRUNCATE {LC_SQL_TABLE}, {LC_PG_TABLE}, {MARKER_TABLE}")
 
 
+def _column_defaults(model: Any, given: set[str]) -> dict[str, Any]:
+    """Column -> COPY value of the NOT NULL columns of ``model`` outside ``given``: each
+    field's Python default (JSON dumped)."""
+    from django.db import models
+
+    out: dict[str, Any] = {}
+    for model_field in model._meta.concrete_fields:
+        if model_field.primary_key or model_field.null or model_field.column in given:
+            continue
+        value = model_field.get_default()
+        out[model_field.column] = json.dumps(value) if isinstance(model_field, models.JSONField) else value
+    return out
+
+
 def _copy(cur: Any, statement: str, rows: Iterator[Sequence[Any]]) -> None:
     with cur.copy(statement) as copy:
         for row in rows:
@@ -411,12 +426,15 @@ def load_dataset(spec: DatasetSpec, *, log: Callable[[str], None] = print) -> Da
 
     now = datetime.now(UTC)
     with transaction.atomic(), _cursor() as cur:
+        given = (
+            "uuid, agent_key, title, metadata, created_at, updated_at, last_seq, message_count, "
+            "human_message_count, stored_tokens, has_system_prompt, pending_tool_calls"
+        )
+        # columns added to the model later, NOT NULL with a default in Python only, get it here
+        defaults = _column_defaults(Conversation, set(given.split(", ")))
         _copy(
             cur,
-            "COPY agentmemory_conversation (uuid, agent_key, title, metadata, created_at, updated_at, "
-            "last_seq, "
-            "message_count, human_message_count, stored_tokens, has_system_prompt, pending_tool_calls) "
-            "FROM STDIN",
+            f"COPY agentmemory_conversation ({', '.join([given, *defaults])}) FROM STDIN",
             (
                 (
                     conv_uuid,
@@ -431,6 +449,7 @@ def load_dataset(spec: DatasetSpec, *, log: Callable[[str], None] = print) -> Da
                     sum(r[5] for r in rows),
                     False,
                     "{}",
+                    *defaults.values(),
                 )
                 for conv_uuid, size, is_target, rows, start, span in conversations
             ),

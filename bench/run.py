@@ -151,6 +151,8 @@ def run(args: argparse.Namespace, *, log: Any = print) -> tuple[int, dict[str, A
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "gc": workloads.GC_POLICY,
+            "commit": _commit(),
         },
         "build": report.build_summary(builds),
         "queries_per_build": workloads.agentmemory_queries(largest, args.budget),
@@ -175,6 +177,7 @@ def run(args: argparse.Namespace, *, log: Any = print) -> tuple[int, dict[str, A
             )
         else:
             log(f"compaction replay skipped: {locomo} not found")
+    summary["ratios"] = report.ratios(summary)
     summary["targets"] = report.check_targets(summary)
     summary["meta"]["seconds"] = round(time.perf_counter() - started, 1)
     log("")
@@ -192,6 +195,22 @@ def run(args: argparse.Namespace, *, log: Any = print) -> tuple[int, dict[str, A
     if args.check and any(check["met"] is False for check in summary["targets"]):
         return 3, summary
     return 0, summary
+
+
+def _commit() -> str | None:
+    """The commit the run measured (with ``+dirty`` for uncommitted changes), when in git."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:

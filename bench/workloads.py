@@ -235,113 +235,191 @@ def _to_langchain(messages: Sequence[ChatMessage]) -> list[Any]:
     return out
 
 
+#: GC policy of every timed call, builds and appends alike: automatic collection stays on
+#: (as in a real process) and a generation-0 collection runs just before each timed call,
+#: so no approach pays for garbage another one left behind
+GC_POLICY = "automatic GC on; gc.collect(0) before every timed call, for every approach"
+
+#: how many single appends warm connections and caches up before timing starts
+_APPEND_WARMUP = 20
+
+#: One statement, the bound for a committed append that allocates its seq safely: bump the
+#: conversation's counter (the row lock orders concurrent writers) and insert the row with
+#: the seq it returns, in autocommit. No validation, no token counting (the count is made
+#: beforehand), no pending tool calls: what is left is the database's share of an append.
+RAW_APPEND_SQL = """
+WITH c AS (
+    UPDATE agentmemory_conversation SET last_seq = last_seq + 1, message_count = message_count + 1
+    WHERE id = %(conversation)s RETURNING last_seq
+)
+INSERT INTO agentmemory_message (
+    conversation_id, seq, role, content, tool_calls, tool_call_id, name,
+    token_count, token_counter, exchange_seq, metadata, created_at
+)
+SELECT %(conversation)s, c.last_seq, %(role)s, %(content)s, %(tool_calls)s::jsonb, %(tool_call_id)s,
+       %(name)s, %(tokens)s, %(counter)s, NULL, '{}'::jsonb, now()
+FROM c
+"""
+
+#: the approaches of the single-append comparison, in the order of each round
+APPEND_APPROACHES = ("agentmemory", "raw_sql", "django_naive", "langchain_postgres", "langchain_sql")
+
+
 def time_appends(
     *, singles: int, bulk_messages: int, batch: int, seed: int, log: Callable[[str], None] = print
 ) -> dict:
-    """Single-append latency (one ``add_message`` per call, its own transaction) and bulk
-    throughput (``add_messages`` in batches of ``batch``) for agentmemory, with LangChain's
-    two SQL histories for reference. Scratch conversations are deleted afterwards."""
+    """Single committed appends and bulk throughput, side by side on the same messages.
+
+    Singles: ``singles`` appends per approach, each its own transaction, in rounds (one
+    append of each approach per round, so drifts of the machine hit all of them alike),
+    after ``_APPEND_WARMUP`` untimed rounds, under ``GC_POLICY``. The approaches are
+    agentmemory (``PersistentChatHistory.add_message``: validation, token count, seq
+    allocation, counters), the one-statement raw SQL bound (``RAW_APPEND_SQL``), a naive
+    ORM insert (``Message.objects.create`` with a seq kept in Python: no lock, no count),
+    langchain-postgres and LangChain's ``SQLChatMessageHistory`` (one JSON document per
+    message). ``append_ratio`` is agentmemory's median over the raw bound's.
+
+    Bulk: ``add_messages`` in batches of ``batch`` for agentmemory and the two LangChain
+    histories. Scratch conversations are deleted afterwards.
+    """
+    from agentmemory.conf import get_token_counter
     from agentmemory.history import PersistentChatHistory
+    from agentmemory.models import Message
 
     rng = random.Random(seed)
-    singles_msgs = _turns(rng, singles + 20, "s")
+    singles_msgs = _turns(rng, singles + _APPEND_WARMUP, "s")
     bulk_msgs = _turns(rng, bulk_messages, "b")
+    counter = get_token_counter()
+    counts = [counter.count_message(m) for m in singles_msgs]
+    lc_singles = _to_langchain(singles_msgs)
     out: dict[str, Any] = {}
+    conversations = [_scratch_conversation() for _ in range(4)]  # singles, raw, naive, bulk
+    history = PersistentChatHistory(conversations[0])
+    raw_id, naive_id = conversations[1].pk, conversations[2].pk
 
-    conv = _scratch_conversation()
-    try:
-        history = PersistentChatHistory(conv)
-        timings = []
-        for i, message in enumerate(singles_msgs):
-            t0 = time.perf_counter()
-            history.add_message(message)
-            if i >= 20:  # the first ones warm up connections and caches
-                timings.append(time.perf_counter() - t0)
-        out["agentmemory"] = {"single": summarize(timings)}
-        bulk_conv = _scratch_conversation()
-        try:
-            bulk_history = PersistentChatHistory(bulk_conv)
-            t0 = time.perf_counter()
-            for start in range(0, len(bulk_msgs), batch):
-                bulk_history.add_messages(bulk_msgs[start : start + batch])
-            seconds = time.perf_counter() - t0
-            out["agentmemory"]["bulk"] = {
-                "messages": len(bulk_msgs),
-                "batch": batch,
-                "seconds": seconds,
-                "messages_per_second": len(bulk_msgs) / seconds,
-            }
-        finally:
-            _delete_conversation(bulk_conv.pk)
-    finally:
-        _delete_conversation(conv.pk)
-    log(
-        f"  agentmemory: single append median {out['agentmemory']['single']['median_ms']:.2f} ms, "
-        f"bulk {out['agentmemory']['bulk']['messages_per_second']:,.0f} messages/s"
-    )
-    out.update(_langchain_appends(singles_msgs, bulk_msgs, batch, log=log))
-    return out
+    def agentmemory_append(i: int) -> None:
+        history.add_message(singles_msgs[i])
 
-
-def _langchain_appends(
-    singles: list[ChatMessage], bulk: list[ChatMessage], batch: int, *, log: Callable
-) -> dict:
-    import psycopg
-    from langchain_community.chat_message_histories import SQLChatMessageHistory
-    from langchain_postgres import PostgresChatMessageHistory
-    from sqlalchemy import create_engine
-
-    from bench.approaches import psycopg_conninfo, sqlalchemy_url
-
-    lc_singles, lc_bulk = _to_langchain(singles), _to_langchain(bulk)
-    out: dict[str, Any] = {}
-    engine = create_engine(sqlalchemy_url())
-    conn = psycopg.connect(psycopg_conninfo())
-    sessions = [str(uuid.uuid4()) for _ in range(4)]
-    try:
-        histories = {
-            "langchain_sql": (
-                SQLChatMessageHistory(session_id=sessions[0], connection=engine, table_name=LC_SQL_TABLE),
-                SQLChatMessageHistory(session_id=sessions[1], connection=engine, table_name=LC_SQL_TABLE),
-            ),
-            "langchain_postgres": (
-                PostgresChatMessageHistory(LC_PG_TABLE, sessions[2], sync_connection=conn),
-                PostgresChatMessageHistory(LC_PG_TABLE, sessions[3], sync_connection=conn),
-            ),
+    def raw_append(i: int) -> None:
+        message = singles_msgs[i]
+        params = {
+            "conversation": raw_id,
+            "role": message.role.value,
+            "content": message.content,
+            "tool_calls": json.dumps([c.to_dict() for c in message.tool_calls]),
+            "tool_call_id": message.tool_call_id,
+            "name": message.name,
+            "tokens": counts[i],
+            "counter": counter.id,
         }
-        for key, (single_history, bulk_history) in histories.items():
-            timings = []
-            for i, message in enumerate(lc_singles):
-                t0 = time.perf_counter()
-                single_history.add_message(message)
-                if i >= 20:
-                    timings.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            for start in range(0, len(lc_bulk), batch):
-                bulk_history.add_messages(lc_bulk[start : start + batch])
-            seconds = time.perf_counter() - t0
-            out[key] = {
-                "single": summarize(timings),
-                "bulk": {
-                    "messages": len(lc_bulk),
-                    "batch": batch,
-                    "seconds": seconds,
-                    "messages_per_second": len(lc_bulk) / seconds,
-                },
-            }
-            log(
-                f"  {key}: single append median {out[key]['single']['median_ms']:.2f} ms, "
-                f"bulk {out[key]['bulk']['messages_per_second']:,.0f} messages/s"
-            )
-    finally:
         with connection.cursor() as cur:
-            cur.execute(f"DELETE FROM {LC_SQL_TABLE} WHERE session_id = ANY(%s)", [sessions[:2]])
-            cur.execute(f"DELETE FROM {LC_PG_TABLE} WHERE session_id = ANY(%s::uuid[])", [sessions[2:]])
-        for history in histories.get("langchain_sql", ()):
-            history.session_maker.remove()
-        engine.dispose()
-        conn.close()
+            cur.execute(RAW_APPEND_SQL, params)
+
+    def naive_append(i: int) -> None:
+        message = singles_msgs[i]
+        Message.objects.create(
+            conversation_id=naive_id,
+            seq=i + 1,
+            role=message.role.value,
+            content=message.content,
+            tool_calls=[c.to_dict() for c in message.tool_calls],
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            token_count=counts[i],
+            token_counter=counter.id,
+        )
+
+    appenders: dict[str, Callable[[int], None]] = {
+        "agentmemory": agentmemory_append,
+        "raw_sql": raw_append,
+        "django_naive": naive_append,
+    }
+    lc = _LangChainStores()
+    try:
+        appenders["langchain_postgres"] = lambda i: lc.postgres_single.add_message(lc_singles[i])
+        appenders["langchain_sql"] = lambda i: lc.sql_single.add_message(lc_singles[i])
+        timings: dict[str, list[float]] = {key: [] for key in appenders}
+        for i in range(len(singles_msgs)):
+            for key, append in appenders.items():
+                gc.collect(0)
+                t0 = time.perf_counter()
+                append(i)
+                if i >= _APPEND_WARMUP:
+                    timings[key].append(time.perf_counter() - t0)
+        for key, seconds in timings.items():
+            out[key] = {"single": summarize(seconds)}
+        out["agentmemory"]["bulk"] = _bulk(
+            PersistentChatHistory(conversations[3]).add_messages, bulk_msgs, batch
+        )
+        lc_bulk = _to_langchain(bulk_msgs)
+        out["langchain_postgres"]["bulk"] = _bulk(lc.postgres_bulk.add_messages, lc_bulk, batch)
+        out["langchain_sql"]["bulk"] = _bulk(lc.sql_bulk.add_messages, lc_bulk, batch)
+    finally:
+        lc.close()
+        for conv in conversations:
+            _delete_conversation(conv.pk)
+    raw = out["raw_sql"]["single"]["median_ms"]
+    out["append_ratio"] = out["agentmemory"]["single"]["median_ms"] / raw
+    out["gc"] = GC_POLICY
+    for key in APPEND_APPROACHES:
+        stats = out[key]
+        bulk = f", bulk {stats['bulk']['messages_per_second']:,.0f} messages/s" if "bulk" in stats else ""
+        log(
+            f"  {key}: single append median {stats['single']['median_ms']:.2f} ms "
+            f"(x{stats['single']['median_ms'] / raw:.2f} raw){bulk}"
+        )
     return out
+
+
+def _bulk(add: Callable[[list[Any]], Any], messages: list[Any], batch: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    for start in range(0, len(messages), batch):
+        add(messages[start : start + batch])
+    seconds = time.perf_counter() - t0
+    return {
+        "messages": len(messages),
+        "batch": batch,
+        "seconds": seconds,
+        "messages_per_second": len(messages) / seconds,
+    }
+
+
+class _LangChainStores:
+    """LangChain's two SQL histories, a single-append and a bulk session each, on scratch
+    session ids that ``close()`` deletes."""
+
+    def __init__(self) -> None:
+        import psycopg
+        from langchain_community.chat_message_histories import SQLChatMessageHistory
+        from langchain_postgres import PostgresChatMessageHistory
+        from sqlalchemy import create_engine
+
+        from bench.approaches import psycopg_conninfo, sqlalchemy_url
+
+        self.sessions = [str(uuid.uuid4()) for _ in range(4)]
+        self.engine = create_engine(sqlalchemy_url())
+        self.conn = psycopg.connect(psycopg_conninfo())
+        self.sql_single = SQLChatMessageHistory(
+            session_id=self.sessions[0], connection=self.engine, table_name=LC_SQL_TABLE
+        )
+        self.sql_bulk = SQLChatMessageHistory(
+            session_id=self.sessions[1], connection=self.engine, table_name=LC_SQL_TABLE
+        )
+        self.postgres_single = PostgresChatMessageHistory(
+            LC_PG_TABLE, self.sessions[2], sync_connection=self.conn
+        )
+        self.postgres_bulk = PostgresChatMessageHistory(
+            LC_PG_TABLE, self.sessions[3], sync_connection=self.conn
+        )
+
+    def close(self) -> None:
+        with connection.cursor() as cur:
+            cur.execute(f"DELETE FROM {LC_SQL_TABLE} WHERE session_id = ANY(%s)", [self.sessions[:2]])
+            cur.execute(f"DELETE FROM {LC_PG_TABLE} WHERE session_id = ANY(%s::uuid[])", [self.sessions[2:]])
+        for history in (self.sql_single, self.sql_bulk):
+            history.session_maker.remove()
+        self.engine.dispose()
+        self.conn.close()
 
 
 # --------------------------------------------------------------------------- compaction
