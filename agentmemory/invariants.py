@@ -1,4 +1,6 @@
-"""Checks of the context window invariants C1-C5 (shared/design.md), for tests and replays."""
+"""Checks of the rules every context window keeps, for tests and replays: within its budget,
+tool exchanges whole, history starting on a human message, system prompt and summary first,
+and the newest contiguous run of history (holes only where a message is left out on purpose)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,19 @@ def window_violations(
     stored_seqs: Iterable[int] | None = None,
     newest_seq: int | None = None,
 ) -> list[str]:
-    """Every way ``window`` breaks C1-C5, as readable strings (empty when it holds).
+    """Every way ``window`` breaks those rules, as readable strings (empty when it holds); each
+    string starts with the rule's short label (C1 budget, C2 tool pairs, C3 human start, C4
+    system messages first, C5 contiguous and newest).
 
     Args:
         window: the built window.
         max_tokens: the budget it was built for (defaults to ``window.max_tokens``).
         stored_seqs: seqs stored between the window's first and last history seq; with it
-            C5 (nothing in the middle skipped) is checked.
-        newest_seq: the conversation's newest seq; with it C5 checks the run is the newest.
+            the check that nothing in the middle is skipped runs (messages left out on
+            purpose: orphaned results, pending exchanges, late results of older exchanges,
+            are allowed holes).
+        newest_seq: the conversation's newest seq; with it the check that the run is the
+            newest runs.
     """
     problems: list[str] = []
     budget = window.max_tokens if max_tokens is None else max_tokens

@@ -194,13 +194,15 @@ def test_tool_result_without_its_call_is_refused_before_anything_is_stored() -> 
         parse_transcripts(data, "openai")
 
 
-def test_unanswered_tool_call_is_refused() -> None:
+def test_an_unanswered_tool_call_is_kept_as_a_pending_call_and_a_reused_id_is_refused() -> None:
     run = json.loads(json.dumps(TAU_RUN))
-    del run["traj"][3]  # the tool result
+    del run["traj"][3]  # the tool result: the call stays pending, as storage keeps it
+    (transcript,) = parse_transcripts([run], "tau-bench")
+    calls = [c.id for m in transcript.messages for c in m.tool_calls]
+    assert "call_1" in calls and not any(m.tool_call_id == "call_1" for m in transcript.messages)
 
-    with pytest.raises(
-        TranscriptError, match=r"message 3: this ai message comes while tool call\(s\) \['call_1'\]"
-    ):
+    run["traj"].insert(4, dict(run["traj"][2]))  # the same call made again while pending
+    with pytest.raises(TranscriptError, match=r"\['call_1'\] are already awaiting results"):
         parse_transcripts([run], "tau-bench")
 
 

@@ -167,41 +167,24 @@ def detect_format(data: Any, *, source: str = "transcripts") -> str:
 
 
 def validate_transcript(transcript: Transcript, *, where: str = "transcript") -> None:
-    """Check a transcript as ``PersistentChatHistory.add_messages`` would in strict mode
-    (invariant W3): each message on its own, and every tool result answering an unanswered
-    call of the open tool exchange, all calls answered before the next other message.
+    """Check a transcript as ``PersistentChatHistory.add_messages`` would in strict mode: each
+    message on its own, every tool result answering a call still awaiting its result, and no
+    new call reusing the id of a pending one. Messages may follow a pending call.
 
     Raises:
         TranscriptError: naming ``where`` and the 0-based message index.
     """
     from agentmemory.conf import app_settings
-    from agentmemory.validation import validate_message
+    from agentmemory.validation import link_tool_message, validate_message
 
     max_chars = app_settings().MAX_MESSAGE_CHARS
-    pending: list[str] = []
+    pending: dict[str, int] = {}
     for index, message in enumerate(transcript.messages):
         try:
             validate_message(message, index, max_chars=max_chars)
+            link_tool_message(message, index + 1, index, pending, strict=True)
         except InvalidMessageError as exc:
             raise TranscriptError(f"{where}: message {index}: {exc.reason}") from exc
-        if message.role is Role.AI and message.tool_calls:
-            if pending:
-                raise TranscriptError(
-                    f"{where}: message {index}: new tool calls while {pending} still await results"
-                )
-            pending = [call.id for call in message.tool_calls]
-        elif message.role is Role.TOOL:
-            if message.tool_call_id not in pending:
-                raise TranscriptError(
-                    f"{where}: message {index}: tool result for {message.tool_call_id!r} answers no "
-                    "earlier unanswered tool call"
-                )
-            pending.remove(message.tool_call_id)
-        elif pending:
-            raise TranscriptError(
-                f"{where}: message {index}: this {message.role} message comes while tool call(s) {pending} "
-                "still await results"
-            )
 
 
 # --------------------------------------------------------------------------- formats
