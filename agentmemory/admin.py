@@ -532,7 +532,7 @@ class ConversationAdmin(_CheckedQueryAdmin):
         from agentmemory.compaction import request_compaction
 
         ids = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(Conversation)):
             for pk in ids:
                 request_compaction(pk, force=True, reason="admin compact now")
         self.message_user(

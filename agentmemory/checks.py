@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
+from django.db import router
 from django.utils.module_loading import import_string
 
 from agentmemory.conf import DEFAULTS, ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
@@ -269,10 +270,14 @@ def check_llms(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """Concurrent appends on SQLite need ``transaction_mode = "IMMEDIATE"`` (Django 5.1+):
     with the default deferred transactions, writers that start by reading fail with
-    "database is locked" instead of waiting their turn."""
+    "database is locked" instead of waiting their turn. Only the databases the routers send
+    agentmemory's writes to are checked."""
+    from agentmemory.models import Conversation, Message, Summary
+
     warnings = []
+    routed = {router.db_for_write(model) for model in (Conversation, Message, Summary)}
     for alias, db in settings.DATABASES.items():
-        if db.get("ENGINE") != "django.db.backends.sqlite3":
+        if alias not in routed or db.get("ENGINE") != "django.db.backends.sqlite3":
             continue
         if (db.get("OPTIONS") or {}).get("transaction_mode") != "IMMEDIATE":
             warnings.append(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -606,7 +606,7 @@ class BaseMemoryCompactor:
             )
         token_count = self.summary_tokens(text)
 
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(Conversation)):
             locked = (
                 Conversation.objects.select_for_update()
                 .filter(pk=self.conversation_id)
@@ -630,7 +630,7 @@ class BaseMemoryCompactor:
             if not Message.objects.filter(conversation_id=self.conversation_id, seq=boundary).exists():
                 return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)  # history cleared
             try:
-                with transaction.atomic():
+                with transaction.atomic(using=router.db_for_write(Summary)):
                     summary = Summary.objects.create(
                         conversation_id=self.conversation_id,
                         text=text,
@@ -1089,7 +1089,7 @@ def _request_inline(
         )
         outcome["run"], outcome["error"] = run, error
 
-    transaction.on_commit(run_now)
+    transaction.on_commit(run_now, using=router.db_for_write(Conversation))
     if "run" not in outcome and "error" not in outcome:
         return CompactionRequest(conversation_id, due=True, mode="inline", deferred=True, reason=reason)
     run = outcome.get("run")
@@ -1150,7 +1150,7 @@ def _request_celery(
     if wait > 0:
         publish()
     else:
-        transaction.on_commit(publish)
+        transaction.on_commit(publish, using=router.db_for_write(Conversation))
     if "error" not in outcome:
         return CompactionRequest(
             conversation_id, due=True, mode="celery", enqueued=True, deferred=True, reason=reason

@@ -12,7 +12,7 @@ import uuid as uuid_lib
 from types import SimpleNamespace
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
@@ -238,7 +238,7 @@ class ConversationViewSet(
     def perform_destroy(self, instance: Conversation) -> None:
         # Messages and summaries go with it (CASCADE, under the conversation's row lock); a
         # compaction task enqueued earlier finds the conversation gone and stores nothing.
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(Conversation)):
             instance.delete()
 
     @extend_schema(
