@@ -142,27 +142,40 @@ def test_search_cost_is_a_constant_number_of_queries(django_assert_max_num_queri
     alice = UserFactory()
     for i in range(5):
         conversation_with(alice, [f"orchid care note {i}", f"water the orchid {i}"])
-    with django_assert_max_num_queries(2):
+    with django_assert_max_num_queries(2):  # rank, then the rows
         hits = search_messages("orchid", owner=alice, k=10)
     assert len(hits) == 10
 
 
 @pytest.mark.postgres
 def test_postgres_uses_the_gin_index_for_message_search() -> None:
-    from django.contrib.postgres.search import SearchQuery, SearchVector
-
     alice = UserFactory()
     conversation_with(alice, ["unique walrus text"])
-    qs = (
-        Message.objects.annotate(_fts=SearchVector("content", config="english"))
-        .filter(_fts=SearchQuery("walrus", config="english", search_type="raw"))
-        .order_by()
-    )
     with connection.cursor() as cursor:
         cursor.execute("SET enable_seqscan = off")
         try:
-            plan = qs.explain()
+            cursor.execute(
+                "EXPLAIN SELECT id FROM agentmemory_message "
+                "WHERE search_vector @@ to_tsquery('english'::regconfig, 'walrus')"
+            )
+            plan = "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("SET enable_seqscan = on")
+        # the stored vector follows an edit of the content
+        cursor.execute(
+            "SELECT search_vector::text FROM agentmemory_message WHERE content = 'unique walrus text'"
+        )
+        assert cursor.fetchone()[0] == "'text':3 'uniqu':1 'walrus':2"
     assert "agentmemory_msg_fts_idx" in plan
     assert [h.content for h in search_messages("walrus", owner=alice)] == ["unique walrus text"]
+
+
+def test_rarer_words_weigh_more() -> None:
+    alice = UserFactory()
+    texts = [f"Caroline talked about her day {i}" for i in range(10)]
+    texts.append("Melanie enjoyed the pottery class")
+    conversation_with(alice, texts)
+    hits = search_messages("Caroline pottery", owner=alice, k=3)
+    # one rare word outweighs one word that nearly every message holds
+    assert hits[0].content == "Melanie enjoyed the pottery class"
+    assert len(hits) == 3

@@ -143,21 +143,28 @@ def search_messages(
         return []
     relevance = dict(ranked)
     best = max(relevance.values())
-    rows = Message.objects.using(messages.db).filter(pk__in=relevance).select_related("conversation")
+    rows = (
+        Message.objects.using(messages.db)
+        .filter(pk__in=relevance)
+        .order_by()
+        .values_list(
+            "pk", "conversation_id", "conversation__uuid", "seq", "role", "content", "metadata", "created_at"
+        )
+    )
     now = timezone.now()
     hits = [
         MessageHit(
-            message_id=m.pk,
-            conversation_id=m.conversation_id,
-            conversation_uuid=m.conversation.uuid,
-            seq=m.seq,
-            role=m.role,
-            content=m.content or "",
-            metadata=m.metadata or {},
-            created_at=m.created_at,
-            score=boost(relevance[m.pk], best, m.created_at, None, now),
+            message_id=pk,
+            conversation_id=conversation_id,
+            conversation_uuid=conversation_uuid,
+            seq=seq,
+            role=role,
+            content=content or "",
+            metadata=metadata or {},
+            created_at=created_at,
+            score=boost(relevance[pk], best, created_at, None, now),
         )
-        for m in rows
+        for pk, conversation_id, conversation_uuid, seq, role, content, metadata, created_at in rows
     ]
     hits.sort(key=lambda h: (-h.score, -h.message_id))
     return hits[:k]

@@ -1,7 +1,9 @@
 """Full-text indexes of facts and messages, per database, and the queries that use them.
 
-- PostgreSQL: expression GIN indexes on ``to_tsvector('english', content)``; queries use the
-  same expression (Django's ``SearchVector(..., config="english")``) so the planner uses them.
+- PostgreSQL: a stored generated column ``search_vector`` (``to_tsvector('english',
+  content)``, kept by the database on every insert and update) with a GIN index on the fact
+  and message tables. Ranking is BM25 over the query's words (each word's weight from how
+  many rows of the searched scope hold it), which ``ts_rank`` lacks.
 - SQLite: FTS5 tables with external content (``agentmemory_fact_fts``,
   ``agentmemory_message_fts``, Porter stemming) kept in step by triggers, so an insert, an edit
   and a delete (a forget, a cascade from a deleted user or conversation) reach the index in the
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +104,38 @@ def ensure_sqlite_fulltext(using: str = "default") -> bool:
     return repaired
 
 
+def _pg_stored_statements() -> list[str]:
+    statements = []
+    for table, index in (
+        ("agentmemory_fact", "agentmemory_fact_fts_idx"),
+        ("agentmemory_message", "agentmemory_msg_fts_idx"),
+    ):
+        statements += [
+            f"DROP INDEX IF EXISTS {index}",
+            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS search_vector tsvector GENERATED ALWAYS AS "
+            f"(to_tsvector('{PG_CONFIG}'::regconfig, COALESCE((content)::text, ''))) STORED",
+            f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING gin (search_vector)",
+        ]
+    return statements
+
+
+def install_stored_vectors(schema_editor: Any) -> None:
+    """PostgreSQL: replace the expression indexes by a stored ``search_vector`` column with a
+    GIN index (ranking reads the stored vector instead of parsing every matching row again).
+    Adding the column rewrites the tables once."""
+    if schema_editor.connection.vendor == "postgresql":
+        for sql in _pg_stored_statements():
+            schema_editor.execute(sql)
+
+
+def uninstall_stored_vectors(schema_editor: Any) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        for table in ("agentmemory_fact", "agentmemory_message"):
+            schema_editor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector")
+        for sql in _pg_statements():
+            schema_editor.execute(sql)
+
+
 def rebuild(using: str = "default") -> None:
     """Rebuild the full-text indexes from the stored rows (``rebuild_recall_index`` command)."""
     connection = connections[using]
@@ -131,27 +166,19 @@ def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, f
         return []
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
-        from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
-
-        vector = SearchVector("content", config=PG_CONFIG)
-        ts_query = SearchQuery(_pg_query(words), config=PG_CONFIG, search_type="raw")
-        rows = (
-            queryset.annotate(_fts=vector)
-            .filter(_fts=ts_query)
-            .annotate(_rank=SearchRank(vector, ts_query, normalization=1))
-            .order_by("-_rank", "-pk")
-            .values_list("pk", "_rank")[:limit]
-        )
-        return [(pk, float(rank)) for pk, rank in rows]
+        return _pg_bm25(queryset, words, limit)
     if vendor == "sqlite":
         model = queryset.model
         table = model._meta.db_table
         fts = f"{table}_fts"
-        scope_sql, scope_params = queryset.values("pk").query.sql_with_params()
+        scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
+        # The match is materialised first: SQLite would otherwise run the scope subquery
+        # once per matching row (300 ms instead of a few on a 3,000-message conversation).
         sql = (
-            f"SELECT {fts}.rowid, bm25({fts}) FROM {fts} "
-            f"WHERE {fts} MATCH %s AND {fts}.rowid IN ({scope_sql}) "
-            f"ORDER BY bm25({fts}), {fts}.rowid DESC LIMIT %s"
+            f"WITH hits AS MATERIALIZED (SELECT rowid AS id, bm25({fts}) AS score FROM {fts} "
+            f"WHERE {fts} MATCH %s) "
+            f"SELECT hits.id, hits.score FROM hits WHERE hits.id IN ({scope_sql}) "
+            f"ORDER BY hits.score, hits.id DESC LIMIT %s"
         )
         with connections[queryset.db].cursor() as cursor:
             cursor.execute(sql, [_fts5_query(words), *scope_params, limit])
@@ -167,5 +194,45 @@ def _fallback(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list
         hits = sum(1 for w in words if w in found)
         if hits:
             scored.append((pk, hits / len(words)))
+    scored.sort(key=lambda item: (-item[1], -item[0]))
+    return scored[:limit]
+
+
+#: BM25 parameters (Robertson and Zaragoza, "The Probabilistic Relevance Framework", 2009)
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: most matching rows ranked per PostgreSQL query (the rest of a very common word's matches
+#: are not considered)
+PG_MAX_MATCHES = 5_000
+
+
+def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    """One statement returns the matching rows of the scope with, per query word, whether the
+    row holds it, the row's length in lexemes and the scope's size; the words' weights (IDF)
+    and the BM25 sum (each word counted once per row) are computed here."""
+    table = queryset.model._meta.db_table
+    scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
+    flags = ", ".join(f"(t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s))" for _ in words)
+    sql = (
+        f"SELECT t.id, length(t.search_vector), {flags}, (SELECT count(*) FROM ({scope_sql}) AS s) "
+        f"FROM {table} AS t WHERE t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s) "
+        f"AND t.id IN ({scope_sql}) LIMIT %s"
+    )
+    params = [*words, *scope_params, _pg_query(words), *scope_params, PG_MAX_MATCHES]
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return []
+    n_words = len(words)
+    total = max(int(rows[0][-1]), len(rows))
+    df = [sum(1 for row in rows if row[2 + i]) for i in range(n_words)]
+    idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) for d in df]
+    avg_len = (sum(row[1] for row in rows) / len(rows)) or 1.0
+    scored = []
+    for row in rows:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * row[1] / avg_len)
+        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i in range(n_words) if row[2 + i])
+        scored.append((row[0], score))
     scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:limit]

@@ -1,0 +1,163 @@
+"""Recall benchmark on LoCoMo: ``python -m bench.recall [--quick] [--backend fulltext] [--json out.json]``.
+
+Each dialogue turn of the LoCoMo conversations is stored as a message of one user's
+conversation (speaker A as the human, speaker B as the AI; ``dia_id``, speaker and session
+date in the message metadata). Each question of categories 1-4 (multi-hop, temporal,
+open-domain, single-hop) is asked through ``agentmemory.recall.search_messages`` limited to
+its conversation, and the benchmark reports evidence recall@5 and @10 (the share of a
+question's evidence turns among the first k hits, averaged over questions) with query
+latency p50/p95 (milliseconds). It runs on the database of ``DATABASE_URL`` (SQLite by
+default) in a scratch user's rows, deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo6.json"
+CATEGORIES = (1, 2, 3, 4)
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    """The stored content of a turn: the speaker's name, the text and, for a shared photo,
+    its caption (the words a later question uses are often in either)."""
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return text
+
+
+def load(path: Path, conversations: int | None) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(path.read_text())
+    return data[:conversations] if conversations else data
+
+
+def store(samples: list[dict[str, Any]], owner: Any) -> dict[str, int]:
+    """Store every turn; returns sample id -> conversation id."""
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation
+
+    out: dict[str, int] = {}
+    for sample in samples:
+        conv_data = sample["conversation"]
+        conv = Conversation.objects.create(owner=owner, agent_key="locomo", title=sample["sample_id"])
+        history = PersistentChatHistory(conv)
+        n = 1
+        messages = []
+        while f"session_{n}" in conv_data:
+            date = conv_data.get(f"session_{n}_date_time", "")
+            for turn in conv_data[f"session_{n}"]:
+                meta = {"dia_id": turn["dia_id"], "speaker": turn["speaker"], "session_date": date}
+                make = ChatMessage.human if turn["speaker"] == conv_data["speaker_a"] else ChatMessage.ai
+                messages.append(make(turn_text(turn), metadata=meta))
+            n += 1
+        history.add_messages(messages)
+        out[sample["sample_id"]] = conv.pk
+    return out
+
+
+def evaluate(
+    samples: list[dict[str, Any]], conversations: dict[str, int], owner: Any, backend: Any, limit: int | None
+) -> dict[str, Any]:
+    from agentmemory.recall import search_messages
+
+    recalls: dict[int, list[float]] = {5: [], 10: []}
+    latencies: list[float] = []
+    asked = 0
+    for sample in samples:
+        for qa in sample["qa"]:
+            if qa.get("category") not in CATEGORIES or not qa.get("evidence"):
+                continue
+            if limit is not None and asked >= limit:
+                break
+            asked += 1
+            evidence = set(qa["evidence"])
+            start = time.perf_counter()
+            hits = search_messages(
+                qa["question"],
+                owner=owner,
+                conversation=conversations[sample["sample_id"]],
+                k=10,
+                backend=backend,
+            )
+            latencies.append((time.perf_counter() - start) * 1000)
+            ids = [h.metadata.get("dia_id") for h in hits]
+            for k in recalls:
+                recalls[k].append(len(evidence & set(ids[:k])) / len(evidence))
+    latencies.sort()
+    return {
+        "questions": asked,
+        "recall@5": round(statistics.fmean(recalls[5]), 3) if asked else 0.0,
+        "recall@10": round(statistics.fmean(recalls[10]), 3) if asked else 0.0,
+        "p50_ms": round(latencies[len(latencies) // 2], 2) if latencies else 0.0,
+        "p95_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))], 2)
+        if latencies
+        else 0.0,
+    }
+
+
+def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from agentmemory.recall import get_backend
+
+    samples = load(Path(args.locomo), 1 if args.quick else None)
+    user = get_user_model().objects.create(username=f"bench-recall-{os.getpid()}-{time.time_ns()}")
+    try:
+        started = time.perf_counter()
+        conversations = store(samples, user)
+        elapsed = time.perf_counter() - started
+        log(f"stored {len(samples)} conversation(s) in {elapsed:.1f}s on {connection.vendor}")
+        results: dict[str, Any] = {"database": connection.vendor, "backends": {}}
+        for name in args.backend:
+            row = evaluate(samples, conversations, user, get_backend(name), 50 if args.quick else None)
+            results["backends"][name] = row
+            log(
+                f"{connection.vendor:10} {name:9} questions={row['questions']} "
+                f"recall@5={row['recall@5']:.3f} recall@10={row['recall@10']:.3f} "
+                f"p50={row['p50_ms']:.1f}ms p95={row['p95_ms']:.1f}ms"
+            )
+        return results
+    finally:
+        from agentmemory.models import Conversation
+
+        Conversation.objects.filter(owner=user).delete()
+        user.delete()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one conversation, 50 questions (CI)")
+    parser.add_argument("--backend", action="append", help="recall backend(s); default: fulltext")
+    parser.add_argument("--locomo", default=str(DEFAULT_LOCOMO), help="path of locomo6.json")
+    parser.add_argument("--json", dest="json_path", help="write the results to this file")
+    args = parser.parse_args(argv)
+    args.backend = args.backend or ["fulltext"]
+    if not Path(args.locomo).exists():
+        print(f"LoCoMo data not found at {args.locomo}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    results = run(args)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
