@@ -66,7 +66,7 @@ def scripted():  # type: ignore[no-untyped-def]
     ScriptHolder.current = None
 
 
-# -- K1: when -----------------------------------------------------------------------------
+# -- when ---------------------------------------------------------------------------------
 
 
 def test_trigger_after_ten_human_messages_by_default() -> None:
@@ -104,7 +104,7 @@ def test_trigger_when_uncovered_messages_no_longer_fit() -> None:
     llm = ScriptedChatModel(["The user asked about the first long question."] * 3)
     compactor = compactor_for(conv, history, llm)
     history.add_messages(turn(0, words=200))
-    # one human turn only: nothing could be folded (K6), however large it is
+    # one human turn only: nothing could be folded (the newest turn stays verbatim), however large it is
     assert not compactor.needs_compaction(max_tokens=100)
     history.add_messages(turn(1, words=5))
     assert conv.human_message_count < 10
@@ -123,7 +123,7 @@ def test_trigger_when_uncovered_messages_no_longer_fit() -> None:
     assert window.summary_through_seq + 1 == window.first_seq
 
 
-# -- K2: incremental, bounded prompts -------------------------------------------------------
+# -- incremental, bounded prompts ----------------------------------------------------------
 
 
 def test_prompt_size_does_not_grow_with_the_conversation() -> None:
@@ -175,7 +175,7 @@ def test_long_span_is_folded_in_chunks_into_one_summary() -> None:
     assert sorted(seen) == sorted(folded.values_list("content", flat=True))  # each message exactly once
 
 
-# -- K3: enqueued on commit, one worker at a time, never backwards --------------------------
+# -- run after commit, one at a time, never backwards ------------------------------------
 
 
 def test_compact_if_needed_enqueues_on_commit_only(django_capture_on_commit_callbacks, scripted) -> None:  # type: ignore[no-untyped-def]
@@ -275,7 +275,7 @@ def test_running_compaction_twice_is_idempotent() -> None:
     assert len(llm.calls) == 1 and Summary.objects.filter(conversation=conv).count() == 1
 
 
-# -- K4: failure is safe ----------------------------------------------------------------------
+# -- failure is safe --------------------------------------------------------------------------
 
 
 INVALID = [
@@ -339,7 +339,7 @@ def test_chunk_failure_stores_nothing_of_the_earlier_chunks() -> None:
     assert not Summary.objects.filter(conversation=conv).exists()
 
 
-# -- K5, K6 ---------------------------------------------------------------------------------
+# -- messages untouched, newest turn verbatim ---------------------------------------------
 
 
 def test_compaction_never_edits_or_deletes_messages() -> None:
@@ -388,7 +388,7 @@ def test_a_single_human_turn_is_never_summarised() -> None:
     assert compactor.compact() is None and llm.calls == []
 
 
-# -- the offline summariser -------------------------------------------------------------------
+# -- the offline compactor ----------------------------------------------------------------
 
 
 def test_no_compaction_llm_without_configuration(monkeypatch) -> None:  # type: ignore[no-untyped-def]
