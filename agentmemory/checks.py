@@ -426,7 +426,7 @@ def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         "celery": "a Celery worker runs each compaction (start `celery -A <project> worker`; schedule the "
         "agentmemory.tasks.sweep_compactions task with beat to pick up missed ones)",
         "inline": "each compaction runs in the web or agent process right after the transaction that asked "
-        "for them commits",
+        "for it commits",
         "off": "compactions never run automatically (run `manage.py compact_conversations`)",
     }[mode]
     messages.append(

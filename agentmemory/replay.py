@@ -7,7 +7,8 @@ a window that would leave stored messages in neither itself nor the summary firs
 compaction) and checked against the window invariants (budget, whole tool exchanges, a
 human message first, the prompt and summary placed once, no message skipped in the
 middle), the recorded AI and tool messages of the turn are appended, and the memory
-compactor is asked whether to compact. Every append is its own transaction, as
+compactor is asked whether to compact (``request_compaction()``: inline without a broker, the
+Celery task with one). Every append is its own transaction, as
 ``PersistentChatHistory`` does it, so compaction sees committed data.
 
 The outcome is a ``ReplayReport``: counts, build latency, invariant violations, context

@@ -85,9 +85,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from celery import current_app
-
-        from agentmemory.compaction import get_compaction_llm
+        from agentmemory.compaction import compaction_mode, get_compaction_llm
         from agentmemory.replay import (
             refresh_summary_counts,
             replay_through_agent,
@@ -108,12 +106,17 @@ class Command(BaseCommand):
         if not transcripts:
             raise CommandError(f"{path}: no conversations to replay")
 
-        eager = bool(current_app.conf.task_always_eager)
-        model = getattr(get_compaction_llm(), "model_name", "") or "configured model"
+        eager = compaction_mode() != "celery"  # inline (or off): nothing to wait for
+        llm = get_compaction_llm()
+        model = (
+            "offline extractive compactor"
+            if llm is None
+            else getattr(llm, "model_name", "") or "configured model"
+        )
         database = connection.settings_dict.get("NAME")
         self.stdout.write(
             f"Replaying {len(transcripts)} conversations from {path} into {connection.vendor} "
-            f"database {database}; compaction: {'in-process (eager)' if eager else 'Celery worker'}, "
+            f"database {database}; compaction: {'in process (inline)' if eager else 'Celery worker'}, "
             f"summariser {model}"
         )
 
