@@ -441,3 +441,30 @@ def test_command_dry_run_and_all(scripted) -> None:  # type: ignore[no-untyped-d
     assert "2 stored" in out.text
     assert Summary.objects.count() == 2
     assert not Conversation.objects.filter(compaction_requested_at__isnull=False).exists()
+
+
+def test_a_broker_url_no_celery_app_reads_is_reported(settings, celery_broker_url) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.checks import check_compaction_mode
+
+    settings.AGENTMEMORY = {}
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
+    celery_broker_url("")  # as if no celery.py loaded the Django settings
+    ids = [m.id for m in check_compaction_mode()]
+    assert ids == ["agentmemory.W005", "agentmemory.I001"]
+    assert compaction_mode() == "inline"
+
+
+def test_the_beat_sweep_runs_what_was_requested_and_never_ran(scripted) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.tasks import sweep_compactions
+
+    conv, _ = conversation_with_turns(4)
+    fresh, _ = conversation_with_turns(4)
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Conversation.objects.filter(pk=conv.pk).update(compaction_requested_at=long_ago)
+    Conversation.objects.filter(pk=fresh.pk).update(compaction_requested_at=timezone.now())
+    scripted.add("Turns 0 to 2.")
+    assert sweep_compactions.apply().get() == {"stored": 1}  # inline here: run in process
+    conv.refresh_from_db()
+    assert conv.summary.text == "Turns 0 to 2." and conv.compaction_requested_at is None
+    # a request made a moment ago may still be queued: the sweep leaves it alone
+    assert Conversation.objects.get(pk=fresh.pk).compaction_requested_at is not None
