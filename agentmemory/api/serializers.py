@@ -479,9 +479,13 @@ class ContextBudgetErrorSerializer(serializers.Serializer):
 
 
 class InvalidMessageErrorSerializer(serializers.Serializer):
-    """Body of a 400 answer to an append: nothing of the request was stored."""
+    """Body of a 400 answer to a request that stores messages: nothing of it was stored.
+    ``error`` is ``invalid_message`` for a refused message (with ``index`` and ``reason``), or
+    another code of the API's error shape (``invalid``, ``parse_error``) for other input."""
 
     error = serializers.CharField(default="invalid_message")
     detail = serializers.CharField()
-    index = serializers.IntegerField(allow_null=True, help_text="0-based position of the refused message.")
-    reason = serializers.CharField()
+    index = serializers.IntegerField(
+        allow_null=True, required=False, help_text="invalid_message: 0-based position of the refused message."
+    )
+    reason = serializers.CharField(required=False, help_text="invalid_message: why it was refused.")

@@ -19,6 +19,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
     inline_serializer,
@@ -380,9 +381,17 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
 
     @extend_schema(
         parameters=[FORMAT_PARAMETER],
-        request=s.MessageBatchInputSerializer,
+        request=PolymorphicProxySerializer(
+            component_name="MessageAppend",
+            serializers=[s.NativeMessageInputSerializer, s.MessageBatchInputSerializer],
+            resource_type_field_name=None,
+        ),
         responses={
-            201: s.MessageBatchSerializer,
+            201: PolymorphicProxySerializer(
+                component_name="MessageAppended",
+                serializers=[s.MessageSerializer, s.MessageBatchSerializer],
+                resource_type_field_name=None,
+            ),
             400: OpenApiResponse(s.InvalidMessageErrorSerializer, description="Refused; nothing stored."),
         },
     )
