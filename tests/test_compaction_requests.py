@@ -468,3 +468,33 @@ def test_the_beat_sweep_runs_what_was_requested_and_never_ran(scripted) -> None:
     assert conv.summary.text == "Turns 0 to 2." and conv.compaction_requested_at is None
     # a request made a moment ago may still be queued: the sweep leaves it alone
     assert Conversation.objects.get(pk=fresh.pk).compaction_requested_at is not None
+
+
+def test_refusals_are_known_from_the_real_adapters(fake_openai, fake_anthropic) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.llm.anthropic import AnthropicChatModel
+    from agentmemory.llm.openai import OpenAIChatModel
+
+    openai = OpenAIChatModel(
+        model="gpt-test", base_url=fake_openai.base_url, api_key="sk-test", max_retries=0
+    )
+    anthropic = AnthropicChatModel(
+        model="claude-test", base_url=fake_anthropic.base_url, api_key="sk-ant-test", max_retries=0
+    )
+    fake_openai.enqueue_text("", finish_reason="content_filter")
+    fake_anthropic.enqueue_message(
+        [{"type": "text", "text": "I can't help with that."}], stop_reason="refusal"
+    )
+    fake_openai.enqueue_text("The user asked about order 10", finish_reason="length")
+    try:
+        for llm, error, reason in (
+            (openai, LLMRefusalError, "content_filter"),
+            (anthropic, LLMRefusalError, "refusal"),
+            (openai, InvalidSummaryError, "length"),
+        ):
+            conv, history = conversation_with_turns(4)
+            with pytest.raises(error, match=reason):
+                LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history).compact()
+            assert not Summary.objects.filter(conversation=conv).exists()
+    finally:
+        openai.close()
+        anthropic.close()
