@@ -273,3 +273,62 @@ def test_recall_ranks_by_relevance_then_importance(km) -> None:  # type: ignore[
     assert hits[0].score > hits[1].score
     with pytest.raises(ValueError):
         km.recall("tea", k=0)
+
+
+RESTART_SCRIPT = """
+import django, json, sys
+django.setup()
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.recall import search_messages
+owner = int(sys.argv[1])
+km = KnowledgeMemory(owner)
+print(json.dumps({
+    "context": km.build_context(),
+    "recall": [h.fact.content for h in km.recall("editor")],
+    "search": [h.content for h in search_messages("kingfisher", owner=owner)],
+    "other": KnowledgeMemory(int(sys.argv[2])).build_context(),
+}))
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_memory_survives_a_restart_in_a_new_process() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation
+
+    alice, bob = UserFactory(username="restart-alice"), UserFactory(username="restart-bob")
+    KnowledgeMemory(alice).remember("Preferred editor: VS Code", category="preferences", persistent=True)
+    conv = Conversation.objects.create(owner=alice, agent_key="a")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("I saw a kingfisher today")])
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DATABASE_URL": (
+            f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        ),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", RESTART_SCRIPT, str(alice.pk), str(bob.pk)],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "context": "[Long-term Memory]\n## preferences\n- Preferred editor: VS Code",
+        "recall": ["Preferred editor: VS Code"],
+        "search": ["I saw a kingfisher today"],
+        "other": "",
+    }
