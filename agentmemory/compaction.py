@@ -1139,7 +1139,6 @@ def _request_celery(
     reason: str,
 ) -> CompactionRequest:
     path = _importable_path(compactor_class) if isinstance(compactor_class, type) else compactor_class
-    before = Conversation.objects.filter(pk=conversation_id).values_list("summary_id", flat=True).first()
     outcome: dict[str, Any] = {}
 
     def publish() -> None:
@@ -1160,15 +1159,16 @@ def _request_celery(
         return CompactionRequest(
             conversation_id, due=True, mode="celery", enqueued=error is None, error=error, reason=reason
         )
-    summary_id = _await_compaction(conversation_id, before, wait)
+    summary_id = _await_compaction(conversation_id, wait)
     return CompactionRequest(
         conversation_id, due=True, mode="celery", enqueued=True, summary_id=summary_id, reason=reason
     )
 
 
-def _await_compaction(conversation_id: int, before: int | None, wait: float) -> int | None:
+def _await_compaction(conversation_id: int, wait: float) -> int | None:
     """Poll until the request is served (cleared), the summary changed, or ``wait`` runs out."""
     deadline = time.monotonic() + wait
+    before = Conversation.objects.filter(pk=conversation_id).values_list("summary_id", flat=True).first()
     delay = 0.05
     while True:
         row = (
@@ -1316,6 +1316,11 @@ def sweep(
     for pk in pending_compactions(include_due=include_due, limit=limit):
         if enqueue:
             outcome = "enqueued" if enqueue_compaction(pk, only_if_needed=False) is None else "failed"
+            if outcome == "enqueued":
+                # Handed over again: the next sweep leaves it to the worker for a lease period.
+                Conversation.objects.filter(pk=pk).update(
+                    compaction_requested_at=timezone.now(), compaction_error="", compaction_failed_at=None
+                )
         else:
             outcome = compact_backlog(pk)
         counts[outcome] = counts.get(outcome, 0) + 1

@@ -110,15 +110,3 @@ class InvalidSummaryError(AgentMemoryError):
     after condensing, an echo of the prompt, cut off at the model's output limit, or text no
     database can store. Retrying the same input would give the same kind of output, so tasks
     record it instead of retrying."""
-
-
-class CompactionBusy(AgentMemoryError):
-    """Another compaction holds the conversation's lease (it is running now).
-
-    Attributes:
-        retry_after: seconds until that lease expires unless it is renewed.
-    """
-
-    def __init__(self, message: str, *, retry_after: float = 0.0) -> None:
-        self.retry_after = retry_after
-        super().__init__(message)
