@@ -270,3 +270,23 @@ def test_admin_context_page_refuses_bad_and_huge_max_tokens(admin_client_, conv,
     assert response.status_code == 400
     assert len(response.content) < 200_000
     assert response.context["errors"]
+
+
+@pytest.mark.parametrize(
+    "param", ["agent_key", "format", "page_size", "cursor", "after_seq", "max_tokens", "max_messages"]
+)
+def test_no_query_parameter_value_makes_a_server_error(api, conv, param):  # type: ignore[no-untyped-def]
+    values = ["\x00", "-1", "9" * 40, "nan", "1e9", " ", "%", "[]", "{}", "a" * 5000]
+    paths = [
+        "/api/conversations/",
+        url(conv),
+        url(conv, "context/"),
+        url(conv, "messages/"),
+        url(conv, "summaries/"),
+    ]
+    for path in paths:
+        for value in values:
+            response = api.get(path, {param: value})
+            assert response.status_code < 500, (path, param, value)
+        raw = api.get(f"{path}?{param}=%ED%A0%80%00")
+        assert raw.status_code < 500, (path, param)
