@@ -194,6 +194,13 @@ def test_max_tokens_above_the_ceiling_is_400(api, conv, settings):  # type: igno
     assert_error(api.get(url(conv, "context/"), {"max_tokens": 10**9}), 400, "invalid")
 
 
+def test_a_default_budget_over_the_ceiling_is_400_not_500(api, conv, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MAX_CONTEXT_TOKENS": 5_000, "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT": 8_000}
+    body = assert_error(api.get(url(conv, "context/")), 400, "invalid")
+    assert "MAX_CONTEXT_TOKENS" in body["fields"]["max_tokens"][0]
+    assert api.get(url(conv, "context/"), {"max_tokens": 4_000}).status_code == 200
+
+
 def test_validation_errors_keep_field_messages(api):  # type: ignore[no-untyped-def]
     body = assert_error(
         api.post("/api/conversations/", {"agent_key": "a", "metadata": [1]}, format="json"), 400

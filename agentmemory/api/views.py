@@ -284,6 +284,10 @@ class ConversationViewSet(
             )
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
+        except ValueError as exc:
+            # The default budget itself can be over the ceiling (system check agentmemory.E020
+            # says so at startup): the caller has to ask for less.
+            raise serializers.ValidationError({"max_tokens": [str(exc)]}) from None
         data = s.ContextWindowSerializer(
             window, context={"message_format": message_format(request), "token_counter": counter}
         ).data
