@@ -254,8 +254,21 @@ class _ReadOnlyAdmin(_CheckedQueryAdmin):
 
 
 class _StorableJSONField(forms.JSONField):
-    """A JSON form field that can show back any value it refused: text the page cannot be
+    """A JSON form field that refuses JSON too deep for Python's parser (an error on the form,
+    not a server error) and can show back any value it refused: text the page cannot be
     encoded with (a lone surrogate) is shown with JSON escapes."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(_("Metadata is nested too deeply.")) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
 
     def prepare_value(self, value: Any) -> Any:
         text = super().prepare_value(value)

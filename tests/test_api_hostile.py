@@ -256,7 +256,17 @@ def test_admin_message_and_summary_filters_with_nul_bytes_are_4xx(admin_client_,
 
 
 @pytest.mark.parametrize(
-    "metadata", ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": "\\ud800"}', "null", '{"a": NaN}', "[1, 2]"]
+    "metadata",
+    [
+        '{"a": "\\u0000"}',
+        '{"\\u0000": 1}',
+        '{"a": "\\ud800"}',
+        "null",
+        '{"a": NaN}',
+        "[1, 2]",
+        '{"a": ' + "[" * 1000 + "]" * 1000 + "}",
+        '{"a": ' + "[" * 100 + "]" * 100 + "}",
+    ],
 )
 def test_admin_metadata_refuses_nul_surrogates_and_null(admin_client_, conv, metadata):  # type: ignore[no-untyped-def]
     before = snapshot()
