@@ -389,9 +389,11 @@ INSERT INTO {message} (
 )
 SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.tool_call_id, v.name,
        v.token_count, %(counter)s, NULL, v.metadata::jsonb, v.parts::jsonb, %(now)s
-FROM bumped, (VALUES {values}) AS v(
-    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts
-)
+FROM bumped, unnest(
+    %(ords)s::integer[], %(roles)s::varchar[], %(contents)s::text[], %(tool_calls)s::text[],
+    %(tool_call_ids)s::varchar[], %(names)s::varchar[], %(token_counts)s::integer[],
+    %(exchange_ords)s::integer[], %(metadatas)s::text[], %(parts)s::text[]
+) AS v(ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts)
 ORDER BY v.ord
 RETURNING id, seq, exchange_seq
 """
@@ -427,9 +429,11 @@ SELECT %(id)s, bumped.base + v.ord, v.role, v.content, v.tool_calls::jsonb, v.to
        CASE WHEN v.exchange_ord IS NOT NULL THEN bumped.base + v.exchange_ord
             WHEN v.tool_call_id <> '' THEN (bumped.pending ->> v.tool_call_id)::bigint END,
        v.metadata::jsonb, v.parts::jsonb, %(now)s
-FROM bumped, (VALUES {values}) AS v(
-    ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts
-)
+FROM bumped, unnest(
+    %(ords)s::integer[], %(roles)s::varchar[], %(contents)s::text[], %(tool_calls)s::text[],
+    %(tool_call_ids)s::varchar[], %(names)s::varchar[], %(token_counts)s::integer[],
+    %(exchange_ords)s::integer[], %(metadatas)s::text[], %(parts)s::text[]
+) AS v(ord, role, content, tool_calls, tool_call_id, name, token_count, exchange_ord, metadata, parts)
 ORDER BY v.ord
 RETURNING id, seq, exchange_seq
 """
@@ -493,38 +497,24 @@ def _append_postgresql(
         "counter": counter_id,
         "now": now,
     }
-    values: list[str] = []
-    for ordinal, (message, tokens, exchange_ord) in enumerate(
-        zip(batch, counts, exchange_ords, strict=True), start=1
-    ):
-        names = [f"v{ordinal}_{k}" for k in range(len(_VALUE_TYPES))]
-        values.append(
-            "(" + ", ".join(f"%({name})s::{t}" for name, t in zip(names, _VALUE_TYPES, strict=True)) + ")"
-        )
-        params.update(
-            zip(
-                names,
-                (
-                    ordinal,
-                    message.role.value,
-                    message.content,
-                    json.dumps([c.to_dict() for c in message.tool_calls]),
-                    message.tool_call_id,
-                    message.name,
-                    tokens,
-                    exchange_ord,
-                    json.dumps(dict(message.metadata or {})),
-                    json.dumps([p.to_dict() for p in message.parts]) if message.parts else None,
-                ),
-                strict=True,
-            )
-        )
+    # One array per column: the statement's text is the same for every batch size, so
+    # neither the driver nor the server parses thousands of placeholders for a long batch.
+    params.update(
+        ords=list(range(1, n + 1)),
+        roles=[m.role.value for m in batch],
+        contents=[m.content for m in batch],
+        tool_calls=[json.dumps([c.to_dict() for c in m.tool_calls]) for m in batch],
+        tool_call_ids=[m.tool_call_id for m in batch],
+        names=[m.name for m in batch],
+        token_counts=counts,
+        exchange_ords=exchange_ords,
+        metadatas=[json.dumps(dict(m.metadata or {})) for m in batch],
+        parts=[json.dumps([p.to_dict() for p in m.parts]) if m.parts else None for m in batch],
+    )
     # Without tool calls or results the pending calls stay as they are: the plain statement
     # (the ``UPDATE`` takes the row lock itself) costs the database less to plan.
     template = _APPEND_SQL if called or answered else _PLAIN_APPEND_SQL
-    sql = template.format(
-        conversation=Conversation._meta.db_table, message=Message._meta.db_table, values=", ".join(values)
-    )
+    sql = template.format(conversation=Conversation._meta.db_table, message=Message._meta.db_table)
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
@@ -547,17 +537,3 @@ def _append_postgresql(
         )
         for ordinal, (message, tokens) in enumerate(zip(batch, counts, strict=True), start=1)
     ]
-
-
-_VALUE_TYPES = (
-    "integer",
-    "varchar",
-    "text",
-    "text",
-    "varchar",
-    "varchar",
-    "integer",
-    "integer",
-    "text",
-    "text",
-)
