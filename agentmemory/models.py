@@ -327,8 +327,14 @@ class MessageQuerySet(models.QuerySet["Message"]):
 class Message(models.Model):
     """One stored message. Order is ``seq`` (unique per conversation), never a timestamp."""
 
+    # No index of its own: the unique (conversation, seq) index serves every lookup by
+    # conversation, and one index less is one write less on every append.
     conversation = models.ForeignKey(
-        Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="messages"
+        Conversation,
+        verbose_name=_("conversation"),
+        on_delete=models.CASCADE,
+        related_name="messages",
+        db_index=False,
     )
     seq = models.BigIntegerField(_("seq"))
     role = models.CharField(_("role"), max_length=10, choices=MessageRole.choices)
