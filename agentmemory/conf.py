@@ -66,7 +66,7 @@ class AgentMemorySettings:
     #: dotted path of a ``ChatModel`` class or factory for compaction; None picks one
     #: from LLMS or the environment, or the offline extractive compactor when none is set
     COMPACTION_LLM: str | None = None
-    #: what agents (and the replay, and the API's context endpoint) do about stored messages
+    #: what agents (and the replay) do about stored messages
     #: a window would leave in neither itself nor the summary: "close" (compact first, then
     #: report what is left), "report" or "ignore"
     CONTEXT_GAP_POLICY: str = "close"

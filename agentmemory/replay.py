@@ -438,7 +438,7 @@ def _check_window(
 
 
 def _compaction_due(compactor: BaseMemoryCompactor, cid: int, budget: int | None) -> bool:
-    """Whether compaction has not caught up: one is due (K1) or running (its lease)."""
+    """Whether compaction has not caught up: one is due or running (its lease)."""
     now = timezone.now()
     running = (
         Conversation.objects.filter(pk=cid, compaction_started_at__isnull=False)

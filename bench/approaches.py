@@ -51,9 +51,11 @@ def _noop() -> None:
 
 def _setup_agentmemory(target: Target, budget: int) -> tuple[Callable[[], Any], Callable[[], None]]:
     def build() -> ContextWindow:
-        return ContextWindowBuilder(target.conversation_id, max_tool_result_tokens=None).build(
-            max_tokens=budget
-        )
+        # Plain trimming, like every other approach: no search for messages left outside
+        # the window and the summary (gap_policy "report" adds a query when there are some).
+        return ContextWindowBuilder(
+            target.conversation_id, max_tool_result_tokens=None, gap_policy="ignore"
+        ).build(max_tokens=budget)
 
     return build, _noop
 

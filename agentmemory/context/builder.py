@@ -150,7 +150,7 @@ class ContextWindowBuilder:
             still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
             extra query. Defaults to "report": a read has no side effects unless asked;
-            agents, the replay and the API's context endpoint pass
+            agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
     Tool results are sent right after the AI message that made the call, in the order of its
@@ -382,7 +382,7 @@ class ContextWindowBuilder:
         humans_after_floor = conv.human_message_count - (summary.human_messages_covered if summary else 0)
         available = max_tokens - system_tokens - summary_tokens
         if available < 0:
-            # The fixed part alone breaks the budget (C1): nothing can be sent.
+            # The fixed part alone breaks the budget: nothing can be sent.
             raise ContextBudgetExceeded(
                 seq=1 if head.pinned is not None else None,
                 tokens=system_tokens + summary_tokens,

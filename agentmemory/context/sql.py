@@ -240,10 +240,16 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
     return sql
 
 
+_JSON_FIELDS: dict[tuple[Any, str], models.JSONField[Any]] = {}
+
+
 def _json_value(field_name: str, value: Any, conn: Any, model: Any = Message) -> Any:
     """A JSON column as the model field returns it (the raw cursor gives text)."""
-    field = model._meta.get_field(field_name)
-    assert isinstance(field, models.JSONField)
+    field = _JSON_FIELDS.get((model, field_name))
+    if field is None:  # looked up once: this runs for every row of every window
+        found = model._meta.get_field(field_name)
+        assert isinstance(found, models.JSONField)
+        field = _JSON_FIELDS[(model, field_name)] = found
     return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
 
 
@@ -489,7 +495,7 @@ class TailReader:
                         tool_call_id,
                         name,
                         token_count,
-                        _parts(parts, conn),
+                        _parts(parts, conn) if parts is not None else (),
                     )
                 spent += cap if cap is not None and role == Role.TOOL and token_count > cap else token_count
                 yield RowMeta(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)
