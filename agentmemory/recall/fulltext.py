@@ -203,29 +203,32 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 #: most matching rows ranked per PostgreSQL query (the rest of a very common word's matches
 #: are not considered)
-PG_MAX_MATCHES = 5_000
+PG_MAX_MATCHES = 2_000
 
 
 def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
-    """One statement returns the matching rows of the scope with, per query word, whether the
-    row holds it, the row's length in lexemes and the scope's size; the words' weights (IDF)
-    and the BM25 sum (each word counted once per row) are computed here."""
+    """One statement returns the matching rows of the scope (at most ``PG_MAX_MATCHES``) with,
+    per query word, whether the row holds it and the row's length in lexemes; the words'
+    weights (IDF over the matching rows) and the BM25 sum (each word counted once per row)
+    are computed here."""
     table = queryset.model._meta.db_table
     scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
     flags = ", ".join(f"(t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s))" for _ in words)
     sql = (
-        f"SELECT t.id, length(t.search_vector), {flags}, (SELECT count(*) FROM ({scope_sql}) AS s) "
+        f"SELECT t.id, length(t.search_vector), {flags} "
         f"FROM {table} AS t WHERE t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s) "
         f"AND t.id IN ({scope_sql}) LIMIT %s"
     )
-    params = [*words, *scope_params, _pg_query(words), *scope_params, PG_MAX_MATCHES]
+    params = [*words, _pg_query(words), *scope_params, PG_MAX_MATCHES]
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
         return []
     n_words = len(words)
-    total = max(int(rows[0][-1]), len(rows))
+    # Word weights come from the matching rows: counting the whole scope on every query cost
+    # 70 ms at 100,000 facts, and among the matches a word's rarity orders them the same way.
+    total = len(rows)
     df = [sum(1 for row in rows if row[2 + i]) for i in range(n_words)]
     idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) for d in df]
     avg_len = (sum(row[1] for row in rows) / len(rows)) or 1.0
