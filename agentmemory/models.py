@@ -174,6 +174,13 @@ class Conversation(models.Model):
         ordering = ["-updated_at", "-id"]
         indexes = [
             models.Index(fields=["owner", "-updated_at"], name="agentmemory_conv_owner_idx"),
+            # The compaction sweep looks for pending requests every minute: only the few
+            # conversations with one are in this index.
+            models.Index(
+                fields=["compaction_requested_at"],
+                name="agentmemory_conv_compact_req",
+                condition=Q(compaction_requested_at__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
