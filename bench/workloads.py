@@ -76,6 +76,7 @@ def time_builds(
     warmup: int,
     approaches: Sequence[Approach] = APPROACHES,
     slow_warmup: int = 1,
+    slow_runs: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[int, dict[str, BuildResult]]:
     """Time every approach on every target conversation.
@@ -85,8 +86,9 @@ def time_builds(
     build of each approach per round, so that drifts of the machine hit all of them alike.
     The approaches that read only the tail (agentmemory and the lower bound) have rounds of
     their own: a build that loads a whole conversation evicts caches and would slow the next
-    build, which would flatter the ratio to the lower bound. Each window is compared with
-    agentmemory's.
+    build, which would flatter the ratio to the lower bound. Approaches over 100 ms a build
+    are timed ``slow_runs`` times when given (seconds each at H=100,000 on a busy machine).
+    Each window is compared with agentmemory's.
     """
     results: dict[int, dict[str, BuildResult]] = {}
     for size in sorted(dataset.targets):
@@ -94,6 +96,7 @@ def time_builds(
         builders: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {}
         per: dict[str, BuildResult] = {}
         started = time.perf_counter()
+        slow: set[str] = set()
         try:
             for approach in approaches:
                 build, close = approach.setup(target, budget)
@@ -101,14 +104,18 @@ def time_builds(
                 first_started = time.perf_counter()
                 result = build()
                 first = time.perf_counter() - first_started
+                if first > 0.1:
+                    slow.add(approach.key)
                 for _ in range(max(0, (slow_warmup if first > 0.1 else warmup) - 1)):
                     build()
                 per[approach.key] = BuildResult(approach.key, size, window=window_key(approach.key, result))
                 stored = _stored_counts(target, [k[0] for k in per[approach.key].window])
                 per[approach.key].window_tokens = _window_tokens(approach.key, result, stored)
             for group in _groups(builders):
-                for _ in range(runs):
+                for round_ in range(runs):
                     for key in group:
+                        if slow_runs is not None and key in slow and round_ >= slow_runs:
+                            continue
                         build = builders[key][0]
                         gc.collect(0)
                         t0 = time.perf_counter()
