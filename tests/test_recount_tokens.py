@@ -87,3 +87,41 @@ def test_recount_refuses_bad_arguments(counted_by_length):
     with pytest.raises(CommandError, match="no conversation"):
         _recount("--conversation", "00000000-0000-0000-0000-000000000000")
     assert Conversation.objects.count() == 2
+
+
+def test_recount_prices_stored_images_by_the_providers_rule(settings):  # type: ignore[no-untyped-def]
+    import base64
+    import struct
+    import zlib
+
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ContentPart, PartKind, Role
+    from tests.factories import ConversationFactory
+
+    # a 1024 x 1024 PNG header is all the size reader needs
+    ihdr = struct.pack(">IIBBBBB", 1024, 1024, 8, 2, 0, 0, 0)
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", 13)
+        + b"IHDR"
+        + ihdr
+        + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    )
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4"}
+    conv = ConversationFactory()
+    message = ChatMessage.from_parts(
+        Role.HUMAN,
+        [
+            ContentPart(PartKind.TEXT, text="What is this?"),
+            ContentPart(PartKind.IMAGE, data=base64.b64encode(png).decode(), mime_type="image/png"),
+        ],
+    )
+    PersistentChatHistory(conv, token_counter=LengthTokenCounter()).add_messages([message])
+
+    _recount()
+
+    stored = Message.objects.get(conversation=conv)
+    exact = TiktokenCounter("cl100k_base")
+    assert stored.token_count == exact.count_message(ChatMessage.human("What is this?")) + 765
+    conv.refresh_from_db()
+    assert conv.stored_tokens == stored.token_count
