@@ -706,6 +706,7 @@ class MessageAdmin(_ReadOnlyAdmin):
         "tool_call_id",
         "exchange_seq",
         "content_display",
+        "parts_display",
         "tool_calls_display",
         "token_count",
         "token_counter",
@@ -743,6 +744,22 @@ class MessageAdmin(_ReadOnlyAdmin):
         if obj.content is None:
             return format_html("<em>{}</em>", _("null (the message only calls tools)"))
         return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, obj.content)
+
+    @admin.display(description=_("content parts"))
+    def parts_display(self, obj: Message) -> str:
+        """Each part as one line (kind, type, size or address), never its base64 data."""
+        if not obj.parts:
+            return "-"
+        lines = []
+        for part in obj.to_chat_message().parts:
+            facts = [part.mime_type, f"{part.data_bytes:,} bytes" if part.data else part.url or part.file_id]
+            if part.width and part.height:
+                facts.append(f"{part.width} x {part.height} px")
+            if part.detail:
+                facts.append(f"detail {part.detail}")
+            text = part.text if part.text else ", ".join(f for f in facts if f)
+            lines.append(f"{part.placeholder if not part.text else part.kind.value}: {text}")
+        return format_html('<pre style="{}">{}</pre>', _PRE_STYLE, "\n".join(lines))
 
     @admin.display(description=_("tool calls"))
     def tool_calls_display(self, obj: Message) -> str:

@@ -474,3 +474,17 @@ def test_api_refuses_malformed_parts_with_a_json_400(api, parts):
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_message"
     assert not Message.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_parts_without_their_base64(admin_client, conversation):  # type: ignore[no-untyped-def]
+    from django.urls import reverse
+
+    [stored] = PersistentChatHistory(conversation).add_messages(from_openai_messages([OPENAI_USER]))
+    page = admin_client.get(reverse("admin:agentmemory_message_change", args=[stored.id]))
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "[image]: image/png" in html and "1024 x 1024 px" in html and "detail high" in html
+    assert "[file: a.pdf]: application/pdf" in html
+    assert PNG[:40] not in html and WAV[:20] not in html
