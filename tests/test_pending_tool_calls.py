@@ -9,10 +9,13 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder, RowMeta, pack_history
 from agentmemory.context.packing import PENDING_RESULT_PLACEHOLDER
+from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.invariants import window_violations
 from agentmemory.llm.fake import ScriptedChatModel
@@ -295,3 +298,74 @@ def test_cancelling_pending_calls_lets_compaction_fold_the_exchange(conversation
     window = build(conversation)
     assert shape(window)[:3] == ["human:1", "ai:2", "tool:r1@5"]
     assert window.history[2].content == "Error: no approval"
+
+
+# -- any order of calls, results and turns -------------------------------------------------
+
+
+@st.composite
+def event_streams(draw):  # type: ignore[no-untyped-def]
+    """Messages in the order they happen: turns, AI messages calling 1-3 tools (also while
+    earlier calls wait), and results answering any pending call, whenever they arrive."""
+    messages = [ChatMessage.human("start")]
+    pending: list[str] = []
+    calls = 0
+    for _ in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["human", "ai", "call", "result", "result"]))
+        if kind == "result" and pending:
+            call_id = pending.pop(draw(st.integers(0, len(pending) - 1)))
+            messages.append(ChatMessage.tool(f"result {call_id}", tool_call_id=call_id))
+        elif kind == "call":
+            ids = []
+            for _ in range(draw(st.integers(1, 3))):
+                calls += 1
+                ids.append(f"c{calls}")
+            messages.append(ChatMessage.ai(None, [ToolCall(i, "t") for i in ids]))
+            pending.extend(ids)
+        elif kind == "ai":
+            messages.append(ChatMessage.ai("text"))
+        else:
+            messages.append(ChatMessage.human("question"))
+    return messages
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(messages=event_streams(), budget=st.integers(1, 30), placeholder=st.booleans())
+def test_windows_keep_every_rule_whatever_order_results_arrive_in(messages, budget, placeholder) -> None:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=COUNTER)
+    cut = len(messages) // 2  # two appends: some results arrive in a later batch
+    history.add_messages(messages[:cut] or messages[:1])
+    if messages[cut:] and cut:
+        history.add_messages(messages[cut:])
+    conv.refresh_from_db()
+    mode = "placeholder" if placeholder else "omit"
+    stored = list(Message.objects.filter(conversation=conv).values_list("seq", "role"))
+    newest_human = max(s for s, role in stored if role == "human")
+    # the newest turn as stored, and a placeholder for each of its pending calls at most
+    newest_turn = sum(1 for s, _ in stored if s >= newest_human) + (
+        sum(1 for s in conv.pending_tool_calls.values() if s >= newest_human) if placeholder else 0
+    )
+    builder = ContextWindowBuilder(conv, token_counter=COUNTER, pending_tool_calls=mode)
+    if budget < newest_turn:
+        try:
+            window = builder.build(budget)
+        except ContextBudgetExceeded:
+            return
+    else:
+        window = builder.build(budget)
+    assert window_violations(window, stored_seqs=[s for s, _ in stored], newest_seq=len(stored)) == []
+    assert newest_human in {m.seq for m in window.history}
+    pending = set(conv.pending_tool_calls)
+    sent_calls = {c.id for m in window.history for c in m.tool_calls}
+    if placeholder:
+        assert set(window.placeholders) == sent_calls & pending and not window.skipped_pending
+    else:
+        assert not sent_calls & pending and not window.placeholders
+    # placeholders, and only they, are marked and carry no seq
+    assert all(bool(m.metadata.get("pending_tool_call")) == (m.seq is None) for m in window.history)
