@@ -1053,6 +1053,10 @@ def _request(
     Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
     if mode == "inline":
         return _request_inline(conversation_id, compactor_class, max_tokens, force, wait, reason)
+    if wait > 0 and _worker_missing(conv):
+        # A recent wait found no worker taking the task: enqueue, but do not hold the caller
+        # for the whole wait again before the lease period has passed.
+        wait = 0.0
     return _request_celery(conversation_id, compactor_class, max_tokens, force, wait, reason)
 
 
@@ -1159,28 +1163,60 @@ def _request_celery(
         return CompactionRequest(
             conversation_id, due=True, mode="celery", enqueued=error is None, error=error, reason=reason
         )
-    summary_id = _await_compaction(conversation_id, wait)
+    summary_id, served = _await_compaction(conversation_id, wait)
+    if not served:
+        error = record_compaction_failure(conversation_id, f"{_NOT_PICKED_UP} within {wait:g} s")
+        return CompactionRequest(
+            conversation_id,
+            due=True,
+            mode="celery",
+            enqueued=True,
+            summary_id=summary_id,
+            error=error,
+            reason=reason,
+        )
     return CompactionRequest(
         conversation_id, due=True, mode="celery", enqueued=True, summary_id=summary_id, reason=reason
     )
 
 
-def _await_compaction(conversation_id: int, wait: float) -> int | None:
-    """Poll until the request is served (cleared), the summary changed, or ``wait`` runs out."""
+_NOT_PICKED_UP = "no Celery worker ran the compaction"
+
+
+def _worker_missing(conv: Conversation) -> bool:
+    """A wait for a worker timed out on this conversation less than a lease ago."""
+    failed = conv.compaction_failed_at
+    grace = timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
+    return (
+        conv.compaction_error.startswith(_NOT_PICKED_UP)
+        and failed is not None
+        and failed > timezone.now() - grace
+    )
+
+
+def _await_compaction(conversation_id: int, wait: float) -> tuple[int | None, bool]:
+    """Poll until the request is served (cleared), the summary changed, or ``wait`` runs out.
+
+    Returns:
+        The summary id, and whether a worker served the request or is running it (a live
+        lease) when the wait ended.
+    """
     deadline = time.monotonic() + wait
     before = Conversation.objects.filter(pk=conversation_id).values_list("summary_id", flat=True).first()
     delay = 0.05
     while True:
         row = (
             Conversation.objects.filter(pk=conversation_id)
-            .values_list("summary_id", "compaction_requested_at")
+            .values_list("summary_id", "compaction_requested_at", "compaction_lease_expires_at")
             .first()
         )
         if row is None:
-            return None
-        summary_id, requested = row
-        if requested is None or summary_id != before or time.monotonic() >= deadline:
-            return summary_id
+            return None, True
+        summary_id, requested, lease_expires = row
+        if requested is None or summary_id != before:
+            return summary_id, True
+        if time.monotonic() >= deadline:
+            return summary_id, lease_expires is not None and lease_expires > timezone.now()
         time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 2, 0.5)
 
