@@ -1,5 +1,6 @@
-"""``PersistentChatHistory``: ordering and constant-cost appends (W1, W2), refusal of bad
-input with nothing stored (W3), reading, clearing, async access and deletion (S2)."""
+"""``PersistentChatHistory``: ordering, appends at a constant number of queries, refusal of
+bad input with nothing stored, tool calls that wait and results that come late, reading,
+clearing, async access and deletion."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def history(conversation) -> PersistentChatHistory:  # type: ignore[no-untyped-d
     return PersistentChatHistory(conversation)
 
 
-# -- W1: order ---------------------------------------------------------------------------
+# -- order ---------------------------------------------------------------------------------
 
 
 def test_seqs_strictly_increase_from_one_across_appends(history, conversation) -> None:  # type: ignore[no-untyped-def]
@@ -88,7 +89,7 @@ def test_parallel_results_may_arrive_in_later_batches_and_any_order(history, con
     assert [r.exchange_seq for r in rows] == [None, 2, 2, 2, 2, None]
 
 
-# -- W2: constant cost -------------------------------------------------------------------
+# -- constant cost -------------------------------------------------------------------------
 
 
 def _append_queries(n: int) -> int:
@@ -136,7 +137,7 @@ def test_exchange_with_many_results_is_still_constant_cost(history) -> None:  # 
     assert len(ctx.captured_queries) <= 5
 
 
-# -- W3: bad input refused, nothing stored -----------------------------------------------
+# -- bad input refused, nothing stored -----------------------------------------------------
 
 
 def _bad(kind: str) -> ChatMessage:
