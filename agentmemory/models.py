@@ -39,18 +39,28 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
         return self.filter(agent_key=agent_key)
 
     def delete(self) -> tuple[int, dict[str, int]]:
-        """Delete the conversations with their messages and summaries (S2), after taking
-        their row locks: an append in flight finishes first, a later one finds the
-        conversation gone (``ConversationNotFound``) instead of failing the delete with a
-        foreign-key error at commit."""
+        """Delete the conversations with their messages and summaries, after taking their
+        row locks: an append in flight finishes first, a later one finds the conversation
+        gone (``ConversationNotFound``) instead of failing the delete with a foreign-key error
+        at commit.
+
+        Messages are deleted with one statement per batch of conversations rather than loaded
+        one object each (a conversation may hold 100,000 of them); rows that point at a message
+        are deleted or unlinked first, as their foreign keys say.
+        """
         with transaction.atomic(using=self.db):
-            list(
+            pks = list(
                 self.model._default_manager.using(self.db)
                 .select_for_update()
                 .filter(pk__in=self.values("pk"))
                 .values_list("pk", flat=True)
             )
-            return super().delete()
+            messages = _delete_messages_in_bulk(self.db, pks)
+            count, per_model = super().delete()
+            if messages:
+                label = Message._meta.label
+                per_model = {**per_model, label: per_model.get(label, 0) + messages}
+            return count + messages, per_model
 
 
 @dataclass(frozen=True)
@@ -243,9 +253,44 @@ class Conversation(models.Model):
         """Delete with messages and summaries, after the row lock (see
         ``ConversationQuerySet.delete``)."""
         using = using or router.db_for_write(Conversation, instance=self)
-        with transaction.atomic(using=using):
-            Conversation.objects.using(using).select_for_update().filter(pk=self.pk).exists()
-            return super().delete(using=using, keep_parents=keep_parents)
+        result = Conversation.objects.using(using).filter(pk=self.pk).delete()
+        self.pk = None  # as Model.delete() leaves a deleted instance
+        return result
+
+
+#: conversations whose messages one bulk delete statement covers
+_DELETE_BATCH = 100
+
+
+def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> int:
+    """Delete the messages of ``conversation_ids`` with one statement per batch, after
+    deleting (``CASCADE``) or unlinking (``SET_NULL``) the rows that reference them. Returns
+    how many messages were deleted; 0 (leaving them to Django's collector) when a receiver
+    listens to message deletes or a reference has another ``on_delete``, which only the
+    collector honours."""
+    if not conversation_ids:
+        return 0
+    if models.signals.pre_delete.has_listeners(Message) or models.signals.post_delete.has_listeners(Message):
+        return 0
+    references = Message._meta.related_objects
+    if any(
+        not rel.many_to_one or rel.on_delete not in (models.CASCADE, models.SET_NULL) for rel in references
+    ):
+        return 0
+    deleted = 0
+    for start in range(0, len(conversation_ids), _DELETE_BATCH):
+        batch = conversation_ids[start : start + _DELETE_BATCH]
+        rows = Message.objects.using(using).filter(conversation_id__in=batch)
+        for rel in references:
+            linked = rel.related_model._base_manager.using(using).filter(
+                **{f"{rel.field.name}__in": rows.values("pk")}
+            )
+            if rel.on_delete is models.CASCADE:
+                linked.delete()
+            else:
+                linked.update(**{rel.field.name: None})
+        deleted += rows._raw_delete(using)
+    return deleted
 
 
 class MessageQuerySet(models.QuerySet["Message"]):
