@@ -13,7 +13,8 @@
   ``uncovered`` has their count, seqs and tokens, ``messages_removed`` is their count,
   ``messages_remaining`` the number of history messages in the window, and ``reason`` says
   why they are left out ("compaction did not cover them: <error>", "no memory compactor",
-  "compaction not requested (gap policy 'report')").
+  "compaction not requested (gap policy 'report')", "the summary was cut to make room for the turn
+  in progress").
 """
 
 from django.dispatch import Signal

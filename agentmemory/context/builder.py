@@ -48,6 +48,7 @@ GAP_POLICIES = ("close", "report", "ignore")
 REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
+REASON_SUMMARY_CUT = "the summary was cut to make room for the turn in progress"
 
 
 #: the shortest truncated copy of a tool result sent to fit a tool loop into the window
@@ -219,6 +220,7 @@ class ContextWindowBuilder:
             self._compactor_class = (
                 type(memory_compactor) if isinstance(memory_compactor, BaseMemoryCompactor) else None
             )
+        self._summary_message: ChatMessage | None = None
         self._can_compact = memory_compactor is self._UNSET or (
             memory_compactor is not None and self._compactor_class is not None
         )
@@ -251,10 +253,17 @@ class ContextWindowBuilder:
                 raise TypeError("max_messages must be a whole number of messages or None")
             if max_messages < 0:
                 raise ValueError("max_messages must be >= 0")
-        window = self._assemble(max_tokens, max_messages)
+        try:
+            window = self._assemble(max_tokens, max_messages)
+            summary_cut = False
+        except ContextBudgetExceeded as exc:
+            window = self._with_summary_cut(max_tokens, max_messages, exc)
+            summary_cut = True
         reason = ""
         if window.uncovered:
-            if self.gap_policy == "close" and self._can_compact:
+            if summary_cut:
+                reason = REASON_SUMMARY_CUT  # compaction cannot make the summary smaller
+            elif self.gap_policy == "close" and self._can_compact:
                 request = self._request_compaction(max_tokens)
                 window = replace(self._assemble(max_tokens, max_messages), compaction=request)
                 error = getattr(request, "error", None)
@@ -269,6 +278,35 @@ class ContextWindowBuilder:
             sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
         )
         return window
+
+    def _with_summary_cut(
+        self, max_tokens: int, max_messages: int | None, error: ContextBudgetExceeded
+    ) -> ContextWindow:
+        """The window when the summary leaves no room for the turn in progress (a tool loop
+        whose turn fits the budget beside the system prompt but not beside the summary as
+        well): the turn goes in whole and the summary is sent as a marked truncated copy in
+        the room left (left out below ``MIN_FITTED_TOOL_RESULT_TOKENS``). The messages the
+        summary covered count as uncovered. Re-raises ``error`` when that does not help."""
+        self._summary_message = None
+        if self._no_summary:
+            raise error
+        try:
+            window = self._assemble(max_tokens, max_messages, without_summary=True)
+        except ContextBudgetExceeded:
+            raise error from None
+        summary_message = self._summary_message
+        if summary_message is None:  # there was no summary to take out
+            raise error
+        room = max_tokens - window.total_tokens
+        if room < MIN_FITTED_TOOL_RESULT_TOKENS:
+            return window
+        try:
+            cut = truncate_message(summary_message, room, self.token_counter)
+        except ContextBudgetExceeded:
+            return window
+        leading = 1 if window.system_tokens else 0
+        messages = [*window.messages[:leading], cut, *window.messages[leading:]]
+        return replace(window, messages=messages, summary_tokens=self.token_counter.count_message(cut))
 
     def _request_compaction(self, max_tokens: int) -> Any:
         from agentmemory.compaction import request_compaction
@@ -334,7 +372,9 @@ class ContextWindowBuilder:
         text = str(got)
         return (None, text) if text.strip() else (None, None)
 
-    def _assemble(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
+    def _assemble(
+        self, max_tokens: int, max_messages: int | None, *, without_summary: bool = False
+    ) -> ContextWindow:
         counter = self.token_counter
         messages: list[ChatMessage] = []
         system_tokens = 0
@@ -362,6 +402,12 @@ class ContextWindowBuilder:
             system_tokens = head.pinned.token_count or 0
 
         summary, custom_text = self._summary(summary)
+        if without_summary:
+            # Kept aside for ``_with_summary_cut``, which sends it truncated if room is left.
+            text = custom_text if custom_text is not None else summary.text if summary is not None else None
+            if text is not None:
+                self._summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + text)
+            summary = custom_text = None
         summary_tokens = 0
         if custom_text is not None:
             summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
