@@ -396,3 +396,45 @@ def test_a_tool_loop_that_outgrows_the_window_is_sent_with_shorter_tool_results(
         ContextWindowBuilder(conv, max_tool_result_tokens=None).build(1_500)
     with pytest.raises(ContextBudgetExceeded):  # too small for even short copies
         ContextWindowBuilder(conv).build(200)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summary(
+    compaction_requests: Any, left_out: Any
+) -> None:
+    """Through the agent, tau-bench calls failed with a budget error although the turn in
+    progress fitted the window beside the system prompt: the summary took the room."""
+    from agentmemory.context.builder import REASON_SUMMARY_CUT
+    from agentmemory.messages import ToolCall
+
+    conv = Conversation.objects.create(agent_key="t")
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.human("book a flight"), ChatMessage.ai("Where to?")])
+    history.add_messages([ChatMessage.human("Paris, and change my seat")])  # seq 3
+    for i in range(2):
+        call = ToolCall(id=f"c{i}", name="search", arguments={"n": i})
+        thinking = f"step {i}: " + "reasoning " * 150  # AI text cannot be cut, tool results are tiny
+        history.add_messages([ChatMessage.ai(thinking, [call]), ChatMessage.tool("ok", tool_call_id=f"c{i}")])
+    long_summary = "The user booked a flight to Paris and asked about seats. " * 40
+    LLMMemoryCompactor(Conversation.objects, conv.pk, ScriptedChatModel([long_summary]), history).compact()
+    summary = Summary.objects.get(conversation=conv)
+    assert summary.through_seq == 2 and summary.token_count > 300
+    turn = sum(Message.objects.filter(conversation=conv, seq__gte=3).values_list("token_count", flat=True))
+    builder = ContextWindowBuilder(conv, system_prompt="You book flights.", gap_policy="close")
+    budget = turn + 120  # the turn and the prompt fit; with the whole summary they do not
+
+    window = builder.build(budget)
+
+    assert [m.seq for m in window.history] == [3, 4, 5, 6, 7]  # the turn, whole
+    cut = window.messages[1]
+    assert cut.role is Role.SYSTEM and cut.truncated and "truncated for the context window" in cut.text
+    assert window.total_tokens <= budget and window.summary_tokens > 0
+    # The cut summary still stands for what it covers: nothing is left out, and no
+    # compaction was asked for (it cannot make the summary smaller).
+    assert window.summary_id == summary.pk and window.uncovered.count == 0
+    assert compaction_requests == [] and left_out == []
+    # Below the smallest useful cut the summary is left out, and what it covered is reported.
+    tight = builder.build(turn + 40)
+    assert [m.seq for m in tight.history] == [3, 4, 5, 6, 7] and tight.summary_id is None
+    assert tight.uncovered.seqs == (1, 2)
+    assert left_out[0]["reason"] == REASON_SUMMARY_CUT

@@ -221,6 +221,7 @@ class ContextWindowBuilder:
                 type(memory_compactor) if isinstance(memory_compactor, BaseMemoryCompactor) else None
             )
         self._summary_message: ChatMessage | None = None
+        self._pinned_floor = 0
         self._can_compact = memory_compactor is self._UNSET or (
             memory_compactor is not None and self._compactor_class is not None
         )
@@ -285,8 +286,8 @@ class ContextWindowBuilder:
         """The window when the summary leaves no room for the turn in progress (a tool loop
         whose turn fits the budget beside the system prompt but not beside the summary as
         well): the turn goes in whole and the summary is sent as a marked truncated copy in
-        the room left (left out below ``MIN_FITTED_TOOL_RESULT_TOKENS``). The messages the
-        summary covered count as uncovered. Re-raises ``error`` when that does not help."""
+        the room left (left out below ``MIN_FITTED_TOOL_RESULT_TOKENS``, and then the messages
+        it covered count as uncovered). Re-raises ``error`` when that does not help."""
         self._summary_message = None
         if self._no_summary:
             raise error
@@ -298,12 +299,23 @@ class ContextWindowBuilder:
         if summary_message is None:  # there was no summary to take out
             raise error
         room = max_tokens - window.total_tokens
-        if room < MIN_FITTED_TOOL_RESULT_TOKENS:
-            return window
         try:
+            if room < MIN_FITTED_TOOL_RESULT_TOKENS:
+                raise ContextBudgetExceeded(seq=None, tokens=0, available=room)
             cut = truncate_message(summary_message, room, self.token_counter)
         except ContextBudgetExceeded:
-            return window
+            # No room even for a cut summary: what it covers is sent nowhere.
+            if self.gap_policy == "ignore" or window.summary_through_seq is None:
+                return replace(window, summary_id=None, summary_through_seq=None)
+            count, tokens, seqs = Message.objects.window_uncovered(
+                self.conversation_id,
+                after=self._pinned_floor,
+                before=window.first_seq if window.first_seq is not None else 2**62,
+                pending_exchanges=[],
+                listed=MAX_LISTED_SEQS,
+            )
+            uncovered = UncoveredMessages(count, tokens, tuple(reversed(seqs))) if count else NO_UNCOVERED
+            return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
         leading = 1 if window.system_tokens else 0
         messages = [*window.messages[:leading], cut, *window.messages[leading:]]
         return replace(window, messages=messages, summary_tokens=self.token_counter.count_message(cut))
@@ -402,14 +414,15 @@ class ContextWindowBuilder:
             system_tokens = head.pinned.token_count or 0
 
         summary, custom_text = self._summary(summary)
+        coverage_unknown = custom_text is not None
+        summary_tokens = 0
         if without_summary:
-            # Kept aside for ``_with_summary_cut``, which sends it truncated if room is left.
+            # Not sent: kept aside for ``_with_summary_cut``, which sends it truncated if room
+            # is left. The history still starts after what it covers.
             text = custom_text if custom_text is not None else summary.text if summary is not None else None
             if text is not None:
                 self._summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + text)
-            summary = custom_text = None
-        summary_tokens = 0
-        if custom_text is not None:
+        elif custom_text is not None:
             summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
             summary_tokens = counter.count_message(summary_message)
             messages.append(summary_message)
@@ -546,7 +559,8 @@ class ContextWindowBuilder:
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
         )
-        if self.gap_policy != "ignore" and custom_text is None:
+        self._pinned_floor = 1 if conv.has_system_prompt else 0
+        if self.gap_policy != "ignore" and not coverage_unknown:
             uncovered = self._uncovered(packed, conv, floor_seq, window.first_seq, messages_qs)
             if uncovered.count:
                 window = replace(window, uncovered=uncovered)
