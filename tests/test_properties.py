@@ -306,6 +306,7 @@ def test_built_window_matches_the_specification(s: Scenario) -> None:
         token_counter=counter,
         max_tool_result_tokens=s.cap,
         oversized_message_policy="truncate" if s.truncate else "error",
+        fit_newest_turn=False,  # the specification is plain packing (tests/test_context_gaps.py has the rest)
     )
     before = list(Message.objects.filter(conversation=conv).order_by("seq").values())
     check_window(s, lambda: builder.build(s.max_tokens, max_messages=s.max_messages))

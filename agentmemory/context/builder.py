@@ -154,6 +154,13 @@ class ContextWindowBuilder:
             agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
+        fit_newest_turn: when the turn in progress (a human message and the tool exchanges
+            after it) does not fit, send its tool results as marked truncated copies cut to
+            one size (with a tool-result cap), and, when it still does not fit beside the
+            summary but does beside the system prompt, send the summary cut to the room left
+            (or leave it out and report what it covered), instead of raising
+            ``ContextBudgetExceeded``. ``False`` keeps plain packing. Default ``True``.
+
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
 
@@ -178,6 +185,7 @@ class ContextWindowBuilder:
         oversized_message_policy: str | None = None,
         pending_tool_calls: str | None = None,
         gap_policy: str | None = None,
+        fit_newest_turn: bool = True,
     ) -> None:
         conf = app_settings()
         if conversation is None and chat_history is None:
@@ -202,6 +210,7 @@ class ContextWindowBuilder:
         self.pending_tool_calls = pending_tool_calls or conf.PENDING_TOOL_CALLS
         if self.pending_tool_calls not in ("omit", "placeholder"):
             raise ValueError("pending_tool_calls must be 'omit' or 'placeholder'")
+        self.fit_newest_turn = fit_newest_turn
         self.gap_policy = gap_policy or "report"
         if self.gap_policy not in GAP_POLICIES:
             raise ValueError(f"gap_policy must be one of {', '.join(GAP_POLICIES)}, not {self.gap_policy!r}")
@@ -258,6 +267,8 @@ class ContextWindowBuilder:
             window = self._assemble(max_tokens, max_messages)
             summary_cut = False
         except ContextBudgetExceeded as exc:
+            if not self.fit_newest_turn:
+                raise
             window = self._with_summary_cut(max_tokens, max_messages, exc)
             summary_cut = True
         reason = ""
@@ -474,7 +485,13 @@ class ContextWindowBuilder:
         )
 
         has_human = any(unit[0].role == Role.HUMAN for unit in packed.units)
-        if not has_human and humans_after_floor > 0 and cap is not None and not packed.blocked_by_count:
+        if (
+            self.fit_newest_turn
+            and not has_human
+            and humans_after_floor > 0
+            and cap is not None
+            and not packed.blocked_by_count
+        ):
             # The newest turn does not fit: in a tool loop its results pile up after the
             # human message. Send its tool results as shorter truncated copies, all cut to
             # one size, rather than fail the model call (the turn stays whole and in order).
