@@ -120,7 +120,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 f"AGENTMEMORY['PENDING_TOOL_CALLS'] is {conf.PENDING_TOOL_CALLS!r}.",
                 hint="Use 'omit' (leave exchanges with unanswered calls out of the window) or "
                 "'placeholder' (send them with a marked placeholder result).",
-                id="agentmemory.E030",
+                id="agentmemory.E040",
             )
         )
     timeout = conf.PENDING_TOOL_CALL_TIMEOUT
@@ -131,7 +131,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 f"not {timeout!r}.",
                 hint="A number of seconds after which an unanswered tool call counts as abandoned; "
                 "None never abandons one (compaction then waits for every result).",
-                id="agentmemory.E031",
+                id="agentmemory.E041",
             )
         )
     for name in ("TOKEN_COUNTER", "COMPACTOR_CLASS", "COMPACTION_LLM"):

@@ -369,3 +369,25 @@ def test_windows_keep_every_rule_whatever_order_results_arrive_in(messages, budg
         assert not sent_calls & pending and not window.placeholders
     # placeholders, and only they, are marked and carry no seq
     assert all(bool(m.metadata.get("pending_tool_call")) == (m.seq is None) for m in window.history)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "check_id"),
+    [
+        ("PENDING_TOOL_CALLS", "drop", "agentmemory.E040"),
+        ("PENDING_TOOL_CALL_TIMEOUT", 0, "agentmemory.E041"),
+        ("PENDING_TOOL_CALL_TIMEOUT", "1h", "agentmemory.E041"),
+    ],
+)
+def test_checks_refuse_bad_pending_settings(settings, setting: str, value: object, check_id: str) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.checks import check_settings
+
+    def pending_problems() -> list[str]:
+        return [p.id for p in check_settings() if p.id in ("agentmemory.E040", "agentmemory.E041")]
+
+    settings.AGENTMEMORY = {setting: value}
+    assert pending_problems() == [check_id]
+    settings.AGENTMEMORY = {"PENDING_TOOL_CALLS": "placeholder", "PENDING_TOOL_CALL_TIMEOUT": None}
+    assert pending_problems() == []
+    with pytest.raises(ValueError, match="pending_tool_calls"):
+        ContextWindowBuilder(Conversation.objects.create(), pending_tool_calls="drop")
