@@ -438,3 +438,15 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
     assert [m.seq for m in tight.history] == [3, 4, 5, 6, 7] and tight.summary_id is None
     assert tight.uncovered.seqs == (1, 2)
     assert left_out[0]["reason"] == REASON_SUMMARY_CUT
+
+
+def test_rows_and_messages_built_for_speed_equal_the_dataclasses_own() -> None:
+    from agentmemory.context.packing import RowMeta
+    from agentmemory.context.sql import _new_chat, _new_row
+
+    assert _new_row(3, "tool", 7, 2, "c1", ()) == RowMeta(3, "tool", 7, 2, "c1", ())
+    made = _new_chat(Role.AI, "hi", (), "", "", 4, 9, 2, ())
+    assert made == ChatMessage(role=Role.AI, content="hi", seq=4, id=9, token_count=2)
+    assert (
+        made.metadata == {} and made.metadata is not _new_chat(Role.AI, "", (), "", "", 1, 1, 1, ()).metadata
+    )
