@@ -1050,7 +1050,15 @@ def _request(
         # Already handed to the broker and not failed: one queued task per conversation
         # is enough (the task checks again when it runs).
         return CompactionRequest(conversation_id, due=True, mode=mode, enqueued=True, reason=reason)
-    Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
+    # Claim the request only if nobody did since it was read (two appends that both see the
+    # threshold must not enqueue two tasks, bug case BUG-33).
+    claimed = Conversation.objects.filter(
+        pk=conversation_id, compaction_requested_at=conv.compaction_requested_at
+    ).update(compaction_requested_at=timezone.now())
+    if not claimed and mode == "celery" and not force and wait <= 0:
+        return CompactionRequest(conversation_id, due=True, mode=mode, enqueued=True, reason=reason)
+    if not claimed:
+        Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
     if mode == "inline":
         return _request_inline(conversation_id, compactor_class, max_tokens, force, wait, reason)
     if wait > 0 and _worker_missing(conv):

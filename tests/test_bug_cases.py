@@ -515,6 +515,54 @@ def test_bug33_two_tabs_appending_at_once_lose_nothing_and_request_one_compactio
     assert [m.role.value for m in window.messages] == ["human", "ai", "human", "human"]
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_bug33_requests_made_after_both_appends_committed_enqueue_one_task(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """As the API does it: each request appends (committed at once), then asks for a
+    compaction; both may see the third human message, but one task is enqueued."""
+    from agentmemory import compaction
+    from agentmemory.compaction import request_compaction
+
+    c = case("BUG-33")
+    messages = from_openai_messages(c["input"])
+    counter = counter_for(c)
+    enqueued: list[int] = []
+    lock = threading.Lock()
+
+    def enqueue(conversation_id: int, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            enqueued.append(conversation_id)
+
+    monkeypatch.setattr(compaction, "enqueue_compaction", enqueue)
+
+    def request(conversation_id: int, message, appended: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
+        PersistentChatHistory(conversation_id, token_counter=counter).add_message(message)
+        appended.wait(timeout=10)  # both appends committed: both requests see 3 human messages
+        request_compaction(conversation_id, reason="BUG-33")
+
+    settings = {"COMPACTION_MODE": "celery", "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 3}
+    repeats = 100
+    with override_settings(AGENTMEMORY=settings), ThreadPoolExecutor(max_workers=2) as pool:
+        try:
+            for _ in range(repeats):
+                conv = Conversation.objects.create(agent_key="bug-case")
+                PersistentChatHistory(conv, token_counter=counter).add_messages(messages[:2])
+                appended = threading.Barrier(2)
+                futures = [pool.submit(request, conv.pk, m, appended) for m in messages[2:4]]
+                for future in futures:
+                    future.result(timeout=30)
+                assert enqueued.count(conv.pk) == 1
+        finally:
+            closing = threading.Barrier(2)
+
+            def close() -> None:
+                closing.wait(timeout=10)
+                connections.close_all()
+
+            for future in [pool.submit(close), pool.submit(close)]:
+                future.result(timeout=30)
+
+
 def test_every_case_is_covered() -> None:
     import sys
     from pathlib import Path
