@@ -18,7 +18,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """PostgreSQL-only tests skip elsewhere, except in CI, where a skip would hide them."""
+    """PostgreSQL-only tests skip elsewhere, except in CI, where a skip would hide them.
+    SQLite-only tests (its FTS5 tables and triggers) are deselected on other databases: they
+    have nothing to run there, and each pass runs what its database has."""
+    if connection.vendor != "sqlite":
+        kept = [item for item in items if not item.get_closest_marker("sqlite")]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+            items[:] = kept
     if connection.vendor == "postgresql":
         return
     for item in items:

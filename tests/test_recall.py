@@ -124,9 +124,8 @@ def test_full_text_index_follows_edits_and_deletes() -> None:
             assert cursor.fetchone()[0] == 0
 
 
+@pytest.mark.sqlite
 def test_sqlite_triggers_come_back_after_a_table_rebuild() -> None:
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite FTS5 triggers")
     alice = UserFactory()
     with connection.cursor() as cursor:
         for suffix in ("ai", "ad", "au"):
