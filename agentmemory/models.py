@@ -618,16 +618,25 @@ class Fact(models.Model):
         return f"fact {self.pk} ({self.category})"
 
 
-class FactEmbedding(models.Model):
-    """The vector of one fact by one embedding model (float32, little-endian bytes)."""
+class EmbeddingBase(models.Model):
+    """Columns shared by stored vectors: the embedding model's name, the vector's length and
+    the vector itself (float32, little-endian bytes)."""
 
-    fact = models.ForeignKey(
-        Fact, verbose_name=_("fact"), on_delete=models.CASCADE, related_name="embeddings"
-    )
     model = models.CharField(_("embedding model"), max_length=200)
     dimensions = models.PositiveIntegerField(_("dimensions"))
     vector = models.BinaryField(_("vector"))
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+
+class FactEmbedding(EmbeddingBase):
+    """The vector of one fact by one embedding model."""
+
+    fact = models.ForeignKey(
+        Fact, verbose_name=_("fact"), on_delete=models.CASCADE, related_name="embeddings"
+    )
 
     class Meta:
         verbose_name = _("fact embedding")
@@ -641,16 +650,12 @@ class FactEmbedding(models.Model):
         return f"embedding of fact {self.fact_id} ({self.model})"
 
 
-class MessageEmbedding(models.Model):
-    """The vector of one stored message by one embedding model (float32, little-endian bytes)."""
+class MessageEmbedding(EmbeddingBase):
+    """The vector of one stored message by one embedding model."""
 
     message = models.ForeignKey(
         Message, verbose_name=_("message"), on_delete=models.CASCADE, related_name="embeddings"
     )
-    model = models.CharField(_("embedding model"), max_length=200)
-    dimensions = models.PositiveIntegerField(_("dimensions"))
-    vector = models.BinaryField(_("vector"))
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
         verbose_name = _("message embedding")
