@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-## demo: set up, migrate and replay the bundled sample transcript (SQLite, eager Celery by default)
+## demo: set up, migrate and replay the bundled sample transcript (SQLite, compaction in process: no broker needed)
 demo: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json

@@ -78,9 +78,10 @@ def snapshot() -> tuple[int, int, list]:
         ("get", "export/", None),
     ],
 )
-def test_uuid_shaped_segment_that_is_not_a_uuid_is_404(api, conv, method, suffix, body):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("bad_id", [NOT_A_UUID, "not-a-uuid", "x", "%00", "a.b"])
+def test_segment_that_is_not_a_uuid_is_a_json_404(api, conv, method, suffix, body, bad_id):  # type: ignore[no-untyped-def]
     before = snapshot()
-    response = getattr(api, method)(url(NOT_A_UUID, suffix), body, format="json")
+    response = getattr(api, method)(url(bad_id, suffix), body, format="json")
     assert_error(response, 404, "not_found")
     assert snapshot() == before
 

@@ -58,7 +58,9 @@ from agentmemory.validation import text_problem
 
 #: most messages one append request may carry
 MAX_BATCH = 1000
-UUID_REGEX = "[0-9a-fA-F-]{32,36}"
+#: Any path segment reaches the views, which answer an id that is not a UUID with the API's
+#: JSON 404; a narrower pattern would leave such ids to the URL resolver's HTML page.
+UUID_REGEX = "[^/]+"
 
 FORMAT_PARAMETER = OpenApiParameter(
     "format",
