@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,9 +202,15 @@ class ChatMessage:
 
     @classmethod
     def ai(
-        cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (), **kwargs: Any
+        cls,
+        content: str | None = None,
+        tool_calls: Sequence[ToolCall | Mapping[str, Any]] = (),
+        **kwargs: Any,
     ) -> ChatMessage:
-        return cls(role=Role.AI, content=content, tool_calls=tuple(tool_calls), **kwargs)
+        """An ``ai`` message; each tool call is a ``ToolCall`` or a mapping with ``id``,
+        ``name`` and ``arguments`` (a JSON object), turned into a ``ToolCall`` here."""
+        calls = tuple(c if isinstance(c, ToolCall) else ToolCall.from_dict(c) for c in tool_calls)
+        return cls(role=Role.AI, content=content, tool_calls=calls, **kwargs)
 
     @classmethod
     def tool(cls, content: str, *, tool_call_id: str, name: str = "", **kwargs: Any) -> ChatMessage:

@@ -606,3 +606,14 @@ def test_every_append_is_one_statement_on_postgresql(
     assert info.value.index == 1 and snapshot(conversation) == before
     with pytest.raises(ConversationNotFound):
         PersistentChatHistory(conversation.pk + 1000).add_message(ChatMessage.human("nobody"))
+
+
+def test_ai_message_takes_tool_calls_as_mappings(conversation) -> None:  # type: ignore[no-untyped-def]
+    """Tool calls given as plain dicts (as the providers' JSON has them) become ``ToolCall``s
+    when the message is made, not an AttributeError later in an agent's tool loop."""
+    message = ChatMessage.ai(None, tool_calls=[{"id": "c1", "name": "lookup", "arguments": {"q": "x"}}])
+    assert message.tool_calls == (ToolCall(id="c1", name="lookup", arguments={"q": "x"}),)
+    history = PersistentChatHistory(conversation)
+    history.add_messages([ChatMessage.human("find x"), message])
+    conversation.refresh_from_db()
+    assert [call.tool_call_id for call in conversation.pending_calls()] == ["c1"]
