@@ -86,3 +86,29 @@ def conversation(db):  # type: ignore[no-untyped-def]
     from agentmemory.models import Conversation
 
     return Conversation.objects.create(agent_key="test")
+
+
+#: Redis database set aside for tests that need a real broker; it is emptied around each use.
+TEST_BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
+
+
+@pytest.fixture
+def broker_url():  # type: ignore[no-untyped-def]
+    """The test Redis broker (``TEST_REDIS_URL``), emptied before and after: tasks left by an
+    interrupted run must not reach a worker. Unreachable: a failure in CI, a skip elsewhere."""
+    import redis
+
+    client = redis.Redis.from_url(TEST_BROKER_URL, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        message = (
+            f"Redis broker {TEST_BROKER_URL} is unreachable ({exc}); start redis-server or set TEST_REDIS_URL"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    client.flushdb()
+    yield TEST_BROKER_URL
+    client.flushdb()
+    client.close()

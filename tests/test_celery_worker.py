@@ -28,29 +28,7 @@ from tests.helpers_concurrency import FIXED_SUMMARY, ROOT, child_env
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
 SUMMARY_TIMEOUT = 60  # seconds
-
-
-@pytest.fixture
-def broker_url() -> str:
-    """The test broker, emptied before and after (it is a database number set aside for tests)."""
-    import redis
-
-    client = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        message = (
-            f"Redis broker {BROKER_URL} is unreachable ({exc}); start redis-server or set TEST_REDIS_URL"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    client.flushdb()  # tasks left by an interrupted run must not reach this worker
-    yield BROKER_URL
-    client.flushdb()
-    client.close()
 
 
 def _forget_connections(app) -> None:  # type: ignore[no-untyped-def]

@@ -501,25 +501,10 @@ def test_refusals_are_known_from_the_real_adapters(fake_openai, fake_anthropic) 
 
 
 @pytest.fixture
-def live_broker(celery_broker_url):  # type: ignore[no-untyped-def]
+def live_broker(celery_broker_url, broker_url):  # type: ignore[no-untyped-def]
     """The test Redis broker (``TEST_REDIS_URL``), emptied before and after; no worker runs."""
-    import os
-
-    import redis
-
-    url = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"Redis broker {url} is unreachable: {exc}")
-        pytest.skip(f"Redis broker {url} is unreachable: {exc}")
-    client.flushdb()
-    celery_broker_url(url)
-    yield url
-    client.flushdb()
-    client.close()
+    celery_broker_url(broker_url)
+    return broker_url
 
 
 def test_a_wait_for_a_missing_worker_is_recorded_and_not_repeated(live_broker, settings) -> None:  # type: ignore[no-untyped-def]

@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
 DEAD_BROKER = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 TURNS = 25
 
@@ -203,26 +202,6 @@ def _add_celery(project: Path, broker_url: str) -> None:
     settings = project / "hostsite" / "settings.py"
     text = settings.read_text().split("\n# -- celery --\n")[0]
     settings.write_text(text + f"\n# -- celery --\nCELERY_BROKER_URL = {broker_url!r}\n")
-
-
-@pytest.fixture
-def broker_url() -> str:
-    import redis
-
-    client = redis.Redis.from_url(BROKER_URL, socket_connect_timeout=2, socket_timeout=5)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        message = (
-            f"Redis broker {BROKER_URL} is unreachable ({exc}); start redis-server or set TEST_REDIS_URL"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    client.flushdb()
-    yield BROKER_URL
-    client.flushdb()
-    client.close()
 
 
 def test_a_new_project_with_only_the_app_works_without_and_with_a_broker(project, broker_url) -> None:  # type: ignore[no-untyped-def]
