@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, OperationalError, connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -158,6 +158,12 @@ class CompactionRequest:
 
 
 # --------------------------------------------------------------------------- the lease
+
+
+def _write_locked(exc: OperationalError) -> bool:
+    """Whether ``exc`` is SQLite refusing a second writer ("database is locked", or "database
+    table is locked" on a shared-cache database) rather than a real failure."""
+    return "is locked" in str(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,15 +469,22 @@ class BaseMemoryCompactor:
             taken_at=now,
             expires_at=now + timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS),
         )
-        taken = (
-            Conversation.objects.filter(pk=self.conversation_id)
-            .filter(Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now))
-            .update(
-                compaction_lease=lease.token,
-                compaction_lease_expires_at=lease.expires_at,
-                compaction_started_at=now,
+        try:
+            taken = (
+                Conversation.objects.filter(pk=self.conversation_id)
+                .filter(Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now))
+                .update(
+                    compaction_lease=lease.token,
+                    compaction_lease_expires_at=lease.expires_at,
+                    compaction_started_at=now,
+                )
             )
-        )
+        except OperationalError as exc:
+            if not _write_locked(exc):
+                raise
+            # SQLite allows one writer at a time: a run that cannot write the lease row now
+            # is in the same place as one that finds the lease taken, and is rescheduled.
+            return None
         return lease if taken else None
 
     def _release(self, lease: Lease) -> None:
@@ -480,11 +493,16 @@ class BaseMemoryCompactor:
         )
 
     def _busy(self) -> CompactionRun:
-        expires = (
-            Conversation.objects.filter(pk=self.conversation_id)
-            .values_list("compaction_lease_expires_at", flat=True)
-            .first()
-        )
+        try:
+            expires = (
+                Conversation.objects.filter(pk=self.conversation_id)
+                .values_list("compaction_lease_expires_at", flat=True)
+                .first()
+            )
+        except OperationalError as exc:
+            if not _write_locked(exc):
+                raise
+            return CompactionRun(BUSY, retry_after=float(app_settings().COMPACTION_LEASE_SECONDS))
         if expires is None and not Conversation.objects.filter(pk=self.conversation_id).exists():
             return CompactionRun(GONE)
         left = (expires - timezone.now()).total_seconds() if expires is not None else 0.0
