@@ -1,0 +1,430 @@
+"""The conversation admin: list, change page, actions, the context-window page."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db import router, transaction
+from django.db.models import QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.formats import number_format
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+from django.utils.timesince import timesince
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from agentmemory.admin.utils import (
+    PRE_STYLE,
+    BoundedCountPaginator,
+    CheckedQueryAdmin,
+    StorableJSONField,
+    admin_link,
+    changelist_url,
+    int_param,
+    short_datetime,
+)
+from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.history import PersistentChatHistory
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import json_problem
+
+
+def _cancel_pending(conversation: Conversation, request: HttpRequest) -> list[Any]:
+    user = getattr(request.user, "get_username", lambda: "")()
+    reason = f"the tool call was cancelled in the admin by {user}" if user else "the tool call was cancelled"
+    return PersistentChatHistory(conversation).cancel_pending_tool_calls(reason)
+
+
+class ConversationAdminForm(forms.ModelForm):
+    """Refuses metadata the database cannot store: not an object (``null`` included), NUL
+    characters, lone surrogates, NaN or infinities, or nesting too deep."""
+
+    metadata = StorableJSONField(label=_("metadata"), required=False)
+
+    class Meta:
+        model = Conversation
+        fields = ("title", "agent_key", "owner", "metadata")
+
+    def clean_metadata(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("metadata")
+        if not isinstance(value, dict):
+            raise forms.ValidationError(_("Metadata must be a JSON object, such as {}."))
+        problem = json_problem(value)
+        if problem:
+            raise forms.ValidationError(_("Metadata %(problem)s.") % {"problem": problem})
+        return value
+
+
+@admin.register(Conversation)
+class ConversationAdmin(CheckedQueryAdmin):
+    list_display = (
+        "display_title",
+        "agent_key",
+        "owner",
+        "messages",
+        "humans",
+        "tokens",
+        "has_summary",
+        "updated",
+    )
+    list_select_related = ("owner",)
+    list_filter = ("agent_key", "created_at")
+    search_fields = ("title", "=uuid")
+    raw_id_fields = ("owner",)
+    show_full_result_count = False
+    paginator = BoundedCountPaginator
+    form = ConversationAdminForm
+    actions = ["compact_now", "cancel_pending_tool_calls"]
+    change_form_template = "agentmemory/admin/conversation_change_form.html"
+    readonly_fields = (
+        "uuid",
+        "message_count",
+        "human_message_count",
+        "stored_tokens",
+        "last_seq",
+        "has_system_prompt",
+        "pending_calls_display",
+        "current_summary",
+        "history_links",
+        "compaction_started_at",
+        "compaction_lease_expires_at",
+        "compaction_requested_at",
+        "compaction_error",
+        "compaction_failed_at",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("uuid", "title", "agent_key", "owner", "metadata")}),
+        (
+            _("History"),
+            {
+                "fields": (
+                    "history_links",
+                    "message_count",
+                    "human_message_count",
+                    "stored_tokens",
+                    "last_seq",
+                    "has_system_prompt",
+                    "pending_calls_display",
+                )
+            },
+        ),
+        (
+            _("Memory"),
+            {
+                "fields": (
+                    "current_summary",
+                    "compaction_started_at",
+                    "compaction_lease_expires_at",
+                    "compaction_requested_at",
+                    "compaction_error",
+                    "compaction_failed_at",
+                )
+            },
+        ),
+        (_("Dates"), {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description=_("conversation"), ordering="title")
+    def display_title(self, obj: Conversation) -> str:
+        return str(obj)
+
+    @admin.display(description=_("messages"), ordering="message_count")
+    def messages(self, obj: Conversation) -> str:
+        return number_format(obj.message_count, force_grouping=True)
+
+    @admin.display(description=_("human"), ordering="human_message_count")
+    def humans(self, obj: Conversation) -> str:
+        return number_format(obj.human_message_count, force_grouping=True)
+
+    @admin.display(description=_("tokens"), ordering="stored_tokens")
+    def tokens(self, obj: Conversation) -> str:
+        return number_format(obj.stored_tokens, force_grouping=True)
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: Conversation) -> str:
+        return short_datetime(obj.updated_at)
+
+    @admin.display(description=_("summary"), boolean=True)
+    def has_summary(self, obj: Conversation) -> bool:
+        return obj.summary_id is not None
+
+    @admin.display(description=_("current summary"))
+    def current_summary(self, obj: Conversation) -> str:
+        summary = obj.summary
+        if summary is None:
+            return "-"
+        return format_html(
+            '{} <span style="color: var(--body-quiet-color)">({})</span><pre style="{}">{}</pre>',
+            admin_link(
+                summary,
+                _("seq %(first)s to %(through)s")
+                % {"first": summary.first_seq, "through": summary.through_seq},
+            ),
+            _("%(tokens)s tokens, model %(model)s")
+            % {"tokens": summary.token_count, "model": summary.model or "-"},
+            PRE_STYLE + " margin-top: 0.5em;",
+            Truncator(summary.text).chars(2000),
+        )
+
+    @admin.display(description=_("pending tool calls"))
+    def pending_calls_display(self, obj: Conversation) -> str:
+        """The tool calls still awaiting their result: call id, tool, the seq of the AI
+        message that made the call (a link to the messages from there), and how long ago."""
+        calls = obj.pending_calls() if obj.pk is not None else []
+        if not calls:
+            return "-"
+        rows = format_html_join(
+            "",
+            '<tr><td><code>{}</code></td><td>{}</td><td><a href="{}">{}</a></td><td>{}{}</td></tr>',
+            (
+                (
+                    call.tool_call_id,
+                    call.name,
+                    changelist_url(Message, conversation__id__exact=obj.pk, seq__gte=call.ai_seq),
+                    call.ai_seq,
+                    _("%(time)s ago") % {"time": timesince(call.requested_at)},
+                    format_html(" <strong>{}</strong>", _("abandoned")) if call.abandoned else "",
+                )
+                for call in calls
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            _("call id"),
+            _("tool"),
+            _("AI message seq"),
+            _("waiting"),
+            rows,
+        )
+
+    @admin.action(description=_("Cancel pending tool calls"), permissions=["change"])
+    def cancel_pending_tool_calls(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        """Answer every pending tool call of the selected conversations with an error result
+        (``PersistentChatHistory.cancel_pending_tool_calls``), so their exchanges can be sent
+        to the model and summarised again."""
+        answered = 0
+        for conversation in queryset.exclude(pending_tool_calls={}).select_related(None).only("pk"):
+            answered += len(_cancel_pending(conversation, request))
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d pending tool call answered with an error result.",
+                "%(count)d pending tool calls answered with an error result.",
+                answered,
+            )
+            % {"count": answered},
+            messages.SUCCESS,
+        )
+
+    def cancel_pending_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST only: cancel one conversation's pending tool calls, then back to its page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        stored = _cancel_pending(obj, request)
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d pending tool call answered with an error result.",
+                "%(count)d pending tool calls answered with an error result.",
+                len(stored),
+            )
+            % {"count": len(stored)},
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:agentmemory_conversation_change", args=[obj.pk]))
+
+    @admin.display(description=_("browse"))
+    def history_links(self, obj: Conversation) -> str:
+        if obj.pk is None:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a> &middot; <a href="{}">{}</a> &middot; <a href="{}">{}</a>',
+            changelist_url(Message, conversation__id__exact=obj.pk),
+            ngettext("%(count)s message", "%(count)s messages", obj.message_count)
+            % {"count": number_format(obj.message_count, force_grouping=True)},
+            changelist_url(Summary, conversation__id__exact=obj.pk),
+            _("summaries"),
+            reverse("admin:agentmemory_conversation_context", args=[obj.pk]),
+            _("context window"),
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Conversation], search_term: str
+    ) -> tuple[QuerySet[Conversation], bool]:
+        # "=uuid" only makes sense for a well-formed uuid; anything else searches titles.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(title__icontains=term), False
+        return super().get_search_results(request, queryset, term)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[str], dict[Any, int], set, list]:
+        """Summarise what a delete removes instead of listing every message.
+
+        Django's default collects and lists each related row (100,000 messages would be
+        100,000 lines and as many permission checks). Messages and summaries are read-only
+        in the admin, but deleting their conversation deletes them.
+        """
+        conversations = list(objs)
+        summaries = Summary.objects.filter(conversation__in=[c.pk for c in conversations]).count()
+        listed = [
+            _("Conversation: %(name)s (%(messages)s messages)") % {"name": c, "messages": c.message_count}
+            for c in conversations
+        ]
+        model_count = {
+            Conversation._meta.verbose_name_plural: len(conversations),
+            Message._meta.verbose_name_plural: sum(c.message_count for c in conversations),
+            Summary._meta.verbose_name_plural: summaries,
+        }
+        return listed, model_count, set(), []
+
+    @admin.action(description=_("Compact now"), permissions=["change"])
+    def compact_now(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        """Request a compaction of each selected conversation through ``request_compaction``
+        (forced: the run decides whether there is anything to fold), after the transaction
+        commits; a broker failure is recorded on the conversation, never an error page."""
+        from agentmemory.compaction import request_compaction
+
+        ids = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic(using=router.db_for_write(Conversation)):
+            for pk in ids:
+                request_compaction(pk, force=True, reason="admin compact now")
+        self.message_user(
+            request,
+            ngettext(
+                "Compaction queued for %(count)d conversation.",
+                "Compaction queued for %(count)d conversations.",
+                len(ids),
+            )
+            % {"count": len(ids)},
+            messages.SUCCESS,
+        )
+
+    # -- the context-window page ----------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        urls = [
+            path(
+                "<path:object_id>/context/",
+                self.admin_site.admin_view(self.context_window_view),
+                name="agentmemory_conversation_context",
+            ),
+            path(
+                "<path:object_id>/cancel-pending-tool-calls/",
+                self.admin_site.admin_view(self.cancel_pending_view),
+                name="agentmemory_conversation_cancel_pending",
+            ),
+        ]
+        return urls + super().get_urls()
+
+    def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``
+        with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``) and
+        ``max_messages`` from the query string, and the window's accounting."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        conf = app_settings()
+        default_tokens = min(conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT, conf.MAX_CONTEXT_TOKENS)
+        errors: list[str] = []
+        max_tokens = int_param(
+            request, "max_tokens", default_tokens, minimum=1, maximum=conf.MAX_CONTEXT_TOKENS, errors=errors
+        )
+        max_messages = int_param(request, "max_messages", None, minimum=0, maximum=10**9, errors=errors)
+        window = None
+        budget_error = None
+        entries: list[dict[str, Any]] = []
+        if not errors:
+            counter = get_token_counter()
+            try:
+                window = ContextWindowBuilder(obj, token_counter=counter).build(
+                    max_tokens, max_messages=max_messages
+                )
+            except ContextBudgetExceeded as exc:
+                budget_error = exc
+            else:
+                for part, message, tokens in window_entries(window, counter):
+                    entries.append(
+                        {
+                            "part": part,
+                            "message": message,
+                            "tokens": tokens,
+                            "content": (
+                                message.text.removeprefix(app_settings().SUMMARY_MESSAGE_PREFIX)
+                                if part == SUMMARY_PART
+                                else message.content
+                            ),
+                            "tool_calls": [
+                                {
+                                    "id": call.id,
+                                    "name": call.name,
+                                    "arguments": json.dumps(
+                                        dict(call.arguments), indent=2, ensure_ascii=False, sort_keys=True
+                                    ),
+                                }
+                                for call in message.tool_calls
+                            ],
+                            "is_history": part == HISTORY_PART,
+                        }
+                    )
+        left_out = None
+        if window is not None and window.first_seq is not None:
+            floor = max(window.summary_through_seq or 0, 1 if obj.has_system_prompt else 0)
+            if window.first_seq > floor + 1:
+                left_out = (floor + 1, window.first_seq - 1)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Context window"),
+            "subtitle": str(obj),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "original": obj,
+            "has_view_permission": True,
+            "window": window,
+            "entries": entries,
+            "budget_error": budget_error,
+            "errors": errors,
+            "max_tokens": max_tokens,
+            "max_messages": max_messages,
+            "default_tokens": default_tokens,
+            "left_out": left_out,
+            "remaining": (window.max_tokens - window.total_tokens) if window else None,
+            "messages_url": changelist_url(Message, conversation__id__exact=obj.pk),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "agentmemory/admin/context_window.html", context, status=400 if errors else 200
+        )

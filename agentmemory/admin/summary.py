@@ -1,0 +1,63 @@
+"""The summary admin: read-only, the history of a conversation's summaries."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from agentmemory.admin.utils import PRE_STYLE, ReadOnlyAdmin, admin_link
+from agentmemory.models import Summary
+
+
+@admin.register(Summary)
+class SummaryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "__str__",
+        "conversation",
+        "first_seq",
+        "through_seq",
+        "token_count",
+        "model",
+        "prompt_version",
+        "created_at",
+    )
+    list_select_related = ("conversation",)
+    list_filter = ("prompt_version", "model", "created_at")
+    search_fields = ("=conversation__uuid", "conversation__title")
+    search_help_text = _("Search by conversation title or exact uuid.")
+    show_full_result_count = False
+    ordering = ("conversation_id", "-through_seq")
+    fields = (
+        "conversation_link",
+        "first_seq",
+        "through_seq",
+        "previous_link",
+        "text_display",
+        "token_count",
+        "token_counter",
+        "human_messages_covered",
+        "human_message_count",
+        "tokens_covered",
+        "model",
+        "prompt_version",
+        "input_tokens",
+        "output_tokens",
+        "llm_calls",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("conversation"))
+    def conversation_link(self, obj: Summary) -> str:
+        return admin_link(obj.conversation)
+
+    @admin.display(description=_("previous summary"))
+    def previous_link(self, obj: Summary) -> str:
+        return admin_link(obj.previous) if obj.previous_id else "-"
+
+    @admin.display(description=_("text"))
+    def text_display(self, obj: Summary) -> str:
+        return format_html('<pre style="{}">{}</pre>', PRE_STYLE, obj.text)
+
+    changelist_title = _("Summaries of %(name)s")

@@ -1,0 +1,186 @@
+"""Helpers shared by the admin classes: links, JSON display, a bounded paginator, query checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db.models import Model, QuerySet
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+)
+from django.urls import reverse
+from django.utils.formats import date_format, number_format
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.timezone import localtime
+from django.utils.translation import gettext_lazy as _
+
+from agentmemory.models import Conversation
+from agentmemory.validation import text_problem
+
+# The admin's <pre> is small and grey (meant for code snippets); stored text is the content.
+PRE_STYLE = (
+    "white-space: pre-wrap; word-break: break-word; margin: 0; padding: 0; max-width: 100%; "
+    "color: var(--body-fg); font-size: 0.8125rem;"
+)
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON in a ``<pre>`` block (escaped)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    return format_html('<pre style="{}">{}</pre>', PRE_STYLE, text)
+
+
+def admin_link(obj: Any, text: Any = None) -> str:
+    """A link to the admin change (or view) page of ``obj``."""
+    opts = obj._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+
+
+def short_datetime(value: Any) -> str:
+    """A narrow date and time for changelist columns (the long form wraps tables off screen)."""
+    return date_format(localtime(value), "SHORT_DATETIME_FORMAT") if value else "-"
+
+
+def changelist_url(model: type[Model], **filters: Any) -> str:
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    query = "&".join(f"{key}={value}" for key, value in filters.items())
+    return f"{url}?{query}" if query else url
+
+
+class BoundedCountPaginator(Paginator):
+    """A paginator that counts at most ``MAX_COUNT`` rows.
+
+    The admin counts the (filtered) changelist on every page view; over a message table of
+    millions of rows an exact ``COUNT(*)`` is a full index scan. The count here reads at most
+    ``MAX_COUNT + 1`` rows, enough for the largest conversations the design plans for.
+    """
+
+    MAX_COUNT = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        object_list = self.object_list
+        if isinstance(object_list, QuerySet):
+            return object_list[: self.MAX_COUNT].count()
+        return len(object_list)
+
+
+def query_problem(request: HttpRequest) -> str | None:
+    """Why the query string cannot be used as filters, or ``None``: a NUL character or a lone
+    surrogate in a name or value (PostgreSQL refuses them in any text comparison)."""
+    for key, values in request.GET.lists():
+        for text in (key, *values):
+            problem = text_problem(text)
+            if problem:
+                return _("The filter %(name)s %(problem)s.") % {"name": key[:50], "problem": problem}
+    return None
+
+
+class CheckedQueryAdmin(admin.ModelAdmin):
+    """Refuses filters the database cannot compare with a 400, instead of a server error."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        problem = query_problem(request)
+        if problem:
+            return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
+        return super().changelist_view(request, extra_context)
+
+
+class ReadOnlyAdmin(CheckedQueryAdmin):
+    """History is written by the services; the admin shows it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    #: title of a changelist filtered to one conversation (``%(name)s``), or None
+    changelist_title: Any = None
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        conversation = filtered_conversation(request)
+        if conversation is not None and self.changelist_title is not None:
+            extra_context = {**(extra_context or {}), "title": self.changelist_title % {"name": conversation}}
+        return super().changelist_view(request, extra_context)
+
+
+class StorableJSONField(forms.JSONField):
+    """A JSON form field that refuses JSON too deep for Python's parser (an error on the form,
+    not a server error) and can show back any value it refused: text the page cannot be
+    encoded with (a lone surrogate) is shown with JSON escapes."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(_("Metadata is nested too deeply.")) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
+
+    def prepare_value(self, value: Any) -> Any:
+        text = super().prepare_value(value)
+        if isinstance(text, str) and text_problem(text):
+            return (
+                json.dumps(value, ensure_ascii=True)
+                if not isinstance(value, str)
+                else text.encode("utf-8", "backslashreplace").decode("utf-8")
+            )
+        return text
+
+
+def int_param(
+    request: HttpRequest, name: str, default: int | None, *, minimum: int, maximum: int, errors: list[str]
+) -> Any:
+    """A whole-number query parameter within ``minimum..maximum``; anything else (a sign,
+    ``nan``, ``inf``, an exponent, a NUL) adds an error and gives ``default``."""
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        shown = raw[:40].encode("unicode_escape").decode("ascii")
+        errors.append(_("%(name)s must be a whole number, not %(raw)r.") % {"name": name, "raw": shown})
+        return default
+    value = int(raw)
+    if value < minimum:
+        errors.append(_("%(name)s must be at least %(minimum)d.") % {"name": name, "minimum": minimum})
+        return default
+    if value > maximum:
+        errors.append(
+            _("%(name)s must be at most %(maximum)s (AGENTMEMORY['MAX_CONTEXT_TOKENS'] for max_tokens).")
+            % {"name": name, "maximum": number_format(maximum, force_grouping=True)}
+        )
+        return default
+    return value
+
+
+def filtered_conversation_id(request: HttpRequest) -> int | None:
+    pk = request.GET.get("conversation__id__exact", "")
+    return int(pk) if pk.isdigit() else None
+
+
+def filtered_conversation(request: HttpRequest) -> Conversation | None:
+    pk = filtered_conversation_id(request)
+    if pk is None:
+        return None
+    return Conversation.objects.only("id", "uuid", "title").filter(pk=pk).first()
