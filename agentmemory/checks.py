@@ -378,6 +378,15 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     id="agentmemory.E207",
                 )
             )
+    if not isinstance(conf.API_STAFF_SEES_ALL_CONVERSATIONS, bool):
+        problems.append(
+            Error(
+                "AGENTMEMORY['API_STAFF_SEES_ALL_CONVERSATIONS'] must be True or False, "
+                f"not {conf.API_STAFF_SEES_ALL_CONVERSATIONS!r}.",
+                hint="True lets active staff users reach every conversation through the API.",
+                id="agentmemory.E301",
+            )
+        )
     return problems
 
 

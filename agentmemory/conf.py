@@ -112,6 +112,9 @@ class AgentMemorySettings:
     KNOWLEDGE_CONTEXT_MAX_TOKENS: int = 2_000
     #: longest fact accepted (characters)
     MAX_FACT_CHARS: int = 10_000
+    #: the API lets active staff users read and change every conversation (every owner's and
+    #: those without an owner), not only their own; facts and search stay the requester's own
+    API_STAFF_SEES_ALL_CONVERSATIONS: bool = False
 
     def import_token_counter(self) -> Any:
         return import_string(self.TOKEN_COUNTER)

@@ -23,7 +23,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc assets, served from static files (no CDN)
     "agentmemory",
     "project",  # its agents module holds the example agents (manage.py chat support)
 ]
@@ -97,13 +99,30 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+# Token authentication for programs (`manage.py drf_create_token alice`), session
+# authentication for the browser (the admin log-in) and HTTP Basic for quick curl tries:
+# Basic hashes the password on every request (PBKDF2, hundreds of milliseconds of CPU each).
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "agentmemory API",
+    "DESCRIPTION": "Conversations, messages, context windows, long-term facts and search of LLM "
+    "agents. See docs/api.md.",
+    "VERSION": "0.1.0",
+    # Request bodies get their own components, without the read-only fields of the answers.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The viewers' scripts and styles come from drf-spectacular-sidecar's static files.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 AGENTMEMORY: dict[str, object] = {}

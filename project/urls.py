@@ -1,4 +1,5 @@
-"""URL configuration of the example project: home page, admin, API, API schema and docs."""
+"""URL configuration of the example project: home page, admin, API, API schema and docs
+(``SPECTACULAR_SETTINGS`` in the settings title the schema and serve the viewers offline)."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -7,19 +8,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 api_patterns = [path("api/", include("agentmemory.api.urls"))]
 
-SCHEMA_SETTINGS = {
-    "TITLE": "agentmemory API",
-    "DESCRIPTION": "Conversations, messages and context windows of LLM agents. See docs/api.md.",
-    "VERSION": "0.1.0",
-}
-
 urlpatterns = [
     path("", TemplateView.as_view(template_name="index.html"), name="home"),
     path("admin/", admin.site.urls),
     # The schema documents the agentmemory endpoints only (not itself, not the log-in pages).
     path(
         "api/schema/",
-        SpectacularAPIView.as_view(patterns=api_patterns, custom_settings=SCHEMA_SETTINGS),
+        SpectacularAPIView.as_view(patterns=api_patterns),
         name="schema",
     ),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

@@ -193,11 +193,22 @@ def test_create_refuses_metadata_that_is_not_an_object(api):  # type: ignore[no-
 def test_partial_update_edits_title_and_metadata_only(api, user):  # type: ignore[no-untyped-def]
     conv = make_conversation(user, title="old")
     PersistentChatHistory(conv).add_messages([ChatMessage.human("hi"), ChatMessage.ai("hello")])
-    response = api.patch(
+    refused = api.patch(
         conv_url(conv),
-        {"title": "new", "metadata": {"k": 1}, "agent_key": "other", "message_count": 0, "last_seq": 0},
+        {"title": "new", "agent_key": "other", "message_count": 0, "last_seq": 0, "colour": "red"},
         format="json",
     )
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid"
+    assert refused.json()["fields"] == {
+        "agent_key": ["This field is read-only."],
+        "message_count": ["This field is read-only."],
+        "last_seq": ["This field is read-only."],
+        "colour": ["Unknown field."],
+    }
+    conv.refresh_from_db()
+    assert conv.title == "old"
+    response = api.patch(conv_url(conv), {"title": "new", "metadata": {"k": 1}}, format="json")
     assert response.status_code == 200
     conv.refresh_from_db()
     assert (conv.title, conv.metadata, conv.agent_key) == ("new", {"k": 1}, "support")

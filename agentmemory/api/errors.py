@@ -19,8 +19,6 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -29,7 +27,6 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 __all__ = [
     "MAX_BODY_DEPTH",
-    "AppAutoSchema",
     "BoundedJSONParser",
     "PayloadTooLarge",
     "error_response",
@@ -163,27 +160,3 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         body = {"error": str(code), "detail": " ".join(_flatten(text))}
     response.data = body
     return response
-
-
-class AppAutoSchema(AutoSchema):
-    """drf-spectacular's schema, with the error answers every agentmemory operation can give
-    (the API's error shape) added where a view declares none of its own for that status."""
-
-    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
-        from agentmemory.api.serializers import ErrorSerializer
-
-        responses: dict[str, Any] = super()._get_response_bodies(direction)
-        errors = {
-            "400": "Invalid input, parameter or body (nothing stored).",
-            "401": "Not authenticated.",
-            "403": "Not allowed.",
-            "404": "No such conversation for this user (or an invalid cursor).",
-        }
-        if self.method in ("POST", "PUT", "PATCH"):
-            errors["413"] = "The body is over DATA_UPLOAD_MAX_MEMORY_SIZE."
-        for code, description in errors.items():
-            if code not in responses:
-                responses[code] = self._get_response_for_code(
-                    OpenApiResponse(ErrorSerializer, description=description), code, direction=direction
-                )
-        return responses

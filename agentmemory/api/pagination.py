@@ -40,13 +40,16 @@ class CheckedCursorPagination(CursorPagination):
 
 
 class ConversationCursorPagination(CheckedCursorPagination):
-    """Conversations, newest created first.
+    """Conversations, most recently active (``updated_at``) first.
 
-    Ordered by ``created_at`` rather than ``updated_at``: every append moves ``updated_at``,
-    which would make a conversation skip or repeat between pages while a client pages through.
+    The order of the ``(owner, -updated_at)`` index: a page is one index range read whatever
+    the number of conversations. An append moves its conversation's ``updated_at``, so a
+    conversation that receives messages while a client pages through the list moves to the
+    front: it can be missed on later pages or seen twice; page again from the start to see
+    the new order.
     """
 
-    ordering = ("-created_at",)
+    ordering = ("-updated_at",)
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
@@ -70,6 +73,15 @@ class SummaryCursorPagination(CheckedCursorPagination):
     """Summaries of one conversation, newest (highest ``through_seq``) first."""
 
     ordering = ("-through_seq",)
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class FactCursorPagination(CheckedCursorPagination):
+    """Facts, newest first (the ``(owner, agent_key, namespace, -created_at)`` index)."""
+
+    ordering = ("-created_at",)
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200

@@ -16,29 +16,32 @@ The native shape is agentmemory's own (``agentmemory.messages.ChatMessage``) as 
 placeholders. An ``image`` ``url`` may also be a base64 data URL.
 
 ``arguments`` is a JSON object, never a JSON string inside JSON (OpenAI's shape, with
-``arguments`` as a string, is accepted with ``?format=openai``).
+``arguments`` as a string, is accepted with ``?message_format=openai``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from agentmemory.api.schema import extend_schema_field
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats.anthropic import from_anthropic, to_anthropic
 from agentmemory.formats.media import parse_data_url
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
-from agentmemory.models import Conversation, Message, Summary
+from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import json_problem
+from agentmemory.validation import json_problem, text_problem
 
 NATIVE = "native"
 OPENAI = "openai"
-MESSAGE_FORMATS = (NATIVE, OPENAI)
+ANTHROPIC = "anthropic"
+MESSAGE_FORMATS = (NATIVE, OPENAI, ANTHROPIC)
 
 _NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata", "parts"})
 _OPENAI_ROLES = {"user": "human", "assistant": "ai", "developer": "system"}
@@ -69,7 +72,7 @@ def _tool_call_from_native(call: Any, position: int, index: int) -> ToolCall:
     if not isinstance(arguments, Mapping):
         hint = (
             " (the native format takes the object itself; OpenAI's JSON-string arguments are "
-            "accepted with ?format=openai)"
+            "accepted with ?message_format=openai)"
             if isinstance(arguments, str)
             else ""
         )
@@ -104,7 +107,7 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
     if isinstance(raw_role, str) and raw_role in _OPENAI_ROLES:
         raise InvalidMessageError(
             f"role {raw_role!r} is an OpenAI role; the native role is {_OPENAI_ROLES[raw_role]!r} "
-            "(or send OpenAI messages with ?format=openai)",
+            "(or send OpenAI messages with ?message_format=openai)",
             index=index,
         )
     if not isinstance(raw_role, str) or raw_role not in {r.value for r in Role}:
@@ -175,13 +178,16 @@ def _parts_from_native(raw: Any, index: int) -> tuple[ContentPart, ...]:
 
 
 def messages_from_request(items: list[Any], message_format: str) -> list[ChatMessage]:
-    """Parse a request's messages in ``message_format`` (``"native"`` or ``"openai"``).
+    """Parse a request's messages in ``message_format`` (``"native"``, ``"openai"`` or
+    ``"anthropic"``: a list of Anthropic ``messages``, without ``system``).
 
     Raises:
         InvalidMessageError: with ``index`` set to the offending message's position.
     """
     if message_format == OPENAI:
         return from_openai_messages(items)
+    if message_format == ANTHROPIC:
+        return from_anthropic(items)
     return [message_from_native(item, i) for i, item in enumerate(items)]
 
 
@@ -304,8 +310,49 @@ class SummarySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ConversationSerializer(serializers.ModelSerializer):
-    """A conversation; the id is the public ``uuid``. Counters are maintained by the store."""
+#: form keys that are not fields (DRF's browsable API posts the CSRF token with the form)
+_FORM_KEYS = frozenset({"csrfmiddlewaretoken"})
+
+
+class StrictInputMixin:
+    """Refuses a body that sets a read-only field or a key the serializer does not know, with a
+    400 naming each (``{"fields": {"last_seq": ["This field is read-only."]}}``), instead of
+    DRF's default of silently ignoring them: a client that thinks it changed a value learns
+    it did not."""
+
+    fields: Any
+    initial_data: Any
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            errors: dict[str, list[str]] = {}
+            for key in data:
+                if key in _FORM_KEYS:
+                    continue
+                field = self.fields.get(key)
+                if field is None:
+                    errors[str(key)] = ["Unknown field."]
+                elif field.read_only:
+                    errors[str(key)] = ["This field is read-only."]
+            if errors:
+                raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class CancelPendingToolCallsSerializer(StrictInputMixin, serializers.Serializer):
+    """Body of cancel-pending-tool-calls: the reason written into each error result."""
+
+    reason = serializers.CharField(
+        required=False,
+        max_length=1000,
+        default="the tool call was cancelled",
+        help_text='Stored as "Error: <reason>" in each result (1-1,000 characters).',
+    )
+
+
+class ConversationSerializer(StrictInputMixin, serializers.ModelSerializer):
+    """A conversation; the id is the public ``uuid``. Counters are maintained by the store:
+    a body that sets one (or any read-only or unknown field) is a 400 naming it."""
 
     class Meta:
         model = Conversation
@@ -364,37 +411,6 @@ class ConversationDetailSerializer(ConversationSerializer):
         fields = (*ConversationSerializer.Meta.fields, "summary")
 
 
-class NativeContextMessageSerializer(serializers.Serializer):
-    """One message of a context window, native shape (``?format=native``, the default)."""
-
-    part = serializers.ChoiceField(
-        choices=[SYSTEM_PROMPT_PART, SUMMARY_PART, HISTORY_PART],
-        help_text="Which part of the window the message belongs to.",
-    )
-    seq = serializers.IntegerField(allow_null=True, help_text="Stored seq; null outside the history.")
-    role = serializers.CharField(help_text="system, human, ai or tool.")
-    content = serializers.JSONField(
-        allow_null=True,
-        help_text="Text, a list of content parts, or null (an AI message that only calls tools).",
-    )
-    tool_calls = ToolCallSerializer(many=True)
-    tool_call_id = serializers.CharField(allow_blank=True)
-    name = serializers.CharField(allow_blank=True)
-    metadata = serializers.DictField()
-    token_count = serializers.IntegerField(help_text="Tokens this message costs in the window.")
-    truncated = serializers.BooleanField(help_text="A truncated copy was sent; storage keeps it whole.")
-
-
-class OpenAIMessageSerializer(serializers.Serializer):
-    """One message of a context window in OpenAI chat-completions shape (``?format=openai``)."""
-
-    role = serializers.CharField(help_text="system, user, assistant or tool.")
-    content = serializers.JSONField(allow_null=True, help_text="Text, content parts, or null.")
-    tool_calls = serializers.ListField(child=serializers.DictField(), required=False)
-    tool_call_id = serializers.CharField(required=False)
-    name = serializers.CharField(required=False)
-
-
 class ErrorSerializer(serializers.Serializer):
     """The API's error shape: every 4xx answer is a JSON object with at least these keys."""
 
@@ -415,10 +431,43 @@ class ErrorSerializer(serializers.Serializer):
         return fields
 
 
+#: ``messages`` of a context window: one object per message, in the shape of ``format``. The
+#: three shapes share ``role`` and ``content`` and cannot be told apart by a schema (an OpenAI
+#: and an Anthropic user message look the same), so they are one object schema whose other
+#: properties are those of the native shape.
+CONTEXT_MESSAGES_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "description": "The messages to send, oldest first. native: the fields below; openai: Chat "
+    "Completions messages (role system/user/assistant/tool, tool_calls with JSON-string "
+    "arguments); anthropic: Messages API messages (role user/assistant, content text or blocks).",
+    "items": {
+        "type": "object",
+        "required": ["role"],
+        "properties": {
+            "role": {"type": "string"},
+            "content": {"description": "Text, a list of content parts or blocks, or null."},
+            "part": {
+                "type": "string",
+                "enum": [SYSTEM_PROMPT_PART, SUMMARY_PART, HISTORY_PART],
+                "description": "native: which part of the window the message belongs to.",
+            },
+            "seq": {"type": "integer", "nullable": True, "description": "native: stored seq."},
+            "tool_calls": {"type": "array", "items": {"type": "object", "additionalProperties": {}}},
+            "tool_call_id": {"type": "string"},
+            "name": {"type": "string"},
+            "metadata": {"type": "object", "additionalProperties": {}},
+            "parts": {"type": "array", "items": {"type": "object", "additionalProperties": {}}},
+            "token_count": {"type": "integer", "description": "native: tokens it costs in the window."},
+            "truncated": {"type": "boolean", "description": "native: a truncated copy was sent."},
+        },
+    },
+}
+
+
 class ContextWindowSerializer(serializers.Serializer):
     """A context window: the messages to send, oldest first, and its accounting (tokens)."""
 
-    format = serializers.SerializerMethodField()
+    format = serializers.SerializerMethodField(help_text="The message format of `messages`.")
     messages = serializers.SerializerMethodField()
     max_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
@@ -443,20 +492,32 @@ class ContextWindowSerializer(serializers.Serializer):
     )
     truncated = serializers.ListField(child=serializers.IntegerField())
 
+    system = serializers.SerializerMethodField(
+        help_text="message_format=anthropic: the request's `system` parameter (the system prompt "
+        "and the summary, which Anthropic takes apart from `messages`); null in other formats."
+    )
+
     def get_format(self, window: ContextWindow) -> str:
         return self.context.get("message_format", NATIVE)
 
-    @extend_schema_field(
-        PolymorphicProxySerializer(
-            component_name="ContextMessage",
-            serializers=[NativeContextMessageSerializer, OpenAIMessageSerializer],
-            resource_type_field_name=None,
-            many=True,
-        )
-    )
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_system(self, window: ContextWindow) -> str | None:
+        if self.get_format(window) != ANTHROPIC:
+            return None
+        return self._anthropic(window)[0]
+
+    def _anthropic(self, window: ContextWindow) -> tuple[str | None, list[dict[str, Any]]]:
+        if not hasattr(self, "_anthropic_cache"):
+            system, messages = to_anthropic(window.messages)
+            self._anthropic_cache = (system if isinstance(system, str) else None, messages)
+        return self._anthropic_cache
+
+    @extend_schema_field(CONTEXT_MESSAGES_SCHEMA)
     def get_messages(self, window: ContextWindow) -> list[dict[str, Any]]:
         if self.get_format(window) == OPENAI:
             return to_openai_messages(window.messages)
+        if self.get_format(window) == ANTHROPIC:
+            return self._anthropic(window)[1]
         result = []
         for part, message, tokens in window_entries(window, self.context["token_counter"]):
             entry = {"part": part, "seq": message.seq if part == HISTORY_PART else None}
@@ -489,3 +550,141 @@ class InvalidMessageErrorSerializer(serializers.Serializer):
         allow_null=True, required=False, help_text="invalid_message: 0-based position of the refused message."
     )
     reason = serializers.CharField(required=False, help_text="invalid_message: why it was refused.")
+
+
+# -- long-term memory ----------------------------------------------------------------------
+
+
+class StorableTextField(serializers.CharField):
+    """A ``CharField`` whose value the database can store: no NUL, no lone surrogate."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value: str = super().to_internal_value(data)
+        if problem := text_problem(value):
+            raise serializers.ValidationError(f"The value {problem}.")
+        return value
+
+
+class FiniteFloatField(serializers.FloatField):
+    """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        value: float = super().to_internal_value(data)
+        if not math.isfinite(value):
+            raise serializers.ValidationError("A finite number is required.")
+        return value
+
+
+class FactSerializer(serializers.ModelSerializer):
+    """A stored fact. ``superseded_by`` is the id of the fact that replaced it (history), or
+    null for a fact in force; ``source_conversation`` and ``source_seq`` name the message it
+    came from, when there is one."""
+
+    source_conversation = serializers.UUIDField(
+        source="source_message.conversation.uuid", read_only=True, allow_null=True, default=None
+    )
+    source_seq = serializers.IntegerField(
+        source="source_message.seq", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = Fact
+        fields: tuple[str, ...] = (
+            "id",
+            "agent_key",
+            "namespace",
+            "content",
+            "category",
+            "importance",
+            "persistent",
+            "expires_at",
+            "superseded_by",
+            "source_conversation",
+            "source_seq",
+            "metadata",
+            "created_at",
+            "updated_at",
+            "last_recalled_at",
+            "recall_count",
+        )
+        read_only_fields: tuple[str, ...] = fields
+
+
+class FactWriteSerializer(StrictInputMixin, serializers.Serializer):
+    """A fact to remember (``KnowledgeMemory.store()``), or on PATCH the changes to a fact:
+    a changed fact is stored as a new fact that supersedes the old one."""
+
+    content = StorableTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
+    category = StorableTextField(max_length=100, default="general")
+    persistent = serializers.BooleanField(
+        default=False, help_text="Kept until forgotten (true) or a recent entry that ages out (false)."
+    )
+    importance = FiniteFloatField(
+        min_value=0.0, max_value=1.0, required=False, allow_null=True, help_text="0.0-1.0 (default 0.5)."
+    )
+    ttl = FiniteFloatField(
+        min_value=0.001,
+        max_value=10.0**10,
+        required=False,
+        allow_null=True,
+        help_text="Seconds until the fact expires; null: no expiry.",
+    )
+    agent_key = StorableTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
+    namespace = StorableTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
+    supersedes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**62,
+        help_text="Id of a fact in force of the same scope that this one replaces.",
+    )
+
+
+class FactUpdateSerializer(FactWriteSerializer):
+    """PATCH of a fact: any of content, category, persistent, importance and ttl; the scope of
+    a fact is fixed."""
+
+    agent_key = None  # type: ignore[assignment]
+    namespace = None  # type: ignore[assignment]
+    supersedes = None  # type: ignore[assignment]
+
+
+class RememberedSerializer(serializers.Serializer):
+    """What storing a fact did: ``created`` (a new fact), ``duplicate`` (the same content was
+    already in force: nothing written), ``updated`` (the same content, with its persistence,
+    importance or expiry changed), ``superseded`` (a new fact replaced ``superseded_ids``)."""
+
+    action = serializers.ChoiceField(choices=["created", "duplicate", "updated", "superseded"])
+    fact = FactSerializer()
+    superseded_ids = serializers.ListField(child=serializers.IntegerField())
+
+
+class MessageHitSerializer(serializers.Serializer):
+    """A stored message found by search, with its conversation's uuid and its ``seq``."""
+
+    conversation = serializers.UUIDField(source="conversation_uuid")
+    seq = serializers.IntegerField()
+    role = serializers.CharField()
+    content = serializers.CharField()
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    score = serializers.FloatField(help_text="Orders the hits of one search (higher is better).")
+
+
+class FactHitSerializer(FactSerializer):
+    """A fact found by search, with its score."""
+
+    score = serializers.FloatField(help_text="Orders the hits of one search (higher is better).")
+
+    class Meta(FactSerializer.Meta):
+        fields = (*FactSerializer.Meta.fields, "score")
+        read_only_fields = fields
+
+
+class SearchResultSerializer(serializers.Serializer):
+    """Hits of one search, best first: messages of the requester's conversations and facts of
+    the requested scope."""
+
+    query = serializers.CharField()
+    messages = MessageHitSerializer(many=True)
+    facts = FactHitSerializer(many=True)

@@ -1,12 +1,21 @@
 """URLs of the API: ``path("api/", include("agentmemory.api.urls"))`` in the host URLconf.
 
 Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail``,
-``conversation-context``, ``conversation-messages-list``, ``conversation-summaries-list``.
+``conversation-context``, ``conversation-messages-list``, ``conversation-summaries-list``,
+``fact-list``, ``fact-detail``, ``search``.
 """
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from agentmemory.api.views import UUID_REGEX, ConversationViewSet, MessageViewSet, SummaryViewSet
+from agentmemory.api.views import (
+    UUID_REGEX,
+    ConversationViewSet,
+    FactViewSet,
+    MessageViewSet,
+    SearchView,
+    SummaryViewSet,
+)
 
 app_name = "agentmemory"
 
@@ -28,4 +37,6 @@ router.register(
     basename="conversation-summaries",
 )
 
-urlpatterns = router.urls
+router.register("facts", FactViewSet, basename="fact")
+
+urlpatterns = [*router.urls, path("search/", SearchView.as_view(), name="search")]

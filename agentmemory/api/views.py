@@ -6,36 +6,33 @@ conversation is a 404, never a 403, so its existence does not leak.
 
 from __future__ import annotations
 
-import copy
 import re
 import uuid as uuid_lib
-from types import SimpleNamespace
+from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    PolymorphicProxySerializer,
-    extend_schema,
-    extend_schema_view,
-    inline_serializer,
-)
+from django.utils import timezone
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import FormParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
+from agentmemory.api.access import (
+    OpenAIFormatRenderer,
+    permission_classes,
+    request_owner,
+    staff_sees_all,
+    throttles,
+)
 from agentmemory.api.errors import (
-    AppAutoSchema,
     BoundedJSONParser,
     error_response,
     exception_handler,
@@ -43,16 +40,28 @@ from agentmemory.api.errors import (
 )
 from agentmemory.api.pagination import (
     ConversationCursorPagination,
+    FactCursorPagination,
     MessageCursorPagination,
     SummaryCursorPagination,
+)
+from agentmemory.api.schema import (
+    OpenApiParameter,
+    OpenApiResponse,
+    OpenApiTypes,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+    view_schema,
 )
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult
 from agentmemory.messages import Role
-from agentmemory.models import Conversation, Message, Summary
+from agentmemory.models import Conversation, ConversationQuerySet, Fact, Message, Summary
+from agentmemory.recall import MAX_K, MemoryScopeError, search_messages
 from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from agentmemory.validation import text_problem
 
@@ -62,37 +71,30 @@ MAX_BATCH = 1000
 #: JSON 404; a narrower pattern would leave such ids to the URL resolver's HTML page.
 UUID_REGEX = "[^/]+"
 
-FORMAT_PARAMETER = OpenApiParameter(
-    "format",
+MESSAGE_FORMAT_PARAMETER = OpenApiParameter(
+    "message_format",
     OpenApiTypes.STR,
     enum=list(s.MESSAGE_FORMATS),
     default=s.NATIVE,
-    description="Message shape: agentmemory's native shape or OpenAI chat-completions messages.",
+    description="Message shape: agentmemory's native shape, OpenAI chat-completions messages or "
+    "Anthropic messages. (`?format=openai` of earlier versions still selects OpenAI: `format` "
+    "is DRF's renderer choice, and `openai` is the name of a JSON renderer.)",
 )
 
 
-class MessageFormatNegotiation(DefaultContentNegotiation):
-    """Content negotiation that leaves ``?format=native|openai`` to the view.
+def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMATS) -> str:
+    """The ``message_format`` query parameter (default ``native``); ``?format=openai``, which
+    picked the OpenAI renderer, means ``openai``.
 
-    DRF reads ``?format=`` as a renderer override (``URL_FORMAT_OVERRIDE``) and would answer
-    404 for ``openai``; here those two values pick the message shape instead, and any other
-    value (``json``, ``api``) still picks a renderer.
+    Raises:
+        ValidationError: a value that is not one of ``allowed``.
     """
-
-    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
-        param = self.settings.URL_FORMAT_OVERRIDE
-        if param and request.query_params.get(param) in s.MESSAGE_FORMATS:
-            negotiator = copy.copy(self)
-            negotiator.settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
-            return DefaultContentNegotiation.select_renderer(negotiator, request, renderers, format_suffix)
-        return super().select_renderer(request, renderers, format_suffix)
-
-
-def message_format(request: Request) -> str:
-    value = request.query_params.get("format") or s.NATIVE
-    if value not in s.MESSAGE_FORMATS:
-        # Any other value was consumed by content negotiation as a renderer name.
-        return s.NATIVE
+    value = request.query_params.get("message_format")
+    if value is None:
+        renderer = getattr(request, "accepted_renderer", None)
+        return s.OPENAI if getattr(renderer, "format", None) == s.OPENAI else s.NATIVE
+    if value not in allowed:
+        raise serializers.ValidationError({"message_format": [f"Must be one of: {', '.join(allowed)}."]})
     return value
 
 
@@ -145,13 +147,39 @@ def _conversation_uuid(value: Any) -> uuid_lib.UUID:
         raise Http404("No such conversation.") from None
 
 
+def visible_conversations(request: Request) -> ConversationQuerySet:
+    """The conversations ``request`` may reach: the user's own, or every conversation for
+    active staff when ``AGENTMEMORY["API_STAFF_SEES_ALL_CONVERSATIONS"]`` is on; none for an
+    anonymous request."""
+    if staff_sees_all(request.user):
+        return Conversation.objects.all()
+    return Conversation.objects.for_user(request.user)
+
+
 class AppAPIView:
     """What every agentmemory view shares: the API's error shape (its own exception handler,
     so a host project's handler keeps its own views), a JSON parser with size and depth
     bounds, and a body-size check made before anything reads the body."""
 
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
-    schema = AppAutoSchema()
+    schema = view_schema()
+    #: first part of the operation ids of the view's actions in the schema
+    operation_prefix = ""
+    #: throttle scope of the view's requests (``AppScopedRateThrottle``)
+    throttle_scope = ""
+    request: Request
+
+    def get_permissions(self) -> list[Any]:
+        return [permission() for permission in permission_classes()]
+
+    def get_throttles(self) -> list[Any]:
+        return throttles()
+
+    def get_renderers(self) -> list[Any]:
+        renderers = [renderer() for renderer in api_settings.DEFAULT_RENDERER_CLASSES]
+        if not any(renderer.format == OpenAIFormatRenderer.format for renderer in renderers):
+            renderers.append(OpenAIFormatRenderer())
+        return renderers
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -177,7 +205,7 @@ class _ConversationScoped:
     def get_conversation(self) -> Conversation:
         if not hasattr(self, "_conversation"):
             conversation = (
-                Conversation.objects.for_user(self.request.user)
+                visible_conversations(self.request)
                 .filter(uuid=_conversation_uuid(self.kwargs["conversation_uuid"]))
                 .only("id", "uuid", "title")
                 .first()
@@ -207,20 +235,25 @@ class ConversationViewSet(
 ):
     """The requesting user's conversations, identified by their public ``uuid``."""
 
-    permission_classes = [IsAuthenticated]
+    operation_prefix = "conversations"
     pagination_class = ConversationCursorPagination
-    content_negotiation_class = MessageFormatNegotiation
     lookup_field = "uuid"
     lookup_value_regex = UUID_REGEX
     # PUT would have to resend every field; PATCH edits title and metadata.
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    @property
+    def throttle_scope(self) -> str:  # type: ignore[override]
+        if getattr(self, "action", None) == "context":
+            return "agentmemory.context"
+        return "agentmemory.conversations"
 
     def get_object(self) -> Conversation:
         _conversation_uuid(self.kwargs.get(self.lookup_field))
         return super().get_object()
 
     def get_queryset(self) -> QuerySet[Conversation]:
-        qs = Conversation.objects.for_user(self.request.user)
+        qs = visible_conversations(self.request)
         agent_key = _text_param(self.request, "agent_key")
         if self.action == "list" and agent_key is not None:
             qs = qs.for_agent(agent_key)
@@ -236,7 +269,7 @@ class ConversationViewSet(
         return s.ConversationSerializer
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        serializer.save(owner=self.request.user)
+        serializer.save(owner=request_owner(self.request))
 
     def perform_destroy(self, instance: Conversation) -> None:
         # Messages and summaries go with it (CASCADE, under the conversation's row lock); a
@@ -248,7 +281,7 @@ class ConversationViewSet(
         parameters=[
             OpenApiParameter("max_tokens", OpenApiTypes.INT, description="Token budget (default: setting)."),
             OpenApiParameter("max_messages", OpenApiTypes.INT, description="Cap on history messages."),
-            FORMAT_PARAMETER,
+            MESSAGE_FORMAT_PARAMETER,
         ],
         responses={
             200: s.ContextWindowSerializer,
@@ -263,6 +296,7 @@ class ConversationViewSet(
         newest contiguous history that fits ``max_tokens``: within the budget, tool exchanges whole,
         starting on a human message."""
         conversation = self.get_object()
+        shape = message_format(request)
         max_tokens = _positive_int_param(
             request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         )
@@ -290,9 +324,14 @@ class ConversationViewSet(
             # The default budget itself can be over the ceiling (system check agentmemory.E020
             # says so at startup): the caller has to ask for less.
             raise serializers.ValidationError({"max_tokens": [str(exc)]}) from None
-        data = s.ContextWindowSerializer(
-            window, context={"message_format": message_format(request), "token_counter": counter}
-        ).data
+        try:
+            data = s.ContextWindowSerializer(
+                window, context={"message_format": shape, "token_counter": counter}
+            ).data
+        except InvalidMessageError as exc:
+            raise serializers.ValidationError(
+                {"message_format": [f"This window cannot be sent as {shape} messages: {exc}"]}
+            ) from None
         return Response(data)
 
     @extend_schema(
@@ -319,17 +358,14 @@ class ConversationViewSet(
         state it describes (nothing re-counted or trimmed), under a fresh uuid. A refused
         document writes nothing and answers 400 with ``path`` naming the offending part."""
         try:
-            conversation = import_conversation(request.data, owner=request.user, new_uuid=True)
+            conversation = import_conversation(request.data, owner=request_owner(request), new_uuid=True)
         except InvalidConversationData as exc:
             return error_response("invalid_document", str(exc), status.HTTP_400_BAD_REQUEST, path=exc.path)
         conversation = Conversation.objects.select_related("summary").get(pk=conversation.pk)
         return Response(s.ConversationDetailSerializer(conversation).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        request=inline_serializer(
-            "CancelPendingToolCalls",
-            {"reason": serializers.CharField(required=False, max_length=1000)},
-        ),
+        request=s.CancelPendingToolCallsSerializer,
         responses={200: s.MessageBatchSerializer, 400: s.InvalidMessageErrorSerializer},
     )
     @action(detail=True, methods=["post"], url_path="cancel-pending-tool-calls", pagination_class=None)
@@ -338,12 +374,9 @@ class ConversationViewSet(
         conversation whose client died between a call and its results can go on (strict
         validation refuses any other message until then). Returns the results stored."""
         conversation = self.get_object()
-        body = request.data
-        if not isinstance(body, dict):
-            raise serializers.ValidationError({"non_field_errors": ["The body must be a JSON object."]})
-        reason = body.get("reason", "the tool call was cancelled")
-        if not isinstance(reason, str) or not reason or len(reason) > 1000:
-            raise serializers.ValidationError({"reason": ["A text of 1 to 1000 characters."]})
+        body = s.CancelPendingToolCallsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reason = body.validated_data["reason"]
         try:
             stored = PersistentChatHistory(conversation).cancel_pending_tool_calls(reason)
         except InvalidMessageError as exc:
@@ -362,9 +395,9 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
     ``PersistentChatHistory`` (bad input refused with nothing stored, atomic batches, seq under a row
     lock)."""
 
-    permission_classes = [IsAuthenticated]
     pagination_class = MessageCursorPagination
-    content_negotiation_class = MessageFormatNegotiation
+    operation_prefix = "messages"
+    throttle_scope = "agentmemory.messages"
     serializer_class = s.MessageSerializer
 
     def get_queryset(self) -> QuerySet[Message]:
@@ -386,7 +419,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
-        parameters=[FORMAT_PARAMETER],
+        parameters=[MESSAGE_FORMAT_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageAppend",
             serializers=[s.NativeMessageInputSerializer, s.MessageBatchInputSerializer],
@@ -438,11 +471,263 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
 class SummaryViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, GenericViewSet):
     """Summaries of one conversation, newest first (the first is the current one)."""
 
-    permission_classes = [IsAuthenticated]
     pagination_class = SummaryCursorPagination
+    operation_prefix = "summaries"
+    throttle_scope = "agentmemory.conversations"
     serializer_class = s.SummarySerializer
 
     def get_queryset(self) -> QuerySet[Summary]:
         if getattr(self, "swagger_fake_view", False):
             return Summary.objects.none()
         return Summary.objects.filter(conversation=self.get_conversation()).order_by("-through_seq")
+
+
+# -- long-term memory ------------------------------------------------------------------------
+
+_FACT_ERROR_FIELDS = ("content", "category", "importance", "ttl", "supersedes", "persistent")
+
+
+def _fact_error(exc: Exception) -> serializers.ValidationError:
+    """``InvalidFactError`` / ``MemoryScopeError`` as a 400 naming the field its message starts with."""
+    text = str(exc)
+    field = next((name for name in _FACT_ERROR_FIELDS if text.startswith(name)), "non_field_errors")
+    if text.startswith("fact "):  # "fact 7 is not a live fact of this scope"
+        field = "supersedes"
+    return serializers.ValidationError({field: [text]})
+
+
+def _bool_param(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw in (None, "", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise serializers.ValidationError({name: ["Must be true or false."]})
+
+
+def _scope_params(request: Request) -> dict[str, str | None]:
+    scope: dict[str, str | None] = {}
+    for name, longest in (("agent_key", 100), ("namespace", 200)):
+        value = _text_param(request, name)
+        if value is not None and len(value) > longest:
+            raise serializers.ValidationError({name: [f"At most {longest} characters."]})
+        scope[name] = value
+    return scope
+
+
+FACT_SCOPE_PARAMETERS = [
+    OpenApiParameter("agent_key", OpenApiTypes.STR, description="Only facts of this agent key (exact)."),
+    OpenApiParameter("namespace", OpenApiTypes.STR, description="Only facts of this namespace (exact)."),
+]
+
+
+@extend_schema(tags=["facts"])
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            *FACT_SCOPE_PARAMETERS,
+            OpenApiParameter("category", OpenApiTypes.STR, description="Only this category (exact)."),
+            OpenApiParameter(
+                "history",
+                OpenApiTypes.BOOL,
+                description="Also facts out of default recall: superseded, expired, aged-out entries.",
+            ),
+        ]
+    ),
+    create=extend_schema(
+        request=s.FactWriteSerializer,
+        responses={
+            201: OpenApiResponse(s.RememberedSerializer, description="A new fact (created or superseded)."),
+            200: OpenApiResponse(s.RememberedSerializer, description="A repeat (duplicate or updated)."),
+        },
+    ),
+    partial_update=extend_schema(
+        request=s.FactUpdateSerializer,
+        responses={
+            201: OpenApiResponse(
+                s.RememberedSerializer, description="Stored as a new fact that supersedes it."
+            ),
+            200: OpenApiResponse(s.RememberedSerializer, description="Same content: updated in place."),
+        },
+    ),
+)
+class FactViewSet(
+    AppAPIView,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    GenericViewSet,
+):
+    """The requesting user's long-term facts (``agentmemory.knowledge.KnowledgeMemory``).
+
+    Facts are identified by their id; another user's fact answers 404. Writing goes through
+    ``KnowledgeMemory``: an exact repeat adds nothing, a changed fact supersedes the old one
+    (kept as history), deleting forgets the fact with its history, vectors and index entries.
+    """
+
+    operation_prefix = "facts"
+    throttle_scope = "agentmemory.facts"
+    serializer_class = s.FactSerializer
+    pagination_class = FactCursorPagination
+    lookup_value_regex = "[^/]+"
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Fact]:
+        user = self.request.user
+        if not getattr(user, "is_authenticated", False):
+            return Fact.objects.none()
+        qs = Fact.objects.filter(owner_id=user.pk).select_related("source_message__conversation")
+        if self.action != "list":
+            return qs
+        for name, value in _scope_params(self.request).items():
+            if value is not None:
+                qs = qs.filter(**{name: value})
+        category = _text_param(self.request, "category")
+        if category is not None:
+            qs = qs.filter(category=category)
+        if not _bool_param(self.request, "history"):
+            now = timezone.now()
+            days = KnowledgeMemory(user).max_log_days
+            qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=now - timedelta(days=days)))
+        return qs
+
+    def get_object(self) -> Fact:
+        value = str(self.kwargs.get(self.lookup_field, ""))
+        if not _DIGITS.fullmatch(value) or int(value) > MAX_QUERY_INT * 10**9:
+            raise Http404("No such fact.")
+        return super().get_object()  # type: ignore[no-any-return]
+
+    def _remembered(self, result: RememberResult) -> Response:
+        fact = Fact.objects.select_related("source_message__conversation").get(pk=result.fact.pk)
+        body = {"action": result.action, "fact": fact, "superseded_ids": list(result.superseded_ids)}
+        new = result.action in ("created", "superseded")
+        return Response(
+            s.RememberedSerializer(body).data, status=status.HTTP_201_CREATED if new else status.HTTP_200_OK
+        )
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Remember a fact in the scope of ``agent_key`` and ``namespace`` (both exact; empty:
+        none). Answers 201 with what was stored, or 200 when the same content was already in
+        force (``duplicate``, or ``updated`` when its persistence, importance or expiry changed)."""
+        body = s.FactWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            memory = KnowledgeMemory(
+                request_owner(request), agent_key=data["agent_key"], namespace=data["namespace"]
+            )
+            result = memory.store(
+                data["content"],
+                data["category"],
+                data["persistent"],
+                importance=data.get("importance"),
+                ttl=data.get("ttl"),
+                supersedes=data.get("supersedes"),
+            )
+        except (InvalidFactError, MemoryScopeError) as exc:
+            raise _fact_error(exc) from None
+        return self._remembered(result)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Change a fact in force. New content (or category) is stored as a new fact that
+        supersedes this one, which stays as history (201); the same content with another
+        persistence, importance or ttl is updated in place (200). A fact that is already
+        history cannot be changed (400): change the fact that replaced it."""
+        fact = self.get_object()
+        body = s.FactUpdateSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
+        if not memory.live_facts().filter(pk=fact.pk).exists():
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"Fact {fact.pk} is not in force (superseded, expired or aged out)."]}
+            )
+        try:
+            result = memory.store(
+                data.get("content", fact.content),
+                data.get("category", fact.category),
+                data.get("persistent", fact.persistent),
+                importance=data.get("importance", fact.importance),
+                ttl=data.get("ttl"),
+                supersedes=fact.pk,
+            )
+        except InvalidFactError as exc:
+            raise _fact_error(exc) from None
+        return self._remembered(result)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Forget a fact for real: the fact, its history (the facts it superseded), their
+        vectors and index entries. Forgetting a fact of the history forgets the fact that
+        replaced it too."""
+        fact = self.get_object()
+        KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace).forget(
+            fact.pk
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SearchQuerySerializer(serializers.Serializer):
+    """Query parameters of the search endpoint."""
+
+    q = s.StorableTextField(max_length=1000, help_text="Words to look for (stemmed, stop words ignored).")
+    k = serializers.IntegerField(
+        min_value=1, max_value=MAX_K, default=10, help_text=f"Hits wanted of each kind, 1 to {MAX_K}."
+    )
+    include = serializers.MultipleChoiceField(
+        choices=["messages", "facts"],
+        required=False,
+        help_text="What to search (repeat the parameter); default both.",
+    )
+    conversation = serializers.UUIDField(required=False, help_text="Only messages of this conversation.")
+    agent_key = s.StorableTextField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Messages: only conversations of this agent key. Facts: the agent key of their "
+        "scope (default: none).",
+    )
+    namespace = s.StorableTextField(
+        max_length=200, required=False, allow_blank=True, help_text="Facts: the namespace of their scope."
+    )
+    category = s.StorableTextField(max_length=100, required=False, help_text="Facts: only this category.")
+
+
+@extend_schema(tags=["search"])
+class SearchView(AppAPIView, GenericAPIView):  # type: ignore[misc]
+    """Search the requesting user's past conversations and long-term facts."""
+
+    operation_prefix = "search"
+    operation_single = True
+    throttle_scope = "agentmemory.search"
+    serializer_class = s.SearchResultSerializer
+    pagination_class = None
+
+    @extend_schema(parameters=[SearchQuerySerializer], responses={200: s.SearchResultSerializer})
+    def get(self, request: Request) -> Response:
+        """Ranked hits, best first: stored messages (human, AI and tool; what compaction
+        condensed included) of the requester's conversations
+        (``agentmemory.recall.search_messages``), and facts in force of the requested scope
+        (``KnowledgeMemory.recall``, which records that they were recalled). Another user's
+        conversation given as ``conversation`` finds nothing."""
+        params = SearchQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        owner = request_owner(request)
+        include = data.get("include") or {"messages", "facts"}
+        messages: list[Any] = []
+        facts: list[Fact] = []
+        if "messages" in include:
+            messages = search_messages(
+                data["q"],
+                owner=owner,
+                conversation=data.get("conversation"),
+                agent_key=data.get("agent_key"),
+                k=data["k"],
+            )
+        if "facts" in include:
+            memory = KnowledgeMemory(owner, agent_key=data.get("agent_key"), namespace=data.get("namespace"))
+            for hit in memory.recall(data["q"], k=data["k"], category=data.get("category")):
+                hit.fact.score = hit.score  # type: ignore[attr-defined]
+                facts.append(hit.fact)
+        body = {"query": data["q"], "messages": messages, "facts": facts}
+        return Response(s.SearchResultSerializer(body).data)

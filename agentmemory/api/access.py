@@ -1,0 +1,117 @@
+"""Who may call the API and how often: permissions, throttles, renderers and the data scope.
+
+- Authentication is the host's ``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]`` (DRF's
+  own default: session and HTTP Basic).
+- Permissions are the host's ``REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"]`` when the host
+  sets that key; when it does not, DRF's default would be ``AllowAny``, and the API uses
+  ``IsAuthenticated`` instead. Whatever the permissions allow, the data is scoped to the
+  requesting user: an anonymous request sees nothing and cannot write.
+- Throttles are the host's ``DEFAULT_THROTTLE_CLASSES`` plus one scope per endpoint family
+  (``agentmemory.conversations``, ``agentmemory.messages``, ``agentmemory.context``,
+  ``agentmemory.facts``, ``agentmemory.search``), limited only when the host gives the scope a
+  rate in ``DEFAULT_THROTTLE_RATES``.
+- Renderers are the host's ``DEFAULT_RENDERER_CLASSES``: DRF's ``?format=json`` /
+  ``?format=api`` choose among them. ``?format=openai`` (the message format parameter of
+  earlier versions) is a JSON renderer named ``openai``, so it keeps working beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+
+from agentmemory.conf import app_settings
+
+__all__ = [
+    "THROTTLE_SCOPES",
+    "AppScopedRateThrottle",
+    "OpenAIFormatRenderer",
+    "permission_classes",
+    "request_owner",
+    "staff_sees_all",
+]
+
+#: throttle scopes of the API, by endpoint family
+THROTTLE_SCOPES = (
+    "agentmemory.conversations",
+    "agentmemory.messages",
+    "agentmemory.context",
+    "agentmemory.facts",
+    "agentmemory.search",
+)
+
+
+def permission_classes() -> list[type[BasePermission]]:
+    """The host's ``DEFAULT_PERMISSION_CLASSES`` when its ``REST_FRAMEWORK`` setting names
+    them (even as an empty list), else ``[IsAuthenticated]``: DRF's built-in default,
+    ``AllowAny``, is never what a memory store of private conversations wants."""
+    if "DEFAULT_PERMISSION_CLASSES" in api_settings.user_settings:
+        return list(api_settings.DEFAULT_PERMISSION_CLASSES)
+    return [IsAuthenticated]
+
+
+def request_owner(request: Request) -> Any:
+    """The user a request reads and writes for.
+
+    Raises:
+        NotAuthenticated: an anonymous request (the host's permissions let it through, but it
+            owns no data).
+    """
+    user = getattr(request, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        raise NotAuthenticated()
+    return user
+
+
+def staff_sees_all(user: Any) -> bool:
+    """Whether ``user`` reaches every conversation through the API: an active staff user when
+    ``AGENTMEMORY["API_STAFF_SEES_ALL_CONVERSATIONS"]`` is on."""
+    return bool(
+        app_settings().API_STAFF_SEES_ALL_CONVERSATIONS
+        and getattr(user, "is_authenticated", False)
+        and getattr(user, "is_active", False)
+        and getattr(user, "is_staff", False)
+    )
+
+
+class AppScopedRateThrottle(ScopedRateThrottle):
+    """DRF's ``ScopedRateThrottle`` that lets a request through when the host set no rate for
+    the view's scope (DRF's raises ``ImproperlyConfigured``), and reads the rates when a
+    request comes in rather than at import."""
+
+    def __init__(self) -> None:
+        # ScopedRateThrottle defers reading the rate to allow_request.
+        pass
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        scope = getattr(view, self.scope_attr, None)
+        rates = api_settings.DEFAULT_THROTTLE_RATES or {}
+        if not scope or not rates.get(scope):
+            return True
+        self.THROTTLE_RATES = rates
+        return bool(super().allow_request(request, view))
+
+
+def throttles() -> list[BaseThrottle]:
+    """The host's default throttles with ``ScopedRateThrottle`` replaced by
+    ``AppScopedRateThrottle``, which is added when the host lists none."""
+    classes = [
+        AppScopedRateThrottle if cls is ScopedRateThrottle else cls
+        for cls in api_settings.DEFAULT_THROTTLE_CLASSES
+    ]
+    if AppScopedRateThrottle not in classes:
+        classes.append(AppScopedRateThrottle)
+    return [cls() for cls in classes]
+
+
+class OpenAIFormatRenderer(JSONRenderer):
+    """JSON, selected by ``?format=openai``: the message format parameter of earlier versions,
+    kept as a renderer name so that DRF's ``?format=`` stays the renderer choice."""
+
+    format = "openai"

@@ -1,0 +1,205 @@
+"""The facts and search endpoints: a user's long-term facts (remember, repeat, supersede,
+forget) and search over their conversations and facts, never reaching another user's data,
+look-alike scopes included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Fact
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("john_doe")
+
+
+@pytest.fixture
+def bob(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("john-doe")
+
+
+def client_for(user) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def api(alice) -> APIClient:  # type: ignore[no-untyped-def]
+    return client_for(alice)
+
+
+def test_remember_repeat_and_list_facts(api, alice):  # type: ignore[no-untyped-def]
+    created = api.post(
+        "/api/facts/",
+        {"content": "Preferred language: Python", "category": "preferences", "persistent": True},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["action"] == "created" and body["superseded_ids"] == []
+    fact = body["fact"]
+    assert (fact["content"], fact["category"], fact["persistent"], fact["importance"]) == (
+        "Preferred language: Python",
+        "preferences",
+        True,
+        0.5,
+    )
+    assert (fact["agent_key"], fact["namespace"], fact["superseded_by"]) == ("", "", None)
+
+    repeat = api.post(
+        "/api/facts/", {"content": "Preferred  language: Python", "category": "preferences"}, format="json"
+    )
+    assert repeat.status_code == 200 and repeat.json()["action"] == "duplicate"
+    assert repeat.json()["fact"]["id"] == fact["id"]
+    assert Fact.objects.count() == 1
+
+    api.post("/api/facts/", {"content": "Working on Atlas", "agent_key": "support"}, format="json")
+    listed = api.get("/api/facts/").json()["results"]
+    assert [f["content"] for f in listed] == ["Working on Atlas", "Preferred language: Python"]
+    scoped = api.get("/api/facts/", {"agent_key": "support"}).json()["results"]
+    assert [f["content"] for f in scoped] == ["Working on Atlas"]
+    assert api.get(f"/api/facts/{fact['id']}/").json()["content"] == "Preferred language: Python"
+
+
+def test_a_changed_fact_supersedes_the_old_one(api, alice):  # type: ignore[no-untyped-def]
+    first = api.post("/api/facts/", {"content": "Lives in Oslo", "persistent": True}, format="json").json()
+    old_id = first["fact"]["id"]
+    changed = api.patch(f"/api/facts/{old_id}/", {"content": "Lives in Bergen"}, format="json")
+    assert changed.status_code == 201, changed.content
+    body = changed.json()
+    assert body["action"] == "superseded" and body["superseded_ids"] == [old_id]
+    assert body["fact"]["content"] == "Lives in Bergen" and body["fact"]["persistent"] is True
+    # The old fact is history: out of the default list, kept with ?history=true.
+    assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Bergen"]
+    history = api.get("/api/facts/", {"history": "true"}).json()["results"]
+    assert {f["content"]: f["superseded_by"] for f in history} == {
+        "Lives in Bergen": None,
+        "Lives in Oslo": body["fact"]["id"],
+    }
+    # History cannot be changed; the same content with another importance is updated in place.
+    refused = api.patch(f"/api/facts/{old_id}/", {"content": "Lives in Paris"}, format="json")
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid"
+    same = api.patch(f"/api/facts/{body['fact']['id']}/", {"importance": 0.9}, format="json")
+    assert same.status_code == 200 and same.json()["action"] == "updated"
+    assert same.json()["fact"]["importance"] == 0.9
+    # Read-only and unknown fields are named.
+    bad = api.patch(f"/api/facts/{body['fact']['id']}/", {"recall_count": 3, "agent_key": "x"}, format="json")
+    assert bad.status_code == 400 and set(bad.json()["fields"]) == {"recall_count", "agent_key"}
+
+
+def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]
+    first = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]
+    second = api.patch(f"/api/facts/{first['id']}/", {"content": "Lives in Bergen"}, format="json").json()
+    assert Fact.objects.count() == 2
+    assert api.delete(f"/api/facts/{second['fact']['id']}/").status_code == 204
+    assert Fact.objects.count() == 0
+    assert api.get(f"/api/facts/{first['id']}/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"content": ""}, "content"),
+        ({"content": "x\x00y"}, "content"),
+        ({"content": "\ud800"}, "content"),
+        ({"content": "ok", "importance": 1.5}, "importance"),
+        ({"content": "ok", "ttl": -1}, "ttl"),
+        ({"content": "ok", "category": "c" * 101}, "category"),
+        ({"content": "ok", "agent_key": "a\x00"}, "agent_key"),
+        ({"content": "ok", "supersedes": 999999}, "supersedes"),
+        ({"content": "ok", "owner": 2}, "owner"),
+        ({"content": "x" * 10_001}, "content"),
+    ],
+)
+def test_bad_facts_are_a_400_naming_the_field(api, body, field):  # type: ignore[no-untyped-def]
+    # json.dumps escapes a lone surrogate as \ud800, as a client would send it.
+    response = api.post("/api/facts/", json.dumps(body), content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "invalid"
+    assert field in response.json()["fields"], response.json()
+    assert Fact.objects.count() == 0
+
+
+def test_nobody_reaches_another_users_facts(api, alice, bob):  # type: ignore[no-untyped-def]
+    theirs = KnowledgeMemory(bob, agent_key="acme-corp").store("Bob's secret plan", persistent=True).fact
+    KnowledgeMemory(bob).store("Bob likes tea")
+    mine = KnowledgeMemory(alice, agent_key="acme").store("Alice likes coffee").fact
+    assert api.get("/api/facts/").json()["results"][0]["id"] == mine.pk
+    assert len(api.get("/api/facts/", {"history": "true"}).json()["results"]) == 1
+    assert api.get("/api/facts/", {"agent_key": "acme-corp"}).json()["results"] == []
+    for method, body in (("get", None), ("patch", {"content": "mine now"}), ("delete", None)):
+        response = getattr(api, method)(f"/api/facts/{theirs.pk}/", body, format="json")
+        assert response.status_code == 404, method
+        assert "secret" not in response.content.decode()
+    assert Fact.objects.filter(owner=bob).count() == 2
+    stolen = api.post("/api/facts/", {"content": "x", "supersedes": theirs.pk}, format="json")
+    assert stolen.status_code == 400
+    for bad in ("abc", "-1", "0x1", "9" * 40, "1.0"):
+        assert api.get(f"/api/facts/{bad}/").status_code == 404
+    assert APIClient().get("/api/facts/").status_code in (401, 403)
+
+
+def test_search_finds_the_users_messages_and_facts_only(api, alice, bob):  # type: ignore[no-untyped-def]
+    mine = Conversation.objects.create(owner=alice, agent_key="acme")
+    PersistentChatHistory(mine).add_messages(
+        [ChatMessage.human("My flight to Lisbon leaves Friday"), ChatMessage.ai("Noted, Lisbon on Friday.")]
+    )
+    other = Conversation.objects.create(owner=bob, agent_key="acme")
+    PersistentChatHistory(other).add_messages([ChatMessage.human("My flight to Lisbon is secret")])
+    ownerless = Conversation.objects.create(agent_key="acme")
+    PersistentChatHistory(ownerless).add_messages([ChatMessage.human("Lisbon demo flight")])
+    KnowledgeMemory(alice).store("Prefers window seats on flights to Lisbon")
+    KnowledgeMemory(bob).store("Bob flies to Lisbon in secret")
+    KnowledgeMemory(alice, agent_key="acme-corp").store("Lisbon fact of a look-alike scope")
+
+    body = api.get("/api/search/", {"q": "Lisbon flight"}).json()
+    assert body["query"] == "Lisbon flight"
+    assert {m["conversation"] for m in body["messages"]} == {str(mine.uuid)}
+    assert body["messages"][0]["seq"] == 1
+    assert [f["content"] for f in body["facts"]] == ["Prefers window seats on flights to Lisbon"]
+    assert "secret" not in str(body) and "demo" not in str(body)
+
+    scoped = api.get("/api/search/", {"q": "Lisbon", "agent_key": "acme", "include": "facts"}).json()
+    assert scoped["messages"] == [] and scoped["facts"] == []
+    only_messages = api.get("/api/search/", {"q": "Lisbon", "include": "messages", "k": 1}).json()
+    assert len(only_messages["messages"]) == 1 and only_messages["facts"] == []
+    their_conversation = api.get("/api/search/", {"q": "Lisbon", "conversation": str(other.uuid)}).json()
+    assert their_conversation["messages"] == []
+    # Bob searching sees his own and nothing of Alice's.
+    bobs = client_for(bob).get("/api/search/", {"q": "Lisbon"}).json()
+    assert {m["conversation"] for m in bobs["messages"]} == {str(other.uuid)}
+    assert [f["content"] for f in bobs["facts"]] == ["Bob flies to Lisbon in secret"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"q": ""},
+        {"q": "x\x00"},
+        {"q": "ok", "k": "0"},
+        {"q": "ok", "k": "101"},
+        {"q": "ok", "k": "nan"},
+        {"q": "ok", "include": "everything"},
+        {"q": "ok", "conversation": "not-a-uuid"},
+        {"q": "x" * 1001},
+    ],
+)
+def test_bad_search_parameters_are_a_400(api, query):  # type: ignore[no-untyped-def]
+    response = api.get("/api/search/", query)
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "invalid" and response.json()["fields"]
+
+
+def test_search_needs_an_authenticated_user():  # type: ignore[no-untyped-def]
+    assert APIClient().get("/api/search/", {"q": "x"}).status_code in (401, 403)
