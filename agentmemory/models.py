@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 
 if TYPE_CHECKING:
-    from agentmemory.context.sql import TailReader, WindowHead
+    from agentmemory.context.sql import GapProbe, TailReader, WindowHead
 
 
 class MessageRole(models.TextChoices):
@@ -369,6 +369,29 @@ class MessageQuerySet(models.QuerySet["Message"]):
             listed=listed,
         )
 
+    def window_gap_probe(
+        self,
+        conversation_id: int,
+        *,
+        before: int,
+        summary_id: int | None,
+        pending_exchanges: list[int],
+    ) -> GapProbe:
+        """The index lookups from which, with the conversation's counters, the builder works
+        out what a window leaves outside itself and the summary without reading the rows
+        in between: the oldest seq, the pinned prompt's tokens, the summary's span, the
+        orphaned tool results with ``seq < before`` and the AI messages at
+        ``pending_exchanges`` (see ``agentmemory.context.sql.read_gap_probe``)."""
+        from agentmemory.context.sql import read_gap_probe
+
+        return read_gap_probe(
+            self.db,
+            conversation_id,
+            before=before,
+            summary_id=summary_id,
+            pending_exchanges=pending_exchanges,
+        )
+
     def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
         """The messages of ``seqs`` as ``ChatMessage``s, by seq."""
         from agentmemory.context.sql import read_contents
@@ -430,6 +453,16 @@ class Message(models.Model):
                 name="agentmemory_msg_tool_has_call_id",
             ),
             models.CheckConstraint(condition=Q(seq__gte=1), name="agentmemory_msg_seq_positive"),
+        ]
+        indexes = [
+            # Only tool results that answer no call (stored by relaxed imports): context
+            # windows find those inside a gap without reading the messages around them.
+            # Other rows never enter it, so appends pay nothing for it.
+            models.Index(
+                fields=["conversation", "seq"],
+                name="agentmemory_msg_orphan_idx",
+                condition=Q(role=Role.TOOL.value, exchange_seq__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -60,6 +60,17 @@ def _setup_agentmemory(target: Target, budget: int) -> tuple[Callable[[], Any], 
     return build, _noop
 
 
+def _setup_agentmemory_report(target: Target, budget: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+    def build() -> ContextWindow:
+        # The builder's default: also report what the window leaves outside itself and the
+        # summary (here, everything older than the window: these conversations have none).
+        return ContextWindowBuilder(target.conversation_id, max_tool_result_tokens=None).build(
+            max_tokens=budget
+        )
+
+    return build, _noop
+
+
 # --------------------------------------------------------------------------- 2. naive Django
 
 
@@ -236,6 +247,11 @@ APPROACHES: tuple[Approach, ...] = (
         _setup_langchain_postgres,
     ),
     Approach("lower_bound", "lower bound: one raw SQL query", _setup_lower_bound),
+    Approach(
+        "agentmemory_report",
+        "agentmemory ContextWindowBuilder, default gap report",
+        _setup_agentmemory_report,
+    ),
 )
 LOWER_BOUND = "lower_bound"
 
@@ -245,7 +261,7 @@ LOWER_BOUND = "lower_bound"
 
 def window_key(approach: str, result: Any) -> list[Key]:
     """The history part of any approach's result as ``(seq, role, content)``, oldest first."""
-    if approach == "agentmemory":
+    if approach in ("agentmemory", "agentmemory_report"):
         return [(m.seq, m.role.value, m.content or "") for m in result.history]
     if approach == "django_naive":
         return [(m.seq, m.role.value, m.content or "") for m in result]

@@ -15,6 +15,7 @@ SHORT = {
     "langchain_sql": "LC SQLChatMessageHistory",
     "langchain_postgres": "LC PostgresChatMessageHistory",
     "lower_bound": "lower bound (1 SQL query)",
+    "agentmemory_report": "agentmemory, gap report",
 }
 #: names of the single-append approaches
 APPEND_SHORT = {
@@ -66,6 +67,18 @@ def ratios(summary: Mapping[str, Any]) -> dict[str, Any]:
     if out["builds"]:
         out["build_median"] = max(r["median"] for r in out["builds"].values())
         out["build_p95"] = max(r["p95"] for r in out["builds"].values())
+    report = {
+        size: {
+            "median": row["agentmemory_report"]["ratio_to_lower_bound"],
+            "p95": row["agentmemory_report"]["p95_ratio_to_lower_bound"],
+        }
+        for size, row in summary["build"].items()
+        if row.get("agentmemory_report", {}).get("ratio_to_lower_bound") is not None
+    }
+    if report:
+        out["report_builds"] = report
+        out["report_median"] = max(r["median"] for r in report.values())
+        out["report_p95"] = max(r["p95"] for r in report.values())
     return out
 
 
@@ -83,6 +96,14 @@ def ratio_lines(summary: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"build median {r['build_median']:.2f} / p95 {r['build_p95']:.2f} of raw "
             f"(targets {BUILD_MEDIAN_TARGET} / {BUILD_P95_TARGET}; worst of {per})"
+        )
+    if r.get("report_median") is not None:
+        per = ", ".join(
+            f"H={int(size):,} {v['median']:.2f} / {v['p95']:.2f}" for size, v in r["report_builds"].items()
+        )
+        lines.append(
+            f"build with the default gap report median {r['report_median']:.2f} / p95 "
+            f"{r['report_p95']:.2f} of raw ({per})"
         )
     return lines
 
@@ -198,6 +219,10 @@ def format_report(summary: Mapping[str, Any]) -> str:
         lines.append("")
     if summary.get("queries_per_build") is not None:
         lines.append(f"agentmemory queries per build: {summary['queries_per_build']}")
+    if summary.get("queries_per_report_build") is not None:
+        lines.append(
+            f"agentmemory queries per build with the gap report: {summary['queries_per_report_build']}"
+        )
     memory = summary.get("memory")
     if memory:
         lines.append(f"Peak Python memory of one build at H={memory['size']:,} (tracemalloc):")
@@ -268,7 +293,7 @@ def plot(summary: Mapping[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
     ax = axes[0][0]
     sizes = [int(s) for s in summary["build"]]
-    markers = dict(zip(SHORT, ("o", "s", "^", "v", "D"), strict=False))
+    markers = dict(zip(SHORT, ("o", "s", "^", "v", "D", "x"), strict=False))
     for key in SHORT:
         points = [(s, summary["build"][str(s)][key]) for s in sizes if key in summary["build"][str(s)]]
         if not points:

@@ -165,6 +165,7 @@ def run(args: argparse.Namespace, *, log: Any = print) -> tuple[int, dict[str, A
         },
         "build": report.build_summary(builds),
         "queries_per_build": workloads.agentmemory_queries(largest, args.budget),
+        "queries_per_report_build": workloads.agentmemory_queries(largest, args.budget, "agentmemory_report"),
     }
     if "memory" not in args.skip:
         log(f"peak memory of one build at H={largest.size:,}")

@@ -141,7 +141,7 @@ def time_builds(
 
 
 #: approaches that read only the tail of a conversation
-TAIL_READERS = ("agentmemory", LOWER_BOUND)
+TAIL_READERS = ("agentmemory", LOWER_BOUND, "agentmemory_report")
 
 
 def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
@@ -150,11 +150,11 @@ def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
     return [g for g in (tail, whole) if g]
 
 
-def agentmemory_queries(target: Target, budget: int) -> int:
+def agentmemory_queries(target: Target, budget: int, approach: str = "agentmemory") -> int:
     """Queries one agentmemory build issues (counted with Django's query capture)."""
     from django.test.utils import CaptureQueriesContext
 
-    build, close = APPROACHES[0].setup(target, budget)
+    build, close = next(a for a in APPROACHES if a.key == approach).setup(target, budget)
     try:
         build()
         with CaptureQueriesContext(connection) as ctx:

@@ -7,7 +7,9 @@ the summary is returned, the builder asks for a compaction and builds again (the
 policy); what still cannot be covered is reported on the window, by the
 ``messages_left_out`` signal and in the log. The reads go through ``Message.objects.window_head()`` and
 ``window_tail()`` (hand-written SQL in ``agentmemory.context.sql``): a constant number of
-queries, whatever the length of the conversation.
+queries, whatever the length of the conversation. What a window leaves uncovered is worked
+out from the conversation's counters and one statement of index lookups, not by reading
+the messages left out (see ``ContextWindowBuilder._gap``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import numbers
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -24,14 +26,13 @@ from asgiref.sync import sync_to_async
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
-    PackResult,
     RowMeta,
     _replace,
     pack_history,
     pending_placeholder,
     truncate_message,
 )
-from agentmemory.context.sql import MAX_READ, SummaryRow
+from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
 from agentmemory.context.window import MAX_LISTED_SEQS, NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound
 from agentmemory.history import resolve_conversation_id
@@ -92,6 +93,90 @@ def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
     return None  # everything fits at the current cap: something else blocks
 
 
+#: a seq above every stored one: ``before`` of an empty window
+_NO_SEQ = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class _GapState:
+    """What a build read that the gap accounting needs: the conversation's counters, the
+    summary, the newest stored seq and every tail row read (newest first)."""
+
+    conv: ConversationRow
+    summary: SummaryRow | None
+    newest_seq: int | None
+    rows_seen: list[RowMeta]
+
+
+def _derive_gap(
+    state: _GapState, probe: GapProbe, *, after: int, before: int, pending_exchanges: list[int]
+) -> UncoveredMessages | None:
+    """The uncovered messages with ``after < seq < before`` from counters and the probe, or
+    ``None`` when the counters cannot tell them (the caller then counts the rows).
+
+    The messages present hold the seqs ``probe.first_seq..newest_seq`` without a hole when
+    their number is ``message_count`` (appends hand out consecutive seqs, and ``clear()``
+    deletes every message); then the gap holds every seq of its span. Its tokens are
+    ``stored_tokens`` less those at or below ``after`` (the pinned prompt's, and the
+    summary's ``tokens_covered``) and those from ``before`` on (rows the window read).
+    """
+    conv, newest, first = state.conv, state.newest_seq, probe.first_seq
+    if newest is None or first is None or newest - first + 1 != conv.message_count:
+        return None
+    pinned_tokens = probe.pinned_tokens if conv.has_system_prompt else None
+    if conv.has_system_prompt and pinned_tokens is None:
+        return None  # the flag and the rows disagree
+    summary = state.summary
+    pinned_floor = 1 if conv.has_system_prompt else 0
+    # Tokens of the messages at or below ``after``.
+    if after <= 0:
+        below = 0
+    elif after == pinned_floor:
+        below = pinned_tokens or 0  # the pinned prompt alone
+    elif summary is not None and after == summary.through_seq and probe.summary_first_seq is not None:
+        start = probe.summary_first_seq
+        if start > max(first, pinned_floor + 1):
+            return None  # messages before the summary's span that it does not count
+        if any(start <= seq <= after for seq, _ in probe.orphans):
+            # Compaction leaves orphans out of ``tokens_covered``, ``recount_tokens``
+            # counts them in: which one made this figure cannot be told.
+            return None
+        below = probe.summary_tokens_covered or 0
+        if pinned_tokens is not None and start > 1:
+            below += pinned_tokens
+    else:
+        return None
+    lo, hi = max(after + 1, first), min(before - 1, newest)
+    if hi < lo:
+        return NO_UNCOVERED
+    count = hi - lo + 1
+    # The window read every row from ``before`` on (the reader goes newest first).
+    tokens = conv.stored_tokens - below - sum(r.token_count for r in state.rows_seen if r.seq >= before)
+    excluded: set[int] = set()
+    for seq, row_tokens in probe.orphans:
+        if seq > after:
+            excluded.add(seq)
+            tokens -= row_tokens
+    if pending_exchanges:
+        found = {seq: (row_tokens, calls) for seq, row_tokens, calls in probe.pending}
+        waiting = conv.pending_call_seqs
+        for seq in pending_exchanges:
+            if seq not in found:
+                return None  # pending calls name an AI message that is not stored
+            row_tokens, calls = found[seq]
+            if calls > waiting.count(seq) and max(seq, after) + 1 < before:
+                return None  # some of its results are stored, maybe inside the gap
+            if lo <= seq <= hi:
+                excluded.add(seq)
+                tokens -= row_tokens
+    count -= len(excluded)
+    if count < 0 or tokens < 0:
+        return None  # counters changed under the read (a concurrent append or clear)
+    if count == 0:
+        return NO_UNCOVERED
+    return UncoveredMessages.from_span(count, tokens, lo, hi, frozenset(excluded))
+
+
 def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
     """``max_tokens`` as an ``int``, checked: a whole number of tokens, at least 1, at
     most ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` (1,000,000 by default).
@@ -150,7 +235,8 @@ class ContextWindowBuilder:
             inline, else enqueued and awaited) and build once more, then report what is
             still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
-            extra query. Defaults to "report": a read has no side effects unless asked;
+            extra query. Reporting costs one more statement of index lookups when the
+            window leaves messages out, whatever their number. Defaults to "report": a read has no side effects unless asked;
             agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
@@ -231,6 +317,7 @@ class ContextWindowBuilder:
             )
         self._summary_message: ChatMessage | None = None
         self._pinned_floor = 0
+        self._gap_state: _GapState | None = None
         self._can_compact = memory_compactor is self._UNSET or (
             memory_compactor is not None and self._compactor_class is not None
         )
@@ -318,14 +405,12 @@ class ContextWindowBuilder:
             # No room even for a cut summary: what it covers is sent nowhere.
             if self.gap_policy == "ignore" or window.summary_through_seq is None:
                 return replace(window, summary_id=None, summary_through_seq=None)
-            count, tokens, seqs = Message.objects.window_uncovered(
-                self.conversation_id,
+            uncovered = self._gap(
+                Message.objects.all(),
                 after=self._pinned_floor,
-                before=window.first_seq if window.first_seq is not None else 2**62,
-                pending_exchanges=[],
-                listed=MAX_LISTED_SEQS,
+                before=window.first_seq if window.first_seq is not None else _NO_SEQ,
+                pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
             )
-            uncovered = UncoveredMessages(count, tokens, tuple(reversed(seqs))) if count else NO_UNCOVERED
             return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
         leading = 1 if window.system_tokens else 0
         messages = [*window.messages[:leading], cut, *window.messages[leading:]]
@@ -577,30 +662,53 @@ class ContextWindowBuilder:
             rows_read=reader.rows_read,
         )
         self._pinned_floor = 1 if conv.has_system_prompt else 0
+        # What the gap accounting needs, here and in ``_with_summary_cut``.
+        self._gap_state = _GapState(conv, summary, head.page[0][0] if head.page else None, rows_seen)
         if self.gap_policy != "ignore" and not coverage_unknown:
-            uncovered = self._uncovered(packed, conv, floor_seq, window.first_seq, messages_qs)
-            if uncovered.count:
-                window = replace(window, uncovered=uncovered)
+            before = window.first_seq if window.first_seq is not None else _NO_SEQ
+            if packed.blocked is not None or any(seq < before for seq in packed.dropped_leading):
+                # Otherwise nothing blocked packing, so it read every row down to the floor,
+                # and it dropped nothing older than the window but waiting exchanges and
+                # orphans: nothing is left out and no query is needed.
+                uncovered = self._gap(
+                    messages_qs, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges
+                )
+                if uncovered.count:
+                    window = replace(window, uncovered=uncovered)
         return window
 
-    def _uncovered(
-        self, packed: PackResult, conv: Any, floor_seq: int, first_seq: int | None, messages_qs: Any
+    def _gap(
+        self, messages_qs: Any, *, after: int, before: int, pending_exchanges: tuple[int, ...]
     ) -> UncoveredMessages:
-        """What the window leaves in neither itself nor the summary: stored messages above
-        ``floor_seq`` and older than ``first_seq``, less orphaned tool results and the
-        messages of tool exchanges still waiting for a result. In the usual case packing
-        took every row above the floor and dropped none, and no query is needed; otherwise
-        one statement reads the gap."""
-        before = first_seq if first_seq is not None else 2**62
-        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
-            # Nothing blocked packing, so it read every row down to the floor, and it
-            # dropped nothing older than the window but waiting exchanges and orphans.
-            return NO_UNCOVERED
+        """The stored messages with ``after < seq < before`` (``before``: the window's
+        oldest history seq), less orphaned tool results and the messages of the tool
+        exchanges started at ``pending_exchanges``: what the window leaves in neither
+        itself nor the summary.
+
+        Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
+        the summary's ``tokens_covered`` and the rows the window read, with one statement
+        of index lookups (``window_gap_probe``): the cost does not grow with the number of
+        messages left out. Where the counters cannot say (seqs with holes, which only an
+        imported document can leave; a summary whose span does not start the conversation;
+        a waiting tool exchange in the gap that already has results), one statement counts
+        the gap instead (``window_uncovered``), reading it."""
+        state = self._gap_state
+        assert state is not None  # set by ``_assemble`` before it asks
+        relevant = [seq for seq in pending_exchanges if seq < before]
+        probe = messages_qs.window_gap_probe(
+            self.conversation_id,
+            before=before,
+            summary_id=state.summary.pk if state.summary is not None else None,
+            pending_exchanges=relevant,
+        )
+        derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
+        if derived is not None:
+            return derived
         count, tokens, seqs = messages_qs.window_uncovered(
             self.conversation_id,
-            after=floor_seq,
+            after=after,
             before=before,
-            pending_exchanges=sorted(set(conv.pending_exchanges)),
+            pending_exchanges=sorted(set(pending_exchanges)),
             listed=MAX_LISTED_SEQS,
         )
         if not count:

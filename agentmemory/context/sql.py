@@ -45,6 +45,8 @@ class ConversationRow:
     has_system_prompt: bool
     #: seqs of the AI messages whose tool calls still await a result
     pending_exchanges: tuple[int, ...] = ()
+    #: the seq of that AI message for each call still awaiting its result
+    pending_call_seqs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,13 +388,15 @@ def read_head(
             pending = (
                 _json_value("pending_tool_calls", values[11], conn, Conversation) if values[11] else None
             )
+            call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
             conv = ConversationRow(
                 values[6],
                 values[0],
                 values[2],
                 values[3],
                 bool(values[8]),
-                tuple(sorted({int(seq) for seq in pending.values()})) if pending else (),
+                tuple(sorted(set(call_seqs))),
+                call_seqs,
             )
         elif kind == _SUMMARY:
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
@@ -603,3 +607,98 @@ def read_uncovered(
     if not rows:
         return 0, 0, []
     return int(rows[0][1]), int(rows[0][2] or 0), [r[0] for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class GapProbe:
+    """What ``read_gap_probe`` found: the few rows that, with the conversation's counters,
+    give the messages a window leaves outside itself and the summary.
+
+    Attributes:
+        first_seq: the conversation's oldest stored seq (``None``: no messages).
+        pinned_tokens: stored tokens of the system message at seq 1 (``None``: none).
+        summary_first_seq, summary_tokens_covered: of the summary asked about (``None``:
+            none, or it is gone).
+        orphans: ``(seq, tokens)`` of the tool results answering no call, older than the
+            window.
+        pending: ``(seq, tokens, number of tool calls)`` of the AI messages asked about.
+    """
+
+    first_seq: int | None
+    pinned_tokens: int | None
+    summary_first_seq: int | None
+    summary_tokens_covered: int | None
+    orphans: tuple[tuple[int, int], ...]
+    pending: tuple[tuple[int, int, int], ...]
+
+
+def _gap_probe_sql(alias: str, *, pending: int) -> str:
+    key = ("gap", alias, pending)
+    sql = _SQL_CACHE.get(key)
+    if sql is not None:
+        return sql
+    from agentmemory.models import Summary
+
+    qn = connections[alias].ops.quote_name
+    _, s, m = _names(alias)
+    messages, summaries = qn(Message._meta.db_table), qn(Summary._meta.db_table)
+    conv = f"{m('conversation')} = %(id)s"
+    branches = [
+        f"SELECT 0, (SELECT {m('seq')} FROM {messages} WHERE {conv} ORDER BY {m('seq')} LIMIT 1), "
+        f"(SELECT {m('token_count')} FROM {messages} WHERE {conv} AND {m('seq')} = 1 "
+        f"AND {m('role')} = %(system)s), "
+        f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
+        f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"
+    ]
+    if pending:
+        # Second, so that PostgreSQL gives the last column the type of ``tool_calls``.
+        placeholders = ", ".join(f"%(p{i})s" for i in range(pending))
+        branches.append(
+            f"SELECT 2, {m('seq')}, {m('token_count')}, NULL, NULL, {m('tool_calls')} FROM {messages} "
+            f"WHERE {conv} AND {m('seq')} IN ({placeholders})"
+        )
+    # The role is a literal, as in the partial index ``agentmemory_msg_orphan_idx``: a
+    # database uses a partial index only for a query whose condition implies the index's.
+    branches.append(
+        f"SELECT 1, {m('seq')}, {m('token_count')}, NULL, NULL, NULL FROM {messages} "
+        f"WHERE {conv} AND {m('role')} = '{Role.TOOL.value}' AND {m('exchange_seq')} IS NULL "
+        f"AND {m('seq')} < %(before)s"
+    )
+    sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
+    return sql
+
+
+def read_gap_probe(
+    alias: str,
+    conversation_id: int,
+    *,
+    before: int,
+    summary_id: int | None,
+    pending_exchanges: list[int],
+) -> GapProbe:
+    """One statement of index lookups, whatever the length of the conversation: the
+    oldest seq, the pinned system prompt's tokens, the summary's span and covered tokens,
+    the orphaned tool results with ``seq < before`` (on the partial index that holds only
+    them) and the AI messages at ``pending_exchanges``."""
+    conn = connections[alias]
+    params: dict[str, Any] = {
+        "id": conversation_id,
+        "system": Role.SYSTEM.value,
+        "summary": summary_id,
+        "before": before,
+    }
+    params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
+    with conn.cursor() as cursor:
+        cursor.execute(_gap_probe_sql(alias, pending=len(pending_exchanges)), params)
+        rows = cursor.fetchall()
+    head: tuple[Any, ...] = (None, None, None, None)
+    orphans: list[tuple[int, int]] = []
+    pending: list[tuple[int, int, int]] = []
+    for kind, seq, tokens, first, covered, calls in rows:
+        if kind == 0:
+            head = (seq, tokens, first, covered)
+        elif kind == 1:
+            orphans.append((seq, tokens))
+        else:
+            pending.append((seq, tokens, len(_tool_calls(calls, conn))))
+    return GapProbe(head[0], head[1], head[2], head[3], tuple(orphans), tuple(pending))

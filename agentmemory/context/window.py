@@ -13,7 +13,6 @@ from agentmemory.messages import ChatMessage, Role
 MAX_LISTED_SEQS = 1_000
 
 
-@dataclass(frozen=True, slots=True)
 class UncoveredMessages:
     """Stored messages a window leaves out that the summary does not cover either.
 
@@ -26,15 +25,73 @@ class UncoveredMessages:
         count: how many messages (exact).
         tokens: their stored token counts added up (exact).
         seqs: their seqs, oldest first; only the newest ``MAX_LISTED_SEQS`` (1,000) when
-            there are more.
+            there are more. Worked out on first access from the span of seqs and the seqs
+            inside it that are not counted, so a window that leaves 100,000 messages out
+            neither reads nor lists them unless asked.
+
+    Immutable; two are equal when count, tokens and seqs are.
     """
 
-    count: int = 0
-    tokens: int = 0
-    seqs: tuple[int, ...] = ()
+    __slots__ = ("_excluded", "_seqs", "_span", "count", "tokens")
+
+    count: int
+    tokens: int
+    _seqs: tuple[int, ...] | None
+    _span: tuple[int, int] | None
+    _excluded: frozenset[int]
+
+    def __init__(self, count: int = 0, tokens: int = 0, seqs: tuple[int, ...] = ()) -> None:
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "_seqs", tuple(seqs))
+        object.__setattr__(self, "_span", None)
+        object.__setattr__(self, "_excluded", frozenset())
+
+    @classmethod
+    def from_span(
+        cls, count: int, tokens: int, first: int, last: int, excluded: frozenset[int] = frozenset()
+    ) -> UncoveredMessages:
+        """The messages of the seqs ``first..last`` (inclusive, every one stored) but
+        ``excluded``: ``count`` and ``tokens`` as given, ``seqs`` listed when first read."""
+        made = cls(count, tokens)
+        object.__setattr__(made, "_seqs", None)
+        object.__setattr__(made, "_span", (first, last))
+        object.__setattr__(made, "_excluded", excluded)
+        return made
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        seqs = self._seqs
+        if seqs is None:
+            assert self._span is not None  # set whenever _seqs is None
+            first, last = self._span
+            excluded = self._excluded
+            newest: list[int] = []
+            seq = last
+            while seq >= first and len(newest) < MAX_LISTED_SEQS:
+                if seq not in excluded:
+                    newest.append(seq)
+                seq -= 1
+            seqs = tuple(reversed(newest))
+            object.__setattr__(self, "_seqs", seqs)
+        return seqs
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UncoveredMessages is immutable: cannot set {name!r}")
 
     def __bool__(self) -> bool:
         return self.count > 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UncoveredMessages):
+            return NotImplemented
+        return (self.count, self.tokens, self.seqs) == (other.count, other.tokens, other.seqs)
+
+    def __hash__(self) -> int:
+        return hash((self.count, self.tokens, self.seqs))
+
+    def __repr__(self) -> str:
+        return f"UncoveredMessages(count={self.count}, tokens={self.tokens}, seqs={self.seqs!r})"
 
 
 NO_UNCOVERED = UncoveredMessages()
