@@ -55,12 +55,13 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
                 .filter(pk__in=self.values("pk"))
                 .values_list("pk", flat=True)
             )
-            messages = _delete_messages_in_bulk(self.db, pks)
+            bulk = _delete_messages_in_bulk(self.db, pks)
             count, per_model = super().delete()
-            if messages:
-                label = Message._meta.label
-                per_model = {**per_model, label: per_model.get(label, 0) + messages}
-            return count + messages, per_model
+            per_model = dict(per_model)
+            for label, n in bulk.items():
+                per_model[label] = per_model.get(label, 0) + n
+                count += n
+            return count, per_model
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,13 @@ class Conversation(models.Model):
     """
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
+    # DO_NOTHING: deleting a user deletes their conversations in bulk, under row locks
+    # (``agentmemory.deletion.delete_owned_conversations``, a ``pre_delete`` receiver), not
+    # through Django's collector, which would load every message of every conversation first.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         verbose_name=_("owner"),
-        on_delete=models.CASCADE,
+        on_delete=models.DO_NOTHING,
         null=True,
         blank=True,
         related_name="agentmemory_conversations",
@@ -262,22 +266,22 @@ class Conversation(models.Model):
 _DELETE_BATCH = 100
 
 
-def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> int:
+def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> dict[str, int]:
     """Delete the messages of ``conversation_ids`` with one statement per batch, after
     deleting (``CASCADE``) or unlinking (``SET_NULL``) the rows that reference them. Returns
-    how many messages were deleted; 0 (leaving them to Django's collector) when a receiver
-    listens to message deletes or a reference has another ``on_delete``, which only the
-    collector honours."""
+    the rows deleted by model label (``{"agentmemory.Message": n, ...}``); empty (leaving
+    them to Django's collector) when a receiver listens to message deletes or a reference has
+    another ``on_delete``, which only the collector honours."""
+    deleted: dict[str, int] = {}
     if not conversation_ids:
-        return 0
+        return deleted
     if models.signals.pre_delete.has_listeners(Message) or models.signals.post_delete.has_listeners(Message):
-        return 0
+        return deleted
     references = Message._meta.related_objects
     if any(
-        not rel.many_to_one or rel.on_delete not in (models.CASCADE, models.SET_NULL) for rel in references
+        not rel.one_to_many or rel.on_delete not in (models.CASCADE, models.SET_NULL) for rel in references
     ):
-        return 0
-    deleted = 0
+        return deleted
     for start in range(0, len(conversation_ids), _DELETE_BATCH):
         batch = conversation_ids[start : start + _DELETE_BATCH]
         rows = Message.objects.using(using).filter(conversation_id__in=batch)
@@ -286,11 +290,13 @@ def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> int:
                 **{f"{rel.field.name}__in": rows.values("pk")}
             )
             if rel.on_delete is models.CASCADE:
-                linked.delete()
+                for label, n in linked.delete()[1].items():
+                    deleted[label] = deleted.get(label, 0) + n
             else:
                 linked.update(**{rel.field.name: None})
-        deleted += rows._raw_delete(using)
-    return deleted
+        label = Message._meta.label
+        deleted[label] = deleted.get(label, 0) + rows._raw_delete(using)
+    return {label: n for label, n in deleted.items() if n}
 
 
 class MessageQuerySet(models.QuerySet["Message"]):

@@ -28,6 +28,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from agentmemory.admin.erasure import forget_owners
 from agentmemory.admin.utils import (
     PRE_STYLE,
     BoundedCountPaginator,
@@ -92,7 +93,7 @@ class ConversationAdmin(CheckedQueryAdmin):
     show_full_result_count = False
     paginator = BoundedCountPaginator
     form = ConversationAdminForm
-    actions = ["compact_now", "cancel_pending_tool_calls"]
+    actions = ["compact_now", "cancel_pending_tool_calls", forget_owners]
     change_form_template = "agentmemory/admin/conversation_change_form.html"
     readonly_fields = (
         "uuid",

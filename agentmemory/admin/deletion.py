@@ -60,6 +60,11 @@ def summarised_deleted_objects(
     using = router.db_for_write(objs[0]._meta.model)
     collector = _SummarisingCollector(using=using, origin=objs)
     collector.collect(objs)
+    if isinstance(objs[0], get_user_model()):
+        # The owner key is DO_NOTHING (a pre_delete receiver deletes conversations in bulk),
+        # so the collector does not reach them: list them under their owners.
+        owned = Conversation.objects.using(using).filter(owner__in=objs).select_related("owner")
+        collector.collect(list(owned), source=get_user_model(), source_attr="owner")
     perms_needed: set[Any] = set()
 
     def format_callback(obj: Any) -> Any:
