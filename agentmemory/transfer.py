@@ -28,12 +28,13 @@ before anything is written, so a refused document leaves nothing behind.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import uuid as uuid_lib
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import models, router, transaction
+from django.db import IntegrityError, models, router, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -55,6 +56,10 @@ __all__ = [
 FORMAT = "agentmemory.conversation"
 VERSION = 1
 _BATCH = 1000
+#: largest seq a document may hold: the largest integer every JSON reader keeps exact
+#: (2**53 - 1, RFC 8259 section 6), far below the 64-bit column, so appends after an import
+#: never overflow it
+MAX_SEQ = 2**53 - 1
 
 # Columns that are not part of a conversation's state: identity in this database, the owner
 # (given at import), the current summary (exported by its span) and compaction bookkeeping.
@@ -184,8 +189,13 @@ def _load(field: models.Field, value: Any, path: str) -> Any:
                 parsed = None
         if parsed is None:
             raise InvalidConversationData(path, "must be an ISO 8601 date and time")
-        if timezone.is_naive(parsed):
-            parsed = timezone.make_aware(parsed, dt.UTC)
+        try:
+            if timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed, dt.UTC)
+            # The database stores UTC: a date at either end of the calendar may not convert.
+            parsed.astimezone(dt.UTC)
+        except OverflowError:
+            raise InvalidConversationData(path, "is out of the range of dates that can be stored") from None
         return parsed
     if isinstance(field, models.UUIDField):
         try:
@@ -220,6 +230,35 @@ def _list(value: Any, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidConversationData(path, "must be a JSON array")
     return value
+
+
+def _seq(value: Any, path: str, *, low: int = 1) -> int:
+    """A seq named by the document (a message's, a summary's span, a pending call's)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidConversationData(path, "must be a whole number")
+    if not low <= value <= MAX_SEQ:
+        raise InvalidConversationData(path, f"must be between {low} and {MAX_SEQ}")
+    return value
+
+
+def _check_stored_shape(message: Message, path: str) -> None:
+    """The JSON columns of a message hold what ``Message.to_chat_message`` reads: tool calls
+    as objects with a text ``id`` and ``name``, content parts as objects with a ``type``."""
+    if not isinstance(message.tool_calls, list):
+        raise InvalidConversationData(f"{path}.tool_calls", "must be a JSON array")
+    for j, call in enumerate(message.tool_calls):
+        if not isinstance(call, Mapping) or not all(isinstance(call.get(k), str) for k in ("id", "name")):
+            raise InvalidConversationData(
+                f"{path}.tool_calls[{j}]", "must be an object with a text id and name"
+            )
+    if message.parts is not None:
+        if not isinstance(message.parts, list):
+            raise InvalidConversationData(f"{path}.parts", "must be a JSON array or null")
+        for j, part in enumerate(message.parts):
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise InvalidConversationData(f"{path}.parts[{j}]", "must be an object with a type")
+    if not isinstance(message.metadata, Mapping):
+        raise InvalidConversationData(f"{path}.metadata", "must be a JSON object")
 
 
 def _values(
@@ -261,21 +300,26 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
     conv = _values(
         Conversation, _CONVERSATION_SKIP, conv_row, "conversation", extra=frozenset({"summary_through_seq"})
     )
+    if not isinstance(conv.get("metadata", {}), Mapping):
+        raise InvalidConversationData("conversation.metadata", "must be a JSON object")
 
     max_chars = app_settings().MAX_MESSAGE_CHARS
     messages: list[Message] = []
     last = 0
     humans = tokens = 0
     ai_calls: dict[int, set[str]] = {}
+    answered: set[tuple[int, str]] = set()  # (exchange seq, call id) of the results stored
     for i, raw in enumerate(_list(doc.get("messages"), "messages")):
         path = f"messages[{i}]"
-        message = Message(**_values(Message, _MESSAGE_SKIP, _object(raw, path), path))
-        if "seq" not in raw or message.seq is None or message.seq <= last:
+        row = _object(raw, path)
+        message = Message(**_values(Message, _MESSAGE_SKIP, row, path))
+        if "seq" not in row or message.seq is None or message.seq <= last:
             raise InvalidConversationData(f"{path}.seq", "seqs must start at 1 or more and strictly increase")
-        last = message.seq
+        last = _seq(message.seq, f"{path}.seq")
+        _check_stored_shape(message, path)
         try:
             validate_message(message.to_chat_message(), i, max_chars=max_chars)
-        except (InvalidMessageError, ValueError, TypeError, KeyError) as exc:
+        except (InvalidMessageError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise InvalidConversationData(path, str(getattr(exc, "reason", exc))) from None
         humans += message.role == Role.HUMAN
         tokens += message.token_count
@@ -283,12 +327,28 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
             ai_calls[message.seq] = {str(c.get("id")) for c in message.tool_calls if isinstance(c, Mapping)}
         messages.append(message)
     for i, message in enumerate(messages):
-        if message.exchange_seq is not None and (
-            message.exchange_seq not in ai_calls or message.exchange_seq > message.seq
-        ):
-            raise InvalidConversationData(
-                f"messages[{i}].exchange_seq", "names no earlier AI message with tool calls in the document"
-            )
+        exchange = message.exchange_seq
+        if exchange is None:
+            continue
+        path = f"messages[{i}].exchange_seq"
+        if message.role == Role.AI:
+            # An AI message that makes calls is its own exchange.
+            if exchange != message.seq or message.seq not in ai_calls:
+                raise InvalidConversationData(
+                    path, "an AI message's exchange is its own seq, with tool calls"
+                )
+        elif message.role == Role.TOOL:
+            if exchange not in ai_calls or exchange > message.seq:
+                raise InvalidConversationData(
+                    path, "names no earlier AI message with tool calls in the document"
+                )
+            if message.tool_call_id not in ai_calls[exchange]:
+                raise InvalidConversationData(
+                    path, f"the AI message at seq {exchange} makes no call {message.tool_call_id!r}"
+                )
+            answered.add((exchange, message.tool_call_id))
+        else:
+            raise InvalidConversationData(path, f"a {message.role} message belongs to no tool exchange")
 
     expected = {
         "message_count": len(messages),
@@ -304,15 +364,18 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
         conv[name] = value
     if conv.setdefault("last_seq", last) < last:
         raise InvalidConversationData("conversation.last_seq", f"is below the last message's seq {last}")
+    _seq(conv["last_seq"], "conversation.last_seq", low=0)
     pending = conv.get("pending_tool_calls") or {}
     if not isinstance(pending, Mapping):
         raise InvalidConversationData("conversation.pending_tool_calls", "must be a JSON object")
     for call_id, seq in pending.items():
+        path = f"conversation.pending_tool_calls.{call_id}"
+        _seq(seq, path)
         if seq not in ai_calls or call_id not in ai_calls[seq]:
-            raise InvalidConversationData(
-                f"conversation.pending_tool_calls.{call_id}",
-                f"names no tool call of an AI message at seq {seq!r}",
-            )
+            raise InvalidConversationData(path, f"names no tool call of an AI message at seq {seq!r}")
+        if (seq, call_id) in answered:
+            raise InvalidConversationData(path, "is answered by a tool result in the document")
+    human_seqs = [m.seq for m in messages if m.role == Role.HUMAN]
 
     summaries: list[tuple[dict[str, Any], Any]] = []
     spans: set[int] = set()
@@ -321,23 +384,36 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
         row = _object(raw, path)
         values = _values(Summary, _SUMMARY_SKIP, row, path, extra=frozenset({"previous_through_seq"}))
         first, through = values.get("first_seq"), values.get("through_seq")
-        if first is None or through is None or not 0 <= first <= through <= conv["last_seq"]:
+        if first is None or through is None or not 0 <= first <= through <= last:
             raise InvalidConversationData(
-                path, "needs 0 <= first_seq <= through_seq <= the conversation's last_seq"
+                path, "needs 0 <= first_seq <= through_seq <= the seq of the last message"
             )
         if not values.get("text", "").strip():
             raise InvalidConversationData(f"{path}.text", "must not be empty")
         if through in spans:
             raise InvalidConversationData(f"{path}.through_seq", "two summaries end at the same seq")
+        # Context windows take the human messages after the summary from this count.
+        covered = bisect.bisect_right(human_seqs, through)
+        if values.get("human_messages_covered", 0) != covered:
+            raise InvalidConversationData(
+                f"{path}.human_messages_covered",
+                f"is {values.get('human_messages_covered', 0)!r} but the messages up to seq {through} "
+                f"hold {covered} human messages",
+            )
         spans.add(through)
-        summaries.append((values, row.get("previous_through_seq")))
+        previous = row.get("previous_through_seq")
+        if previous is not None and _seq(previous, f"{path}.previous_through_seq", low=0) >= through:
+            raise InvalidConversationData(
+                f"{path}.previous_through_seq", "must name a summary that ends earlier"
+            )
+        summaries.append((values, previous))
     for i, (_, previous) in enumerate(summaries):
         if previous is not None and previous not in spans:
             raise InvalidConversationData(
                 f"summaries[{i}].previous_through_seq", "names no summary in the document"
             )
     current = conv_row.get("summary_through_seq")
-    if current is not None and current not in spans:
+    if current is not None and _seq(current, "conversation.summary_through_seq", low=0) not in spans:
         raise InvalidConversationData("conversation.summary_through_seq", "names no summary in the document")
     return conv, messages, summaries, current
 
@@ -363,9 +439,11 @@ def import_conversation(
 
     Raises:
         InvalidConversationData: the document is not one this version can restore exactly
-            (wrong format or version, a value a column cannot hold, seqs out of order,
-            counters that disagree with the messages, a summary span or pending tool call that
-            names nothing). Nothing is written.
+            (wrong format or version, a value a column cannot hold, seqs out of order or over
+            ``MAX_SEQ``, counters that disagree with the messages, a summary that ends past the
+            last message or whose ``human_messages_covered`` disagrees with the messages, a
+            tool result linked to a call its exchange does not make, a pending tool call that
+            names nothing or is answered in the document). Nothing is written.
         ConversationExists: the uuid is taken (and ``new_uuid`` is false). Nothing is written.
     """
     conv_values, messages, summaries, current = _check_document(data)
@@ -374,10 +452,18 @@ def import_conversation(
         conv_values["uuid"] = uuid_lib.uuid4()
     stamps: dict[str, Any] = {k: conv_values.pop(k) for k in ("created_at", "updated_at") if k in conv_values}
     with transaction.atomic(using=alias):
-        if Conversation.objects.using(alias).filter(uuid=conv_values["uuid"]).exists():
-            raise ConversationExists("conversation.uuid", f"{conv_values['uuid']} is already used here")
+        taken = ConversationExists("conversation.uuid", f"{conv_values['uuid']} is already used here")
+        if _uuid_taken(alias, conv_values["uuid"]):
+            raise taken
         conv = Conversation(owner=owner, **conv_values)
-        conv.save(using=alias, force_insert=True)
+        try:
+            with transaction.atomic(using=alias):
+                conv.save(using=alias, force_insert=True)
+        except IntegrityError:
+            # Another import of the same document committed between the check and the insert.
+            if Conversation.objects.using(alias).filter(uuid=conv_values["uuid"]).exists():
+                raise taken from None
+            raise
         created = [m.created_at for m in messages]
         for message in messages:
             message.conversation = conv
@@ -410,6 +496,10 @@ def import_conversation(
             Conversation.objects.using(alias).filter(pk=conv.pk).update(**conv_update)
     conv.refresh_from_db(using=alias)
     return conv
+
+
+def _uuid_taken(alias: str, uuid: uuid_lib.UUID) -> bool:
+    return Conversation.objects.using(alias).filter(uuid=uuid).exists()
 
 
 def _restore_created_at(model: type[models.Model], objs: list[Any], stamps: list[Any], alias: str) -> None:

@@ -57,6 +57,55 @@ def json_problem(value: Any, depth: int = 0) -> str | None:
     return f"holds a {type(value).__name__}, which is not a JSON type"
 
 
+# -- making text and values from outside storable ----------------------------------------------
+#
+# A model's reply and a tool's return value are not the caller's input: refusing them would fail
+# an agent's turn after the human message was stored. They are made storable instead.
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: replaces what storage refuses (U+FFFD REPLACEMENT CHARACTER, Unicode's sign for it)
+REPLACEMENT = "\ufffd"
+
+
+def storable_text(value: str, *, max_chars: int | None = None) -> str:
+    """``value`` as text every database stores: NUL characters and lone surrogates replaced
+    by U+FFFD and, when longer than ``max_chars`` characters, cut to ``max_chars`` with a
+    note at the end saying how long it was."""
+    text = _UNSTORABLE.sub(REPLACEMENT, value)
+    if max_chars is not None and len(text) > max_chars:
+        note = f"\n[cut here: {len(text):,} characters, over the {max_chars:,} stored]"
+        text = text[: max(0, max_chars - len(note))] + note[:max_chars]
+    return text
+
+
+def safe_str(value: Any) -> str:
+    """``str(value)``, or a placeholder naming its type when ``__str__`` itself fails."""
+    try:
+        text = str(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown as text>"
+    return text if isinstance(text, str) else f"<{type(value).__name__}>"
+
+
+def storable_json(value: Any, depth: int = 0) -> Any:
+    """``value`` as a JSON value ``json_problem`` accepts: text made storable, NaN and
+    infinities as ``null``, keys as text, tuples and sets as arrays, anything else (and
+    anything nested deeper than ``MAX_JSON_DEPTH``) as its text."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return storable_text(value)
+    if depth >= MAX_JSON_DEPTH:
+        return storable_text(safe_str(value))
+    if isinstance(value, Mapping):
+        return {storable_text(safe_str(k)): storable_json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [storable_json(item, depth + 1) for item in value]
+    return storable_text(safe_str(value))
+
+
 def _check_json(value: Any, what: str, index: int) -> None:
     problem = json_problem(value)
     if problem:
@@ -78,7 +127,10 @@ def coerce_message(message: Any, index: int) -> ChatMessage:
     parts = message.parts
     if parts and isinstance(parts, tuple | list) and all(isinstance(p, ContentPart) for p in parts):
         # the stored text of a multi-part message is always its parts' text, and an inline
-        # image's size is read once here so that pricing it never needs the header again
+        # image's size is read once here so that pricing it never needs the header again;
+        # both need fields of the right types, checked first
+        for position, part in enumerate(parts):
+            check_part_fields(part, f"part {position}", index)
         parts = tuple(_with_size(p) for p in parts)
         content: str | None = parts_text(parts)
     else:
@@ -119,6 +171,29 @@ _URL = re.compile(r"https?://\S+", re.IGNORECASE)
 _ANY_PART_ROLES = frozenset({Role.HUMAN, Role.TOOL})
 
 
+def check_part_fields(part: ContentPart, where: str, index: int) -> None:
+    """Check the types of a part's fields (text fields are storable strings, the size is
+    positive whole pixels, ``extra`` a mapping): what joining the parts' text and reading an
+    image's size rely on, so ``coerce_message`` runs it before either.
+
+    Raises:
+        InvalidMessageError: with ``index`` set to the message's place in its batch.
+    """
+    for name in ("text", "data", "url", "file_id", "mime_type", "detail", "filename"):
+        value = getattr(part, name)
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"{where} {name} must be a string", index=index)
+        problem = text_problem(value)
+        if problem:
+            raise InvalidMessageError(f"{where} {name} {problem}", index=index)
+    for name in ("width", "height"):
+        value = getattr(part, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise InvalidMessageError(f"{where} {name} must be a positive number of pixels", index=index)
+    if not isinstance(part.extra, Mapping):
+        raise InvalidMessageError(f"{where} extra must be a JSON object", index=index)
+
+
 def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> None:
     """Check the content parts of one message: ``ContentPart`` objects of a known kind, on a
     role that takes them (images, audio and files only on human and tool messages), with
@@ -145,19 +220,7 @@ def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> 
             raise InvalidMessageError(
                 f"{where} has an unknown kind {part.kind!r} (allowed: {allowed})", index=index
             ) from None
-        for name in ("text", "data", "url", "file_id", "mime_type", "detail", "filename"):
-            value = getattr(part, name)
-            if not isinstance(value, str):
-                raise InvalidMessageError(f"{where} {name} must be a string", index=index)
-            problem = text_problem(value)
-            if problem:
-                raise InvalidMessageError(f"{where} {name} {problem}", index=index)
-        for name in ("width", "height"):
-            value = getattr(part, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise InvalidMessageError(f"{where} {name} must be a positive number of pixels", index=index)
-        if not isinstance(part.extra, Mapping):
-            raise InvalidMessageError(f"{where} extra must be a JSON object", index=index)
+        check_part_fields(part, where, index)
         _check_json(part.extra, f"{where} extra", index)
         if kind is PartKind.TEXT:
             if part.data or part.url or part.file_id:

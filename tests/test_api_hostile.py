@@ -99,7 +99,20 @@ def test_crafted_message_cursor_is_4xx(api, conv, query):  # type: ignore[no-unt
     assert_error(response, (400, 404))
 
 
-@pytest.mark.parametrize("query", ["p=not-a-date", "p=9999-99-99", "p=%00", "o=-5"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "p=not-a-date",
+        "p=9999-99-99",
+        "p=%00",
+        "o=-5",
+        # dates without a UTC offset (a digit string parses as one) would be compared as
+        # local time, which Django warns about
+        "p=2026-01-01T00:00:00",
+        "p=111111111111111111",
+        "p=2026-01-01T00:00:00.1234567891234",
+    ],
+)
 def test_crafted_conversation_cursor_is_4xx(api, conv, query):  # type: ignore[no-untyped-def]
     response = api.get("/api/conversations/", {"cursor": _cursor(query)})
     assert_error(response, (400, 404))
@@ -308,3 +321,24 @@ def test_no_query_parameter_value_makes_a_server_error(api, conv, param):  # typ
             assert response.status_code < 500, (path, param, value)
         raw = api.get(f"{path}?{param}=%ED%A0%80%00")
         assert raw.status_code < 500, (path, param)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "text", "text": 1},
+        {"type": "text", "text": ["a"]},
+        {"type": "image", "data": 5, "mime_type": "image/png"},
+        {"type": "image", "url": {"u": 1}},
+        {"type": "image", "url": "https://example.com/a.png", "width": "10", "height": 10},
+        {"type": "file", "filename": 7, "file_id": "f"},
+        {"type": "audio", "data": "AAAA", "mime_type": ["audio/wav"]},
+    ],
+)
+def test_content_parts_with_fields_of_the_wrong_type_are_400(api, conv, part):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    body = {"role": "human", "parts": [{"type": "text", "text": "look"}, part]}
+    response = api.post(url(conv, "messages/"), body, format="json")
+    assert_error(response, 400, "invalid_message")
+    assert response.json()["index"] == 0
+    assert snapshot() == before

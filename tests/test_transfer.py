@@ -86,7 +86,13 @@ def rich(django_user_model) -> Conversation:  # type: ignore[no-untyped-def]
         ]
     )
     first = Summary.objects.create(
-        conversation=conv, text="Order 7 asked about.", first_seq=2, through_seq=6, token_count=5, model="m"
+        conversation=conv,
+        text="Order 7 asked about.",
+        first_seq=2,
+        through_seq=6,
+        token_count=5,
+        model="m",
+        human_messages_covered=1,
     )
     second = Summary.objects.create(
         conversation=conv,

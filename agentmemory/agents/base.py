@@ -20,17 +20,19 @@ its budget and starting on a human message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import router
 
 from agentmemory.agents import registry
 from agentmemory.agents.config import AgentConfig, MemoryConfig
@@ -67,6 +69,7 @@ from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.llm.config import DEFAULT_LLM, get_llm
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation
+from agentmemory.validation import json_problem, safe_str, storable_json, storable_text, text_problem
 
 __all__ = ["BaseToolCallingAgent", "resolve_llm"]
 
@@ -354,6 +357,8 @@ class BaseToolCallingAgent:
             started = time.monotonic()
             response = self.llm.invoke(shaped.window.messages, tools=schemas)
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
+            if ai.tool_calls:
+                ai = _clear_of(ai, self.pending_call_ids(injector))
             turn.record(call)
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
@@ -401,6 +406,8 @@ class BaseToolCallingAgent:
             started = time.monotonic()
             response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
+            if ai.tool_calls:
+                ai = _clear_of(ai, await sync_to_async(self.pending_call_ids)(injector))
             turn.record(call)
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
@@ -459,6 +466,18 @@ class BaseToolCallingAgent:
             )
             return False
 
+    def pending_call_ids(self, injector: AgentInjector) -> set[str]:
+        """Ids of the conversation's tool calls still awaiting a result (an approval flow, a
+        client that died): a reply may not reuse one, so such ids are renamed before the
+        tools run. One query, made only for replies that call tools."""
+        pending = (
+            Conversation.objects.using(router.db_for_read(Conversation))
+            .filter(pk=injector.conversation_id)
+            .values_list("pending_tool_calls", flat=True)
+            .first()
+        )
+        return set(pending) if isinstance(pending, Mapping) else set()
+
     # -- helpers ------------------------------------------------------------------------
 
     def _shape(self, window: ContextWindow, current_turn_seq: int) -> PolicyOutcome:
@@ -474,17 +493,26 @@ class BaseToolCallingAgent:
         message = response.message
         usage = response.usage or Usage()
         model = response.model or getattr(self.llm, "model_name", "")
-        metadata = {
-            **dict(message.metadata or {}),
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
-            "model": model,
-            "finish_reason": response.finish_reason,
-            "latency_s": round(latency, 6),
-        }
+        # What the model sent is stored whatever it holds (a NUL character, a lone surrogate,
+        # a provider field that is not JSON): refusing it would fail the turn after the human
+        # message is stored.
+        provider = message.metadata if isinstance(message.metadata, Mapping) else {}
+        metadata = storable_json(
+            {
+                **provider,
+                "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+                "model": model,
+                "finish_reason": response.finish_reason,
+                "latency_s": round(latency, 6),
+            }
+        )
         content = message.content
         if content is None and not message.tool_calls:
             content = ""
-        ai = ChatMessage.ai(content, _usable_calls(message.tool_calls), name=message.name, metadata=metadata)
+        if content is not None:
+            content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
+        name = storable_text(safe_str(message.name or ""))[:255]
+        ai = ChatMessage.ai(content, _usable_calls(message.tool_calls), name=name, metadata=metadata)
         call = ModelCall(
             round=round_,
             window=shaped.window,
@@ -511,21 +539,43 @@ def _takes_max_tokens(method: Callable[..., Any]) -> bool:
     return any(p.name == "max_tokens" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-def _usable_calls(calls: Sequence[ToolCall]) -> list[ToolCall]:
-    """Tool calls that storage accepts: a missing or repeated id gets a fresh one (some
-    OpenAI-compatible servers send none), arguments that are not an object are kept as text
-    under ``RAW_ARGUMENTS_KEY`` so the call is answered with an error result."""
+def _clear_of(ai: ChatMessage, taken: set[str]) -> ChatMessage:
+    """``ai`` with fresh ids for its calls whose id is in ``taken``."""
+    if not any(call.id in taken for call in ai.tool_calls):
+        return ai
+    return dataclasses.replace(ai, tool_calls=tuple(_usable_calls(ai.tool_calls, taken)))
+
+
+def _storable_short(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= _MAX_ID_CHARS and not text_problem(value)
+
+
+_MAX_ID_CHARS = 255
+
+
+def _usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> list[ToolCall]:
+    """Tool calls that storage accepts, whatever the model sent: an id that is missing,
+    repeated, already awaiting a result in the conversation (``taken``), too long or not
+    storable text gets a fresh one (some OpenAI-compatible servers send none, or number
+    them from 1 each reply); a name that is not storable text of 1 to 255 characters is
+    stored made storable (it names no tool, so the call is answered with an "unknown tool"
+    error result); arguments that are not a storable JSON object are kept as text under
+    ``RAW_ARGUMENTS_KEY``, so the call is answered with an error result."""
     seen: set[str] = set()
     usable = []
     for call in calls:
-        fresh = not call.id or call.id in seen or len(call.id) > 255
+        fresh = not _storable_short(call.id) or call.id in seen or call.id in taken
         call_id = f"call_{uuid.uuid4().hex}" if fresh else call.id
         seen.add(call_id)
+        name = call.name
+        if not _storable_short(name):
+            name = storable_text(safe_str(name))[:_MAX_ID_CHARS] or "unnamed"
         arguments = call.arguments
-        if not isinstance(arguments, Mapping):
-            arguments = {RAW_ARGUMENTS_KEY: str(arguments)}
-        if call_id != call.id or arguments is not call.arguments:
-            call = ToolCall(id=call_id, name=call.name, arguments=arguments)
+        if not isinstance(arguments, Mapping) or json_problem(arguments):
+            raw = arguments if isinstance(arguments, str) else safe_str(arguments)
+            arguments = {RAW_ARGUMENTS_KEY: storable_text(raw, max_chars=10_000)}
+        if call_id != call.id or name is not call.name or arguments is not call.arguments:
+            call = ToolCall(id=call_id, name=name, arguments=arguments)
         usable.append(call)
     return usable
 

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 from asgiref.sync import async_to_sync, sync_to_async
 
+from agentmemory.conf import app_settings
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
+from agentmemory.validation import safe_str, storable_text
 
 if TYPE_CHECKING:
     from agentmemory.agents.injector import AgentInjector
@@ -362,15 +364,19 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
 def _to_text(value: Any) -> str:
     """A tool's return value as the text of its result: strings (and string enums) as they
     are, everything else as JSON (``None`` becomes ``"null"``; sets become arrays, dataclasses
-    objects, other objects their ``str``)."""
-    if isinstance(value, enum.Enum):
-        value = value.value
-    if isinstance(value, str):
-        return value
+    objects, other objects their ``str``; a value JSON cannot hold, its ``str``; a value
+    whose ``str`` fails, a placeholder naming its type). Never raises."""
     try:
-        return json.dumps(value, ensure_ascii=False, default=_json_fallback)
-    except (TypeError, ValueError):
-        return str(value)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        if isinstance(value, str):
+            return value
+        try:
+            return json.dumps(value, ensure_ascii=False, default=_json_fallback)
+        except (TypeError, ValueError):
+            return safe_str(value)
+    except Exception:
+        return safe_str(value)
 
 
 def _json_fallback(value: Any) -> Any:
@@ -386,8 +392,8 @@ def _json_fallback(value: Any) -> Any:
 def error_text(exc: BaseException) -> str:
     """``"Error: ..."`` text for a failed call (``ToolError`` messages are sent as they are)."""
     if isinstance(exc, ToolError):
-        return f"Error: {exc}"
-    detail = str(exc)
+        return f"Error: {safe_str(exc)}"
+    detail = safe_str(exc)
     return f"Error: {type(exc).__name__}: {detail}" if detail else f"Error: {type(exc).__name__}"
 
 
@@ -535,6 +541,10 @@ def _outcome(
     call: ToolCall, text: str, started: float, *, error: bool = False, value: Any = None
 ) -> ToolOutcome:
     metadata = {"latency_s": round(time.monotonic() - started, 6), "error": error}
+    # The result is stored whatever the tool returned: a NUL character or a lone surrogate
+    # would be refused, and text over MAX_MESSAGE_CHARS is cut (the model is sent at most
+    # MAX_TOOL_RESULT_TOKENS of it anyway).
+    text = storable_text(text, max_chars=app_settings().MAX_MESSAGE_CHARS)
     message = ChatMessage.tool(text, tool_call_id=call.id, name=call.name, metadata=metadata)
     return ToolOutcome(message=message, error=error, value=value)
 

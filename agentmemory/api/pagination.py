@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
@@ -16,7 +17,8 @@ _INTEGER = re.compile(r"-?\d{1,18}")
 class CheckedCursorPagination(CursorPagination):
     """A cursor pagination that refuses a crafted cursor (404 "Invalid cursor", as DRF does
     for an undecodable one) instead of passing its position to the database: a position must
-    be an integer of at most 18 digits for integer orderings, a date and time for ``created_at``."""
+    be an integer of at most 18 digits for integer orderings, a date and time for ``created_at``
+    (with its UTC offset when ``USE_TZ`` is on)."""
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
@@ -33,9 +35,12 @@ class CheckedCursorPagination(CursorPagination):
             return False
         if field.endswith("_at"):
             try:
-                return parse_datetime(position) is not None
+                parsed = parse_datetime(position)
             except ValueError:
                 return False
+            # The cursors this pagination makes carry the offset when time zones are on; a
+            # naive position would be compared as local time (and warned about) instead.
+            return parsed is not None and (parsed.tzinfo is not None) == settings.USE_TZ
         return bool(_INTEGER.fullmatch(position))
 
 

@@ -170,7 +170,9 @@ def pack_history(
             results = held.pop(row.seq, [])
             unit, unanswered = _canonical(row, results)
             # Results whose id the AI message does not hold: data written around validation.
-            stray = [r.seq for r in results if r not in unit]
+            # (by identity: comparing rows field by field made an exchange of n calls cost n**2)
+            placed = {id(r) for r in unit}
+            stray = [r.seq for r in results if id(r) not in placed]
             if unanswered or stray:
                 if placeholder_tokens is None or stray:
                     result.skipped_pending.extend(sorted([row.seq, *(r.seq for r in results)]))

@@ -1,0 +1,51 @@
+"""Hostile input through Python: content parts whose fields have the wrong types are refused
+before anything reads them, and one tool exchange with thousands of calls packs in time
+linear in its size (rows are never compared field by field)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmemory.context.packing import RowMeta, pack_history
+from agentmemory.exceptions import InvalidMessageError
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
+from agentmemory.models import Conversation, Message
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "part",
+    [
+        ContentPart(kind=PartKind.TEXT, text=1),  # type: ignore[arg-type]
+        ContentPart(kind=PartKind.IMAGE, data=b"\x89PNG", mime_type="image/png"),  # type: ignore[arg-type]
+        ContentPart(kind=PartKind.IMAGE, url="https://example.com/a.png", width="9", height=9),  # type: ignore[arg-type]
+        ContentPart(kind=PartKind.FILE, file_id="f", filename=None),  # type: ignore[arg-type]
+        ContentPart(kind=PartKind.TEXT, text="a", extra=[1]),  # type: ignore[arg-type]
+    ],
+)
+def test_parts_with_fields_of_the_wrong_type_are_refused(part):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create()
+    message = ChatMessage(
+        role=Role.HUMAN, content="", parts=(ContentPart(kind=PartKind.TEXT, text="a"), part)
+    )
+    with pytest.raises(InvalidMessageError) as info:
+        PersistentChatHistory(conv).add_messages([ChatMessage.human("first"), message])
+    assert info.value.index == 1 and "part 1" in info.value.reason
+    assert not Message.objects.exists()
+
+
+def test_an_exchange_of_thousands_of_calls_is_packed_without_comparing_rows(monkeypatch):
+    def no_comparison(self, other):  # type: ignore[no-untyped-def]
+        raise AssertionError("rows compared field by field: quadratic in the size of an exchange")
+
+    monkeypatch.setattr(RowMeta, "__eq__", no_comparison)
+    n = 5_000
+    calls = [{"id": f"c{i}", "name": "f", "arguments": {}} for i in range(n)]
+    rows = [RowMeta(1, "human", 5), RowMeta(2, "ai", 10, 2, "", calls)]
+    rows += [RowMeta(3 + i, "tool", 2, 2, f"c{n - 1 - i}") for i in range(n)]  # stored in reverse
+    rows.append(RowMeta(3 + n, "tool", 2, None, "stray"))  # an orphan
+    packed = pack_history(reversed(rows), budget=1_000_000)
+    exchange = packed.units[1]
+    assert [r.tool_call_id for r in exchange[1:]] == [c["id"] for c in calls]
+    assert packed.skipped_orphans == [3 + n]
