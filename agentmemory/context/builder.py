@@ -236,8 +236,8 @@ class ContextWindowBuilder:
             still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
             extra query. Reporting costs one more statement of index lookups when the
-            window leaves messages out, whatever their number. Defaults to "report": a read has no side effects unless asked;
-            agents and the replay pass
+            window leaves messages out, whatever their number. Defaults to "report": a
+            read has no side effects unless asked; agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
         fit_newest_turn: when the turn in progress (a human message and the tool exchanges
