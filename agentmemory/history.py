@@ -498,7 +498,8 @@ INSERT INTO {message} (
 )
 SELECT %(id)s, bumped.base + 1, %(role)s, %(content)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(name)s,
        %(tokens)s, %(counter)s,
-       CASE WHEN %(answered)s::text = '' THEN bumped.base + 1 ELSE (bumped.pending ->> %(answered)s::text)::bigint END,
+       CASE WHEN %(answered)s::text = '' THEN bumped.base + 1
+            ELSE (bumped.pending ->> %(answered)s::text)::bigint END,
        %(metadata)s::jsonb, %(parts)s::jsonb, %(now)s
 FROM bumped
 RETURNING id, seq, exchange_seq
