@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
@@ -57,13 +57,6 @@ REASON_SUMMARY_CUT = "the summary was cut to make room for the turn in progress"
 MIN_FITTED_TOOL_RESULT_TOKENS = 64
 
 
-def _recording(rows: Iterable[RowMeta], seen: list[RowMeta]) -> Iterator[RowMeta]:
-    """``rows``, each also appended to ``seen`` as it is taken."""
-    for row in rows:
-        seen.append(row)
-        yield row
-
-
 def _newest_turn(source: Iterator[RowMeta], seen: list[RowMeta]) -> list[RowMeta]:
     """The rows of the newest turn, newest first: what packing read, then more from
     ``source`` until the newest human message; empty when there is none."""
@@ -92,6 +85,8 @@ def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
         room -= tokens
     return None  # everything fits at the current cap: something else blocks
 
+
+_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
 
 #: a seq above every stored one: ``before`` of an empty window
 _NO_SEQ = 2**62
@@ -558,8 +553,8 @@ class ContextWindowBuilder:
             else None
         )
         cap = self.max_tool_result_tokens
-        rows_seen: list[RowMeta] = []
-        source = _recording(reader, rows_seen)
+        rows_seen = reader.seen
+        source = iter(reader)
         packed = pack_history(
             source,
             budget=available,
@@ -569,7 +564,7 @@ class ContextWindowBuilder:
             placeholder_tokens=placeholder_tokens,
         )
 
-        has_human = any(unit[0].role == Role.HUMAN for unit in packed.units)
+        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
         if (
             self.fit_newest_turn
             and not has_human
@@ -591,7 +586,7 @@ class ContextWindowBuilder:
                     truncate_oversized_human=self.oversized_message_policy == "truncate",
                     placeholder_tokens=placeholder_tokens,
                 )
-                if any(unit[0].role == Role.HUMAN for unit in refit.units):
+                if any(unit[0].role == _HUMAN for unit in refit.units):
                     refit.blocked = refit.blocked or packed.blocked  # older rows were not read
                     packed, cap, has_human = refit, fitted, True
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
@@ -634,7 +629,7 @@ class ContextWindowBuilder:
                 chat = truncate_message(chat, truncate_newest[1], counter)
                 tokens = counter.count_message(chat)
                 truncated.append(row.seq)
-            elif cap is not None and row.role == Role.TOOL and tokens > cap:
+            elif cap is not None and row.role == _TOOL and tokens > cap:
                 chat = truncate_message(chat, cap, counter)
                 tokens = counter.count_message(chat)
                 truncated.append(row.seq)

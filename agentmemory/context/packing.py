@@ -20,6 +20,9 @@ from agentmemory.tokens import TokenCounter
 PENDING_RESULT_PLACEHOLDER = "[no result yet: this tool call is still pending]"
 TRUNCATION_MARKER = "\n[... truncated for the context window: {omitted} of {total} characters omitted ...]"
 _META_FIELDS = ("seq", "role", "token_count", "exchange_seq", "tool_call_id", "tool_calls")
+# Plain strings: rows hold their role as the stored string, and comparing it with a ``Role``
+# member costs several times a string comparison (this runs for every row of every window).
+_HUMAN, _AI, _TOOL = Role.HUMAN.value, Role.AI.value, Role.TOOL.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,7 @@ class RowMeta:
 
     @property
     def is_orphan(self) -> bool:
-        return self.role == Role.TOOL and self.exchange_seq is None and not self.placeholder
+        return self.role == _TOOL and self.exchange_seq is None and not self.placeholder
 
 
 @dataclass
@@ -94,7 +97,7 @@ def pending_placeholder(call_id: str, name: str = "") -> ChatMessage:
 
 
 def _effective_tokens(row: RowMeta, cap: int | None) -> int:
-    if cap is not None and row.role == Role.TOOL and row.token_count > cap:
+    if cap is not None and row.role == _TOOL and row.token_count > cap:
         return cap
     return row.token_count
 
@@ -158,15 +161,17 @@ def pack_history(
     outside: list[RowMeta] = []  # results read whose exchange does not enter the window
 
     newest_first_units: list[list[RowMeta]] = []
+    consumed = 0
     for row in rows_newest_first:
-        result.rows_consumed += 1
-        if row.is_orphan:
-            result.skipped_orphans.append(row.seq)
+        consumed += 1
+        role = row.role
+        if role == _TOOL:
+            if row.exchange_seq is None and not row.placeholder:  # an orphan
+                result.skipped_orphans.append(row.seq)
+            else:
+                held.setdefault(row.exchange_seq, []).append(row)  # type: ignore[arg-type]
             continue
-        if row.role == Role.TOOL:
-            held.setdefault(row.exchange_seq, []).append(row)  # type: ignore[arg-type]
-            continue
-        if row.role == Role.AI and row.tool_calls:
+        if role == _AI and row.tool_calls:
             results = held.pop(row.seq, [])
             unit, unanswered = _canonical(row, results)
             # Results whose id the AI message does not hold: data written around validation.
@@ -178,18 +183,17 @@ def pack_history(
                     result.skipped_pending.extend(sorted([row.seq, *(r.seq for r in results)]))
                     continue
                 unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
+            cost = sum(_effective_tokens(r, max_tool_result_tokens) for r in unit)
         else:
             unit = [row]
-        cost = sum(_effective_tokens(r, max_tool_result_tokens) for r in unit)
+            cost = row.token_count  # not a tool result: never capped
         too_many = max_messages is not None and count + len(unit) > max_messages
         if result.tokens + cost > budget or too_many:
             outside.extend(unit[1:])
             result.blocked = (min(r.seq for r in unit), cost)
             result.blocked_by_count = too_many and result.tokens + cost <= budget
             result.available_at_block = budget - result.tokens
-            newest_human = unit[0].role == Role.HUMAN and not any(
-                u[0].role == Role.HUMAN for u in newest_first_units
-            )
+            newest_human = unit[0].role == _HUMAN and not any(u[0].role == _HUMAN for u in newest_first_units)
             room = budget - result.tokens
             if truncate_oversized_human and newest_human and not too_many and len(unit) == 1 and room > 0:
                 newest_first_units.append(unit)
@@ -200,24 +204,26 @@ def pack_history(
         result.tokens += cost
         count += len(unit)
 
-    while newest_first_units and newest_first_units[-1][0].role != Role.HUMAN:
+    while newest_first_units and newest_first_units[-1][0].role != _HUMAN:
         dropped = newest_first_units.pop()
         outside.extend(dropped[1:])
         result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens) for r in dropped)
         result.dropped_leading.extend(r.seq for r in dropped if not r.placeholder)
+    result.rows_consumed = consumed
     result.units = list(reversed(newest_first_units))
+    chosen = result.rows
     # Results of exchanges older than the window that were stored after its start.
-    first = min((r.seq for r in result.rows), default=0)
+    first = min((r.seq for r in chosen), default=0)
     outside.extend(r for rows in held.values() for r in rows)
     result.skipped_late = sorted(
-        r.seq for r in outside if r.role == Role.TOOL and not r.placeholder and r.seq > first
+        r.seq for r in outside if r.role == _TOOL and not r.placeholder and r.seq > first
     )
-    result.placeholders = [r.tool_call_id for r in result.rows if r.placeholder]
+    result.placeholders = [r.tool_call_id for r in chosen if r.placeholder]
     if max_tool_result_tokens is not None:
         result.capped = [
             r.seq
-            for r in result.rows
-            if r.role == Role.TOOL and not r.placeholder and r.token_count > max_tool_result_tokens
+            for r in chosen
+            if r.role == _TOOL and not r.placeholder and r.token_count > max_tool_result_tokens
         ]
     return result
 

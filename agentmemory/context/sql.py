@@ -269,6 +269,7 @@ def _tool_calls(value: Any, conn: Any) -> Any:
 
 
 _ROLES = {role.value: role for role in Role}
+_TOOL = Role.TOOL.value
 
 
 def _fast_init(cls: Any, names: tuple[str, ...]) -> Any:
@@ -480,6 +481,8 @@ class TailReader:
         self.using = using or router.db_for_read(Message)
         self.rows_read = 0
         self.contents: dict[int, ChatMessage] = {}
+        #: every row yielded so far, newest first
+        self.seen: list[RowMeta] = []
 
     def _fetch(self, upper: int | None, size: int, room: int) -> list[tuple[Any, ...]]:
         params: dict[str, Any] = {
@@ -499,6 +502,7 @@ class TailReader:
 
     def __iter__(self) -> Iterator[RowMeta]:
         conn = connections[self.using]
+        seen = self.seen.append
         cap = self.cap
         upper: int | None = None
         size = self.page_size
@@ -539,8 +543,10 @@ class TailReader:
                         token_count,
                         _parts(parts, conn) if parts is not None else (),
                     )
-                spent += cap if cap is not None and role == Role.TOOL and token_count > cap else token_count
-                yield _new_row(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)
+                spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
+                row = _new_row(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)
+                seen(row)
+                yield row
             if complete or not page:
                 return
             upper = page[-1][0]
