@@ -345,3 +345,29 @@ def test_conversation_pages_read_the_owner_index(api, user, django_user_model): 
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "agentmemory_conv_owner_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def test_context_and_appends_in_the_langchain_format(api, user):  # type: ignore[no-untyped-def]
+    conv = _tool_conversation(user)
+    window = api.get(f"/api/conversations/{conv.uuid}/context/", {"message_format": "langchain"}).json()
+    assert window["format"] == "langchain"
+    assert [m["type"] for m in window["messages"]] == ["system", "human", "ai", "tool", "ai"]
+    assert window["messages"][2]["data"]["tool_calls"][0]["args"] == {"city": "Oslo"}
+
+    # What the context endpoint returns can be appended to another conversation as it is.
+    copy = Conversation.objects.create(owner=user)
+    response = api.post(
+        f"/api/conversations/{copy.uuid}/messages/?message_format=langchain",
+        {"messages": window["messages"]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    stored = response.json()["messages"]
+    assert [m["role"] for m in stored] == ["system", "human", "ai", "tool", "ai"]
+    assert stored[2]["tool_calls"] == [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}]
+    refused = api.post(
+        f"/api/conversations/{copy.uuid}/messages/?message_format=langchain",
+        {"messages": [{"type": "robot", "data": {}}]},
+        format="json",
+    )
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_message"

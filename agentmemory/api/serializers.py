@@ -41,7 +41,26 @@ from agentmemory.validation import json_problem, text_problem
 NATIVE = "native"
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
-MESSAGE_FORMATS = (NATIVE, OPENAI, ANTHROPIC)
+LANGCHAIN = "langchain"
+MESSAGE_FORMATS = (NATIVE, OPENAI, ANTHROPIC, LANGCHAIN)
+
+
+def _langchain() -> Any:
+    """``agentmemory.formats.langchain`` with ``langchain_core.messages``' dict converters.
+
+    Raises:
+        InvalidMessageError: langchain-core is not installed (the ``langchain`` extra).
+    """
+    try:
+        from langchain_core.messages import messages_from_dict, messages_to_dict
+
+        from agentmemory.formats import langchain
+    except ImportError:
+        raise InvalidMessageError(
+            "the langchain message format needs langchain-core (pip install 'django-agentmemory[langchain]')"
+        ) from None
+    return langchain, messages_from_dict, messages_to_dict
+
 
 _NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata", "parts"})
 _OPENAI_ROLES = {"user": "human", "assistant": "ai", "developer": "system"}
@@ -178,8 +197,9 @@ def _parts_from_native(raw: Any, index: int) -> tuple[ContentPart, ...]:
 
 
 def messages_from_request(items: list[Any], message_format: str) -> list[ChatMessage]:
-    """Parse a request's messages in ``message_format`` (``"native"``, ``"openai"`` or
-    ``"anthropic"``: a list of Anthropic ``messages``, without ``system``).
+    """Parse a request's messages in ``message_format``: ``"native"``, ``"openai"``,
+    ``"anthropic"`` (a list of Anthropic ``messages``, without ``system``) or ``"langchain"``
+    (LangChain's ``messages_to_dict`` shape, ``{"type": "human", "data": {...}}``).
 
     Raises:
         InvalidMessageError: with ``index`` set to the offending message's position.
@@ -188,6 +208,16 @@ def messages_from_request(items: list[Any], message_format: str) -> list[ChatMes
         return from_openai_messages(items)
     if message_format == ANTHROPIC:
         return from_anthropic(items)
+    if message_format == LANGCHAIN:
+        langchain, messages_from_dict, _ = _langchain()
+        try:
+            return list(langchain.from_langchain(messages_from_dict(items)))
+        except InvalidMessageError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidMessageError(
+                f"not a list of LangChain message dicts ({{'type': ..., 'data': {{...}}}}): {exc}"
+            ) from None
     return [message_from_native(item, i) for i, item in enumerate(items)]
 
 
@@ -432,19 +462,24 @@ class ErrorSerializer(serializers.Serializer):
 
 
 #: ``messages`` of a context window: one object per message, in the shape of ``format``. The
-#: three shapes share ``role`` and ``content`` and cannot be told apart by a schema (an OpenAI
-#: and an Anthropic user message look the same), so they are one object schema whose other
-#: properties are those of the native shape.
+#: shapes cannot be told apart by a schema (an OpenAI and an Anthropic user message look the
+#: same), so they are one object schema listing the properties of each.
 CONTEXT_MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "array",
     "description": "The messages to send, oldest first. native: the fields below; openai: Chat "
     "Completions messages (role system/user/assistant/tool, tool_calls with JSON-string "
-    "arguments); anthropic: Messages API messages (role user/assistant, content text or blocks).",
+    "arguments); anthropic: Messages API messages (role user/assistant, content text or blocks); "
+    "langchain: LangChain's messages_to_dict shape (type and data).",
     "items": {
         "type": "object",
-        "required": ["role"],
         "properties": {
-            "role": {"type": "string"},
+            "role": {"type": "string", "description": "native, openai, anthropic."},
+            "type": {"type": "string", "description": "langchain: human, ai, system or tool."},
+            "data": {
+                "type": "object",
+                "additionalProperties": {},
+                "description": "langchain: the message's fields (content, tool_calls, ...).",
+            },
             "content": {"description": "Text, a list of content parts or blocks, or null."},
             "part": {
                 "type": "string",
@@ -518,6 +553,9 @@ class ContextWindowSerializer(serializers.Serializer):
             return to_openai_messages(window.messages)
         if self.get_format(window) == ANTHROPIC:
             return self._anthropic(window)[1]
+        if self.get_format(window) == LANGCHAIN:
+            langchain, _, messages_to_dict = _langchain()
+            return list(messages_to_dict(langchain.to_langchain(window.messages)))
         result = []
         for part, message, tokens in window_entries(window, self.context["token_counter"]):
             entry = {"part": part, "seq": message.seq if part == HISTORY_PART else None}

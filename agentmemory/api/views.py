@@ -76,9 +76,10 @@ MESSAGE_FORMAT_PARAMETER = OpenApiParameter(
     OpenApiTypes.STR,
     enum=list(s.MESSAGE_FORMATS),
     default=s.NATIVE,
-    description="Message shape: agentmemory's native shape, OpenAI chat-completions messages or "
-    "Anthropic messages. (`?format=openai` of earlier versions still selects OpenAI: `format` "
-    "is DRF's renderer choice, and `openai` is the name of a JSON renderer.)",
+    description="Message shape: agentmemory's native shape, OpenAI chat-completions messages, "
+    "Anthropic messages or LangChain message dicts (messages_to_dict; needs langchain-core). "
+    "(`?format=openai` of earlier versions still selects OpenAI: `format` is DRF's renderer "
+    "choice, and `openai` is the name of a JSON renderer.)",
 )
 
 
