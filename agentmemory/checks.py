@@ -134,6 +134,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 id="agentmemory.E041",
             )
         )
+    problems.extend(_retention_problems(conf))
     for name in ("TOKEN_COUNTER", "COMPACTOR_CLASS", "COMPACTION_LLM"):
         path = getattr(conf, name)
         if path is None:
@@ -447,3 +448,31 @@ def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         )
     )
     return messages
+
+
+def _retention_problems(conf: Any) -> list[Error]:
+    """RETENTION_DAYS and RETENTION_DAYS_BY_AGENT (agentmemory.E050, E051)."""
+    problems = []
+    days = conf.RETENTION_DAYS
+    if days is not None and not _is_positive_int(days):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['RETENTION_DAYS'] must be a positive integer or None, not {days!r}.",
+                hint="Days without activity after which purge_conversations removes a conversation; "
+                "None keeps conversations forever.",
+                id="agentmemory.E050",
+            )
+        )
+    by_agent = conf.RETENTION_DAYS_BY_AGENT
+    if not isinstance(by_agent, dict) or not all(
+        isinstance(key, str) and (value is None or _is_positive_int(value)) for key, value in by_agent.items()
+    ):
+        problems.append(
+            Error(
+                "AGENTMEMORY['RETENTION_DAYS_BY_AGENT'] must map agent keys to a positive number of "
+                f"days or None, not {by_agent!r}.",
+                hint='For example {"support": 90, "legal": None}: None keeps that agent\'s conversations.',
+                id="agentmemory.E051",
+            )
+        )
+    return problems

@@ -92,6 +92,12 @@ class AgentMemorySettings:
     #: exchange into a summary (seconds); None waits for every result forever, which keeps
     #: compaction from passing a call that will never be answered
     PENDING_TOOL_CALL_TIMEOUT: int | None = 86_400
+    #: conversations inactive (``updated_at``) for longer than this many days are purged by
+    #: ``purge_conversations`` and the ``purge_expired`` task; None keeps them forever
+    RETENTION_DAYS: int | None = None
+    #: per-agent retention, {agent_key: days or None}, over RETENTION_DAYS; a conversation's
+    #: own ``retention_days`` goes over both
+    RETENTION_DAYS_BY_AGENT: dict[str, int | None] = field(default_factory=dict)
     #: named LLM configurations, like CACHES: {"default": {"BACKEND": path, "OPTIONS": {...}}}
     LLMS: dict[str, Any] = field(default_factory=dict)
     #: recall backend of long-term memory and conversation search: "fulltext" (no download),

@@ -179,6 +179,22 @@ class Conversation(models.Model):
     compaction_failed_at = models.DateTimeField(
         _("compaction failed at"), null=True, blank=True, editable=False
     )
+    retention_days = models.PositiveIntegerField(
+        _("retention (days)"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Purge this conversation after this many days without activity; empty: the agent's "
+            "or the global retention setting."
+        ),
+    )
+    content_purged_at = models.DateTimeField(
+        _("content purged at"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When retention blanked the content of its messages (rows and counters kept)."),
+    )
 
     objects = ConversationQuerySet.as_manager()
 
@@ -197,6 +213,10 @@ class Conversation(models.Model):
             ),
         ]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(retention_days__isnull=True) | Q(retention_days__gte=1),
+                name="agentmemory_conv_retention_positive",
+            ),
             models.CheckConstraint(
                 condition=Q(last_seq__gte=0)
                 & Q(message_count__gte=0)

@@ -112,3 +112,20 @@ def sweep_compactions(limit: int = 500) -> dict[str, int]:
     if counts:
         logger.info("compaction sweep: %s", counts)
     return counts
+
+
+@shared_task(ignore_result=True)
+def purge_expired() -> dict[str, int | bool]:
+    """Delete conversations past their retention period and expired long-term facts
+    (``agentmemory.retention.purge_conversations`` with the settings' periods). Schedule it
+    with Celery beat, e.g. daily (see ``project/celery.py``); without any retention setting it
+    only deletes expired facts and conversations with a ``retention_days`` of their own.
+
+    Returns:
+        The ``PurgeReport`` as a dict.
+    """
+    from agentmemory.retention import purge_conversations
+
+    report = purge_conversations()
+    logger.info("retention purge: %s", report.as_dict(), extra={"purge": report.as_dict()})
+    return report.as_dict()

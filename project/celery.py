@@ -2,12 +2,15 @@
 
 Start a worker with ``celery -A project worker`` and the scheduler with ``celery -A project
 beat``; beat runs ``agentmemory.tasks.sweep_compactions`` every minute, which re-enqueues
-compactions that were requested and never ran (the broker was down, a worker died).
+compactions that were requested and never ran (the broker was down, a worker died), and
+``agentmemory.tasks.purge_expired`` every night, which deletes conversations past their
+retention period and expired long-term facts.
 """
 
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -18,5 +21,10 @@ app.conf.beat_schedule = {
     "agentmemory-sweep-compactions": {
         "task": "agentmemory.tasks.sweep_compactions",
         "schedule": 60.0,  # seconds
+    },
+    "agentmemory-purge-expired": {
+        # conversations past AGENTMEMORY["RETENTION_DAYS"] (and its overrides), expired facts
+        "task": "agentmemory.tasks.purge_expired",
+        "schedule": crontab(hour=3, minute=17),
     },
 }

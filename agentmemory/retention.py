@@ -1,0 +1,279 @@
+"""Retention: purging conversations that have been inactive for longer than policy allows.
+
+The period of a conversation is, first that applies: its own ``retention_days`` field;
+``AGENTMEMORY["RETENTION_DAYS_BY_AGENT"][agent_key]`` (None there keeps that agent's
+conversations); ``AGENTMEMORY["RETENTION_DAYS"]`` (None keeps conversations forever). A
+conversation is expired when its last activity (``updated_at``: every append moves it) is older
+than its period. ``purge_conversations()`` deletes expired conversations, or with
+``blank_content`` blanks what they say and keeps their rows and counters for statistics; the
+``purge_conversations`` command and the ``agentmemory.tasks.purge_expired`` task call it.
+Long-term facts follow their own expiry (``expires_at``): the purge deletes facts already
+expired, which reads have hidden since they expired.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import Case, Q, QuerySet, Value, When
+from django.utils import timezone
+
+from agentmemory.conf import app_settings
+from agentmemory.models import Conversation, Fact, Message, MessageEmbedding, Summary
+
+__all__ = ["PurgeReport", "expired_conversations", "parse_period", "purge_conversations"]
+
+#: conversations handled in one transaction (each batch holds their row locks)
+CONVERSATION_BATCH = 50
+#: ... and at most about this many messages (a larger single conversation is one batch)
+MESSAGE_BATCH = 20_000
+#: messages with tool calls rewritten per statement when blanking
+TOOL_CALL_PAGE = 1_000
+#: expired facts deleted per transaction
+FACT_BATCH = 500
+
+_PERIOD = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "": "days"}
+
+
+def parse_period(text: str) -> timedelta:
+    """``"90d"`` → 90 days. Units: ``s``, ``m``, ``h``, ``d`` (the default), ``w``.
+
+    Raises:
+        ValueError: not a positive whole number with one of those units.
+    """
+    match = _PERIOD.match(text or "")
+    if not match or int(match.group(1)) < 1:
+        raise ValueError(f"{text!r} is not a period such as 90d, 12h or 2w")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def expired_conversations(
+    *,
+    now: datetime | None = None,
+    older_than: timedelta | None = None,
+    agent_key: str | None = None,
+    using: str | None = None,
+) -> QuerySet[Conversation]:
+    """Conversations whose last activity is older than their retention period.
+
+    Args:
+        now: the time periods are measured back from (default now).
+        older_than: one period for every conversation instead of the settings; a
+            conversation's own ``retention_days`` still goes first.
+        agent_key: only conversations of this agent key (exact).
+        using: database alias (default: the one the routers choose for reading).
+
+    Returns:
+        A queryset (no rows read yet); empty when no period applies.
+    """
+    now = now or timezone.now()
+    conf = app_settings()
+    qs = Conversation.objects.using(using or router.db_for_read(Conversation))
+    if agent_key is not None:
+        qs = qs.filter(agent_key=agent_key)
+    expired = Q(pk__in=[])
+    # Each distinct per-conversation period is one condition: a handful in practice.
+    own = qs.exclude(retention_days=None).order_by().values_list("retention_days", flat=True).distinct()
+    for days in own:
+        if days is not None:
+            expired |= Q(retention_days=days, updated_at__lt=now - timedelta(days=days))
+    default = Q(retention_days=None)
+    if older_than is not None:
+        expired |= default & Q(updated_at__lt=now - older_than)
+    else:
+        by_agent = conf.RETENTION_DAYS_BY_AGENT
+        for key, days in by_agent.items():
+            if days is not None:
+                expired |= default & Q(agent_key=key, updated_at__lt=now - timedelta(days=days))
+        if conf.RETENTION_DAYS is not None:
+            expired |= (
+                default
+                & ~Q(agent_key__in=list(by_agent))
+                & Q(updated_at__lt=now - timedelta(days=conf.RETENTION_DAYS))
+            )
+    return qs.filter(expired)
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    """What ``purge_conversations`` did (or would do, with ``dry_run``).
+
+    Attributes:
+        conversations: conversations deleted (or blanked).
+        messages: their messages deleted (or blanked).
+        summaries: their summaries deleted (or blanked).
+        message_embeddings: message vectors deleted (both modes: a vector encodes content).
+        facts: expired long-term facts deleted.
+        dry_run: nothing was changed.
+        blanked: content was blanked instead of deleting rows.
+    """
+
+    conversations: int = 0
+    messages: int = 0
+    summaries: int = 0
+    message_embeddings: int = 0
+    facts: int = 0
+    dry_run: bool = False
+    blanked: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def purge_conversations(
+    *,
+    older_than: timedelta | None = None,
+    agent_key: str | None = None,
+    dry_run: bool = False,
+    blank_content: bool = False,
+    now: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    using: str | None = None,
+) -> PurgeReport:
+    """Delete expired conversations (see ``expired_conversations``) with their messages,
+    summaries and embeddings, then expired long-term facts, in batches: at most
+    ``CONVERSATION_BATCH`` conversations or about ``MESSAGE_BATCH`` messages per transaction,
+    each conversation under its row lock and checked again under it (an append in between
+    makes it active again; it is kept). Memory stays bounded: no message row is loaded, except
+    those with tool calls when blanking, a page at a time.
+
+    With ``blank_content`` the rows stay: message content becomes empty (``""``; ``None``
+    stays ``None``), content parts are dropped, tool call arguments become ``{}`` (ids and
+    names stay, so the pairing of calls and results stays valid), summary texts become
+    empty, message vectors are deleted and the full-text index follows the content; token
+    counts, roles, seqs, metadata and the conversation's counters stay for statistics. Such a
+    conversation gets ``content_purged_at`` and is not blanked again. Facts whose expiry has
+    passed are deleted in both modes (reads already hide them).
+
+    Args:
+        older_than: one period for all conversations instead of the settings (a
+            conversation's own ``retention_days`` still goes first).
+        agent_key: only this agent's conversations and facts.
+        dry_run: count what would be purged; change nothing.
+        blank_content: blank instead of deleting.
+        now: the time periods are measured back from (default now).
+        progress: called after each batch with (conversations done, conversations in all).
+        using: database alias (default: the one the routers choose for writing).
+
+    Returns:
+        A ``PurgeReport``.
+    """
+    now = now or timezone.now()
+    alias = using or router.db_for_write(Conversation)
+    expired = expired_conversations(now=now, older_than=older_than, agent_key=agent_key, using=alias)
+    if blank_content:
+        expired = expired.filter(content_purged_at=None)
+    facts = Fact.objects.using(alias).filter(expires_at__lte=now)
+    if agent_key is not None:
+        facts = facts.filter(agent_key=agent_key)
+
+    if dry_run:
+        ids = expired.values("pk")
+        return PurgeReport(
+            conversations=expired.count(),
+            messages=Message.objects.using(alias).filter(conversation_id__in=ids).count(),
+            summaries=Summary.objects.using(alias).filter(conversation_id__in=ids).count(),
+            message_embeddings=MessageEmbedding.objects.using(alias)
+            .filter(message__conversation_id__in=ids)
+            .count(),
+            facts=facts.count(),
+            dry_run=True,
+            blanked=blank_content,
+        )
+
+    total = expired.count()
+    counts = {"conversations": 0, "messages": 0, "summaries": 0, "message_embeddings": 0}
+    done = 0
+    last_pk = 0
+    while True:
+        with transaction.atomic(using=alias):
+            rows = list(
+                expired.select_for_update()
+                .filter(pk__gt=last_pk)
+                .order_by("pk")
+                .values_list("pk", "message_count")[:CONVERSATION_BATCH]
+            )
+            if not rows:
+                break
+            batch = _cap(rows)
+            last_pk = batch[-1]
+            if blank_content:
+                _add(counts, _blank(alias, batch, now))
+            else:
+                _total, per_model = Conversation.objects.using(alias).filter(pk__in=batch).delete()
+                counts["conversations"] += per_model.get(Conversation._meta.label, 0)
+                counts["messages"] += per_model.get(Message._meta.label, 0)
+                counts["summaries"] += per_model.get(Summary._meta.label, 0)
+                counts["message_embeddings"] += per_model.get(MessageEmbedding._meta.label, 0)
+        done += len(batch)
+        if progress is not None:
+            progress(done, max(total, done))
+
+    fact_count = 0
+    while True:
+        with transaction.atomic(using=alias):
+            fact_ids = list(facts.order_by("pk").values_list("pk", flat=True)[:FACT_BATCH])
+            if not fact_ids:
+                break
+            _total, per_model = Fact.objects.using(alias).filter(pk__in=fact_ids).delete()
+            fact_count += per_model.get(Fact._meta.label, 0)
+    return PurgeReport(
+        conversations=counts["conversations"],
+        messages=counts["messages"],
+        summaries=counts["summaries"],
+        message_embeddings=counts["message_embeddings"],
+        facts=fact_count,
+        blanked=blank_content,
+    )
+
+
+def _cap(rows: list[tuple[int, int]]) -> list[int]:
+    """The leading conversations of ``rows`` holding no more than about ``MESSAGE_BATCH``
+    messages (at least one)."""
+    batch: list[int] = []
+    messages = 0
+    for pk, count in rows:
+        if batch and messages + count > MESSAGE_BATCH:
+            break
+        batch.append(pk)
+        messages += count
+    return batch
+
+
+def _add(counts: dict[str, int], more: dict[str, int]) -> None:
+    for key, n in more.items():
+        counts[key] += n
+
+
+def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
+    """Blank the content of the conversations in ``batch`` (locked by the caller)."""
+    messages = Message.objects.using(alias).filter(conversation_id__in=batch)
+    embeddings, _ = MessageEmbedding.objects.using(alias).filter(message__conversation_id__in=batch).delete()
+    blanked = messages.update(
+        content=Case(When(content__isnull=True, then=Value(None)), default=Value("")), parts=None
+    )
+    with_calls = messages.exclude(tool_calls=[]).order_by("pk")
+    last = 0
+    while True:
+        page = list(with_calls.filter(pk__gt=last).only("pk", "tool_calls")[:TOOL_CALL_PAGE])
+        if not page:
+            break
+        for message in page:
+            message.tool_calls = [{**call, "arguments": {}} for call in message.tool_calls or ()]
+        Message.objects.using(alias).bulk_update(page, ["tool_calls"])
+        last = page[-1].pk
+    summaries = Summary.objects.using(alias).filter(conversation_id__in=batch).update(text="")
+    # ``update()`` leaves ``updated_at`` alone: blanking is not activity.
+    conversations = Conversation.objects.using(alias).filter(pk__in=batch).update(content_purged_at=now)
+    return {
+        "conversations": conversations,
+        "messages": blanked,
+        "summaries": summaries,
+        "message_embeddings": embeddings,
+    }
