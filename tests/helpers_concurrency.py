@@ -9,7 +9,8 @@ Run as a child process::
 Once Django is set up and connected it prints ``ready`` and waits for a line on stdin (so
 that the parent can release every child at the same moment); then it appends ``count``
 messages (single appends, small batches and whole tool exchanges) to the conversation and
-prints the seqs it got as JSON on stdout.
+prints the seqs it got as JSON on stdout. ``chaos <append|build|compact> <conversation_id>
+<worker> <count>`` runs one process of a mixed workload (see ``_chaos_main``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,61 @@ def _append_main(conversation_id: int, worker: int, count: int) -> None:
     print(json.dumps({"worker": worker, "seqs": seqs, "seconds": elapsed}), flush=True)
 
 
+def _unexpected(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def _chaos_main(role: str, conversation_id: int, worker: int, count: int) -> None:
+    """One process of the mixed workload: ``append`` appends ``count`` messages (as
+    ``append`` does), ``build`` builds windows and ``compact`` forces compactions until the
+    conversation is gone or ``count`` rounds are done. Each prints JSON: the seqs it was
+    given (appenders), rounds done, whether it saw the conversation gone (only ever as
+    ``ConversationNotFound``, or a compaction run that reports it), and any other exception."""
+    from django.db import connection
+
+    from agentmemory.compaction import GONE, OfflineMemoryCompactor, run_compaction
+    from agentmemory.context import ContextWindowBuilder
+    from agentmemory.exceptions import ConversationNotFound
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.invariants import window_violations
+
+    batches = worker_batches(worker, count)
+    history = PersistentChatHistory(conversation_id)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    result: dict[str, Any] = {"role": role, "worker": worker, "seqs": [], "rounds": 0, "gone": False}
+    errors: list[str] = []
+    violations: list[Any] = []
+    try:
+        if role == "append":
+            for batch in batches:
+                result["seqs"].extend(m.seq for m in history.add_messages(batch))
+                result["rounds"] += 1
+        elif role == "build":
+            for _ in range(count):
+                window = ContextWindowBuilder(conversation_id).build(1_500)
+                violations.extend(window_violations(window))
+                result["rounds"] += 1
+        elif role == "compact":
+            for _ in range(count):
+                run = run_compaction(conversation_id, compactor_class=OfflineMemoryCompactor)
+                result["rounds"] += 1
+                if run.status == GONE:
+                    result["gone"] = True
+                    break
+                time.sleep(0.05)
+    except ConversationNotFound:
+        result["gone"] = True
+    except Exception as exc:
+        errors.append(_unexpected(exc))
+    finally:
+        connection.close()
+    result["errors"], result["violations"] = errors, [str(v) for v in violations]
+    print(json.dumps(result), flush=True)
+
+
 def main(argv: list[str]) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
@@ -183,6 +239,9 @@ def main(argv: list[str]) -> int:
     django.setup()
     if argv[:1] == ["append"]:
         _append_main(int(argv[1]), int(argv[2]), int(argv[3]))
+        return 0
+    if argv[:1] == ["chaos"]:
+        _chaos_main(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
         return 0
     print(f"unknown command {argv!r}", file=sys.stderr)
     return 2
