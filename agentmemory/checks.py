@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -392,6 +393,29 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register(Tags.compatibility)
+def compaction_mode_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check_compaction_mode``, with the note of which mode is in force (``agentmemory.I001``)
+    kept for ``manage.py check``: Django runs the checks before most commands (migrate,
+    runserver, every command of the host project), where a note that asks nothing of the
+    reader is noise. Errors and warnings are reported everywhere."""
+    messages = check_compaction_mode(app_configs, **kwargs)
+    if _run_by_check_command():
+        return messages
+    return [m for m in messages if m.id != "agentmemory.I001"]
+
+
+def _run_by_check_command() -> bool:
+    """Whether the checks run because ``manage.py check`` (or ``call_command("check")``) asked."""
+    from django.core.management.commands.check import Command as CheckCommand
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), CheckCommand):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Say how compactions run (``COMPACTION_MODE`` and the Celery broker) and how to change
     it; warn when the configuration cannot do what it asks for."""

@@ -104,6 +104,26 @@ def test_check_says_which_mode_is_in_force(settings, celery_broker_url) -> None:
     assert ids == ["agentmemory.W004", "agentmemory.I001"]
 
 
+def test_the_mode_note_is_shown_by_check_only_and_warnings_everywhere(settings, celery_broker_url) -> None:  # type: ignore[no-untyped-def]
+    """Django runs the checks before migrate, runserver and every other command: the note of
+    which mode is in force is for ``manage.py check``; a warning is shown before any command."""
+    import io
+
+    def output(*args: str, **options: object) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        call_command(*args, stdout=out, stderr=err, **options)
+        return out.getvalue() + err.getvalue()
+
+    settings.AGENTMEMORY = {}
+    celery_broker_url("")
+    assert "agentmemory.I001" not in output("showmigrations", "agentmemory", skip_checks=False)
+    assert "agentmemory.I001" in output("check")
+    settings.AGENTMEMORY = {"COMPACTION_MODE": "celery"}
+    before_another = output("showmigrations", "agentmemory", skip_checks=False)
+    assert "agentmemory.W004" in before_another and "agentmemory.I001" not in before_another
+    assert "agentmemory.I001" in output("check")
+
+
 # -- inline -----------------------------------------------------------------------------------
 
 
