@@ -356,9 +356,12 @@ def test_concurrent_compactions_store_one_summary() -> None:
     conv, _ = conversation_with_turns(6)
     gate = threading.Barrier(3, timeout=10)
     statuses: list[str] = []
+    refused_twice = threading.Event()
 
     def slow(messages):  # type: ignore[no-untyped-def]
-        time.sleep(0.5)
+        # The lease holder's model works until both others have been refused: a thread
+        # scheduled late (a loaded machine) must not find the lease free and the work done.
+        assert refused_twice.wait(20)
         return "Turns 0 to 4."
 
     def worker() -> None:
@@ -366,6 +369,8 @@ def test_concurrent_compactions_store_one_summary() -> None:
             gate.wait()
             llm = ScriptedChatModel([slow])
             statuses.append(LLMMemoryCompactor(Conversation.objects, conv.pk, llm, None).run().status)
+            if statuses.count("busy") == 2:
+                refused_twice.set()
         finally:
             connections.close_all()
 
