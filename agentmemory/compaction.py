@@ -33,7 +33,7 @@ from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
-from agentmemory.llm.base import ChatModel, ChatResponse
+from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
@@ -781,10 +781,15 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
 
     max_condense_attempts = 2
 
-    def _call(self, instructions: str, prompt: str) -> tuple[str, ChatResponse]:
+    def _call(
+        self, instructions: str, prompt: str, span: Sequence[ChatMessage] = ()
+    ) -> tuple[str, ChatResponse]:
         if self.llm is None:
             raise PermanentLLMError("LLMMemoryCompactor needs an llm")
-        response = self.llm.invoke([ChatMessage.system(instructions), ChatMessage.human(prompt)])
+        messages = [ChatMessage.system(instructions), ChatMessage.human(prompt)]
+        started = time.monotonic()
+        response = self.llm.invoke(messages)
+        self._record(messages, response, time.monotonic() - started, span)
         if response.refused:
             raise LLMRefusalError(
                 f"the summariser {response.model or ''} declined to summarise "
@@ -798,23 +803,56 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
             )
         return response.message.text, response
 
+    def _record(
+        self, sent: list[ChatMessage], response: ChatResponse, latency: float, span: Sequence[ChatMessage]
+    ) -> None:
+        """Record the summariser call (``ModelCall`` of kind "compaction"): usage as the
+        provider reported it, else counted with the compactor's counter and marked."""
+        from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, record_call
+        from agentmemory.models import ModelCallKind
+
+        usage, source = response.usage, USAGE_PROVIDER
+        if usage is None:
+            counter = self.token_counter
+            usage = Usage(
+                input_tokens=sum(counter.count_message(m) for m in sent),
+                output_tokens=counter.count_text(response.message.text),
+            )
+            source = USAGE_COUNTED
+        seqs = [m.seq for m in span if m.seq is not None]
+        record_call(
+            ModelCallKind.COMPACTION,
+            model=response.model or getattr(self.llm, "model_name", ""),
+            usage=usage,
+            usage_source=source,
+            conversation_id=self.conversation_id,
+            latency=round(latency, 6),
+            finish_reason=response.finish_reason,
+            first_seq=min(seqs) if seqs else None,
+            last_seq=max(seqs) if seqs else None,
+        )
+
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
         prompt = (
             f"Previous summary:\n{previous or '(none yet)'}\n\n"
             f"New messages:\n{render_transcript(messages)}\n\n"
             "Write the updated summary."
         )
-        text, response = self._call(SUMMARY_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), prompt)
-        usage_in, usage_out, calls = response.usage.input_tokens, response.usage.output_tokens, 1
+        text, response = self._call(
+            SUMMARY_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), prompt, messages
+        )
+        usage = response.usage or Usage()
+        usage_in, usage_out, calls = usage.input_tokens, usage.output_tokens, 1
         text = self.validate(text)
         attempts = 0
         while self.text_tokens(text) > self.max_summary_tokens and attempts < self.max_condense_attempts:
             attempts += 1
             text, response = self._call(
-                CONDENSE_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), text
+                CONDENSE_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), text, messages
             )
-            usage_in += response.usage.input_tokens
-            usage_out += response.usage.output_tokens
+            usage = response.usage or Usage()
+            usage_in += usage.input_tokens
+            usage_out += usage.output_tokens
             calls += 1
             text = self.validate(text)
         if self.text_tokens(text) > self.max_summary_tokens:

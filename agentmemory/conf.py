@@ -122,6 +122,14 @@ class AgentMemorySettings:
     #: those without an owner), not only their own; facts and search stay the requester's own
     API_STAFF_SEES_ALL_CONVERSATIONS: bool = False
 
+    #: record every model call (agent chat calls with the window they sent, summariser and
+    #: embedding calls) in ``ModelCall`` with its token usage
+    RECORD_MODEL_CALLS: bool = True
+    #: prices per model, in your currency per million tokens (Decimal or str, never float):
+    #: {"gpt-4o-mini": {"input": "0.15", "output": "0.60", "cached_input": "0.075"}};
+    #: "cached_input" and "cache_creation_input" default to "input"
+    MODEL_PRICES: dict[str, Any] = field(default_factory=dict)
+
     def import_token_counter(self) -> Any:
         return import_string(self.TOKEN_COUNTER)
 

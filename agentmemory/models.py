@@ -726,3 +726,193 @@ class MessageEmbedding(EmbeddingBase):
 
     def __str__(self) -> str:
         return f"embedding of message {self.message_id} ({self.model})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Model calls: what each call to a language or embedding model was sent and what it cost.
+
+
+class ModelCallKind(models.TextChoices):
+    """What a recorded model call was for."""
+
+    CHAT = "chat", _("chat (agent turn)")
+    COMPACTION = "compaction", _("compaction (summariser)")
+    EMBEDDING = "embedding", _("embedding")
+
+
+class UsageSource(models.TextChoices):
+    """Where a recorded call's token figures come from."""
+
+    PROVIDER = "provider", _("reported by the provider")
+    COUNTED = "counted", _("counted by agentmemory")
+
+
+class ModelCallQuerySet(models.QuerySet["ModelCall"]):
+    def for_user(self, user: Any) -> ModelCallQuerySet:
+        """Calls billed to ``user`` (none for an anonymous user)."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+
+class ModelCall(models.Model):
+    """One call to a model: an agent's chat call, a summariser call or an embedding request.
+
+    A chat call records the context window it sent without copying stored messages:
+    ``first_seq..last_seq`` of the history, the summary, the texts that are not stored
+    messages (system prompt with its knowledge block, the summary message as sent, the tool
+    declarations: ``PromptText`` rows named by their SHA-256 digest), and in
+    ``window_changes`` the few ways the copy sent differed from storage (left-out exchanges,
+    truncated and stubbed copies, placeholder results). ``window()`` rebuilds the messages
+    exactly as sent (``agentmemory.calls.recorded_window``).
+
+    Token figures: ``input_tokens`` counts every input token (cached ones included),
+    ``output_tokens`` the reply's; ``usage_source`` says whether the provider reported them
+    or agentmemory counted them with its token counter. The ``*_part_tokens`` fields split
+    the window by the counter: system prompt, knowledge block, summary, history, tool
+    declarations.
+    """
+
+    uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
+    kind = models.CharField(_("kind"), max_length=16, choices=ModelCallKind.choices)
+    conversation = models.ForeignKey(
+        Conversation,
+        verbose_name=_("conversation"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="model_calls",
+        db_index=False,
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="agentmemory_model_calls",
+        db_index=False,
+    )
+    agent_key = models.CharField(_("agent key"), max_length=100, blank=True)
+    message = models.ForeignKey(
+        Message,
+        verbose_name=_("AI message"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="model_calls",
+        help_text=_("The AI message this call produced (chat calls)."),
+    )
+    round = models.PositiveSmallIntegerField(_("tool round"), default=0)
+    model = models.CharField(_("model"), max_length=200, blank=True)
+    finish_reason = models.CharField(_("finish reason"), max_length=50, blank=True)
+    latency = models.FloatField(_("latency (seconds)"), default=0.0)
+    # the window sent (chat calls)
+    max_tokens = models.PositiveIntegerField(_("window budget (tokens)"), null=True, blank=True)
+    first_seq = models.BigIntegerField(_("first seq"), null=True, blank=True)
+    last_seq = models.BigIntegerField(_("last seq"), null=True, blank=True)
+    summary = models.ForeignKey(
+        Summary,
+        verbose_name=_("summary used"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    system_prompt_digest = models.CharField(_("system prompt digest"), max_length=64, blank=True)
+    summary_digest = models.CharField(_("summary message digest"), max_length=64, blank=True)
+    tools_digest = models.CharField(_("tool declarations digest"), max_length=64, blank=True)
+    window_changes = models.JSONField(
+        _("window changes"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "How the copy sent differed from storage: left-out seqs, truncated copies "
+            "(characters kept), stubbed results, placeholder results."
+        ),
+    )
+    system_tokens = models.PositiveIntegerField(_("system prompt tokens"), default=0)
+    knowledge_tokens = models.PositiveIntegerField(_("knowledge tokens"), default=0)
+    summary_tokens = models.PositiveIntegerField(_("summary tokens"), default=0)
+    history_tokens = models.PositiveIntegerField(_("history tokens"), default=0)
+    tools_tokens = models.PositiveIntegerField(_("tool declaration tokens"), default=0)
+    # usage
+    input_tokens = models.PositiveIntegerField(_("input tokens"), default=0)
+    output_tokens = models.PositiveIntegerField(_("output tokens"), default=0)
+    cached_input_tokens = models.PositiveIntegerField(_("cached input tokens"), default=0)
+    cache_creation_input_tokens = models.PositiveIntegerField(_("cache write input tokens"), default=0)
+    usage_source = models.CharField(_("usage source"), max_length=10, choices=UsageSource.choices)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    objects = ModelCallQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("model call")
+        verbose_name_plural = _("model calls")
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"], name="agentmemory_call_conv_idx"),
+            models.Index(fields=["owner", "created_at"], name="agentmemory_call_owner_idx"),
+            models.Index(fields=["agent_key", "created_at"], name="agentmemory_call_agent_idx"),
+            models.Index(fields=["created_at"], name="agentmemory_call_created_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ModelCallKind.values), name="agentmemory_call_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(usage_source__in=UsageSource.values), name="agentmemory_call_source_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} call {self.pk} ({self.model})"
+
+    def window(self) -> list[ChatMessage]:
+        """The messages this chat call sent, rebuilt from storage, exactly as sent.
+
+        Raises:
+            agentmemory.calls.WindowUnavailable: not a chat call, its conversation was
+                deleted, or a message or text it sent is no longer stored.
+        """
+        from agentmemory.calls import recorded_window
+
+        return recorded_window(self)
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool declarations this chat call sent (``[]`` when none).
+
+        Raises:
+            agentmemory.calls.WindowUnavailable: the declarations are no longer stored.
+        """
+        from agentmemory.calls import recorded_tools
+
+        return recorded_tools(self)
+
+
+class PromptText(models.Model):
+    """A text sent to a model that is not a stored message (a system prompt with its
+    knowledge block, a summary message as sent, tool declarations as JSON), stored once per
+    conversation and named by its SHA-256 digest (``ModelCall.*_digest``)."""
+
+    conversation = models.ForeignKey(
+        Conversation,
+        verbose_name=_("conversation"),
+        on_delete=models.CASCADE,
+        related_name="prompt_texts",
+        db_index=False,
+    )
+    digest = models.CharField(_("SHA-256 digest"), max_length=64)
+    text = models.TextField(_("text"))
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("prompt text")
+        verbose_name_plural = _("prompt texts")
+        ordering = ["conversation", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "digest"], name="agentmemory_prompttext_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"prompt text {self.digest[:12]}"

@@ -153,7 +153,7 @@ def test_25_turns_with_parallel_tool_calls_and_compaction(fake_openai, eager_cel
     ai = Message.objects.filter(conversation=conv, role="ai").exclude(tool_calls=[]).order_by("seq").first()
     results = Message.objects.filter(conversation=conv, exchange_seq=ai.seq, role="tool").order_by("seq")
     assert [r.tool_call_id for r in results] == [c["id"] for c in ai.tool_calls]
-    assert ai.metadata["usage"] == {"input_tokens": 101, "output_tokens": 30}
+    assert ai.metadata["usage"] == {"input_tokens": 101, "output_tokens": 30, "source": "provider"}
     assert ai.metadata["model"] == "gpt-test" and ai.metadata["finish_reason"] == "tool_calls"
     # Tool errors reached the model as results; the turn went on.
     error = Message.objects.filter(

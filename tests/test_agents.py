@@ -160,9 +160,9 @@ def test_usage_is_stored_on_ai_messages_and_summed(conv):
     assert result.usage == Usage(input_tokens=100, output_tokens=16)
     ai_rows = Message.objects.filter(conversation=conv, role="ai").order_by("seq")
     first, last = (row.metadata for row in ai_rows)
-    assert first["usage"] == {"input_tokens": 40, "output_tokens": 7}
+    assert first["usage"] == {"input_tokens": 40, "output_tokens": 7, "source": "provider"}
     assert first["finish_reason"] == "tool_calls" and first["model"] == "m-1"
-    assert last["usage"] == {"input_tokens": 60, "output_tokens": 9}
+    assert last["usage"] == {"input_tokens": 60, "output_tokens": 9, "source": "provider"}
     assert last["model"] == "m-2" and last["finish_reason"] == "stop"
     assert last["latency_s"] >= 0
     assert [c.usage for c in result.calls] == [Usage(40, 7), Usage(60, 9)]
@@ -677,4 +677,4 @@ def test_support_agent_multi_turn_through_anthropic_async(fake_anthropic, settin
     first_ai = Message.objects.filter(conversation=conv, role="ai").order_by("seq").first()
     assert first_ai.content == "Let me check." and len(first_ai.tool_calls) == 2
     assert first_ai.metadata["finish_reason"] == "tool_use"
-    assert first_ai.metadata["usage"] == {"input_tokens": 20, "output_tokens": 9}
+    assert first_ai.metadata["usage"] == {"input_tokens": 20, "output_tokens": 9, "source": "provider"}

@@ -62,6 +62,7 @@ from agentmemory.agents.tools import (
     not_run_outcome,
     unknown_tool_outcome,
 )
+from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, ChatCallRecorder, counted_usage, tools_text
 from agentmemory.compaction import BaseMemoryCompactor
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
@@ -349,8 +350,10 @@ class BaseToolCallingAgent:
         [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
-        builder = self.get_window_builder(injector, self.get_system_prompt(injector))
+        prompt = self.get_system_prompt(injector)
+        builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
+        recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             shaped = self._shape(self.build_window(builder, injector), human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
@@ -359,10 +362,10 @@ class BaseToolCallingAgent:
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
             if ai.tool_calls:
                 ai = _clear_of(ai, self.pending_call_ids(injector))
-            turn.record(call)
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
                 stored = injector.chat_history.add_messages([ai])
+                turn.record(self._record_call(recorder, call, stored))
                 turn.finish(stored, ai, STOP_ANSWER)
                 yield StepStored(round_, stored)
                 break
@@ -377,6 +380,7 @@ class BaseToolCallingAgent:
                 outcomes.append(outcome)
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
             stored = injector.chat_history.add_messages([ai, *(o.message for o in outcomes)])
+            turn.record(self._record_call(recorder, call, stored))
             yield StepStored(round_, stored)
             if bound:
                 turn.finish(stored, ai, STOP_MAX_TOOL_ROUNDS)
@@ -399,6 +403,7 @@ class BaseToolCallingAgent:
         prompt = await sync_to_async(self.get_system_prompt)(injector)
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
+        recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             window = await sync_to_async(self.build_window)(builder, injector)
             shaped = self._shape(window, human.seq or 0)
@@ -408,10 +413,10 @@ class BaseToolCallingAgent:
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
             if ai.tool_calls:
                 ai = _clear_of(ai, await sync_to_async(self.pending_call_ids)(injector))
-            turn.record(call)
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
                 stored = await injector.chat_history.aadd_messages([ai])
+                turn.record(await sync_to_async(self._record_call)(recorder, call, stored))
                 turn.finish(stored, ai, STOP_ANSWER)
                 yield StepStored(round_, stored)
                 break
@@ -425,6 +430,7 @@ class BaseToolCallingAgent:
             for tool_call, outcome in zip(ai.tool_calls, outcomes, strict=True):
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
             stored = await injector.chat_history.aadd_messages([ai, *(o.message for o in outcomes)])
+            turn.record(await sync_to_async(self._record_call)(recorder, call, stored))
             yield StepStored(round_, stored)
             if bound:
                 turn.finish(stored, ai, STOP_MAX_TOOL_ROUNDS)
@@ -491,8 +497,22 @@ class BaseToolCallingAgent:
         """The AI message to store (usage, model, finish reason and latency in its metadata;
         tool call ids made unique) and the call's accounting."""
         message = response.message
-        usage = response.usage or Usage()
+        usage = response.usage
+        source = USAGE_PROVIDER
+        if usage is None:
+            # The provider reported none (some OpenAI-compatible servers, test doubles):
+            # count with the agent's counter, and say so.
+            source = USAGE_COUNTED
+            usage = counted_usage(
+                shaped.window, self.tool_schemas_tokens(), self.token_counter.count_message(message)
+            )
         model = response.model or getattr(self.llm, "model_name", "")
+        usage_metadata: dict[str, Any] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+        if usage.cached_input_tokens:
+            usage_metadata["cached_input_tokens"] = usage.cached_input_tokens
+        if usage.cache_creation_input_tokens:
+            usage_metadata["cache_creation_input_tokens"] = usage.cache_creation_input_tokens
+        usage_metadata["source"] = source
         # What the model sent is stored whatever it holds (a NUL character, a lone surrogate,
         # a provider field that is not JSON): refusing it would fail the turn after the human
         # message is stored.
@@ -500,7 +520,7 @@ class BaseToolCallingAgent:
         metadata = storable_json(
             {
                 **provider,
-                "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+                "usage": usage_metadata,
                 "model": model,
                 "finish_reason": response.finish_reason,
                 "latency_s": round(latency, 6),
@@ -522,8 +542,40 @@ class BaseToolCallingAgent:
             model=model,
             finish_reason=response.finish_reason,
             latency_s=round(latency, 6),
+            usage_source=source,
         )
         return ai, call
+
+    def tool_schemas_tokens(self) -> int:
+        """Tokens of the tool declarations by the agent's counter (their JSON text; a
+        provider's own framing of tools differs a little). Counted once per agent."""
+        cached = getattr(self, "_tool_schemas_tokens", None)
+        if cached is None:
+            schemas = self.tool_schemas()
+            cached = self.token_counter.count_text(tools_text(schemas)) if schemas else 0
+            self._tool_schemas_tokens = cached
+        return cached
+
+    def get_call_recorder(self, injector: AgentInjector, system_prompt: str) -> ChatCallRecorder:
+        """The recorder of this turn's model calls (``agentmemory.calls``): who they are
+        billed to, the system prompt and its knowledge block, the tool declarations."""
+        conversation = injector.conversation
+        return ChatCallRecorder(
+            conversation_id=conversation.pk,
+            owner_id=conversation.owner_id,
+            agent_key=conversation.agent_key or self.AGENT_KEY,
+            system_prompt=system_prompt,
+            knowledge_context=injector.knowledge_context,
+            tools=self.tool_schemas(),
+            tools_tokens=self.tool_schemas_tokens(),
+            counter=self.token_counter,
+        )
+
+    def _record_call(self, recorder: ChatCallRecorder, call: ModelCall, stored: list[ChatMessage]) -> ModelCall:
+        """Store the call's row once its AI message (``stored[0]``) is stored; the call's
+        accounting with ``record`` set."""
+        row = recorder.record(call, message_id=stored[0].id if stored else None)
+        return dataclasses.replace(call, record=row) if row is not None else call
 
 
 def _is_own(compactor: Any, name: str) -> bool:

@@ -33,6 +33,8 @@ class AgentInjector:
         memory_compactor: ``compactor_class(conversation_repo, conversation_id, llm,
             chat_history)`` when ``MEMORY_COMPACTOR_ENABLED``, else ``None``.
         token_counter: the counter used for storage and windows.
+        knowledge_context: the owner's long-term memory block put into this turn's system
+            prompt (``with_knowledge``), ``""`` when none.
     """
 
     agent: BaseToolCallingAgent
@@ -41,6 +43,7 @@ class AgentInjector:
     chat_history: PersistentChatHistory
     memory_compactor: BaseMemoryCompactor | None
     token_counter: TokenCounter
+    knowledge_context: str = ""
 
     @property
     def conversation_id(self) -> int:

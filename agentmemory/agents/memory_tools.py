@@ -123,4 +123,5 @@ def with_knowledge(agent: Any, injector: AgentInjector, prompt: str) -> str:
         return prompt
     memory = knowledge_memory_for(agent, injector.conversation)
     block = memory.build_context() if memory is not None else ""
+    injector.knowledge_context = block  # the call records split the system tokens by it
     return f"{prompt}\n\n{block}" if block else prompt

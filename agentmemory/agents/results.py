@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentmemory.context import ContextWindow
 from agentmemory.llm.base import Usage
@@ -27,9 +28,8 @@ STOP_MAX_TOOL_ROUNDS = "max_tool_rounds"
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens, output_tokens=a.output_tokens + b.output_tokens
-    )
+    """``a + b``, field by field (tokens)."""
+    return a + b
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,13 @@ class ModelCall:
             ``history_tokens``, ``first_seq``/``last_seq``, ``summary_id``).
         stubbed: seqs of tool results sent as stubs by their tool's memory policy.
         omitted: seqs left out by the memory policy (whole exchanges).
-        usage: tokens the provider reported for this call.
+        usage: tokens of this call: as the provider reported them, or counted by the
+            agent's token counter when it reported none (``usage_source`` says which).
         model, finish_reason: as the provider reported them.
         latency_s: wall time of the call (seconds).
+        usage_source: ``"provider"`` or ``"counted"`` (``agentmemory.models.UsageSource``).
+        record: the stored ``agentmemory.models.ModelCall`` row, once the step is stored
+            (``None`` before, and when ``AGENTMEMORY['RECORD_MODEL_CALLS']`` is off).
     """
 
     round: int
@@ -56,6 +60,8 @@ class ModelCall:
     model: str = ""
     finish_reason: str = ""
     latency_s: float = 0.0
+    usage_source: str = "provider"
+    record: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

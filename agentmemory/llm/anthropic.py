@@ -23,7 +23,7 @@ from agentmemory.messages import ChatMessage
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["DEFAULT_MODEL", "AnthropicChatModel", "from_env"]
+__all__ = ["DEFAULT_MODEL", "AnthropicChatModel", "anthropic_usage", "from_env"]
 
 DEFAULT_MODEL = "claude-haiku-4-5"
 # Placeholder key for local Anthropic-compatible servers and proxies that ignore it; the SDK
@@ -204,7 +204,8 @@ class AnthropicChatModel:
 
         Returns:
             ``ChatResponse`` with the ``ai`` message (text and ``tool_use`` blocks as tool calls
-            with dict arguments), usage (``input_tokens``, ``output_tokens``), the reported model,
+            with dict arguments), usage (``anthropic_usage``: cache reads and writes counted in
+            ``input_tokens`` and reported apart), the reported model,
             ``finish_reason`` = Anthropic's ``stop_reason`` (``"end_turn"``, ``"tool_use"``,
             ``"max_tokens"``, ...) and the JSON-mode dump of the response.
 
@@ -244,12 +245,9 @@ class AnthropicChatModel:
                 f"model {self.model_name!r} returned a reply that cannot be used "
                 f"(stop_reason={stop_reason!r}): {exc.reason}"
             ) from exc
-        usage = raw.get("usage") or {}
         return ChatResponse(
             message=message,
-            usage=Usage(
-                input_tokens=usage.get("input_tokens") or 0, output_tokens=usage.get("output_tokens") or 0
-            ),
+            usage=anthropic_usage(raw.get("usage")),
             model=raw.get("model") or self.model_name,
             finish_reason=stop_reason,
             raw=raw,
@@ -266,6 +264,27 @@ class AnthropicChatModel:
             timeout=self.timeout,
             describe=_provider_text,
         )
+
+
+def anthropic_usage(usage: Mapping[str, Any] | None) -> Usage | None:
+    """``Usage`` from a Messages API ``usage`` dict, or ``None`` when there is none.
+
+    Anthropic's ``input_tokens`` leaves out the tokens read from and written to the prompt
+    cache (Messages API reference, "usage"; prompt caching guide, "Tracking cache
+    performance"); ``Usage.input_tokens`` counts every input token, so it is
+    ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``, with the two
+    cache figures also reported apart.
+    """
+    if not usage:
+        return None
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0) + read + created,
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cached_input_tokens=read,
+        cache_creation_input_tokens=created,
+    )
 
 
 # Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}`` -> "message (type)".

@@ -11,10 +11,34 @@ from agentmemory.messages import ChatMessage
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage reported by the provider for one call (tokens)."""
+    """Token usage of one call (tokens), as the provider reported it.
+
+    Attributes:
+        input_tokens: every input token of the call, cached ones included (OpenAI's
+            ``usage.prompt_tokens``; Anthropic's ``input_tokens + cache_read_input_tokens +
+            cache_creation_input_tokens``; LangChain's ``usage_metadata["input_tokens"]``).
+        output_tokens: tokens of the reply (OpenAI's ``completion_tokens``, reasoning tokens
+            included; Anthropic's and LangChain's ``output_tokens``).
+        cached_input_tokens: the part of ``input_tokens`` read from the provider's prompt
+            cache (OpenAI's ``prompt_tokens_details.cached_tokens``, Anthropic's
+            ``cache_read_input_tokens``, LangChain's ``input_token_details["cache_read"]``).
+        cache_creation_input_tokens: the part of ``input_tokens`` written to the prompt cache
+            (Anthropic's ``cache_creation_input_tokens``, LangChain's
+            ``input_token_details["cache_creation"]``; OpenAI reports none).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +47,8 @@ class ChatResponse:
 
     Attributes:
         message: the ``ai`` message (text and/or tool calls).
-        usage: provider-reported token usage.
+        usage: the token usage the provider reported, or ``None`` when it reported none
+            (agentmemory then counts the tokens itself and marks them as counted).
         model: the model name the provider reports.
         finish_reason: the provider's stop reason as it reports it (OpenAI's
             ``finish_reason``: ``"stop"``, ``"tool_calls"``, ``"length"``,
@@ -35,7 +60,7 @@ class ChatResponse:
     """
 
     message: ChatMessage
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None
     model: str = ""
     finish_reason: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)

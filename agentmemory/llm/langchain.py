@@ -18,7 +18,7 @@ from agentmemory.messages import ChatMessage
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-__all__ = ["LangChainChatModel"]
+__all__ = ["LangChainChatModel", "langchain_usage"]
 
 # HTTP statuses worth retrying, read from the ``status_code`` that provider SDK errors carry.
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
@@ -64,6 +64,24 @@ def _is_transient(exc: BaseException) -> bool:
             return True
         current = current.__cause__
     return False
+
+
+def langchain_usage(usage: Mapping[str, Any] | None) -> Usage | None:
+    """``Usage`` from an ``AIMessage.usage_metadata`` (``UsageMetadata``), or ``None``.
+
+    LangChain's ``input_tokens`` is already the sum of every input token type, cache reads
+    and writes included; ``input_token_details["cache_read"]`` and ``["cache_creation"]``
+    give those parts (``langchain_core.messages.ai.UsageMetadata``).
+    """
+    if not usage:
+        return None
+    details = usage.get("input_token_details") or {}
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cached_input_tokens=int(details.get("cache_read") or 0),
+        cache_creation_input_tokens=int(details.get("cache_creation") or 0),
+    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -122,8 +140,8 @@ class LangChainChatModel:
             tools: function declarations ``{"name", "description", "parameters"}``.
 
         Returns:
-            ``ChatResponse`` with the ``ai`` message, usage from ``usage_metadata`` (tokens; 0
-            when the model reports none), the model and finish reason from ``response_metadata``
+            ``ChatResponse`` with the ``ai`` message, usage from ``usage_metadata``
+            (``langchain_usage``; ``None`` when the model reports none), the model and finish reason from ``response_metadata``
             (``model_name``/``model``, ``finish_reason``/``stop_reason``) and a JSON-safe dump
             of the ``AIMessage``.
 
@@ -172,13 +190,9 @@ class LangChainChatModel:
                 f"model {self.model_name!r} returned a reply that cannot be used: {exc.reason}"
             ) from exc
         metadata = result.response_metadata or {}
-        usage: Mapping[str, Any] = result.usage_metadata or {}
         return ChatResponse(
             message=message,
-            usage=Usage(
-                input_tokens=int(usage.get("input_tokens") or 0),
-                output_tokens=int(usage.get("output_tokens") or 0),
-            ),
+            usage=langchain_usage(result.usage_metadata),
             model=str(metadata.get("model_name") or metadata.get("model") or self.model_name),
             finish_reason=str(metadata.get("finish_reason") or metadata.get("stop_reason") or ""),
             raw=_json_safe(result.model_dump()),

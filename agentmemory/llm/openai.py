@@ -23,7 +23,7 @@ from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["DEFAULT_MODEL", "OpenAIChatModel", "from_env"]
+__all__ = ["DEFAULT_MODEL", "OpenAIChatModel", "from_env", "openai_usage"]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 # Placeholder key for local OpenAI-compatible servers (Ollama, vLLM, LM Studio) that ignore it;
@@ -174,7 +174,8 @@ class OpenAIChatModel:
 
         Returns:
             ``ChatResponse`` with the ``ai`` message (text and/or parsed tool calls), usage
-            (``prompt_tokens`` -> ``input_tokens``, ``completion_tokens`` -> ``output_tokens``),
+            (``openai_usage``: ``prompt_tokens`` -> ``input_tokens``, ``completion_tokens`` ->
+            ``output_tokens``, cached tokens; ``None`` when the server sent no usage),
             the reported model, ``finish_reason`` and the JSON-mode dump of the completion.
 
         Raises:
@@ -215,13 +216,9 @@ class OpenAIChatModel:
                 f"model {self.model_name!r} returned a reply that cannot be used "
                 f"(finish_reason={finish_reason!r}): {exc.reason}"
             ) from exc
-        usage = completion.usage
         return ChatResponse(
             message=message,
-            usage=Usage(
-                input_tokens=(usage.prompt_tokens or 0) if usage else 0,
-                output_tokens=(usage.completion_tokens or 0) if usage else 0,
-            ),
+            usage=openai_usage(completion.usage),
             model=completion.model or self.model_name,
             finish_reason=finish_reason,
             raw=completion.model_dump(mode="json"),
@@ -248,6 +245,26 @@ _provider_text = functools.partial(provider_text, kind_keys=("type", "code"))
 def from_env(environ: Mapping[str, str] | None = None, **kwargs: Any) -> OpenAIChatModel | None:
     """``OpenAIChatModel.from_env``: a model from ``OPENAI_*`` variables, or ``None``."""
     return OpenAIChatModel.from_env(environ, **kwargs)
+
+
+def openai_usage(usage: Any) -> Usage | None:
+    """``Usage`` from an OpenAI ``usage`` object (SDK model or JSON dict), or ``None`` when the
+    server sent none (some OpenAI-compatible servers do not).
+
+    ``prompt_tokens`` -> ``input_tokens`` (cached tokens included), ``completion_tokens`` ->
+    ``output_tokens``, ``prompt_tokens_details.cached_tokens`` -> ``cached_input_tokens``
+    (OpenAI API reference, "The chat completion object").
+    """
+    if usage is None:
+        return None
+    if not isinstance(usage, Mapping):
+        usage = usage.model_dump(mode="json") if hasattr(usage, "model_dump") else vars(usage)
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cached_input_tokens=int(details.get("cached_tokens") or 0),
+    )
 
 
 def _keep_malformed_arguments(message: dict[str, Any]) -> dict[str, Any]:
