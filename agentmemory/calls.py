@@ -46,10 +46,10 @@ __all__ = [
     "ChatCallRecorder",
     "UsageScope",
     "WindowUnavailable",
+    "record_call",
     "recorded_tools",
     "recorded_window",
     "recording_enabled",
-    "record_call",
     "text_digest",
     "usage_scope",
 ]
@@ -275,7 +275,9 @@ class ChatCallRecorder:
             if summary_message.truncated:
                 changes["summary_truncated"] = True
         changes.update(window_changes(window, stubbed=call.stubbed, omitted=call.omitted))
-        new = [d for d in (self.system_digest, summary_digest, self.tools_digest) if d and d not in self.written]
+        new = [
+            d for d in (self.system_digest, summary_digest, self.tools_digest) if d and d not in self.written
+        ]
         texts = [PromptText(conversation_id=self.conversation_id, digest=d, text=self.texts[d]) for d in new]
         system_tokens = max(window.system_tokens - self.knowledge_tokens, 0)
         row = ModelCall(
@@ -354,7 +356,7 @@ def window_changes(
 
 def _texts(call: ModelCall, digests: Sequence[str]) -> dict[str, str]:
     wanted = [d for d in digests if d]
-    if not wanted:
+    if not wanted or call.conversation_id is None:
         return {}
     found = dict(
         PromptText.objects.using(router.db_for_read(PromptText))
@@ -413,6 +415,7 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
 
 
 def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
+    assert call.conversation_id is not None  # checked by the caller
     rows = (
         Message.objects.using(router.db_for_read(Message))
         .filter(conversation_id=call.conversation_id, seq__gte=call.first_seq, seq__lte=call.last_seq)
@@ -464,13 +467,14 @@ def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
             ordered.append(message)
     if call.first_seq not in seen or call.last_seq not in seen:
         raise WindowUnavailable(
-            f"model call {call.pk}: messages {call.first_seq}..{call.last_seq} it sent are no longer all stored"
+            f"model call {call.pk}: the messages {call.first_seq}..{call.last_seq} it sent "
+            "are no longer all stored"
         )
     history: list[ChatMessage] = []
     for message in ordered:
         history.append(message)
         for tool_call in message.tool_calls if message.role is Role.AI else ():
-            result = results.get((message.seq, tool_call.id))  # type: ignore[arg-type]  # stored: has a seq
+            result = results.get((message.seq or 0, tool_call.id))
             if result is not None:
                 history.append(result)
             elif tool_call.id in placeholders:

@@ -500,3 +500,34 @@ def _retention_problems(conf: Any) -> list[Error]:
             )
         )
     return problems
+
+
+@register(Tags.compatibility)
+def check_model_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """``AGENTMEMORY['MODEL_PRICES']`` parses (``agentmemory.usage.parse_prices``) and
+    ``RECORD_MODEL_CALLS`` is a bool."""
+    from agentmemory.usage import parse_prices
+
+    conf = app_settings()
+    errors: list[Error] = []
+    try:
+        parse_prices(conf.MODEL_PRICES)
+    except ValueError as exc:
+        errors.append(
+            Error(
+                f"AGENTMEMORY['MODEL_PRICES'] is not usable: {exc}.",
+                hint="Give prices per million tokens as strings or Decimals: "
+                "{'gpt-4o-mini': {'input': '0.15', 'output': '0.60'}} (optional keys: 'cached_input', "
+                "'cache_creation_input').",
+                id="agentmemory.E060",
+            )
+        )
+    if not isinstance(conf.RECORD_MODEL_CALLS, bool):
+        errors.append(
+            Error(
+                f"AGENTMEMORY['RECORD_MODEL_CALLS'] must be True or False, not {conf.RECORD_MODEL_CALLS!r}.",
+                hint="True records every model call with its usage (the default); False records none.",
+                id="agentmemory.E061",
+            )
+        )
+    return errors

@@ -325,7 +325,10 @@ class KnowledgeMemory:
     def _embed(self, content: str) -> list[float] | None:
         if self.embedder is None:
             return None
-        (vector,) = self.embedder.embed([content])
+        from agentmemory.calls import usage_scope
+
+        with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
+            (vector,) = self.embedder.embed([content])
         return vector
 
     def _store(
@@ -465,7 +468,10 @@ class KnowledgeMemory:
         facts = self.live_facts(now)
         if category is not None:
             facts = facts.filter(category=category)
-        ranked = self.backend.rank(facts, query, max(k * 5, MIN_CANDIDATES))
+        from agentmemory.calls import usage_scope
+
+        with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
+            ranked = self.backend.rank(facts, query, max(k * 5, MIN_CANDIDATES))
         if not ranked:
             return []
         relevance = dict(ranked)

@@ -39,10 +39,17 @@ class FakeEmbeddingsServer(FakeHTTPServer):
     def stamp(self, body: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
         return body, {"x-request-id": f"req_fake_{next(self.ids)}"}
 
-    def enqueue_vectors(self, vectors: Sequence[Sequence[float]], *, reverse: bool = False) -> None:
+    def enqueue_vectors(
+        self, vectors: Sequence[Sequence[float]], *, reverse: bool = False, prompt_tokens: int | None = None
+    ) -> None:
         """Answer the next request with these vectors (listed in reverse when ``reverse``,
-        with their ``index`` fields telling the order, as the API allows)."""
+        with their ``index`` fields telling the order, as the API allows) and, when
+        ``prompt_tokens`` is given, the API's ``usage`` object (some compatible servers send
+        none)."""
         data = [{"object": "embedding", "index": i, "embedding": list(v)} for i, v in enumerate(vectors)]
         if reverse:
             data.reverse()
-        self.enqueue(ScriptedReply(200, {"object": "list", "data": data, "model": "fake-embed"}))
+        body: dict[str, Any] = {"object": "list", "data": data, "model": "fake-embed"}
+        if prompt_tokens is not None:
+            body["usage"] = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
+        self.enqueue(ScriptedReply(200, body))

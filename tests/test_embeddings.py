@@ -25,7 +25,7 @@ def fake_embeddings():  # type: ignore[no-untyped-def]
         yield server
 
 
-def test_openai_compatible_embedder_request_and_answer(fake_embeddings) -> None:  # type: ignore[no-untyped-def]
+def test_openai_compatible_embedder_request_and_answer(fake_embeddings, db) -> None:  # type: ignore[no-untyped-def]
     embedder = OpenAICompatibleEmbedder(
         "text-embedding-3-small",
         base_url=fake_embeddings.base_url,

@@ -13,13 +13,13 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from agentmemory.agents import BaseToolCallingAgent, tool
 from agentmemory.calls import WindowUnavailable, text_digest, tools_text
+from agentmemory.conf import get_token_counter
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, ModelCall, PromptText, Summary
-from agentmemory.conf import get_token_counter
 from tests.factories import UserFactory
 
 
@@ -175,7 +175,11 @@ def test_late_results_and_pending_placeholders_rebuild_exactly(conv) -> None:  #
 
 def test_pending_exchange_left_out_is_recorded(conv) -> None:  # type: ignore[no-untyped-def]
     PersistentChatHistory(conv).add_messages(
-        [ChatMessage.human("Refund me."), ai_calls(("r", "add", {"a": 1, "b": 1})), ChatMessage.human("Hello?")]
+        [
+            ChatMessage.human("Refund me."),
+            ai_calls(("r", "add", {"a": 1, "b": 1})),
+            ChatMessage.human("Hello?"),
+        ]
     )
     llm = ScriptedChatModel(["Hi."])
     Agent(llm=llm).run(conv, "Anyone?")
@@ -229,7 +233,9 @@ def test_async_turn_records_the_same_way() -> None:
 
 def test_recording_costs_one_insert_per_call_and_one_for_the_texts(conv) -> None:  # type: ignore[no-untyped-def]
     def turn_queries(setting: bool, conversation: Conversation) -> int:
-        llm = ScriptedChatModel([ai_calls(("c1", "add", {"a": 1, "b": 2})), ai_calls(("c2", "add", {"a": 3, "b": 3})), "done"])
+        llm = ScriptedChatModel(
+            [ai_calls(("c1", "add", {"a": 1, "b": 2})), ai_calls(("c2", "add", {"a": 3, "b": 3})), "done"]
+        )
         with override_settings(AGENTMEMORY={"RECORD_MODEL_CALLS": setting}):
             agent = Agent(llm=llm)
             with CaptureQueriesContext(connection) as queries:

@@ -507,7 +507,10 @@ class BaseToolCallingAgent:
                 shaped.window, self.tool_schemas_tokens(), self.token_counter.count_message(message)
             )
         model = response.model or getattr(self.llm, "model_name", "")
-        usage_metadata: dict[str, Any] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+        usage_metadata: dict[str, Any] = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+        }
         if usage.cached_input_tokens:
             usage_metadata["cached_input_tokens"] = usage.cached_input_tokens
         if usage.cache_creation_input_tokens:
@@ -571,7 +574,9 @@ class BaseToolCallingAgent:
             counter=self.token_counter,
         )
 
-    def _record_call(self, recorder: ChatCallRecorder, call: ModelCall, stored: list[ChatMessage]) -> ModelCall:
+    def _record_call(
+        self, recorder: ChatCallRecorder, call: ModelCall, stored: list[ChatMessage]
+    ) -> ModelCall:
         """Store the call's row once its AI message (``stored[0]``) is stored; the call's
         accounting with ``record`` set."""
         row = recorder.record(call, message_id=stored[0].id if stored else None)

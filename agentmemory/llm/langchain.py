@@ -141,9 +141,9 @@ class LangChainChatModel:
 
         Returns:
             ``ChatResponse`` with the ``ai`` message, usage from ``usage_metadata``
-            (``langchain_usage``; ``None`` when the model reports none), the model and finish reason from ``response_metadata``
-            (``model_name``/``model``, ``finish_reason``/``stop_reason``) and a JSON-safe dump
-            of the ``AIMessage``.
+            (``langchain_usage``; ``None`` when the model reports none), the model and finish
+            reason from ``response_metadata`` (``model_name``/``model``,
+            ``finish_reason``/``stop_reason``) and a JSON-safe dump of the ``AIMessage``.
 
         Raises:
             InvalidMessageError: a message cannot be converted.

@@ -138,7 +138,10 @@ def search_messages(
         else:
             raise TypeError("conversation must be a Conversation, its id or its uuid")
     backend = backend or get_backend()
-    ranked = backend.rank(messages, query, max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
+    from agentmemory.calls import usage_scope
+
+    with usage_scope(owner_id=owner_id, agent_key=agent_key or ""):
+        ranked = backend.rank(messages, query, max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
     if not ranked:
         return []
     relevance = dict(ranked)

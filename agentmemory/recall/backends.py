@@ -119,7 +119,8 @@ class EmbeddingBackend:
         todo = [o for o in objects if o.pk not in have]
         if not todo:
             return 0
-        vectors = self.embedder.embed([o.content for o in todo])  # type: ignore[attr-defined]
+        with _billed_to(todo):
+            vectors = self.embedder.embed([o.content for o in todo])  # type: ignore[attr-defined]
         emb_model._default_manager.using(db).bulk_create(
             [
                 emb_model(
@@ -196,3 +197,15 @@ def get_backend(name: str | None = None, *, embedder: Embedder | None = None) ->
         return EmbeddingBackend(embedder) if name == "embedding" else HybridBackend(embedder)
     backend: RecallBackend = import_string(name)(embedder=embedder)
     return backend
+
+
+def _billed_to(objects: Sequence[Model]) -> Any:
+    """The usage scope of an indexing request: the one conversation (messages) or owner
+    (facts) all ``objects`` share, else none (the request is recorded unattributed)."""
+    from agentmemory.calls import usage_scope
+
+    conversations = {getattr(o, "conversation_id", None) for o in objects}
+    owners = {getattr(o, "owner_id", None) for o in objects}
+    conversation_id = conversations.pop() if len(conversations) == 1 else None
+    owner_id = owners.pop() if len(owners) == 1 else None
+    return usage_scope(conversation_id=conversation_id, owner_id=owner_id)

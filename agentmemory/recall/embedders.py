@@ -3,6 +3,7 @@ and the vector helpers (float32 bytes, exact cosine) used on every database."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -69,6 +70,10 @@ class OpenAICompatibleEmbedder:
         batch_size: texts per request.
         dimensions: asked of models that can shorten their vectors (OpenAI's ``dimensions``).
 
+    Each request is recorded as a ``ModelCall`` of kind "embedding" (``usage.prompt_tokens``
+    of the answer, or the texts counted by the configured counter when the server sends no
+    usage), billed to the enclosing ``agentmemory.calls.usage_scope``.
+
     Raises:
         EmbeddingError: on a transport error, an error status or a malformed answer.
     """
@@ -105,6 +110,7 @@ class OpenAICompatibleEmbedder:
                 body: dict[str, Any] = {"model": self.model, "input": batch}
                 if self.dimensions:
                     body["dimensions"] = self.dimensions
+                started = time.monotonic()
                 try:
                     response = client.post(f"{self.base_url}/embeddings", json=body)
                 except httpx.HTTPError as exc:
@@ -114,7 +120,31 @@ class OpenAICompatibleEmbedder:
                         f"embedding endpoint answered {response.status_code}: {response.text[:300]}"
                     )
                 out.extend(_parse(response, len(batch)))
+                _record(self.model, batch, response, time.monotonic() - started)
         return out
+
+
+def _record(model: str, batch: list[str], response: Any, latency: float) -> None:
+    """Record one embedding request: the server's ``usage.prompt_tokens`` (OpenAI embeddings
+    API), else the texts counted by the configured counter, marked as counted."""
+    from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, record_call
+    from agentmemory.conf import get_token_counter
+    from agentmemory.llm.base import Usage
+    from agentmemory.models import ModelCallKind
+
+    try:
+        reported = response.json().get("usage") or {}
+    except (ValueError, AttributeError):
+        reported = {}
+    tokens = reported.get("prompt_tokens") if isinstance(reported, dict) else None
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+        usage, source = Usage(input_tokens=tokens), USAGE_PROVIDER
+    else:
+        counter = get_token_counter()
+        usage, source = Usage(input_tokens=sum(counter.count_text(t) for t in batch)), USAGE_COUNTED
+    record_call(
+        ModelCallKind.EMBEDDING, model=model, usage=usage, usage_source=source, latency=round(latency, 6)
+    )
 
 
 def _parse(response: Any, expected: int) -> list[list[float]]:
