@@ -8,6 +8,7 @@ One module per model admin; this package imports them so that admin autodiscover
 them, and re-exports the names a project uses.
 """
 
+from agentmemory.admin.calls import ModelCallAdmin
 from agentmemory.admin.conversation import ConversationAdmin, ConversationAdminForm
 from agentmemory.admin.deletion import (
     SummarisedDeletionMixin,
@@ -23,6 +24,7 @@ __all__ = [
     "ConversationAdmin",
     "ConversationAdminForm",
     "MessageAdmin",
+    "ModelCallAdmin",
     "SummarisedDeletionMixin",
     "SummaryAdmin",
     "admin_link",

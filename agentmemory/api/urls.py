@@ -2,12 +2,14 @@
 
 Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail``,
 ``conversation-context``, ``conversation-messages-list``, ``conversation-summaries-list``,
-``fact-list``, ``fact-detail``, ``search``.
+``fact-list``, ``fact-detail``, ``search``, ``model-calls-list``, ``model-calls-detail``,
+``model-calls-window``, ``model-calls-usage``, ``usage-list``.
 """
 
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from agentmemory.api.calls import ModelCallViewSet, UsageViewSet
 from agentmemory.api.views import (
     UUID_REGEX,
     ConversationViewSet,
@@ -36,6 +38,12 @@ router.register(
     SummaryViewSet,
     basename="conversation-summaries",
 )
+router.register(
+    rf"conversations/(?P<conversation_uuid>{UUID_REGEX})/model-calls",
+    ModelCallViewSet,
+    basename="model-calls",
+)
+router.register("usage", UsageViewSet, basename="usage")
 
 router.register("facts", FactViewSet, basename="fact")
 

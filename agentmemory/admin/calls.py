@@ -1,0 +1,202 @@
+"""The model-call admin: every recorded call (chat, compaction, embedding) read-only, the
+usage totals of what the list shows, and a page that shows a chat call's window exactly as
+it was sent, rebuilt from storage (``ModelCall.window()``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from agentmemory.admin.utils import (
+    BoundedCountPaginator,
+    ReadOnlyAdmin,
+    admin_link,
+    pretty_json,
+    short_datetime,
+)
+from agentmemory.calls import WindowUnavailable
+from agentmemory.models import ModelCall, ModelCallKind
+from agentmemory.usage import usage_totals
+
+__all__ = ["ModelCallAdmin"]
+
+
+@admin.register(ModelCall)
+class ModelCallAdmin(ReadOnlyAdmin):
+    change_list_template = "agentmemory/admin/model_call_change_list.html"
+    list_display = (
+        "created",
+        "kind",
+        "conversation",
+        "agent_key",
+        "model",
+        "round",
+        "input_tokens",
+        "output_tokens",
+        "source",
+        "window_link",
+    )
+    list_display_links = ("created",)
+    list_select_related = ("conversation",)
+    list_filter = ("kind", "usage_source", "agent_key", "model")
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    show_full_result_count = False
+    paginator = BoundedCountPaginator
+    ordering = ("-created_at", "-id")
+    sortable_by = ("created",)
+    fields = (
+        "kind",
+        "created_at",
+        "conversation_link",
+        "message_link",
+        "owner_id",
+        "agent_key",
+        "model",
+        "round",
+        "finish_reason",
+        "latency",
+        "input_tokens",
+        "cached_input_tokens",
+        "cache_creation_input_tokens",
+        "output_tokens",
+        "usage_source",
+        "cost",
+        "window_link",
+        "max_tokens",
+        "first_seq",
+        "last_seq",
+        "summary",
+        "system_tokens",
+        "knowledge_tokens",
+        "summary_tokens",
+        "history_tokens",
+        "tools_tokens",
+        "changes_display",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: ModelCall) -> str:
+        return short_datetime(obj.created_at)
+
+    @admin.display(description=_("usage"))
+    def source(self, obj: ModelCall) -> str:
+        return str(_("counted") if obj.usage_source == "counted" else _("reported"))
+
+    @admin.display(description=_("window"))
+    def window_link(self, obj: ModelCall) -> str:
+        if obj.kind != ModelCallKind.CHAT or obj.conversation_id is None:
+            return "-"
+        url = reverse("admin:agentmemory_modelcall_window", args=[obj.pk])
+        return format_html('<a href="{}">{}</a>', url, _("as sent"))
+
+    @admin.display(description=_("conversation"))
+    def conversation_link(self, obj: ModelCall) -> str:
+        return admin_link(obj.conversation) if obj.conversation_id else "-"
+
+    @admin.display(description=_("AI message"))
+    def message_link(self, obj: ModelCall) -> str:
+        message = obj.message
+        return admin_link(message, f"#{message.seq}") if message is not None else "-"
+
+    @admin.display(description=_("cost"))
+    def cost(self, obj: ModelCall) -> str:
+        totals = usage_totals(ModelCall.objects.filter(pk=obj.pk))
+        return str(totals.cost) if not totals.unpriced_models else str(_("no price for this model"))
+
+    @admin.display(description=_("window changes"))
+    def changes_display(self, obj: ModelCall) -> str:
+        return pretty_json(obj.window_changes) if obj.window_changes else "-"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelCall]:
+        return super().get_queryset(request).select_related("conversation", "message")
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        if isinstance(response, TemplateResponse) and response.context_data:
+            changelist = response.context_data.get("cl")
+            if changelist is not None:
+                # the totals of everything the filters select: one aggregate query
+                response.context_data["usage_totals"] = usage_totals(changelist.queryset)
+        return response
+
+    # -- the window page -------------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        urls = [
+            path(
+                "<path:object_id>/window/",
+                self.admin_site.admin_view(self.window_view),
+                name="agentmemory_modelcall_window",
+            )
+        ]
+        return urls + super().get_urls()
+
+    def window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The messages a chat call sent, rebuilt from storage, with its token accounting."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No model call with id %(id)r.") % {"id": object_id})
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        entries: list[dict[str, Any]] = []
+        error = None
+        tools: list[dict[str, Any]] = []
+        try:
+            messages = obj.window()
+            tools = obj.tools()
+        except WindowUnavailable as exc:
+            error = str(exc)
+            messages = []
+        leading = 1 + (1 if obj.summary_digest else 0) if obj.system_prompt_digest else 0
+        for index, message in enumerate(messages):
+            part = "history"
+            if index < leading:
+                part = "system" if index == 0 and obj.system_prompt_digest else "summary"
+            entries.append(
+                {
+                    "part": part,
+                    "message": message,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "name": call.name,
+                            "arguments": json.dumps(dict(call.arguments), indent=2, ensure_ascii=False),
+                        }
+                        for call in message.tool_calls
+                    ],
+                    "placeholder": bool(message.metadata.get("pending_tool_call")),
+                }
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Window sent"),
+            "subtitle": str(obj),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "original": obj,
+            "entries": entries,
+            "error": error,
+            "tools": json.dumps(tools, indent=2, ensure_ascii=False) if tools else "",
+            "window_tokens": obj.system_tokens
+            + obj.knowledge_tokens
+            + obj.summary_tokens
+            + obj.history_tokens,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "agentmemory/admin/model_call_window.html", context, status=404 if error else 200
+        )

@@ -1,0 +1,236 @@
+"""Read-only endpoints of recorded model calls and their usage.
+
+- ``GET conversations/{uuid}/model-calls/``: the conversation's calls, oldest first.
+- ``GET conversations/{uuid}/model-calls/{call_uuid}/``: one call.
+- ``GET conversations/{uuid}/model-calls/{call_uuid}/window/``: the messages a chat call
+  sent, exactly as sent (``ModelCall.window()``), with the tool declarations.
+- ``GET conversations/{uuid}/model-calls/usage/``: usage and cost of the conversation.
+- ``GET usage/``: usage and cost of everything billed to the requesting user
+  (``?since=`` / ``?until=``, ISO 8601).
+
+Everything is scoped to the requesting user: another user's conversation or call is a 404.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_lib
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from agentmemory.api.pagination import CheckedCursorPagination
+from agentmemory.api.serializers import message_to_native
+from agentmemory.api.views import AppAPIView, _ConversationScoped
+from agentmemory.calls import WindowUnavailable
+from agentmemory.models import ModelCall, ModelCallKind
+from agentmemory.usage import UsageTotals, usage_totals
+
+__all__ = ["ModelCallViewSet", "UsageViewSet"]
+
+
+class ModelCallSerializer(serializers.ModelSerializer):
+    """One recorded model call: what it was, its window's seq range and parts (tokens), its
+    usage (tokens; ``usage_source`` "provider" or "counted")."""
+
+    id = serializers.UUIDField(source="uuid", read_only=True)
+    message_seq = serializers.SerializerMethodField()
+    summary_through_seq = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ModelCall
+        fields = (
+            "id",
+            "kind",
+            "created_at",
+            "agent_key",
+            "model",
+            "round",
+            "finish_reason",
+            "latency",
+            "message_seq",
+            "max_tokens",
+            "first_seq",
+            "last_seq",
+            "summary_through_seq",
+            "system_tokens",
+            "knowledge_tokens",
+            "summary_tokens",
+            "history_tokens",
+            "tools_tokens",
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens",
+            "usage_source",
+            "window_changes",
+        )
+        read_only_fields = fields
+
+    def get_message_seq(self, obj: ModelCall) -> int | None:
+        """Seq of the AI message the call produced (chat calls)."""
+        return obj.message.seq if obj.message_id and obj.message else None
+
+    def get_summary_through_seq(self, obj: ModelCall) -> int | None:
+        """Last seq covered by the summary the call sent."""
+        return obj.summary.through_seq if obj.summary_id and obj.summary else None
+
+
+class WindowMessageSerializer(serializers.Serializer):
+    """A message as sent: native shape, plus ``seq`` for stored ones and ``truncated`` for a
+    shortened copy (placeholders and stubs included)."""
+
+    role = serializers.CharField()
+    content = serializers.CharField(allow_null=True)
+    tool_calls = serializers.ListField(child=serializers.DictField())
+    tool_call_id = serializers.CharField(allow_blank=True)
+    name = serializers.CharField(allow_blank=True)
+    parts = serializers.ListField(child=serializers.DictField(), required=False)
+    seq = serializers.IntegerField(allow_null=True)
+    truncated = serializers.BooleanField()
+
+
+class WindowSerializer(serializers.Serializer):
+    messages = WindowMessageSerializer(many=True)
+    tools = serializers.ListField(child=serializers.DictField())
+
+
+class ModelUsageSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    calls = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    cached_input_tokens = serializers.IntegerField()
+    cache_creation_input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    counted_calls = serializers.IntegerField()
+    cost = serializers.DecimalField(max_digits=30, decimal_places=12, allow_null=True, coerce_to_string=True)
+
+
+class UsageSerializer(serializers.Serializer):
+    """Usage (tokens) and cost (a decimal string, in the currency of ``MODEL_PRICES``, per
+    its per-million-token prices) of a set of calls; ``unpriced_models`` are left out of
+    ``cost``."""
+
+    calls = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    cached_input_tokens = serializers.IntegerField()
+    cache_creation_input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    counted_calls = serializers.IntegerField()
+    cost = serializers.DecimalField(max_digits=30, decimal_places=12, coerce_to_string=True)
+    unpriced_models = serializers.ListField(child=serializers.CharField())
+    by_model = ModelUsageSerializer(many=True)
+
+
+def usage_data(totals: UsageTotals) -> dict[str, Any]:
+    return UsageSerializer(totals).data  # type: ignore[return-value]
+
+
+class ModelCallPagination(CheckedCursorPagination):
+    ordering = ("id",)
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+@extend_schema(tags=["model calls"])
+class ModelCallViewSet(
+    AppAPIView, _ConversationScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, GenericViewSet
+):
+    """Recorded model calls of one conversation, oldest first."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = ModelCallPagination
+    serializer_class = ModelCallSerializer
+    lookup_field = "uuid"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[ModelCall]:
+        if getattr(self, "swagger_fake_view", False):
+            return ModelCall.objects.none()
+        return (
+            ModelCall.objects.filter(conversation=self.get_conversation())
+            .select_related("message", "summary")
+            .order_by("id")
+        )
+
+    def get_object(self) -> ModelCall:
+        try:
+            call_uuid = uuid_lib.UUID(str(self.kwargs["uuid"]))
+        except ValueError:
+            raise Http404("No such model call.") from None
+        call = self.get_queryset().filter(uuid=call_uuid).first()
+        if call is None:
+            raise Http404("No such model call.")
+        return call
+
+    @extend_schema(responses=WindowSerializer)
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def window(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The messages a chat call sent, exactly as sent, and the tool declarations; a
+        409 when they cannot be rebuilt any more (a message was deleted)."""
+        call = self.get_object()
+        if call.kind != ModelCallKind.CHAT:
+            return Response(
+                {"error": "not_a_chat_call", "detail": f"a {call.kind} call sends no context window"},
+                status=409,
+            )
+        try:
+            messages = call.window()
+            tools = call.tools()
+        except WindowUnavailable as exc:
+            return Response({"error": "window_unavailable", "detail": str(exc)}, status=409)
+        payload = [{**message_to_native(m), "seq": m.seq, "truncated": m.truncated} for m in messages]
+        return Response({"messages": payload, "tools": tools})
+
+    @extend_schema(responses=UsageSerializer)
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def usage(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Usage and cost of the conversation's calls (chat, compaction, embedding)."""
+        return Response(usage_data(usage_totals(conversation=self.get_conversation())))
+
+
+def _datetime_param(request: Request, name: str) -> Any:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = parse_datetime(raw)
+    except ValueError:
+        value = None
+    if value is None:
+        raise ValidationError({name: ["Give a date and time in ISO 8601, such as 2026-01-31T00:00:00Z."]})
+    return value
+
+
+@extend_schema(tags=["usage"])
+@extend_schema_view(
+    list=extend_schema(
+        responses=UsageSerializer,
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Calls made at or after this time."),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="Calls made before this time."),
+        ],
+    )
+)
+class UsageViewSet(AppAPIView, GenericViewSet):
+    """Usage and cost of every model call billed to the requesting user."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = None
+    serializer_class = UsageSerializer
+
+    def list(self, request: Request) -> Response:
+        since, until = _datetime_param(request, "since"), _datetime_param(request, "until")
+        calls = ModelCall.objects.for_user(request.user)
+        return Response(usage_data(usage_totals(calls, since=since, until=until)))

@@ -1,0 +1,136 @@
+"""The surfaces of recorded model calls: the read-only API (a conversation's calls, one
+call's window as sent, usage per conversation and per user, owner-scoped) and the admin
+(the list with usage totals, the window page)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.test.utils import override_settings
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from agentmemory.agents import BaseToolCallingAgent, tool
+from agentmemory.api.serializers import message_to_native
+from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation, ModelCall
+from tests.factories import UserFactory
+
+PRICES = {"gpt-4o-mini": {"input": "0.15", "output": "0.60"}}
+
+
+@tool
+def lookup(order: str) -> str:
+    """Look an order up."""
+    return f"order {order}: shipped " + "tracking " * 300
+
+
+class Agent(BaseToolCallingAgent, register=False):
+    AGENT_KEY = "surfaces-test"
+    SYSTEM_PROMPT = "You track orders."
+    TOOLS = [lookup]
+
+
+@pytest.fixture
+def turn(db):  # type: ignore[no-untyped-def]
+    """A user's conversation with one turn of two calls (a tool call, then the answer)."""
+    user = UserFactory()
+    llm = ScriptedChatModel(
+        [
+            ChatResponse(
+                message=ChatMessage.ai(None, [ToolCall("c1", "lookup", {"order": "A7"})]),
+                usage=Usage(1000, 20),
+                model="gpt-4o-mini",
+                finish_reason="tool_calls",
+            ),
+            ChatResponse(message=ChatMessage.ai("Shipped."), usage=Usage(3000, 5), model="gpt-4o-mini"),
+        ]
+    )
+    agent = Agent(llm=llm)
+    conv = agent.start_conversation(owner=user)
+    with override_settings(AGENTMEMORY={"MAX_TOOL_RESULT_TOKENS": 60}):
+        agent.run(conv, "Where is order A7?")
+    return user, conv, llm
+
+
+def client_for(user) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def calls_url(conv: Conversation, suffix: str = "") -> str:
+    return f"/api/conversations/{conv.uuid}/model-calls/{suffix}"
+
+
+@override_settings(AGENTMEMORY={"MODEL_PRICES": PRICES})
+def test_api_lists_calls_and_returns_each_window_as_sent(turn) -> None:  # type: ignore[no-untyped-def]
+    user, conv, llm = turn
+    api = client_for(user)
+    listed = api.get(calls_url(conv))
+    assert listed.status_code == 200
+    first, second = listed.json()["results"]
+    assert (first["kind"], first["round"], first["input_tokens"], first["usage_source"]) == (
+        "chat",
+        0,
+        1000,
+        "provider",
+    )
+    assert second["message_seq"] == 4 and (second["first_seq"], second["last_seq"]) == (1, 3)
+
+    window = api.get(calls_url(conv, f"{second['id']}/window/")).json()
+    sent, tools = llm.calls[1]
+    assert window["messages"] == [
+        {**message_to_native(m), "seq": m.seq, "truncated": m.truncated} for m in sent
+    ]
+    assert window["messages"][-1]["truncated"] is True  # the capped tool result, as sent
+    assert window["tools"] == tools
+    assert api.get(calls_url(conv, f"{second['id']}/")).json() == second
+
+    usage = api.get(calls_url(conv, "usage/")).json()
+    assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (2, 4000, 25)
+    assert Decimal(usage["cost"]) == (Decimal(4000) * Decimal("0.15") + 25 * Decimal("0.60")) / 10**6
+    mine = api.get("/api/usage/").json()
+    assert mine["calls"] == 2 and mine["cost"] == usage["cost"]
+    assert api.get("/api/usage/", {"since": "2999-01-01T00:00:00Z"}).json()["calls"] == 0
+
+
+def test_api_is_scoped_to_the_owner_and_refuses_bad_input(turn) -> None:  # type: ignore[no-untyped-def]
+    user, conv, _ = turn
+    call = ModelCall.objects.filter(conversation=conv).first()
+    assert call is not None
+    stranger = client_for(UserFactory())
+    assert stranger.get(calls_url(conv)).status_code == 404
+    assert stranger.get(calls_url(conv, f"{call.uuid}/window/")).status_code == 404
+    assert stranger.get("/api/usage/").json()["calls"] == 0
+    assert APIClient().get("/api/usage/").status_code in (401, 403)
+    api = client_for(user)
+    assert api.get(calls_url(conv, "not-a-uuid/")).status_code == 404
+    bad = api.get("/api/usage/", {"since": "yesterday"})
+    assert bad.status_code == 400 and bad.json()["error"]
+    ModelCall.objects.filter(pk=call.pk).update(kind="embedding")
+    assert api.get(calls_url(conv, f"{call.uuid}/window/")).status_code == 409
+
+
+@override_settings(AGENTMEMORY={"MODEL_PRICES": PRICES})
+def test_admin_lists_calls_with_totals_and_shows_a_window_as_sent(turn, admin_client) -> None:  # type: ignore[no-untyped-def]
+    _, conv, llm = turn
+    changelist = reverse("admin:agentmemory_modelcall_changelist")
+    page = admin_client.get(changelist, {"conversation__id__exact": conv.pk})
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "Usage of the calls listed" in body and "4000" in body
+    assert admin_client.get(changelist, {"kind": "chat", "model": "gpt-4o-mini"}).status_code == 200
+    second = ModelCall.objects.filter(conversation=conv).order_by("id").last()
+    assert second is not None
+    assert (
+        admin_client.get(reverse("admin:agentmemory_modelcall_change", args=[second.pk])).status_code == 200
+    )
+    window = admin_client.get(reverse("admin:agentmemory_modelcall_window", args=[second.pk]))
+    assert window.status_code == 200
+    text = window.content.decode()
+    assert "Where is order A7?" in text and "You track orders." in text and "sent as a shortened copy" in text
+    assert len(window.context["entries"]) == len(llm.calls[1][0])
