@@ -47,6 +47,7 @@ __all__ = [
     "UsageScope",
     "WindowUnavailable",
     "record_call",
+    "recorded_context_window",
     "recorded_tools",
     "recorded_window",
     "recording_enabled",
@@ -412,6 +413,33 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
     if call.first_seq is not None and call.last_seq is not None:
         messages.extend(_history(call, changes))
     return messages
+
+
+def recorded_context_window(call: ModelCall) -> ContextWindow:
+    """``recorded_window(call)`` as a ``ContextWindow`` with the call's accounting (tokens):
+    the system part counts the knowledge block too; ``placeholders`` and ``truncated`` say
+    which results were sent as placeholders and which messages as shortened copies.
+
+    Raises:
+        WindowUnavailable: as ``recorded_window``.
+    """
+    from agentmemory.context import ContextWindow
+
+    messages = recorded_window(call)
+    changes = call.window_changes or {}
+    return ContextWindow(
+        messages=messages,
+        max_tokens=call.max_tokens or 0,
+        system_tokens=call.system_tokens + call.knowledge_tokens,
+        summary_tokens=call.summary_tokens,
+        history_tokens=call.history_tokens,
+        first_seq=call.first_seq,
+        last_seq=call.last_seq,
+        summary_id=call.summary_id,
+        summary_through_seq=call.summary.through_seq if call.summary_id and call.summary else None,
+        placeholders=tuple(changes.get("placeholders") or ()),
+        truncated=tuple(sorted(int(seq) for seq in (changes.get("truncated") or {}))),
+    )
 
 
 def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from agentmemory.agents import BaseToolCallingAgent, tool
 from agentmemory.api.serializers import message_to_native
+from agentmemory.formats.openai import to_openai_messages
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, ToolCall
@@ -81,13 +82,17 @@ def test_api_lists_calls_and_returns_each_window_as_sent(turn) -> None:  # type:
     )
     assert second["message_seq"] == 4 and (second["first_seq"], second["last_seq"]) == (1, 3)
 
-    window = api.get(calls_url(conv, f"{second['id']}/window/")).json()
     sent, tools = llm.calls[1]
-    assert window["messages"] == [
-        {**message_to_native(m), "seq": m.seq, "truncated": m.truncated} for m in sent
+    window = api.get(calls_url(conv, f"{second['id']}/window/")).json()
+    keys = ("role", "content", "tool_calls", "tool_call_id", "name")
+    assert [{k: m[k] for k in keys} for m in window["messages"]] == [
+        {k: message_to_native(m)[k] for k in keys} for m in sent
     ]
-    assert window["messages"][-1]["truncated"] is True  # the capped tool result, as sent
-    assert window["tools"] == tools
+    assert [m["seq"] for m in window["messages"]] == [None, 1, 2, 3]
+    assert window["messages"][-1]["truncated"] is True and window["truncated"] == [3]  # the capped result
+    assert window["tools"] == tools and window["history_tokens"] == second["history_tokens"]
+    openai = api.get(calls_url(conv, f"{second['id']}/window/"), {"message_format": "openai"}).json()
+    assert openai["messages"] == to_openai_messages(sent)
     assert api.get(calls_url(conv, f"{second['id']}/")).json() == second
 
     usage = api.get(calls_url(conv, "usage/")).json()

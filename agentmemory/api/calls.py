@@ -19,20 +19,27 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
+from agentmemory.api import serializers as s
+from agentmemory.api.access import request_owner
 from agentmemory.api.pagination import CheckedCursorPagination
-from agentmemory.api.serializers import message_to_native
-from agentmemory.api.views import AppAPIView, _ConversationScoped
-from agentmemory.calls import WindowUnavailable
+from agentmemory.api.schema import (
+    OpenApiParameter,
+    OpenApiResponse,
+    OpenApiTypes,
+    extend_schema,
+    extend_schema_view,
+)
+from agentmemory.api.views import MESSAGE_FORMAT_PARAMETER, AppAPIView, _ConversationScoped, message_format
+from agentmemory.calls import WindowUnavailable, recorded_context_window
+from agentmemory.conf import get_token_counter
+from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
 from agentmemory.usage import UsageTotals, usage_totals
 
@@ -86,23 +93,14 @@ class ModelCallSerializer(serializers.ModelSerializer):
         return obj.summary.through_seq if obj.summary_id and obj.summary else None
 
 
-class WindowMessageSerializer(serializers.Serializer):
-    """A message as sent: native shape, plus ``seq`` for stored ones and ``truncated`` for a
-    shortened copy (placeholders and stubs included)."""
+class RecordedWindowSerializer(s.ContextWindowSerializer):
+    """A recorded chat call's window, in the shape of the context endpoint, with the tool
+    declarations sent (``tools``)."""
 
-    role = serializers.CharField()
-    content = serializers.CharField(allow_null=True)
-    tool_calls = serializers.ListField(child=serializers.DictField())
-    tool_call_id = serializers.CharField(allow_blank=True)
-    name = serializers.CharField(allow_blank=True)
-    parts = serializers.ListField(child=serializers.DictField(), required=False)
-    seq = serializers.IntegerField(allow_null=True)
-    truncated = serializers.BooleanField()
+    tools = serializers.SerializerMethodField()
 
-
-class WindowSerializer(serializers.Serializer):
-    messages = WindowMessageSerializer(many=True)
-    tools = serializers.ListField(child=serializers.DictField())
+    def get_tools(self, window: Any) -> list[dict[str, Any]]:
+        return list(self.context.get("tools") or [])
 
 
 class ModelUsageSerializer(serializers.Serializer):
@@ -149,8 +147,9 @@ class ModelCallViewSet(
 ):
     """Recorded model calls of one conversation, oldest first."""
 
-    permission_classes = [IsAuthenticated]
     pagination_class = ModelCallPagination
+    operation_prefix = "model_calls"
+    throttle_scope = "agentmemory.conversations"
     serializer_class = ModelCallSerializer
     lookup_field = "uuid"
     lookup_value_regex = "[^/]+"
@@ -174,24 +173,40 @@ class ModelCallViewSet(
             raise Http404("No such model call.")
         return call
 
-    @extend_schema(responses=WindowSerializer)
+    @extend_schema(
+        parameters=[MESSAGE_FORMAT_PARAMETER],
+        responses={
+            200: RecordedWindowSerializer,
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="Not a chat call, or its messages are no longer stored.",
+            ),
+        },
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def window(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """The messages a chat call sent, exactly as sent, and the tool declarations; a
-        409 when they cannot be rebuilt any more (a message was deleted)."""
+        """The messages a chat call sent, exactly as sent, with its accounting and the tool
+        declarations; a 409 when it cannot be rebuilt (not a chat call, a message deleted)."""
         call = self.get_object()
+        shape = message_format(request)
         if call.kind != ModelCallKind.CHAT:
             return Response(
                 {"error": "not_a_chat_call", "detail": f"a {call.kind} call sends no context window"},
                 status=409,
             )
         try:
-            messages = call.window()
+            window = recorded_context_window(call)
             tools = call.tools()
         except WindowUnavailable as exc:
             return Response({"error": "window_unavailable", "detail": str(exc)}, status=409)
-        payload = [{**message_to_native(m), "seq": m.seq, "truncated": m.truncated} for m in messages]
-        return Response({"messages": payload, "tools": tools})
+        context = {"message_format": shape, "token_counter": get_token_counter(), "tools": tools}
+        try:
+            data = RecordedWindowSerializer(window, context=context).data
+        except InvalidMessageError as exc:
+            raise ValidationError(
+                {"message_format": [f"This window cannot be shown as {shape} messages: {exc}"]}
+            ) from None
+        return Response(data)
 
     @extend_schema(responses=UsageSerializer)
     @action(detail=False, methods=["get"], pagination_class=None)
@@ -226,11 +241,14 @@ def _datetime_param(request: Request, name: str) -> Any:
 class UsageViewSet(AppAPIView, GenericViewSet):
     """Usage and cost of every model call billed to the requesting user."""
 
-    permission_classes = [IsAuthenticated]
     pagination_class = None
+    operation_prefix = "usage"
+    operation_single = True
+    throttle_scope = "agentmemory.conversations"
     serializer_class = UsageSerializer
 
     def list(self, request: Request) -> Response:
+        owner = request_owner(request)
         since, until = _datetime_param(request, "since"), _datetime_param(request, "until")
-        calls = ModelCall.objects.for_user(request.user)
+        calls = ModelCall.objects.for_user(owner)
         return Response(usage_data(usage_totals(calls, since=since, until=until)))
