@@ -114,8 +114,10 @@ def test_api_is_scoped_to_the_owner_and_refuses_bad_input(turn) -> None:  # type
     assert APIClient().get("/api/usage/").status_code in (401, 403)
     api = client_for(user)
     assert api.get(calls_url(conv, "not-a-uuid/")).status_code == 404
-    bad = api.get("/api/usage/", {"since": "yesterday"})
-    assert bad.status_code == 400 and bad.json()["error"]
+    for since in ("yesterday", "0001-01-01T00:00:00+05:00", "2026-13-01T00:00:00Z"):
+        bad = api.get("/api/usage/", {"since": since})
+        assert bad.status_code == 400 and bad.json()["error"] and "since" in bad.json()["fields"]
+    assert api.get("/api/usage/", {"until": "2026-01-01T00:00:00"}).status_code == 200  # naive: UTC
     ModelCall.objects.filter(pk=call.pk).update(kind="embedding")
     assert api.get(calls_url(conv, f"{call.uuid}/window/")).status_code == 409
 
@@ -139,3 +141,14 @@ def test_admin_lists_calls_with_totals_and_shows_a_window_as_sent(turn, admin_cl
     text = window.content.decode()
     assert "Where is order A7?" in text and "You track orders." in text and "sent as a shortened copy" in text
     assert len(window.context["entries"]) == len(llm.calls[1][0])
+
+
+def test_forgetting_a_user_erases_their_usage_records(turn) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.deletion import forget_user
+
+    user, conv, _ = turn
+    other = Conversation.objects.create(owner=UserFactory(), agent_key="surfaces-test")
+    ModelCall.objects.create(kind="embedding", owner=other.owner, usage_source="counted", input_tokens=3)
+    report = forget_user(user)
+    assert report.other.get("agentmemory.ModelCall") == 2
+    assert not ModelCall.objects.filter(owner=user).exists() and ModelCall.objects.count() == 1

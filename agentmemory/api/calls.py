@@ -14,6 +14,7 @@ Everything is scoped to the requesting user: another user's conversation or call
 from __future__ import annotations
 
 import uuid as uuid_lib
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -215,13 +216,20 @@ class ModelCallViewSet(
         return Response(usage_data(usage_totals(conversation=self.get_conversation())))
 
 
-def _datetime_param(request: Request, name: str) -> Any:
+def _datetime_param(request: Request, name: str) -> datetime | None:
+    """An ISO 8601 date and time from the query string, in UTC (a naive one is taken as UTC).
+
+    Raises:
+        ValidationError: not a date and time, or one that cannot be expressed in UTC.
+    """
     raw = request.query_params.get(name)
     if raw in (None, ""):
         return None
     try:
         value = parse_datetime(raw)
-    except ValueError:
+        if value is not None:
+            value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (ValueError, OverflowError):
         value = None
     if value is None:
         raise ValidationError({name: ["Give a date and time in ISO 8601, such as 2026-01-31T00:00:00Z."]})
