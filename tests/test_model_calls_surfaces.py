@@ -146,7 +146,7 @@ def test_admin_lists_calls_with_totals_and_shows_a_window_as_sent(turn, admin_cl
 def test_forgetting_a_user_erases_their_usage_records(turn) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.deletion import forget_user
 
-    user, conv, _ = turn
+    user, _, _ = turn
     other = Conversation.objects.create(owner=UserFactory(), agent_key="surfaces-test")
     ModelCall.objects.create(kind="embedding", owner=other.owner, usage_source="counted", input_tokens=3)
     report = forget_user(user)

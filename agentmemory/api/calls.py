@@ -23,6 +23,7 @@ from django.utils.dateparse import parse_datetime
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
@@ -35,7 +36,6 @@ from agentmemory.api.schema import (
     OpenApiResponse,
     OpenApiTypes,
     extend_schema,
-    extend_schema_view,
 )
 from agentmemory.api.views import MESSAGE_FORMAT_PARAMETER, AppAPIView, _ConversationScoped, message_format
 from agentmemory.calls import WindowUnavailable, recorded_context_window
@@ -44,7 +44,7 @@ from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
 from agentmemory.usage import UsageTotals, usage_totals
 
-__all__ = ["ModelCallViewSet", "UsageViewSet"]
+__all__ = ["ModelCallViewSet", "UsageView"]
 
 
 class ModelCallSerializer(serializers.ModelSerializer):
@@ -237,25 +237,25 @@ def _datetime_param(request: Request, name: str) -> datetime | None:
 
 
 @extend_schema(tags=["usage"])
-@extend_schema_view(
-    list=extend_schema(
-        responses=UsageSerializer,
-        parameters=[
-            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Calls made at or after this time."),
-            OpenApiParameter("until", OpenApiTypes.DATETIME, description="Calls made before this time."),
-        ],
-    )
-)
-class UsageViewSet(AppAPIView, GenericViewSet):
+class UsageView(AppAPIView, GenericAPIView):  # type: ignore[misc]
     """Usage and cost of every model call billed to the requesting user."""
 
-    pagination_class = None
     operation_prefix = "usage"
     operation_single = True
     throttle_scope = "agentmemory.conversations"
     serializer_class = UsageSerializer
+    pagination_class = None
 
-    def list(self, request: Request) -> Response:
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Calls made at or after this time."),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="Calls made before this time."),
+        ],
+        responses={200: UsageSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        """Usage (tokens) and cost of the requesting user's calls: chat, compaction and
+        embedding, from ``since`` (included) to ``until`` (excluded)."""
         owner = request_owner(request)
         since, until = _datetime_param(request, "since"), _datetime_param(request, "until")
         calls = ModelCall.objects.for_user(owner)

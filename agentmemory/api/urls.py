@@ -3,13 +3,13 @@
 Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail``,
 ``conversation-context``, ``conversation-messages-list``, ``conversation-summaries-list``,
 ``fact-list``, ``fact-detail``, ``search``, ``model-calls-list``, ``model-calls-detail``,
-``model-calls-window``, ``model-calls-usage``, ``usage-list``.
+``model-calls-window``, ``model-calls-usage``, ``usage``.
 """
 
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from agentmemory.api.calls import ModelCallViewSet, UsageViewSet
+from agentmemory.api.calls import ModelCallViewSet, UsageView
 from agentmemory.api.views import (
     UUID_REGEX,
     ConversationViewSet,
@@ -43,8 +43,11 @@ router.register(
     ModelCallViewSet,
     basename="model-calls",
 )
-router.register("usage", UsageViewSet, basename="usage")
 
 router.register("facts", FactViewSet, basename="fact")
 
-urlpatterns = [*router.urls, path("search/", SearchView.as_view(), name="search")]
+urlpatterns = [
+    *router.urls,
+    path("search/", SearchView.as_view(), name="search"),
+    path("usage/", UsageView.as_view(), name="usage"),
+]
