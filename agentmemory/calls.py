@@ -34,6 +34,7 @@ from agentmemory.context.sql import _chat
 from agentmemory.llm.base import Usage
 from agentmemory.messages import ChatMessage, ContentPart, Role
 from agentmemory.models import Message, ModelCall, ModelCallKind, PromptText, UsageSource
+from agentmemory.validation import safe_str, storable_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -162,8 +163,8 @@ def record_call(
         conversation_id=conversation_id,
         owner_id=owner,
         agent_key=agent,
-        model=model[:200],
-        finish_reason=finish_reason[:50],
+        model=_short(model, 200),
+        finish_reason=_short(finish_reason, 50),
         latency=latency,
         first_seq=first_seq,
         last_seq=last_seq,
@@ -180,12 +181,25 @@ def record_call(
     return stored
 
 
+def _short(value: Any, limit: int) -> str:
+    """A provider's name or reason as storable text of at most ``limit`` characters, whatever
+    it sent (an object, a NUL character)."""
+    return storable_text(safe_str(value or ""))[:limit]
+
+
+def _tokens(value: Any) -> int:
+    """A token count for a column that holds 0..2**31-1, whatever the provider sent."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return min(max(value, 0), 2**31 - 1)
+
+
 def _usage_fields(usage: Usage) -> dict[str, int]:
     return {
-        "input_tokens": max(usage.input_tokens, 0),
-        "output_tokens": max(usage.output_tokens, 0),
-        "cached_input_tokens": max(usage.cached_input_tokens, 0),
-        "cache_creation_input_tokens": max(usage.cache_creation_input_tokens, 0),
+        "input_tokens": _tokens(usage.input_tokens),
+        "output_tokens": _tokens(usage.output_tokens),
+        "cached_input_tokens": _tokens(usage.cached_input_tokens),
+        "cache_creation_input_tokens": _tokens(usage.cache_creation_input_tokens),
     }
 
 
@@ -279,7 +293,10 @@ class ChatCallRecorder:
         new = [
             d for d in (self.system_digest, summary_digest, self.tools_digest) if d and d not in self.written
         ]
-        texts = [PromptText(conversation_id=self.conversation_id, digest=d, text=self.texts[d]) for d in new]
+        texts = [
+            PromptText(conversation_id=self.conversation_id, digest=d, text=storable_text(self.texts[d]))
+            for d in new
+        ]
         system_tokens = max(window.system_tokens - self.knowledge_tokens, 0)
         row = ModelCall(
             kind=ModelCallKind.CHAT,
@@ -288,8 +305,8 @@ class ChatCallRecorder:
             agent_key=self.agent_key,
             message_id=message_id,
             round=min(call.round, 32_767),
-            model=call.model[:200],
-            finish_reason=call.finish_reason[:50],
+            model=_short(call.model, 200),
+            finish_reason=_short(call.finish_reason, 50),
             latency=call.latency_s,
             max_tokens=window.max_tokens,
             first_seq=window.first_seq,
