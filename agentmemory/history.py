@@ -19,6 +19,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.recall import index_new_messages
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import coerce_message, link_tool_message, validate_message
 
@@ -189,6 +190,7 @@ class PersistentChatHistory:
                 )
         if stored is None:
             stored = self._append_locked(using, batch, counts, strict=strict)
+        index_new_messages(stored, using=using)
         signals.message_appended.send(
             sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
         )

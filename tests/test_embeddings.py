@@ -120,7 +120,7 @@ def test_full_text_backend_enqueues_nothing(django_capture_on_commit_callbacks) 
     conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
     with django_capture_on_commit_callbacks() as callbacks:
         PersistentChatHistory(conv).add_messages([ChatMessage.human("hello")])
-    assert not any("_enqueue" in repr(c) for c in callbacks)
+    assert not any("embedding" in repr(c) for c in callbacks)
 
 
 @pytest.mark.django_db

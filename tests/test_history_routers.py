@@ -82,3 +82,21 @@ def test_a_transaction_open_on_default_does_not_hold_the_append() -> None:
         assert not connections["secondary"].in_atomic_block
     # committed on the routed database although the transaction on default is long gone
     assert Message.objects.using("secondary").filter(conversation_id=conv.pk).count() == 2
+
+
+@ROUTED
+def test_new_messages_are_embedded_after_the_routed_database_commits(settings) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from agentmemory.models import MessageEmbedding
+
+    settings.AGENTMEMORY = {"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "embedding"}
+    owner = get_user_model().objects.db_manager("secondary").create(username="routed-owner")
+    conv = Conversation.objects.create(owner_id=owner.pk, agent_key="routed")
+    with transaction.atomic(using="secondary"):
+        PersistentChatHistory(conv).add_messages([ChatMessage.human("hello there")])
+        # the model is called after the commit of the database that holds the message
+        assert MessageEmbedding.objects.using("secondary").count() == 0
+    assert MessageEmbedding.objects.using("secondary").count() == 1
+    assert MessageEmbedding.objects.using("default").count() == 0

@@ -9,11 +9,15 @@ importance (``AGENTMEMORY["RECALL_RECENCY_WEIGHT"]``, ``"RECALL_RECENCY_HALF_LIF
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from django.db import router, transaction
 from django.utils import timezone
 
 from agentmemory.recall.backends import (
@@ -26,6 +30,8 @@ from agentmemory.recall.backends import (
 )
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
 
+logger = logging.getLogger("agentmemory.recall")
+
 __all__ = [
     "EmbeddingBackend",
     "FullTextBackend",
@@ -37,6 +43,7 @@ __all__ = [
     "boost",
     "get_backend",
     "get_embedder",
+    "index_new_messages",
     "search_messages",
 ]
 
@@ -182,10 +189,39 @@ def embeddings_wanted() -> bool:
     return bool(conf.EMBEDDER) and conf.RECALL_BACKEND != "fulltext"
 
 
-def embed_stored_messages(message_ids: list[int]) -> int:
+def index_new_messages(messages: Sequence[Any], *, using: str) -> bool:
+    """Called by ``PersistentChatHistory.add_messages`` with the messages it stored on the
+    database ``using``: with an embedding or hybrid backend, their embedding is enqueued
+    after that database's transaction commits (``embed_messages`` Celery task, in-process
+    when no broker is configured), so no model call runs inside the append. Full-text needs
+    nothing: the database indexes rows as they are written. Returns whether anything was
+    scheduled. A broker that cannot take the task never fails the append (logged;
+    ``rebuild_recall_index`` embeds what was missed)."""
+    if not embeddings_wanted():
+        return False
+    ids = [m.id for m in messages if m.id is not None and str(m.role) in SEARCHED_ROLES and m.content]
+    if not ids:
+        return False
+    transaction.on_commit(partial(enqueue_message_embedding, ids), using=using)
+    return True
+
+
+def enqueue_message_embedding(message_ids: list[int]) -> None:
+    """Send ``embed_messages`` for ``message_ids``; a broker error is logged, never raised."""
+    from agentmemory.recall.tasks import embed_messages
+
+    try:
+        embed_messages.delay(message_ids)
+    except Exception:  # a broker that is down must not break the caller (logged, caught up later)
+        logger.exception("could not enqueue embedding of %d message(s)", len(message_ids))
+
+
+def embed_stored_messages(message_ids: list[int], *, using: str | None = None) -> int:
     """Embed the messages of ``message_ids`` that search can return (searched roles, with
     content, in a conversation that has an owner) and have no vector of the configured
-    embedder's model yet; returns how many vectors were stored. Calls the embedding model.
+    embedder's model yet; returns how many vectors were stored. Reads and writes the
+    database the routers choose for writing ``Message`` unless ``using`` is given. Calls the
+    embedding model.
 
     Raises:
         EmbeddingError: the model could not be reached or answered badly.
@@ -195,9 +231,11 @@ def embed_stored_messages(message_ids: list[int]) -> int:
     embedder = get_embedder()
     if embedder is None or not message_ids:
         return 0
+    using = using or router.db_for_write(Message)
     rows = list(
-        Message.objects.filter(pk__in=message_ids, role__in=SEARCHED_ROLES, conversation__owner__isnull=False)
+        Message.objects.using(using)
+        .filter(pk__in=message_ids, role__in=SEARCHED_ROLES, conversation__owner__isnull=False)
         .exclude(content__isnull=True)
         .exclude(content="")
     )
-    return EmbeddingBackend(embedder).index(rows)
+    return get_backend(embedder=embedder).index(rows)
