@@ -304,15 +304,15 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         problems.append(
             Error(
                 f"AGENTMEMORY['RECALL_BACKEND'] must be a name or dotted path, not {backend!r}.",
-                hint="Use 'fulltext' (default), 'embedding', 'hybrid' or 'myapp.recall.MyBackend'.",
+                hint="Use 'fulltext' (default), 'embedding', 'pgvector', 'hybrid' or 'myapp.recall.Backend'.",
                 id="agentmemory.E201",
             )
         )
-    elif backend not in ("fulltext", "embedding", "hybrid") and (error := _import_error(backend)):
+    elif backend not in ("fulltext", "embedding", "pgvector", "hybrid") and (error := _import_error(backend)):
         problems.append(
             Error(
                 f"AGENTMEMORY['RECALL_BACKEND'] = {backend!r} cannot be imported: {error}",
-                hint="Use 'fulltext', 'embedding', 'hybrid' or the dotted path of a backend class.",
+                hint="Use 'fulltext', 'embedding', 'pgvector', 'hybrid' or a backend class's dotted path.",
                 id="agentmemory.E201",
             )
         )
@@ -334,7 +334,7 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="agentmemory.E203",
             )
         )
-    if backend in ("embedding", "hybrid") and embedder is None:
+    if backend in ("embedding", "pgvector", "hybrid") and embedder is None:
         problems.append(
             Error(
                 f"AGENTMEMORY['RECALL_BACKEND'] is {backend!r} but no EMBEDDER is configured.",

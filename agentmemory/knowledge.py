@@ -34,7 +34,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall import boost
-from agentmemory.recall.backends import RecallBackend, get_backend, get_embedder
+from agentmemory.recall.backends import RecallBackend, get_backend, get_embedder, mirror_vectors
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, to_bytes
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError
 
@@ -385,6 +385,7 @@ class KnowledgeMemory:
             FactEmbedding.objects.using(self.using).create(
                 fact=fact, model=self.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
             )
+            mirror_vectors(self.using, [fact], self.embedder.model, [vector])
         if old_ids:
             # History follows the new head: deleting the head deletes the whole chain.
             Fact.objects.using(self.using).filter(superseded_by_id__in=old_ids).update(superseded_by=fact)

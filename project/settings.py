@@ -29,6 +29,9 @@ INSTALLED_APPS = [
     "agentmemory",
     "project",  # its agents module holds the example agents (manage.py chat support)
 ]
+# pgvector columns and HNSW indexes (PostgreSQL with the vector extension only; see docs/longterm.md)
+if os.environ.get("AGENTMEMORY_PGVECTOR", "").lower() in ("1", "true", "yes"):
+    INSTALLED_APPS.append("agentmemory.contrib.pgvector")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

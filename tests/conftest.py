@@ -19,13 +19,21 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """PostgreSQL-only tests skip elsewhere, except in CI, where a skip would hide them.
-    SQLite-only tests (its FTS5 tables and triggers) are deselected on other databases: they
-    have nothing to run there, and each pass runs what its database has."""
+    SQLite-only tests (its FTS5 tables and triggers) are deselected on other databases, and
+    pgvector tests wherever ``agentmemory.contrib.pgvector`` is not installed on PostgreSQL
+    (``.ci/pgvector`` runs them): they have nothing to run there, and each pass runs what its
+    database has."""
+    from django.apps import apps
+
+    drop = []
     if connection.vendor != "sqlite":
-        kept = [item for item in items if not item.get_closest_marker("sqlite")]
-        if len(kept) != len(items):
-            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-            items[:] = kept
+        drop.append("sqlite")
+    if connection.vendor != "postgresql" or not apps.is_installed("agentmemory.contrib.pgvector"):
+        drop.append("pgvector")
+    kept = [item for item in items if not any(item.get_closest_marker(m) for m in drop)]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     if connection.vendor == "postgresql":
         return
     for item in items:

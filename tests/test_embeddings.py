@@ -145,3 +145,22 @@ def test_hybrid_keeps_full_text_hits_the_embedder_misses() -> None:
     km.store("alpha zeta", "x")
     km.store("something else", "x")
     assert [h.fact.content for h in km.recall("zeta")] == ["alpha zeta"]
+
+
+@pytest.mark.django_db
+def test_pgvector_backend_without_the_extension_ranks_by_exact_cosine(settings) -> None:  # type: ignore[no-untyped-def]
+    """Without ``agentmemory.contrib.pgvector`` (SQLite, PostgreSQL without the extension)
+    the "pgvector" backend answers like "embedding" on the same stored vectors."""
+    from agentmemory.recall import get_backend
+
+    settings.AGENTMEMORY = {"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "pgvector"}
+    embedder = StubEmbedder()
+    km = KnowledgeMemory(UserFactory(), embedder=embedder, backend=get_backend(), supersede_similarity=None)
+    for text in ("grey cat on the sofa", "red bicycle", "cat food brand", "a grey sky"):
+        km.store(text, "x")
+    exact = KnowledgeMemory(km.scope.owner_id, embedder=embedder, backend=EmbeddingBackend(embedder))
+    assert get_backend().name == "pgvector"
+    assert [h.fact.pk for h in km.recall("grey cat", k=3)] == [
+        h.fact.pk for h in exact.recall("grey cat", k=3)
+    ]
+    assert km.recall("grey cat", k=1)[0].fact.content == "grey cat on the sofa"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -312,8 +313,10 @@ def test_memory_survives_a_restart_in_a_new_process() -> None:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "project.settings",
+        # the host may be a socket directory (the embedded PostgreSQL of .ci/pgvector)
         "DATABASE_URL": (
-            f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+            f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{quote(db['HOST'], safe='')}"
+            f"{':' + str(db['PORT']) if db['PORT'] else ''}/{db['NAME']}"
         ),
     }
     out = subprocess.run(

@@ -22,10 +22,12 @@ __all__ = [
     "EmbeddingBackend",
     "FullTextBackend",
     "HybridBackend",
+    "PgVectorBackend",
     "RecallBackend",
     "embedding_model_for",
     "get_backend",
     "get_embedder",
+    "mirror_vectors",
 ]
 
 #: the constant of reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009)
@@ -130,19 +132,88 @@ class EmbeddingBackend:
             ],
             ignore_conflicts=True,
         )
+        mirror_vectors(db, todo, self.embedder.model, vectors)
         return len(todo)
+
+
+def mirror_vectors(
+    using: str, objects: Sequence[Model], embedding_model: str, vectors: Sequence[Sequence[float]]
+) -> None:
+    """Where ``agentmemory.contrib.pgvector`` is installed and ``using`` is PostgreSQL, store
+    the vectors just stored as float32 bytes in its ``vector`` tables too (whatever backend
+    is configured, so switching to ``"pgvector"`` later finds every row)."""
+    from agentmemory.contrib.pgvector import indexes
+
+    if objects and indexes.available(using):
+        indexes.store_vectors(using, objects, embedding_model, vectors)
+
+
+class PgVectorBackend(EmbeddingBackend):
+    """Cosine distance computed by PostgreSQL's pgvector, through an HNSW index per embedding
+    model, where ``agentmemory.contrib.pgvector`` is installed and the database is PostgreSQL;
+    exact cosine (``EmbeddingBackend``) anywhere else, on the same stored vectors.
+
+    The query orders the scope's vectors by ``vector::vector(n) <=> query`` with
+    ``hnsw.iterative_scan = relaxed_order`` (pgvector 0.8), so a filtered scan keeps reading
+    the index until it has ``limit`` rows of the scope; PostgreSQL's planner reads the
+    scope's rows exactly instead when the scope is small (one conversation), which is both
+    exact and fast there. HNSW is approximate: on a large scope a near vector can be missed
+    (``HNSW_EF_SEARCH`` candidates are kept per step).
+    """
+
+    name = "pgvector"
+    #: candidates kept per step of the HNSW search (pgvector's ``hnsw.ef_search``, default 40)
+    HNSW_EF_SEARCH = 100
+
+    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+        from agentmemory.contrib.pgvector import indexes
+
+        if not indexes.available(queryset.db):
+            return super().rank(queryset, query, limit)
+        if not query.strip() or limit <= 0:
+            return []
+        from django.db import connections, transaction
+        from django.db.models.functions import Cast
+        from pgvector.django import CosineDistance, VectorField
+
+        vector_model, fk = indexes.vector_model_for(queryset.model)
+        (query_vector,) = self.embedder.embed([query])
+        dims = len(query_vector)
+        rows = (
+            vector_model._default_manager.using(queryset.db)
+            .filter(model=self.embedder.model, **{f"{fk}__in": queryset.order_by().values("pk")})
+            .annotate(
+                distance=CosineDistance(
+                    Cast("vector", output_field=VectorField(dimensions=dims)), query_vector
+                )
+            )
+            .order_by("distance")
+            .values_list(f"{fk}_id", "distance")[:limit]
+        )
+        with transaction.atomic(using=queryset.db), connections[queryset.db].cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                "set_config('hnsw.ef_search', %s, true)",
+                [str(self.HNSW_EF_SEARCH)],
+            )
+            found = list(rows)
+        ranked = [(pk, 1.0 - float(distance)) for pk, distance in found if distance is not None]
+        ranked.sort(key=lambda item: (-item[1], -item[0]))
+        return [(pk, score) for pk, score in ranked if score > 0]
 
 
 class HybridBackend:
     """Full-text and embeddings fused by reciprocal rank: each list gives ``1 / (60 + rank)``
-    to a row, and rows are ordered by the sum."""
+    to a row, and rows are ordered by the sum. The embedding side is ``PgVectorBackend``:
+    pgvector's HNSW index where ``agentmemory.contrib.pgvector`` is installed, exact cosine
+    elsewhere."""
 
     name = "hybrid"
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self.text = FullTextBackend()
-        self.dense = EmbeddingBackend(embedder)
+        self.dense: EmbeddingBackend = PgVectorBackend(embedder)
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
         depth = max(limit, 50)
@@ -176,7 +247,7 @@ def get_embedder() -> Embedder | None:
 
 def get_backend(name: str | None = None, *, embedder: Embedder | None = None) -> RecallBackend:
     """The backend named ``name`` (default ``AGENTMEMORY["RECALL_BACKEND"]``): "fulltext",
-    "embedding", "hybrid", or a dotted path to a class taking ``embedder=``.
+    "embedding", "pgvector", "hybrid", or a dotted path to a class taking ``embedder=``.
 
     Raises:
         ImproperlyConfigured: an embedding or hybrid backend without an embedder.
@@ -189,12 +260,14 @@ def get_backend(name: str | None = None, *, embedder: Embedder | None = None) ->
     if name == "fulltext":
         return FullTextBackend()
     embedder = embedder or get_embedder()
-    if name in ("embedding", "hybrid"):
+    if name in ("embedding", "pgvector", "hybrid"):
         if embedder is None:
             raise ImproperlyConfigured(
                 f"The {name!r} recall backend needs an embedder: set AGENTMEMORY['EMBEDDER']."
             )
-        return EmbeddingBackend(embedder) if name == "embedding" else HybridBackend(embedder)
+        if name == "embedding":
+            return EmbeddingBackend(embedder)
+        return PgVectorBackend(embedder) if name == "pgvector" else HybridBackend(embedder)
     backend: RecallBackend = import_string(name)(embedder=embedder)
     return backend
 

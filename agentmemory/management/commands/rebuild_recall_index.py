@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agentmemory.models import Fact, Message
 from agentmemory.recall import SEARCHED_ROLES, fulltext
-from agentmemory.recall.backends import EmbeddingBackend, get_embedder
+from agentmemory.recall.backends import PgVectorBackend, get_embedder
 from agentmemory.recall.embedders import EmbeddingError
 
 
@@ -17,7 +17,9 @@ class Command(BaseCommand):
     help = (
         "Rebuild the full-text indexes of long-term facts and stored messages (PostgreSQL GIN "
         "indexes, SQLite FTS5 tables and their triggers). With AGENTMEMORY['EMBEDDER'] set, "
-        "also embed the facts and messages that have no vector of that model yet."
+        "also embed the facts and messages that have no vector of that model yet and, with "
+        "agentmemory.contrib.pgvector installed on PostgreSQL, copy the vectors into its "
+        "tables and create the model's HNSW index."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -39,7 +41,7 @@ class Command(BaseCommand):
         embedder = None if options["skip_embeddings"] else get_embedder()
         if embedder is None:
             return
-        backend = EmbeddingBackend(embedder)
+        backend = PgVectorBackend(embedder)
         sources: list[tuple[str, Any]] = [
             ("Fact", Fact.objects.using(using).exclude(content="")),
             (
@@ -57,3 +59,8 @@ class Command(BaseCommand):
                 except EmbeddingError as exc:
                     raise CommandError(f"embedding failed after {stored} {label} rows: {exc}") from exc
             self.stdout.write(f"{label}: {stored} embeddings stored ({embedder.model})")
+        from agentmemory.contrib.pgvector import indexes
+
+        if indexes.available(using):
+            copied = indexes.copy_stored_vectors(using, embedder.model, batch_size=batch_size)
+            self.stdout.write(f"pgvector: {copied} vectors copied ({embedder.model})")
