@@ -164,3 +164,15 @@ def test_pgvector_backend_without_the_extension_ranks_by_exact_cosine(settings) 
         h.fact.pk for h in exact.recall("grey cat", k=3)
     ]
     assert km.recall("grey cat", k=1)[0].fact.content == "grey cat on the sofa"
+
+
+def test_hybrid_adds_scaled_word_relevance_to_cosine_similarity() -> None:
+    from agentmemory.recall.backends import fuse_scores
+
+    words = [(1, 8.0), (2, 4.0)]
+    meaning = [(3, 0.9), (2, 0.5), (4, -0.2)]
+    fused = fuse_scores(words, meaning)
+    assert fused == [(2, pytest.approx(1.0)), (1, pytest.approx(1.0)), (3, pytest.approx(0.9)), (4, 0.0)]
+    assert fuse_scores([], [(5, 0.3)]) == [(5, pytest.approx(0.3))]
+    with pytest.raises(ValueError, match="fusion"):
+        HybridBackend(StubEmbedder(), fusion="max")
