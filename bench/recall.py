@@ -1,4 +1,4 @@
-"""Recall benchmark on LoCoMo: ``python -m bench.recall [--quick] [--backend fulltext] [--json out.json]``.
+"""Recall benchmark on LoCoMo: ``python -m bench.recall [--quick] [--backend NAME ...] [--json out.json]``.
 
 Each dialogue turn of the LoCoMo conversations is stored as a message of one user's
 conversation (speaker A as the human, speaker B as the AI; ``dia_id``, speaker and session
@@ -8,6 +8,10 @@ its conversation, and the benchmark reports evidence recall@5 and @10 (the share
 question's evidence turns among the first k hits, averaged over questions) with query
 latency p50/p95 (milliseconds). It runs on the database of ``DATABASE_URL`` (SQLite by
 default) in a scratch user's rows, deleted at the end.
+
+Backends that rank by embeddings ("embedding", "pgvector", "hybrid") use the local model
+(``agentmemory.recall.local.MiniLMEmbedder``, the ``local-embeddings`` extra) unless
+``--embedder`` names another ``Embedder`` class; every stored turn is embedded first (timed).
 """
 
 from __future__ import annotations
@@ -105,28 +109,87 @@ def evaluate(
     }
 
 
+EMBEDDING_BACKENDS = ("embedding", "pgvector", "hybrid")
+DEFAULT_EMBEDDER = "agentmemory.recall.local.MiniLMEmbedder"
+
+
+class CachedEmbedder:
+    """Wraps an embedder with a file of vectors already computed (``--embedding-cache``), so
+    repeated runs on several databases embed each text once."""
+
+    def __init__(self, inner: Any, path: Path) -> None:
+        import pickle
+
+        self.inner = inner
+        self.model = inner.model
+        self.path = path
+        self.vectors: dict[str, list[float]] = pickle.loads(path.read_bytes()) if path.exists() else {}
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, self.inner.embed(missing), strict=True))
+        return [self.vectors[t] for t in texts]
+
+    def save(self) -> None:
+        import pickle
+
+        self.path.write_bytes(pickle.dumps(self.vectors))
+
+
+def embed_all(conversations: dict[str, int], embedder: Any, batch_size: int = 256) -> int:
+    """Store a vector for every stored turn (what the append's Celery task does in production)."""
+    from agentmemory.models import Message
+    from agentmemory.recall.backends import EmbeddingBackend
+
+    backend = EmbeddingBackend(embedder)
+    rows = Message.objects.filter(conversation_id__in=conversations.values()).order_by("pk")
+    stored = 0
+    last = 0
+    while batch := list(rows.filter(pk__gt=last)[:batch_size]):
+        last = batch[-1].pk
+        stored += backend.index(batch)
+    return stored
+
+
 def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.db import connection
+    from django.utils.module_loading import import_string
 
     from agentmemory.recall import get_backend
 
     samples = load(Path(args.locomo), 1 if args.quick else None)
     user = get_user_model().objects.create(username=f"bench-recall-{os.getpid()}-{time.time_ns()}")
+    embedder = None
+    if any(name in EMBEDDING_BACKENDS for name in args.backend):
+        path = getattr(args, "embedder", None) or DEFAULT_EMBEDDER
+        embedder = import_string(path)()
+        if getattr(args, "embedding_cache", None):
+            embedder = CachedEmbedder(embedder, Path(args.embedding_cache))
     try:
         started = time.perf_counter()
         conversations = store(samples, user)
         elapsed = time.perf_counter() - started
         log(f"stored {len(samples)} conversation(s) in {elapsed:.1f}s on {connection.vendor}")
         results: dict[str, Any] = {"database": connection.vendor, "backends": {}}
+        if embedder is not None:
+            started = time.perf_counter()
+            count = embed_all(conversations, embedder)
+            elapsed = time.perf_counter() - started
+            log(f"embedded {count} turns with {embedder.model} in {elapsed:.1f}s")
+            results["embedding_seconds"] = round(elapsed, 1)
         for name in args.backend:
-            row = evaluate(samples, conversations, user, get_backend(name), 50 if args.quick else None)
+            backend = get_backend(name, embedder=embedder)
+            row = evaluate(samples, conversations, user, backend, 50 if args.quick else None)
             results["backends"][name] = row
             log(
                 f"{connection.vendor:10} {name:9} questions={row['questions']} "
                 f"recall@5={row['recall@5']:.3f} recall@10={row['recall@10']:.3f} "
                 f"p50={row['p50_ms']:.1f}ms p95={row['p95_ms']:.1f}ms"
             )
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
         return results
     finally:
         from agentmemory.models import Conversation
@@ -140,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one conversation, 50 questions (CI)")
     parser.add_argument("--backend", action="append", help="recall backend(s); default: fulltext")
     parser.add_argument("--locomo", default=str(DEFAULT_LOCOMO), help="path of locomo6.json")
+    parser.add_argument(
+        "--embedder", help="dotted path of the Embedder of embedding backends (default: the local model)"
+    )
+    parser.add_argument("--embedding-cache", help="a file keeping computed vectors between runs")
     parser.add_argument("--json", dest="json_path", help="write the results to this file")
     args = parser.parse_args(argv)
     args.backend = args.backend or ["fulltext"]

@@ -21,3 +21,18 @@ def test_quick_recall_benchmark_finds_the_evidence(shared_data) -> None:  # type
     assert row["recall@10"] >= 0.5  # 0.55 on SQLite, 0.55 on PostgreSQL when written
     assert row["recall@5"] <= row["recall@10"]
     assert len(lines) == 2
+
+
+def test_quick_recall_benchmark_with_the_local_model(shared_data) -> None:  # type: ignore[no-untyped-def]
+    """Every stored turn is embedded by the local model; dense retrieval alone is weaker than
+    words on these questions, and fusing both is at least as good as words alone."""
+    args = argparse.Namespace(
+        quick=True, backend=["fulltext", "embedding", "hybrid"], locomo=str(DEFAULT_LOCOMO)
+    )
+    lines: list[str] = []
+    results = run(args, log=lines.append)
+    rows = results["backends"]
+    assert any(line.startswith("embedded ") for line in lines)
+    assert rows["embedding"]["questions"] == rows["hybrid"]["questions"] == 50
+    assert rows["embedding"]["recall@10"] >= 0.35
+    assert rows["hybrid"]["recall@10"] >= rows["fulltext"]["recall@10"]
