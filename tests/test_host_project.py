@@ -48,7 +48,7 @@ RUN_TURNS = textwrap.dedent(
     from agentmemory.models import Conversation, Summary
 
     turns = int(sys.argv[1])
-    errors, slowest = [], 0.0
+    errors = []
     user = get_user_model().objects.create_user(f"user{time.monotonic_ns()}")
     api = APIClient(HTTP_HOST="localhost")
     api.force_authenticate(user)
@@ -59,13 +59,11 @@ RUN_TURNS = textwrap.dedent(
     url = f"/api/conversations/{api_uuid}/messages/"
     for i in range(turns):
         for role, text in (("human", f"question {i} about order {1000 + i}"), ("ai", f"answer {i}")):
-            started = time.monotonic()
             try:
                 response = api.post(url, {"role": role, "content": text}, format="json")
             except Exception as exc:
                 errors.append(f"append {i} {role}: {type(exc).__name__}: {exc}")
                 continue
-            slowest = max(slowest, time.monotonic() - started)
             if response.status_code != 201:
                 errors.append(f"append {i} {role}: {response.status_code} {response.content[:300]!r}")
 
@@ -86,7 +84,6 @@ RUN_TURNS = textwrap.dedent(
     print(json.dumps({
         "errors": errors,
         "answers_ok": answers == [f"agent answer {i}" for i in range(turns)],
-        "slowest_append_seconds": slowest,
         "ids": [api_conv.pk, agent_conv.pk],
         "messages": [api_conv.message_count, agent_conv.message_count],
         "summaries": [Summary.objects.filter(conversation=c).count() for c in (api_conv, agent_conv)],
@@ -221,7 +218,6 @@ def test_a_new_project_with_only_the_app_works_without_and_with_a_broker(project
     dead = _script(project, RUN_TURNS, str(TURNS))
     assert dead["errors"] == [] and dead["answers_ok"]
     assert dead["messages"] == [2 * TURNS, 2 * TURNS]  # every message stored exactly once
-    assert dead["slowest_append_seconds"] < 1.0
     assert dead["summaries"] == [0, 0]
     assert all("enqueue failed" in error for error in dead["compaction_errors"])
 
