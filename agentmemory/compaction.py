@@ -1359,12 +1359,47 @@ def run_compaction(
         if conv is not None and conv.compaction_requested_at is not None:
             _mark_done(conversation_id, timezone.now())
         return CompactionRun(NOTHING, summary=conv.summary if conv is not None else None)
+    started = time.perf_counter()
     try:
-        return compactor.run()
+        run = compactor.run()
     except Exception as exc:
         logger.warning("compaction of conversation %s failed: %s", conversation_id, exc)
         record_compaction_failure(conversation_id, exc)
+        _finished(compactor, conversation_id, "failed", started, None, f"{type(exc).__name__}: {exc}")
         raise
+    _finished(compactor, conversation_id, run.status, started, run, "")
+    return run
+
+
+def _finished(
+    compactor: BaseMemoryCompactor,
+    conversation_id: int,
+    outcome: str,
+    started: float,
+    run: CompactionRun | None,
+    error: str,
+) -> None:
+    """The structured log record and the ``compaction_finished`` signal of one run."""
+    stored = run.summary if run is not None and run.status in (STORED, PARTIAL) else None
+    fields = {
+        "conversation_id": conversation_id,
+        "outcome": outcome,
+        "duration_s": round(time.perf_counter() - started, 6),
+        "input_tokens": stored.input_tokens if stored is not None else 0,
+        "output_tokens": stored.output_tokens if stored is not None else 0,
+        "llm_calls": run.llm_calls if run is not None else 0,
+        "error": error,
+    }
+    logger.info(
+        "compaction of conversation %s: %s in %.3f s (%s tokens in, %s out)",
+        conversation_id,
+        outcome,
+        fields["duration_s"],
+        fields["input_tokens"],
+        fields["output_tokens"],
+        extra={"compaction": fields},
+    )
+    signals.compaction_finished.send(sender=type(compactor), **fields)
 
 
 def pending_compactions(*, include_due: bool = False, limit: int | None = None) -> list[int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -459,7 +460,7 @@ class KnowledgeMemory:
         Raises:
             ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
         """
-        from agentmemory.recall import MAX_K, MIN_CANDIDATES
+        from agentmemory.recall import MAX_K, MIN_CANDIDATES, report_recall
 
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
@@ -471,9 +472,11 @@ class KnowledgeMemory:
             facts = facts.filter(category=category)
         from agentmemory.calls import usage_scope
 
+        started = time.perf_counter()
         with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
             ranked = self.backend.rank(facts, query, max(k * 5, MIN_CANDIDATES))
         if not ranked:
+            report_recall("facts", self.scope.owner_id, self.backend, 0, started)
             return []
         relevance = dict(ranked)
         best = max(relevance.values())
@@ -485,6 +488,7 @@ class KnowledgeMemory:
             Fact.objects.using(self.using).filter(pk__in=[h.fact.pk for h in hits]).update(
                 last_recalled_at=now, recall_count=F("recall_count") + 1
             )
+        report_recall("facts", self.scope.owner_id, self.backend, len(hits), started)
         return hits
 
     def get_persistent_facts(self) -> dict[str, list[str]]:

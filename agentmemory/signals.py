@@ -15,6 +15,18 @@
   why they are left out ("compaction did not cover them: <error>", "no memory compactor",
   "compaction not requested (gap policy 'report')", "the summary was cut to make room for the turn
   in progress").
+- ``compaction_finished(sender=BaseMemoryCompactor, conversation_id: int, outcome: str,
+  duration_s: float, input_tokens: int, output_tokens: int, llm_calls: int, error: str)`` after
+  each compaction run: ``outcome`` is a ``CompactionRun`` status ("stored", "partial",
+  "nothing", "busy", "gone", "lost_lease", "superseded") or "failed" (then ``error`` says why);
+  tokens are the summariser's usage of this run.
+- ``recall_searched(sender=str, kind: str, owner_id: int, backend: str, hits: int,
+  duration_s: float)`` after ``search_messages`` (``kind`` "messages") or
+  ``KnowledgeMemory.recall`` (``kind`` "facts") answered.
+
+Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
+exports them), and each service writes a structured log record (logger ``agentmemory``, the
+same values in ``extra``).
 """
 
 from django.dispatch import Signal
@@ -23,3 +35,5 @@ message_appended = Signal()
 summary_created = Signal()
 context_built = Signal()
 messages_left_out = Signal()
+compaction_finished = Signal()
+recall_searched = Signal()

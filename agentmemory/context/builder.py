@@ -371,6 +371,25 @@ class ContextWindowBuilder:
         signals.context_built.send(
             sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
         )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "context window of conversation %s: %s tokens, %s rows read, %s messages uncovered",
+                self.conversation_id,
+                window.total_tokens,
+                window.rows_read,
+                window.uncovered.count,
+                extra={
+                    "context": {
+                        "conversation_id": self.conversation_id,
+                        "tokens": window.total_tokens,
+                        "max_tokens": window.max_tokens,
+                        "messages": len(window.messages),
+                        "rows_read": window.rows_read,
+                        "uncovered": window.uncovered.count,
+                        "uncovered_tokens": window.uncovered.tokens,
+                    }
+                },
+            )
         return window
 
     def _with_summary_cut(

@@ -1,1 +1,2 @@
-"""Optional add-ons of agentmemory, each an app of its own that you add to ``INSTALLED_APPS``."""
+"""Optional add-ons of agentmemory, each with its own extra (see pyproject.toml): apps that you
+add to ``INSTALLED_APPS`` (``pgvector``) and modules you call (``prometheus``)."""

@@ -10,6 +10,7 @@ importance (``AGENTMEMORY["RECALL_RECENCY_WEIGHT"]``, ``"RECALL_RECENCY_HALF_LIF
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,6 +55,9 @@ CANDIDATES_PER_RESULT = 5
 MIN_CANDIDATES = 50
 MAX_K = 100
 SEARCHED_ROLES = ("human", "ai", "tool")
+
+
+logger = logging.getLogger("agentmemory.recall")
 
 
 @dataclass(frozen=True)
@@ -149,9 +153,11 @@ def search_messages(
     backend = backend or get_backend()
     from agentmemory.calls import usage_scope
 
+    started = time.perf_counter()
     with usage_scope(owner_id=owner_id, agent_key=agent_key or ""):
         ranked = backend.rank(messages, query, max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
     if not ranked:
+        report_recall("messages", owner_id, backend, 0, started)
         return []
     relevance = dict(ranked)
     best = max(relevance.values())
@@ -179,7 +185,34 @@ def search_messages(
         for pk, conversation_id, conversation_uuid, seq, role, content, metadata, created_at in rows
     ]
     hits.sort(key=lambda h: (-h.score, -h.message_id))
-    return hits[:k]
+    hits = hits[:k]
+    report_recall("messages", owner_id, backend, len(hits), started)
+    return hits
+
+
+def report_recall(kind: str, owner_id: int, backend: Any, hits: int, started: float) -> None:
+    """The structured log record (DEBUG, ``extra={"recall": {...}}``) and the
+    ``recall_searched`` signal of one recall query that started at ``started``
+    (``time.perf_counter()``)."""
+    from agentmemory import signals
+
+    fields = {
+        "kind": kind,
+        "owner_id": owner_id,
+        "backend": str(getattr(backend, "name", type(backend).__name__)),
+        "hits": hits,
+        "duration_s": round(time.perf_counter() - started, 6),
+    }
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "recall of %s for owner %s: %s hits in %.3f s",
+            kind,
+            owner_id,
+            hits,
+            fields["duration_s"],
+            extra={"recall": fields},
+        )
+    signals.recall_searched.send(sender=kind, **fields)
 
 
 def embeddings_wanted() -> bool:
