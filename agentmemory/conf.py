@@ -41,6 +41,12 @@ class AgentMemorySettings:
     MAX_MESSAGE_CHARS: int = 2_000_000
     #: largest inline data of one content part (bytes, decoded); larger parts are refused
     MAX_PART_DATA_BYTES: int = 5_000_000
+    #: most content parts accepted in one message; more are refused (Anthropic accepts at
+    #: most 100 images in one request, OpenAI at most 500 image inputs)
+    MAX_PARTS_PER_MESSAGE: int = 500
+    #: most tool calls accepted in one AI message; more are refused, and an agent runs the
+    #: first ones only (every call waiting for a result costs each later append a check)
+    MAX_TOOL_CALLS_PER_MESSAGE: int = 128
     #: tokens an image of unknown size costs (a URL, an unreadable header)
     IMAGE_TOKENS_UNKNOWN_SIZE: int = 1_600
     #: tokens one audio part is estimated to cost

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
@@ -277,8 +277,9 @@ def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> 
 
 def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> None:
     """Check one message on its own: a known role, the fields that role allows, storable text and
-    JSON, content within ``max_chars`` characters, tool calls with ids, names and JSON-object
-    arguments.
+    JSON, content within ``max_chars`` characters, at most ``MAX_PARTS_PER_MESSAGE`` content
+    parts and ``MAX_TOOL_CALLS_PER_MESSAGE`` tool calls, tool calls with ids, names and
+    JSON-object arguments.
 
     Raises:
         InvalidMessageError: with ``index`` set to the message's place in its batch.
@@ -310,12 +311,25 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
             f"metadata must be a JSON object, not {type(message.metadata).__name__}", index=index
         )
     _check_json(message.metadata, "metadata", index)
-    if message.parts:
-        from agentmemory.conf import app_settings
+    from agentmemory.conf import app_settings
 
-        validate_parts(message, index, max_data_bytes=app_settings().MAX_PART_DATA_BYTES)
+    limits = app_settings()
+    if message.parts:
+        if isinstance(message.parts, Sized) and len(message.parts) > limits.MAX_PARTS_PER_MESSAGE:
+            raise InvalidMessageError(
+                f"{len(message.parts)} content parts, over the maximum of "
+                f"{limits.MAX_PARTS_PER_MESSAGE} (AGENTMEMORY['MAX_PARTS_PER_MESSAGE'])",
+                index=index,
+            )
+        validate_parts(message, index, max_data_bytes=limits.MAX_PART_DATA_BYTES)
     if not isinstance(message.tool_calls, tuple | list):
         raise InvalidMessageError("tool_calls must be a list of ToolCall objects", index=index)
+    if len(message.tool_calls) > limits.MAX_TOOL_CALLS_PER_MESSAGE:
+        raise InvalidMessageError(
+            f"{len(message.tool_calls)} tool calls, over the maximum of "
+            f"{limits.MAX_TOOL_CALLS_PER_MESSAGE} (AGENTMEMORY['MAX_TOOL_CALLS_PER_MESSAGE'])",
+            index=index,
+        )
     role = message.role
     if role in (Role.HUMAN, Role.SYSTEM) and content is None:
         raise InvalidMessageError(f"a {role} message needs content (text, possibly empty)", index=index)

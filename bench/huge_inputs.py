@@ -20,6 +20,10 @@ typed error a step was refused with):
 - ``images``: a message of 1,000 image parts (inline and by URL), stored and built.
 - ``calls``: one AI message with 5,000 tool calls, their results arriving after a later
   message, and the window built over them.
+
+``images`` and ``calls`` are over the default caps (``MAX_PARTS_PER_MESSAGE``,
+``MAX_TOOL_CALLS_PER_MESSAGE``), which refuse such messages; these cases raise the caps to
+measure what a host that raises them takes on.
 """
 
 from __future__ import annotations
@@ -71,6 +75,15 @@ def run_case(case: str) -> None:
     from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
     from agentmemory.models import Conversation
 
+    if case in ("images", "calls"):
+        # Over the default caps (MAX_PARTS_PER_MESSAGE 500, MAX_TOOL_CALLS_PER_MESSAGE 128):
+        # these cases measure what a host that raises them takes on.
+        from django.conf import settings
+        from django.test.utils import override_settings
+
+        raised = {"MAX_PARTS_PER_MESSAGE": 1_000, "MAX_TOOL_CALLS_PER_MESSAGE": 5_000}
+        override_settings(AGENTMEMORY={**getattr(settings, "AGENTMEMORY", {}), **raised}).enable()
+        print(f"  (caps raised for this case: {raised})", flush=True)
     call_command("migrate", verbosity=0)
     user, _ = get_user_model().objects.get_or_create(username="bench-huge")
     api = APIClient(raise_request_exception=False)

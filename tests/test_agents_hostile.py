@@ -262,3 +262,17 @@ def test_the_async_path_makes_the_same_replies_storable(conv):
         "<Unprintable that cannot be shown as text>",
     ]
     assert "pending-1" not in [c.id for c in stored(conv)[-4].tool_calls]
+
+
+def test_a_reply_with_more_tool_calls_than_the_cap_runs_the_first_ones(conv, settings):
+    settings.AGENTMEMORY = {**settings.AGENTMEMORY, "MAX_TOOL_CALLS_PER_MESSAGE": 3}
+    many = calls(*[(f"c{i}", "again", {}) for i in range(10)])
+    llm = ScriptedChatModel([reply(many), reply("done")])
+    result = Hostile(llm=llm).run(conv, "go")
+    assert result.answer == "done"
+    rows = stored(conv)
+    ai = rows[-5]
+    assert [c.id for c in ai.tool_calls] == ["c0", "c1", "c2"]
+    assert [r.tool_call_id for r in rows[-4:-1]] == ["c0", "c1", "c2"]
+    for window in result.windows:
+        assert window_violations(window) == []

@@ -342,3 +342,13 @@ def test_content_parts_with_fields_of_the_wrong_type_are_400(api, conv, part):  
     assert_error(response, 400, "invalid_message")
     assert response.json()["index"] == 0
     assert snapshot() == before
+
+
+def test_a_message_with_more_tool_calls_than_the_cap_is_a_400(api, conv, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MAX_TOOL_CALLS_PER_MESSAGE": 128}
+    before = snapshot()
+    calls = [{"id": f"c{i}", "name": "lookup", "arguments": {}} for i in range(129)]
+    response = api.post(url(conv, "messages/"), {"role": "ai", "tool_calls": calls}, format="json")
+    body = assert_error(response, 400)
+    assert "MAX_TOOL_CALLS_PER_MESSAGE" in json.dumps(body)
+    assert snapshot() == before

@@ -9,7 +9,7 @@ import pytest
 from agentmemory.context.packing import RowMeta, pack_history
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.history import PersistentChatHistory
-from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Message
 
 
@@ -49,3 +49,28 @@ def test_an_exchange_of_thousands_of_calls_is_packed_without_comparing_rows(monk
     exchange = packed.units[1]
     assert [r.tool_call_id for r in exchange[1:]] == [c["id"] for c in calls]
     assert packed.skipped_orphans == [3 + n]
+
+
+@pytest.mark.django_db
+def test_messages_over_the_part_and_tool_call_caps_are_refused_whole(settings):  # type: ignore[no-untyped-def]
+    # Every call waiting for a result is checked on each later append, and a provider refuses
+    # a request with more images than it accepts: both counts are capped per message.
+    settings.AGENTMEMORY = {"MAX_PARTS_PER_MESSAGE": 3, "MAX_TOOL_CALLS_PER_MESSAGE": 2}
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv)
+    text = ContentPart(kind=PartKind.TEXT, text="a")
+    with pytest.raises(InvalidMessageError) as info:
+        history.add_messages(
+            [ChatMessage.human("q"), ChatMessage(role=Role.HUMAN, content="", parts=(text,) * 4)]
+        )
+    assert info.value.index == 1 and "MAX_PARTS_PER_MESSAGE" in info.value.reason
+    calls = [ToolCall(id=f"c{i}", name="t") for i in range(3)]
+    with pytest.raises(InvalidMessageError) as info:
+        history.add_messages([ChatMessage.human("q"), ChatMessage.ai(None, calls)])
+    assert info.value.index == 1 and "MAX_TOOL_CALLS_PER_MESSAGE" in info.value.reason
+    assert not Message.objects.exists()
+    # at the caps, both are stored
+    history.add_messages(
+        [ChatMessage(role=Role.HUMAN, content="", parts=(text,) * 3), ChatMessage.ai(None, calls[:2])]
+    )
+    assert Message.objects.filter(conversation=conv).count() == 2

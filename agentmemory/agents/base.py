@@ -617,9 +617,20 @@ def _usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> lis
     them from 1 each reply); a name that is not storable text of 1 to 255 characters is
     stored made storable (it names no tool, so the call is answered with an "unknown tool"
     error result); arguments that are not a storable JSON object are kept as text under
-    ``RAW_ARGUMENTS_KEY``, so the call is answered with an error result."""
+    ``RAW_ARGUMENTS_KEY``, so the call is answered with an error result. Only the first
+    ``MAX_TOOL_CALLS_PER_MESSAGE`` calls are kept (the rest are logged and never run; the
+    model sees the results of those it kept and may call again)."""
     seen: set[str] = set()
     usable = []
+    limit = app_settings().MAX_TOOL_CALLS_PER_MESSAGE
+    if len(calls) > limit:
+        logger.warning(
+            "the model asked for %d tool calls in one reply; the first %d are kept "
+            "(AGENTMEMORY['MAX_TOOL_CALLS_PER_MESSAGE'])",
+            len(calls),
+            limit,
+        )
+        calls = calls[:limit]
     for call in calls:
         fresh = not _storable_short(call.id) or call.id in seen or call.id in taken
         call_id = f"call_{uuid.uuid4().hex}" if fresh else call.id
