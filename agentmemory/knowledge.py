@@ -348,9 +348,14 @@ class KnowledgeMemory:
     ) -> RememberResult:
         live = self.live_facts(now)
         same = self.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
+        replaced: list[int] = []
         if same is not None and not live.filter(pk=same.pk).exists():
-            # An expired or aged-out copy is invisible: it is replaced by the new fact.
-            same.delete()
+            # An expired or aged-out copy is out of recall: the new fact replaces it, and it
+            # stays, with the history behind it, as history of the new fact. Until the new
+            # fact exists it points at itself, which takes it out of the live-content
+            # uniqueness (one transaction: nobody sees that).
+            Fact.objects.using(self.using).filter(pk=same.pk).update(superseded_by=same.pk)
+            replaced = [same.pk]
             same = None
         if same is not None:
             changed: list[str] = []
@@ -387,10 +392,11 @@ class KnowledgeMemory:
                 fact=fact, model=self.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
             )
             mirror_vectors(self.using, [fact], self.embedder.model, [vector])
-        if old_ids:
+        chain = [*old_ids, *replaced]
+        if chain:
             # History follows the new head: deleting the head deletes the whole chain.
-            Fact.objects.using(self.using).filter(superseded_by_id__in=old_ids).update(superseded_by=fact)
-            Fact.objects.using(self.using).filter(pk__in=old_ids).update(superseded_by=fact)
+            Fact.objects.using(self.using).filter(superseded_by_id__in=chain).update(superseded_by=fact)
+            Fact.objects.using(self.using).filter(pk__in=chain).update(superseded_by=fact)
         self._evict(now, keep=fact.pk)
         return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
 

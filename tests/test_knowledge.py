@@ -198,6 +198,22 @@ def test_expired_fact_is_hidden_at_query_time_before_any_pruning(km) -> None:  #
     assert km.get_persistent_facts() == {"context": ["Door code hint"]}
 
 
+def test_remembering_an_expired_fact_again_keeps_its_history(km) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now() - timedelta(hours=2)
+    blue = km.store("Car colour: blue", "car", now=start).fact
+    red = km.store("Car colour: red", "car", ttl=600, now=start).fact
+    assert Fact.objects.get(pk=blue.pk).superseded_by_id == red.pk
+    # red expired an hour and 50 minutes ago; the user says it again
+    result = km.store("Car colour: red", "car")
+    assert result.action == "created" and result.fact.pk not in (blue.pk, red.pk)
+    history = dict(km.all_facts().values_list("pk", "superseded_by_id"))
+    assert history == {blue.pk: result.fact.pk, red.pk: result.fact.pk, result.fact.pk: None}
+    assert [f.content for f in km.live_facts()] == ["Car colour: red"]
+    # forgetting the new head deletes the whole chain
+    km.forget(result.fact.pk)
+    assert not km.all_facts().exists()
+
+
 def test_a_read_never_extends_an_expiry(km) -> None:  # type: ignore[no-untyped-def]
     fact = km.store("Parked on level 3", "context", ttl=600).fact
     before = Fact.objects.get(pk=fact.pk).expires_at
