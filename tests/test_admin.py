@@ -101,12 +101,12 @@ def test_conversation_page_links_to_messages_summaries_and_context(admin_client,
     assert "The user ordered a lamp." in body
 
 
-def test_message_list_is_one_conversation_in_seq_order(admin_client, chat):  # type: ignore[no-untyped-def]
+def test_message_list_is_one_conversation_newest_first(admin_client, chat):  # type: ignore[no-untyped-def]
     other = Conversation.objects.create(title="other")
     PersistentChatHistory(other).add_messages([ChatMessage.human("elsewhere")])
     response = admin_client.get(url("message_changelist"), {"conversation__id__exact": chat.pk})
     rows = list(response.context["cl"].result_list)
-    assert [m.seq for m in rows] == list(range(1, 9))
+    assert [m.seq for m in rows] == list(range(8, 0, -1))
     body = response.content.decode()
     assert "Messages of Order &lt;7&gt; help" in body
     assert "lookup_order, weather" in body
@@ -119,8 +119,9 @@ def test_admin_query_counts_do_not_grow(admin_client, chat, django_assert_max_nu
         history.add_messages([ChatMessage.human(f"q{n}"), ChatMessage.ai(f"a{n}")])
     for i in range(20):
         Conversation.objects.create(title=f"c{i}")
-    # session, user, the conversation's title, a bounded count, one page of rows
-    with django_assert_max_num_queries(5):
+    # session, user, the conversation's title, the agent and conversation filters' choices,
+    # a bounded count, one page of rows
+    with django_assert_max_num_queries(7):
         response = admin_client.get(url("message_changelist"), {"conversation__id__exact": chat.pk})
     assert len(response.context["cl"].result_list) == 100
     # session, user, bounded count, the page with owners joined, the agent_key filter

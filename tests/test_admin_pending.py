@@ -40,8 +40,16 @@ def test_change_page_lists_pending_calls_with_tool_seq_and_age(
         page = admin_client.get(f"/admin/agentmemory/conversation/{waiting.pk}/change/")
     body = page.content.decode()
     assert page.status_code == 200
-    assert "call_pay" in body and "charge_card" in body and "call_mail" not in body
-    assert "seq__gte=2" in body and " ago" in body
+    pending_field = body[body.index("field-pending_calls_display") :]
+    pending_field = pending_field[: pending_field.index("</table>")]
+    assert "call_pay" in pending_field and "charge_card" in pending_field
+    assert "call_mail" not in pending_field  # answered
+    assert "?page=1#msg-2" in pending_field and " ago" in pending_field  # the AI message in the transcript
+    # the transcript marks the call still waiting, and links the answered one to its result
+    pay = body[body.index('data-call-id="call_pay"') :]
+    assert "pending: no result yet" in pay[: pay.index("</details>")]
+    mail = body[body.index('data-call-id="call_mail"') :]
+    assert 'href="#msg-3"' in mail[: mail.index("</details>")]
     assert "Cancel pending tool calls" in body
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
@@ -28,6 +30,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from agentmemory.admin import transcript
 from agentmemory.admin.erasure import forget_owners
 from agentmemory.admin.utils import (
     PRE_STYLE,
@@ -45,7 +48,7 @@ from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation, Message, Summary
-from agentmemory.validation import json_problem
+from agentmemory.validation import json_problem, text_problem
 
 
 def _cancel_pending(conversation: Conversation, request: HttpRequest) -> list[Any]:
@@ -142,7 +145,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                 )
             },
         ),
-        (_("Dates"), {"fields": ("created_at", "updated_at")}),
+        (_("Dates"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
 
     @admin.display(description=_("conversation"), ordering="title")
@@ -191,7 +194,7 @@ class ConversationAdmin(CheckedQueryAdmin):
     def pending_calls_display(self, obj: Conversation) -> str:
         """The tool calls still awaiting their result: call id, tool, the seq of the AI
         message that made the call (a link to the messages from there), and how long ago."""
-        calls = obj.pending_calls() if obj.pk is not None else []
+        calls = self._pending_calls(obj)
         if not calls:
             return "-"
         rows = format_html_join(
@@ -201,7 +204,9 @@ class ConversationAdmin(CheckedQueryAdmin):
                 (
                     call.tool_call_id,
                     call.name,
-                    changelist_url(Message, conversation__id__exact=obj.pk, seq__gte=call.ai_seq),
+                    transcript.reverse_page(
+                        reverse("admin:agentmemory_conversation_change", args=[obj.pk]), call.ai_seq
+                    ),
                     call.ai_seq,
                     _("%(time)s ago") % {"time": timesince(call.requested_at)},
                     format_html(" <strong>{}</strong>", _("abandoned")) if call.abandoned else "",
@@ -342,12 +347,84 @@ class ConversationAdmin(CheckedQueryAdmin):
                 name="agentmemory_conversation_context",
             ),
             path(
+                "<path:object_id>/transcript/tool-result/",
+                self.admin_site.admin_view(self.tool_result_view),
+                name="agentmemory_conversation_tool_result",
+            ),
+            path(
                 "<path:object_id>/cancel-pending-tool-calls/",
                 self.admin_site.admin_view(self.cancel_pending_view),
                 name="agentmemory_conversation_cancel_pending",
             ),
         ]
         return urls + super().get_urls()
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Conversation | None = None,
+    ) -> HttpResponse:
+        """Adds one page of the conversation's transcript, drawn below the form (``?page=N``;
+        the last page, the newest messages, by default)."""
+        if obj is not None and obj.pk is not None:
+            change_url = reverse("admin:agentmemory_conversation_change", args=[obj.pk])
+            count = max(1, math.ceil(obj.last_seq / transcript.PAGE_SIZE))
+            calls = self._pending_calls(obj)
+            context["transcript"] = transcript.build_page(
+                obj,
+                transcript.parse_page(request.GET.get("page"), count),
+                change_url=change_url,
+                result_url=reverse("admin:agentmemory_conversation_tool_result", args=[obj.pk]),
+                abandoned_ids=frozenset(call.tool_call_id for call in calls if call.abandoned),
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @staticmethod
+    def _pending_calls(obj: Conversation) -> list[Any]:
+        """``obj.pending_calls()``, read once per page (the field and the transcript use it)."""
+        cached = getattr(obj, "_admin_pending_calls", None)
+        if cached is None:
+            cached = obj.pending_calls() if obj.pk is not None else []
+            obj._admin_pending_calls = cached  # type: ignore[attr-defined]
+        return cached
+
+    def tool_result_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Redirects to the transcript page and anchor of the result of tool call ``?call=``
+        made at seq ``?after=``; back to the call, with a message, when none is stored."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        call_id = request.GET.get("call", "")
+        after = request.GET.get("after", "")
+        if (
+            not call_id
+            or text_problem(call_id)
+            or not after.isascii()
+            or not after.isdigit()
+            or len(after) > 18
+        ):
+            return HttpResponseBadRequest(
+                _("Give ?call=<tool call id>&after=<seq of the AI message>."),
+                content_type="text/plain; charset=utf-8",
+            )
+        change_url = reverse("admin:agentmemory_conversation_change", args=[obj.pk])
+        target = transcript.result_redirect(obj, call_id, after=int(after), change_url=change_url)
+        if target is None:
+            self.message_user(
+                request,
+                _("No result is stored for tool call %(id)s.") % {"id": call_id},
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(
+                f"{change_url}?page={transcript.page_of(int(after))}#{transcript.call_anchor(call_id)}"
+            )
+        return HttpResponseRedirect(target)
 
     def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``

@@ -1,18 +1,21 @@
-"""The message admin: read-only history, paginated, filtered by conversation."""
+"""The message admin: read-only history, newest first, searched by text, filtered by agent,
+conversation, role and tool calls, with a count that never scans the whole table."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
-from django.http import (
-    HttpRequest,
-)
+from django.db import connections
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
+from agentmemory.admin.transcript import pretty_text, reverse_page
 from agentmemory.admin.utils import (
     PRE_STYLE,
     BoundedCountPaginator,
@@ -22,24 +25,137 @@ from agentmemory.admin.utils import (
     pretty_json,
     short_datetime,
 )
-from agentmemory.models import Message
+from agentmemory.models import Conversation, Message
+from agentmemory.recall.fulltext import PG_CONFIG
+from agentmemory.recall.text import query_words
+
+
+def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Message]:
+    """``queryset`` narrowed to the messages whose text holds every word of ``term``.
+
+    The words are ``agentmemory.recall.text.query_words(term)`` (letters and digits, lower
+    case, stop words dropped unless nothing else is left), so the same words are searched on
+    every database, and no full-text operator can come from the term:
+
+    - PostgreSQL: the stored ``search_vector`` column (English stemming) through its GIN
+      index, ``search_vector @@ to_tsquery('english', 'w1 & w2')``;
+    - SQLite: the FTS5 table ``agentmemory_message_fts`` (Porter stemming), ``MATCH '"w1"
+      "w2"'``;
+    - any other database: ``content`` containing each word (``icontains``, not indexed).
+
+    A term with no word in it matches nothing.
+    """
+    words = query_words(term)
+    if not words:
+        return queryset.none()
+    vendor = connections[queryset.db].vendor
+    table = Message._meta.db_table
+    if vendor == "postgresql":
+        matched = RawSQL(
+            f"{table}.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s)",
+            [" & ".join(words)],
+            output_field=BooleanField(),
+        )
+        return queryset.filter(matched)
+    if vendor == "sqlite":
+        match = RawSQL(
+            f"SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH %s",
+            [" ".join(f'"{w}"' for w in words)],
+        )
+        return queryset.filter(pk__in=match)
+    condition = Q()
+    for word in words:
+        condition &= Q(content__icontains=word)
+    return queryset.filter(condition)
+
+
+class AgentFilter(admin.SimpleListFilter):
+    """The conversation's agent key (one query for the keys in use, over the conversations)."""
+
+    title = _("agent")
+    parameter_name = "agent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        keys = (
+            Conversation.objects.exclude(agent_key="")
+            .order_by("agent_key")
+            .values_list("agent_key", flat=True)
+            .distinct()[:50]
+        )
+        return [(key, key) for key in keys]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
+        value = self.value()
+        return queryset.filter(conversation__agent_key=value) if value else queryset
+
+
+class ToolCallsFilter(admin.SimpleListFilter):
+    """AI messages that call tools (they open a tool exchange), tool results, or neither."""
+
+    title = _("tool calls")
+    parameter_name = "tools"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("calls", _("calls tools")),
+            ("results", _("tool results")),
+            ("none", _("no tools")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
+        # An AI message with tool calls is the only message whose exchange seq is its own seq.
+        calls = Q(role="ai", exchange_seq__isnull=False)
+        value = self.value()
+        if value == "calls":
+            return queryset.filter(calls)
+        if value == "results":
+            return queryset.filter(role="tool")
+        if value == "none":
+            return queryset.exclude(calls).exclude(role="tool")
+        return queryset
+
+
+class ConversationFilter(admin.SimpleListFilter):
+    """One conversation: the one chosen, or one of the ten updated last (its pk in
+    ``conversation__id__exact``, the parameter the conversation page links with)."""
+
+    title = _("conversation")
+    parameter_name = "conversation__id__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        recent = list(Conversation.objects.order_by("-updated_at", "-id").only("id", "uuid", "title")[:10])
+        chosen = getattr(request, "_agentmemory_conversation", None)
+        if chosen is not None and all(c.pk != chosen.pk for c in recent):
+            recent.insert(0, chosen)
+        return [(str(c.pk), Truncator(str(c)).chars(40)) for c in recent]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(conversation_id=int(value)) if value.isdigit() else queryset.none()
 
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ("conversation", "seq", "role", "preview", "tool_names", "tokens", "created")
+    list_display = ("conversation_short", "seq", "role", "preview", "tool_names", "tokens", "created")
     list_display_links = ("seq",)
     list_select_related = ("conversation",)
-    list_filter = ("role",)
-    # Facet counts would be a COUNT per role over every message of the table.
+    list_filter = (AgentFilter, "role", ToolCallsFilter, ConversationFilter)
+    # Facet counts would be a COUNT per choice over every message of the table.
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
     show_full_result_count = False
-    # (conversation_id, seq) is the unique index: the page is an index range read and Django
-    # needs no extra "-pk" to make the order total.
-    ordering = ("conversation_id", "seq")
-    sortable_by = ("seq",)
+    # Newest first, read backwards on an index: the primary key over the whole table, the
+    # unique (conversation, seq) index within one conversation (both orders are total, so
+    # Django adds no tie-breaker that would defeat the index).
+    ordering = ("-id",)
+    sortable_by = ()
     paginator = BoundedCountPaginator
+    search_fields = ("content",)
+    search_help_text = _(
+        "Finds messages holding every word (whole words, any form: 'booking' finds 'booked')."
+    )
     fields = (
         "conversation_link",
         "seq",
@@ -57,11 +173,15 @@ class MessageAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
 
+    @admin.display(description=_("conversation"))
+    def conversation_short(self, obj: Message) -> str:
+        return Truncator(str(obj.conversation)).chars(28)
+
     @admin.display(description=_("content"))
     def preview(self, obj: Message) -> str:
         if obj.content is None:
             return "-"
-        return Truncator(" ".join(obj.content.split())).chars(80)
+        return Truncator(" ".join(obj.content.split())).chars(72)
 
     @admin.display(description=_("tokens"))
     def tokens(self, obj: Message) -> int:
@@ -79,13 +199,20 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("conversation"))
     def conversation_link(self, obj: Message) -> str:
-        return admin_link(obj.conversation)
+        change_url = reverse("admin:agentmemory_conversation_change", args=[obj.conversation_id])
+        return format_html(
+            '{} &middot; <a href="{}">{}</a>',
+            admin_link(obj.conversation),
+            reverse_page(change_url, obj.seq),
+            _("in the transcript"),
+        )
 
     @admin.display(description=_("content"))
     def content_display(self, obj: Message) -> str:
         if obj.content is None:
             return format_html("<em>{}</em>", _("null (the message only calls tools)"))
-        return format_html('<pre style="{}">{}</pre>', PRE_STYLE, obj.content)
+        text, _is_json = pretty_text(obj.content)
+        return format_html('<pre style="{}">{}</pre>', PRE_STYLE, text)
 
     @admin.display(description=_("content parts"))
     def parts_display(self, obj: Message) -> str:
@@ -117,7 +244,21 @@ class MessageAdmin(ReadOnlyAdmin):
     def get_list_display(self, request: HttpRequest) -> Any:
         # One conversation's messages: its name is in the title, not on every row.
         if filtered_conversation_id(request) is not None:
-            return [name for name in self.list_display if name != "conversation"]
+            return [name for name in self.list_display if name != "conversation_short"]
         return self.list_display
+
+    def get_ordering(self, request: HttpRequest) -> Any:
+        if filtered_conversation_id(request) is not None:
+            return ("-conversation_id", "-seq")
+        return self.ordering
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Message], search_term: str
+    ) -> tuple[QuerySet[Message], bool]:
+        """Full-text search on the message text (``search_message_text``), never a ``LIKE``
+        scan of the table; no duplicates are possible, so no ``DISTINCT``."""
+        if not search_term.strip():
+            return queryset, False
+        return search_message_text(queryset, search_term), False
 
     changelist_title = _("Messages of %(name)s")

@@ -60,8 +60,11 @@ class BoundedCountPaginator(Paginator):
     """A paginator that counts at most ``MAX_COUNT`` rows.
 
     The admin counts the (filtered) changelist on every page view; over a message table of
-    millions of rows an exact ``COUNT(*)`` is a full index scan. The count here reads at most
-    ``MAX_COUNT + 1`` rows, enough for the largest conversations the design plans for.
+    millions of rows an exact ``COUNT(*)`` is a full index scan that grows with the table. The
+    count here reads at most ``MAX_COUNT + 1`` rows (``SELECT COUNT(*) FROM (... LIMIT n)``),
+    so its cost has a ceiling whatever the table holds; ``capped`` says that more rows match,
+    and the page shows "10,000+". Large Django installations do the same (a count with a
+    limit, or none at all) for the same reason.
     """
 
     MAX_COUNT = 100_000
@@ -70,8 +73,12 @@ class BoundedCountPaginator(Paginator):
     def count(self) -> int:
         object_list = self.object_list
         if isinstance(object_list, QuerySet):
-            return object_list[: self.MAX_COUNT].count()
+            found = object_list[: self.MAX_COUNT + 1].count()
+            self.capped = found > self.MAX_COUNT
+            return min(found, self.MAX_COUNT)
         return len(object_list)
+
+    capped = False
 
 
 def query_problem(request: HttpRequest) -> str | None:
@@ -116,6 +123,7 @@ class ReadOnlyAdmin(CheckedQueryAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         conversation = filtered_conversation(request)
+        request._agentmemory_conversation = conversation  # type: ignore[attr-defined]  # read by list filters
         if conversation is not None and self.changelist_title is not None:
             extra_context = {**(extra_context or {}), "title": self.changelist_title % {"name": conversation}}
         return super().changelist_view(request, extra_context)
