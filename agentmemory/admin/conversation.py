@@ -463,6 +463,8 @@ class ConversationAdmin(CheckedQueryAdmin):
                             "content": (
                                 message.text.removeprefix(app_settings().SUMMARY_MESSAGE_PREFIX)
                                 if part == SUMMARY_PART
+                                else transcript.pretty_text(message.content)[0]
+                                if message.role == "tool"
                                 else message.content
                             ),
                             "tool_calls": [

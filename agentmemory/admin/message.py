@@ -27,15 +27,15 @@ from agentmemory.admin.utils import (
 )
 from agentmemory.models import Conversation, Message
 from agentmemory.recall.fulltext import PG_CONFIG
-from agentmemory.recall.text import query_words
+from agentmemory.recall.text import STOP_WORDS, query_words
 
 
 def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Message]:
     """``queryset`` narrowed to the messages whose text holds every word of ``term``.
 
-    The words are ``agentmemory.recall.text.query_words(term)`` (letters and digits, lower
-    case, stop words dropped unless nothing else is left), so the same words are searched on
-    every database, and no full-text operator can come from the term:
+    The words are ``agentmemory.recall.text.query_words(term)`` without stop words (letters
+    and digits, lower case), so the same words are searched on every database, and no
+    full-text operator can come from the term:
 
     - PostgreSQL: the stored ``search_vector`` column (English stemming) through its GIN
       index, ``search_vector @@ to_tsquery('english', 'w1 & w2')``;
@@ -43,9 +43,10 @@ def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Mess
       "w2"'``;
     - any other database: ``content`` containing each word (``icontains``, not indexed).
 
-    A term with no word in it matches nothing.
+    A term with no word but stop words in it matches nothing.
     """
-    words = query_words(term)
+    # PostgreSQL's English configuration indexes no stop word: leave them out everywhere.
+    words = [word for word in query_words(term) if word not in STOP_WORDS]
     if not words:
         return queryset.none()
     vendor = connections[queryset.db].vendor
@@ -136,6 +137,13 @@ class ConversationFilter(admin.SimpleListFilter):
         return queryset.filter(conversation_id=int(value)) if value.isdigit() else queryset.none()
 
 
+class MessagePaginator(BoundedCountPaginator):
+    """Counts at most 10,000 messages (100 pages of 100): past that the list says "10000+";
+    search or filter to narrow it."""
+
+    MAX_COUNT = 10_000
+
+
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ("conversation_short", "seq", "role", "preview", "tool_names", "tokens", "created")
@@ -151,7 +159,7 @@ class MessageAdmin(ReadOnlyAdmin):
     # Django adds no tie-breaker that would defeat the index).
     ordering = ("-id",)
     sortable_by = ()
-    paginator = BoundedCountPaginator
+    paginator = MessagePaginator
     search_fields = ("content",)
     search_help_text = _(
         "Finds messages holding every word (whole words, any form: 'booking' finds 'booked')."
