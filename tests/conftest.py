@@ -22,10 +22,13 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
     SQLite-only tests (its FTS5 tables and triggers) are deselected on other databases, and
     pgvector tests wherever ``agentmemory.contrib.pgvector`` is not installed on PostgreSQL
     (``.ci/pgvector`` runs them): they have nothing to run there, and each pass runs what its
-    database has."""
+    database has. Browser tests run only when the marker expression names them
+    (``-m browser``, as ``.ci/browser`` does): they need Chromium."""
     from django.apps import apps
 
     drop = []
+    if "browser" not in (config.getoption("markexpr", "") or ""):
+        drop.append("browser")
     if connection.vendor != "sqlite":
         drop.append("sqlite")
     if connection.vendor != "postgresql" or not apps.is_installed("agentmemory.contrib.pgvector"):

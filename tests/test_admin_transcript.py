@@ -83,20 +83,20 @@ def test_transcript_shows_the_conversation_with_roles_calls_results_and_summary_
     system = _block(body, 'id="msg-1"', "</li>")
     assert '<details class="am-fold">' in system and "<summary># Policy Always check" in system
     # each call is a folded block with its arguments pretty-printed and a link to its result
-    res = _block(body, '<details class="am-call" id="call-call_res"', "</details>")
+    res = _block(body, '<details class="am-call" id="call-5-call_res"', "</details>")
     assert '"reservation_id": "ZFA04Y"' in res.replace("&quot;", '"')
     assert 'href="#msg-6"' in res
-    assert 'href="#msg-7"' in _block(body, 'id="call-call_wx"', "</details>")
+    assert 'href="#msg-7"' in _block(body, 'id="call-5-call_wx"', "</details>")
     # each result links back to its call; JSON results are pretty-printed
     result = _block(body, 'id="msg-6"', "</li>")
-    assert 'href="#call-call_res"' in result
+    assert 'href="#call-5-call_res"' in result
     assert '"status": "confirmed",\n  "flights": [' in result.replace("&quot;", '"')
     # where the summary ends
     marker = _block(body, 'class="am-summary-end"', "</li>")
     assert body.index('id="msg-3"') < body.index('class="am-summary-end"') < body.index('id="msg-4"')
     assert "covers seq 2&ndash;3" in marker and "current" in marker
     # the pending call is marked
-    cancel = _block(body, 'id="call-call_cancel"', "</details>")
+    cancel = _block(body, 'id="call-10-call_cancel"', "</details>")
     assert "pending: no result yet" in cancel and "am-to-result" not in cancel
     assert "1 pending tool call" in body
 
@@ -194,14 +194,14 @@ def test_transcript_pages_by_seq_and_links_across_pages(admin_client, db):  # ty
     body = first.content.decode()
     assert [e.seq for e in first.context["transcript"].entries] == list(range(1, 51))
     # call 12 is made at seq 50; its result (51) is on page 2: linked through the finder view
-    call = _block(body, 'id="call-call_12"', "</details>")
+    call = _block(body, 'id="call-50-call_12"', "</details>")
     finder = re.search(r'class="am-to-result" href="([^"]+)"', call).group(1).replace("&amp;", "&")
     assert finder == url("conversation_tool_result", conv.pk) + "?call=call_12&after=50"
     response = admin_client.get(finder)
     assert response.status_code == 302 and response["Location"] == f"{change}?page=2#msg-51"
     # and the result links back to its call on page 1
     second = admin_client.get(change, {"page": "2"}).content.decode()
-    assert f'href="{change}?page=1#call-call_12"' in _block(second, 'id="msg-51"', "</li>")
+    assert f'href="{change}?page=1#call-50-call_12"' in _block(second, 'id="msg-51"', "</li>")
     # page numbers out of range or not numbers never fail
     assert admin_client.get(change, {"page": "99"}).context["transcript"].number == 3
     assert admin_client.get(change, {"page": "-1"}).context["transcript"].number == 3
@@ -214,7 +214,7 @@ def test_tool_result_finder_refuses_bad_input_and_reports_missing_results(admin_
     assert admin_client.get(finder, {"call": "call_res", "after": "x"}).status_code == 400
     assert admin_client.get(finder, {"call": "a\x00b", "after": "1"}).status_code == 400
     response = admin_client.get(finder, {"call": "call_cancel", "after": "10"}, follow=True)
-    assert response.redirect_chain[-1][0].endswith("?page=1#call-call_cancel")
+    assert response.redirect_chain[-1][0].endswith("?page=1#call-10-call_cancel")
     assert "No result is stored for tool call call_cancel." in response.content.decode()
     assert (
         admin_client.get(url("conversation_tool_result", 98765), {"call": "c", "after": "1"}).status_code
