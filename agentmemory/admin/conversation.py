@@ -421,9 +421,8 @@ class ConversationAdmin(CheckedQueryAdmin):
                 _("No result is stored for tool call %(id)s.") % {"id": call_id},
                 messages.WARNING,
             )
-            return HttpResponseRedirect(
-                f"{change_url}?page={transcript.page_of(int(after))}#{transcript.call_anchor(call_id)}"
-            )
+            anchor = transcript.call_anchor(int(after), call_id)
+            return HttpResponseRedirect(f"{change_url}?page={transcript.page_of(int(after))}#{anchor}")
         return HttpResponseRedirect(target)
 
     def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

@@ -33,9 +33,11 @@ FOLD_CHARS = 3_000
 PREVIEW_CHARS = 160
 
 
-def call_anchor(call_id: str) -> str:
-    """The HTML id of a tool call's block (the id, percent-encoded, so any call id is safe)."""
-    return "call-" + urlquote(call_id, safe="")
+def call_anchor(ai_seq: int, call_id: str) -> str:
+    """The HTML id of the block of tool call ``call_id`` made by the AI message at ``ai_seq``
+    (the id percent-encoded, so any call id is safe; with the seq, since recorded runs reuse
+    call ids within one conversation)."""
+    return f"call-{ai_seq}-" + urlquote(call_id, safe="")
 
 
 def message_anchor(seq: int) -> str:
@@ -240,7 +242,7 @@ def build_page(
                 id=call_id,
                 name=str(call.get("name", "?")),
                 arguments=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
-                anchor=call_anchor(call_id),
+                anchor=call_anchor(message.seq, call_id),
             )
             if call_id in pending:
                 item.pending = True
@@ -255,7 +257,9 @@ def build_page(
             if message.exchange_seq is None:
                 entry.orphan = True
             else:
-                entry.call_href = href(message.exchange_seq, call_anchor(message.tool_call_id))
+                entry.call_href = href(
+                    message.exchange_seq, call_anchor(message.exchange_seq, message.tool_call_id)
+                )
         entries.append(entry)
         summary = summaries.pop(message.seq, None)
         if summary is not None:
