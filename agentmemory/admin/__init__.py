@@ -1,4 +1,5 @@
-"""Django admin for conversations, messages and summaries, and a "Context window" page.
+"""Django admin for conversations (with their transcript and a "Context window" page),
+messages, summaries and long-term facts.
 
 History is append-only: messages and summaries are read-only here (they are written by
 ``PersistentChatHistory`` and the compactor). Message lists are paginated changelists filtered
@@ -15,6 +16,7 @@ from agentmemory.admin.deletion import (
     summarise_user_deletions,
     summarised_deleted_objects,
 )
+from agentmemory.admin.fact import FactAdmin
 from agentmemory.admin.message import MessageAdmin
 from agentmemory.admin.summary import SummaryAdmin
 from agentmemory.admin.utils import BoundedCountPaginator, admin_link, pretty_json
@@ -23,6 +25,7 @@ __all__ = [
     "BoundedCountPaginator",
     "ConversationAdmin",
     "ConversationAdminForm",
+    "FactAdmin",
     "MessageAdmin",
     "ModelCallAdmin",
     "SummarisedDeletionMixin",

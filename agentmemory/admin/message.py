@@ -30,8 +30,9 @@ from agentmemory.recall.fulltext import PG_CONFIG
 from agentmemory.recall.text import STOP_WORDS, query_words
 
 
-def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Message]:
-    """``queryset`` narrowed to the messages whose text holds every word of ``term``.
+def fulltext_filter(queryset: QuerySet[Any], term: str, *, table: str) -> QuerySet[Any]:
+    """``queryset`` (messages or facts: the tables with a full-text index, named ``table``)
+    narrowed to the rows whose text holds every word of ``term``.
 
     The words are ``agentmemory.recall.text.query_words(term)`` without stop words (letters
     and digits, lower case), so the same words are searched on every database, and no
@@ -39,7 +40,7 @@ def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Mess
 
     - PostgreSQL: the stored ``search_vector`` column (English stemming) through its GIN
       index, ``search_vector @@ to_tsquery('english', 'w1 & w2')``;
-    - SQLite: the FTS5 table ``agentmemory_message_fts`` (Porter stemming), ``MATCH '"w1"
+    - SQLite: the FTS5 table ``<table>_fts`` (Porter stemming), ``MATCH '"w1"
       "w2"'``;
     - any other database: ``content`` containing each word (``icontains``, not indexed).
 
@@ -50,7 +51,6 @@ def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Mess
     if not words:
         return queryset.none()
     vendor = connections[queryset.db].vendor
-    table = Message._meta.db_table
     if vendor == "postgresql":
         matched = RawSQL(
             f"{table}.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s)",
@@ -68,6 +68,11 @@ def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Mess
     for word in words:
         condition &= Q(content__icontains=word)
     return queryset.filter(condition)
+
+
+def search_message_text(queryset: QuerySet[Message], term: str) -> QuerySet[Message]:
+    """Messages of ``queryset`` whose text holds every word of ``term`` (``fulltext_filter``)."""
+    return fulltext_filter(queryset, term, table=Message._meta.db_table)
 
 
 class AgentFilter(admin.SimpleListFilter):

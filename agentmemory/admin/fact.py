@@ -1,0 +1,297 @@
+"""The fact admin: long-term facts by owner, agent key, namespace and category, searched by
+full text, with their superseded history; deleting is ``forget``: the fact with its history,
+embeddings and index entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import router, transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+from django.utils.translation import gettext_lazy as _
+
+from agentmemory.admin.message import fulltext_filter
+from agentmemory.admin.transcript import reverse_page
+from agentmemory.admin.utils import (
+    PRE_STYLE,
+    BoundedCountPaginator,
+    CheckedQueryAdmin,
+    pretty_json,
+    short_datetime,
+)
+from agentmemory.knowledge import DELETE_BATCH
+from agentmemory.models import Fact
+
+#: most superseded versions listed on a fact's page
+HISTORY_SHOWN = 50
+
+
+def search_fact_text(queryset: QuerySet[Fact], term: str) -> QuerySet[Fact]:
+    """Facts holding every word of ``term``: the same words and indexes as
+    ``agentmemory.admin.message.search_message_text``, on the fact table."""
+    return fulltext_filter(queryset, term, table=Fact._meta.db_table)
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    """One owner: the one chosen, or one of the first ten owners of facts (by user id)."""
+
+    title = _("owner")
+    parameter_name = "owner__id__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        from django.contrib.auth import get_user_model
+
+        user_model = get_user_model()
+        ids = list(Fact.objects.order_by("owner_id").values_list("owner_id", flat=True).distinct()[:10])
+        value = self.value()
+        if value and value.isdigit() and int(value) not in ids:
+            ids.insert(0, int(value))
+        users = {u.pk: u for u in user_model._default_manager.filter(pk__in=ids)}
+        return [(str(pk), str(users[pk])) for pk in ids if pk in users]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Fact]) -> QuerySet[Fact]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(owner_id=int(value)) if value.isdigit() else queryset.none()
+
+
+class _ScopeValueFilter(admin.SimpleListFilter):
+    """The values of one scope column in use, within the chosen owner when there is one
+    (matched exactly, as recall matches them)."""
+
+    field = ""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        facts = Fact.objects.all()
+        owner = request.GET.get(OwnerFilter.parameter_name, "")
+        if owner.isdigit():
+            facts = facts.filter(owner_id=int(owner))
+        values = facts.order_by(self.field).values_list(self.field, flat=True).distinct()[:50]
+        return [(value or "-", value or _("(none)")) for value in values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Fact]) -> QuerySet[Fact]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(**{self.field: "" if value == "-" else value})
+
+
+class AgentKeyFilter(_ScopeValueFilter):
+    title = _("agent key")
+    parameter_name = field = "agent_key"
+
+
+class NamespaceFilter(_ScopeValueFilter):
+    title = _("namespace")
+    parameter_name = field = "namespace"
+
+
+class CategoryFilter(_ScopeValueFilter):
+    title = _("category")
+    parameter_name = field = "category"
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """In force (what recall can return), superseded (history), or expired."""
+
+    title = _("status")
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("live", _("in force")), ("superseded", _("superseded")), ("expired", _("expired"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Fact]) -> QuerySet[Fact]:
+        now = timezone.now()
+        value = self.value()
+        if value == "live":
+            return queryset.live(now)  # type: ignore[attr-defined]
+        if value == "superseded":
+            return queryset.filter(superseded_by__isnull=False)
+        if value == "expired":
+            return queryset.filter(expires_at__lte=now)
+        return queryset
+
+
+def heads_of(facts: QuerySet[Fact] | list[Fact]) -> list[int]:
+    """Ids of the facts in force at the end of each given fact's chain (a superseded fact's
+    successor, its successor's...): forgetting a version forgets the fact it led to, as
+    ``KnowledgeMemory.forget`` does. One query per step of the longest chain."""
+    ids = {f.pk for f in facts} if isinstance(facts, list) else set(facts.values_list("pk", flat=True))
+    heads: set[int] = set()
+    frontier = ids
+    while frontier:
+        rows = list(Fact.objects.filter(pk__in=frontier).values_list("pk", "superseded_by_id"))
+        heads |= {pk for pk, successor in rows if successor is None}
+        frontier = {successor for _pk, successor in rows if successor is not None} - heads
+    return sorted(heads)
+
+
+@admin.register(Fact)
+class FactAdmin(CheckedQueryAdmin):
+    list_display = (
+        "preview",
+        "owner",
+        "agent_key",
+        "namespace",
+        "category",
+        "importance",
+        "status",
+        "created",
+    )
+    list_display_links = ("preview",)
+    list_select_related = ("owner",)
+    list_filter = (OwnerFilter, AgentKeyFilter, NamespaceFilter, CategoryFilter, StatusFilter, "persistent")
+    show_facets = admin.ShowFacets.NEVER
+    show_full_result_count = False
+    paginator = BoundedCountPaginator
+    list_per_page = 100
+    search_fields = ("content",)
+    search_help_text = _("Finds facts holding every word (whole words, any form).")
+    fields = (
+        "owner",
+        "agent_key",
+        "namespace",
+        "category",
+        "content_display",
+        "importance",
+        "persistent",
+        "expires_at",
+        "status",
+        "superseded_by_link",
+        "history",
+        "source_message_link",
+        "recall_count",
+        "last_recalled_at",
+        "metadata_display",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # facts are written by KnowledgeMemory (supersession, repeats, eviction)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("content"))
+    def preview(self, obj: Fact) -> str:
+        return Truncator(" ".join(obj.content.split())).chars(70)
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: Fact) -> str:
+        return short_datetime(obj.created_at)
+
+    @admin.display(description=_("status"))
+    def status(self, obj: Fact) -> str:
+        if obj.superseded_by_id is not None:
+            return str(_("superseded"))
+        if obj.expires_at is not None and obj.expires_at <= timezone.now():
+            return str(_("expired"))
+        return str(_("in force"))
+
+    @admin.display(description=_("content"))
+    def content_display(self, obj: Fact) -> str:
+        return format_html('<pre style="{}">{}</pre>', PRE_STYLE, obj.content)
+
+    @admin.display(description=_("metadata"))
+    def metadata_display(self, obj: Fact) -> str:
+        return pretty_json(obj.metadata) if obj.metadata else "-"
+
+    @admin.display(description=_("superseded by"))
+    def superseded_by_link(self, obj: Fact) -> str:
+        if obj.superseded_by_id is None:
+            return "-"
+        url = reverse("admin:agentmemory_fact_change", args=[obj.superseded_by_id])
+        return format_html('<a href="{}">{}</a>', url, _("fact %(id)s") % {"id": obj.superseded_by_id})
+
+    @admin.display(description=_("earlier versions"))
+    def history(self, obj: Fact) -> str:
+        """The versions this fact superseded, newest first (one query per generation)."""
+        versions: list[Fact] = []
+        frontier = [obj.pk]
+        while frontier and len(versions) < HISTORY_SHOWN:
+            rows = list(
+                Fact.objects.filter(superseded_by__in=frontier)
+                .order_by("-created_at", "-id")
+                .only("id", "content", "created_at", "superseded_by_id")[: HISTORY_SHOWN - len(versions)]
+            )
+            versions += rows
+            frontier = [row.pk for row in rows]
+        if not versions:
+            return "-"
+        return format_html(
+            "<ol>{}</ol>",
+            format_html_join(
+                "",
+                '<li><a href="{}">{}</a> <span style="color: var(--body-quiet-color)">{}</span>'
+                '<pre style="{}">{}</pre></li>',
+                (
+                    (
+                        reverse("admin:agentmemory_fact_change", args=[v.pk]),
+                        _("fact %(id)s") % {"id": v.pk},
+                        short_datetime(v.created_at),
+                        PRE_STYLE,
+                        v.content,
+                    )
+                    for v in versions
+                ),
+            ),
+        )
+
+    @admin.display(description=_("source message"))
+    def source_message_link(self, obj: Fact) -> str:
+        message = obj.source_message
+        if message is None:
+            return "-"
+        change_url = reverse("admin:agentmemory_conversation_change", args=[message.conversation_id])
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse_page(change_url, message.seq),
+            _("seq %(seq)s in its transcript") % {"seq": message.seq},
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Fact], search_term: str
+    ) -> tuple[QuerySet[Fact], bool]:
+        if not search_term.strip():
+            return queryset, False
+        return search_fact_text(queryset, search_term), False
+
+    # -- forgetting ------------------------------------------------------------------------
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = dict(super().get_actions(request))
+        selected = actions.get("delete_selected")
+        if selected is not None:
+            function, name, _description = selected
+            actions["delete_selected"] = (function, name, _("Forget selected facts, with their history"))
+        return actions
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
+        """The confirmation lists what forgetting removes: the facts in force that the chosen
+        ones belong to, and under each its history and embeddings."""
+        heads = list(Fact.objects.filter(pk__in=heads_of(list(objs))))
+        return super().get_deleted_objects(heads, request)
+
+    def delete_model(self, request: HttpRequest, obj: Fact) -> None:
+        self._forget(heads_of([obj]))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Fact]) -> None:
+        self._forget(heads_of(queryset))
+
+    @staticmethod
+    def _forget(ids: list[int]) -> None:
+        """Delete the facts ``ids`` for real, in batches of ``DELETE_BATCH``: their history
+        (``superseded_by`` cascades), embeddings and full-text entries go with them."""
+        using = router.db_for_write(Fact)
+        for start in range(0, len(ids), DELETE_BATCH):
+            with transaction.atomic(using=using):
+                Fact.objects.using(using).filter(pk__in=ids[start : start + DELETE_BATCH]).delete()

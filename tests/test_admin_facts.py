@@ -1,0 +1,120 @@
+"""The fact admin: long-term facts listed and filtered by scope, searched by full text, with
+their superseded history; deleting forgets the fact with its history, embeddings and index."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.models import Fact, FactEmbedding
+from agentmemory.recall import fulltext
+
+pytestmark = pytest.mark.django_db
+
+
+def url(name: str, *args) -> str:  # type: ignore[no-untyped-def]
+    return reverse(f"admin:agentmemory_{name}", args=args)
+
+
+@pytest.fixture
+def memories(django_user_model):  # type: ignore[no-untyped-def]
+    john = django_user_model.objects.create_user("john_doe")
+    other = django_user_model.objects.create_user("john-doe")
+    memory = KnowledgeMemory(john, agent_key="travel", namespace="acme")
+    first = memory.store("seat: aisle", category="preferences", persistent=True).fact
+    second = memory.store("seat: window", category="preferences", persistent=True).fact
+    memory.store("Flies to Oslo every March", category="trips")
+    KnowledgeMemory(john).store("Has a cat called Oslo")
+    KnowledgeMemory(other, agent_key="travel", namespace="acme").store("seat: aisle", category="preferences")
+    first.refresh_from_db()
+    assert first.superseded_by_id == second.pk  # the change superseded the old value
+    return john, other, first, second
+
+
+def _listed(admin_client, **params):  # type: ignore[no-untyped-def]
+    response = admin_client.get(url("fact_changelist"), params)
+    assert response.status_code == 200
+    return [(f.owner.username, f.content) for f in response.context["cl"].result_list]
+
+
+def test_facts_are_listed_and_filtered_by_owner_scope_category_and_status(admin_client, memories):  # type: ignore[no-untyped-def]
+    john, other, _first, _second = memories
+    assert len(_listed(admin_client)) == 5
+    assert {c for _o, c in _listed(admin_client, owner__id__exact=str(other.pk))} == {"seat: aisle"}
+    assert _listed(admin_client, owner__id__exact=str(john.pk), agent_key="-") == [
+        ("john_doe", "Has a cat called Oslo")
+    ]
+    assert sorted(
+        c for _o, c in _listed(admin_client, owner__id__exact=str(john.pk), category="preferences")
+    ) == [
+        "seat: aisle",
+        "seat: window",
+    ]
+    assert _listed(admin_client, owner__id__exact=str(john.pk), status="superseded") == [
+        ("john_doe", "seat: aisle")
+    ]
+    live = _listed(admin_client, owner__id__exact=str(john.pk), status="live")
+    assert ("john_doe", "seat: aisle") not in live and ("john_doe", "seat: window") in live
+    # the filters offer exactly the values in use, and look-alike owners stay apart
+    body = admin_client.get(url("fact_changelist")).content.decode()
+    assert "john_doe" in body and "john-doe" in body
+
+
+def test_fact_search_is_full_text(admin_client, memories):  # type: ignore[no-untyped-def]
+    assert sorted(c for _o, c in _listed(admin_client, q="oslo")) == [
+        "Flies to Oslo every March",
+        "Has a cat called Oslo",
+    ]
+    assert _listed(admin_client, q="oslo marches") == [
+        ("john_doe", "Flies to Oslo every March")
+    ]  # every word, stemmed
+    assert _listed(admin_client, q="the") == []
+
+
+def test_fact_page_shows_its_superseded_history(admin_client, memories):  # type: ignore[no-untyped-def]
+    _john, _other, first, second = memories
+    body = admin_client.get(url("fact_change", second.pk)).content.decode()
+    assert "Earlier versions" in body and "seat: aisle" in body and url("fact_change", first.pk) in body
+    old = admin_client.get(url("fact_change", first.pk)).content.decode()
+    assert "superseded" in old and url("fact_change", second.pk) in old
+    assert admin_client.post(url("fact_change", second.pk), {"content": "x"}).status_code == 403
+    assert admin_client.get(url("fact_add")).status_code == 403
+
+
+def test_forget_action_deletes_the_fact_its_history_embeddings_and_index_entries(admin_client, memories):  # type: ignore[no-untyped-def]
+    john, other, first, second = memories
+    FactEmbedding.objects.create(fact=second, model="m", dimensions=1, vector=b"\0\0\0\0")
+    FactEmbedding.objects.create(fact=first, model="m", dimensions=1, vector=b"\0\0\0\0")
+    # choosing the old version forgets the fact it led to, with all its history
+    page = admin_client.post(
+        url("fact_changelist"), {"action": "delete_selected", "_selected_action": [first.pk]}
+    ).content.decode()
+    assert "seat: window" in page or f"fact {second.pk}" in page  # the confirmation names the fact in force
+    response = admin_client.post(
+        url("fact_changelist"), {"action": "delete_selected", "_selected_action": [first.pk], "post": "yes"}
+    )
+    assert response.status_code == 302
+    assert not Fact.objects.filter(pk__in=[first.pk, second.pk]).exists()
+    assert not FactEmbedding.objects.exists()
+    assert fulltext.search(Fact.objects.filter(owner=john), "window aisle", 10) == []
+    # nobody else's fact goes, and john's other facts stay
+    assert Fact.objects.filter(owner=other, content="seat: aisle").exists()
+    assert Fact.objects.filter(owner=john).count() == 2
+
+
+def test_forget_from_the_fact_page(admin_client, memories):  # type: ignore[no-untyped-def]
+    _john, _other, first, second = memories
+    response = admin_client.post(url("fact_delete", second.pk), {"post": "yes"})
+    assert response.status_code == 302
+    assert not Fact.objects.filter(pk__in=[first.pk, second.pk]).exists()
+
+
+def test_fact_list_query_count_does_not_grow(admin_client, memories, django_assert_max_num_queries):  # type: ignore[no-untyped-def]
+    john = memories[0]
+    memory = KnowledgeMemory(john, namespace="bulk")
+    for i in range(60):
+        memory.store(f"fact number {i}")
+    # session, user, owner choices (2), agent/namespace/category choices, count, page
+    with django_assert_max_num_queries(9):
+        assert admin_client.get(url("fact_changelist")).status_code == 200
