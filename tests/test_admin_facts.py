@@ -118,3 +118,46 @@ def test_fact_list_query_count_does_not_grow(admin_client, memories, django_asse
     # session, user, owner choices (2), agent/namespace/category choices, count, page
     with django_assert_max_num_queries(9):
         assert admin_client.get(url("fact_changelist")).status_code == 200
+
+
+def test_recall_search_needs_an_owner_and_finds_only_theirs(admin_client, memories):  # type: ignore[no-untyped-def]
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation
+
+    john, other, _first, second = memories
+    for owner, text in (
+        (john, "I prefer the window seat on <long> flights"),
+        (other, "window seat for me too"),
+    ):
+        conv = Conversation.objects.create(owner=owner, agent_key="travel")
+        PersistentChatHistory(conv).add_messages([ChatMessage.human(text)])
+    recall = url("fact_recall")
+    assert url("fact_recall") in admin_client.get(url("fact_changelist")).content.decode()
+    # no owner: refused, nothing searched
+    refused = admin_client.get(recall, {"q": "window seat"})
+    assert refused.status_code == 400 and "Choose an owner" in refused.content.decode()
+    assert admin_client.get(recall, {"owner": "nobody", "q": "seat"}).status_code == 400
+    assert admin_client.get(recall, {"owner": "john_doe", "q": "a\x00b"}).status_code == 400
+    recalled_before = Fact.objects.get(pk=second.pk).recall_count
+    response = admin_client.get(recall, {"owner": "john_doe", "q": "window seat"})
+    assert response.status_code == 200
+    assert [f.pk for f, _score in response.context["facts"]] == [second.pk]  # in force only
+    hits = response.context["hits"]
+    assert [hit.content for hit, _url in hits] == ["I prefer the window seat on <long> flights"]
+    body = response.content.decode()
+    assert "&lt;long&gt;" in body and "for me too" not in body  # escaped; nothing of john-doe
+    assert hits[0][1].endswith("?page=1#msg-1")
+    assert Fact.objects.get(pk=second.pk).recall_count == recalled_before  # reading changes nothing
+    by_id = admin_client.get(recall, {"owner": str(other.pk), "q": "window seat"})
+    assert [hit.content for hit, _url in by_id.context["hits"]] == ["window seat for me too"]
+
+
+def test_recall_search_needs_view_permissions(client, django_user_model, memories):  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import Permission
+
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert client.get(url("fact_recall"), {"owner": "john_doe", "q": "seat"}).status_code == 403
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_fact", "view_message"]))
+    assert client.get(url("fact_recall"), {"owner": "john_doe", "q": "seat"}).status_code == 200

@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db import router, transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
@@ -23,6 +25,7 @@ from agentmemory.admin.utils import (
     BoundedCountPaginator,
     CheckedQueryAdmin,
     pretty_json,
+    query_problem,
     short_datetime,
 )
 from agentmemory.knowledge import DELETE_BATCH
@@ -175,6 +178,8 @@ class FactAdmin(CheckedQueryAdmin):
     )
     readonly_fields = fields
 
+    change_list_template = "agentmemory/admin/fact_change_list.html"
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # facts are written by KnowledgeMemory (supersession, repeats, eviction)
 
@@ -295,3 +300,81 @@ class FactAdmin(CheckedQueryAdmin):
         for start in range(0, len(ids), DELETE_BATCH):
             with transaction.atomic(using=using):
                 Fact.objects.using(using).filter(pk__in=ids[start : start + DELETE_BATCH]).delete()
+
+    # -- recall search ---------------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "recall/",
+                self.admin_site.admin_view(self.recall_view),
+                name="agentmemory_fact_recall",
+            ),
+            *super().get_urls(),
+        ]
+
+    def recall_view(self, request: HttpRequest) -> HttpResponse:
+        """What recall finds for one user: ``?owner=`` (a user id or exact username, required:
+        recall never searches across users), ``?q=`` and optionally ``?agent_key=`` (exact).
+        Lists the user's facts in force that match (the recall backend's ranking, before the
+        importance and recency boosts) and ``search_messages`` over the user's conversations.
+        Reads only: no fact is marked as recalled. Needs the view permissions on facts and on
+        messages."""
+        from django.contrib.auth import get_user_model
+
+        from agentmemory.models import Message
+        from agentmemory.recall import MAX_K, get_backend, search_messages
+
+        if not (
+            self.has_view_permission(request)
+            and self.admin_site.get_model_admin(Message).has_view_permission(request)
+        ):
+            raise PermissionDenied
+        problem = query_problem(request)
+        if problem:
+            return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
+        owner_text = request.GET.get("owner", "").strip()
+        query = request.GET.get("q", "").strip()
+        agent_key = request.GET.get("agent_key", "").strip()
+        errors: list[Any] = []
+        owner = None
+        if owner_text:
+            users = get_user_model()._default_manager
+            lookup = {"pk": int(owner_text)} if owner_text.isdigit() and len(owner_text) < 18 else None
+            owner = users.filter(**lookup).first() if lookup else None
+            if owner is None:
+                owner = users.filter(**{get_user_model().USERNAME_FIELD: owner_text}).first()
+            if owner is None:
+                errors.append(_("No user %(owner)s.") % {"owner": owner_text[:100]})
+        elif query:
+            errors.append(_("Choose an owner: recall never searches across users."))
+        facts: list[tuple[Fact, float]] = []
+        hits: list[Any] = []
+        if owner is not None and query and not errors:
+            live = Fact.objects.live().filter(owner_id=owner.pk)
+            if agent_key:
+                live = live.filter(agent_key=agent_key)
+            ranked = get_backend().rank(live, query, MAX_K)
+            by_id = {f.pk: f for f in Fact.objects.filter(pk__in=[pk for pk, _score in ranked])}
+            facts = [(by_id[pk], score) for pk, score in ranked if pk in by_id][:20]
+            for hit in search_messages(query, owner=owner.pk, agent_key=agent_key or None, k=20):
+                change_url = reverse("admin:agentmemory_conversation_change", args=[hit.conversation_id])
+                hits.append((hit, reverse_page(change_url, hit.seq)))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Recall search"),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "owner": owner,
+            "owner_text": owner_text,
+            "query": query,
+            "agent_key": agent_key,
+            "errors": errors,
+            "facts": facts,
+            "hits": hits,
+            "searched": owner is not None and bool(query) and not errors,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "agentmemory/admin/recall.html", context, status=400 if errors else 200
+        )
