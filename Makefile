@@ -10,14 +10,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The demo needs the app, its API docs extra and the example project's requirements only.
+$(VENV)/.demo-installed: pyproject.toml project/requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]' -r project/requirements.txt
 	touch $@
+
+# Tests, lint and benchmarks need the dev extra too (which holds everything the demo needs).
+$(VENV)/.installed: pyproject.toml project/requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -r project/requirements.txt
+	touch $@ $(VENV)/.demo-installed
 
 install: $(VENV)/.installed
 
 ## demo: set up, migrate and replay the bundled sample transcript (SQLite, compaction in process: no broker needed)
-demo: install
+demo: $(VENV)/.demo-installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json
 

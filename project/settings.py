@@ -9,6 +9,8 @@ from pathlib import Path
 
 import dj_database_url
 
+import agentmemory
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-example-key-change-me")
@@ -119,7 +121,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "agentmemory API",
     "DESCRIPTION": "Conversations, messages, context windows, long-term facts and search of LLM "
     "agents. See docs/api.md.",
-    "VERSION": "0.1.0",
+    "VERSION": agentmemory.__version__,
     # Request bodies get their own components, without the read-only fields of the answers.
     "COMPONENT_SPLIT_REQUEST": True,
     # The viewers' scripts and styles come from drf-spectacular-sidecar's static files.

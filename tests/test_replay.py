@@ -299,3 +299,37 @@ def test_wait_for_compaction_waits_while_a_compaction_is_running() -> None:
     assert not wait_for_compaction([idle.pk, busy.pk], timeout=0.05, poll=0.01)
     Conversation.objects.filter(pk=busy.pk).update(compaction_started_at=None)
     assert wait_for_compaction([idle.pk, busy.pk], timeout=0.1, poll=0.01)
+
+
+@replay_db
+def test_progress_falls_back_to_a_plain_counter_without_tqdm(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    class Terminal(StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # "import tqdm" raises ImportError
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    out = StringIO()
+
+    call_command("replay_conversations", "--limit", "1", stdout=out)
+
+    total = Message.objects.count()
+    assert out.getvalue().splitlines()[-1] == CLEAN
+    assert terminal.getvalue().endswith(f"\rreplay: {total}/{total} msg (100%)\n")
+
+
+def test_plain_counter_redraws_at_most_once_per_interval() -> None:
+    from agentmemory.management.commands.replay_conversations import TextProgress
+
+    screen = StringIO()
+    bar = TextProgress(1000, file=screen, interval=3600)
+    for _ in range(999):
+        bar.update(1)
+    bar.update(1)
+    bar.close()
+
+    # the first message, then nothing for an hour, then the last one
+    assert screen.getvalue() == "\rreplay: 1/1000 msg (0%)\rreplay: 1000/1000 msg (100%)\n"

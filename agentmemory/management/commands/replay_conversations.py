@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
@@ -13,6 +14,51 @@ from django.db import connection
 from agentmemory.formats.transcripts import FORMATS, TranscriptError, load_transcripts
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "support_demo.json"
+
+
+class _Progress(Protocol):
+    def update(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TextProgress:
+    """A one-line progress counter, for when tqdm (the ``progress`` extra) is not installed.
+
+    Redraws at most every ``interval`` seconds (and on the last message), so a replay of
+    100,000 messages does not spend its time writing to the terminal.
+    """
+
+    def __init__(self, total: int, *, file: TextIO, interval: float = 0.25) -> None:
+        self.total, self.count, self.file, self.interval = total, 0, file, interval
+        self._drawn_at: float | None = None
+
+    def update(self, n: int = 1) -> None:
+        self.count += n
+        now = time.monotonic()
+        if self._drawn_at is None or now - self._drawn_at >= self.interval or self.count >= self.total:
+            self._drawn_at = now
+            share = 100 * self.count // self.total if self.total else 100
+            self.file.write(f"\rreplay: {self.count}/{self.total} msg ({share}%)")
+            self.file.flush()
+
+    def close(self) -> None:
+        self.file.write("\n")
+        self.file.flush()
+
+
+def progress_bar(total: int, file: TextIO) -> _Progress:
+    """A tqdm bar over ``total`` messages, or a ``TextProgress`` counter without tqdm."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return TextProgress(total, file=file)
+    # tqdm's own probe reads a 0x0 size on some pseudo-terminals and then draws nothing;
+    # shutil falls back to 80x24 there.
+    size = shutil.get_terminal_size()
+    return tqdm(
+        total=total, unit="msg", file=file, desc="replay", ncols=min(size.columns, 120), nrows=size.lines
+    )
 
 
 class Command(BaseCommand):
@@ -54,7 +100,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-progress",
             action="store_true",
-            help="no progress bar (it is also off when stderr is no TTY)",
+            help="no progress bar (it is also off when stderr is no TTY); tqdm draws it when installed "
+            "(the 'progress' extra), a plain counter otherwise",
         )
         parser.add_argument(
             "--compact-before-build",
@@ -122,21 +169,7 @@ class Command(BaseCommand):
 
         total = sum(len(t.messages) for t in transcripts)
         show_bar = not options["no_progress"] and sys.stderr.isatty()
-        bar = None
-        if show_bar:
-            from tqdm import tqdm
-
-            # tqdm's own probe reads a 0x0 size on some pseudo-terminals and then draws nothing;
-            # shutil falls back to 80x24 there.
-            size = shutil.get_terminal_size()
-            bar = tqdm(
-                total=total,
-                unit="msg",
-                file=sys.stderr,
-                desc="replay",
-                ncols=min(size.columns, 120),
-                nrows=size.lines,
-            )
+        bar = progress_bar(total, sys.stderr) if show_bar else None
         try:
             if options["through_agent"]:
                 report = replay_through_agent(

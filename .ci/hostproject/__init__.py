@@ -1,0 +1,1 @@
+"""The smallest host project, used by .ci/package against the installed wheel."""
