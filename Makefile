@@ -22,10 +22,11 @@ $(VENV)/.installed: pyproject.toml project/requirements.txt | $(BIN)/python
 
 install: $(VENV)/.installed
 
-## demo: set up, migrate and replay the bundled sample transcript (SQLite, compaction in process: no broker needed)
+## demo: set up, migrate, replay the bundled sample transcript as user "demo" (SQLite, compaction in process: no broker needed) and print how to log in
 demo: $(VENV)/.demo-installed
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json
+	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json --owner demo
+	$(BIN)/python manage.py demo_user --username demo
 
 ## test: run the test suite on DATABASE_URL (SQLite when unset)
 test: install

@@ -265,6 +265,7 @@ def replay_transcripts(
     max_tokens: int | None = None,
     progress: Callable[[int], None] | None = None,
     compact_before_build: bool = False,
+    owner: Any = None,
 ) -> ReplayReport:
     """Store and replay ``transcripts`` turn by turn (see the module docstring).
 
@@ -296,7 +297,7 @@ def replay_transcripts(
     report = ReplayReport(max_tokens=budget)
     started = time.perf_counter()
     for transcript in transcripts:
-        _replay_one(transcript, budget, report, progress or (lambda n: None), compact_before_build)
+        _replay_one(transcript, budget, report, progress or (lambda n: None), compact_before_build, owner)
     report.elapsed_seconds = time.perf_counter() - started
     refresh_summary_counts(report)
     return report
@@ -308,11 +309,15 @@ def _replay_one(
     report: ReplayReport,
     progress: Callable[[int], None],
     compact_before_build: bool,
+    owner: Any,
 ) -> None:
     from agentmemory.conf import app_settings
 
     conversation = Conversation.objects.create(
-        title=transcript.title[:200], agent_key=transcript.agent_key[:100], metadata=transcript.metadata
+        owner=owner,
+        title=transcript.title[:200],
+        agent_key=transcript.agent_key[:100],
+        metadata=transcript.metadata,
     )
     cid = conversation.pk
     report.conversations += 1
@@ -516,6 +521,7 @@ def replay_through_agent(
     *,
     max_tokens: int | None = None,
     progress: Callable[[int], None] | None = None,
+    owner: Any = None,
 ) -> ReplayReport:
     """Replay ``transcripts`` through ``BaseToolCallingAgent.run()`` with the memory
     compactor enabled and a scripted model that answers each call with the recorded AI
@@ -526,7 +532,7 @@ def replay_through_agent(
     summary, budget errors (the turn is then stored as recorded and the replay goes on).
     A transcript's leading system message is the agent's system prompt (sent, not stored);
     a turn that does not end on a text answer gets a short closing answer, since an agent
-    turn ends on one.
+    turn ends on one. ``owner`` owns the conversations created, as in ``replay_transcripts``.
 
     Returns:
         The ``ReplayReport``.
@@ -558,7 +564,7 @@ def replay_through_agent(
                 return ToolOutcome(recorded)
 
         agent = ReplayAgent(llm=ScriptedChatModel())
-        conversation = agent.start_conversation(title=transcript.title[:200])
+        conversation = agent.start_conversation(owner=owner, title=transcript.title[:200])
         cid = conversation.pk
         report.conversations += 1
         report.conversation_ids.append(cid)

@@ -302,6 +302,48 @@ def test_wait_for_compaction_waits_while_a_compaction_is_running() -> None:
 
 
 @replay_db
+def test_owner_is_created_once_without_a_password_and_owns_the_replayed_conversations() -> None:
+    from django.contrib.auth import get_user_model
+
+    first = run_command("--owner", "alice")
+    run_command("--owner", "alice", "--limit", "1")
+
+    alice = get_user_model().objects.get(username="alice")
+    assert "Created user 'alice' (no usable password) to own the replayed conversations" in first
+    assert not alice.has_usable_password()
+    assert Conversation.objects.count() == 4
+    assert Conversation.objects.filter(owner=alice).count() == 4
+
+
+@replay_db
+def test_an_existing_owner_is_reused_with_its_password_and_sees_the_conversations_in_the_api(client) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth import get_user_model
+
+    bob = get_user_model().objects.create_user("bob", password="s3cret-pass")
+    run_command("--owner", "bob", "--through-agent")
+
+    bob.refresh_from_db()
+    assert bob.check_password("s3cret-pass")
+    assert get_user_model().objects.count() == 1
+    assert client.login(username="bob", password="s3cret-pass")
+    listed = client.get("/api/conversations/", HTTP_ACCEPT="application/json").json()["results"]
+    assert len(listed) == Conversation.objects.filter(owner=bob).count() == 3
+
+
+@replay_db
+def test_an_owner_name_the_user_model_refuses_is_an_error_before_anything_is_stored() -> None:
+    from django.contrib.auth import get_user_model
+
+    with pytest.raises(CommandError, match=r"--owner 'no spaces please'"):
+        run_command("--owner", "no spaces please")
+    with pytest.raises(CommandError, match="--owner needs a user name"):
+        run_command("--owner", " ")
+
+    assert not get_user_model().objects.exists()
+    assert not Conversation.objects.exists()
+
+
+@replay_db
 def test_progress_falls_back_to_a_plain_counter_without_tqdm(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

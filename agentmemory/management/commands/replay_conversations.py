@@ -8,8 +8,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.hashers import make_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.db import IntegrityError, connection, models, router, transaction
 
 from agentmemory.formats.transcripts import FORMATS, TranscriptError, load_transcripts
 
@@ -61,6 +65,38 @@ def progress_bar(total: int, file: TextIO) -> _Progress:
     )
 
 
+def resolve_owner(username: str, stdout: OutputWrapper) -> AbstractBaseUser:
+    """The user named ``username`` (by the user model's ``USERNAME_FIELD``), created with no
+    usable password when there is none, so that it can own conversations but not log in until
+    someone sets a password (``manage.py changepassword``).
+
+    Raises:
+        CommandError: an empty name, or one the user model refuses (its field validators, or
+            required fields a custom user model has beside the username).
+    """
+    user_model = get_user_model()
+    field = user_model.USERNAME_FIELD
+    if not username.strip():
+        raise CommandError("--owner needs a user name")
+    manager = user_model._default_manager
+    try:
+        return manager.get(**{field: username})
+    except user_model.DoesNotExist:
+        pass
+    try:
+        username_field = user_model._meta.get_field(field)
+        if isinstance(username_field, models.Field):
+            username_field.clean(username, None)
+        with transaction.atomic(using=router.db_for_write(user_model)):
+            user = manager.create(**{field: username, "password": make_password(None)})
+    except ValidationError as exc:
+        raise CommandError(f"--owner {username!r}: {' '.join(exc.messages)}") from exc
+    except (IntegrityError, ValueError, TypeError) as exc:
+        raise CommandError(f"--owner {username!r}: no such user, and none could be created ({exc})") from exc
+    stdout.write(f"Created user {username!r} (no usable password) to own the replayed conversations")
+    return user
+
+
 class Command(BaseCommand):
     help = (
         "Import transcripts (tau-bench runs, LoCoMo conversations or OpenAI message lists) and "
@@ -97,6 +133,14 @@ class Command(BaseCommand):
             "AGENTMEMORY['DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT'], 10,000)",
         )
         parser.add_argument("--limit", type=int, default=None, help="replay only the first K conversations")
+        parser.add_argument(
+            "--owner",
+            metavar="USERNAME",
+            default=None,
+            help="the user who owns the conversations created, so that they show in that user's API "
+            "list; created (with no usable password) when no user has that name. Default: no owner, "
+            "only staff see the conversations",
+        )
         parser.add_argument(
             "--no-progress",
             action="store_true",
@@ -152,6 +196,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if not transcripts:
             raise CommandError(f"{path}: no conversations to replay")
+        owner = resolve_owner(options["owner"], self.stdout) if options["owner"] is not None else None
 
         eager = compaction_mode() != "celery"  # inline (or off): nothing to wait for
         llm = get_compaction_llm()
@@ -173,7 +218,7 @@ class Command(BaseCommand):
         try:
             if options["through_agent"]:
                 report = replay_through_agent(
-                    transcripts, max_tokens=max_tokens, progress=bar.update if bar else None
+                    transcripts, max_tokens=max_tokens, progress=bar.update if bar else None, owner=owner
                 )
             else:
                 report = replay_transcripts(
@@ -181,6 +226,7 @@ class Command(BaseCommand):
                     max_tokens=max_tokens,
                     progress=bar.update if bar else None,
                     compact_before_build=options["compact_before_build"],
+                    owner=owner,
                 )
         finally:
             if bar is not None:
