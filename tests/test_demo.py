@@ -82,7 +82,8 @@ def test_make_demo_leaves_the_demo_user_a_login_and_a_non_empty_api_list(client)
 
     password = printed_password(outputs[-1])
     assert "http://127.0.0.1:8000/admin/" in outputs[-1]
-    assert f"curl -u demo:{password} http://127.0.0.1:8000/api/conversations/" in outputs[-1]
+    assert "manage.py drf_create_token demo" in outputs[-1]
+    assert 'curl -H "Authorization: Token TOKEN" http://127.0.0.1:8000/api/conversations/' in outputs[-1]
     demo = get_user_model().objects.get(username="demo")
     assert Conversation.objects.filter(owner=demo).count() == Conversation.objects.count() == 3
     assert client.login(username="demo", password=password)

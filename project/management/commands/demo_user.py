@@ -7,6 +7,7 @@ import secrets
 import sys
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import router, transaction
@@ -59,11 +60,18 @@ class Command(BaseCommand):
                 f"Demo user {username!r} exists; its password is unchanged "
                 f"(to set another: {python} manage.py changepassword {username})."
             )
-        shown = password or "PASSWORD"
-        self.stdout.write(
-            f"\nStart the server with `{python} manage.py runserver`, then log in as {username}:\n"
-            f"  admin: {SERVER}{reverse('admin:index')}\n"
-            f"  API:   {SERVER}{reverse('agentmemory:conversation-list')} (browsable once logged in), "
-            f"or from a shell:\n"
-            f"         curl -u {username}:{shown} {SERVER}{reverse('agentmemory:conversation-list')}"
-        )
+        api = f"{SERVER}{reverse('agentmemory:conversation-list')}"
+        lines = [
+            f"\nStart the server with `{python} manage.py runserver`, then log in as {username}:",
+            f"  admin: {SERVER}{reverse('admin:index')}",
+            f"  API:   {api} (browsable once logged in to the admin)",
+        ]
+        if apps.is_installed("rest_framework.authtoken"):
+            lines += [
+                "  From a program, with a token (printed by the first command):",
+                f"         {python} manage.py drf_create_token {username}",
+                f'         curl -H "Authorization: Token TOKEN" {api}',
+            ]
+        else:
+            lines.append(f"  From a shell: curl -u {username}:{password or 'PASSWORD'} {api}")
+        self.stdout.write("\n".join(lines))
