@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from typing import Any
@@ -297,6 +298,14 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     return warnings
 
 
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 @register(Tags.compatibility)
 def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Validate the long-term memory and recall settings (``agentmemory.E201`` and up)."""
@@ -343,6 +352,15 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 f"AGENTMEMORY['RECALL_BACKEND'] is {backend!r} but no EMBEDDER is configured.",
                 hint="Set AGENTMEMORY['EMBEDDER'] or use the 'fulltext' backend, which needs no model.",
                 id="agentmemory.E204",
+            )
+        )
+    if embedder is not None and not _importable("numpy"):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['EMBEDDER'] is {embedder!r} but numpy, which vectors need, is not installed.",
+                hint="pip install 'django-agentmemory[embeddings]', or set EMBEDDER to None "
+                "(full-text recall needs no vectors).",
+                id="agentmemory.E208",
             )
         )
     similarity = conf.FACT_SUPERSEDE_SIMILARITY

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-import numpy as np
 from django.db import IntegrityError, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -36,7 +35,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall import boost
 from agentmemory.recall.backends import RecallBackend, get_backend, get_embedder, mirror_vectors
-from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, to_bytes
+from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError
 
 __all__ = [
@@ -435,8 +434,9 @@ class KnowledgeMemory:
         )
         if not rows:
             return []
-        scores = cosine_scores(vector, np.vstack([from_bytes(v) for _, v in rows]))
-        best = int(np.argmax(scores))
+        xp = numpy()
+        scores = cosine_scores(vector, xp.vstack([from_bytes(v) for _, v in rows]))
+        best = int(xp.argmax(scores))
         return [rows[best][0]] if scores[best] >= threshold else []
 
     def _evict(self, now: datetime, keep: int) -> int:

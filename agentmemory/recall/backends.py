@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import import_string
 
 from agentmemory.recall import fulltext
-from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, to_bytes
+from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 
 __all__ = [
     "EmbeddingBackend",
@@ -97,10 +96,11 @@ class EmbeddingBackend:
         if not rows:
             return []
         ids = [pk for pk, _ in rows]
-        matrix = np.vstack([from_bytes(vector) for _, vector in rows])
+        xp = numpy()
+        matrix = xp.vstack([from_bytes(vector) for _, vector in rows])
         (query_vector,) = self.embedder.embed([query])
         scores = cosine_scores(query_vector, matrix)
-        order = np.argsort(-scores, kind="stable")[:limit]
+        order = xp.argsort(-scores, kind="stable")[:limit]
         return [(ids[i], float(scores[i])) for i in order if scores[i] > 0]
 
     def vectors_for(self, texts: Sequence[str]) -> list[list[float]]:

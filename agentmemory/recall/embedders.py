@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Embedder",
@@ -15,8 +18,26 @@ __all__ = [
     "OpenAICompatibleEmbedder",
     "cosine_scores",
     "from_bytes",
+    "numpy",
     "to_bytes",
 ]
+
+
+def numpy() -> Any:
+    """The ``numpy`` module, which vectors need and nothing else does: full-text recall, the
+    context window and compaction run without it.
+
+    Raises:
+        ImproperlyConfigured: numpy is not installed (``pip install
+            'django-agentmemory[embeddings]'``).
+    """
+    try:
+        import numpy as np
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImproperlyConfigured(
+            "embeddings need numpy: pip install 'django-agentmemory[embeddings]'"
+        ) from exc
+    return np
 
 
 class EmbeddingError(RuntimeError):
@@ -38,21 +59,23 @@ class Embedder(Protocol):
 
 def to_bytes(vector: Sequence[float]) -> bytes:
     """A vector as little-endian float32 bytes (what ``FactEmbedding.vector`` stores)."""
-    return np.asarray(vector, dtype="<f4").tobytes()
+    return bytes(numpy().asarray(vector, dtype="<f4").tobytes())
 
 
 def from_bytes(data: bytes | memoryview) -> np.ndarray:
-    return np.frombuffer(bytes(data), dtype="<f4")
+    """A stored vector (little-endian float32 bytes) as a numpy array."""
+    return numpy().frombuffer(bytes(data), dtype="<f4")
 
 
 def cosine_scores(query: Sequence[float], matrix: np.ndarray) -> np.ndarray:
     """Exact cosine similarity of ``query`` with each row of ``matrix`` (zero rows score 0)."""
-    q = np.asarray(query, dtype=np.float32)
-    q_norm = float(np.linalg.norm(q))
+    xp = numpy()
+    q = xp.asarray(query, dtype=xp.float32)
+    q_norm = float(xp.linalg.norm(q))
     if matrix.size == 0 or q_norm == 0.0:
-        return np.zeros(len(matrix), dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1)
-    norms[norms == 0] = np.inf
+        return xp.zeros(len(matrix), dtype=xp.float32)
+    norms = xp.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = xp.inf
     return (matrix @ q) / (norms * q_norm)
 
 
