@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -212,7 +213,7 @@ class KnowledgeMemory:
         importance: float | None = None,
         ttl: float | timedelta | None = None,
         source_message: Message | int | None = None,
-        supersedes: int | None = None,
+        supersedes: int | uuid.UUID | None = None,
     ) -> str:
         """Store a fact and return a one-line confirmation for the model or the user, such as
         ``"Remembered (preferences, persistent): Prefers dark mode"``. See ``store()`` for
@@ -245,7 +246,7 @@ class KnowledgeMemory:
         importance: float | None = None,
         ttl: float | timedelta | None = None,
         source_message: Message | int | None = None,
-        supersedes: int | None = None,
+        supersedes: int | uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> RememberResult:
         """Store a fact and say what happened (see ``RememberResult``).
@@ -258,7 +259,8 @@ class KnowledgeMemory:
             importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
             ttl: seconds (or a timedelta) until the fact expires; None: no expiry.
             source_message: the stored message the fact came from.
-            supersedes: id of a live fact of this scope that the new one replaces.
+            supersedes: a live fact of this scope that the new one replaces: its id (primary
+                key) or its public ``uuid``.
             now: the clock (tests and imports); default the current time.
 
         Returns:
@@ -340,7 +342,7 @@ class KnowledgeMemory:
         importance: float,
         expires_at: datetime | None,
         source_id: int | None,
-        supersedes: int | None,
+        supersedes: int | uuid.UUID | None,
         digest: str,
         vector: list[float] | None,
         now: datetime,
@@ -404,15 +406,19 @@ class KnowledgeMemory:
         live: Any,
         content: str,
         category: str,
-        supersedes: int | None,
+        supersedes: int | uuid.UUID | None,
         vector: list[float] | None,
     ) -> list[int]:
         if supersedes is not None:
-            if isinstance(supersedes, bool) or not isinstance(supersedes, int):
-                raise InvalidFactError(f"supersedes must be a fact id, not {supersedes!r}")
-            if not live.filter(pk=supersedes).exists():
+            if isinstance(supersedes, uuid.UUID):
+                found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
+            elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
+                raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
+            else:
+                found = supersedes if live.filter(pk=supersedes).exists() else None
+            if found is None:
                 raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
-            return [supersedes]
+            return [found]
         same_category = live.filter(category=category)
         key = fact_key(content)
         if key is not None:
@@ -588,13 +594,20 @@ class KnowledgeMemory:
 
     # -- deleting --------------------------------------------------------------------------
 
-    def forget(self, fact_id: int) -> int:
+    def forget(self, fact_id: int | uuid.UUID) -> int:
         """Delete one fact of this scope with its history (the facts it superseded) and its
         embeddings and index entries; returns the number of facts deleted (0 when the id is
-        not a fact of this scope)."""
-        if isinstance(fact_id, bool) or not isinstance(fact_id, int):
-            raise TypeError(f"fact_id must be an int, not {type(fact_id).__name__}")
-        head = self.all_facts().filter(pk=fact_id).first()
+        not a fact of this scope). ``fact_id`` is its id (primary key) or its public ``uuid``.
+
+        Raises:
+            TypeError: ``fact_id`` is neither an int nor a ``uuid.UUID``.
+        """
+        if isinstance(fact_id, uuid.UUID):
+            head = self.all_facts().filter(uuid=fact_id).first()
+        elif isinstance(fact_id, bool) or not isinstance(fact_id, int):
+            raise TypeError(f"fact_id must be an int or a uuid.UUID, not {type(fact_id).__name__}")
+        else:
+            head = self.all_facts().filter(pk=fact_id).first()
         if head is None:
             return 0
         while head.superseded_by_id is not None:  # forgetting history forgets the fact it led to

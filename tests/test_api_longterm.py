@@ -5,6 +5,7 @@ look-alike scopes included."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from rest_framework.test import APIClient
@@ -62,6 +63,8 @@ def test_remember_repeat_and_list_facts(api, alice):  # type: ignore[no-untyped-
     assert repeat.status_code == 200 and repeat.json()["action"] == "duplicate"
     assert repeat.json()["fact"]["id"] == fact["id"]
     assert Fact.objects.count() == 1
+    # The id is the fact's public uuid, never its primary key.
+    assert fact["id"] == str(Fact.objects.get().uuid) and uuid.UUID(fact["id"]).version == 4
 
     api.post("/api/facts/", {"content": "Working on Atlas", "agent_key": "support"}, format="json")
     listed = api.get("/api/facts/").json()["results"]
@@ -78,6 +81,7 @@ def test_a_changed_fact_supersedes_the_old_one(api, alice):  # type: ignore[no-u
     assert changed.status_code == 201, changed.content
     body = changed.json()
     assert body["action"] == "superseded" and body["superseded_ids"] == [old_id]
+    assert str(Fact.objects.get(content="Lives in Oslo").uuid) == old_id
     assert body["fact"]["content"] == "Lives in Bergen" and body["fact"]["persistent"] is True
     # The old fact is history: out of the default list, kept with ?history=true.
     assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Bergen"]
@@ -95,6 +99,32 @@ def test_a_changed_fact_supersedes_the_old_one(api, alice):  # type: ignore[no-u
     # Read-only and unknown fields are named.
     bad = api.patch(f"/api/facts/{body['fact']['id']}/", {"recall_count": 3, "agent_key": "x"}, format="json")
     assert bad.status_code == 400 and set(bad.json()["fields"]) == {"recall_count", "agent_key"}
+
+
+def test_supersedes_names_a_fact_in_force_by_its_id(api, alice, django_assert_num_queries):  # type: ignore[no-untyped-def]
+    old = api.post("/api/facts/", {"content": "Works at Acme", "agent_key": "hr"}, format="json").json()
+    old_id = old["fact"]["id"]
+    body = {"content": "Joined Globex", "agent_key": "hr", "supersedes": old_id}
+    replaced = api.post("/api/facts/", body, format="json")
+    assert replaced.status_code == 201, replaced.content
+    new = replaced.json()
+    assert new["action"] == "superseded" and new["superseded_ids"] == [old_id]
+    assert api.get(f"/api/facts/{old_id}/").json()["superseded_by"] == new["fact"]["id"]
+    # History is no longer in force: it cannot be superseded again, and the error names it.
+    again = api.post("/api/facts/", {**body, "content": "Joined Initech"}, format="json")
+    assert again.status_code == 400 and old_id in again.json()["fields"]["supersedes"][0]
+    refused = api.patch(f"/api/facts/{old_id}/", {"content": "Works at Initech"}, format="json")
+    assert refused.status_code == 400 and old_id in refused.json()["detail"]
+    # A longer history lists its successors' ids without a query per fact.
+    current = new["fact"]["id"]
+    for n in range(3):
+        changed = api.patch(f"/api/facts/{current}/", {"content": f"Joined Globex {n}"}, format="json")
+        current = changed.json()["fact"]["id"]
+    with django_assert_num_queries(1):
+        history = api.get("/api/facts/", {"history": "true"}).json()["results"]
+    successors = {f["id"]: f["superseded_by"] for f in history}
+    assert len(successors) == 5 and list(successors.values()).count(None) == 1
+    assert {value for value in successors.values() if value} <= set(successors)
 
 
 def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]
@@ -117,6 +147,8 @@ def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no
         ({"content": "ok", "category": "c" * 101}, "category"),
         ({"content": "ok", "agent_key": "a\x00"}, "agent_key"),
         ({"content": "ok", "supersedes": 999999}, "supersedes"),
+        ({"content": "ok", "supersedes": "not-a-uuid"}, "supersedes"),
+        ({"content": "ok", "supersedes": "6f1c1c52-7c1b-4a2e-9a59-2f0b7f4c1d11"}, "supersedes"),
         ({"content": "ok", "owner": 2}, "owner"),
         ({"content": "x" * 10_001}, "content"),
     ],
@@ -134,18 +166,21 @@ def test_nobody_reaches_another_users_facts(api, alice, bob):  # type: ignore[no
     theirs = KnowledgeMemory(bob, agent_key="acme-corp").store("Bob's secret plan", persistent=True).fact
     KnowledgeMemory(bob).store("Bob likes tea")
     mine = KnowledgeMemory(alice, agent_key="acme").store("Alice likes coffee").fact
-    assert api.get("/api/facts/").json()["results"][0]["id"] == mine.pk
+    assert api.get("/api/facts/").json()["results"][0]["id"] == str(mine.uuid)
     assert len(api.get("/api/facts/", {"history": "true"}).json()["results"]) == 1
     assert api.get("/api/facts/", {"agent_key": "acme-corp"}).json()["results"] == []
     for method, body in (("get", None), ("patch", {"content": "mine now"}), ("delete", None)):
-        response = getattr(api, method)(f"/api/facts/{theirs.pk}/", body, format="json")
+        response = getattr(api, method)(f"/api/facts/{theirs.uuid}/", body, format="json")
         assert response.status_code == 404, method
         assert "secret" not in response.content.decode()
     assert Fact.objects.filter(owner=bob).count() == 2
-    stolen = api.post("/api/facts/", {"content": "x", "supersedes": theirs.pk}, format="json")
-    assert stolen.status_code == 400
-    for bad in ("abc", "-1", "0x1", "9" * 40, "1.0"):
-        assert api.get(f"/api/facts/{bad}/").status_code == 404
+    stolen = api.post("/api/facts/", {"content": "x", "supersedes": str(theirs.uuid)}, format="json")
+    assert stolen.status_code == 400 and "supersedes" in stolen.json()["fields"]
+    assert Fact.objects.filter(owner=bob, superseded_by__isnull=True).count() == 2
+    # A primary key is no id of the API, and a segment that is not a UUID is the JSON 404.
+    for bad in (str(mine.pk), "abc", "-1", "0x1", "9" * 40, "1.0", f"{mine.uuid}x"):
+        response = api.get(f"/api/facts/{bad}/")
+        assert response.status_code == 404 and response.json()["error"] == "not_found", bad
     assert APIClient().get("/api/facts/").status_code in (401, 403)
 
 
@@ -167,6 +202,8 @@ def test_search_finds_the_users_messages_and_facts_only(api, alice, bob):  # typ
     assert {m["conversation"] for m in body["messages"]} == {str(mine.uuid)}
     assert body["messages"][0]["seq"] == 1
     assert [f["content"] for f in body["facts"]] == ["Prefers window seats on flights to Lisbon"]
+    window_seats = Fact.objects.get(content="Prefers window seats on flights to Lisbon")
+    assert body["facts"][0]["id"] == str(window_seats.uuid)
     assert "secret" not in str(body) and "demo" not in str(body)
 
     scoped = api.get("/api/search/", {"q": "Lisbon", "agent_key": "acme", "include": "facts"}).json()

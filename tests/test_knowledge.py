@@ -120,6 +120,23 @@ def test_explicit_supersedes_must_name_a_live_fact_of_the_scope(km, alice) -> No
     assert other.fact.__class__.objects.filter(pk=other.fact.pk, superseded_by__isnull=True).exists()
 
 
+def test_supersedes_and_forget_also_take_the_public_uuid(km) -> None:  # type: ignore[no-untyped-def]
+    other = KnowledgeMemory(UserFactory(username="bob")).store("Bob fact", "misc").fact
+    with pytest.raises(InvalidFactError, match=str(other.uuid)):
+        km.store("Alice fact", "misc", supersedes=other.uuid)
+    old = km.store("Lives in Oslo", "personal").fact
+    new = km.store("Moved to Bergen", "personal", supersedes=old.uuid)
+    assert new.action == "superseded" and new.superseded_ids == (old.pk,)
+    with pytest.raises(InvalidFactError, match="not a live fact"):
+        km.store("Moved to Tromso", "personal", supersedes=old.uuid)
+    with pytest.raises(InvalidFactError, match="fact id or uuid"):
+        km.store("Moved to Tromso", "personal", supersedes=str(new.fact.uuid))  # type: ignore[arg-type]
+    assert km.forget(other.uuid) == 0
+    assert km.forget(new.fact.uuid) == 2 and km.all_facts().count() == 0
+    with pytest.raises(TypeError):
+        km.forget(str(old.uuid))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [

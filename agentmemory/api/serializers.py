@@ -614,10 +614,17 @@ class FiniteFloatField(serializers.FloatField):
 
 
 class FactSerializer(serializers.ModelSerializer):
-    """A stored fact. ``superseded_by`` is the id of the fact that replaced it (history), or
-    null for a fact in force; ``source_conversation`` and ``source_seq`` name the message it
-    came from, when there is one."""
+    """A stored fact; ``id`` is its public ``uuid``. ``superseded_by`` is the id of the fact
+    that replaced it (history), or null for a fact in force; ``source_conversation`` and
+    ``source_seq`` name the message it came from, when there is one.
 
+    ``superseded_by`` reads the ``superseded_by_uuid`` annotation when the queryset has it
+    (``FactViewSet``), else the successor row (one query per superseded fact)."""
+
+    id = serializers.UUIDField(source="uuid", read_only=True, help_text="The fact's public id.")
+    superseded_by = serializers.SerializerMethodField(
+        help_text="Id of the fact that replaced this one; null for a fact in force."
+    )
     source_conversation = serializers.UUIDField(
         source="source_message.conversation.uuid", read_only=True, allow_null=True, default=None
     )
@@ -647,6 +654,15 @@ class FactSerializer(serializers.ModelSerializer):
         )
         read_only_fields: tuple[str, ...] = fields
 
+    @extend_schema_field({"type": "string", "format": "uuid", "nullable": True})
+    def get_superseded_by(self, fact: Fact) -> str | None:
+        if fact.superseded_by_id is None:
+            return None
+        value = getattr(fact, "superseded_by_uuid", None)
+        if value is None:
+            value = fact.superseded_by.uuid if fact.superseded_by else None
+        return str(value) if value is not None else None
+
 
 class FactWriteSerializer(StrictInputMixin, serializers.Serializer):
     """A fact to remember (``KnowledgeMemory.store()``), or on PATCH the changes to a fact:
@@ -669,11 +685,9 @@ class FactWriteSerializer(StrictInputMixin, serializers.Serializer):
     )
     agent_key = StorableTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
     namespace = StorableTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
-    supersedes = serializers.IntegerField(
+    supersedes = serializers.UUIDField(
         required=False,
         allow_null=True,
-        min_value=1,
-        max_value=2**62,
         help_text="Id of a fact in force of the same scope that this one replaces.",
     )
 
@@ -690,11 +704,12 @@ class FactUpdateSerializer(FactWriteSerializer):
 class RememberedSerializer(serializers.Serializer):
     """What storing a fact did: ``created`` (a new fact), ``duplicate`` (the same content was
     already in force: nothing written), ``updated`` (the same content, with its persistence,
-    importance or expiry changed), ``superseded`` (a new fact replaced ``superseded_ids``)."""
+    importance or expiry changed), ``superseded`` (a new fact replaced ``superseded_ids``, the
+    ids of the facts that became its history)."""
 
     action = serializers.ChoiceField(choices=["created", "duplicate", "updated", "superseded"])
     fact = FactSerializer()
-    superseded_ids = serializers.ListField(child=serializers.IntegerField())
+    superseded_ids = serializers.ListField(child=serializers.UUIDField())
 
 
 class MessageHitSerializer(serializers.Serializer):

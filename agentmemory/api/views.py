@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 from rest_framework import mixins, serializers, status
@@ -492,7 +492,7 @@ def _fact_error(exc: Exception) -> serializers.ValidationError:
     """``InvalidFactError`` / ``MemoryScopeError`` as a 400 naming the field its message starts with."""
     text = str(exc)
     field = next((name for name in _FACT_ERROR_FIELDS if text.startswith(name)), "non_field_errors")
-    if text.startswith("fact "):  # "fact 7 is not a live fact of this scope"
+    if text.startswith("fact "):  # "fact <uuid> is not a live fact of this scope"
         field = "supersedes"
     return serializers.ValidationError({field: [text]})
 
@@ -520,6 +520,12 @@ FACT_SCOPE_PARAMETERS = [
     OpenApiParameter("agent_key", OpenApiTypes.STR, description="Only facts of this agent key (exact)."),
     OpenApiParameter("namespace", OpenApiTypes.STR, description="Only facts of this namespace (exact)."),
 ]
+FACT_ID_PARAMETER = OpenApiParameter(
+    "id",
+    OpenApiTypes.UUID,
+    OpenApiParameter.PATH,
+    description="The fact's id: its public uuid (`id` of the fact in answers); anything else is a 404.",
+)
 
 
 @extend_schema(tags=["facts"])
@@ -535,6 +541,8 @@ FACT_SCOPE_PARAMETERS = [
             ),
         ]
     ),
+    retrieve=extend_schema(parameters=[FACT_ID_PARAMETER]),
+    destroy=extend_schema(parameters=[FACT_ID_PARAMETER]),
     create=extend_schema(
         request=s.FactWriteSerializer,
         responses={
@@ -543,6 +551,7 @@ FACT_SCOPE_PARAMETERS = [
         },
     ),
     partial_update=extend_schema(
+        parameters=[FACT_ID_PARAMETER],
         request=s.FactUpdateSerializer,
         responses={
             201: OpenApiResponse(
@@ -560,7 +569,8 @@ class FactViewSet(
 ):
     """The requesting user's long-term facts (``agentmemory.knowledge.KnowledgeMemory``).
 
-    Facts are identified by their id; another user's fact answers 404. Writing goes through
+    Facts are identified by their public ``uuid`` (the ``id`` of the API), never by their
+    primary key; another user's fact answers 404. Writing goes through
     ``KnowledgeMemory``: an exact repeat adds nothing, a changed fact supersedes the old one
     (kept as history), deleting forgets the fact with its history, vectors and index entries.
     """
@@ -569,7 +579,10 @@ class FactViewSet(
     throttle_scope = "agentmemory.facts"
     serializer_class = s.FactSerializer
     pagination_class = FactCursorPagination
-    lookup_value_regex = "[^/]+"
+    lookup_field = "uuid"
+    lookup_url_kwarg = "id"
+    # Any segment reaches the view, so that one that is not a UUID is the API's JSON 404.
+    lookup_value_regex = UUID_REGEX
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Fact]:
@@ -578,7 +591,7 @@ class FactViewSet(
             return Fact.objects.none()
         qs = Fact.objects.filter(owner_id=user.pk).select_related("source_message__conversation")
         if self.action != "list":
-            return qs
+            return self._with_successor(qs)
         for name, value in _scope_params(self.request).items():
             if value is not None:
                 qs = qs.filter(**{name: value})
@@ -589,17 +602,26 @@ class FactViewSet(
             now = timezone.now()
             days = KnowledgeMemory(user).max_log_days
             qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=now - timedelta(days=days)))
-        return qs
+        return self._with_successor(qs)
+
+    @staticmethod
+    def _with_successor(qs: QuerySet[Fact]) -> QuerySet[Fact]:
+        """``qs`` with ``superseded_by_uuid``, the id ``FactSerializer`` shows as
+        ``superseded_by``, read in the same query."""
+        return qs.annotate(superseded_by_uuid=F("superseded_by__uuid"))
 
     def get_object(self) -> Fact:
-        value = str(self.kwargs.get(self.lookup_field, ""))
-        if not _DIGITS.fullmatch(value) or int(value) > MAX_QUERY_INT * 10**9:
-            raise Http404("No such fact.")
+        try:
+            uuid_lib.UUID(str(self.kwargs.get(self.lookup_url_kwarg, "")))
+        except ValueError:
+            raise Http404("No such fact.") from None
         return super().get_object()  # type: ignore[no-any-return]
 
     def _remembered(self, result: RememberResult) -> Response:
         fact = Fact.objects.select_related("source_message__conversation").get(pk=result.fact.pk)
-        body = {"action": result.action, "fact": fact, "superseded_ids": list(result.superseded_ids)}
+        uuids = dict(Fact.objects.filter(pk__in=result.superseded_ids).values_list("pk", "uuid"))
+        superseded = [uuids[pk] for pk in result.superseded_ids if pk in uuids]
+        body = {"action": result.action, "fact": fact, "superseded_ids": superseded}
         new = result.action in ("created", "superseded")
         return Response(
             s.RememberedSerializer(body).data, status=status.HTTP_201_CREATED if new else status.HTTP_200_OK
@@ -640,7 +662,7 @@ class FactViewSet(
         memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
         if not memory.live_facts().filter(pk=fact.pk).exists():
             raise serializers.ValidationError(
-                {"non_field_errors": [f"Fact {fact.pk} is not in force (superseded, expired or aged out)."]}
+                {"non_field_errors": [f"Fact {fact.uuid} is not in force (superseded, expired or aged out)."]}
             )
         try:
             result = memory.store(
