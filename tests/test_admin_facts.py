@@ -72,6 +72,12 @@ def test_fact_search_is_full_text(admin_client, memories):  # type: ignore[no-un
     assert _listed(admin_client, q="the") == []
 
 
+def test_a_facts_public_id_finds_it_and_is_shown(admin_client, memories):  # type: ignore[no-untyped-def]
+    _john, _other, first, _second = memories
+    assert _listed(admin_client, q=f"  {first.uuid} ") == [("john_doe", "seat: aisle")]
+    assert str(first.uuid) in admin_client.get(url("fact_change", first.pk)).content.decode()
+
+
 def test_fact_page_shows_its_superseded_history(admin_client, memories):  # type: ignore[no-untyped-def]
     _john, _other, first, second = memories
     body = admin_client.get(url("fact_change", second.pk)).content.decode()

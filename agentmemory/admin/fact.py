@@ -4,6 +4,7 @@ embeddings and index entries."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import admin
@@ -156,8 +157,12 @@ class FactAdmin(CheckedQueryAdmin):
     paginator = BoundedCountPaginator
     list_per_page = 100
     search_fields = ("content",)
-    search_help_text = _("Finds facts holding every word (whole words, any form).")
+    search_help_text = _(
+        "Finds facts holding every word (whole words, any form), or the fact with this public id "
+        "(the id the API shows)."
+    )
     fields = (
+        "uuid",
         "owner",
         "agent_key",
         "namespace",
@@ -266,9 +271,13 @@ class FactAdmin(CheckedQueryAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Fact], search_term: str
     ) -> tuple[QuerySet[Fact], bool]:
-        if not search_term.strip():
+        term = search_term.strip()
+        if not term:
             return queryset, False
-        return search_fact_text(queryset, search_term), False
+        try:  # a public id, as the API shows it: that fact
+            return queryset.filter(uuid=uuid.UUID(term)), False
+        except ValueError:
+            return search_fact_text(queryset, search_term), False
 
     # -- forgetting ------------------------------------------------------------------------
 
