@@ -265,3 +265,15 @@ def test_delete_confirmation_summarises_and_cascades(admin_client, chat):  # typ
     assert not Conversation.objects.filter(pk=chat.pk).exists()
     assert not Message.objects.filter(conversation_id=chat.pk).exists()
     assert not Summary.objects.filter(conversation_id=chat.pk).exists()
+
+
+def test_a_conversation_added_in_the_admin_starts_with_empty_metadata(admin_client):  # type: ignore[no-untyped-def]
+    page = admin_client.get("/admin/agentmemory/conversation/add/")
+    assert page.status_code == 200
+    assert page.context["adminform"].form["metadata"].value() in ({}, "{}")  # not null
+    for box in ("{}", "", "  "):
+        response = admin_client.post(
+            "/admin/agentmemory/conversation/add/", {"title": f"new {box!r}", "agent_key": "", "metadata": box}
+        )
+        assert response.status_code == 302, response.context["adminform"].form.errors
+        assert Conversation.objects.get(title=f"new {box!r}").metadata == {}

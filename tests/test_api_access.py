@@ -371,3 +371,13 @@ def test_context_and_appends_in_the_langchain_format(api, user):  # type: ignore
         format="json",
     )
     assert refused.status_code == 400 and refused.json()["error"] == "invalid_message"
+
+
+def test_the_api_root_answers_in_the_error_shape_and_lists_the_resources(user):  # type: ignore[no-untyped-def]
+    anonymous = APIClient().get("/api/")
+    assert anonymous.status_code in (401, 403)
+    assert anonymous.json()["error"] == "not_authenticated"
+    api = APIClient()
+    api.force_authenticate(user)
+    root = api.get("/api/", HTTP_ACCEPT="application/json")
+    assert root.status_code == 200 and {"conversations", "facts"} <= set(root.json())

@@ -59,9 +59,10 @@ def _cancel_pending(conversation: Conversation, request: HttpRequest) -> list[An
 
 class ConversationAdminForm(forms.ModelForm):
     """Refuses metadata the database cannot store: not an object (``null`` included), NUL
-    characters, lone surrogates, NaN or infinities, or nesting too deep."""
+    characters, lone surrogates, NaN or infinities, or nesting too deep. An empty box is no
+    metadata (``{}``), which a new conversation starts with."""
 
-    metadata = StorableJSONField(label=_("metadata"), required=False)
+    metadata = StorableJSONField(label=_("metadata"), required=False, initial=dict)
 
     class Meta:
         model = Conversation
@@ -69,6 +70,9 @@ class ConversationAdminForm(forms.ModelForm):
 
     def clean_metadata(self) -> dict[str, Any]:
         value = self.cleaned_data.get("metadata")
+        raw = self.data.get(self.add_prefix("metadata"), "")
+        if value is None and isinstance(raw, str) and not raw.strip():
+            return {}
         if not isinstance(value, dict):
             raise forms.ValidationError(_("Metadata must be a JSON object, such as {}."))
         problem = json_problem(value)

@@ -135,6 +135,8 @@ class StorableJSONField(forms.JSONField):
     encoded with (a lone surrogate) is shown with JSON escapes."""
 
     def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None  # a box left blank, spaces included
         try:
             return super().to_python(value)
         except RecursionError:

@@ -7,11 +7,12 @@ Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail`
 """
 
 from django.urls import path
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import APIRootView, DefaultRouter
 
 from agentmemory.api.calls import ModelCallViewSet, UsageView
 from agentmemory.api.views import (
     UUID_REGEX,
+    AppAPIView,
     ConversationViewSet,
     FactViewSet,
     MessageViewSet,
@@ -22,8 +23,16 @@ from agentmemory.api.views import (
 app_name = "agentmemory"
 
 
+class _RootView(AppAPIView, APIRootView):  # type: ignore[misc]
+    """The API root: links to the resource lists, with the API's permissions and error shape."""
+
+    operation_prefix = "root"
+    schema = None  # left out of the OpenAPI schema, as DRF's root view is
+
+
 class _Router(DefaultRouter):
     include_format_suffixes = False
+    APIRootView = _RootView
 
 
 router = _Router()
