@@ -273,7 +273,8 @@ def test_a_conversation_added_in_the_admin_starts_with_empty_metadata(admin_clie
     assert page.context["adminform"].form["metadata"].value() in ({}, "{}")  # not null
     for box in ("{}", "", "  "):
         response = admin_client.post(
-            "/admin/agentmemory/conversation/add/", {"title": f"new {box!r}", "agent_key": "", "metadata": box}
+            "/admin/agentmemory/conversation/add/",
+            {"title": f"new {box!r}", "agent_key": "", "metadata": box},
         )
         assert response.status_code == 302, response.context["adminform"].form.errors
         assert Conversation.objects.get(title=f"new {box!r}").metadata == {}
