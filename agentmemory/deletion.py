@@ -92,6 +92,20 @@ _NAMED = {
 }
 
 
+def delete_facts(facts: models.QuerySet[Fact], alias: str) -> Iterable[dict[str, int]]:
+    """Delete ``facts`` in transactions of ``FACT_BATCH`` facts, yielding the rows deleted per
+    model label of each batch. A fact's history (the facts it superseded) and its embeddings
+    go with it, whatever the history's own columns say: the collector follows
+    ``superseded_by``."""
+    while True:
+        with transaction.atomic(using=alias):
+            ids = list(facts.order_by("pk").values_list("pk", flat=True)[:FACT_BATCH])
+            if not ids:
+                return
+            _total, per_model = Fact.objects.using(alias).filter(pk__in=ids).delete()
+        yield per_model
+
+
 class _Tally:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
@@ -163,17 +177,9 @@ def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
             _total, per_model = Conversation.objects.using(alias).filter(pk__in=batch).delete()
             tally.add(per_model)
 
-    facts = Fact.objects.using(alias).filter(owner_id=user_id)
-    while True:
-        with transaction.atomic(using=alias):
-            ids = list(facts.order_by("pk").values_list("pk", flat=True)[:FACT_BATCH])
-            if not ids:
-                break
-            # A fact's history (the facts it superseded) goes with it, whatever its owner
-            # column says: the collector follows ``superseded_by``.
-            _total, per_model = Fact.objects.using(alias).filter(pk__in=ids).delete()
-            fulltext += per_model.get(Fact._meta.label, 0)
-            tally.add(per_model)
+    for per_model in delete_facts(Fact.objects.using(alias).filter(owner_id=user_id), alias):
+        fulltext += per_model.get(Fact._meta.label, 0)
+        tally.add(per_model)
 
     for model, fk in _other_user_keys():
         rows = model._base_manager.using(alias).filter(**{fk.name: user_id})

@@ -34,8 +34,6 @@ CONVERSATION_BATCH = 50
 MESSAGE_BATCH = 20_000
 #: messages with tool calls rewritten per statement when blanking
 TOOL_CALL_PAGE = 1_000
-#: expired facts deleted per transaction
-FACT_BATCH = 500
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "": "days"}
@@ -215,14 +213,9 @@ def purge_conversations(
         if progress is not None:
             progress(done, max(total, done))
 
-    fact_count = 0
-    while True:
-        with transaction.atomic(using=alias):
-            fact_ids = list(facts.order_by("pk").values_list("pk", flat=True)[:FACT_BATCH])
-            if not fact_ids:
-                break
-            _total, per_model = Fact.objects.using(alias).filter(pk__in=fact_ids).delete()
-            fact_count += per_model.get(Fact._meta.label, 0)
+    from agentmemory.deletion import delete_facts  # expired facts, FACT_BATCH per transaction
+
+    fact_count = sum(per_model.get(Fact._meta.label, 0) for per_model in delete_facts(facts, alias))
     return PurgeReport(
         conversations=counts["conversations"],
         messages=counts["messages"],
