@@ -219,9 +219,11 @@ def _scratch_conversation() -> Any:
 
 
 def _delete_conversation(conversation_id: int) -> None:
-    with connection.cursor() as cur:
-        cur.execute("DELETE FROM agentmemory_message WHERE conversation_id = %s", [conversation_id])
-        cur.execute("DELETE FROM agentmemory_conversation WHERE id = %s", [conversation_id])
+    # Through the ORM: the conversation's messages go in bulk, and the rows that point at it
+    # (summaries, recorded model calls, prompt texts) are deleted or unlinked as declared.
+    from agentmemory.models import Conversation
+
+    Conversation.objects.filter(pk=conversation_id).delete()
 
 
 def _to_langchain(messages: Sequence[ChatMessage]) -> list[Any]:
