@@ -123,3 +123,29 @@ def broker_url():  # type: ignore[no-untyped-def]
     yield TEST_BROKER_URL
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
+    """pytest-django's test databases, and before they are dropped on PostgreSQL, the sessions
+    a test left connected to them (a thread or a child process that outlived its test) are
+    named on stderr and ended, so that the drop does not fail with "being accessed by other
+    users" after every test passed."""
+    yield
+    import sys
+
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for alias in connections:
+            connection = connections[alias]
+            if connection.vendor != "postgresql":
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid, application_name, state, left(query, 200) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                for row in cursor.fetchall():
+                    print(f"session left connected to the test database ({alias}): {row}", file=sys.stderr)
+                    cursor.execute("SELECT pg_terminate_backend(%s)", [row[0]])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from agentmemory.agents import BaseToolCallingAgent, tool
@@ -226,7 +227,15 @@ def result_system_tokens(agent: BaseToolCallingAgent, record: ModelCall) -> int:
 def test_async_turn_records_the_same_way() -> None:
     conv = Conversation.objects.create(agent_key="calls-test")
     llm = ScriptedChatModel([ai_calls(("c1", "add", {"a": 2, "b": 2})), "4"])
-    asyncio.run(Agent(llm=llm).arun(conv, "2+2?"))
+
+    async def turn() -> None:
+        try:
+            await Agent(llm=llm).arun(conv, "2+2?")
+        finally:
+            # the executor thread's connection, which would outlive the test
+            await sync_to_async(connections.close_all)()
+
+    asyncio.run(turn())
     records = assert_rebuilt(llm, conv)
     assert [r.message_id is not None for r in records] == [True, True]
 
