@@ -17,7 +17,7 @@ from agentmemory.formats.openai import to_openai_messages
 from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, ToolCall
-from agentmemory.models import Conversation, ModelCall
+from agentmemory.models import Conversation, Message, ModelCall
 from tests.factories import UserFactory
 
 PRICES = {"gpt-4o-mini": {"input": "0.15", "output": "0.60"}}
@@ -152,3 +152,17 @@ def test_forgetting_a_user_erases_their_usage_records(turn) -> None:  # type: ig
     report = forget_user(user)
     assert report.other.get("agentmemory.ModelCall") == 2
     assert not ModelCall.objects.filter(owner=user).exists() and ModelCall.objects.count() == 1
+
+
+def test_an_ai_message_page_links_to_the_call_and_window_that_produced_it(turn, admin_client) -> None:  # type: ignore[no-untyped-def]
+    _, conv, _ = turn
+    answer = Message.objects.get(conversation=conv, role="ai", content="Shipped.")
+    call = ModelCall.objects.get(message=answer)
+    page = admin_client.get(reverse("admin:agentmemory_message_change", args=[answer.pk]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert reverse("admin:agentmemory_modelcall_window", args=[call.pk]) in body
+    assert reverse("admin:agentmemory_modelcall_change", args=[call.pk]) in body
+    human = Message.objects.get(conversation=conv, role="human")
+    page = admin_client.get(reverse("admin:agentmemory_message_change", args=[human.pk]))
+    assert "/window/" not in page.content.decode()

@@ -182,6 +182,7 @@ class MessageAdmin(ReadOnlyAdmin):
         "token_count",
         "token_counter",
         "metadata_display",
+        "model_call_link",
         "created_at",
     )
     readonly_fields = fields
@@ -218,6 +219,24 @@ class MessageAdmin(ReadOnlyAdmin):
             admin_link(obj.conversation),
             reverse_page(change_url, obj.seq),
             _("in the transcript"),
+        )
+
+    @admin.display(description=_("model call"))
+    def model_call_link(self, obj: Message) -> str:
+        """For an AI message an agent stored: the model call that produced it, with the window
+        that call sent (one query, on the change page only)."""
+        if obj.role != "ai":
+            return "-"
+        call = obj.model_calls.order_by("pk").only("pk", "kind", "conversation_id").first()
+        if call is None:
+            return "-"
+        window = reverse("admin:agentmemory_modelcall_window", args=[call.pk])
+        return format_html(
+            '<a href="{}">{}</a> &middot; <a href="{}">{}</a>',
+            reverse("admin:agentmemory_modelcall_change", args=[call.pk]),
+            _("call %(id)s") % {"id": call.pk},
+            window,
+            _("the window as sent"),
         )
 
     @admin.display(description=_("content"))
