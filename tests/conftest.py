@@ -149,3 +149,27 @@ def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-unty
                 for row in cursor.fetchall():
                     print(f"session left connected to the test database ({alias}): {row}", file=sys.stderr)
                     cursor.execute("SELECT pg_terminate_backend(%s)", [row[0]])
+
+
+def _forget_connections(app) -> None:  # type: ignore[no-untyped-def]
+    """Make the app look its pools up again for the current broker URL. Celery caches the
+    connection and producer pools it took from kombu's registry (keyed by URL) at first use;
+    eager runs take a producer too, for the default broker. The registry's pools are left
+    open: other tests get them back when the URL is restored."""
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def celery_app(broker_url):  # type: ignore[no-untyped-def]
+    """The project's Celery app publishing to the test broker instead of running eagerly."""
+    from project.celery import app
+
+    saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
+    _forget_connections(app)
+    app.conf.update(broker_url=broker_url, task_always_eager=False)
+    try:
+        yield app
+    finally:
+        _forget_connections(app)
+        app.conf.update(**saved)

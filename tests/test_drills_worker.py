@@ -31,25 +31,10 @@ from agentmemory.models import Conversation, Summary
 from tests.drill_models import DRILL_SUMMARY, DrillModel
 from tests.factories import conversation_with_turns, turn
 from tests.helpers_concurrency import ROOT, child_env
-from tests.test_celery_worker import _forget_connections
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 LEASE = 3  # seconds
-
-
-@pytest.fixture
-def celery_app(broker_url):  # type: ignore[no-untyped-def]
-    from project.celery import app
-
-    saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
-    _forget_connections(app)
-    app.conf.update(broker_url=broker_url, task_always_eager=False)
-    try:
-        yield app
-    finally:
-        _forget_connections(app)
-        app.conf.update(**saved)
 
 
 @pytest.fixture
