@@ -18,7 +18,12 @@ urlpatterns = [
         name="schema",
     ),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    # The page without the Google Fonts links of drf-spectacular's template (offline docs).
+    path(
+        "api/redoc/",
+        SpectacularRedocView.as_view(url_name="schema", template_name="redoc_offline.html"),
+        name="redoc",
+    ),
     *api_patterns,
     # Log-in and log-out pages for DRF's browsable API.
     path("api-auth/", include("rest_framework.urls")),
