@@ -288,8 +288,8 @@ def test_message_page_pretty_prints_tool_results_and_links_to_the_transcript(adm
 #: queries per page, whatever the conversation holds (pinned exactly, at 10 and 100,000)
 PAGES = {
     # session, user, conversation, the AI messages of pending calls, transcript page,
-    # summaries ending on it, owner widget label, current summary
-    "change": 8,
+    # summaries ending on it, owner widget label, current summary, model usage (one aggregate)
+    "change": 9,
     # session, user, agent choices, conversation choices, bounded count, page of rows
     "messages": 6,
     # the same and the conversation's title

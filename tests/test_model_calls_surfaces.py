@@ -166,3 +166,20 @@ def test_an_ai_message_page_links_to_the_call_and_window_that_produced_it(turn, 
     human = Message.objects.get(conversation=conv, role="human")
     page = admin_client.get(reverse("admin:agentmemory_message_change", args=[human.pk]))
     assert "/window/" not in page.content.decode()
+
+
+@override_settings(AGENTMEMORY={"MODEL_PRICES": PRICES})
+def test_the_conversation_page_shows_its_usage_and_cost(turn, admin_client) -> None:  # type: ignore[no-untyped-def]
+    _, conv, _ = turn
+    page = admin_client.get(reverse("admin:agentmemory_conversation_change", args=[conv.pk]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    # Two chat calls: 1,000 + 3,000 input tokens, 20 + 5 output, priced per million tokens.
+    assert "2 model calls" in body
+    assert "4,000 input tokens" in body and "25 output tokens" in body
+    cost = (4000 * Decimal("0.15") + 25 * Decimal("0.60")) / 10**6
+    assert f"cost {cost}" in body
+    assert f"conversation__id__exact={conv.pk}" in body
+    empty = Conversation.objects.create(owner=conv.owner, agent_key="surfaces-test")
+    page = admin_client.get(reverse("admin:agentmemory_conversation_change", args=[empty.pk]))
+    assert "no model calls recorded" in page.content.decode()

@@ -47,7 +47,8 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
-from agentmemory.models import Conversation, Message, Summary
+from agentmemory.models import Conversation, Message, ModelCall, Summary
+from agentmemory.usage import usage_totals
 from agentmemory.validation import json_problem, text_problem
 
 
@@ -112,6 +113,7 @@ class ConversationAdmin(CheckedQueryAdmin):
         "pending_calls_display",
         "current_summary",
         "history_links",
+        "usage_display",
         "compaction_started_at",
         "compaction_lease_expires_at",
         "compaction_requested_at",
@@ -133,6 +135,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                     "last_seq",
                     "has_system_prompt",
                     "pending_calls_display",
+                    "usage_display",
                 )
             },
         ),
@@ -226,6 +229,37 @@ class ConversationAdmin(CheckedQueryAdmin):
             _("AI message seq"),
             _("waiting"),
             rows,
+        )
+
+    @admin.display(description=_("model usage"))
+    def usage_display(self, obj: Conversation) -> str:
+        """What the conversation's recorded model calls (agent turns, summaries, embeddings)
+        used, in tokens, and cost at ``MODEL_PRICES``, with a link to the calls: one
+        aggregate query (``agentmemory.usage.usage_totals``)."""
+        if obj.pk is None:
+            return "-"
+        totals = usage_totals(conversation=obj)
+        if not totals.calls:
+            return str(_("no model calls recorded"))
+        if totals.unpriced_models:
+            cost = _("no price for %(models)s") % {"models": ", ".join(totals.unpriced_models)}
+        else:
+            cost = _("cost %(cost)s") % {"cost": totals.cost}
+        return format_html(
+            '<a href="{}">{}</a>: {} &middot; {} &middot; {}',
+            changelist_url(ModelCall, conversation__id__exact=obj.pk),
+            ngettext("%(count)s model call", "%(count)s model calls", totals.calls)
+            % {"count": number_format(totals.calls, force_grouping=True)},
+            _("%(input)s input tokens (%(cached)s cached), %(output)s output tokens")
+            % {
+                "input": number_format(totals.input_tokens, force_grouping=True),
+                "cached": number_format(totals.cached_input_tokens, force_grouping=True),
+                "output": number_format(totals.output_tokens, force_grouping=True),
+            },
+            cost,
+            _("%(count)s counted, not reported") % {"count": totals.counted_calls}
+            if totals.counted_calls
+            else _("all reported by the provider"),
         )
 
     @admin.action(description=_("Cancel pending tool calls"), permissions=["change"])
