@@ -526,3 +526,21 @@ def test_fake_server_requires_max_tokens_the_version_header_and_an_api_key(fake_
     assert (status, error["error"]["type"]) == (401, "authentication_error")
     assert len(fake_anthropic.requests) == 3
     assert fake_anthropic.pending == 0
+
+
+def test_one_id_twice_in_a_merged_assistant_turn_pairs_each_result_with_its_call_in_order():
+    # Two AI messages in a row (kept by relaxed import) become one assistant turn.
+    _, messages = to_anthropic(
+        [
+            ChatMessage.human("Oslo and Rome?"),
+            ChatMessage.ai(None, [ToolCall("c1", "get_weather", {"city": "Oslo"})]),
+            ChatMessage.ai(None, [ToolCall("c1", "get_weather", {"city": "Rome"})]),
+            ChatMessage.tool("3°C", tool_call_id="c1", name="get_weather"),
+            ChatMessage.tool("20°C", tool_call_id="c1", name="get_weather"),
+        ]
+    )
+
+    calls = [(b["id"], b["input"]["city"]) for b in messages[1]["content"]]
+    assert calls == [("c1", "Oslo"), ("c1_2", "Rome")]
+    results = [(b["tool_use_id"], b["content"]) for b in messages[2]["content"]]
+    assert results == [("c1", "3°C"), ("c1_2", "20°C")]

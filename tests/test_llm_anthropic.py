@@ -354,3 +354,49 @@ def test_from_env_with_only_a_base_url_and_a_model(fake_anthropic):
     chat_model.close()
     assert fake_anthropic.requests[0]["model"] == "claude-sonnet-4-6"
     assert api_key_of(fake_anthropic.request_headers[0]) == "not-needed"
+
+
+def test_reused_and_foreign_tool_call_ids_are_sent_as_the_api_accepts_them(fake_anthropic, model):
+    """Some models number their calls ``call_0`` afresh each turn, and other providers' ids hold
+    dots and colons; the Messages API refuses both ("`tool_use` ids must be unique", "String
+    should match pattern '^[a-zA-Z0-9_-]+$'"), and the fake server refuses them the same way."""
+    history = [
+        ChatMessage.human("Weather in Oslo?"),
+        ChatMessage.ai(None, [ToolCall("call_0", "get_weather", {"city": "Oslo"})]),
+        ChatMessage.tool("3°C", tool_call_id="call_0", name="get_weather"),
+        ChatMessage.ai("3°C in Oslo."),
+        ChatMessage.human("And Rome, then Bergen?"),
+        ChatMessage.ai(
+            None,
+            [
+                ToolCall("call_0", "get_weather", {"city": "Rome"}),
+                ToolCall("functions.get_weather:1", "get_weather", {"city": "Bergen"}),
+            ],
+        ),
+        ChatMessage.tool("7°C", tool_call_id="functions.get_weather:1", name="get_weather"),
+        ChatMessage.tool("20°C", tool_call_id="call_0", name="get_weather"),
+    ]
+    fake_anthropic.enqueue_text("Rome 20°C, Bergen 7°C.")
+
+    reply = model.invoke(history, tools=[WEATHER_TOOL])
+
+    assert reply.message.content == "Rome 20°C, Bergen 7°C."
+    sent = fake_anthropic.requests[0]["messages"]
+    calls = [
+        (b["id"], b["input"]["city"])
+        for m in sent
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
+    assert calls == [("call_0", "Oslo"), ("call_0_2", "Rome"), ("functions_get_weather_1", "Bergen")]
+    results = [
+        (b["tool_use_id"], b["content"])
+        for m in sent
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
+    assert results == [("call_0", "3°C"), ("call_0_2", "20°C"), ("functions_get_weather_1", "7°C")]
+    # The history itself keeps the ids the model gave.
+    assert [c.id for c in history[5].tool_calls] == ["call_0", "functions.get_weather:1"]

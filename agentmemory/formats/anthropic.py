@@ -32,6 +32,8 @@ Mapping: ``system`` -> the ``system`` parameter, ``human`` -> ``user`` text, ``a
 
 from __future__ import annotations
 
+import re
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -140,6 +142,49 @@ def _order_user_turn(blocks: list[dict[str, Any]], call_order: Sequence[str]) ->
     return results + others
 
 
+#: what the Messages API accepts as a ``tool_use`` id (a 400 "String should match pattern
+#: '^[a-zA-Z0-9_-]+$'" otherwise); ids made by other providers may hold dots or colons
+#: (``functions.lookup:0``)
+_TOOL_USE_ID_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _request_ids(turns: list[dict[str, Any]]) -> None:
+    """Give every ``tool_use`` of the request an id the API accepts, unique in the request, and
+    point each ``tool_result`` at its call's new id.
+
+    The Messages API refuses a request in which two ``tool_use`` blocks share an id ("`tool_use`
+    ids must be unique") or an id holds characters outside ``[a-zA-Z0-9_-]``. Stored histories
+    can hold both: some models number their calls ``call_0``, ``call_1`` afresh on every turn,
+    and histories imported from other providers carry their id formats. Storage keeps the ids
+    as they were; only the request changes. A refused character becomes ``_``, and an id already
+    used in the request gets the suffix ``_2``, ``_3``, ... The renaming depends on the window
+    alone, so the same window always gives the same request. Results are matched to the calls
+    of the assistant turn right before them, in call order when one id repeats within a turn.
+    """
+    used: set[str] = set()
+    renamed: dict[str, deque[str]] = {}  # ids of the previous assistant turn -> sent ids
+    for turn in turns:
+        blocks = turn["content"]
+        if turn["role"] == "assistant":
+            renamed = {}
+            for block in blocks:
+                if block["type"] != "tool_use":
+                    continue
+                base = _TOOL_USE_ID_REFUSED.sub("_", block["id"]) or "toolu"
+                sent, n = base, 1
+                while sent in used:
+                    n += 1
+                    sent = f"{base}_{n}"
+                used.add(sent)
+                renamed.setdefault(block["id"], deque()).append(sent)
+                block["id"] = sent
+            continue
+        for block in blocks:
+            if block["type"] == "tool_result" and renamed.get(block["tool_use_id"]):
+                block["tool_use_id"] = renamed[block["tool_use_id"]].popleft()
+        renamed = {}
+
+
 def _check_tool_pairs(turns: list[dict[str, Any]], first_index: list[int]) -> None:
     """Refuse what the API would refuse: a result without its call, a call without its result.
 
@@ -189,7 +234,10 @@ def to_anthropic(
         message, tool results before text in a user turn, results ordered like the calls they
         answer); a message whose only content is a single text block is sent as a plain string.
         Empty text is dropped (the API refuses empty text blocks), so an ``ai`` message with
-        neither text nor tool calls disappears. Names, metadata, seq and ids are never sent;
+        neither text nor tool calls disappears. Tool call ids are sent unique within the request
+        and in the characters the API accepts (see ``_request_ids``: a repeated ``call_0``
+        becomes ``call_0_2``, ``functions.f:0`` becomes ``functions_f_0``), results following
+        their call; storage is not changed. Names, metadata, seq and message ids are never sent;
         ``metadata["is_error"]`` on a tool message becomes ``"is_error": true``. The list is
         empty when there are no human, ai or tool messages.
 
@@ -234,6 +282,7 @@ def to_anthropic(
             turns.append({"role": api_role, "content": blocks})
             first_index.append(index)
 
+    _request_ids(turns)
     for position, turn in enumerate(turns):
         if turn["role"] == "user" and position > 0:
             previous = turns[position - 1]["content"]
