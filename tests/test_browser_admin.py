@@ -228,3 +228,39 @@ def test_message_search_and_the_list_fits_the_screen(page: Any, replayed: Conver
     assert page.url.endswith(f"#msg-{seq}")
     assert in_viewport(page, f"#msg-{seq}")
     shot(page, "07-message-in-transcript")
+
+
+def test_every_list_of_the_app_fits_the_screen(page: Any, replayed: Conversation, live_server: Any) -> None:
+    """The app's change lists, with the longest values they show (an untitled conversation is
+    named by its uuid, a fact by its text), leave no column off a 1,366 px screen."""
+    from django.contrib.auth import get_user_model
+
+    from agentmemory.knowledge import KnowledgeMemory
+    from agentmemory.models import ModelCall
+
+    owner = get_user_model().objects.get(username="admin")
+    untitled = Conversation.objects.create(owner=owner, agent_key="airline-support-agent")
+    for round_ in range(3):
+        ModelCall.objects.create(
+            kind="chat",
+            conversation=untitled,
+            owner=owner,
+            agent_key="airline-support-agent",
+            model="gpt-4o-mini-2024-07-18",
+            round=round_,
+            input_tokens=123_456,
+            output_tokens=7_890,
+            usage_source="provider",
+        )
+    KnowledgeMemory(owner, agent_key="airline-support-agent").store(
+        "The customer prefers aisle seats on long-haul flights and travels with a folding bike",
+        "preferences",
+        True,
+    )
+    for name in ("Conversations", "Messages", "Model calls", "Summaries", "Facts"):
+        page.goto(f"{live_server.url}/admin/")
+        page.get_by_role("link", name=name, exact=True).first.click()
+        expect(page.locator("#changelist-form")).to_be_visible()
+        overflow = page.locator("#changelist-form .results").evaluate("e => e.scrollWidth - e.clientWidth")
+        shot(page, f"08-list-{name.lower().replace(' ', '-')}")
+        assert overflow <= 0, (name, overflow)

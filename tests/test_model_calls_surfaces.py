@@ -129,7 +129,7 @@ def test_admin_lists_calls_with_totals_and_shows_a_window_as_sent(turn, admin_cl
     page = admin_client.get(changelist, {"conversation__id__exact": conv.pk})
     assert page.status_code == 200
     body = page.content.decode()
-    assert "Usage of the calls listed" in body and "4000" in body
+    assert "Usage of the calls listed" in body and "4,000" in body
     assert admin_client.get(changelist, {"kind": "chat", "model": "gpt-4o-mini"}).status_code == 200
     second = ModelCall.objects.filter(conversation=conv).order_by("id").last()
     assert second is not None

@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -22,10 +23,11 @@ from agentmemory.admin.utils import (
     ReadOnlyAdmin,
     admin_link,
     pretty_json,
+    short_conversation,
     short_datetime,
 )
 from agentmemory.calls import WindowUnavailable
-from agentmemory.models import ModelCall, ModelCallKind
+from agentmemory.models import ModelCall, ModelCallKind, UsageSource
 from agentmemory.usage import usage_totals
 
 __all__ = ["ModelCallAdmin"]
@@ -34,16 +36,15 @@ __all__ = ["ModelCallAdmin"]
 @admin.register(ModelCall)
 class ModelCallAdmin(ReadOnlyAdmin):
     change_list_template = "agentmemory/admin/model_call_change_list.html"
+    # Short columns: the list must fit a 1,366 px screen beside the filters.
     list_display = (
         "created",
-        "kind",
-        "conversation",
+        "kind_short",
+        "conversation_short",
         "agent_key",
         "model",
-        "round",
-        "input_tokens",
-        "output_tokens",
-        "source",
+        "tool_round",
+        "tokens",
         "window_link",
     )
     list_display_links = ("created",)
@@ -90,9 +91,25 @@ class ModelCallAdmin(ReadOnlyAdmin):
     def created(self, obj: ModelCall) -> str:
         return short_datetime(obj.created_at)
 
-    @admin.display(description=_("usage"))
-    def source(self, obj: ModelCall) -> str:
-        return str(_("counted") if obj.usage_source == "counted" else _("reported"))
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_short(self, obj: ModelCall) -> str:
+        return str(obj.kind)
+
+    @admin.display(description=_("conversation"))
+    def conversation_short(self, obj: ModelCall) -> str:
+        return short_conversation(obj.conversation)
+
+    @admin.display(description=_("tokens in / out"))
+    def tokens(self, obj: ModelCall) -> str:
+        """Input / output tokens, marked when agentmemory counted them (the provider reported
+        no usage)."""
+        sent = number_format(obj.input_tokens, force_grouping=True)
+        text = f"{sent} / {number_format(obj.output_tokens, force_grouping=True)}"
+        return f"{text} ({_('counted')})" if obj.usage_source == UsageSource.COUNTED else text
+
+    @admin.display(description=_("round"), ordering="round")
+    def tool_round(self, obj: ModelCall) -> int:
+        return obj.round
 
     @admin.display(description=_("window"))
     def window_link(self, obj: ModelCall) -> str:

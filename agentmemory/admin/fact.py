@@ -193,7 +193,7 @@ class FactAdmin(CheckedQueryAdmin):
 
     @admin.display(description=_("content"))
     def preview(self, obj: Fact) -> str:
-        return Truncator(" ".join(obj.content.split())).chars(70)
+        return Truncator(" ".join(obj.content.split())).chars(56)
 
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: Fact) -> str:

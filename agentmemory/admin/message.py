@@ -23,6 +23,7 @@ from agentmemory.admin.utils import (
     admin_link,
     filtered_conversation_id,
     pretty_json,
+    short_conversation,
     short_datetime,
 )
 from agentmemory.models import Conversation, Message
@@ -189,7 +190,7 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("conversation"))
     def conversation_short(self, obj: Message) -> str:
-        return Truncator(str(obj.conversation)).chars(28)
+        return short_conversation(obj.conversation)
 
     @admin.display(description=_("content"))
     def preview(self, obj: Message) -> str:

@@ -6,22 +6,28 @@ from django.contrib import admin
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from agentmemory.admin.utils import PRE_STYLE, ReadOnlyAdmin, admin_link
+from agentmemory.admin.utils import (
+    PRE_STYLE,
+    ReadOnlyAdmin,
+    admin_link,
+    short_conversation,
+    short_datetime,
+)
 from agentmemory.models import Summary
 
 
 @admin.register(Summary)
 class SummaryAdmin(ReadOnlyAdmin):
+    # Short columns: the list must fit a 1,366 px screen beside the filters.
     list_display = (
-        "__str__",
-        "conversation",
-        "first_seq",
-        "through_seq",
-        "token_count",
+        "seqs",
+        "conversation_short",
+        "tokens",
         "model",
         "prompt_version",
-        "created_at",
+        "created",
     )
+    list_display_links = ("seqs",)
     list_select_related = ("conversation",)
     list_filter = ("prompt_version", "model", "created_at")
     search_fields = ("=conversation__uuid", "conversation__title")
@@ -47,6 +53,22 @@ class SummaryAdmin(ReadOnlyAdmin):
         "created_at",
     )
     readonly_fields = fields
+
+    @admin.display(description=_("conversation"))
+    def conversation_short(self, obj: Summary) -> str:
+        return short_conversation(obj.conversation)
+
+    @admin.display(description=_("covers seqs"), ordering="through_seq")
+    def seqs(self, obj: Summary) -> str:
+        return f"{obj.first_seq}-{obj.through_seq}"
+
+    @admin.display(description=_("tokens"), ordering="token_count")
+    def tokens(self, obj: Summary) -> int:
+        return obj.token_count
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: Summary) -> str:
+        return short_datetime(obj.created_at)
 
     @admin.display(description=_("conversation"))
     def conversation_link(self, obj: Summary) -> str:

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.formats import date_format, number_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+from django.utils.text import Truncator
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
@@ -47,6 +48,16 @@ def admin_link(obj: Any, text: Any = None) -> str:
 def short_datetime(value: Any) -> str:
     """A narrow date and time for changelist columns (the long form wraps tables off screen)."""
     return date_format(localtime(value), "SHORT_DATETIME_FORMAT") if value else "-"
+
+
+def short_conversation(conversation: Conversation | None, chars: int = 28) -> str:
+    """A list column's name for a conversation: its title cut to ``chars`` characters, or,
+    untitled, the first 8 hex digits of its uuid (the whole uuid is on its page)."""
+    if conversation is None:
+        return "-"
+    if conversation.title:
+        return Truncator(conversation.title).chars(chars)
+    return str(_("Conversation %(id)s…") % {"id": conversation.uuid.hex[:8]})
 
 
 def changelist_url(model: type[Model], **filters: Any) -> str:
