@@ -21,7 +21,7 @@ urlpatterns = [
     # The page without the Google Fonts links of drf-spectacular's template (offline docs).
     path(
         "api/redoc/",
-        SpectacularRedocView.as_view(url_name="schema", template_name="redoc_offline.html"),
+        SpectacularRedocView.as_view(url_name="schema", template_name="agentmemory/redoc.html"),
         name="redoc",
     ),
     *api_patterns,
