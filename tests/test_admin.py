@@ -99,6 +99,11 @@ def test_conversation_page_links_to_messages_summaries_and_context(admin_client,
     assert url("conversation_context", chat.pk) in body
     assert "8 messages" in body
     assert "The user ordered a lamp." in body
+    assert "yes: the first message (seq 1) is a system message" in body
+    untitled = Conversation.objects.create(title="no prompt")
+    PersistentChatHistory(untitled).add_messages([ChatMessage.human("hi")])
+    body = admin_client.get(url("conversation_change", untitled.pk)).content.decode()
+    assert "no: the first message is not a system message" in body
 
 
 def test_message_list_is_one_conversation_newest_first(admin_client, chat):  # type: ignore[no-untyped-def]

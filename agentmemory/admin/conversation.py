@@ -109,7 +109,7 @@ class ConversationAdmin(CheckedQueryAdmin):
         "human_message_count",
         "stored_tokens",
         "last_seq",
-        "has_system_prompt",
+        "pinned_prompt",
         "pending_calls_display",
         "current_summary",
         "history_links",
@@ -133,7 +133,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                     "human_message_count",
                     "stored_tokens",
                     "last_seq",
-                    "has_system_prompt",
+                    "pinned_prompt",
                     "pending_calls_display",
                     "usage_display",
                 )
@@ -196,6 +196,14 @@ class ConversationAdmin(CheckedQueryAdmin):
             PRE_STYLE + " margin-top: 0.5em;",
             Truncator(summary.text).chars(2000),
         )
+
+    @admin.display(description=_("pinned system prompt"))
+    def pinned_prompt(self, obj: Conversation) -> str:
+        # The model field's help text states the rule as a fact, which reads as a contradiction
+        # beside a "no"; say which case this conversation is in.
+        if obj.has_system_prompt:
+            return str(_("yes: the first message (seq 1) is a system message, sent first in every window"))
+        return str(_("no: the first message is not a system message (agents send their SYSTEM_PROMPT)"))
 
     @admin.display(description=_("pending tool calls"))
     def pending_calls_display(self, obj: Conversation) -> str:
