@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -102,6 +102,20 @@ def fact_key(content: str) -> str | None:
     return " ".join(match.group(1).split()).casefold()
 
 
+#: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be stored: lone surrogates (U+D800 to U+DFFF alone, from a broken
+    JSON escape or a bad decode) are not UTF-8 and no database takes them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _seconds(ttl: Any) -> float | None:
     if ttl is None:
         return None
@@ -113,6 +127,8 @@ def _seconds(ttl: Any) -> float | None:
         raise InvalidFactError(f"ttl must be seconds or a timedelta, not {ttl!r}")
     if not seconds > 0:
         raise InvalidFactError(f"ttl must be positive, not {ttl!r}")
+    if not seconds <= MAX_TTL_SECONDS:  # also refuses inf and NaN
+        raise InvalidFactError(f"ttl must be at most {MAX_TTL_SECONDS} seconds (100 years), not {ttl!r}")
     return seconds
 
 
@@ -257,7 +273,8 @@ class KnowledgeMemory:
             persistent: kept until forgotten (True) or a recent entry that ages out after
                 ``max_log_days`` (False).
             importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
-            ttl: seconds (or a timedelta) until the fact expires; None: no expiry.
+            ttl: seconds (or a timedelta) until the fact expires, at most ``MAX_TTL_SECONDS``
+                (100 years); None: no expiry.
             source_message: the stored message the fact came from.
             supersedes: a live fact of this scope that the new one replaces: its id (primary
                 key) or its public ``uuid``.
@@ -285,6 +302,7 @@ class KnowledgeMemory:
         for _attempt in range(3):
             try:
                 with transaction.atomic(using=self.using):
+                    self._lock_scope()
                     return self._store(
                         content,
                         category,
@@ -304,6 +322,26 @@ class KnowledgeMemory:
                 continue
         raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
 
+    def _lock_scope(self) -> None:
+        """Serialise the writers of one scope until the transaction ends.
+
+        Storing reads the scope's live facts (repeats, the "key:" fact or the similar fact to
+        supersede, eviction) and then writes. Two writers reading at once would each supersede
+        the same old fact and both new facts would stay live (two "Hometown:" facts in force).
+        PostgreSQL: a transaction-level advisory lock on a 64-bit hash of the scope
+        (``pg_advisory_xact_lock``), so writers of other scopes never wait. SQLite writes one
+        transaction at a time; with ``"transaction_mode": "IMMEDIATE"`` (check
+        ``agentmemory.W003``) the second writer waits at the start of its transaction and
+        reads the first one's fact.
+        """
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            return
+        scope = f"agentmemory.fact\0{self.scope.owner_id}\0{self.scope.agent_key}\0{self.scope.namespace}"
+        key = int.from_bytes(hashlib.blake2b(scope.encode(), digest_size=8).digest(), "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
     def _validate(
         self, content: Any, category: Any, importance: Any, ttl: Any
     ) -> tuple[str, str, float, float | None]:
@@ -312,7 +350,15 @@ class KnowledgeMemory:
             raise InvalidFactError("content must be a non-empty string")
         if "\x00" in content or len(content) > limit:
             raise InvalidFactError(f"content must be at most {limit} characters without NUL bytes")
-        if not isinstance(category, str) or not category.strip() or len(category) > 100 or "\x00" in category:
+        if not _encodable(content):
+            raise InvalidFactError("content must be valid Unicode text (it holds a lone surrogate)")
+        if (
+            not isinstance(category, str)
+            or not category.strip()
+            or len(category) > 100
+            or "\x00" in category
+            or not _encodable(category)
+        ):
             raise InvalidFactError("category must be a non-empty string of at most 100 characters")
         if importance is None:
             value = 0.5

@@ -147,6 +147,13 @@ def test_supersedes_and_forget_also_take_the_public_uuid(km) -> None:  # type: i
         ({"content": "x", "importance": True}, InvalidFactError),
         ({"content": "x", "ttl": 0}, InvalidFactError),
         ({"content": "x", "persistent": "yes"}, InvalidFactError),
+        # a lone surrogate (a broken \u escape) is not text any database stores
+        ({"content": "a\ud800b"}, InvalidFactError),
+        ({"content": "x", "category": "\udfff"}, InvalidFactError),
+        # beyond any date the database can hold: an error, not an OverflowError
+        ({"content": "x", "ttl": float("inf")}, InvalidFactError),
+        ({"content": "x", "ttl": float("nan")}, InvalidFactError),
+        ({"content": "x", "ttl": 10**20}, InvalidFactError),
     ],
 )
 def test_bad_input_is_refused_and_nothing_is_stored(km, bad, error) -> None:  # type: ignore[no-untyped-def]

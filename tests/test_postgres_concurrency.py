@@ -268,3 +268,31 @@ def test_failing_summariser_called_directly_keeps_the_previous_summary() -> None
     final = compactor.compact()
     assert final.text == "Turns 0 to 7." and final.previous == first
     assert Summary.objects.filter(conversation=conv).count() == 2
+
+
+def test_concurrent_key_facts_leave_one_in_force() -> None:
+    """Writers racing to replace one "key: value" fact: each new fact supersedes the one in
+    force when it commits, so exactly one stays live and the others are its history (two
+    replacing the same old fact at once used to leave both in force)."""
+    from agentmemory.knowledge import KnowledgeMemory
+    from agentmemory.models import Fact
+    from tests.factories import UserFactory
+
+    user = UserFactory()
+    KnowledgeMemory(user).remember("Hometown: Oslo", category="profile", persistent=True)
+    for round_ in range(5):
+        values = iter(f"Hometown: City{round_}-{k}" for k in range(4))
+        lock = threading.Lock()
+
+        def store(values=values, lock=lock) -> str:  # type: ignore[no-untyped-def]
+            with lock:
+                content = next(values)
+            return KnowledgeMemory(user).store(content, "profile", True).action
+
+        results = _run_in_threads(4, store)
+        assert all(r == "superseded" for r in results), results
+        live = Fact.objects.filter(owner=user, superseded_by__isnull=True)
+        assert live.count() == 1, list(live.values_list("content", flat=True))
+        assert Fact.objects.filter(owner=user).count() == 1 + 4 * (round_ + 1)
+        # the whole history hangs off the one in force
+        assert Fact.objects.filter(owner=user, superseded_by=live.get()).count() == 4 * (round_ + 1)
