@@ -248,6 +248,13 @@ def test_malformed_json_arguments_are_refused():
         from_openai(_assistant_with_arguments('{"city": "Oslo"'))
 
 
+def test_arguments_nested_deeper_than_the_parser_can_go_are_refused():
+    # json.loads recurses once per level and gives up with RecursionError near 1,000 levels
+    nested = '{"a": ' + "[" * 5_000 + "]" * 5_000 + "}"
+    with pytest.raises(InvalidMessageError, match=r"call_bad.*nested too deeply"):
+        from_openai(_assistant_with_arguments(nested))
+
+
 def test_tool_message_without_tool_call_id_is_refused():
     with pytest.raises(InvalidMessageError, match="tool_call_id"):
         from_openai({"role": "tool", "content": "42"})

@@ -240,6 +240,15 @@ def test_unparseable_tool_arguments_in_reply_are_kept_as_raw_text(fake_openai, m
     assert call.arguments == {RAW_ARGUMENTS_KEY: '{"city": "Os'}
 
 
+def test_tool_arguments_too_deep_to_parse_are_kept_as_raw_text(fake_openai, model):
+    nested = '{"a": ' + "[" * 5_000 + "]" * 5_000 + "}"
+    fake_openai.enqueue_tool_call("get_weather", nested, call_id="call_deep")
+
+    response = model.invoke([ChatMessage.human("Weather?")], tools=[WEATHER_TOOL])
+    (call,) = response.message.tool_calls
+    assert call.arguments == {RAW_ARGUMENTS_KEY: nested}
+
+
 def test_async_path(fake_openai, model):
     fake_openai.enqueue_text("async hello", prompt_tokens=8, completion_tokens=2)
     fake_openai.enqueue_tool_calls(

@@ -226,6 +226,10 @@ def test_bad_input_is_a_command_error_naming_the_problem(tmp_path: Path) -> None
         run_command(str(bad))
     with pytest.raises(CommandError, match="--limit must be at least 1"):
         run_command("--limit", "0")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CommandError, match="deep.json: the JSON is nested too deeply to parse"):
+        run_command(str(deep))
     assert not Conversation.objects.exists()
 
 

@@ -203,6 +203,11 @@ def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
                     f"tool call {call_id!r} ({name}) arguments are not valid JSON: {exc.msg} "
                     f"at position {exc.pos}"
                 ) from exc
+            except RecursionError as exc:
+                # Python's parser recurses once per level: about 1,000 levels exhaust the stack.
+                raise InvalidMessageError(
+                    f"tool call {call_id!r} ({name}) arguments are nested too deeply to parse"
+                ) from exc
     else:
         raise InvalidMessageError(
             f"tool call {call_id!r} ({name}) arguments must be a JSON string, not {type(raw).__name__}"

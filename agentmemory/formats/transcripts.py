@@ -99,6 +99,8 @@ def load_transcripts(
         raise TranscriptError(
             f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
+    except RecursionError as exc:
+        raise TranscriptError(f"{path}: the JSON is nested too deeply to parse") from exc
     return parse_transcripts(data, format, source=path.name, limit=limit, validate=validate)
 
 

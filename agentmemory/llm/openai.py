@@ -279,7 +279,7 @@ def _keep_malformed_arguments(message: dict[str, Any]) -> dict[str, Any]:
             continue
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested ~1,000 levels deep
             parsed = None
         if not isinstance(parsed, dict):
             function["arguments"] = json.dumps({RAW_ARGUMENTS_KEY: raw})
