@@ -228,7 +228,7 @@ def test_bad_input_is_a_command_error_naming_the_problem(tmp_path: Path) -> None
         run_command("--limit", "0")
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(CommandError, match="deep.json: the JSON is nested too deeply to parse"):
+    with pytest.raises(CommandError, match=r"deep\.json: the JSON is nested too deeply to parse"):
         run_command(str(deep))
     assert not Conversation.objects.exists()
 
