@@ -221,7 +221,7 @@ def _tokenizer_warnings() -> list[Error | Warning]:
 
 
 def _context_problems(conf: Any) -> list[Error | Warning]:
-    """The context window's ceiling, gap policy and compaction wait."""
+    """The context window's ceiling, gap policy, summary share and compaction wait."""
     from agentmemory.context.builder import GAP_POLICIES
 
     problems: list[Error | Warning] = []
@@ -242,6 +242,15 @@ def _context_problems(conf: Any) -> list[Error | Warning]:
                 hint="Use 'close' (compact before sending a window that leaves messages out), "
                 "'report' (only report them) or 'ignore'.",
                 id="agentmemory.E021",
+            )
+        )
+    share = conf.SUMMARY_WINDOW_SHARE
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['SUMMARY_WINDOW_SHARE'] must be a share above 0 and at most 1, not {share!r}.",
+                hint="0.25 lets a summary take a quarter of the window left after the system prompt.",
+                id="agentmemory.E023",
             )
         )
     wait = conf.COMPACTION_WAIT_SECONDS

@@ -56,9 +56,51 @@ CONDENSE_INSTRUCTIONS = (
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
     "unlikely to need. Output only the shortened summary."
 )
+#: the lowest limit ``summary_token_budget`` sets (tokens): a shorter summary could hold
+#: little more than its framing (the offline label alone is about 15 tokens)
+MIN_SUMMARY_BUDGET_TOKENS = 64
+
+
+def summary_token_budget(
+    max_tokens: int, *, system_tokens: int = 0, overhead: int = 0, cap: int | None = None
+) -> int:
+    """The longest summary text (tokens) worth making for windows of ``max_tokens``.
+
+    A window holds the system prompt, the summary and the history, within ``max_tokens``
+    (design invariant C1), and its history must hold the turn in progress whole: the newest
+    human turn is never folded (K6), and its tool loop grows with every model call. So the
+    summary may take at most ``AGENTMEMORY['SUMMARY_WINDOW_SHARE']`` (0.25) of the room left
+    after the system prompt, less the framing of the summary message, and never more than
+    ``cap`` (``MAX_SUMMARY_TOKENS``, 1,000), nor less than ``MIN_SUMMARY_BUDGET_TOKENS``
+    (64, or ``cap`` when that is lower).
+
+    The share is measured, not derived: in the 200 tau-bench airline runs (docs/replays.md),
+    98.5% of the 2,654 model calls an agent makes have a turn in progress (tool results cut
+    to 64 tokens) within three quarters of what a 3,000-token window leaves beside the
+    1,256-token system prompt (97% within half). With the default 10,000-token window and a
+    prompt of up to 6,000 tokens, the cap is the limit and summaries are as long as before.
+
+    Args:
+        max_tokens: the window budget the summary is sent in (tokens).
+        system_tokens: the system prompt sent in every window (tokens, framing included).
+        overhead: what the summary message costs beyond its text (prefix and framing).
+        cap: the upper limit; default ``MAX_SUMMARY_TOKENS``.
+
+    Returns:
+        The limit on the summary text (tokens, counted with ``count_text``).
+    """
+    conf = app_settings()
+    cap = conf.MAX_SUMMARY_TOKENS if cap is None else cap
+    share = int((max_tokens - system_tokens) * conf.SUMMARY_WINDOW_SHARE) - overhead
+    return max(min(cap, share), min(cap, MIN_SUMMARY_BUDGET_TOKENS))
+
+
 # The section headers of the summary prompt: a reply that repeats them is the prompt sent back.
 _PROMPT_HEADERS = ("Previous summary:", "New messages:")
 _PAGE = 500
+
+#: ``(max_tokens, system_tokens)`` of the windows a requested summary must fit
+_Window = tuple[int | None, int | None]
 
 #: the values of ``AGENTMEMORY["COMPACTION_MODE"]``
 COMPACTION_MODES = ("auto", "celery", "inline", "off")
@@ -241,7 +283,9 @@ class BaseMemoryCompactor:
             question always stays verbatim).
         keep_recent_messages: optionally also keep at least this many newest messages
             verbatim; the boundary then moves back to the start of a human turn (BUG-05).
-        max_summary_tokens: longest summary stored (tokens); longer output is condensed.
+        max_summary_tokens: longest summary stored (tokens), whatever the window; default
+            ``MAX_SUMMARY_TOKENS``. Each run lowers the limit to fit the window it is made
+            for (``fit_to_window``, ``summary_token_budget``); longer output is condensed.
         max_input_tokens: largest span of new messages per summariser call (tokens); longer
             spans are folded in chunks, so the prompt never grows with the conversation.
         max_calls_per_run: summariser calls one run may make before it stores an
@@ -279,7 +323,15 @@ class BaseMemoryCompactor:
         if self.keep_recent_human_turns < 1:
             raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim")
         self.keep_recent_messages = keep_recent_messages
-        self.max_summary_tokens = max_summary_tokens or conf.MAX_SUMMARY_TOKENS
+        #: the limit whatever the window (tokens)
+        self.summary_token_cap = max_summary_tokens or conf.MAX_SUMMARY_TOKENS
+        #: the limit of the summary being made (tokens): the cap, lowered by ``run()`` to
+        #: fit the window (``summary_token_budget``)
+        self.max_summary_tokens = self.summary_token_cap
+        #: the window budget and system prompt the next summary must fit (tokens); ``None``
+        #: takes ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` and a stored pinned prompt
+        self.window_tokens: int | None = None
+        self.system_tokens: int | None = None
         self.max_input_tokens = max_input_tokens or conf.SUMMARIZER_MAX_INPUT_TOKENS
         self.max_calls_per_run = max_calls_per_run or conf.COMPACTION_MAX_CALLS_PER_RUN
         self.token_counter: TokenCounter = token_counter or (
@@ -344,17 +396,53 @@ class BaseMemoryCompactor:
         )
         return first_role is not None and first_role != Role.HUMAN
 
-    def compact_if_needed(self, *, max_tokens: int | None = None) -> bool:
+    def compact_if_needed(self, *, max_tokens: int | None = None, system_tokens: int | None = None) -> bool:
         """Request a compaction when ``needs_compaction()`` holds, through
         ``request_compaction()`` (inline after commit, a Celery task, or nothing, by
         ``COMPACTION_MODE``). Never raises because of the broker or the model.
+
+        Args:
+            max_tokens: the window budget (tokens): the trigger is checked against it and
+                the summary is made to fit it (``summary_token_budget``).
+            system_tokens: tokens of a system prompt sent with every window but not stored
+                (an agent's ``SYSTEM_PROMPT``); default: the stored pinned prompt, if any.
 
         Returns:
             ``True`` when a compaction was run, enqueued or scheduled for commit.
         """
         return request_compaction(
-            self.conversation_id, max_tokens=max_tokens, compactor=self, reason="compact_if_needed"
+            self.conversation_id,
+            max_tokens=max_tokens,
+            system_tokens=system_tokens,
+            compactor=self,
+            reason="compact_if_needed",
         ).scheduled
+
+    def fit_to_window(self, max_tokens: int | None, system_tokens: int | None = None) -> None:
+        """Make the next summary fit windows of ``max_tokens`` tokens that send a system
+        prompt of ``system_tokens`` tokens (``None``: the stored pinned prompt, if any);
+        ``run()`` sets ``max_summary_tokens`` from them (``summary_token_budget``)."""
+        self.window_tokens = max_tokens
+        self.system_tokens = system_tokens
+
+    def summary_budget(self, conv: Conversation) -> int:
+        """The limit of the summary made now (tokens of text): ``summary_token_budget`` for
+        the window set by ``fit_to_window`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
+        the system prompt given there or the stored pinned one, capped by
+        ``summary_token_cap``. Reads the pinned prompt's count (one query) when it is needed."""
+        window = self.window_tokens or app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        system = self.system_tokens
+        if system is None:
+            system = 0
+            if conv.has_system_prompt:
+                system = (
+                    Message.objects.filter(conversation_id=conv.pk, seq=1)
+                    .values_list("token_count", flat=True)
+                    .first()
+                ) or 0
+        return summary_token_budget(
+            window, system_tokens=system, overhead=self.summary_tokens(""), cap=self.summary_token_cap
+        )
 
     # -- the span -----------------------------------------------------------------------
 
@@ -558,6 +646,7 @@ class BaseMemoryCompactor:
             if target is None:
                 _mark_done(self.conversation_id, lease.taken_at)
                 return CompactionRun(NOTHING, summary=conv.summary)
+            self.max_summary_tokens = self.summary_budget(conv)
             with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
                 run = self._compact(conv, target, lease, keeper)
             if run.status == STORED:
@@ -620,7 +709,8 @@ class BaseMemoryCompactor:
         text_tokens = self.text_tokens(text)
         if text_tokens > self.max_summary_tokens:
             raise InvalidSummaryError(
-                f"summary has {text_tokens} tokens, over MAX_SUMMARY_TOKENS={self.max_summary_tokens}"
+                f"summary has {text_tokens} tokens, over its limit of {self.max_summary_tokens} "
+                f"(MAX_SUMMARY_TOKENS={self.summary_token_cap}, and the window's share)"
             )
         token_count = self.summary_tokens(text)
 
@@ -1018,6 +1108,7 @@ def request_compaction(
     compactor_class: str | type | None = None,
     reason: str = "",
     compactor: BaseMemoryCompactor | None = None,
+    system_tokens: int | None = None,
 ) -> CompactionRequest:
     """Compact the conversation if a compaction is due, the way ``COMPACTION_MODE`` says.
 
@@ -1033,8 +1124,9 @@ def request_compaction(
 
     Args:
         conversation_id: primary key of the conversation.
-        max_tokens: the window budget the "no longer fits" trigger is checked against
-            (tokens); default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+        max_tokens: the window budget (tokens): the "no longer fits" trigger is checked
+            against it, and the summary is made to fit it (``summary_token_budget``);
+            default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
@@ -1045,6 +1137,9 @@ def request_compaction(
         reason: why the caller asks (for logs).
         compactor: a compactor instance whose ``needs_compaction()`` settings decide
             whether one is due (the run itself builds its own with the compaction model).
+        system_tokens: tokens of a system prompt sent with every window but not stored
+            (an agent's), left out of the summary's room; default: the stored pinned
+            prompt, if any.
 
     Returns:
         A ``CompactionRequest``.
@@ -1052,7 +1147,16 @@ def request_compaction(
     mode = "off"
     try:
         mode = compaction_mode()
-        return _request(conversation_id, mode, max_tokens, force, wait, compactor_class, reason, compactor)
+        return _request(
+            conversation_id,
+            mode,
+            (max_tokens, system_tokens),
+            force,
+            wait,
+            compactor_class,
+            reason,
+            compactor,
+        )
     except Exception as exc:
         # The caller's append or turn has already succeeded; deciding about compaction must
         # not turn it into an error.
@@ -1075,7 +1179,7 @@ def _needs(checker: Any, max_tokens: int | None) -> bool:
 def _request(
     conversation_id: int,
     mode: str,
-    max_tokens: int | None,
+    window: _Window,
     force: bool,
     wait: float,
     compactor_class: str | type | None,
@@ -1085,7 +1189,7 @@ def _request(
     if compactor is not None and compactor_class is None:
         compactor_class = type(compactor)
     checker = compactor or _resolve_class(compactor_class)(Conversation.objects, conversation_id, None)
-    due = _needs(checker, max_tokens)
+    due = _needs(checker, window[0])
     conv = getattr(checker, "last_checked", None)
     if conv is None or conv.pk != conversation_id:
         conv = Conversation.objects.filter(pk=conversation_id).first()
@@ -1116,18 +1220,18 @@ def _request(
     if not claimed:
         Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
     if mode == "inline":
-        return _request_inline(conversation_id, compactor_class, max_tokens, force, wait, reason)
+        return _request_inline(conversation_id, compactor_class, window, force, wait, reason)
     if wait > 0 and _worker_missing(conv):
         # A recent wait found no worker taking the task: enqueue, but do not hold the caller
         # for the whole wait again before the lease period has passed.
         wait = 0.0
-    return _request_celery(conversation_id, compactor_class, max_tokens, force, wait, reason)
+    return _request_celery(conversation_id, compactor_class, window, force, wait, reason)
 
 
 def _request_inline(
     conversation_id: int,
     compactor_class: str | type | None,
-    max_tokens: int | None,
+    window: _Window,
     force: bool,
     wait: float,
     reason: str,
@@ -1136,7 +1240,7 @@ def _request_inline(
         deadline = time.monotonic() + wait
         summary_id, error = None, None
         while True:
-            run, error = _run_safely(conversation_id, compactor_class)
+            run, error = _run_safely(conversation_id, compactor_class, window=window)
             summary_id = run.summary.pk if run is not None and run.summary is not None else summary_id
             if run is None or run.status != PARTIAL or time.monotonic() >= deadline:
                 break
@@ -1152,9 +1256,7 @@ def _request_inline(
     outcome: dict[str, Any] = {}
 
     def run_now() -> None:
-        run, error = _run_safely(
-            conversation_id, compactor_class, only_if_needed=not force, max_tokens=max_tokens
-        )
+        run, error = _run_safely(conversation_id, compactor_class, only_if_needed=not force, window=window)
         outcome["run"], outcome["error"] = run, error
 
     transaction.on_commit(run_now, using=router.db_for_write(Conversation))
@@ -1177,7 +1279,7 @@ def _run_safely(
     compactor_class: str | type | None,
     *,
     only_if_needed: bool = False,
-    max_tokens: int | None = None,
+    window: _Window = (None, None),
 ) -> tuple[CompactionRun | None, str | None]:
     """One inline run; every failure is logged and recorded, never raised."""
     try:
@@ -1185,7 +1287,8 @@ def _run_safely(
             conversation_id,
             compactor_class=compactor_class,
             only_if_needed=only_if_needed,
-            max_tokens=max_tokens,
+            max_tokens=window[0],
+            system_tokens=window[1],
         )
     except Exception as exc:
         logger.warning("inline compaction of conversation %s failed: %s", conversation_id, exc, exc_info=True)
@@ -1201,7 +1304,7 @@ def _run_safely(
 def _request_celery(
     conversation_id: int,
     compactor_class: str | type | None,
-    max_tokens: int | None,
+    window: _Window,
     force: bool,
     wait: float,
     reason: str,
@@ -1211,7 +1314,11 @@ def _request_celery(
 
     def publish() -> None:
         outcome["error"] = enqueue_compaction(
-            conversation_id, compactor_class=path, max_tokens=max_tokens, only_if_needed=not force
+            conversation_id,
+            compactor_class=path,
+            max_tokens=window[0],
+            system_tokens=window[1],
+            only_if_needed=not force,
         )
 
     if wait > 0:
@@ -1292,6 +1399,7 @@ def enqueue_compaction(
     max_tokens: int | None = None,
     only_if_needed: bool = True,
     countdown: float | None = None,
+    system_tokens: int | None = None,
 ) -> str | None:
     """Hand ``compact_conversation`` to the broker now, with ``ENQUEUE_RETRY_POLICY``.
 
@@ -1305,7 +1413,11 @@ def enqueue_compaction(
     try:
         compact_conversation.apply_async(
             args=(conversation_id, compactor_class),
-            kwargs={"max_tokens": max_tokens, "only_if_needed": only_if_needed},
+            kwargs={
+                "max_tokens": max_tokens,
+                "only_if_needed": only_if_needed,
+                "system_tokens": system_tokens,
+            },
             countdown=countdown,
             retry=True,
             retry_policy=ENQUEUE_RETRY_POLICY,
@@ -1331,6 +1443,7 @@ def run_compaction(
     max_tokens: int | None = None,
     only_if_needed: bool = False,
     llm: ChatModel | None = None,
+    system_tokens: int | None = None,
 ) -> CompactionRun:
     """One bounded compaction run of a conversation, as the task, inline requests and the
     ``compact_conversations`` command do it; a failure is recorded on the conversation
@@ -1339,10 +1452,13 @@ def run_compaction(
     Args:
         conversation_id: primary key of the conversation.
         compactor_class: a class or dotted path; default ``COMPACTOR_CLASS``.
-        max_tokens: the window budget the trigger is checked against (tokens).
+        max_tokens: the window budget (tokens): the trigger is checked against it and the
+            summary is made to fit it (``BaseMemoryCompactor.fit_to_window``).
         only_if_needed: do nothing unless ``needs_compaction()`` still holds (requests
             queued behind a busy worker then find nothing to do).
         llm: the summariser; default ``get_compaction_llm()``.
+        system_tokens: tokens of a system prompt sent with every window but not stored;
+            default: the stored pinned prompt, if any.
 
     Returns:
         The ``CompactionRun``.
@@ -1354,6 +1470,7 @@ def run_compaction(
         logger.info("conversation %s is gone; nothing to compact", conversation_id)
         return CompactionRun(GONE)
     compactor = build_compactor(conversation_id, compactor_class=compactor_class, llm=llm)
+    compactor.fit_to_window(max_tokens, system_tokens)
     if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
         conv = compactor.last_checked
         if conv is not None and conv.compaction_requested_at is not None:

@@ -63,6 +63,11 @@ class AgentMemorySettings:
     KEEP_RECENT_HUMAN_TURNS: int = 1
     #: longest summary that is stored (tokens); longer output is condensed first
     MAX_SUMMARY_TOKENS: int = 1_000
+    #: largest share of a window's room after the system prompt that a summary may take
+    #: (the rest stays for the turn in progress); the summary's limit is this share of the
+    #: window a compaction is made for, capped by MAX_SUMMARY_TOKENS
+    #: (``agentmemory.compaction.summary_token_budget``)
+    SUMMARY_WINDOW_SHARE: float = 0.25
     #: also compact when the messages not covered by the summary fill this share of the window
     COMPACTION_TRIGGER_RATIO: float = 0.8
     #: largest span of new messages sent to the summariser in one call (tokens)

@@ -36,6 +36,7 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     *,
     max_tokens: int | None = None,
     only_if_needed: bool = False,
+    system_tokens: int | None = None,
 ) -> int | None:
     """Write the next summary of a conversation (one bounded run, see
     ``agentmemory.compaction.run_compaction``).
@@ -51,8 +52,11 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     Args:
         conversation_id: primary key of the conversation.
         compactor_class: dotted path of the compactor class; default ``COMPACTOR_CLASS``.
-        max_tokens: the window budget the trigger is checked against (tokens).
+        max_tokens: the window budget (tokens): the trigger is checked against it and the
+            summary is made to fit it.
         only_if_needed: skip unless ``needs_compaction()`` still holds.
+        system_tokens: tokens of a system prompt sent with every window but not stored;
+            default: the stored pinned prompt, if any.
 
     Returns:
         The id of the current summary after the run, or ``None``.
@@ -66,9 +70,15 @@ def compact_conversation(  # type: ignore[no-untyped-def]
             compactor_class=compactor_class,
             max_tokens=max_tokens,
             only_if_needed=only_if_needed,
+            system_tokens=system_tokens,
         )
         while run.status == PARTIAL and self.request.is_eager:
-            run = run_compaction(conversation_id, compactor_class=compactor_class, max_tokens=max_tokens)
+            run = run_compaction(
+                conversation_id,
+                compactor_class=compactor_class,
+                max_tokens=max_tokens,
+                system_tokens=system_tokens,
+            )
     except (InvalidSummaryError, PermanentLLMError) as exc:
         logger.warning("compaction of conversation %s failed and is not retried: %s", conversation_id, exc)
         return None
@@ -88,7 +98,11 @@ def compact_conversation(  # type: ignore[no-untyped-def]
         # More backlog: the next bounded run is a task of its own (visible progress: each
         # run stores a summary).
         enqueue_compaction(
-            conversation_id, compactor_class=compactor_class, max_tokens=max_tokens, only_if_needed=False
+            conversation_id,
+            compactor_class=compactor_class,
+            max_tokens=max_tokens,
+            system_tokens=system_tokens,
+            only_if_needed=False,
         )
     return run.summary.pk if run.summary is not None else None
 

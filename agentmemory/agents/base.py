@@ -322,7 +322,10 @@ class BaseToolCallingAgent:
             ConversationNotFound: no such conversation.
             LLMError, TransientLLMError: the model call failed (the human message and the
                 steps stored before stay; the history remains valid).
-            ContextBudgetExceeded: the human message alone does not fit the window.
+            ContextBudgetExceeded: the human message alone does not fit the window;
+                ``TurnTooLarge`` (a subclass): the turn's human and AI messages, its tool
+                results at their shortest and the shortest cut of the summary do not fit
+                (the error names the sizes; the steps stored before stay).
         """
         result = None
         for event in self.stream(conversation, user_input):
@@ -351,6 +354,7 @@ class BaseToolCallingAgent:
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
         prompt = self.get_system_prompt(injector)
+        injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
@@ -401,6 +405,7 @@ class BaseToolCallingAgent:
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
         prompt = await sync_to_async(self.get_system_prompt)(injector)
+        injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
@@ -449,8 +454,10 @@ class BaseToolCallingAgent:
         """After a turn: let a compaction run when one is due. Returns whether one was
         enqueued or run; ``False`` when the compactor is disabled.
 
-        agentmemory's own compactors are asked through their ``compact_if_needed(max_tokens=)``
-        with the agent's budget, so the "no longer fits" trigger uses the agent's limit. A
+        agentmemory's own compactors are asked through their ``compact_if_needed(max_tokens=,
+        system_tokens=)`` with the agent's budget and this turn's system prompt, so the "no
+        longer fits" trigger uses the agent's limit and the summary leaves the turn room
+        beside the prompt (``summary_token_budget``). A
         compactor that overrides ``compact_if_needed`` is called the way the seed's contract
         writes it, ``compact_if_needed()`` (with ``max_tokens=`` only when its signature takes
         it). The answer is already stored: an exception from a compactor is logged, never
@@ -461,7 +468,9 @@ class BaseToolCallingAgent:
             return False
         method = compactor.compact_if_needed
         try:
-            if _is_own(compactor, "compact_if_needed") or _takes_max_tokens(method):
+            if _is_own(compactor, "compact_if_needed"):
+                return bool(method(max_tokens=self.token_limit, system_tokens=injector.system_tokens))
+            if _takes_max_tokens(method):
                 return bool(method(max_tokens=self.token_limit))
             return bool(method())
         except Exception:

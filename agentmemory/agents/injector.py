@@ -35,6 +35,9 @@ class AgentInjector:
         token_counter: the counter used for storage and windows.
         knowledge_context: the owner's long-term memory block put into this turn's system
             prompt (``with_knowledge``), ``""`` when none.
+        system_tokens: tokens of this turn's system prompt as sent (framing included), set
+            once the prompt is known; the compactor leaves room for it in the window
+            (``agentmemory.compaction.summary_token_budget``). ``None`` before.
     """
 
     agent: BaseToolCallingAgent
@@ -44,6 +47,7 @@ class AgentInjector:
     memory_compactor: BaseMemoryCompactor | None
     token_counter: TokenCounter
     knowledge_context: str = ""
+    system_tokens: int | None = None
 
     @property
     def conversation_id(self) -> int:
