@@ -71,6 +71,84 @@ class ContextBudgetExceeded(AgentMemoryError):
         )
 
 
+class TurnTooLarge(ContextBudgetExceeded):
+    """The turn in progress cannot be sent whole: its human and AI messages (tool-call
+    arguments included, which are never cut) and its tool results at their shortest marked
+    copies, with the shortest cut of the summary when one covers earlier messages, need
+    more than the window has after the system prompt.
+
+    Raised by ``ContextWindowBuilder.build()`` instead of sending a window without the
+    turn's start, or one that leaves the messages before the turn in neither window nor
+    summary (agents' gap policy "close"). A larger window, a shorter system prompt or a
+    shorter tool loop (``MAX_TOOL_ROUNDS``) fixes it.
+
+    Attributes (tokens unless said):
+        first_seq, last_seq: the turn's seqs (its human message, its newest message).
+        message_tokens: its human and AI messages.
+        short_results, short_result_tokens: how many tool results are no longer than
+            ``tool_result_floor`` (sent whole), and their tokens.
+        cut_results: how many longer tool results are counted cut to ``tool_result_floor``.
+        tool_result_floor: the shortest marked copy of a tool result.
+        summary_tokens: the summary the window must hold beside the turn (its shortest cut;
+            0 when no summary covers messages before the turn).
+        system_tokens: the system prompt.
+        max_tokens: the window's budget.
+    Also ``seq`` (= ``first_seq``), ``tokens`` (what the turn and summary need at least) and
+    ``available`` (``max_tokens - system_tokens``), as ``ContextBudgetExceeded`` has them.
+    """
+
+    def __init__(
+        self,
+        *,
+        first_seq: int,
+        last_seq: int,
+        message_tokens: int,
+        short_results: int,
+        short_result_tokens: int,
+        cut_results: int,
+        tool_result_floor: int,
+        summary_tokens: int,
+        system_tokens: int,
+        max_tokens: int,
+    ) -> None:
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        self.message_tokens = message_tokens
+        self.short_results = short_results
+        self.short_result_tokens = short_result_tokens
+        self.cut_results = cut_results
+        self.tool_result_floor = tool_result_floor
+        self.summary_tokens = summary_tokens
+        self.system_tokens = system_tokens
+        self.max_tokens = max_tokens
+        cut_tokens = cut_results * tool_result_floor
+        needed = message_tokens + short_result_tokens + cut_tokens + summary_tokens
+        available = max_tokens - system_tokens
+        floor = tool_result_floor
+        parts = [f"{message_tokens:,} for its human and AI messages (tool-call arguments are never cut)"]
+        if short_results:
+            parts.append(f"{short_result_tokens:,} for {_results(short_results)} of at most {floor} tokens")
+        if cut_results:
+            parts.append(f"{cut_tokens:,} for {_results(cut_results)} cut to {floor} tokens each")
+        if summary_tokens:
+            parts.append(f"{summary_tokens:,} for the shortest cut of the summary of the earlier messages")
+        super().__init__(
+            seq=first_seq,
+            tokens=needed,
+            available=available,
+            message=(
+                f"the turn in progress (seqs {first_seq}..{last_seq}) needs at least {needed:,} tokens: "
+                f"{'; '.join(parts)}; the window has {available:,} after the system prompt "
+                f"({system_tokens:,} of {max_tokens:,} tokens). Raise the window's max_tokens, or "
+                "shorten the system prompt or the tool loop (MAX_TOOL_ROUNDS)"
+            ),
+        )
+
+
+def _results(count: int) -> str:
+    return f"{count} tool result" if count == 1 else f"{count} tool results"
+
+
 class LLMError(AgentMemoryError):
     """A language model call failed. The two kinds below say whether retrying may help;
     catch ``LLMError`` to handle both."""

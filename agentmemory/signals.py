@@ -13,8 +13,8 @@
   ``uncovered`` has their count, seqs and tokens, ``messages_removed`` is their count,
   ``messages_remaining`` the number of history messages in the window, and ``reason`` says
   why they are left out ("compaction did not cover them: <error>", "no memory compactor",
-  "compaction not requested (gap policy 'report')", "the summary was cut to make room for the turn
-  in progress").
+  "compaction not requested (gap policy 'report')", "the summary was left out to make room for
+  the turn in progress", which agents' gap policy "close" never sends).
 - ``compaction_finished(sender=BaseMemoryCompactor, conversation_id: int, outcome: str,
   duration_s: float, input_tokens: int, output_tokens: int, llm_calls: int, error: str)`` after
   each compaction run: ``outcome`` is a ``CompactionRun`` status ("stored", "partial",

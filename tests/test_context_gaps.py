@@ -404,7 +404,8 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
 ) -> None:
     """Through the agent, tau-bench calls failed with a budget error although the turn in
     progress fitted the window beside the system prompt: the summary took the room."""
-    from agentmemory.context.builder import REASON_SUMMARY_CUT
+    from agentmemory.context.builder import MIN_CUT_SUMMARY_TOKENS, REASON_SUMMARY_CUT
+    from agentmemory.exceptions import TurnTooLarge
     from agentmemory.messages import ToolCall
 
     conv = Conversation.objects.create(agent_key="t")
@@ -433,8 +434,20 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
     # compaction was asked for (it cannot make the summary smaller).
     assert window.summary_id == summary.pk and window.uncovered.count == 0
     assert compaction_requests == [] and left_out == []
-    # Below the smallest useful cut the summary is left out, and what it covered is reported.
-    tight = builder.build(turn + 40)
+    # Below the shortest useful cut, an agent's builder (gap policy "close") sends no window
+    # that leaves the summary's messages out: the error names what the turn needs.
+    with pytest.raises(TurnTooLarge) as info:
+        builder.build(turn + 40)
+    error = info.value
+    assert (error.first_seq, error.last_seq, error.max_tokens) == (3, 7, turn + 40)
+    assert error.message_tokens + error.short_result_tokens == turn and error.short_results == 2
+    assert error.cut_results == 0 and error.summary_tokens == MIN_CUT_SUMMARY_TOKENS
+    assert error.tokens == turn + MIN_CUT_SUMMARY_TOKENS > error.available == turn + 40 - error.system_tokens
+    assert f"the turn in progress (seqs 3..7) needs at least {turn + 64:,} tokens" in str(error)
+    assert compaction_requests == [] and left_out == []
+    # A read that only reports leaves the summary out and reports what it covered.
+    reader = ContextWindowBuilder(conv, system_prompt="You book flights.", gap_policy="report")
+    tight = reader.build(turn + 40)
     assert [m.seq for m in tight.history] == [3, 4, 5, 6, 7] and tight.summary_id is None
     assert tight.uncovered.seqs == (1, 2)
     assert left_out[0]["reason"] == REASON_SUMMARY_CUT

@@ -65,3 +65,43 @@ def test_no_model_call_of_the_agent_leaves_messages_uncovered(shared_data: Path)
     assert report.violation_count == 0, report.violations[:3]
     assert report.budget_error_count == 0, report.budget_errors[:3]
     assert report.left_out_messages == report.windows_with_left_out == 0, report.left_out[:3]
+
+
+#: tau-bench runs whose tool loops outgrow a 3,000-token window beside the 1,256-token
+#: airline system prompt. Before summaries were limited to the window, and kept before
+#: longer tool-result copies, 10 model calls in them were sent without the summary (140
+#: messages in neither window nor summary) and 3 failed with an unsized budget error.
+LONG_LOOP_RUNS = (
+    "task 33 trial 0",
+    "task 2 trial 1",
+    "task 8 trial 1",
+    "task 28 trial 1",
+    "task 9 trial 2",
+    "task 11 trial 2",
+    "task 33 trial 2",
+)
+#: the runs with a turn that cannot fit even so: its human and AI messages (tool-call
+#: arguments are never cut), tool results cut to 64 tokens and, when earlier messages exist,
+#: the shortest cut of their summary (64 tokens) need more than the 1,744 tokens left
+TOO_LARGE_RUNS = {"task 2 trial 1", "task 28 trial 1", "task 9 trial 2", "task 11 trial 2", "task 33 trial 2"}
+
+
+@replay_db
+def test_long_tool_loops_through_the_agent_leave_nothing_uncovered(shared_data: Path) -> None:
+    selection = [
+        t
+        for t in load_transcripts(shared_data / "tau-bench-airline-gpt-4o.json")
+        if t.title.removeprefix("tau-bench airline ") in LONG_LOOP_RUNS
+    ]
+    assert len(selection) == len(LONG_LOOP_RUNS)
+
+    report = replay_through_agent(selection, max_tokens=3_000)
+
+    assert report.violation_count == 0, report.violations[:3]
+    assert report.left_out_messages == report.windows_with_left_out == 0, report.left_out[:3]
+    failed = {f.conversation.removeprefix("tau-bench airline ") for f in report.budget_errors}
+    assert failed == TOO_LARGE_RUNS and report.budget_error_count == len(TOO_LARGE_RUNS)
+    for finding in report.budget_errors:  # typed and sized: what the turn needs, what is left
+        assert finding.text.startswith("the turn in progress (seqs "), finding.text
+        assert "(tool-call arguments are never cut)" in finding.text
+        assert "the window has 1,744 after the system prompt (1,256 of 3,000 tokens)" in finding.text

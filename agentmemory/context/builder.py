@@ -34,7 +34,7 @@ from agentmemory.context.packing import (
 )
 from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
 from agentmemory.context.window import MAX_LISTED_SEQS, NO_UNCOVERED, ContextWindow, UncoveredMessages
-from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound
+from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, TurnTooLarge
 from agentmemory.history import resolve_conversation_id
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
@@ -49,12 +49,17 @@ GAP_POLICIES = ("close", "report", "ignore")
 REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
-REASON_SUMMARY_CUT = "the summary was cut to make room for the turn in progress"
+REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
 
 
 #: the shortest truncated copy of a tool result sent to fit a tool loop into the window
-#: (tokens): below it the marker alone would be most of the copy
+#: (tokens): below it the marker alone would be most of the copy (a bare marked copy of a
+#: tau-bench result costs 45 to 49 tokens by the cl100k tokenizer, id and name included)
 MIN_FITTED_TOOL_RESULT_TOKENS = 64
+
+#: the shortest cut of the summary sent beside a turn in progress (tokens): below it the
+#: prefix and the marker would be most of it
+MIN_CUT_SUMMARY_TOKENS = 64
 
 
 def _newest_turn(source: Iterator[RowMeta], seen: list[RowMeta]) -> list[RowMeta]:
@@ -86,7 +91,82 @@ def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
     return None  # everything fits at the current cap: something else blocks
 
 
-_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
+@dataclass(frozen=True, slots=True)
+class _TurnFloor:
+    """The least the turn in progress costs (tokens): its human and AI messages
+    (``messages``), its ``short`` tool results at most ``floor`` long, sent whole
+    (``short_tokens``), and its ``results`` longer ones cut to ``floor`` each (``cut``)."""
+
+    first_seq: int
+    last_seq: int
+    messages: int
+    short: int
+    short_tokens: int
+    results: int
+    floor: int
+
+    @property
+    def cut(self) -> int:
+        return self.results * self.floor
+
+    @property
+    def tokens(self) -> int:
+        return self.messages + self.short_tokens + self.cut
+
+    def error(self, *, summary_tokens: int, system_tokens: int, max_tokens: int) -> TurnTooLarge:
+        """The ``TurnTooLarge`` naming these sizes."""
+        return TurnTooLarge(
+            first_seq=self.first_seq,
+            last_seq=self.last_seq,
+            message_tokens=self.messages,
+            short_results=self.short,
+            short_result_tokens=self.short_tokens,
+            cut_results=self.results,
+            tool_result_floor=self.floor,
+            summary_tokens=summary_tokens,
+            system_tokens=system_tokens,
+            max_tokens=max_tokens,
+        )
+
+
+def _turn_floor(turn: list[RowMeta], cap: int | None) -> _TurnFloor:
+    """What the turn ``turn`` (rows newest first, its human message last) costs with every
+    tool result cut to its shortest copy (``MIN_FITTED_TOOL_RESULT_TOKENS``, or ``cap`` when
+    smaller; not cut when ``cap`` is ``None``). AI and human messages are never cut: an AI
+    message's tool-call arguments are what the tools ran with. Orphaned results and
+    exchanges still waiting for all their results are left out of a window, so out of this."""
+    floor = MIN_FITTED_TOOL_RESULT_TOKENS if cap is None else min(cap, MIN_FITTED_TOOL_RESULT_TOKENS)
+    answered: dict[int, int] = {}
+    for row in turn:
+        if row.role == _TOOL and row.exchange_seq is not None:
+            answered[row.exchange_seq] = answered.get(row.exchange_seq, 0) + 1
+    messages = short = short_tokens = results = 0
+    for row in turn:
+        if row.role == _TOOL:
+            if row.is_orphan:
+                continue
+            if cap is not None and row.token_count > floor:
+                results += 1
+            else:
+                short += 1
+                short_tokens += row.token_count
+        elif row.role == _AI and row.tool_calls and answered.get(row.seq, 0) < len(row.tool_calls):
+            continue  # a call still waits for its result: the exchange is left out
+        else:
+            messages += row.token_count
+    seqs = [row.seq for row in turn]
+    return _TurnFloor(min(seqs), max(seqs), messages, short, short_tokens, results, floor)
+
+
+def _turn_rows(units: list[list[RowMeta]]) -> list[RowMeta]:
+    """The rows of the newest turn among packed ``units`` (oldest first)."""
+    start = max((i for i, unit in enumerate(units) if unit[0].role == _HUMAN), default=None)
+    if start is None:
+        return []
+    return [row for unit in reversed(units[start:]) for row in reversed(unit)]
+
+
+_HUMAN, _TOOL, _AI = Role.HUMAN.value, Role.TOOL.value, Role.AI.value
 
 #: a seq above every stored one: ``before`` of an empty window
 _NO_SEQ = 2**62
@@ -237,10 +317,16 @@ class ContextWindowBuilder:
 
         fit_newest_turn: when the turn in progress (a human message and the tool exchanges
             after it) does not fit, send its tool results as marked truncated copies cut to
-            one size (with a tool-result cap), and, when it still does not fit beside the
-            summary but does beside the system prompt, send the summary cut to the room left
-            (or leave it out and report what it covered), instead of raising
-            ``ContextBudgetExceeded``. ``False`` keeps plain packing. Default ``True``.
+            one size (with a tool-result cap), down to ``MIN_FITTED_TOOL_RESULT_TOKENS``
+            (64). When it still does not fit beside the summary, the summary keeps what the
+            turn leaves at those shortest copies, sent as a marked truncated copy of at
+            least ``MIN_CUT_SUMMARY_TOKENS`` (64): the summary, which stands for every
+            earlier message, goes before longer copies of the turn's tool results. When not
+            even that fits, gap policy "close" raises ``TurnTooLarge`` (no model call is
+            sent without the messages the summary covers); "report" and "ignore" send the
+            turn without the summary (reporting what it covered). A turn that does not fit
+            beside the system prompt alone raises ``TurnTooLarge``. ``False`` keeps plain
+            packing (``ContextBudgetExceeded``). Default ``True``.
 
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
@@ -311,6 +397,8 @@ class ContextWindowBuilder:
                 type(memory_compactor) if isinstance(memory_compactor, BaseMemoryCompactor) else None
             )
         self._summary_message: ChatMessage | None = None
+        self._turn_floor: _TurnFloor | None = None
+        self._system_tokens = 0
         self._pinned_floor = 0
         self._gap_state: _GapState | None = None
         self._can_compact = memory_compactor is self._UNSET or (
@@ -336,6 +424,9 @@ class ContextWindowBuilder:
                 1 and the ceiling, or ``max_messages`` is negative or not an integer.
             ConversationNotFound: the conversation does not exist (any more).
             ContextBudgetExceeded: the newest human message cannot fit (policy "error").
+            TurnTooLarge: the turn in progress cannot fit, even with its tool results cut
+                short; or, with gap policy "close", not beside the shortest cut of the
+                summary (see ``fit_newest_turn``). A ``ContextBudgetExceeded``.
         """
         if max_tokens is None:
             max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
@@ -356,7 +447,9 @@ class ContextWindowBuilder:
         reason = ""
         if window.uncovered:
             if summary_cut:
-                reason = REASON_SUMMARY_CUT  # compaction cannot make the summary smaller
+                # Left out beside the turn in progress: compaction cannot help, it never
+                # folds the newest turn.
+                reason = REASON_SUMMARY_CUT
             elif self.gap_policy == "close" and self._can_compact:
                 request = self._request_compaction(max_tokens)
                 window = replace(self._assemble(max_tokens, max_messages), compaction=request)
@@ -396,39 +489,57 @@ class ContextWindowBuilder:
         self, max_tokens: int, max_messages: int | None, error: ContextBudgetExceeded
     ) -> ContextWindow:
         """The window when the summary leaves no room for the turn in progress (a tool loop
-        whose turn fits the budget beside the system prompt but not beside the summary as
-        well): the turn goes in whole and the summary is sent as a marked truncated copy in
-        the room left (left out below ``MIN_FITTED_TOOL_RESULT_TOKENS``, and then the messages
-        it covered count as uncovered). Re-raises ``error`` when that does not help."""
+        that fits beside the system prompt but not beside the summary as well).
+
+        The turn goes in whole, its tool results at their shortest copies if need be
+        (``MIN_FITTED_TOOL_RESULT_TOKENS``), and the summary keeps the rest, sent as a marked
+        truncated copy (it stands for every earlier message; a longer tool-result copy
+        does not). With less than ``MIN_CUT_SUMMARY_TOKENS`` left: gap policy "close" raises
+        ``TurnTooLarge`` naming the sizes; "report" and "ignore" leave the summary out, and
+        then the messages it covered count as uncovered.
+
+        Raises:
+            TurnTooLarge: the turn does not fit beside the system prompt, or (gap policy
+                "close") not beside the shortest cut of the summary.
+            ContextBudgetExceeded: ``error``, when leaving the summary out does not help.
+        """
         self._summary_message = None
+        self._turn_floor = None
         if self._no_summary:
             raise error
         try:
-            window = self._assemble(max_tokens, max_messages, without_summary=True)
+            window = self._assemble(max_tokens, max_messages, summary_limit=0)
+        except TurnTooLarge:
+            raise  # the turn does not fit beside the system prompt alone: that blocks the call
         except ContextBudgetExceeded:
             raise error from None
         summary_message = self._summary_message
         if summary_message is None:  # there was no summary to take out
             raise error
-        room = max_tokens - window.total_tokens
-        try:
-            if room < MIN_FITTED_TOOL_RESULT_TOKENS:
-                raise ContextBudgetExceeded(seq=None, tokens=0, available=room)
-            cut = truncate_message(summary_message, room, self.token_counter)
-        except ContextBudgetExceeded:
-            # No room even for a cut summary: what it covers is sent nowhere.
-            if self.gap_policy == "ignore" or window.summary_through_seq is None:
-                return replace(window, summary_id=None, summary_through_seq=None)
-            uncovered = self._gap(
-                Message.objects.all(),
-                after=self._pinned_floor,
-                before=window.first_seq if window.first_seq is not None else _NO_SEQ,
-                pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
+        turn = self._turn_floor
+        turn_tokens = turn.tokens if turn is not None else window.history_tokens
+        room = max_tokens - window.system_tokens - turn_tokens
+        if room >= MIN_CUT_SUMMARY_TOKENS:
+            try:
+                return self._assemble(max_tokens, max_messages, summary_limit=room)
+            except ContextBudgetExceeded:
+                pass  # the floor was not reached (rows changed between the reads): leave it out
+        if self.gap_policy == "close" and turn is not None:
+            raise turn.error(
+                summary_tokens=MIN_CUT_SUMMARY_TOKENS,
+                system_tokens=window.system_tokens,
+                max_tokens=max_tokens,
             )
-            return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
-        leading = 1 if window.system_tokens else 0
-        messages = [*window.messages[:leading], cut, *window.messages[leading:]]
-        return replace(window, messages=messages, summary_tokens=self.token_counter.count_message(cut))
+        # No room even for a cut summary: what it covers is sent nowhere.
+        if self.gap_policy == "ignore" or window.summary_through_seq is None:
+            return replace(window, summary_id=None, summary_through_seq=None)
+        uncovered = self._gap(
+            Message.objects.all(),
+            after=self._pinned_floor,
+            before=window.first_seq if window.first_seq is not None else _NO_SEQ,
+            pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
+        )
+        return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
 
     def _request_compaction(self, max_tokens: int) -> Any:
         from agentmemory.compaction import request_compaction
@@ -436,6 +547,7 @@ class ContextWindowBuilder:
         return request_compaction(
             self.conversation_id,
             max_tokens=max_tokens,
+            system_tokens=self._system_tokens,
             force=True,
             wait=app_settings().COMPACTION_WAIT_SECONDS,
             compactor_class=self._compactor_class,
@@ -495,8 +607,12 @@ class ContextWindowBuilder:
         return (None, text) if text.strip() else (None, None)
 
     def _assemble(
-        self, max_tokens: int, max_messages: int | None, *, without_summary: bool = False
+        self, max_tokens: int, max_messages: int | None, *, summary_limit: int | None = None
     ) -> ContextWindow:
+        """One window. ``summary_limit``: ``None`` sends the summary whole; ``0`` leaves it
+        out (kept in ``_summary_message``; the history still starts after what it covers)
+        and records the turn's floor (``_turn_floor``); a positive number sends it as a
+        marked truncated copy of at most that many tokens when it is longer."""
         counter = self.token_counter
         messages: list[ChatMessage] = []
         system_tokens = 0
@@ -526,16 +642,10 @@ class ContextWindowBuilder:
         summary, custom_text = self._summary(summary)
         coverage_unknown = custom_text is not None
         summary_tokens = 0
-        if without_summary:
-            # Not sent: kept aside for ``_with_summary_cut``, which sends it truncated if room
-            # is left. The history still starts after what it covers.
-            text = custom_text if custom_text is not None else summary.text if summary is not None else None
-            if text is not None:
-                self._summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + text)
-        elif custom_text is not None:
+        summary_message: ChatMessage | None = None
+        if custom_text is not None:
             summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
             summary_tokens = counter.count_message(summary_message)
-            messages.append(summary_message)
         elif summary is not None:
             summary_message = ChatMessage.system(
                 app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
@@ -545,6 +655,15 @@ class ContextWindowBuilder:
                 if summary.token_counter == counter.id
                 else counter.count_message(summary_message)
             )
+        if summary_message is not None and summary_limit == 0:
+            # Not sent: kept aside for ``_with_summary_cut``, which sends it cut if room is
+            # left. The history still starts after what it covers.
+            self._summary_message = summary_message
+            summary_tokens = 0
+        elif summary_message is not None:
+            if summary_limit is not None and summary_tokens > summary_limit:
+                summary_message = truncate_message(summary_message, summary_limit, counter)
+                summary_tokens = counter.count_message(summary_message)
             messages.append(summary_message)
 
         floor_seq = max(summary.through_seq if summary else 0, 1 if conv.has_system_prompt else 0)
@@ -584,6 +703,7 @@ class ContextWindowBuilder:
         )
 
         has_human = any(unit[0].role == _HUMAN for unit in packed.units)
+        turn: list[RowMeta] = []
         if (
             self.fit_newest_turn
             and not has_human
@@ -618,10 +738,17 @@ class ContextWindowBuilder:
                     message=f"the newest turn needs more than max_messages={max_messages} messages "
                     f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
                 )
+            if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
+                raise _turn_floor(turn, self.max_tool_result_tokens).error(
+                    summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
+                )
             raise ContextBudgetExceeded(
                 seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
             )
         truncate_newest = packed.truncate
+        self._system_tokens = system_tokens
+        if summary_limit == 0 and has_human:
+            self._turn_floor = _turn_floor(turn or _turn_rows(packed.units), self.max_tool_result_tokens)
 
         rows = packed.rows
         contents = reader.contents
