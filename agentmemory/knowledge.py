@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal
 
 from django.db import IntegrityError, connections, router, transaction
@@ -34,8 +35,14 @@ from django.utils import timezone
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
-from agentmemory.recall import boost
-from agentmemory.recall.backends import RecallBackend, get_backend, get_embedder, mirror_vectors
+from agentmemory.recall import boost, fulltext
+from agentmemory.recall.backends import (
+    FullTextBackend,
+    RecallBackend,
+    get_backend,
+    get_embedder,
+    mirror_vectors,
+)
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError
 
@@ -511,9 +518,20 @@ class KnowledgeMemory:
         self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
     ) -> list[FactHit]:
         """Live facts of the scope that match ``query``, best first: the backend's relevance
-        times importance and recency boosts (see ``agentmemory.recall.boost``). Marks the
-        returned facts as recalled (``last_recalled_at``, ``recall_count``); never changes an
-        expiry.
+        times importance and recency boosts (see ``agentmemory.recall.boost``). Never changes
+        an expiry.
+
+        The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
+        ``recall_count`` raised by one) when the caller's transaction commits, or at once
+        outside a transaction; a transaction rolled back records nothing. On PostgreSQL that
+        small update commits without waiting for the write-ahead log to reach the disk
+        (``synchronous_commit = off`` for that transaction alone): a crash of the database
+        server may lose the counters of the last recalls, never a fact. The ``FactHit`` facts
+        show the values read, before this recall.
+
+        Queries: with the full-text backend on PostgreSQL, one statement ranks and reads the
+        facts, and the update is one more; elsewhere the ranking, a read of the hits and the
+        update.
 
         Raises:
             ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
@@ -531,22 +549,31 @@ class KnowledgeMemory:
         from agentmemory.calls import usage_scope
 
         started = time.perf_counter()
+        backend = self.backend
+        limit = max(k * 5, MIN_CANDIDATES)
+        found: list[tuple[Fact, float, float]] | None = None
+        recorded = False
         with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
-            ranked = self.backend.rank(facts, query, max(k * 5, MIN_CANDIDATES))
-        if not ranked:
-            report_recall("facts", self.scope.owner_id, self.backend, 0, started)
+            connection = connections[self.using]
+            # outside a transaction the ranking statement records the recall itself
+            record_now = connection.get_autocommit() and not connection.in_atomic_block
+            if isinstance(backend, FullTextBackend):
+                found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
+                recorded = record_now and found is not None
+            if found is None:
+                ranked = backend.rank(facts, query, limit)
+                rows = Fact.objects.using(self.using).in_bulk([pk for pk, _score in ranked]) if ranked else {}
+                top = max((score for _pk, score in ranked), default=0.0)
+                found = [(rows[pk], score, top) for pk, score in ranked if pk in rows]
+        if not found:
+            report_recall("facts", self.scope.owner_id, backend, 0, started)
             return []
-        relevance = dict(ranked)
-        best = max(relevance.values())
-        rows = list(Fact.objects.using(self.using).filter(pk__in=relevance))
-        hits = [FactHit(f, boost(relevance[f.pk], best, f.created_at, f.importance, now)) for f in rows]
+        hits = [FactHit(f, boost(score, best, f.created_at, f.importance, now)) for f, score, best in found]
         hits.sort(key=lambda h: (-h.score, -h.fact.pk))
         hits = hits[:k]
-        if hits:
-            Fact.objects.using(self.using).filter(pk__in=[h.fact.pk for h in hits]).update(
-                last_recalled_at=now, recall_count=F("recall_count") + 1
-            )
-        report_recall("facts", self.scope.owner_id, self.backend, len(hits), started)
+        if not recorded:
+            _record_recall(self.using, [h.fact.pk for h in hits], now)
+        report_recall("facts", self.scope.owner_id, backend, len(hits), started)
         return hits
 
     def get_persistent_facts(self) -> dict[str, list[str]]:
@@ -716,6 +743,42 @@ class KnowledgeMemory:
                 Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
             )
         return per_model.get(Fact._meta.label, 0)
+
+
+def _record_recall(using: str, ids: list[int], now: datetime) -> None:
+    """Mark the facts ``ids`` as recalled at ``now`` when the current transaction commits (at
+    once in autocommit mode; in a transaction managed by hand, inside it)."""
+    connection = connections[using]
+    if connection.in_atomic_block or connection.get_autocommit():
+        transaction.on_commit(partial(_mark_recalled, using, ids, now), using=using, robust=True)
+    else:
+        _mark_recalled(using, ids, now, durable=True)
+
+
+def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = False) -> None:
+    """``last_recalled_at = now``, ``recall_count + 1`` for the facts ``ids``: one statement.
+
+    On PostgreSQL, unless ``durable``, its transaction commits without waiting for the
+    write-ahead log to reach the disk (``synchronous_commit`` off for that transaction only,
+    set by ``set_config(..., true)`` inside the statement): a counter is not worth a wait for
+    the disk, which took 8-18 ms a recall on a loaded machine (docs/benchmarks.md, "Facts at
+    scale"). It runs after the caller's commit or in autocommit mode, so no other write
+    shares that transaction.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql" or durable:
+        Fact.objects.using(using).filter(pk__in=ids).update(
+            last_recalled_at=now, recall_count=F("recall_count") + 1
+        )
+        return
+    table = connection.ops.quote_name(Fact._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
+            f"UPDATE {table} SET last_recalled_at = %s, recall_count = recall_count + 1 "
+            "WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM async)",
+            [now, list(ids)],
+        )
 
 
 def _entry(fact: Fact) -> dict[str, Any]:

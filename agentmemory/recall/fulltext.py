@@ -166,6 +166,8 @@ def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, f
         return []
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
+        if _is_fact(queryset):
+            return _pg_fact_ids(queryset, words, limit)
         return _pg_bm25(queryset, words, limit)
     if vendor == "sqlite":
         model = queryset.model
@@ -239,3 +241,140 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
         scored.append((row[0], score))
     scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:limit]
+
+
+def _is_fact(queryset: QuerySet[Any]) -> bool:
+    from agentmemory.models import Fact
+
+    return issubclass(queryset.model, Fact)
+
+
+#: facts of the scope read newest first by every PostgreSQL fact search (their matches are
+#: all candidates)
+FACT_WINDOW = 500
+#: a query word found in at most this many facts of a full window is rare enough to be looked
+#: up in the GIN index over the whole scope; more frequent words keep to the window
+FACT_RARE_IN_WINDOW = 5
+#: most facts one rare word adds to the candidates
+FACT_RARE_CAP = 300
+
+
+def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> tuple[str, list[Any]]:
+    """The common table expressions of a PostgreSQL fact search, ending in ``top(id,
+    relevance)``: the ``limit`` best candidates by BM25, with their parameters.
+
+    The candidates are the facts matching any query word among the scope's newest
+    ``FACT_WINDOW`` facts (read on the scope index), plus, when the scope holds more than
+    that, the facts of the scope (at most ``FACT_RARE_CAP`` per word, from the GIN index)
+    holding a word that is rare in that window (``FACT_RARE_IN_WINDOW``). A common word
+    matches a large share of a big scope, and ranking all its matches cost 150-450 ms at
+    100,000 facts; its newest matches stand for it, while the rare words that decide a
+    question reach all of the scope. A scope of at most ``FACT_WINDOW`` facts is ranked
+    exactly. Word weights (IDF) and the mean length are taken over the candidates, each word
+    counted once per fact, as in ``_pg_bm25``.
+    """
+    model = queryset.model
+    quote = connections[queryset.db].ops.quote_name
+    table = quote(model._meta.db_table)
+    vector = f"{table}.search_vector"
+    tsq = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
+    query = queryset.order_by().query
+    if sum(1 for alias in query.alias_map if query.alias_refcount[alias]) > 1:
+        # a scope through a join: keep it in a subquery
+        scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
+        where, where_params = f"{table}.id IN ({scope_sql})", list(scope_params)
+    else:  # the scope's conditions inline, so that the scope index is used
+        where_sql, compiled_params = query.get_compiler(queryset.db).compile(query.where)
+        where, where_params = where_sql or "TRUE", list(compiled_params)
+    n_words = len(words)
+    flags = ", ".join(f"({vector} @@ {tsq}) AS f{i}" for i in range(n_words))
+    window_sql = (
+        f"SELECT {table}.id, length({vector}) AS len, {flags} FROM {table} WHERE {where} "
+        f"ORDER BY {table}.{quote('created_at')} DESC LIMIT {FACT_WINDOW + 1}"
+    )
+    counts = ", ".join(f"count(*) FILTER (WHERE f{i}) AS c{i}" for i in range(n_words))
+    rare = ", ".join(f"CASE WHEN c{i} <= {FACT_RARE_IN_WINDOW} THEN %s END" for i in range(n_words))
+    any_flag = " OR ".join(f"f{i}" for i in range(n_words))
+    dfs = ", ".join(f"count(*) FILTER (WHERE f{i}) AS d{i}" for i in range(n_words))
+    idfs = ", ".join(f"ln(1 + (df.n - df.d{i} + 0.5) / (df.d{i} + 0.5)) AS i{i}" for i in range(n_words))
+    idf = " + ".join(f"(CASE WHEN m.f{i} THEN st.i{i} ELSE 0 END)" for i in range(n_words))
+    sql = (
+        f"WITH w AS MATERIALIZED ({window_sql}), "
+        f"wc AS MATERIALIZED (SELECT count(*) AS n, {counts} FROM w), "
+        # one tsquery per word rare in the window, when the window did not hold the whole scope
+        f"rare AS MATERIALIZED (SELECT to_tsquery('{PG_CONFIG}'::regconfig, x.word) AS q "
+        f"FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS x(word) "
+        f"WHERE wc.n > {FACT_WINDOW} AND x.word IS NOT NULL), "
+        f"c AS MATERIALIZED (SELECT * FROM w WHERE {any_flag} UNION "
+        f"SELECT hit.* FROM rare CROSS JOIN LATERAL (SELECT {table}.id, length({vector}), {flags} "
+        f"FROM {table} WHERE {where} AND {vector} @@ rare.q LIMIT {FACT_RARE_CAP}) AS hit), "
+        f"df AS (SELECT count(*)::float AS n, greatest(avg(len), 1)::float AS al, {dfs} FROM c), "
+        f"st AS MATERIALIZED (SELECT df.al, {idfs} FROM df), "
+        f"top AS MATERIALIZED (SELECT m.id, ({idf}) * {BM25_K1 + 1} "
+        f"/ (1 + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len / st.al)) AS relevance "
+        f"FROM c AS m CROSS JOIN st ORDER BY relevance DESC, m.id DESC LIMIT %s)"
+    )
+    params: list[Any] = [*words, *where_params, *words, *words, *where_params, limit]
+    return sql, params
+
+
+def _pg_fact_ids(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    ranking, params = _pg_fact_ranking(queryset, words, limit)
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"{ranking} SELECT id, relevance FROM top ORDER BY relevance DESC, id DESC", params)
+        return [(pk, float(score)) for pk, score in cursor.fetchall()]
+
+
+def recall_facts(
+    queryset: QuerySet[Any], query: str, *, candidates: int, k: int, now: Any, record: bool = False
+) -> list[tuple[Any, float, float]] | None:
+    """PostgreSQL: the ``k`` facts of ``queryset`` that ``KnowledgeMemory.recall`` returns, in
+    one statement: the ``candidates`` best by BM25 (see ``_pg_fact_ranking``), re-ranked by
+    ``agentmemory.recall.boost`` (importance, recency), read with every column.
+
+    With ``record``, the same statement marks them as recalled (``last_recalled_at = now``,
+    ``recall_count + 1``) and its transaction commits without waiting for the write-ahead log
+    to reach the disk (``synchronous_commit`` off for that transaction only): for autocommit
+    mode, where the statement is a transaction of its own. The rows returned show the values
+    before that update.
+
+    Returns ``(fact, relevance, best relevance)`` triples, best first, or None on another
+    database (the caller ranks, reads and boosts in Python there).
+    """
+    if connections[queryset.db].vendor != "postgresql" or not _is_fact(queryset):
+        return None
+    words = query_words(query)
+    if not words or candidates <= 0:
+        return []
+    from agentmemory.conf import app_settings
+
+    conf = app_settings()
+    ranking, params = _pg_fact_ranking(queryset, words, candidates)
+    model = queryset.model
+    quote = connections[queryset.db].ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = ", ".join(f"f.{quote(f.column)}" for f in model._meta.concrete_fields)
+    # the same arithmetic as agentmemory.recall.boost, which scores the returned rows
+    boosted = (
+        "(top.relevance / b.best) * (1 + %s * f.importance) * (1 + %s * power(0.5, "
+        "greatest(0, extract(epoch FROM (%s - f.created_at)) / 86400) / %s))"
+    )
+    params += [conf.RECALL_IMPORTANCE_WEIGHT, conf.RECALL_RECENCY_WEIGHT, now]
+    params += [conf.RECALL_RECENCY_HALF_LIFE_DAYS, k]
+    sql = (
+        f"{ranking}, b AS (SELECT max(relevance) AS best FROM top), "
+        f"hits AS MATERIALIZED (SELECT {columns}, top.relevance, b.best, "
+        f"row_number() OVER (ORDER BY {boosted} DESC, f.id DESC) AS position "
+        f"FROM top CROSS JOIN b JOIN {table} AS f ON f.id = top.id "
+        f"ORDER BY position LIMIT %s)"
+    )
+    if record:
+        sql += (
+            f", recorded AS (UPDATE {table} AS f SET last_recalled_at = %s, "
+            "recall_count = f.recall_count + 1 FROM hits WHERE f.id = hits.id "
+            "AND set_config('synchronous_commit', 'off', true) = 'off')"
+        )
+        params.append(now)
+    sql += " SELECT * FROM hits ORDER BY position"
+    rows = model._default_manager.using(queryset.db).raw(sql, params)
+    return [(fact, float(fact.relevance), float(fact.best)) for fact in rows]
