@@ -529,9 +529,10 @@ class KnowledgeMemory:
         server may lose the counters of the last recalls, never a fact. The ``FactHit`` facts
         show the values read, before this recall.
 
-        Queries: with the full-text backend on PostgreSQL, one statement ranks and reads the
-        facts, and the update is one more; elsewhere the ranking, a read of the hits and the
-        update.
+        Queries: with the full-text backend on PostgreSQL, one statement ranks, reads and (in
+        autocommit mode) records the facts (``agentmemory.recall.fulltext.recall_facts``);
+        inside a transaction the update is one more statement after the commit. Elsewhere:
+        the backend's ranking, a read of the hits and the update.
 
         Raises:
             ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
@@ -557,7 +558,7 @@ class KnowledgeMemory:
             connection = connections[self.using]
             # outside a transaction the ranking statement records the recall itself
             record_now = connection.get_autocommit() and not connection.in_atomic_block
-            if isinstance(backend, FullTextBackend):
+            if type(backend) is FullTextBackend:  # a subclass may rank its own way
                 found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
                 recorded = record_now and found is not None
             if found is None:

@@ -7,7 +7,9 @@ conversation as they are (each with its ``dia_id`` in the metadata), and the fil
 the other conversations. The benchmark then
 
 - times ``KnowledgeMemory(user).recall(question, k=5)`` for LoCoMo questions against the first
-  user's facts and reports p50/p95 (milliseconds) and the CPU time of this process;
+  user's facts and reports p50/p95 (milliseconds), the CPU time of this process and of its
+  PostgreSQL backend per recall, and, as a measure of how busy the machine is, the p50/p95 of
+  a ``SELECT 1`` round trip;
 - asks the first conversation's questions (categories 1-4) with ``k=10`` and reports evidence
   recall@5 and @10 among those facts (the share of a question's evidence turns found).
 
@@ -36,7 +38,7 @@ PREFIX = "bench-scale-"
 def turns(sample: dict[str, Any]) -> list[tuple[str, str]]:
     """``(dia_id, "speaker: text")`` of every turn of one LoCoMo sample, in order."""
     conv = sample["conversation"]
-    out = []
+    out: list[tuple[str, str]] = []
     n = 1
     while f"session_{n}" in conv:
         out.extend((t["dia_id"], f"{t['speaker']}: {t['text']}") for t in conv[f"session_{n}"])
@@ -194,11 +196,23 @@ def measure(owner: Any, questions: list[str], queries: int) -> dict[str, Any]:
     cpu = time.process_time() - cpu
     server_after = server_cpu_seconds()
     count = max(1, len(latencies))
+    # the machine's state: a round trip that does nothing, timed the same way
+    from django.db import connection
+
+    trips = []
+    with connection.cursor() as cursor:
+        for _ in range(count):
+            started = time.perf_counter()
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
+            trips.append((time.perf_counter() - started) * 1000)
     return {
         "queries": len(latencies),
         "answered": found,
         "p50_ms": percentile(latencies, 0.5),
         "p95_ms": percentile(latencies, 0.95),
+        "select1_p50_ms": percentile(trips, 0.5),
+        "select1_p95_ms": percentile(trips, 0.95),
         "client_cpu_ms": round(cpu * 1000 / count, 2),
         "server_cpu_ms": round((server_after - server) * 1000 / count, 2)
         if server is not None and server_after is not None
@@ -252,11 +266,15 @@ def main(argv: list[str] | None = None) -> int:
             if owners[0].agentmemory_facts.filter(metadata__has_key="dia_id").exists()
             else {}
         )
+        from agentmemory.models import Fact
+
         facts = owners[0].agentmemory_facts.count()
+        stored = Fact.objects.count()
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(
-            f"{connection.vendor}: {facts} facts for this user ({args.facts} stored in all), "
+            f"{connection.vendor}: {facts} facts for this user ({stored} in the table), "
             f"recall(k=5) p50={result['p50_ms']} ms p95={result['p95_ms']} ms, "
+            f"(SELECT 1: p50={result['select1_p50_ms']} ms p95={result['select1_p95_ms']} ms), "
             f"CPU per recall: client {result['client_cpu_ms']} ms, "
             f"server {result['server_cpu_ms'] if result['server_cpu_ms'] is not None else 'n/a'} ms; "
             f"{result['answered']}/{result['queries']} queries found facts; "
