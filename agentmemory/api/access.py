@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import Http404
 from rest_framework.exceptions import NotAuthenticated
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -115,3 +117,15 @@ class OpenAIFormatRenderer(JSONRenderer):
     kept as a renderer name so that DRF's ``?format=`` stays the renderer choice."""
 
     format = "openai"
+
+
+class StrictContentNegotiation(DefaultContentNegotiation):
+    """DRF's content negotiation, except that an empty ``?format=`` is refused like any other
+    value naming no renderer (404, DRF's answer to an unknown format), instead of being
+    taken as no format at all: the schema lists the formats, and ``""`` is none of them."""
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
+        name = self.settings.URL_FORMAT_OVERRIDE
+        if not format_suffix and name and request.query_params.get(name) == "":
+            raise Http404("No renderer for an empty format.")
+        return super().select_renderer(request, renderers, format_suffix)

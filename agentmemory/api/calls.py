@@ -223,7 +223,7 @@ def _datetime_param(request: Request, name: str) -> datetime | None:
         ValidationError: not a date and time, or one that cannot be expressed in UTC.
     """
     raw = request.query_params.get(name)
-    if raw in (None, ""):
+    if raw is None:
         return None
     try:
         value = parse_datetime(raw)

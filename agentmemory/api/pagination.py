@@ -7,11 +7,12 @@ from typing import Any
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
 _INTEGER = re.compile(r"-?\d{1,18}")
+_WHOLE = re.compile(r"[0-9]+")
 
 
 class CheckedCursorPagination(CursorPagination):
@@ -19,6 +20,35 @@ class CheckedCursorPagination(CursorPagination):
     for an undecodable one) instead of passing its position to the database: a position must
     be an integer of at most 18 digits for integer orderings, a date and time for ``created_at``
     (with its UTC offset when ``USE_TZ`` is on)."""
+
+    def get_page_size(self, request: Request) -> int:
+        """``?page_size=``: a whole number of at least 1 (values over ``max_page_size`` are
+        cut to it); absent, the default.
+
+        Raises:
+            ValidationError: any other value, a 400 naming the parameter (DRF's default
+                silently falls back to the default size).
+        """
+        name = self.page_size_query_param
+        raw = request.query_params.get(name) if name else None
+        if raw is None:
+            return int(self.page_size)
+        if not _WHOLE.fullmatch(raw) or not raw.strip("0"):
+            raise ValidationError({name: ["Must be a whole number of at least 1."]})
+        ceiling = self.max_page_size or int(self.page_size)
+        # more digits than any ceiling: no need to make a number of them
+        return ceiling if len(raw.lstrip("0")) > 18 else min(int(raw), ceiling)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+                parameter["description"] = (
+                    f"Results per page (default {self.page_size}; more than {self.max_page_size} "
+                    f"gives {self.max_page_size})."
+                )
+        return parameters
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
