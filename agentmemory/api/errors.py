@@ -4,7 +4,8 @@ Every error the API answers is a JSON object ``{"error": code, "detail": text, .
 ``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
 ``not_authenticated``, ``permission_denied``, ``method_not_allowed``, ``invalid_message``,
 ``context_budget_exceeded``...), ``detail`` a sentence for people. Validation errors add
-``fields``: ``{field name: [messages]}``. The handler is used by agentmemory's views only
+``fields``: ``{field name: [messages]}``, a nested field named by its dotted path
+(``tool_calls.0.id``). The handler is used by agentmemory's views only
 (``get_exception_handler``), so a host project's ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` keeps
 governing its own views.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "PayloadTooLarge",
     "error_response",
     "exception_handler",
+    "flatten_errors",
     "reject_oversized_body",
 ]
 
@@ -134,6 +136,29 @@ def _flatten(detail: Any) -> list[str]:
     return [str(detail)]
 
 
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested validation errors as ``{dotted field path: [messages]}``:
+    ``{"tool_calls": {0: {"id": [...]}}}`` becomes ``{"tool_calls.0.id": [...]}`` (errors of
+    the object itself, DRF's ``non_field_errors``, keep the path of the object)."""
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = "" if key == "non_field_errors" else str(key)
+            path = f"{prefix}.{name}" if prefix and name else (prefix or name or "non_field_errors")
+            for field, texts in flatten_errors(value, path).items():
+                out.setdefault(field, []).extend(texts)
+        return out
+    if isinstance(detail, list) and detail and all(isinstance(item, dict | list) for item in detail):
+        out = {}
+        for position, item in enumerate(detail):
+            path = f"{prefix}.{position}" if prefix else str(position)
+            for field, texts in flatten_errors(item, path).items() if item else ():
+                out.setdefault(field, []).extend(texts)
+        return out
+    texts = detail if isinstance(detail, list) else [detail]
+    return {prefix or "non_field_errors": [str(text) for text in texts]}
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, answering in the API's error shape; also turns Django's
     ``RequestDataTooBig`` into a 413 and a Django ``ValidationError`` into a 400. Anything
@@ -151,7 +176,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return response
     data = response.data
     if isinstance(exc, exceptions.ValidationError):
-        fields = data if isinstance(data, dict) else {"non_field_errors": data}
+        fields = flatten_errors(data if isinstance(data, dict) else {"non_field_errors": data})
         body = {"error": "invalid", "detail": " ".join(_flatten(fields)), "fields": fields}
     else:
         detail = exc.detail

@@ -9,12 +9,14 @@ return what they decorate, and the views keep DRF's default schema.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "SPECTACULAR",
     "AppAutoSchema",
+    "OpenApiExample",
     "OpenApiParameter",
     "OpenApiResponse",
     "OpenApiTypes",
@@ -30,6 +32,7 @@ try:
     from drf_spectacular.openapi import AutoSchema as _AutoSchema
     from drf_spectacular.types import OpenApiTypes
     from drf_spectacular.utils import (
+        OpenApiExample,
         OpenApiParameter,
         OpenApiResponse,
         PolymorphicProxySerializer,
@@ -61,7 +64,7 @@ except ImportError:  # pragma: no cover - exercised by a test in a child process
         QUERY = "query"
         PATH = "path"
 
-    OpenApiResponse = PolymorphicProxySerializer = _Inert  # type: ignore[misc,assignment]
+    OpenApiResponse = PolymorphicProxySerializer = OpenApiExample = _Inert  # type: ignore[misc,assignment]
 
     def inline_serializer(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
         return _Inert(*args, **kwargs)
@@ -101,6 +104,66 @@ if SPECTACULAR:
             if getattr(self.view, "operation_single", False):
                 return str(prefix)
             return f"{prefix}_{_ACTION_VERBS.get(action, action).rstrip('_')}"
+
+        def map_parsers(self) -> list[Any]:
+            # Request bodies are JSON: the form parsers serve DRF's browsable API only, and
+            # a form cannot say null, nested objects or lists the way the serializers need.
+            return ["application/json"]
+
+        def _map_basic_serializer(self, serializer: Any, direction: Any) -> dict[str, Any]:
+            """The serializer's object schema, plus what its own validation enforces beyond
+            its fields: ``additionalProperties: false`` for a serializer that refuses unknown
+            keys (``strict_input``) and the JSON Schema of its cross-field rules
+            (``schema_extra``, e.g. ``anyOf`` of required fields)."""
+            result: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+            if direction == "request":
+                if getattr(serializer, "strict_input", False):
+                    result["additionalProperties"] = False
+                extra = getattr(serializer, "schema_extra", None)
+                if extra:
+                    result.update(extra)
+            return result
+
+        def _map_serializer_field(self, field: Any, direction: Any, bypass_extensions: bool = False) -> Any:
+            schema = super()._map_serializer_field(field, direction, bypass_extensions)
+            extra = getattr(field, "schema_extra", None)
+            if direction == "request" and extra and isinstance(schema, dict):
+                schema = {**schema, **extra}
+            return schema
+
+        def _get_request_body(self, direction: str = "request") -> Any:
+            # A view names the actions whose body is required (an empty body is no message
+            # and no document); drf-spectacular cannot tell it from the serializer.
+            body = super()._get_request_body(direction)
+            action = getattr(self.view, "action", None)
+            if isinstance(body, dict) and action in getattr(self.view, "body_required_actions", ()):
+                body["required"] = True
+            return body
+
+        def _get_parameters(self) -> list[dict[str, Any]]:
+            """The operation's parameters; a bound named ``x-maximum-setting`` in a parameter's
+            schema becomes ``maximum``: that ``AGENTMEMORY`` setting's value now."""
+            from agentmemory.conf import app_settings
+
+            parameters: list[dict[str, Any]] = super()._get_parameters()
+            for parameter in parameters:
+                schema = parameter.get("schema")
+                if isinstance(schema, dict) and "x-maximum-setting" in schema:
+                    schema = dict(schema)
+                    schema["maximum"] = getattr(app_settings(), schema.pop("x-maximum-setting"))
+                    parameter["schema"] = schema
+            return parameters
+
+        def _insert_field_validators(self, field: Any, schema: dict[str, Any]) -> None:
+            # drf-spectacular makes a blank-allowing string with a pattern a oneOf of the
+            # pattern and "": with a pattern that matches "" too, no value would be valid.
+            pattern = schema.get("pattern")
+            keep = pattern if isinstance(pattern, str) and re.search(pattern, "") else None
+            if keep is not None:
+                del schema["pattern"]
+            super()._insert_field_validators(field, schema)
+            if keep is not None:
+                schema["pattern"] = keep
 
         def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
             from agentmemory.api.serializers import ErrorSerializer

@@ -22,11 +22,15 @@ placeholders. An ``image`` ``url`` may also be a base64 data URL.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.validators import MaxLengthValidator
+from django.db import models
 from rest_framework import serializers
 
+from agentmemory.api.errors import flatten_errors
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
@@ -36,7 +40,7 @@ from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import json_problem, text_problem
+from agentmemory.validation import IMAGE_MIME_TYPES, json_problem, text_problem
 
 NATIVE = "native"
 OPENAI = "openai"
@@ -270,29 +274,6 @@ class ToolCallSerializer(serializers.Serializer):
     arguments = serializers.DictField(help_text="A JSON object, never a JSON string.")
 
 
-class NativeMessageInputSerializer(serializers.Serializer):
-    """One message to append, native shape (documentation of the request body)."""
-
-    role = serializers.ChoiceField(choices=[r.value for r in Role])
-    content = serializers.CharField(allow_null=True, allow_blank=True, required=False)
-    tool_calls = ToolCallSerializer(many=True, required=False)
-    tool_call_id = serializers.CharField(required=False, allow_blank=True)
-    name = serializers.CharField(required=False, allow_blank=True)
-    metadata = serializers.DictField(required=False)
-    parts = serializers.ListField(
-        child=serializers.DictField(),
-        required=False,
-        help_text="Content parts of a multi-part message: {type: text|image|audio|file, text, data "
-        "(base64), url, file_id, mime_type, detail, filename}.",
-    )
-
-
-class MessageBatchInputSerializer(serializers.Serializer):
-    """A batch to append atomically (documentation of the request body)."""
-
-    messages = NativeMessageInputSerializer(many=True)
-
-
 class MessageSerializer(serializers.ModelSerializer):
     """A stored message, native shape plus ``seq``, ``token_count`` and ``created_at``."""
 
@@ -352,6 +333,10 @@ class StrictInputMixin:
 
     fields: Any
     initial_data: Any
+    #: read by ``AppAutoSchema``: the schema says ``additionalProperties: false``
+    strict_input = True
+    #: the error of a key the serializer does not know
+    unknown_message = "Unknown field."
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -361,7 +346,7 @@ class StrictInputMixin:
                     continue
                 field = self.fields.get(key)
                 if field is None:
-                    errors[str(key)] = ["Unknown field."]
+                    errors[str(key)] = [self.unknown_message]
                 elif field.read_only:
                     errors[str(key)] = ["This field is read-only."]
             if errors:
@@ -369,10 +354,441 @@ class StrictInputMixin:
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
+# -- request bodies: validating serializers --------------------------------------------------
+#
+# The serializers below validate what a client sends, and drf-spectacular documents them: the
+# OpenAPI schema says what they enforce (types, required fields, choices, lengths, unknown keys
+# refused, and in ``schema_extra`` the rules between fields that JSON Schema can state). The
+# rules that depend on the conversation's stored state or on other messages (a tool result
+# answering a pending call, tool call ids that are not reused) stay with
+# ``PersistentChatHistory``, and ``agentmemory.validation.validate_message`` runs last as the
+# single definition of a storable message.
+
+#: text that storage accepts (``agentmemory.validation.text_problem``): no NUL character (nor
+#: a lone UTF-16 surrogate, which the pattern cannot say: JSON text holds none but as an escape)
+TEXT_PATTERN = "^[^\\x00]*$"
+#: base64 as ``validate_parts`` accepts it: whole 4-character groups, ``=`` padding at the end
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_BASE64_BODY = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+_HTTP_URL = "[hH][tT][tT][pP][sS]?://\\S+"
+_MIME = "[A-Za-z0-9_.+-]+/[A-Za-z0-9_.+-]+"
+#: a part's ``url``: an http(s) address, or a base64 data URL (stored as data and MIME type)
+URL_PATTERN = f"^(?:{_HTTP_URL}|data:{_MIME};base64,{_BASE64_BODY})$"
+IMAGE_URL_PATTERN = (
+    f"^(?:{_HTTP_URL}|data:(?:image/png|image/jpeg|image/gif|image/webp);base64,{_BASE64_BODY})$"
+)
+#: longest ``tool_call_id``, ``name`` and tool call ``id`` and ``name`` (characters)
+MAX_SHORT_TEXT = 255
+
+
+class StorableTextField(serializers.CharField):
+    """A ``CharField`` that takes a string only (DRF's turns numbers into text) whose value the
+    database can store: no NUL, no lone surrogate (the schema says so with ``TEXT_PATTERN``)."""
+
+    schema_extra = {"pattern": TEXT_PATTERN}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a string, not {_json_type(data)}.")
+        value: str = super().to_internal_value(data)
+        if problem := text_problem(value):
+            raise serializers.ValidationError(f"The value {problem}.")
+        return value
+
+
+class StrictTextField(StorableTextField):
+    """A ``StorableTextField`` kept as sent (no trimming: a message's text is stored exactly)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+class NonBlankTextField(StorableTextField):
+    """A ``StorableTextField`` with something besides white space (it is trimmed); the schema
+    says so with a pattern."""
+
+    schema_extra = {"pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, Mapping) else type(value).__name__
+
+
+@extend_schema_field({"type": "object"})
+class JSONObjectField(serializers.JSONField):
+    """A JSON object that storage accepts (``agentmemory.validation.json_problem``: string
+    keys, no NaN, no NUL character, at most ``MAX_JSON_DEPTH`` levels)."""
+
+    def __init__(self, *, hint: str = "", **kwargs: Any) -> None:
+        self.hint = hint
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError(f"must be a JSON object, not {_json_type(data)}{self.hint}.")
+        if problem := json_problem(data):
+            raise serializers.ValidationError(f"The value {problem}.")
+        return dict(data)
+
+
+class _SettingLimits:
+    """Sets ``max_length`` of fields from ``AGENTMEMORY`` settings each time the fields are
+    built, so the schema and the checks follow the host project's settings."""
+
+    #: ``{field name: setting name}``
+    setting_limits: dict[str, str] = {}
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        from agentmemory.conf import app_settings
+
+        fields: dict[str, serializers.Field] = super().get_fields()  # type: ignore[misc]
+        limits = app_settings()
+        for name, setting in self.setting_limits.items():
+            field = fields.get(name)
+            if field is None:
+                continue
+            value = getattr(limits, setting)
+            field.max_length = value  # type: ignore[attr-defined]
+            validator = (MaxLengthValidator if isinstance(field, serializers.CharField) else _MaxItems)(
+                value, message=f"At most {value:,} (AGENTMEMORY['{setting}'])."
+            )
+            field.validators = [v for v in field.validators if not isinstance(v, MaxLengthValidator)] + [
+                validator
+            ]
+        return fields
+
+
+class _MaxItems(MaxLengthValidator):
+    """``MaxLengthValidator`` for lists (its message names items, not characters)."""
+
+
+#: most messages one append request may carry
+MAX_BATCH = 1000
+_B64 = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
+_DETAIL = {"type": "string", "pattern": "^(?:|low|high|auto)$"}
+
+
+def _is(*values: str) -> dict[str, str]:
+    """JSON Schema of a string that is one of ``values`` (a pattern, not an ``enum``, which
+    drf-spectacular would replace with the field's whole enum component)."""
+    return {"type": "string", "pattern": f"^(?:{'|'.join(re.escape(v) for v in values)})$"}
+
+
+#: ``{name: {name: {"maxLength": 0}}}``: a text key a role or kind may send only empty
+_NO: dict[str, dict[str, Any]] = {
+    name: {name: {"maxLength": 0}} for name in ("data", "url", "file_id", "text", "tool_call_id")
+}
+
+
+class ContentPartInputSerializer(StrictInputMixin, serializers.Serializer):
+    """A content part of a native message (``agentmemory.messages.ContentPart``); ``type``
+    picks the subclass that checks it."""
+
+    text = StorableTextField(required=False, allow_blank=True)
+    data = StorableTextField(
+        required=False, allow_blank=True, help_text="Inline content, base64 (with mime_type)."
+    )
+    url = StorableTextField(
+        required=False, allow_blank=True, help_text="An http(s) address or a base64 data URL."
+    )
+    file_id = StorableTextField(required=False, allow_blank=True, help_text="A provider's file id.")
+    mime_type = StorableTextField(required=False, allow_blank=True)
+    detail = StorableTextField(required=False, allow_blank=True)
+    filename = StorableTextField(required=False, allow_blank=True)
+    width = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**31 - 1)
+    height = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**31 - 1)
+    extra = JSONObjectField(required=False, help_text="Provider fields kept as they are.")
+    unknown_message = f"unknown key; a part has {', '.join(sorted(_PART_KEYS))}"
+
+    type = serializers.ChoiceField(choices=[k.value for k in PartKind])
+
+    #: what ``agentmemory.validation.validate_parts`` checks of each kind, in JSON Schema: a text
+    #: part carries no media; the others exactly one source (inline base64 ``data`` with its
+    #: ``mime_type``, an http(s) or base64 data ``url``, a provider ``file_id``; a file may be
+    #: its ``text``); audio inline only; inline images PNG, JPEG, GIF or WebP, ``detail`` low,
+    #: high or auto
+    schema_extra = {
+        "oneOf": [
+            {"properties": {"type": _is("text"), **_NO["data"], **_NO["url"], **_NO["file_id"]}},
+            {
+                "properties": {
+                    "type": _is("image"),
+                    "data": {"pattern": f"^{_B64}$"},
+                    "mime_type": _is(*sorted(IMAGE_MIME_TYPES)),
+                    "detail": _DETAIL,
+                    **_NO["url"],
+                    **_NO["file_id"],
+                },
+                "required": ["data", "mime_type"],
+            },
+            {
+                "properties": {
+                    "type": _is("image"),
+                    "url": {"pattern": IMAGE_URL_PATTERN},
+                    "detail": _DETAIL,
+                    **_NO["data"],
+                    **_NO["file_id"],
+                },
+                "required": ["url"],
+            },
+            {
+                "properties": {
+                    "type": _is("image"),
+                    "file_id": {"minLength": 1},
+                    "detail": _DETAIL,
+                    **_NO["data"],
+                    **_NO["url"],
+                },
+                "required": ["file_id"],
+            },
+            {
+                "properties": {
+                    "type": _is("audio"),
+                    "data": {"pattern": f"^{_B64}$"},
+                    "mime_type": {"minLength": 1},
+                    **_NO["url"],
+                    **_NO["file_id"],
+                },
+                "required": ["data", "mime_type"],
+            },
+            {
+                "properties": {
+                    "type": _is("file"),
+                    "data": {"pattern": f"^{_B64}$"},
+                    "mime_type": {"minLength": 1},
+                    **_NO["url"],
+                    **_NO["file_id"],
+                    **_NO["text"],
+                },
+                "required": ["data", "mime_type"],
+            },
+            {
+                "properties": {
+                    "type": _is("file"),
+                    "url": {"pattern": URL_PATTERN},
+                    **_NO["data"],
+                    **_NO["file_id"],
+                    **_NO["text"],
+                },
+                "required": ["url"],
+            },
+            {
+                "properties": {
+                    "type": _is("file"),
+                    "file_id": {"minLength": 1},
+                    **_NO["data"],
+                    **_NO["url"],
+                    **_NO["text"],
+                },
+                "required": ["file_id"],
+            },
+            {
+                "properties": {
+                    "type": _is("file"),
+                    "text": {"minLength": 1},
+                    **_NO["data"],
+                    **_NO["url"],
+                    **_NO["file_id"],
+                },
+                "required": ["text"],
+            },
+        ]
+    }
+
+
+class ToolCallInputSerializer(StrictInputMixin, serializers.Serializer):
+    """A tool call of a native ``ai`` message."""
+
+    unknown_message = "unknown key; a tool call has id, name, arguments"
+
+    id = StrictTextField(max_length=MAX_SHORT_TEXT, help_text="Unique among the calls awaiting results.")
+    name = StrictTextField(max_length=MAX_SHORT_TEXT)
+    arguments = JSONObjectField(
+        required=False,
+        allow_null=True,
+        hint=" (the native format takes the object itself; OpenAI's JSON-string arguments are "
+        "accepted with ?message_format=openai)",
+        help_text="A JSON object, never a JSON string; null means {}.",
+    )
+
+
+_TEXT_OR_PARTS = [
+    {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+    {"properties": {"parts": {"type": "array", "minItems": 1}}, "required": ["parts"]},
+]
+
+
+class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers.Serializer):
+    """One message to append, in the native shape (see the module docstring).
+
+    Fields are checked here; ``validate()`` then builds the ``ChatMessage`` and runs
+    ``agentmemory.validation.validate_message``, the one definition of a storable message.
+    What depends on the conversation (a tool result answering a pending call, tool call ids
+    not reused) is checked when it is stored.
+    """
+
+    unknown_message = f"unknown key; a native message has {', '.join(sorted(_NATIVE_KEYS))}"
+    setting_limits = {
+        "content": "MAX_MESSAGE_CHARS",
+        "tool_calls": "MAX_TOOL_CALLS_PER_MESSAGE",
+        "parts": "MAX_PARTS_PER_MESSAGE",
+    }
+
+    role = serializers.ChoiceField(
+        choices=[r.value for r in Role],
+        error_messages={"invalid_choice": "unknown role {input!r} (allowed: human, ai, tool, system)"},
+    )
+    content = StrictTextField(
+        allow_null=True,
+        allow_blank=True,
+        required=False,
+        help_text="Text; null only on an ai message that calls tools, or when parts are given.",
+    )
+    tool_calls = serializers.ListField(
+        child=ToolCallInputSerializer(), required=False, help_text="ai messages only."
+    )
+    tool_call_id = StrictTextField(
+        required=False, allow_blank=True, max_length=MAX_SHORT_TEXT, help_text="Tool results only."
+    )
+    name = StrictTextField(
+        required=False, allow_blank=True, max_length=MAX_SHORT_TEXT, help_text="A tool result's tool name."
+    )
+    metadata = JSONObjectField(required=False, help_text="Stored, never sent to a model.")
+    parts = serializers.ListField(
+        child=ContentPartInputSerializer(),
+        required=False,
+        allow_null=True,
+        help_text="Content parts of a multi-part message, in place of content: text, and on human "
+        "and tool messages images, audio and files.",
+    )
+
+    #: what ``validate_message`` asks of each role: human, system and tool messages have text
+    #: (content, or parts); an ai message text or tool calls; tool calls only on ai messages,
+    #: a tool_call_id only (and always) on tool results; media parts on human and tool only
+    schema_extra: dict[str, Any] = {
+        "oneOf": [
+            {
+                "properties": {
+                    "role": _is("human"),
+                    **_NO["tool_call_id"],
+                    "tool_calls": {"maxItems": 0},
+                },
+                "anyOf": _TEXT_OR_PARTS,
+            },
+            {
+                "properties": {
+                    "role": _is("system"),
+                    **_NO["tool_call_id"],
+                    "tool_calls": {"maxItems": 0},
+                    "parts": {"items": {"properties": {"type": _is("text")}}},
+                },
+                "anyOf": _TEXT_OR_PARTS,
+            },
+            {
+                "properties": {
+                    "role": _is("ai"),
+                    **_NO["tool_call_id"],
+                    "parts": {"items": {"properties": {"type": _is("text")}}},
+                },
+                "anyOf": [
+                    *_TEXT_OR_PARTS,
+                    {"properties": {"tool_calls": {"minItems": 1}}, "required": ["tool_calls"]},
+                ],
+            },
+            {
+                "properties": {
+                    "role": _is("tool"),
+                    "tool_call_id": {"minLength": 1},
+                    "tool_calls": {"maxItems": 0},
+                },
+                "required": ["tool_call_id"],
+                "anyOf": _TEXT_OR_PARTS,
+            },
+        ]
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            role = data.get("role")
+            if isinstance(role, str) and role in _OPENAI_ROLES:
+                raise serializers.ValidationError(
+                    {
+                        "role": [
+                            f"role {role!r} is an OpenAI role; the native role is {_OPENAI_ROLES[role]!r} "
+                            "(or send OpenAI messages with ?message_format=openai)"
+                        ]
+                    }
+                )
+        return super().to_internal_value(data)
+
+    def validate(self, attrs: dict[str, Any]) -> ChatMessage:  # type: ignore[override]
+        from agentmemory.conf import app_settings
+        from agentmemory.validation import coerce_message, validate_message
+
+        raw = dict(self.initial_data)
+        raw.pop("csrfmiddlewaretoken", None)
+        try:
+            message = coerce_message(message_from_native(raw), 0)
+            validate_message(message, 0, max_chars=app_settings().MAX_MESSAGE_CHARS)
+        except InvalidMessageError as exc:
+            raise serializers.ValidationError({message_error_field(exc.reason): [exc.reason]}) from None
+        return message
+
+
+class MessageBatchInputSerializer(StrictInputMixin, serializers.Serializer):
+    """A batch of native messages to append atomically, in order."""
+
+    messages = serializers.ListField(child=NativeMessageInputSerializer(), min_length=1, max_length=MAX_BATCH)
+
+
+def message_error_field(reason: str) -> str:
+    """The field of a native message that a ``validate_message`` / ``link_tool_message`` reason
+    is about (``"tool_calls"``, ``"parts"``...), ``"non_field_errors"`` when it names none."""
+    for prefix, field in _REASON_FIELDS:
+        if reason.startswith(prefix):
+            return field
+    return "non_field_errors"
+
+
+_REASON_FIELDS = (
+    ("content", "content"),
+    ("a human message needs content", "content"),
+    ("a system message needs content", "content"),
+    ("an ai message needs content", "content"),
+    ("a tool result needs content", "content"),
+    ("a tool result needs the tool_call_id", "tool_call_id"),
+    ("tool result for", "tool_call_id"),
+    ("only tool messages carry a tool_call_id", "tool_call_id"),
+    ("tool_call_id", "tool_call_id"),
+    ("name", "name"),
+    ("metadata", "metadata"),
+    ("part", "parts"),
+    ("parts", "parts"),
+    ("only ai messages carry tool calls", "tool_calls"),
+    ("tool call", "tool_calls"),
+    ("arguments", "tool_calls"),
+    ("tool_calls", "tool_calls"),
+    ("unknown role", "role"),
+    ("unknown OpenAI role", "role"),
+    ("role", "role"),
+)
+
+
 class CancelPendingToolCallsSerializer(StrictInputMixin, serializers.Serializer):
     """Body of cancel-pending-tool-calls: the reason written into each error result."""
 
-    reason = serializers.CharField(
+    reason = StrictTextField(
         required=False,
         max_length=1000,
         default="the tool call was cancelled",
@@ -383,6 +799,14 @@ class CancelPendingToolCallsSerializer(StrictInputMixin, serializers.Serializer)
 class ConversationSerializer(StrictInputMixin, serializers.ModelSerializer):
     """A conversation; the id is the public ``uuid``. Counters are maintained by the store:
     a body that sets one (or any read-only or unknown field) is a 400 naming it."""
+
+    metadata = JSONObjectField(required=False, help_text="Your own JSON object (default {}).")
+    #: text columns take strings only, of text storage accepts (DRF's CharField would turn a
+    #: number into text)
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.CharField: StrictTextField,
+    }
 
     class Meta:
         model = Conversation
@@ -441,6 +865,48 @@ class ConversationDetailSerializer(ConversationSerializer):
         fields = (*ConversationSerializer.Meta.fields, "summary")
 
 
+#: the smallest document import takes: one conversation with one message
+IMPORT_EXAMPLE = {
+    "format": "agentmemory.conversation",
+    "version": 1,
+    "conversation": {"agent_key": "support", "title": "imported", "metadata": {}},
+    "messages": [
+        {
+            "seq": 1,
+            "role": "human",
+            "content": "Where is order 7?",
+            "tool_call_id": "",
+            "name": "",
+            "token_count": 9,
+            "token_counter": "approx",
+        }
+    ],
+    "summaries": [],
+}
+
+
+class ImportDocumentSerializer(serializers.Serializer):
+    """The document ``POST /conversations/import/`` takes: what ``GET .../export/`` returns
+    (``agentmemory.transfer``). The rows are objects of the stored columns; their values and
+    how they fit together (seqs, counters, tool exchanges, summary spans) are checked by
+    ``import_conversation``, which names the offending part in ``path``."""
+
+    format = serializers.ChoiceField(choices=["agentmemory.conversation"])
+    version = serializers.ChoiceField(choices=[1])
+    exported_at = StrictTextField(
+        required=False, allow_blank=True, help_text="When it was exported (ISO 8601); not read."
+    )
+    conversation = JSONObjectField(help_text="The conversation's columns and counters.")
+    messages = serializers.ListField(child=JSONObjectField(), help_text="Its messages, in seq order.")
+    summaries = serializers.ListField(child=JSONObjectField(), required=False)
+
+    @staticmethod
+    def error_path(field: str) -> str:
+        """A dotted error path (``messages.1``) in the notation of
+        ``InvalidConversationData.path`` (``messages[1]``)."""
+        return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", field)
+
+
 class ErrorSerializer(serializers.Serializer):
     """The API's error shape: every 4xx answer is a JSON object with at least these keys."""
 
@@ -456,7 +922,8 @@ class ErrorSerializer(serializers.Serializer):
         fields["fields"] = serializers.DictField(
             child=serializers.ListField(child=serializers.CharField()),
             required=False,
-            help_text="Validation errors only: messages by field or parameter name.",
+            help_text="Validation errors only: messages by field or parameter name (nested "
+            "fields by their dotted path, tool_calls.0.id).",
         )
         return fields
 
@@ -589,18 +1056,18 @@ class InvalidMessageErrorSerializer(serializers.Serializer):
     )
     reason = serializers.CharField(required=False, help_text="invalid_message: why it was refused.")
 
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # "fields" cannot be a class attribute: it is the serializer's own field mapping.
+        fields = super().get_fields()
+        fields["fields"] = serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            required=False,
+            help_text="Messages by the path of the field at fault (messages.1.tool_calls.0.id).",
+        )
+        return fields
+
 
 # -- long-term memory ----------------------------------------------------------------------
-
-
-class StorableTextField(serializers.CharField):
-    """A ``CharField`` whose value the database can store: no NUL, no lone surrogate."""
-
-    def to_internal_value(self, data: Any) -> str:
-        value: str = super().to_internal_value(data)
-        if problem := text_problem(value):
-            raise serializers.ValidationError(f"The value {problem}.")
-        return value
 
 
 class FiniteFloatField(serializers.FloatField):
@@ -664,12 +1131,14 @@ class FactSerializer(serializers.ModelSerializer):
         return str(value) if value is not None else None
 
 
-class FactWriteSerializer(StrictInputMixin, serializers.Serializer):
+class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializer):
     """A fact to remember (``KnowledgeMemory.store()``), or on PATCH the changes to a fact:
     a changed fact is stored as a new fact that supersedes the old one."""
 
-    content = StorableTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
-    category = StorableTextField(max_length=100, default="general")
+    setting_limits = {"content": "MAX_FACT_CHARS"}
+
+    content = NonBlankTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
+    category = NonBlankTextField(max_length=100, default="general")
     persistent = serializers.BooleanField(
         default=False, help_text="Kept until forgotten (true) or a recent entry that ages out (false)."
     )
@@ -741,3 +1210,42 @@ class SearchResultSerializer(serializers.Serializer):
     query = serializers.CharField()
     messages = MessageHitSerializer(many=True)
     facts = FactHitSerializer(many=True)
+
+
+# -- messages of a request -------------------------------------------------------------------
+
+
+class InvalidMessageFields(InvalidMessageError):
+    """A message of a request was refused, with the fields at fault.
+
+    Attributes:
+        fields: ``{field path within the message: [messages]}`` (``"tool_calls.0.id"``).
+    """
+
+    def __init__(self, fields: dict[str, list[str]], *, index: int) -> None:
+        self.fields = fields
+        field, texts = next(iter(fields.items()))
+        reason = texts[0] if field == "non_field_errors" else f"{field}: {texts[0]}"
+        super().__init__(reason, index=index)
+
+
+def validated_messages(items: list[Any], message_format: str) -> list[ChatMessage]:
+    """The request's messages as ``ChatMessage`` objects, each checked on its own.
+
+    Native messages go through ``NativeMessageInputSerializer`` (fields, then
+    ``validate_message``); the other formats through their converters
+    (``messages_from_request``), whose results ``PersistentChatHistory`` checks when storing.
+
+    Raises:
+        InvalidMessageError: the first refused message (``InvalidMessageFields`` with the
+            fields at fault for the native format), ``index`` its position.
+    """
+    if message_format != NATIVE:
+        return messages_from_request(items, message_format)
+    messages = []
+    for index, item in enumerate(items):
+        serializer = NativeMessageInputSerializer(data=item)
+        if not serializer.is_valid():
+            raise InvalidMessageFields(flatten_errors(serializer.errors), index=index)
+        messages.append(serializer.validated_data)
+    return messages

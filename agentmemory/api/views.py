@@ -27,6 +27,7 @@ from rest_framework.viewsets import GenericViewSet
 from agentmemory.api import serializers as s
 from agentmemory.api.access import (
     OpenAIFormatRenderer,
+    StrictContentNegotiation,
     permission_classes,
     request_owner,
     staff_sees_all,
@@ -45,6 +46,7 @@ from agentmemory.api.pagination import (
     SummaryCursorPagination,
 )
 from agentmemory.api.schema import (
+    OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
     OpenApiTypes,
@@ -66,7 +68,7 @@ from agentmemory.transfer import InvalidConversationData, export_conversation, i
 from agentmemory.validation import text_problem
 
 #: most messages one append request may carry
-MAX_BATCH = 1000
+MAX_BATCH = s.MAX_BATCH
 #: Any path segment reaches the views, which answer an id that is not a UUID with the API's
 #: JSON 404; a narrower pattern would leave such ids to the URL resolver's HTML page.
 UUID_REGEX = "[^/]+"
@@ -113,7 +115,7 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
         ValidationError: any other value (a 400 naming the parameter).
     """
     raw = request.query_params.get(name)
-    if raw in (None, ""):
+    if raw is None:
         return default
     if not _DIGITS.fullmatch(raw):
         raise serializers.ValidationError({name: ["Must be a whole number."]})
@@ -163,6 +165,7 @@ class AppAPIView:
     bounds, and a body-size check made before anything reads the body."""
 
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+    content_negotiation_class = StrictContentNegotiation
     schema = view_schema()
     #: first part of the operation ids of the view's actions in the schema
     operation_prefix = ""
@@ -190,9 +193,28 @@ class AppAPIView:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
 
 
-def invalid_message_response(exc: InvalidMessageError) -> Response:
+def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Response:
+    """A 400 in the API's error shape for a refused message: ``invalid_message`` with its
+    ``index`` and ``reason``, and ``fields`` naming the field at fault by its path in the
+    body (``messages.1.tool_calls.0.id`` in a batch, ``tool_calls.0.id`` for one message,
+    ``messages`` for the batch itself)."""
+    if exc.index is None:
+        fields = {"messages" if batch else "non_field_errors": [exc.reason]}
+    else:
+        own = getattr(exc, "fields", None) or {s.message_error_field(exc.reason): [exc.reason]}
+        prefix = f"messages.{exc.index}." if batch else ""
+        fields = {
+            (f"messages.{exc.index}" if batch and name == "non_field_errors" else prefix + name): texts
+            for name, texts in own.items()
+        }
     return Response(
-        {"error": "invalid_message", "detail": str(exc), "index": exc.index, "reason": exc.reason},
+        {
+            "error": "invalid_message",
+            "detail": str(exc),
+            "index": exc.index,
+            "reason": exc.reason,
+            "fields": fields,
+        },
         status=status.HTTP_400_BAD_REQUEST,
     )
 
@@ -237,6 +259,7 @@ class ConversationViewSet(
     """The requesting user's conversations, identified by their public ``uuid``."""
 
     operation_prefix = "conversations"
+    body_required_actions = ("import_",)
     pagination_class = ConversationCursorPagination
     lookup_field = "uuid"
     lookup_value_regex = UUID_REGEX
@@ -280,8 +303,16 @@ class ConversationViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("max_tokens", OpenApiTypes.INT, description="Token budget (default: setting)."),
-            OpenApiParameter("max_messages", OpenApiTypes.INT, description="Cap on history messages."),
+            OpenApiParameter(
+                "max_tokens",
+                {"type": "integer", "minimum": 1, "x-maximum-setting": "MAX_CONTEXT_TOKENS"},
+                description="Token budget (default: setting; at most AGENTMEMORY['MAX_CONTEXT_TOKENS']).",
+            ),
+            OpenApiParameter(
+                "max_messages",
+                {"type": "integer", "minimum": 0, "maximum": MAX_QUERY_INT},
+                description="Cap on history messages.",
+            ),
             MESSAGE_FORMAT_PARAMETER,
         ],
         responses={
@@ -347,7 +378,8 @@ class ConversationViewSet(
         return Response(export_conversation(conversation))
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
+        request=s.ImportDocumentSerializer,
+        examples=[OpenApiExample("One message", value=s.IMPORT_EXAMPLE, request_only=True)],
         responses={
             201: s.ConversationDetailSerializer,
             400: OpenApiResponse(s.ErrorSerializer, description="Refused document (`invalid_document`)."),
@@ -358,6 +390,18 @@ class ConversationViewSet(
         """Create a conversation owned by the requester from an export document, in the exact
         state it describes (nothing re-counted or trimmed), under a fresh uuid. A refused
         document writes nothing and answers 400 with ``path`` naming the offending part."""
+        document = s.ImportDocumentSerializer(data=request.data)
+        if not document.is_valid():
+            fields = s.flatten_errors(document.errors)
+            field, texts = next(iter(fields.items()))
+            path = s.ImportDocumentSerializer.error_path("" if field == "non_field_errors" else field)
+            return error_response(
+                "invalid_document",
+                f"{path}: {texts[0]}" if path else texts[0],
+                status.HTTP_400_BAD_REQUEST,
+                path=path,
+                fields=fields,
+            )
         try:
             conversation = import_conversation(request.data, owner=request_owner(request), new_uuid=True)
         except InvalidConversationData as exc:
@@ -381,7 +425,7 @@ class ConversationViewSet(
         try:
             stored = PersistentChatHistory(conversation).cancel_pending_tool_calls(reason)
         except InvalidMessageError as exc:
-            return invalid_message_response(exc)
+            return invalid_message_response(exc, batch=False)
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
         rows = Message.objects.filter(conversation=conversation, seq__in=[m.seq for m in stored]).order_by(
@@ -399,6 +443,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
     pagination_class = MessageCursorPagination
     operation_prefix = "messages"
     throttle_scope = "agentmemory.messages"
+    body_required_actions = ("create",)
     serializer_class = s.MessageSerializer
 
     def get_queryset(self) -> QuerySet[Message]:
@@ -412,7 +457,11 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after_seq", OpenApiTypes.INT, description="Only messages with a greater seq."),
+            OpenApiParameter(
+                "after_seq",
+                {"type": "integer", "minimum": 0, "maximum": MAX_QUERY_INT},
+                description="Only messages with a greater seq.",
+            ),
         ]
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -444,18 +493,19 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
         batch = isinstance(body, dict) and set(body) == {"messages"}
         items = body["messages"] if batch else [body]
         if not isinstance(items, list):
-            return invalid_message_response(InvalidMessageError("'messages' must be a list"))
+            return invalid_message_response(InvalidMessageError("'messages' must be a list"), batch=True)
         if not items:
-            return invalid_message_response(InvalidMessageError("'messages' is empty"))
-        if len(items) > MAX_BATCH:
+            return invalid_message_response(InvalidMessageError("'messages' is empty"), batch=True)
+        if len(items) > s.MAX_BATCH:
             return invalid_message_response(
-                InvalidMessageError(f"{len(items)} messages in one request; at most {MAX_BATCH}")
+                InvalidMessageError(f"{len(items)} messages in one request; at most {s.MAX_BATCH}"),
+                batch=True,
             )
         try:
-            messages = s.messages_from_request(items, message_format(request))
+            messages = s.validated_messages(items, message_format(request))
             stored = PersistentChatHistory(conversation).add_messages(messages)
         except InvalidMessageError as exc:
-            return invalid_message_response(exc)
+            return invalid_message_response(exc, batch=batch)
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
         if any(m.role is Role.HUMAN for m in stored):
@@ -499,7 +549,7 @@ def _fact_error(exc: Exception) -> serializers.ValidationError:
 
 def _bool_param(request: Request, name: str) -> bool:
     raw = request.query_params.get(name)
-    if raw in (None, "", "false", "0"):
+    if raw in (None, "false", "0"):
         return False
     if raw in ("true", "1"):
         return True
@@ -692,7 +742,7 @@ class FactViewSet(
 class SearchQuerySerializer(serializers.Serializer):
     """Query parameters of the search endpoint."""
 
-    q = s.StorableTextField(max_length=1000, help_text="Words to look for (stemmed, stop words ignored).")
+    q = s.NonBlankTextField(max_length=1000, help_text="Words to look for (stemmed, stop words ignored).")
     k = serializers.IntegerField(
         min_value=1, max_value=MAX_K, default=10, help_text=f"Hits wanted of each kind, 1 to {MAX_K}."
     )

@@ -1,0 +1,278 @@
+"""Request bodies are validated by the serializers the OpenAPI schema is generated from: a body
+the schema calls valid is accepted, one it calls invalid is a 400 in the API's error shape
+naming the field, and nothing of a refused request is stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from rest_framework.test import APIClient
+
+from agentmemory.api.serializers import IMPORT_EXAMPLE
+from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Fact, Message
+from tests.test_api_schema import _json_schema
+
+pytestmark = pytest.mark.django_db
+
+MESSAGES = "/api/conversations/{conversation_uuid}/messages/"
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice", password="alice-pw")
+
+
+@pytest.fixture
+def api(user) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def conv(user) -> Conversation:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user, agent_key="support")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("hello"), ChatMessage.ai("hi")])
+    return conv
+
+
+@pytest.fixture(scope="module")
+def openapi() -> dict[str, Any]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)  # type: ignore[no-any-return]
+
+
+def body_schema(openapi: dict[str, Any], path: str, method: str) -> Draft202012Validator:
+    """A validator of the JSON request body ``openapi`` documents for the operation."""
+    body = openapi["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+    return Draft202012Validator({**_json_schema(body), "components": _json_schema(openapi["components"])})
+
+
+def messages_url(conv: Conversation) -> str:
+    return f"/api/conversations/{conv.uuid}/messages/"
+
+
+CALL = {"id": "c1", "name": "lookup", "arguments": {"order": 7}}
+VALID_MESSAGES = {
+    "human text": {"role": "human", "content": "Where is order 7?"},
+    "empty human text": {"role": "human", "content": ""},
+    "system": {"role": "system", "content": "Be brief.", "metadata": {"source": "test"}},
+    "ai calls a tool": {"role": "ai", "content": None, "tool_calls": [CALL]},
+    "null arguments": {"role": "ai", "tool_calls": [{"id": "c2", "name": "now", "arguments": None}]},
+    "human with parts": {
+        "role": "human",
+        "parts": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image", "data": PNG, "mime_type": "image/png", "detail": "low"},
+            {"type": "image", "url": "https://example.com/a.png"},
+            {"type": "file", "file_id": "file-1", "filename": "a.pdf"},
+        ],
+    },
+    "image as a data URL": {
+        "role": "human",
+        "parts": [{"type": "image", "url": f"data:image/png;base64,{PNG}"}],
+    },
+    "batch": {"messages": [{"role": "human", "content": "a"}, {"role": "ai", "content": "b"}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALID_MESSAGES))
+def test_a_message_the_schema_calls_valid_is_stored(api, conv, openapi, name):  # type: ignore[no-untyped-def]
+    body = VALID_MESSAGES[name]
+    assert not list(body_schema(openapi, MESSAGES, "post").iter_errors(body))
+    response = api.post(messages_url(conv), body, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_a_tool_result_answering_a_pending_call_is_stored(api, conv, openapi):  # type: ignore[no-untyped-def]
+    assert (
+        api.post(messages_url(conv), {"role": "ai", "tool_calls": [CALL]}, format="json").status_code == 201
+    )
+    result = {"role": "tool", "content": "shipped", "tool_call_id": "c1", "name": "lookup"}
+    assert not list(body_schema(openapi, MESSAGES, "post").iter_errors(result))
+    assert api.post(messages_url(conv), result, format="json").status_code == 201
+
+
+TOO_LONG = "x" * 256
+INVALID_MESSAGES = {
+    "unknown role": ({"role": "robot", "content": "x"}, "role"),
+    "OpenAI role": ({"role": "user", "content": "x"}, "role"),
+    "no role": ({"content": "x"}, "role"),
+    "content not text": ({"role": "human", "content": 7}, "content"),
+    "content with NUL": ({"role": "human", "content": "a\x00b"}, "content"),
+    "human without content": ({"role": "human"}, "content"),
+    "unknown key": ({"role": "human", "content": "x", "colour": "red"}, "colour"),
+    "tool calls on a human message": ({"role": "human", "content": "x", "tool_calls": [CALL]}, "tool_calls"),
+    "ai with nothing": ({"role": "ai", "content": None}, "content"),
+    "tool result without id": ({"role": "tool", "content": "x"}, "tool_call_id"),
+    "tool_call_id too long": ({"role": "tool", "content": "x", "tool_call_id": TOO_LONG}, "tool_call_id"),
+    "arguments as a JSON string": (
+        {"role": "ai", "tool_calls": [{"id": "c", "name": "f", "arguments": '{"a": 1}'}]},
+        "tool_calls.0.arguments",
+    ),
+    "tool call without a name": ({"role": "ai", "tool_calls": [{"id": "c"}]}, "tool_calls.0.name"),
+    "tool call with an unknown key": (
+        {"role": "ai", "tool_calls": [{**CALL, "type": "function"}]},
+        "tool_calls.0.type",
+    ),
+    "metadata not an object": ({"role": "human", "content": "x", "metadata": [1]}, "metadata"),
+    "unknown part type": (
+        {"role": "human", "parts": [{"type": "video", "url": "https://e.x/v"}]},
+        "parts.0.type",
+    ),
+    "image on an ai message": (
+        {"role": "ai", "parts": [{"type": "image", "url": "https://example.com/a.png"}]},
+        "parts",
+    ),
+    "image of a type providers refuse": (
+        {"role": "human", "parts": [{"type": "image", "data": PNG, "mime_type": "image/tiff"}]},
+        "parts",
+    ),
+    "image with two sources": (
+        {
+            "role": "human",
+            "parts": [{"type": "image", "data": PNG, "mime_type": "image/png", "url": "https://e.x"}],
+        },
+        "parts",
+    ),
+    "data that is not base64": (
+        {"role": "human", "parts": [{"type": "audio", "data": "!!!", "mime_type": "audio/wav"}]},
+        "parts",
+    ),
+    "a batch with a bad second message": (
+        {"messages": [{"role": "human", "content": "ok"}, {"role": "robot", "content": "x"}]},
+        "messages.1.role",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_MESSAGES))
+def test_a_message_the_schema_calls_invalid_is_a_400_naming_the_field(api, conv, openapi, name):  # type: ignore[no-untyped-def]
+    body, field = INVALID_MESSAGES[name]
+    assert list(body_schema(openapi, MESSAGES, "post").iter_errors(body)), "the schema accepts it"
+    before = Message.objects.count()
+    response = api.post(messages_url(conv), body, format="json")
+    assert response.status_code == 400, response.content
+    answer = response.json()
+    assert answer["error"] == "invalid_message" and answer["detail"] and answer["reason"]
+    assert field in answer["fields"], answer
+    assert Message.objects.count() == before
+
+
+def test_a_refusal_by_stored_state_names_the_field_in_the_batch(api, conv):  # type: ignore[no-untyped-def]
+    batch = {
+        "messages": [
+            {"role": "human", "content": "ok"},
+            {"role": "tool", "content": "r", "tool_call_id": "zz"},
+        ]
+    }
+    answer = api.post(messages_url(conv), batch, format="json").json()
+    assert answer["index"] == 1 and "answers no earlier" in answer["reason"]
+    assert list(answer["fields"]) == ["messages.1.tool_call_id"]
+
+
+def test_the_setting_limits_are_in_the_schema_and_enforced(api, conv, settings):  # type: ignore[no-untyped-def]
+    from drf_spectacular.generators import SchemaGenerator
+
+    settings.AGENTMEMORY = {"MAX_MESSAGE_CHARS": 10, "MAX_TOOL_CALLS_PER_MESSAGE": 1}
+    openapi = SchemaGenerator().get_schema(request=None, public=True)
+    native = openapi["components"]["schemas"]["NativeMessageInputRequest"]["properties"]
+    assert native["content"]["maxLength"] == 10 and native["tool_calls"]["maxItems"] == 1
+    over = api.post(messages_url(conv), {"role": "human", "content": "x" * 11}, format="json")
+    assert over.status_code == 400 and "MAX_MESSAGE_CHARS" in over.json()["fields"]["content"][0]
+    calls = [{"id": f"c{i}", "name": "f", "arguments": {}} for i in range(2)]
+    assert api.post(messages_url(conv), {"role": "ai", "tool_calls": calls}, format="json").status_code == 400
+    assert (
+        api.post(messages_url(conv), {"role": "human", "content": "x" * 10}, format="json").status_code == 201
+    )
+
+
+def test_the_openai_format_still_validates(api, conv):  # type: ignore[no-untyped-def]
+    good = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    assert api.post(messages_url(conv) + "?message_format=openai", good, format="json").status_code == 201
+    bad = {"role": "human", "content": "hi"}
+    refused = api.post(messages_url(conv) + "?message_format=openai", bad, format="json")
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_message"
+    assert "role" in refused.json()["fields"]
+
+
+def test_fact_bodies_follow_the_schema(api, user, openapi):  # type: ignore[no-untyped-def]
+    create = body_schema(openapi, "/api/facts/", "post")
+    good = {"content": "Likes tea", "category": "preferences", "importance": 0.5, "ttl": None}
+    assert not list(create.iter_errors(good))
+    assert api.post("/api/facts/", good, format="json").status_code == 201
+    for body, field in (
+        ({"content": "   "}, "content"),
+        ({"content": "x", "category": 5}, "category"),
+        ({"content": "x", "importance": 2}, "importance"),
+        ({"content": "x", "colour": "red"}, "colour"),
+    ):
+        assert list(create.iter_errors(body)), body
+        refused = api.post("/api/facts/", body, format="json")
+        assert refused.status_code == 400 and field in refused.json()["fields"], refused.content
+    fact = KnowledgeMemory(user).store("Lives in Oslo").fact
+    patch = body_schema(openapi, "/api/facts/{id}/", "patch")
+    assert list(patch.iter_errors({"namespace": "x"}))
+    refused = api.patch(f"/api/facts/{fact.uuid}/", {"namespace": "x"}, format="json")
+    assert refused.status_code == 400 and "namespace" in refused.json()["fields"]
+    assert not list(patch.iter_errors({"persistent": True}))
+    assert api.patch(f"/api/facts/{fact.uuid}/", {"persistent": True}, format="json").status_code == 200
+    assert Fact.objects.count() == 2
+
+
+def test_import_documents_follow_the_schema(api, openapi):  # type: ignore[no-untyped-def]
+    schema = body_schema(openapi, "/api/conversations/import/", "post")
+    assert not list(schema.iter_errors(IMPORT_EXAMPLE))
+    assert api.post("/api/conversations/import/", IMPORT_EXAMPLE, format="json").status_code == 201
+    for body, path in (
+        ({}, "format"),
+        ({**IMPORT_EXAMPLE, "version": 2}, "version"),
+        ({**IMPORT_EXAMPLE, "messages": [1]}, "messages[0]"),
+        ({**IMPORT_EXAMPLE, "conversation": None}, "conversation"),
+    ):
+        assert list(schema.iter_errors(body)), body
+        refused = api.post("/api/conversations/import/", body, format="json")
+        assert refused.status_code == 400, refused.content
+        answer = refused.json()
+        assert answer["error"] == "invalid_document" and answer["path"] == path and answer["fields"]
+    assert Conversation.objects.count() == 1
+
+
+def test_conversation_bodies_follow_the_schema(api, conv, openapi):  # type: ignore[no-untyped-def]
+    schema = body_schema(openapi, "/api/conversations/", "post")
+    for body, field in (({"title": 5}, "title"), ({"metadata": None}, "metadata"), ({"x": 1}, "x")):
+        assert list(schema.iter_errors(body)), body
+        refused = api.post("/api/conversations/", body, format="json")
+        assert refused.status_code == 400 and field in refused.json()["fields"]
+    assert api.post("/api/conversations/", {"title": " spaced "}, format="json").json()["title"] == " spaced "
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ("messages/?page_size=0", 400),
+        ("messages/?page_size=x", 400),
+        ("messages/?page_size=", 400),
+        ("messages/?page_size=" + "9" * 40, 200),
+        ("messages/?after_seq=", 400),
+        ("context/?max_tokens=", 400),
+        ("export/?format=", 404),
+    ],
+)
+def test_query_parameters_outside_the_schema_are_refused(api, conv, query, status):  # type: ignore[no-untyped-def]
+    response = api.get(f"/api/conversations/{conv.uuid}/{query}")
+    assert response.status_code == status, response.content
+    if status != 200:
+        assert response.json()["error"]
+
+
+def test_an_empty_usage_bound_is_refused(api):  # type: ignore[no-untyped-def]
+    response = api.get("/api/usage/", {"until": ""})
+    assert response.status_code == 400 and "until" in response.json()["fields"]
