@@ -276,3 +276,17 @@ def test_query_parameters_outside_the_schema_are_refused(api, conv, query, statu
 def test_an_empty_usage_bound_is_refused(api):  # type: ignore[no-untyped-def]
     response = api.get("/api/usage/", {"until": ""})
     assert response.status_code == 400 and "until" in response.json()["fields"]
+
+
+def test_the_batch_serializer_validates_each_message_on_its_own():  # type: ignore[no-untyped-def]
+    from agentmemory.api.serializers import MessageBatchInputSerializer
+
+    good = MessageBatchInputSerializer(
+        data={"messages": [{"role": "human", "content": "a"}, {"role": "ai", "tool_calls": [CALL]}]}
+    )
+    assert good.is_valid(), good.errors
+    assert [m.role.value for m in good.validated_data["messages"]] == ["human", "ai"]
+    bad = MessageBatchInputSerializer(
+        data={"messages": [{"role": "human", "content": "a"}, {"role": "human"}]}
+    )
+    assert not bad.is_valid() and "content" in bad.errors["messages"][1]

@@ -730,13 +730,16 @@ class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers
                         ]
                     }
                 )
+        # validate() parses the body as sent: run_validation calls it next, for this item (a
+        # ListField child serializer checks its items one after another and has no initial_data)
+        self._raw = data
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> ChatMessage:  # type: ignore[override]
         from agentmemory.conf import app_settings
         from agentmemory.validation import coerce_message, validate_message
 
-        raw = dict(self.initial_data)
+        raw = dict(self._raw)
         raw.pop("csrfmiddlewaretoken", None)
         try:
             message = coerce_message(message_from_native(raw), 0)
