@@ -9,13 +9,12 @@ report directory):
    describes the native shape, the default; generated requests in another format are not sent
    (tests/test_api.py and tests/test_api_access.py cover the OpenAI, Anthropic and LangChain
    shapes).
-2. PATCH of a fact that changes its content stores a new fact that supersedes it: the fact of
-   the URL is then history, and changing it again is refused. Each PATCH is sent to the fact
-   in force of the seeded scope, so that every one tests a body, not the fact's past.
-3. A body the schema calls valid can still be refused for what is stored or for how its
+2. A body the schema calls valid can still be refused for what is stored or for how its
    items fit together: a tool result that answers no pending call, a tool call id already
-   pending or repeated, a fact that is no longer in force, an import document whose counters,
-   seqs or tool exchanges disagree. The answer is a 400 naming the rule; a
+   pending or repeated, a fact that is no longer in force (a PATCH that changes the seeded
+   fact's content supersedes it, so later ones find it history), an import document whose
+   counters, seqs or tool exchanges disagree; and a context window whose stored messages do
+   not fit the budget asked (the documented 422). The answer names the rule; a
    positive_data_acceptance failure whose answer names one of these rules is dropped, every
    other failure stays.
 """
@@ -26,7 +25,6 @@ import json
 import os
 from typing import Any
 
-import requests
 import schemathesis
 
 MESSAGES = "/api/conversations/{conversation_uuid}/messages/"
@@ -50,23 +48,6 @@ def native_messages_only(context: Any, case: Any) -> bool:
     if shape is None:
         return query.get("format") != "openai"
     return bool(shape == "native")
-
-
-@schemathesis.hook
-def before_call(context: Any, case: Any, **kwargs: Any) -> None:
-    if case.operation.method.upper() != "PATCH" or case.operation.path != "/api/facts/{id}/":
-        return
-    if (case.path_parameters or {}).get("id") != os.environ.get("SCHEMATHESIS_FACT"):
-        return
-    answer = requests.get(
-        f"{os.environ['SCHEMATHESIS_BASE_URL']}/api/facts/",
-        params={"agent_key": "seeded", "category": "preferences"},
-        headers={"Authorization": f"Token {os.environ['SCHEMATHESIS_TOKEN']}"},
-        timeout=30,
-    )
-    results = answer.json().get("results") if answer.ok else None
-    if results:
-        case.path_parameters["id"] = results[0]["id"]
 
 
 @schemathesis.hook
