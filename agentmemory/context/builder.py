@@ -399,6 +399,7 @@ class ContextWindowBuilder:
         self._summary_message: ChatMessage | None = None
         self._turn_floor: _TurnFloor | None = None
         self._system_tokens = 0
+        self._system_prompt_cache: tuple[str, TokenCounter, int] | None = None
         self._pinned_floor = 0
         self._gap_state: _GapState | None = None
         self._can_compact = memory_compactor is self._UNSET or (
@@ -617,8 +618,7 @@ class ContextWindowBuilder:
         messages: list[ChatMessage] = []
         system_tokens = 0
         if self.system_prompt is not None:
-            pinned_message = ChatMessage.system(self.system_prompt)
-            system_tokens = counter.count_message(pinned_message)
+            pinned_message, system_tokens = self._system_prompt_message()
             messages.append(pinned_message)
         messages_qs = Message.objects.all()
         # The first page is sized, and its content read, for the budget before the summary
@@ -804,7 +804,7 @@ class ContextWindowBuilder:
         )
         self._pinned_floor = 1 if conv.has_system_prompt else 0
         # What the gap accounting needs, here and in ``_with_summary_cut``.
-        self._gap_state = _GapState(conv, summary, head.page[0][0] if head.page else None, rows_seen)
+        self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
         if self.gap_policy != "ignore" and not coverage_unknown:
             before = window.first_seq if window.first_seq is not None else _NO_SEQ
             if packed.blocked is not None or any(seq < before for seq in packed.dropped_leading):
@@ -855,6 +855,21 @@ class ContextWindowBuilder:
         if not count:
             return NO_UNCOVERED
         return UncoveredMessages(count, tokens, tuple(reversed(seqs)))
+
+    def _system_prompt_message(self) -> tuple[ChatMessage, int]:
+        """The system prompt's message and its tokens by the builder's counter (tokens),
+        counted once per builder (an agent's builder serves every model call of a turn) and again only
+        when ``system_prompt`` or ``token_counter`` is replaced."""
+        prompt, counter = self.system_prompt, self.token_counter
+        assert prompt is not None
+        # A new message each time: windows never share a message (its metadata is a dict).
+        message = ChatMessage.system(prompt)
+        cached = self._system_prompt_cache
+        if cached is not None and cached[0] is prompt and cached[1] is counter:
+            return message, cached[2]
+        tokens = counter.count_message(message)
+        self._system_prompt_cache = (prompt, counter, tokens)
+        return message, tokens
 
     async def abuild(
         self, max_tokens: int | None = None, *, max_messages: int | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import ChatMessage, Role
@@ -25,9 +25,13 @@ _META_FIELDS = ("seq", "role", "token_count", "exchange_seq", "tool_call_id", "t
 _HUMAN, _AI, _TOOL = Role.HUMAN.value, Role.AI.value, Role.TOOL.value
 
 
-@dataclass(frozen=True, slots=True)
-class RowMeta:
-    """What the builder knows of a stored message before reading its content."""
+class RowMeta(NamedTuple):
+    """What the builder knows of a stored message before reading its content.
+
+    A named tuple: one is made for every row of every window, and a tuple is made in one
+    step where a frozen dataclass sets each field in turn. Rows are told apart by identity
+    (``is``), never by value.
+    """
 
     seq: int
     role: str

@@ -12,11 +12,13 @@ length of the conversation.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from django.db import connections, models, router
+from django.db import connections, router
 
 from agentmemory.context.packing import _META_FIELDS, RowMeta
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
@@ -65,9 +67,15 @@ _SQL_CACHE: dict[tuple[Any, ...], str] = {}
 #: largest budget (tokens) and message cap passed to the database
 MAX_READ = 2**31
 _NO_CAP = 2**62
-#: columns of a tail row: the metadata (``_META_FIELDS``), then id, name, whether the
-#: content was read, the content and the content parts
-_TAIL_WIDTH = len(_META_FIELDS) + 5
+#: Columns of every row the read path returns, head statement and later pages alike: the
+#: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
+#: the content, the content parts, and ``metadata`` (only the pinned message has it). One
+#: layout for every page, so rows are used as the driver returns them, never sliced.
+_TAIL_WIDTH = len(_META_FIELDS) + 7
+#: index of ``seq`` in a row
+_SEQ = 1
+#: sort key of the head statement's rows: kind, then seq
+_KIND_SEQ = itemgetter(0, _SEQ)
 
 
 def _names(alias: str) -> tuple[Any, Any, Any]:
@@ -239,33 +247,35 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
     if sql is None:
         _, _, m = _names(alias)
         where = f"{m('conversation')} = %(id)s AND {m('seq')} > %(floor)s AND {m('seq')} < %(upper)s"
-        sql = _SQL_CACHE[key] = _tail_select(alias, capped=capped, where=where, limit="%(size)s")
+        sql = _SQL_CACHE[key] = _tail_select(
+            alias, capped=capped, where=where, limit="%(size)s", before=f"{_TAIL}, ", after=", NULL"
+        )
     return sql
 
 
-_JSON_FIELDS: dict[tuple[Any, str], models.JSONField[Any]] = {}
+def _loads(value: Any) -> Any:
+    """A JSON column as the model field returns it: the raw cursor gives text (PostgreSQL's
+    ``jsonb`` too, as Django configures psycopg), decoded here as ``JSONField.from_db_value``
+    decodes it (no field of the read path has a custom decoder), without its per-call
+    lookups: this runs for the JSON columns of every row of every window."""
+    if isinstance(value, str | bytes):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value  # what from_db_value returns for text that is not JSON
+    return value
 
 
-def _json_value(field_name: str, value: Any, conn: Any, model: Any = Message) -> Any:
-    """A JSON column as the model field returns it (the raw cursor gives text)."""
-    field = _JSON_FIELDS.get((model, field_name))
-    if field is None:  # looked up once: this runs for every row of every window
-        found = model._meta.get_field(field_name)
-        assert isinstance(found, models.JSONField)
-        field = _JSON_FIELDS[(model, field_name)] = found
-    return field.from_db_value(value, None, conn)  # type: ignore[arg-type]  # Django passes None too
-
-
-def _parts(value: Any, conn: Any) -> tuple[ContentPart, ...]:
+def _parts(value: Any) -> tuple[ContentPart, ...]:
     if value is None:
         return ()
-    return tuple(ContentPart.from_dict(p) for p in _json_value("parts", value, conn) or ())
+    return tuple(ContentPart.from_dict(p) for p in _loads(value) or ())
 
 
-def _tool_calls(value: Any, conn: Any) -> Any:
+def _tool_calls(value: Any) -> Any:
     if not value or value == "[]":
         return ()
-    return _json_value("tool_calls", value, conn) or ()
+    return _loads(value) or ()
 
 
 _ROLES = {role.value: role for role in Role}
@@ -302,7 +312,17 @@ def _fast_init(cls: Any, names: tuple[str, ...]) -> Any:
     return make
 
 
-_new_row = _fast_init(RowMeta, ("seq", "role", "token_count", "exchange_seq", "tool_call_id", "tool_calls"))
+_tuple_new = tuple.__new__
+
+
+def _new_row(
+    seq: int, role: str, token_count: int, exchange_seq: int | None, tool_call_id: str, tool_calls: Any
+) -> RowMeta:
+    """``RowMeta(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)`` without
+    the named tuple's generated ``__new__`` (the reader inlines the same call)."""
+    return _tuple_new(RowMeta, (seq, role, token_count, exchange_seq, tool_call_id, tool_calls, False, ""))
+
+
 _new_chat = _fast_init(
     ChatMessage,
     ("role", "content", "tool_calls", "tool_call_id", "name", "seq", "id", "token_count", "parts"),
@@ -335,13 +355,20 @@ def _chat(
 
 @dataclass
 class WindowHead:
-    """What the first statement read."""
+    """What the first statement read: the conversation, its summary and pinned system
+    prompt, the first page's size and its rows newest first (raw rows of ``_TAIL_WIDTH``
+    columns, for ``TailReader``)."""
 
     conv: ConversationRow
     summary: SummaryRow | None
     pinned: ChatMessage | None
     page_size: int
     page: list[tuple[Any, ...]]
+
+    @property
+    def newest_seq(self) -> int | None:
+        """The newest stored seq (``None``: the conversation has no messages)."""
+        return self.page[0][_SEQ] if self.page else None
 
 
 def read_head(
@@ -360,7 +387,6 @@ def read_head(
     not be less than what the history may use (here: the budget before the summary and the
     pinned prompt are taken off), so the page brings at least the content that is needed.
     """
-    conn = connections[alias]
     capped = max_tool_result_tokens is not None
     budget = max(budget, 0)
     params: dict[str, Any] = {
@@ -374,21 +400,22 @@ def read_head(
     }
     if capped:
         params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
-    with conn.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
         rows = cursor.fetchall()
+    # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
+    # then the pinned message, the summary and the conversation. Rows are kept as the
+    # driver made them: the reader and the builder index into them.
+    rows.sort(key=_KIND_SEQ, reverse=True)
+    end = len(rows)
+    while end and rows[end - 1][0] != _TAIL:
+        end -= 1
     conv = summary = pinned = None
-    page: list[tuple[Any, ...]] = []
-    for row in rows:
+    for row in rows[end:]:
         kind = row[0]
-        if kind == _TAIL:
-            page.append(row[1 : _TAIL_WIDTH + 1])
-            continue
         values = row[1:]
         if kind == _CONVERSATION:
-            pending = (
-                _json_value("pending_tool_calls", values[11], conn, Conversation) if values[11] else None
-            )
+            pending = _loads(values[11]) if values[11] else None
             call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
             conv = ConversationRow(
                 values[6],
@@ -406,20 +433,21 @@ def read_head(
             pinned = ChatMessage(
                 role=Role(role),
                 content=content,
-                tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls, conn)),
+                tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls)),
                 tool_call_id=tool_call_id,
                 name=name,
-                metadata=_json_value("metadata", metadata, conn) or {},
+                metadata=_loads(metadata) or {},
                 seq=seq,
                 id=pk,
                 token_count=tokens,
-                parts=_parts(parts, conn),
+                parts=_parts(parts),
             )
+    del rows[end:]
+    page = rows
     if conv is None:
         return None
     if not conv.has_system_prompt:
         pinned = None
-    page.sort(key=lambda r: r[0], reverse=True)  # UNION ALL promises no order
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
     page_size = first_page_size(budget, conv, max_messages)
     return WindowHead(conv=conv, summary=summary, pinned=pinned, page_size=page_size, page=page)
@@ -501,9 +529,11 @@ class TailReader:
             return cursor.fetchall()
 
     def __iter__(self) -> Iterator[RowMeta]:
-        conn = connections[self.using]
         seen = self.seen.append
+        contents = self.contents
+        new_tuple, row_type, new_chat, roles = _tuple_new, RowMeta, _new_chat, _ROLES
         cap = self.cap
+        floor = self.floor_seq
         upper: int | None = None
         size = self.page_size
         spent = 0  # (capped) tokens of the rows already yielded
@@ -513,43 +543,49 @@ class TailReader:
                 page = self._fetch(upper, size, self.content_budget - spent)
             self.rows_read += len(page)
             complete = len(page) < size
-            for values in page:
-                (
-                    seq,
-                    role,
-                    token_count,
-                    exchange_seq,
-                    tool_call_id,
-                    raw_calls,
-                    pk,
-                    name,
-                    has_content,
-                    content,
-                    parts,
-                ) = values
-                if seq <= self.floor_seq:
+            for (
+                _,
+                seq,
+                role,
+                token_count,
+                exchange_seq,
+                tool_call_id,
+                raw_calls,
+                pk,
+                name,
+                has_content,
+                content,
+                parts,
+                _,
+            ) in page:
+                if seq <= floor:
                     complete = True  # everything above the boundary has been read
                     break
-                tool_calls = _tool_calls(raw_calls, conn) if raw_calls and raw_calls != "[]" else ()
+                tool_calls = _tool_calls(raw_calls) if raw_calls and raw_calls != "[]" else ()
                 if has_content:
-                    self.contents[seq] = _chat(
-                        pk,
-                        seq,
-                        role,
+                    # The message as sent, made here from the same row (``_chat`` without
+                    # the call): most rows with content end up in the window.
+                    contents[seq] = new_chat(
+                        roles[role],
                         content,
-                        tool_calls,
+                        tuple(ToolCall.from_dict(c) for c in tool_calls) if tool_calls else (),
                         tool_call_id,
                         name,
+                        seq,
+                        pk,
                         token_count,
-                        _parts(parts, conn) if parts is not None else (),
+                        _parts(parts) if parts is not None else (),
                     )
                 spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
-                row = _new_row(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)
+                # ``_new_row`` inlined: one call per row
+                row = new_tuple(
+                    row_type, (seq, role, token_count, exchange_seq, tool_call_id, tool_calls, False, "")
+                )
                 seen(row)
                 yield row
             if complete or not page:
                 return
-            upper = page[-1][0]
+            upper = page[-1][_SEQ]
             size *= 2
             page = None
 
@@ -706,5 +742,5 @@ def read_gap_probe(
         elif kind == 1:
             orphans.append((seq, tokens))
         else:
-            pending.append((seq, tokens, len(_tool_calls(calls, conn))))
+            pending.append((seq, tokens, len(_tool_calls(calls))))
     return GapProbe(head[0], head[1], head[2], head[3], tuple(orphans), tuple(pending))
