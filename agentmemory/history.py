@@ -448,25 +448,30 @@ RETURNING id, seq, exchange_seq
 
 # One message, the usual case (an agent stores each message as it happens): the same work as
 # the statements above with one row of plain parameters instead of ten arrays to unnest,
-# which the driver adapts and the server plans several times faster.
+# which the driver adapts and the server plans several times faster. Each parameter is
+# given once (the inserted row takes the conversation id and the time from the updated
+# conversation row), and the time is ISO 8601 text cast by the server: Django binds
+# parameters on the client, where adapting a ``datetime`` costs several times a string.
+# Without tool calls and results (validation refuses them on such a message), the role's
+# counters are literals: one text per role (``{role}``, ``{humans}``, ``{has_system_prompt}``).
 _PLAIN_APPEND_ONE_SQL = """
 WITH bumped AS (
     UPDATE {conversation}
     SET last_seq = last_seq + 1,
         message_count = message_count + 1,
-        human_message_count = human_message_count + %(humans)s,
+        human_message_count = human_message_count + {humans},
         stored_tokens = stored_tokens + %(tokens)s,
-        has_system_prompt = has_system_prompt OR (last_seq = 0 AND %(first_is_system)s),
-        updated_at = %(now)s
+        has_system_prompt = {has_system_prompt},
+        updated_at = %(now)s::timestamptz
     WHERE id = %(id)s
-    RETURNING last_seq
+    RETURNING id, last_seq, updated_at
 )
 INSERT INTO {message} (
     conversation_id, seq, role, content, tool_calls, tool_call_id, name,
     token_count, token_counter, exchange_seq, metadata, parts, created_at
 )
-SELECT %(id)s, bumped.last_seq, %(role)s, %(content)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(name)s,
-       %(tokens)s, %(counter)s, NULL, %(metadata)s::jsonb, %(parts)s::jsonb, %(now)s
+SELECT bumped.id, bumped.last_seq, '{role}', %(content)s, '[]'::jsonb, '', %(name)s,
+       %(tokens)s, %(counter)s, NULL, %(metadata)s::jsonb, %(parts)s::jsonb, bumped.updated_at
 FROM bumped
 RETURNING id, seq, exchange_seq
 """
@@ -487,54 +492,68 @@ WITH locked AS (
         pending_tool_calls = (locked.pending - %(answered)s::text) || COALESCE(
             (SELECT jsonb_object_agg(k, locked.last_seq + 1) FROM new_ids), '{{}}'::jsonb
         ),
-        updated_at = %(now)s
+        updated_at = %(now)s::timestamptz
     FROM locked
     WHERE c.id = locked.id
       AND (%(answered)s::text = '' OR NOT %(strict)s OR locked.pending ? %(answered)s::text)
       AND NOT EXISTS (SELECT 1 FROM new_ids WHERE locked.pending ? new_ids.k)
-    RETURNING locked.last_seq AS base, locked.pending AS pending
+    RETURNING c.id, locked.last_seq AS base, locked.pending AS pending, c.updated_at
 )
 INSERT INTO {message} (
     conversation_id, seq, role, content, tool_calls, tool_call_id, name,
     token_count, token_counter, exchange_seq, metadata, parts, created_at
 )
-SELECT %(id)s, bumped.base + 1, %(role)s, %(content)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(name)s,
+SELECT bumped.id, bumped.base + 1, %(role)s, %(content)s, %(tool_calls)s::jsonb, %(tool_call_id)s, %(name)s,
        %(tokens)s, %(counter)s,
        CASE WHEN %(answered)s::text = '' THEN bumped.base + 1
             ELSE (bumped.pending ->> %(answered)s::text)::bigint END,
-       %(metadata)s::jsonb, %(parts)s::jsonb, %(now)s
+       %(metadata)s::jsonb, %(parts)s::jsonb, bumped.updated_at
 FROM bumped
 RETURNING id, seq, exchange_seq
 """
 _SQL_TEXT: dict[tuple[str, str, str], str] = {}
 
 
-def _sql_text(template: str, name: str) -> str:
-    """``template`` with the table names filled in, made once per statement."""
+def _sql_text(template: str, name: str, **literals: str) -> str:
+    """``template`` with the table names and ``literals`` filled in, made once per
+    statement (``name`` names the statement and its literals)."""
     key = (name, Conversation._meta.db_table, Message._meta.db_table)
     sql = _SQL_TEXT.get(key)
     if sql is None:
         sql = _SQL_TEXT[key] = template.format(
-            conversation=Conversation._meta.db_table, message=Message._meta.db_table
+            conversation=Conversation._meta.db_table, message=Message._meta.db_table, **literals
         )
     return sql
+
+
+#: literals of the one-message statement without tool calls, per role: the role, what it
+#: adds to the human message count, and the new ``has_system_prompt`` (a system message
+#: stored first is the pinned system prompt)
+_PLAIN_ROLE_LITERALS = {
+    role: {
+        "role": role.value,
+        "humans": "1" if role is Role.HUMAN else "0",
+        # ``last_seq`` is the value before this update: 0 means this message is the first
+        "has_system_prompt": (
+            "has_system_prompt OR last_seq = 0" if role is Role.SYSTEM else "has_system_prompt"
+        ),
+    }
+    for role in Role
+    if role is not Role.TOOL
+}
 
 
 def _append_one_postgresql(
     using: str, conversation_id: int, message: ChatMessage, tokens: int, counter_id: str, *, strict: bool
 ) -> list[ChatMessage] | None:
     """``_append_postgresql`` for a batch of one message, with plain parameters."""
-    now = timezone.now()
     role = message.role
     params: dict[str, Any] = {
         "id": conversation_id,
         "tokens": tokens,
         "counter": counter_id,
-        "now": now,
-        "role": role.value,
+        "now": timezone.now().isoformat(),
         "content": message.content,
-        "tool_calls": json.dumps([c.to_dict() for c in message.tool_calls]) if message.tool_calls else "[]",
-        "tool_call_id": message.tool_call_id,
         "name": message.name,
         "metadata": json.dumps(dict(message.metadata)) if message.metadata else "{}",
         "parts": json.dumps([p.to_dict() for p in message.parts]) if message.parts else None,
@@ -543,14 +562,28 @@ def _append_one_postgresql(
         ids = [c.id for c in message.tool_calls]
         if len(set(ids)) != len(ids):
             return None  # one id twice: the locked path says so
-        params.update(new_ids=json.dumps(ids), answered="", strict=strict)
+        params.update(
+            role=role.value,
+            tool_calls=json.dumps([c.to_dict() for c in message.tool_calls]),
+            tool_call_id=message.tool_call_id,
+            new_ids=json.dumps(ids),
+            answered="",
+            strict=strict,
+        )
         sql = _sql_text(_APPEND_ONE_SQL, "one")
     elif role is Role.TOOL:
-        params.update(new_ids="[]", answered=message.tool_call_id, strict=strict)
+        params.update(
+            role=role.value,
+            tool_calls="[]",
+            tool_call_id=message.tool_call_id,
+            new_ids="[]",
+            answered=message.tool_call_id,
+            strict=strict,
+        )
         sql = _sql_text(_APPEND_ONE_SQL, "one")
     else:
-        params.update(humans=1 if role is Role.HUMAN else 0, first_is_system=role is Role.SYSTEM)
-        sql = _sql_text(_PLAIN_APPEND_ONE_SQL, "plain-one")
+        # validated: no tool calls and no tool_call_id on this message
+        sql = _sql_text(_PLAIN_APPEND_ONE_SQL, f"plain-one-{role.value}", **_PLAIN_ROLE_LITERALS[role])
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchone()
