@@ -1,0 +1,151 @@
+"""The hot paths of a model call: a single append and a window build (docs/benchmarks.md).
+
+Their cost is pinned in queries and in calls to the token counter, not in time; what they
+store and return is compared with what the slower general paths give.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.context.packing import RowMeta
+from agentmemory.context.sql import _loads, _new_row, read_head
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.models import Conversation, Message
+from agentmemory.tokens import LengthTokenCounter
+from tests.factories import ConversationFactory, turn
+
+pytestmark = pytest.mark.django_db
+
+
+class CountingCounter(LengthTokenCounter):
+    """Counts as ``LengthTokenCounter`` and records the messages it was asked about."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[ChatMessage] = []
+
+    def count_message(self, message: ChatMessage) -> int:
+        self.asked.append(message)
+        return super().count_message(message)
+
+
+def test_a_builder_counts_its_system_prompt_once() -> None:
+    conversation = ConversationFactory()
+    PersistentChatHistory(conversation).add_messages(turn(0) + turn(1))
+    counter = CountingCounter()
+    prompt = "You are a careful booking assistant. " * 20
+    builder = ContextWindowBuilder(conversation, system_prompt=prompt, token_counter=counter)
+    first, second = builder.build(2_000), builder.build(2_000)
+    assert [m.text for m in counter.asked].count(prompt) == 1
+    assert first.system_tokens == second.system_tokens == counter.count_message(ChatMessage.system(prompt))
+    assert first.messages[0] == second.messages[0] and first.messages[0] is not second.messages[0]
+
+    builder.system_prompt = "A shorter prompt."
+    third = builder.build(2_000)
+    assert third.messages[0].text == "A shorter prompt."
+    assert third.system_tokens == counter.count_message(ChatMessage.system("A shorter prompt."))
+
+
+def test_rows_are_named_tuples_told_apart_by_identity() -> None:
+    row = _new_row(3, "tool", 7, 2, "c1", ())
+    assert row == RowMeta(3, "tool", 7, 2, "c1", ()) and row.placeholder is False and row.name == ""
+    assert not row.is_orphan and _new_row(4, "tool", 7, None, "c2", ()).is_orphan
+    assert row is not _new_row(3, "tool", 7, 2, "c1", ())
+
+
+def test_json_columns_decode_as_the_model_fields_do() -> None:
+    calls = [{"id": "c1", "name": "t", "arguments": {}}]
+    assert _loads(json.dumps(calls)) == calls
+    assert _loads(b'{"a": 1}') == {"a": 1}
+    assert _loads([1, 2]) == [1, 2]  # a driver that decodes JSON itself
+    assert _loads("not json") == "not json"  # as JSONField.from_db_value leaves it
+    assert _loads(None) is None
+
+
+def test_the_head_page_is_the_newest_rows_newest_first() -> None:
+    conversation = ConversationFactory()
+    history = PersistentChatHistory(conversation)
+    history.add_message(ChatMessage.system("pinned"))
+    stored = history.add_messages([m for i in range(30) for m in turn(i, tool=i % 3 == 0)])
+    head = read_head(
+        "default",
+        conversation.pk,
+        with_pinned=True,
+        budget=400,
+        max_messages=None,
+        max_tool_result_tokens=None,
+    )
+    assert head is not None and head.pinned is not None and head.pinned.text == "pinned"
+    seqs = [row[1] for row in head.page]
+    assert seqs == sorted(seqs, reverse=True) and seqs[0] == stored[-1].seq == head.newest_seq
+    assert len(head.page) == min(head.page_size, len(stored) + 1)
+
+
+ROLE_CASES = [
+    # messages appended one at a time, and the counters they leave
+    ([ChatMessage.system("prompt"), ChatMessage.human("hi"), ChatMessage.ai("hello")], (3, 1, True)),
+    ([ChatMessage.human("hi"), ChatMessage.system("late system note")], (2, 1, False)),
+    ([ChatMessage.ai("I start"), ChatMessage.human("ok"), ChatMessage.human("again")], (3, 2, False)),
+]
+
+
+@pytest.mark.parametrize(("messages", "expected"), ROLE_CASES)
+def test_one_message_appends_keep_the_counters_of_a_batch(messages: list[ChatMessage], expected: Any) -> None:
+    one_by_one, batch = ConversationFactory(), ConversationFactory()
+    singles = [PersistentChatHistory(one_by_one).add_message(m) for m in messages]
+    together = PersistentChatHistory(batch).add_messages(messages)
+    fields = ("last_seq", "human_message_count", "has_system_prompt", "stored_tokens", "pending_tool_calls")
+    first, second = (Conversation.objects.values(*fields).get(pk=c.pk) for c in (one_by_one, batch))
+    assert first == second
+    assert (first["last_seq"], first["human_message_count"], first["has_system_prompt"]) == expected
+    columns = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count", "metadata")
+    rows = [
+        list(Message.objects.filter(conversation=c).order_by("seq").values_list(*columns))
+        for c in (one_by_one, batch)
+    ]
+    assert rows[0] == rows[1]
+    assert [(m.seq, m.role, m.token_count) for m in singles] == [
+        (m.seq, m.role, m.token_count) for m in together
+    ]
+
+
+@pytest.mark.postgres
+def test_a_single_append_stamps_the_message_and_the_conversation_alike() -> None:
+    # One statement, one reading of the clock: the row's time is the conversation's.
+    conversation = ConversationFactory()
+    before = timezone.now()
+    stored = PersistentChatHistory(conversation).add_message(ChatMessage.human("when?"))
+    conversation.refresh_from_db()
+    message = Message.objects.get(pk=stored.id)
+    assert before <= message.created_at == conversation.updated_at <= timezone.now()
+    assert message.conversation_id == conversation.pk
+
+
+@pytest.mark.postgres
+def test_a_single_append_is_one_statement_for_every_kind_of_message(django_assert_num_queries: Any) -> None:
+    history = PersistentChatHistory(ConversationFactory())
+    call = ToolCall(id="c1", name="lookup", arguments={"q": "x"})
+    sent = [
+        ChatMessage.system("prompt"),
+        ChatMessage.human("hi", name="ann", metadata={"client": "web"}),
+        ChatMessage.ai(None, [call], metadata={"model": "m"}),
+        ChatMessage.tool(json.dumps({"ok": True}), tool_call_id="c1", name="lookup"),
+        ChatMessage.ai("done"),
+    ]
+    for message in sent:
+        with django_assert_num_queries(1):
+            history.add_message(message)
+    back = history.get_messages()
+    assert [(m.role, m.text, m.name, dict(m.metadata)) for m in back] == [
+        (m.role, m.text, m.name, dict(m.metadata)) for m in sent
+    ]
+    assert back[2].tool_calls == (call,) and back[3].tool_call_id == "c1"
+    assert Message.objects.get(pk=back[3].id).exchange_seq == back[2].seq
+    assert [m.role for m in back] == [Role.SYSTEM, Role.HUMAN, Role.AI, Role.TOOL, Role.AI]
