@@ -290,3 +290,16 @@ def test_the_batch_serializer_validates_each_message_on_its_own():  # type: igno
         data={"messages": [{"role": "human", "content": "a"}, {"role": "human"}]}
     )
     assert not bad.is_valid() and "content" in bad.errors["messages"][1]
+
+
+def test_the_longest_ttl_is_in_the_schema_and_enforced(api, openapi):  # type: ignore[no-untyped-def]
+    from agentmemory.knowledge import MAX_TTL_SECONDS
+
+    schema = body_schema(openapi, "/api/facts/", "post")
+    longest = {"content": "Renews yearly", "ttl": float(MAX_TTL_SECONDS)}
+    assert not list(schema.iter_errors(longest))
+    assert api.post("/api/facts/", longest, format="json").status_code == 201
+    longer = {"content": "Renews yearly", "ttl": MAX_TTL_SECONDS + 1.0}
+    assert list(schema.iter_errors(longer))
+    refused = api.post("/api/facts/", longer, format="json")
+    assert refused.status_code == 400 and "ttl" in refused.json()["fields"]

@@ -37,6 +37,7 @@ from agentmemory.exceptions import InvalidMessageError
 from agentmemory.formats.anthropic import from_anthropic, to_anthropic
 from agentmemory.formats.media import parse_data_url
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
+from agentmemory.knowledge import MAX_TTL_SECONDS
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
@@ -1150,10 +1151,10 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
     )
     ttl = FiniteFloatField(
         min_value=0.001,
-        max_value=10.0**10,
+        max_value=float(MAX_TTL_SECONDS),
         required=False,
         allow_null=True,
-        help_text="Seconds until the fact expires; null: no expiry.",
+        help_text="Seconds until the fact expires, at most 100 years; null: no expiry.",
     )
     agent_key = StorableTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
     namespace = StorableTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
