@@ -8,7 +8,7 @@ relevance to a query; scoping, expiry, recency and importance are applied by the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from django.db.models import Model, QuerySet
@@ -22,6 +22,7 @@ __all__ = [
     "FullTextBackend",
     "HybridBackend",
     "PgVectorBackend",
+    "Ranking",
     "RecallBackend",
     "embedding_model_for",
     "fuse",
@@ -29,6 +30,7 @@ __all__ = [
     "get_backend",
     "get_embedder",
     "mirror_vectors",
+    "ranking_for",
 ]
 
 #: the constant of reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009)
@@ -51,6 +53,77 @@ class RecallBackend(Protocol):
     def index(self, objects: Sequence[Model]) -> int: ...
 
 
+class Ranking(Protocol):
+    """One query ranked over one scoped queryset, for callers that need more than the best
+    candidates: ``top(limit)`` is ``rank(queryset, query, limit)``, and ``scores(ids)`` gives
+    the relevance of other rows of the same queryset on the same scale (a row that does not
+    match counts 0 and is left out). Built by a backend's optional ``ranking(queryset,
+    query)``; ``ranking_for`` adapts a backend that has only ``rank``. ``top`` is called
+    first and once."""
+
+    def top(self, limit: int) -> list[tuple[int, float]]: ...
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]: ...
+
+
+class RankOnly:
+    """The ``Ranking`` of a backend that has only ``rank``: ``scores(ids)`` ranks the rows
+    ``ids`` alone, which is on the scale of ``top`` where a row's relevance does not depend on
+    the other rows ranked (cosine similarity does; a backend whose relevance depends on the
+    scope's statistics should build its own ``Ranking``)."""
+
+    def __init__(self, backend: RecallBackend, queryset: QuerySet[Any], query: str) -> None:
+        self.backend = backend
+        self.queryset = queryset
+        self.query = query
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        return self.backend.rank(self.queryset, self.query, limit)
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]:
+        if not ids:
+            return {}
+        return dict(self.backend.rank(self.queryset.filter(pk__in=list(ids)), self.query, len(ids)))
+
+
+def ranking_for(backend: RecallBackend, queryset: QuerySet[Any], query: str) -> Ranking:
+    """``backend.ranking(queryset, query)`` where the backend has it, else ``RankOnly``."""
+    make = getattr(backend, "ranking", None)
+    if make is not None:
+        ranking: Ranking = make(queryset, query)
+        return ranking
+    return RankOnly(backend, queryset, query)
+
+
+class FullTextRanking:
+    """Full-text ``Ranking``: ``top`` keeps the scores of the scope's best
+    ``fulltext.PG_MAX_MATCHES`` matches (its one statement computes them all anyway), so
+    ``scores`` is a lookup, and a row beyond them counts 0. On another database, ``scores``
+    ranks the rows ``ids`` in one more statement."""
+
+    def __init__(self, queryset: QuerySet[Any], query: str) -> None:
+        from django.db import connections
+
+        self.queryset = queryset
+        self.query = query
+        self.known: dict[int, float] | None = None
+        self.complete = connections[queryset.db].vendor in ("postgresql", "sqlite")
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        if self.complete:
+            every = fulltext.search(self.queryset, self.query, fulltext.PG_MAX_MATCHES)
+            self.known = dict(every)
+            return every[:limit]
+        return fulltext.search(self.queryset, self.query, limit)
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]:
+        if not ids:
+            return {}
+        if self.known is not None:
+            return {pk: self.known[pk] for pk in ids if pk in self.known}
+        return dict(fulltext.search(self.queryset.filter(pk__in=list(ids)), self.query, len(ids)))
+
+
 class FullTextBackend:
     """PostgreSQL ``tsvector`` with a GIN index, SQLite FTS5 (see ``recall.fulltext``)."""
 
@@ -58,6 +131,9 @@ class FullTextBackend:
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
         return fulltext.search(queryset, query, limit)
+
+    def ranking(self, queryset: QuerySet[Any], query: str) -> Ranking:
+        return FullTextRanking(queryset, query)
 
     def index(self, objects: Sequence[Model]) -> int:
         return 0  # the database maintains the full-text index in the writing transaction
@@ -74,6 +150,44 @@ def embedding_model_for(model: type[Model]) -> tuple[type[Model], str]:
     raise TypeError(f"no embeddings for {model.__name__}")
 
 
+class EmbeddingRanking:
+    """Exact cosine ``Ranking``: ``top`` reads every vector of the scope and computes every
+    similarity, so ``scores`` is a lookup (rows without a vector, or with a similarity of 0
+    or below, are left out)."""
+
+    def __init__(self, embedder: Embedder, queryset: QuerySet[Any], query: str) -> None:
+        self.embedder = embedder
+        self.queryset = queryset
+        self.query = query
+        self.similarities: tuple[list[int], Any] = ([], None)
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        if not self.query.strip() or limit <= 0:
+            return []
+        emb_model, fk = embedding_model_for(self.queryset.model)
+        rows = list(
+            emb_model._default_manager.using(self.queryset.db)
+            .filter(model=self.embedder.model, **{f"{fk}__in": self.queryset.values("pk")})
+            .values_list(f"{fk}_id", "vector")
+        )
+        if not rows:
+            return []
+        ids = [pk for pk, _ in rows]
+        xp = numpy()
+        matrix = xp.vstack([from_bytes(vector) for _, vector in rows])
+        (query_vector,) = self.embedder.embed([self.query])
+        scores = cosine_scores(query_vector, matrix)
+        self.similarities = (ids, scores)
+        order = xp.argsort(-scores, kind="stable")[:limit]
+        return [(ids[i], float(scores[i])) for i in order if scores[i] > 0]
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]:
+        wanted = set(ids)
+        found, similarities = self.similarities
+        positions = [i for i, pk in enumerate(found) if pk in wanted]
+        return {found[i]: float(similarities[i]) for i in positions if similarities[i] > 0}
+
+
 class EmbeddingBackend:
     """Exact cosine similarity between the query's vector and the stored vectors of the rows
     (one query reads the vectors of the scoped rows; numpy does the arithmetic). Rows without
@@ -85,23 +199,10 @@ class EmbeddingBackend:
         self.embedder = embedder
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
-        if not query.strip() or limit <= 0:
-            return []
-        emb_model, fk = embedding_model_for(queryset.model)
-        rows = list(
-            emb_model._default_manager.using(queryset.db)
-            .filter(model=self.embedder.model, **{f"{fk}__in": queryset.values("pk")})
-            .values_list(f"{fk}_id", "vector")
-        )
-        if not rows:
-            return []
-        ids = [pk for pk, _ in rows]
-        xp = numpy()
-        matrix = xp.vstack([from_bytes(vector) for _, vector in rows])
-        (query_vector,) = self.embedder.embed([query])
-        scores = cosine_scores(query_vector, matrix)
-        order = xp.argsort(-scores, kind="stable")[:limit]
-        return [(ids[i], float(scores[i])) for i in order if scores[i] > 0]
+        return self.ranking(queryset, query).top(limit)
+
+    def ranking(self, queryset: QuerySet[Any], query: str) -> Ranking:
+        return EmbeddingRanking(self.embedder, queryset, query)
 
     def vectors_for(self, texts: Sequence[str]) -> list[list[float]]:
         return self.embedder.embed(list(texts))
@@ -167,41 +268,70 @@ class PgVectorBackend(EmbeddingBackend):
     #: candidates kept per step of the HNSW search (pgvector's ``hnsw.ef_search``, default 40)
     HNSW_EF_SEARCH = 100
 
-    def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+    def ranking(self, queryset: QuerySet[Any], query: str) -> Ranking:
         from agentmemory.contrib.pgvector import indexes
 
         if not indexes.available(queryset.db):
-            return super().rank(queryset, query, limit)
-        if not query.strip() or limit <= 0:
-            return []
+            return EmbeddingRanking(self.embedder, queryset, query)
+        return PgVectorRanking(self, queryset, query)
+
+
+class PgVectorRanking:
+    """pgvector's ``Ranking``: ``top`` is the index's nearest rows of the scope, and
+    ``scores`` computes the distances of the rows ``ids`` in one more statement, with the
+    query's vector ``top`` computed (the model is not called again)."""
+
+    def __init__(self, backend: PgVectorBackend, queryset: QuerySet[Any], query: str) -> None:
+        self.backend = backend
+        self.queryset = queryset
+        self.query = query
+        self.query_vector: list[float] | None = None
+
+    def _distances(self, queryset: QuerySet[Any], limit: int | None) -> list[tuple[int, float]]:
         from django.db import connections, transaction
         from django.db.models.functions import Cast
         from pgvector.django import CosineDistance, VectorField
 
+        from agentmemory.contrib.pgvector import indexes
+
+        if self.query_vector is None:
+            (self.query_vector,) = self.backend.embedder.embed([self.query])
+        dims = len(self.query_vector)
         vector_model, fk = indexes.vector_model_for(queryset.model)
-        (query_vector,) = self.embedder.embed([query])
-        dims = len(query_vector)
         rows = (
             vector_model._default_manager.using(queryset.db)
-            .filter(model=self.embedder.model, **{f"{fk}__in": queryset.order_by().values("pk")})
+            .filter(model=self.backend.embedder.model, **{f"{fk}__in": queryset.order_by().values("pk")})
             .annotate(
                 distance=CosineDistance(
-                    Cast("vector", output_field=VectorField(dimensions=dims)), query_vector
+                    Cast("vector", output_field=VectorField(dimensions=dims)), self.query_vector
                 )
             )
             .order_by("distance")
-            .values_list(f"{fk}_id", "distance")[:limit]
+            .values_list(f"{fk}_id", "distance")
         )
-        with transaction.atomic(using=queryset.db), connections[queryset.db].cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', %s, true)",
-                [str(self.HNSW_EF_SEARCH)],
-            )
+        if limit is None:
             found = list(rows)
+        else:
+            with transaction.atomic(using=queryset.db), connections[queryset.db].cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', %s, true)",
+                    [str(self.backend.HNSW_EF_SEARCH)],
+                )
+                found = list(rows[:limit])
         ranked = [(pk, 1.0 - float(distance)) for pk, distance in found if distance is not None]
         ranked.sort(key=lambda item: (-item[1], -item[0]))
         return [(pk, score) for pk, score in ranked if score > 0]
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        if not self.query.strip() or limit <= 0:
+            return []
+        return self._distances(self.queryset, limit)
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]:
+        if not ids or not self.query.strip():
+            return {}
+        return dict(self._distances(self.queryset.filter(pk__in=list(ids)), None))
 
 
 class HybridBackend:
@@ -229,23 +359,65 @@ class HybridBackend:
         self.dense: EmbeddingBackend = PgVectorBackend(embedder)
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
-        depth = max(limit, 50)
-        words = self.text.rank(queryset, query, depth)
-        meaning = self.dense.rank(queryset, query, depth)
-        if self.fusion == "rrf":
-            return fuse([words, meaning])[:limit]
-        return fuse_scores(words, meaning, dense_weight=self.dense_weight)[:limit]
+        return self.ranking(queryset, query).top(limit)
+
+    def ranking(self, queryset: QuerySet[Any], query: str) -> Ranking:
+        return HybridRanking(self, queryset, query)
 
     def index(self, objects: Sequence[Model]) -> int:
         return self.dense.index(objects)
 
 
+class HybridRanking:
+    """The hybrid backend's ``Ranking``: ``top`` fuses the two sides' best ``max(limit, 50)``
+    rows; ``scores`` fuses the two sides' ``scores`` of the rows ``ids`` the same way, with
+    full-text relevance scaled to the best full-text hit of ``top``. With ``fusion="rrf"``
+    a row outside both sides' lists has no rank, so ``scores`` leaves it out."""
+
+    def __init__(self, backend: HybridBackend, queryset: QuerySet[Any], query: str) -> None:
+        self.backend = backend
+        self.text = ranking_for(backend.text, queryset, query)
+        self.dense = ranking_for(backend.dense, queryset, query)
+        self.best_text = 0.0
+        self.known: dict[int, float] = {}
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        depth = max(limit, 50)
+        words = self.text.top(depth)
+        meaning = self.dense.top(depth)
+        self.best_text = max((score for _pk, score in words), default=0.0)
+        if self.backend.fusion == "rrf":
+            self.known = dict(fuse([words, meaning]))
+            return list(self.known.items())[:limit]
+        return fuse_scores(words, meaning, dense_weight=self.backend.dense_weight)[:limit]
+
+    def scores(self, ids: Collection[int]) -> dict[int, float]:
+        if self.backend.fusion == "rrf":
+            return {pk: self.known[pk] for pk in ids if pk in self.known}
+        words = self.text.scores(ids)
+        meaning = self.dense.scores(ids)
+        return dict(
+            fuse_scores(
+                list(words.items()),
+                list(meaning.items()),
+                dense_weight=self.backend.dense_weight,
+                best=self.best_text,
+            )
+        )
+
+
 def fuse_scores(
-    words: Sequence[tuple[int, float]], meaning: Sequence[tuple[int, float]], *, dense_weight: float = 1.0
+    words: Sequence[tuple[int, float]],
+    meaning: Sequence[tuple[int, float]],
+    *,
+    dense_weight: float = 1.0,
+    best: float | None = None,
 ) -> list[tuple[int, float]]:
-    """``words`` relevance scaled to its best (0..1) plus ``dense_weight`` times the cosine
-    similarities of ``meaning`` (below 0 counts 0), per row; best first."""
-    best = max((score for _pk, score in words), default=0.0)
+    """``words`` relevance scaled to its best (0..1; or to ``best`` when given) plus
+    ``dense_weight`` times the cosine similarities of ``meaning`` (below 0 counts 0), per
+    row; best first."""
+    if best is None:
+        best = max((score for _pk, score in words), default=0.0)
     scores: dict[int, float] = {}
     if best > 0:
         for pk, score in words:
