@@ -315,6 +315,11 @@ def _importable(module: str) -> bool:
     return True
 
 
+#: most places on each side of a message that ``RECALL_NEIGHBOUR_WEIGHTS`` may reach (each
+#: one more reads about two more rows per candidate)
+MAX_NEIGHBOUR_DISTANCE = 5
+
+
 @register(Tags.compatibility)
 def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Validate the long-term memory and recall settings (``agentmemory.E201`` and up)."""
@@ -384,7 +389,12 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="agentmemory.E205",
             )
         )
-    for name in ("RECALL_IMPORTANCE_WEIGHT", "RECALL_RECENCY_WEIGHT", "RECALL_RECENCY_HALF_LIFE_DAYS"):
+    for name in (
+        "RECALL_IMPORTANCE_WEIGHT",
+        "RECALL_RECENCY_WEIGHT",
+        "RECALL_RECENCY_HALF_LIFE_DAYS",
+        "RECALL_DATE_WEIGHT",
+    ):
         value = getattr(conf, name)
         positive = name.endswith("_DAYS")
         if (
@@ -401,6 +411,23 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     id="agentmemory.E206",
                 )
             )
+    neighbour_weights = conf.RECALL_NEIGHBOUR_WEIGHTS
+    if (
+        not isinstance(neighbour_weights, list | tuple)
+        or len(neighbour_weights) > MAX_NEIGHBOUR_DISTANCE
+        or not all(
+            isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in neighbour_weights
+        )
+    ):
+        problems.append(
+            Error(
+                "AGENTMEMORY['RECALL_NEIGHBOUR_WEIGHTS'] must be a list or tuple of at most "
+                f"{MAX_NEIGHBOUR_DISTANCE} non-negative numbers, not {neighbour_weights!r}.",
+                hint="(0.3, 0.15) gives a message 0.3 of its adjacent messages' scores and 0.15 "
+                "of the next ones'; () turns it off. See docs/longterm.md.",
+                id="agentmemory.E209",
+            )
+        )
     for name in ("KNOWLEDGE_CONTEXT_MAX_TOKENS", "MAX_FACT_CHARS"):
         if not _is_positive_int(getattr(conf, name)):
             problems.append(

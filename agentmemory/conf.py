@@ -125,6 +125,14 @@ class AgentMemorySettings:
     RECALL_IMPORTANCE_WEIGHT: float = 0.5
     RECALL_RECENCY_WEIGHT: float = 0.25
     RECALL_RECENCY_HALF_LIFE_DAYS: float = 30.0
+    #: conversation search: a message's score gains these shares of the scores of the
+    #: messages 1, 2, ... places before and after it in its conversation (the answer to a
+    #: question is often the turn after the one holding the question's words); () turns it off
+    RECALL_NEIGHBOUR_WEIGHTS: tuple[float, ...] = (0.3, 0.15)
+    #: conversation search: a query that names a date ("on 3 June, 2023", "in May") scores
+    #: the messages written then ``1 + RECALL_DATE_WEIGHT`` times higher, and the date's
+    #: words are not matched as words; 0 turns it off
+    RECALL_DATE_WEIGHT: float = 0.5
     #: token bound of ``KnowledgeMemory.build_context()`` (tokens)
     KNOWLEDGE_CONTEXT_MAX_TOKENS: int = 2_000
     #: longest fact accepted (characters)

@@ -1,4 +1,4 @@
-"""System checks of the long-term memory settings (agentmemory.E201 to E207)."""
+"""System checks of the long-term memory settings (agentmemory.E201 to E209)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,20 @@ def test_defaults_pass(settings) -> None:  # type: ignore[no-untyped-def]
         ({"RECALL_IMPORTANCE_WEIGHT": -1}, ["agentmemory.E206"]),
         ({"KNOWLEDGE_CONTEXT_MAX_TOKENS": 0}, ["agentmemory.E207"]),
         ({"MAX_FACT_CHARS": "10"}, ["agentmemory.E207"]),
+        ({"RECALL_DATE_WEIGHT": -0.5}, ["agentmemory.E206"]),
+        ({"RECALL_NEIGHBOUR_WEIGHTS": 0.3}, ["agentmemory.E209"]),
+        ({"RECALL_NEIGHBOUR_WEIGHTS": (0.3, -0.1)}, ["agentmemory.E209"]),
+        ({"RECALL_NEIGHBOUR_WEIGHTS": [0.1] * 6}, ["agentmemory.E209"]),
+        ({"RECALL_NEIGHBOUR_WEIGHTS": ("0.3",)}, ["agentmemory.E209"]),
     ],
 )
 def test_bad_settings_are_reported(settings, values, expected) -> None:  # type: ignore[no-untyped-def]
     assert ids(settings, **values) == expected
+
+
+@pytest.mark.parametrize("weights", [(), [0.5], (0.3, 0.15), (1, 0.5, 0.25, 0.1, 0)])
+def test_neighbour_weights_that_pass(settings, weights) -> None:  # type: ignore[no-untyped-def]
+    assert ids(settings, RECALL_NEIGHBOUR_WEIGHTS=weights, RECALL_DATE_WEIGHT=0) == []
 
 
 def test_valid_embedding_configuration(settings) -> None:  # type: ignore[no-untyped-def]

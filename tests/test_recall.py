@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.history import PersistentChatHistory
@@ -50,7 +51,8 @@ def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> Non
     top = hits[0]
     assert (top.conversation_id, top.conversation_uuid, top.role) == (conv.pk, conv.uuid, "human")
     assert top.content == "I also need a hotel near the river" and isinstance(top.metadata, dict)
-    assert {h.seq for h in hits} == {3, 4}  # stemming: "hotels" finds "hotel"
+    assert {h.seq for h in hits if h.relevance > 0} == {3, 4}  # stemming: "hotels" finds "hotel"
+    assert {h.seq for h in hits[:2]} == {3, 4}  # the messages before them follow, found as neighbours
     assert search_messages("Lisbon flights", owner=alice.pk, k=1)[0].seq == 1
 
 
@@ -94,7 +96,8 @@ def test_what_compaction_condensed_stays_findable() -> None:
     conv.refresh_from_db()
     assert conv.summary is not None and conv.summary.through_seq >= 3
     hits = search_messages("passport number", owner=alice)
-    assert [h.seq for h in hits] == [3]
+    assert [h.seq for h in hits if h.relevance > 0] == [3]
+    assert hits[0].seq == 3
 
 
 def test_bad_arguments_are_typed_errors() -> None:
@@ -137,13 +140,68 @@ def test_sqlite_triggers_come_back_after_a_table_rebuild() -> None:
     assert fulltext.ensure_sqlite_fulltext() is False
 
 
-def test_search_cost_is_a_constant_number_of_queries(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_search_cost_is_a_constant_number_of_queries(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """Rank (which scores every match, so the neighbours' scores need no query), the
+    candidates' places, their neighbours, the hits: the same count for a short and a long
+    history."""
+    expected = 4
     alice = UserFactory()
     for i in range(5):
-        conversation_with(alice, [f"orchid care note {i}", f"water the orchid {i}"])
-    with django_assert_max_num_queries(2):  # rank, then the rows
-        hits = search_messages("orchid", owner=alice, k=10)
-    assert len(hits) == 10
+        conversation_with(alice, [f"orchid care note {i}", f"water the orchid {i}", "ok", "thanks"])
+    with django_assert_num_queries(expected):
+        hits = search_messages("orchid", owner=alice, k=20)
+    assert len(hits) == 20 and {h.content for h in hits if h.relevance == 0} == {"ok", "thanks"}
+    for i in range(60):
+        conversation_with(alice, [f"orchid repotting {i}", "noted", "more about soil", "fine"] * 5)
+    with django_assert_num_queries(expected):
+        assert len(search_messages("orchid", owner=alice, k=10)) == 10
+    with django_assert_num_queries(3), override_settings(AGENTMEMORY={"RECALL_NEIGHBOUR_WEIGHTS": ()}):
+        assert len(search_messages("orchid", owner=alice, k=10)) == 10
+
+
+def test_the_answer_after_the_question_is_found_through_it() -> None:
+    """The words of a question are often in the turn before the answer: that answer is found,
+    right after the turn that matched, above a message that only mentions a word in passing."""
+    alice = UserFactory()
+    conversation_with(
+        alice,
+        [
+            "I finally went out last Saturday",
+            "How was it? What did you make at the pottery workshop?",
+            "A small blue bowl with a wave pattern, my first one!",
+            "Lovely. By the way, my cousin bought a pottery book",
+            "Nice",
+        ],
+    )
+    hits = search_messages("What did she make at the pottery workshop?", owner=alice, k=3)
+    assert [h.seq for h in hits[:2]] == [2, 3]
+    assert hits[1].relevance == 0 and hits[1].score > hits[2].score
+    with override_settings(AGENTMEMORY={"RECALL_NEIGHBOUR_WEIGHTS": ()}):
+        assert 3 not in [
+            h.seq for h in search_messages("What did she make at the pottery workshop?", owner=alice)
+        ]
+
+
+def test_neighbours_stay_inside_the_scope() -> None:
+    """Propagation reads neighbours by (conversation, seq) within the search's scope: never a
+    message of another owner, of another conversation, of another agent key, or a system
+    prompt, even when their ids or seqs sit right next to a hit."""
+    alice, bob = UserFactory(), UserFactory()
+    mine = conversation_with(alice, ["the lighthouse keeper's key is under the mat"], agent_key="a")
+    conversation_with(bob, ["bob's secret one", "bob's secret two"], agent_key="a")
+    other = conversation_with(alice, ["alice other conversation, first", "second"], agent_key="a")
+    third = conversation_with(alice, ["alice under another agent key"], agent_key="b")
+    PersistentChatHistory(mine).add_messages([ChatMessage.system("system prompt: be kind")])
+    ids = set(Message.objects.values_list("pk", flat=True))
+    for scope in ({}, {"conversation": mine}, {"agent_key": "a"}):
+        hits = search_messages("lighthouse keeper", owner=alice, **scope)
+        assert [h.content for h in hits] == ["the lighthouse keeper's key is under the mat"]
+    hits = search_messages("alice other conversation", owner=alice, conversation=other)
+    assert {h.conversation_id for h in hits} == {other.pk} and [h.seq for h in hits] == [1, 2]
+    hits = search_messages("alice other conversation", owner=alice, agent_key="b")
+    assert [h.conversation_id for h in hits] == [third.pk]
+    assert search_messages("bob secret", owner=alice) == []
+    assert ids == set(Message.objects.values_list("pk", flat=True))  # searching wrote nothing
 
 
 @pytest.mark.postgres

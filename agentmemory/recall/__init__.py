@@ -29,8 +29,11 @@ from agentmemory.recall.backends import (
     RecallBackend,
     get_backend,
     get_embedder,
+    ranking_for,
 )
+from agentmemory.recall.dates import Period, periods_in, without_dates
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
+from agentmemory.recall.text import query_words
 
 logger = logging.getLogger("agentmemory.recall")
 
@@ -65,7 +68,9 @@ class MessageHit:
     """One stored message found by ``search_messages``.
 
     ``score`` orders the hits of one call (higher is better); it is not comparable across
-    calls or backends.
+    calls or backends (``search_messages`` says how it is made). ``relevance`` is the
+    message's own match, scaled to the best candidate's (0..1): 0 for a message found only
+    through the messages next to it.
     """
 
     message_id: int
@@ -77,6 +82,7 @@ class MessageHit:
     metadata: dict[str, Any]
     created_at: datetime
     score: float
+    relevance: float = 0.0
 
 
 def boost(
@@ -116,6 +122,20 @@ def search_messages(
     """Ranked stored messages (human, AI and tool; not system prompts) of the conversations
     of ``owner`` that match ``query``.
 
+    How a hit's ``score`` comes about:
+
+    1. The backend ranks the scope's messages and returns its best ``max(5 * k, 50)``
+       candidates; each relevance is scaled to the best candidate's (0..1), ``r``.
+    2. The messages within ``len(RECALL_NEIGHBOUR_WEIGHTS)`` places (``seq``) of a candidate
+       in its conversation, inside the same scope, are read and scored by the same backend
+       on the same scale (0 where nothing matches).
+    3. Each of these messages scores ``r + sum(w[d - 1] * (r[seq - d] + r[seq + d]))`` over
+       the distances ``d``: with the default ``(0.3, 0.15)``, 0.3 of each adjacent message's
+       ``r`` and 0.15 of the next ones'. A message unread in step 2 counts 0. An answer whose
+       own words do not match the query is found through the question before it.
+    4. The recency boost (``boost``) multiplies that; hits are sorted by score, then newest
+       message first.
+
     Args:
         query: natural-language text; its words are matched (stemmed, stop words ignored).
         owner: a saved user or a user id (required; conversations without an owner are never
@@ -129,9 +149,15 @@ def search_messages(
     Returns:
         At most ``k`` ``MessageHit``, best first; an empty list when nothing matches.
 
+    Cost: the backend's queries, one query for the candidates' places, one for their
+    neighbours, the backend's scoring of the neighbours (none for full-text and exact
+    cosine, which scored every match while ranking; one for pgvector), and one query reading
+    the hits: a number independent of the history's length.
+
     Raises:
         MemoryScopeError: no owner. ValueError / TypeError: a bad ``k`` or ``query``.
     """
+    from agentmemory.conf import app_settings
     from agentmemory.models import Conversation, Message
 
     owner_id = owner_id_of(owner)
@@ -154,16 +180,37 @@ def search_messages(
     from agentmemory.calls import usage_scope
 
     started = time.perf_counter()
+    conf = app_settings()
+    weights = tuple(conf.RECALL_NEIGHBOUR_WEIGHTS)
+    periods = periods_in(query) if conf.RECALL_DATE_WEIGHT else []
+    ranked_query = query
+    if periods and query_words(without_dates(query)):
+        ranked_query = without_dates(query)
     with usage_scope(owner_id=owner_id, agent_key=agent_key or ""):
-        ranked = backend.rank(messages, query, max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
-    if not ranked:
+        ranking = ranking_for(backend, messages, ranked_query)
+        ranked = ranking.top(max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
+        best = max((score for _pk, score in ranked), default=0.0)
+        if best <= 0:
+            report_recall("messages", owner_id, backend, 0, started)
+            return []
+        relevance = {pk: score / best for pk, score in ranked}
+        places = places_of(messages.db, list(relevance))
+        if weights:
+            around = neighbours(messages, places, len(weights), exclude=relevance)
+            places += around
+            found = ranking.scores([place[0] for place in around])
+            relevance.update({pk: score / best for pk, score in found.items()})
+    spread_scores = spread(places, relevance, weights)
+    if not spread_scores:
         report_recall("messages", owner_id, backend, 0, started)
         return []
-    relevance = dict(ranked)
-    best = max(relevance.values())
+    # The boosts multiply by 1 to (1 + RECALL_RECENCY_WEIGHT) * (1 + RECALL_DATE_WEIGHT), so
+    # only messages within that factor of the k-th best spread score can be among the hits.
+    most = (1.0 + conf.RECALL_RECENCY_WEIGHT) * (1.0 + (conf.RECALL_DATE_WEIGHT if periods else 0.0))
+    cutoff = sorted(spread_scores.values(), reverse=True)[:k][-1] / most
     rows = (
         Message.objects.using(messages.db)
-        .filter(pk__in=relevance)
+        .filter(pk__in=[pk for pk, score in spread_scores.items() if score >= cutoff])
         .order_by()
         .values_list(
             "pk", "conversation_id", "conversation__uuid", "seq", "role", "content", "metadata", "created_at"
@@ -180,7 +227,9 @@ def search_messages(
             content=content or "",
             metadata=metadata or {},
             created_at=created_at,
-            score=boost(relevance[pk], best, created_at, None, now),
+            score=boost(spread_scores[pk], 1.0, created_at, None, now)
+            * (1.0 + conf.RECALL_DATE_WEIGHT if written_in(created_at, periods) else 1.0),
+            relevance=relevance.get(pk, 0.0),
         )
         for pk, conversation_id, conversation_uuid, seq, role, content, metadata, created_at in rows
     ]
@@ -188,6 +237,89 @@ def search_messages(
     hits = hits[:k]
     report_recall("messages", owner_id, backend, len(hits), started)
     return hits
+
+
+def written_in(created_at: datetime, periods: Sequence[Period]) -> bool:
+    """Whether ``created_at`` (its date in the current time zone) falls in one of ``periods``."""
+    if not periods:
+        return False
+    day = (timezone.localtime(created_at) if timezone.is_aware(created_at) else created_at).date()
+    return any(period.holds(day) for period in periods)
+
+
+def places_of(using: str, ids: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(pk, conversation_id, seq)`` of the messages ``ids``: one query by primary key (with
+    the scope's filters SQLite walks the whole conversation instead)."""
+    from django.db import connections
+
+    from agentmemory.models import Message
+
+    if not ids:
+        return []
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('id')}, {quote('conversation_id')}, {quote('seq')} "
+        f"FROM {quote(Message._meta.db_table)} WHERE {quote('id')} IN ({', '.join(['%s'] * len(ids))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [int(pk) for pk in ids])
+        return [(int(pk), int(conversation_id), int(seq)) for pk, conversation_id, seq in cursor.fetchall()]
+
+
+def neighbours(
+    messages: Any, places: Sequence[tuple[Any, ...]], span: int, *, exclude: Any = ()
+) -> list[tuple[Any, ...]]:
+    """``(pk, conversation_id, seq)`` of the rows of the scoped queryset ``messages``
+    at most ``span`` places (``seq``) from one of ``places`` in the same conversation, less
+    ``exclude`` (pks) and rows without content (an AI message that only calls tools, blanked
+    content). One query: per conversation, the exact ``seq`` values wanted, which the unique
+    index on ``(conversation, seq)`` finds one by one."""
+    from django.db import connections
+    from django.db.models import BooleanField
+    from django.db.models.expressions import RawSQL
+
+    if not places or span <= 0:
+        return []
+    wanted: dict[int, set[int]] = {}
+    for _pk, conversation_id, seq, *_rest in places:
+        seqs = wanted.setdefault(conversation_id, set())
+        seqs.update(range(seq - span, seq + span + 1))
+    # Written out rather than as Q(seq__in=...): the ORM's per-value work on a few hundred
+    # values cost more than the query itself.
+    quote = connections[messages.db].ops.quote_name
+    table = quote(messages.model._meta.db_table)
+    terms, params = [], []
+    for conversation_id, seqs in wanted.items():
+        terms.append(
+            f"({table}.{quote('conversation_id')} = %s AND {table}.{quote('seq')} IN "
+            f"({', '.join(['%s'] * len(seqs))}))"
+        )
+        params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
+    near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
+    skip = set(exclude)
+    rows = messages.filter(near, content__gt="").order_by().values_list("pk", "conversation_id", "seq")
+    return [row for row in rows if row[0] not in skip]
+
+
+def spread(
+    places: Sequence[tuple[Any, ...]], relevance: dict[int, float], weights: Sequence[float]
+) -> dict[int, float]:
+    """Each place's (``(pk, conversation_id, seq, ...)``) relevance plus ``weights[d - 1]``
+    times the relevance of the places ``d`` before and after it in its conversation (a place
+    without relevance counts 0); places that end with 0 are left out."""
+    at = {(place[1], place[2]): place[0] for place in places}
+    scored: dict[int, float] = {}
+    for pk, conversation_id, seq, *_rest in places:
+        score = relevance.get(pk, 0.0)
+        for distance, weight in enumerate(weights, start=1):
+            for other in (seq - distance, seq + distance):
+                near = at.get((conversation_id, other))
+                if near is not None:
+                    score += weight * relevance.get(near, 0.0)
+        if score > 0:
+            scored[pk] = score
+    return scored
 
 
 def report_recall(kind: str, owner_id: int, backend: Any, hits: int, started: float) -> None:
