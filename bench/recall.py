@@ -2,12 +2,12 @@
 
 Each dialogue turn of the LoCoMo conversations is stored as a message of one user's
 conversation (speaker A as the human, speaker B as the AI; ``dia_id``, speaker and session
-date in the message metadata). Each question of categories 1-4 (multi-hop, temporal,
-open-domain, single-hop) is asked through ``agentmemory.recall.search_messages`` limited to
-its conversation, and the benchmark reports evidence recall@5 and @10 (the share of a
-question's evidence turns among the first k hits, averaged over questions) with query
-latency p50/p95 (milliseconds). It runs on the database of ``DATABASE_URL`` (SQLite by
-default) in a scratch user's rows, deleted at the end.
+date in the message metadata), written at its session's date (``created_at``). Each question
+of categories 1-4 (multi-hop, temporal, open-domain, single-hop) is asked through
+``agentmemory.recall.search_messages`` limited to its conversation, and the benchmark reports
+evidence recall@5 and @10 (the share of a question's evidence turns among the first k hits,
+averaged over questions) with query latency p50/p95 (milliseconds). It runs on the database
+of ``DATABASE_URL`` (SQLite by default) in a scratch user's rows, deleted at the end.
 
 Backends that rank by embeddings ("embedding", "pgvector", "hybrid") use the local model
 (``agentmemory.recall.local.MiniLMEmbedder``, the ``local-embeddings`` extra) unless
@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,20 @@ def load(path: Path, conversations: int | None) -> list[dict[str, Any]]:
     return data[:conversations] if conversations else data
 
 
+def session_time(text: str) -> datetime | None:
+    """A LoCoMo session date ("1:56 pm on 8 May, 2023") as an aware datetime (UTC), or None."""
+    try:
+        return datetime.strptime(text, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def store(samples: list[dict[str, Any]], owner: Any) -> dict[str, int]:
-    """Store every turn; returns sample id -> conversation id."""
+    """Store every turn, written at its session's date and time (``created_at``), as a
+    conversation's messages are; returns sample id -> conversation id."""
     from agentmemory.history import PersistentChatHistory
     from agentmemory.messages import ChatMessage
-    from agentmemory.models import Conversation
+    from agentmemory.models import Conversation, Message
 
     out: dict[str, int] = {}
     for sample in samples:
@@ -57,14 +67,23 @@ def store(samples: list[dict[str, Any]], owner: Any) -> dict[str, int]:
         history = PersistentChatHistory(conv)
         n = 1
         messages = []
+        sessions: list[tuple[int, datetime | None]] = []
         while f"session_{n}" in conv_data:
             date = conv_data.get(f"session_{n}_date_time", "")
+            sessions.append((len(conv_data[f"session_{n}"]), session_time(date)))
             for turn in conv_data[f"session_{n}"]:
                 meta = {"dia_id": turn["dia_id"], "speaker": turn["speaker"], "session_date": date}
                 make = ChatMessage.human if turn["speaker"] == conv_data["speaker_a"] else ChatMessage.ai
                 messages.append(make(turn_text(turn), metadata=meta))
             n += 1
         history.add_messages(messages)
+        first = 1
+        for count, when in sessions:
+            if when is not None:
+                Message.objects.filter(conversation=conv, seq__gte=first, seq__lt=first + count).update(
+                    created_at=when
+                )
+            first += count
         out[sample["sample_id"]] = conv.pk
     return out
 

@@ -17,8 +17,10 @@ def test_quick_recall_benchmark_finds_the_evidence(shared_data) -> None:  # type
     results = run(args, log=lines.append)
     row = results["backends"]["fulltext"]
     assert row["questions"] == 50
-    # the first 50 questions of the first conversation; the full run is in docs/benchmarks.md
-    assert row["recall@10"] >= 0.5  # 0.55 on SQLite, 0.55 on PostgreSQL when written
+    # the first 50 questions of the first conversation; the full run is in docs/benchmarks.md.
+    # Plain BM25 finds 0.55 of the evidence; with the neighbours' scores and the dates named
+    # in the questions: 0.598 on SQLite, 0.618 on PostgreSQL when written
+    assert row["recall@10"] >= 0.58
     assert row["recall@5"] <= row["recall@10"]
     assert len(lines) == 2
 
@@ -34,5 +36,6 @@ def test_quick_recall_benchmark_with_the_local_model(shared_data) -> None:  # ty
     rows = results["backends"]
     assert any(line.startswith("embedded ") for line in lines)
     assert rows["embedding"]["questions"] == rows["hybrid"]["questions"] == 50
-    assert rows["embedding"]["recall@10"] >= 0.35
+    assert rows["embedding"]["recall@10"] >= 0.35  # 0.357 on both databases when written
     assert rows["hybrid"]["recall@10"] >= rows["fulltext"]["recall@10"]
+    assert rows["hybrid"]["recall@10"] >= 0.65  # 0.670 on SQLite, 0.660 on PostgreSQL

@@ -133,8 +133,12 @@ def search_messages(
        the distances ``d``: with the default ``(0.3, 0.15)``, 0.3 of each adjacent message's
        ``r`` and 0.15 of the next ones'. A message unread in step 2 counts 0. An answer whose
        own words do not match the query is found through the question before it.
-    4. The recency boost (``boost``) multiplies that; hits are sorted by score, then newest
-       message first.
+    4. A query that names a date ("on 3 June, 2023", "in March 2023", "in June"; see
+       ``agentmemory.recall.dates``) is ranked without the date's words, and the messages
+       written in that period (``created_at``) score ``1 + RECALL_DATE_WEIGHT`` times more.
+    5. The recency boost (``boost``) multiplies that; hits are sorted by score, then newest
+       message first. ``MessageHit.relevance`` keeps ``r`` (0 for a message found only
+       through its neighbours).
 
     Args:
         query: natural-language text; its words are matched (stemmed, stop words ignored).
@@ -258,9 +262,12 @@ def places_of(using: str, ids: Sequence[int]) -> list[tuple[int, int, int]]:
         return []
     connection = connections[using]
     quote = connection.ops.quote_name
+    pk, conversation, seq = (
+        quote(Message._meta.get_field(name).column) for name in ("id", "conversation", "seq")
+    )
     sql = (
-        f"SELECT {quote('id')}, {quote('conversation_id')}, {quote('seq')} "
-        f"FROM {quote(Message._meta.db_table)} WHERE {quote('id')} IN ({', '.join(['%s'] * len(ids))})"
+        f"SELECT {pk}, {conversation}, {seq} FROM {quote(Message._meta.db_table)} "
+        f"WHERE {pk} IN ({', '.join(['%s'] * len(ids))})"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [int(pk) for pk in ids])
@@ -288,13 +295,13 @@ def neighbours(
     # Written out rather than as Q(seq__in=...): the ORM's per-value work on a few hundred
     # values cost more than the query itself.
     quote = connections[messages.db].ops.quote_name
-    table = quote(messages.model._meta.db_table)
+    meta = messages.model._meta
+    table = quote(meta.db_table)
+    conversation_column = f"{table}.{quote(meta.get_field('conversation').column)}"
+    seq_column = f"{table}.{quote(meta.get_field('seq').column)}"
     terms, params = [], []
     for conversation_id, seqs in wanted.items():
-        terms.append(
-            f"({table}.{quote('conversation_id')} = %s AND {table}.{quote('seq')} IN "
-            f"({', '.join(['%s'] * len(seqs))}))"
-        )
+        terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
         params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
     near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
     skip = set(exclude)
