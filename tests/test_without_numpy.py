@@ -41,7 +41,7 @@ window = ContextWindowBuilder(conv).build(max_tokens=1000)
 memory = KnowledgeMemory(user)
 memory.remember("Prefers aisle seats", "travel", persistent=True)
 facts = [hit.fact.content for hit in memory.recall("aisle seats")]
-hits = [hit.seq for hit in search_messages("order 1042", owner=user)]
+hits = [hit.seq for hit in search_messages("order 1042", owner=user)]  # the reply is its neighbour
 client = Client()
 client.force_login(user)
 admin = client.get(f"/admin/agentmemory/conversation/{conv.pk}/change/").status_code
@@ -88,5 +88,5 @@ def test_the_app_runs_without_numpy_until_vectors_are_configured(tmp_path):  # t
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == (
-        "2 ['Prefers aisle seats'] [1] 200 ['agentmemory.E208'] False"
+        "2 ['Prefers aisle seats'] [1, 2] 200 ['agentmemory.E208'] False"
     )
