@@ -262,9 +262,8 @@ def places_of(using: str, ids: Sequence[int]) -> list[tuple[int, int, int]]:
         return []
     connection = connections[using]
     quote = connection.ops.quote_name
-    pk, conversation, seq = (
-        quote(Message._meta.get_field(name).column) for name in ("id", "conversation", "seq")
-    )
+    columns = {field.name: str(field.column) for field in Message._meta.concrete_fields}
+    pk, conversation, seq = (quote(columns[name]) for name in ("id", "conversation", "seq"))
     sql = (
         f"SELECT {pk}, {conversation}, {seq} FROM {quote(Message._meta.db_table)} "
         f"WHERE {pk} IN ({', '.join(['%s'] * len(ids))})"
