@@ -86,7 +86,9 @@ def test_the_hnsw_index_matches_the_query_the_backend_sends(
     assert "'stub-embedder'" in definition  # one partial index per embedding model
     with CaptureQueriesContext(connection) as queries:
         search_messages("apple mango", owner=alice, k=5, backend=PgVectorBackend(StubEmbedder()))
-    (ranking,) = [q["sql"] for q in queries.captured_queries if "<=>" in q["sql"]]
+    # the ranking, then the distances of the hits' neighbours (no index needed: given rows)
+    ranking, neighbours = [q["sql"] for q in queries.captured_queries if "<=>" in q["sql"]]
+    assert "LIMIT" in ranking and "LIMIT" not in neighbours
     with connection.cursor() as cursor:
         # With sorting made expensive, only an index that yields rows in distance order can
         # serve the query: the plan must be the HNSW index, so its expression and its

@@ -306,11 +306,10 @@ class PgVectorRanking:
                     Cast("vector", output_field=VectorField(dimensions=dims)), self.query_vector
                 )
             )
-            .order_by("distance")
             .values_list(f"{fk}_id", "distance")
         )
         if limit is None:
-            found = list(rows)
+            found = list(rows.order_by())
         else:
             with transaction.atomic(using=queryset.db), connections[queryset.db].cursor() as cursor:
                 cursor.execute(
@@ -318,7 +317,7 @@ class PgVectorRanking:
                     "set_config('hnsw.ef_search', %s, true)",
                     [str(self.backend.HNSW_EF_SEARCH)],
                 )
-                found = list(rows[:limit])
+                found = list(rows.order_by("distance")[:limit])
         ranked = [(pk, 1.0 - float(distance)) for pk, distance in found if distance is not None]
         ranked.sort(key=lambda item: (-item[1], -item[0]))
         return [(pk, score) for pk, score in ranked if score > 0]
