@@ -14,7 +14,8 @@ report directory):
    pending or repeated, a fact that is no longer in force (a PATCH that changes the seeded
    fact's content supersedes it, so later ones find it history), an import document whose
    counters, seqs or tool exchanges disagree; and a context window whose stored messages do
-   not fit the budget asked (the documented 422). The answer names the rule; a
+   not fit the budget asked (the documented 422), and a PATCH of a fact no longer in force (the
+   documented 409). The answer names the rule; a
    positive_data_acceptance failure whose answer names one of these rules is dropped, every
    other failure stays.
 """
@@ -70,6 +71,8 @@ def _set_aside(failure: Any, response: Any) -> str | None:
         return None
     if response.status_code == 422 and b"context_budget_exceeded" in response.content:
         return "the stored messages do not fit the budget asked"
+    if response.status_code == 409 and b'"not_in_force"' in response.content:
+        return "the fact is no longer in force (the documented 409)"
     if response.status_code != 400:
         return None
     try:

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
-from agentmemory.models import Conversation
+from agentmemory.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
 
@@ -315,6 +315,30 @@ def test_messages_can_be_appended_in_the_anthropic_format(api, user):  # type: i
     assert [m["role"] for m in stored] == ["human", "ai", "tool"]
     assert stored[1]["tool_calls"] == [{"id": "t1", "name": "weather", "arguments": {"city": "Oslo"}}]
     assert stored[2]["tool_call_id"] == "t1"
+
+
+def test_an_anthropic_message_with_empty_content_is_a_400_and_stores_nothing(api, user):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user)
+    url = f"/api/conversations/{conv.uuid}/messages/?message_format=anthropic"
+    for body in ({"role": "user", "content": []}, {"messages": [{"role": "user", "content": []}]}):
+        response = api.post(url, body, format="json")
+        assert response.status_code == 400, response.content
+        assert response.json()["error"] == "invalid_message" and "no content" in response.json()["detail"]
+    assert not Message.objects.filter(conversation=conv).exists()
+
+
+def test_every_not_found_answer_has_the_same_wording(api, user):  # type: ignore[no-untyped-def]
+    missing = "00000000-0000-0000-0000-000000000009"
+    for method, path, body in [
+        ("get", f"/api/conversations/{missing}/", None),
+        ("get", f"/api/conversations/{missing}/context/", None),
+        ("post", f"/api/conversations/{missing}/messages/", {"role": "human", "content": "x"}),
+    ]:
+        response = getattr(api, method)(path, body, format="json")
+        assert response.status_code == 404
+        assert response.json() == {"error": "not_found", "detail": "No such conversation."}, path
+    fact = api.get(f"/api/facts/{missing}/")
+    assert fact.status_code == 404 and fact.json() == {"error": "not_found", "detail": "No such fact."}
 
 
 # -- paging ----------------------------------------------------------------------------------

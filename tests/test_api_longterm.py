@@ -92,7 +92,7 @@ def test_a_changed_fact_supersedes_the_old_one(api, alice):  # type: ignore[no-u
     }
     # History cannot be changed; the same content with another importance is updated in place.
     refused = api.patch(f"/api/facts/{old_id}/", {"content": "Lives in Paris"}, format="json")
-    assert refused.status_code == 400 and refused.json()["error"] == "invalid"
+    assert refused.status_code == 409 and refused.json()["error"] == "not_in_force"
     same = api.patch(f"/api/facts/{body['fact']['id']}/", {"importance": 0.9}, format="json")
     assert same.status_code == 200 and same.json()["action"] == "updated"
     assert same.json()["fact"]["importance"] == 0.9
@@ -114,7 +114,8 @@ def test_supersedes_names_a_fact_in_force_by_its_id(api, alice, django_assert_nu
     again = api.post("/api/facts/", {**body, "content": "Joined Initech"}, format="json")
     assert again.status_code == 400 and old_id in again.json()["fields"]["supersedes"][0]
     refused = api.patch(f"/api/facts/{old_id}/", {"content": "Works at Initech"}, format="json")
-    assert refused.status_code == 400 and old_id in refused.json()["detail"]
+    assert refused.status_code == 409 and refused.json()["error"] == "not_in_force"
+    assert old_id in refused.json()["detail"]
     # A longer history lists its successors' ids without a query per fact.
     current = new["fact"]["id"]
     for n in range(3):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -159,12 +160,26 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return {prefix or "non_field_errors": [str(text) for text in texts]}
 
 
+#: Django's text for a lookup that found nothing ("No Conversation matches the given query.")
+_NO_MATCH = re.compile(r"^No (?P<model>.+) matches the given query\.$")
+
+
+def _not_found_text(exc: Http404) -> str:
+    """One wording for every 404 of the API: Django's ``get_object_or_404`` text ("No Fact
+    matches the given query.") becomes the API's own ("No such fact.")."""
+    text = str(exc.args[0]) if exc.args else ""
+    match = _NO_MATCH.match(text)
+    if match:
+        return f"No such {match['model'].lower()}."
+    return text or "Not found."
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, answering in the API's error shape; also turns Django's
     ``RequestDataTooBig`` into a 413 and a Django ``ValidationError`` into a 400. Anything
     else unhandled stays a server error (returns ``None``), so real bugs are not hidden."""
     if isinstance(exc, Http404):
-        exc = exceptions.NotFound(*exc.args)
+        exc = exceptions.NotFound(_not_found_text(exc))
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(*exc.args)
     elif isinstance(exc, RequestDataTooBig):

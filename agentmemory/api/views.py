@@ -503,6 +503,9 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
             )
         try:
             messages = s.validated_messages(items, message_format(request))
+            if not messages:
+                # An Anthropic message whose content is an empty list converts to nothing.
+                raise InvalidMessageError("the message has no content: nothing to store", index=0)
             stored = PersistentChatHistory(conversation).add_messages(messages)
         except InvalidMessageError as exc:
             return invalid_message_response(exc, batch=batch)
@@ -608,6 +611,11 @@ FACT_ID_PARAMETER = OpenApiParameter(
                 s.RememberedSerializer, description="Stored as a new fact that supersedes it."
             ),
             200: OpenApiResponse(s.RememberedSerializer, description="Same content: updated in place."),
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="The fact is no longer in force (`not_in_force`): superseded, expired or aged "
+                "out. Change the fact that replaced it.",
+            ),
         },
     ),
 )
@@ -704,15 +712,21 @@ class FactViewSet(
         """Change a fact in force. New content (or category) is stored as a new fact that
         supersedes this one, which stays as history (201); the same content with another
         persistence, importance or ttl is updated in place (200). A fact that is already
-        history cannot be changed (400): change the fact that replaced it."""
+        history cannot be changed (409 Conflict, ``not_in_force``: the body is fine, the fact's
+        state is not): change the fact that replaced it."""
         fact = self.get_object()
         body = s.FactUpdateSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
         if not memory.live_facts().filter(pk=fact.pk).exists():
-            raise serializers.ValidationError(
-                {"non_field_errors": [f"Fact {fact.uuid} is not in force (superseded, expired or aged out)."]}
+            return Response(
+                {
+                    "error": "not_in_force",
+                    "detail": f"Fact {fact.uuid} is not in force (superseded, expired or aged out); "
+                    "change the fact that replaced it.",
+                },
+                status=status.HTTP_409_CONFLICT,
             )
         try:
             result = memory.store(
