@@ -110,6 +110,21 @@ def test_bad_arguments_are_typed_errors() -> None:
         search_messages(None, owner=alice)  # type: ignore[arg-type]
     assert search_messages("", owner=alice) == []
     assert search_messages("?!", owner=alice) == []
+    # a NUL in an agent key is refused before PostgreSQL would raise DataError
+    with pytest.raises(ValueError, match="agent_key"):
+        search_messages("x", owner=alice, agent_key="\x00")
+    with pytest.raises(ValueError, match="not a uuid"):
+        search_messages("x", owner=alice, conversation="not-a-uuid")
+
+
+def test_a_conversation_is_named_by_its_uuid_string_too() -> None:
+    alice = UserFactory()
+    conv = conversation_with(alice, ["zebra crossing ahead"])
+    conversation_with(alice, ["zebra stripes elsewhere"])
+    hits = search_messages("zebra", owner=alice, conversation=str(conv.uuid))
+    assert [h.conversation_id for h in hits] == [conv.pk]
+    # another user's conversation, named by its uuid, finds nothing
+    assert search_messages("zebra", owner=UserFactory(), conversation=str(conv.uuid)) == []
 
 
 def test_full_text_index_follows_edits_and_deletes() -> None:

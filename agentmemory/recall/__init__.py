@@ -144,9 +144,10 @@ def search_messages(
         query: natural-language text; its words are matched (stemmed, stop words ignored).
         owner: a saved user or a user id (required; conversations without an owner are never
             searched).
-        conversation: limit to one conversation (instance, id or public uuid); one of another
-            user finds nothing.
-        agent_key: limit to conversations of this agent key (exact match).
+        conversation: limit to one conversation (instance, id, or public uuid as a ``UUID``
+            or its string); one of another user finds nothing.
+        agent_key: limit to conversations of this agent key (exact match; at most 100
+            characters, no NUL).
         k: hits wanted, 1 to 100.
         backend: a ``RecallBackend``; default ``AGENTMEMORY["RECALL_BACKEND"]``.
 
@@ -159,7 +160,8 @@ def search_messages(
     the hits: a number independent of the history's length.
 
     Raises:
-        MemoryScopeError: no owner. ValueError / TypeError: a bad ``k`` or ``query``.
+        MemoryScopeError: no owner. ValueError / TypeError: a bad ``k``, ``query``,
+            ``agent_key`` or ``conversation``.
     """
     from agentmemory.conf import app_settings
     from agentmemory.models import Conversation, Message
@@ -170,8 +172,19 @@ def search_messages(
     if using:
         messages = messages.using(using)
     if agent_key is not None:
+        # the same rule as a memory scope's agent key: a string of at most 100 characters
+        # without NUL (PostgreSQL refuses NUL in text; it could match nothing anyway)
+        if not isinstance(agent_key, str) or len(agent_key) > 100 or "\x00" in agent_key:
+            raise ValueError(
+                f"agent_key must be a string of at most 100 characters without NUL, not {agent_key!r}"
+            )
         messages = messages.filter(conversation__agent_key=agent_key)
     if conversation is not None:
+        if isinstance(conversation, str):
+            try:
+                conversation = UUID(conversation)
+            except ValueError:
+                raise ValueError(f"conversation {conversation!r} is not a uuid") from None
         if isinstance(conversation, Conversation):
             messages = messages.filter(conversation_id=conversation.pk)
         elif isinstance(conversation, UUID):
