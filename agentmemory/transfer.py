@@ -220,6 +220,69 @@ def _load(field: models.Field, value: Any, path: str) -> Any:
     )
 
 
+def _column_schema(field: models.Field) -> dict[str, Any]:
+    """The JSON schema of one column's value as ``_load`` accepts it."""
+    schema: dict[str, Any]
+    if isinstance(field, models.JSONField):
+        schema = {}
+    elif isinstance(field, models.BooleanField):
+        schema = {"type": "boolean"}
+    elif isinstance(field, models.IntegerField):
+        positive = isinstance(field, models.PositiveIntegerField)
+        schema = {"type": "integer", "minimum": 0 if positive else -(2**63)}
+        schema["maximum"] = 2**31 - 1 if positive else 2**63 - 1
+    elif isinstance(field, models.DateTimeField):
+        schema = {"type": "string", "format": "date-time"}
+    elif isinstance(field, models.UUIDField):
+        schema = {"type": "string", "format": "uuid"}
+    else:
+        # no NUL (``text_problem``; a lone surrogate has no pattern: JSON holds none unescaped)
+        schema = {"type": "string", "pattern": "^[^\\x00]*$"}
+        if field.max_length is not None:
+            schema["maxLength"] = field.max_length
+        if field.choices:
+            schema["enum"] = [str(choice[0]) for choice in field.choices]
+    if field.null:
+        schema["nullable"] = True
+    return schema
+
+
+#: the rows of a document, by name: (model, columns left out, extra names it may carry)
+_ROWS = {
+    "conversation": (Conversation, _CONVERSATION_SKIP, {"summary_through_seq"}),
+    "message": (Message, _MESSAGE_SKIP, set()),
+    "summary": (Summary, _SUMMARY_SKIP, {"previous_through_seq"}),
+}
+
+
+def row_schema(kind: str) -> dict[str, Any]:
+    """The JSON schema (OpenAPI 3.0) of one row of an export document: ``kind`` is
+    ``"conversation"``, ``"message"`` or ``"summary"``. Its properties are the stored columns
+    (``_fields``) with the types, lengths and choices import checks, ``required`` the columns
+    without a default (timestamps may be left out), no other key (``additionalProperties:
+    false``). How rows fit together (seqs, counters, exchanges, spans) is checked by import,
+    not described here."""
+    model, skip, extra = _ROWS[kind]
+    fields = _fields(model, skip)
+    properties = {field.name: _column_schema(field) for field in fields}
+    for name in sorted(extra):
+        properties[name] = {"type": "integer", "nullable": True}
+    required = [
+        field.name
+        for field in fields
+        if not field.has_default() and not field.null and field.name not in ("created_at", "updated_at")
+    ]
+    if kind == "message":
+        required.append("seq")
+        properties["seq"].update(minimum=1, maximum=MAX_SEQ)
+    if kind == "conversation":
+        properties["retention_days"]["minimum"] = 1  # the table's check constraint
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = sorted(set(required))
+    return schema
+
+
 def _object(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidConversationData(path, "must be a JSON object")
@@ -302,6 +365,9 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
     )
     if not isinstance(conv.get("metadata", {}), Mapping):
         raise InvalidConversationData("conversation.metadata", "must be a JSON object")
+    if conv.get("retention_days") is not None and conv["retention_days"] < 1:
+        # the table's check constraint (agentmemory_conv_retention_positive): days, or null
+        raise InvalidConversationData("conversation.retention_days", "must be at least 1 (days) or null")
 
     max_chars = app_settings().MAX_MESSAGE_CHARS
     messages: list[Message] = []

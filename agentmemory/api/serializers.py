@@ -41,6 +41,7 @@ from agentmemory.knowledge import MAX_TTL_SECONDS
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
+from agentmemory.transfer import row_schema
 from agentmemory.validation import IMAGE_MIME_TYPES, json_problem, text_problem
 
 NATIVE = "native"
@@ -889,6 +890,21 @@ IMPORT_EXAMPLE = {
 }
 
 
+@extend_schema_field(row_schema("conversation"))
+class _ConversationRowField(JSONObjectField):
+    """The conversation row of an import document (its schema: ``transfer.row_schema``)."""
+
+
+@extend_schema_field(row_schema("message"))
+class _MessageRowField(JSONObjectField):
+    """A message row of an import document."""
+
+
+@extend_schema_field(row_schema("summary"))
+class _SummaryRowField(JSONObjectField):
+    """A summary row of an import document."""
+
+
 class ImportDocumentSerializer(serializers.Serializer):
     """The document ``POST /conversations/import/`` takes: what ``GET .../export/`` returns
     (``agentmemory.transfer``). The rows are objects of the stored columns; their values and
@@ -900,9 +916,9 @@ class ImportDocumentSerializer(serializers.Serializer):
     exported_at = StrictTextField(
         required=False, allow_blank=True, help_text="When it was exported (ISO 8601); not read."
     )
-    conversation = JSONObjectField(help_text="The conversation's columns and counters.")
-    messages = serializers.ListField(child=JSONObjectField(), help_text="Its messages, in seq order.")
-    summaries = serializers.ListField(child=JSONObjectField(), required=False)
+    conversation = _ConversationRowField(help_text="The conversation's columns and counters.")
+    messages = serializers.ListField(child=_MessageRowField(), help_text="Its messages, in seq order.")
+    summaries = serializers.ListField(child=_SummaryRowField(), required=False)
 
     @staticmethod
     def error_path(field: str) -> str:
