@@ -45,6 +45,7 @@ from agentmemory.recall.backends import (
 )
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+from agentmemory.validation import text_problem
 
 __all__ = [
     "FactHit",
@@ -111,16 +112,6 @@ def fact_key(content: str) -> str | None:
 
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
-
-
-def _encodable(text: str) -> bool:
-    """Whether ``text`` can be stored: lone surrogates (U+D800 to U+DFFF alone, from a broken
-    JSON escape or a bad decode) are not UTF-8 and no database takes them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _seconds(ttl: Any) -> float | None:
@@ -355,16 +346,15 @@ class KnowledgeMemory:
         limit = app_settings().MAX_FACT_CHARS
         if not isinstance(content, str) or not content.strip():
             raise InvalidFactError("content must be a non-empty string")
-        if "\x00" in content or len(content) > limit:
-            raise InvalidFactError(f"content must be at most {limit} characters without NUL bytes")
-        if not _encodable(content):
-            raise InvalidFactError("content must be valid Unicode text (it holds a lone surrogate)")
+        if len(content) > limit:
+            raise InvalidFactError(f"content must be at most {limit} characters")
+        if problem := text_problem(content):
+            raise InvalidFactError(f"content {problem}")
         if (
             not isinstance(category, str)
             or not category.strip()
             or len(category) > 100
-            or "\x00" in category
-            or not _encodable(category)
+            or text_problem(category)
         ):
             raise InvalidFactError("category must be a non-empty string of at most 100 characters")
         if importance is None:

@@ -42,7 +42,7 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError, InvalidMessageError
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
-from agentmemory.validation import json_problem, text_problem, validate_message
+from agentmemory.validation import TEXT_PATTERN, json_problem, text_problem, validate_message
 
 __all__ = [
     "FORMAT",
@@ -236,8 +236,7 @@ def _column_schema(field: models.Field) -> dict[str, Any]:
     elif isinstance(field, models.UUIDField):
         schema = {"type": "string", "format": "uuid"}
     else:
-        # no NUL (``text_problem``; a lone surrogate has no pattern: JSON holds none unescaped)
-        schema = {"type": "string", "pattern": "^[^\\x00]*$"}
+        schema = {"type": "string", "pattern": TEXT_PATTERN}
         if field.max_length is not None:
             schema["maxLength"] = field.max_length
         if field.choices:

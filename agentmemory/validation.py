@@ -18,6 +18,11 @@ MAX_JSON_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: ``text_problem`` as a JSON schema pattern: no NUL character (a lone UTF-16 surrogate has no
+#: pattern: JSON text holds none but as an escape)
+TEXT_PATTERN = "^[^\\x00]*$"
+
+
 def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text, or ``None``: PostgreSQL refuses NUL bytes and
     no database can encode a lone UTF-16 surrogate (``"\\ud800"``) as UTF-8."""

@@ -42,7 +42,7 @@ from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolC
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
 from agentmemory.transfer import row_schema
-from agentmemory.validation import IMAGE_MIME_TYPES, json_problem, text_problem
+from agentmemory.validation import IMAGE_MIME_TYPES, TEXT_PATTERN, json_problem, text_problem
 
 NATIVE = "native"
 OPENAI = "openai"
@@ -366,9 +366,6 @@ class StrictInputMixin:
 # ``PersistentChatHistory``, and ``agentmemory.validation.validate_message`` runs last as the
 # single definition of a storable message.
 
-#: text that storage accepts (``agentmemory.validation.text_problem``): no NUL character (nor
-#: a lone UTF-16 surrogate, which the pattern cannot say: JSON text holds none but as an escape)
-TEXT_PATTERN = "^[^\\x00]*$"
 #: base64 as ``validate_parts`` accepts it: whole 4-character groups, ``=`` padding at the end
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _BASE64_BODY = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"

@@ -172,12 +172,9 @@ def search_messages(
     if using:
         messages = messages.using(using)
     if agent_key is not None:
-        # the same rule as a memory scope's agent key: a string of at most 100 characters
-        # without NUL (PostgreSQL refuses NUL in text; it could match nothing anyway)
-        if not isinstance(agent_key, str) or len(agent_key) > 100 or "\x00" in agent_key:
-            raise ValueError(
-                f"agent_key must be a string of at most 100 characters without NUL, not {agent_key!r}"
-            )
+        # the rule of a memory scope's agent key: at most 100 characters, no NUL (which
+        # PostgreSQL refuses in text); MemoryScopeError is a ValueError
+        agent_key = MemoryScope.of(owner_id, agent_key).agent_key
         messages = messages.filter(conversation__agent_key=agent_key)
     if conversation is not None:
         if isinstance(conversation, str):
