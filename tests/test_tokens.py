@@ -524,6 +524,15 @@ def test_tiktoken_counter_works_offline():
     assert counter.count_message(ChatMessage.human("hello world")) == 3 + 1 + 2
 
 
+def test_special_token_text_is_counted_as_plain_text():
+    # A user may type tiktoken's special-token strings: they are text in a request (the
+    # providers never read message text as control tokens), and counting must not raise.
+    counter = _exact()
+    assert counter.count_text("<|endoftext|>") == 7  # "<", "|", "endo", "ft", "ext", "|", ">"
+    for text in ("a <|fim_prefix|> b", "<|endofprompt|>\n" * 3, "plain words"):
+        assert counter.count_text(text) == len(counter._encoding.encode(text, disallowed_special=()))
+
+
 def test_empty_text_costs_nothing():
     for counter in (ApproximateTokenCounter(), LengthTokenCounter()):
         assert counter.count_text("") == 0
