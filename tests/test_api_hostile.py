@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from urllib.parse import urlencode
 
 import pytest
 from rest_framework.test import APIClient
@@ -352,3 +353,27 @@ def test_a_message_with_more_tool_calls_than_the_cap_is_a_400(api, conv, setting
     body = assert_error(response, 400)
     assert "MAX_TOOL_CALLS_PER_MESSAGE" in json.dumps(body)
     assert snapshot() == before
+
+
+def test_a_form_post_of_a_message_is_stored_or_refused_by_field(api, conv) -> None:  # type: ignore[no-untyped-def]
+    # An HTML form or ``curl -d role=human -d content=hi`` sends a form, not JSON: each
+    # field is one value, not a list of them (it was refused as "unknown role ['human']").
+    response = api.post(
+        url(conv, "messages/"),
+        urlencode({"role": "human", "content": "from a form"}),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["content"] == "from a form"
+    assert Message.objects.filter(conversation=conv, content="from a form", role="human").count() == 1
+    multipart = api.post(url(conv, "messages/"), {"role": "ai", "content": "multipart"}, format="multipart")
+    assert multipart.status_code == 201, multipart.content
+    # A field the form cannot carry as JSON is refused by name, nothing stored.
+    before = Message.objects.filter(conversation=conv).count()
+    body = assert_error(
+        api.post(url(conv, "messages/"), {"role": "ai", "content": "x", "tool_calls": "not json"}),
+        400,
+        "invalid_message",
+    )
+    assert "tool_calls" in json.dumps(body)
+    assert Message.objects.filter(conversation=conv).count() == before

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import router, transaction
 from django.db.models import F, Q, QuerySet
-from django.http import Http404
+from django.http import Http404, QueryDict
 from django.utils import timezone
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
@@ -490,6 +490,10 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
         ``{"messages": [...]}``."""
         conversation = self.get_conversation()
         body = request.data
+        if isinstance(body, QueryDict):
+            # A form post (``role=human&content=hi``): one value per field, the last one as
+            # Django's ``QueryDict.dict()`` and DRF's form fields take it.
+            body = body.dict()
         batch = isinstance(body, dict) and set(body) == {"messages"}
         items = body["messages"] if batch else [body]
         if not isinstance(items, list):
