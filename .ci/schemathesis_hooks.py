@@ -13,7 +13,8 @@ report directory):
    items fit together: a tool result that answers no pending call, a tool call id already
    pending or repeated, a fact that is no longer in force (a PATCH that changes the seeded
    fact's content supersedes it, so later ones find it history), an import document whose
-   counters, seqs or tool exchanges disagree; and a context window whose stored messages do
+   counters, seqs or tool exchanges disagree (``IMPORT_RULES``) or whose message breaks a
+   role's rule; and a context window whose stored messages do
    not fit the budget asked (the documented 422), and a PATCH of a fact no longer in force (the
    documented 409). The answer names the rule; a
    positive_data_acceptance failure whose answer names one of these rules is dropped, every
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import schemathesis
@@ -37,6 +39,24 @@ STATE_RULES = (
     "appears twice",  # one message repeats a tool call id
     "is not in force",  # PATCH of a fact that a change superseded
     "is not a live fact of this scope",  # supersedes names no fact in force
+)
+#: what the 400 of a schema-valid import document says when its rows disagree with each
+#: other (agentmemory.transfer checks them together; the schema describes each row alone)
+IMPORT_RULES = (
+    "seqs must start at 1 or more and strictly increase",
+    "an AI message's exchange is its own seq",
+    "names no earlier AI message with tool calls",
+    "makes no call",
+    "belongs to no tool exchange",
+    "but the messages give",  # a counter that disagrees with the messages
+    "is below the last message's seq",
+    "names no tool call of an AI message",
+    "is answered by a tool result in the document",
+    "needs 0 <= first_seq <= through_seq",
+    "two summaries end at the same seq",
+    "human messages",  # human_messages_covered disagrees with the messages it covers
+    "must name a summary that ends earlier",
+    "names no summary in the document",
 )
 
 
@@ -82,6 +102,18 @@ def _set_aside(failure: Any, response: Any) -> str | None:
     if not isinstance(body, dict):
         return None
     if body.get("error") == "invalid_document":
-        return f"import document: {body.get('detail', '')[:200]}"
+        detail = str(body.get("detail", ""))
+        if any(rule in detail for rule in IMPORT_RULES) or _message_rule(body):
+            return f"import document: {detail[:200]}"
+        return None
     text = f"{body.get('detail', '')} {json.dumps(body.get('fields', {}))}"
     return next((rule for rule in STATE_RULES if rule in text), None)
+
+
+def _message_rule(body: dict) -> bool:
+    """Whether an import 400 names a rule of one stored message that depends on its role
+    (what a tool result, an AI message or a system message may carry): the row schema gives
+    each column its type and length, not which role allows which column."""
+    # The column checks name the column (``messages[3].role``); the message validator's
+    # refusal names the message itself (``messages[3]``).
+    return re.fullmatch(r"messages\[\d+\]", str(body.get("path", "") or "")) is not None

@@ -40,7 +40,7 @@ from django.utils.dateparse import parse_datetime
 
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError, InvalidMessageError
-from agentmemory.messages import Role
+from agentmemory.messages import PartKind, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.validation import TEXT_PATTERN, json_problem, text_problem, validate_message
 
@@ -224,7 +224,16 @@ def _column_schema(field: models.Field) -> dict[str, Any]:
     """The JSON schema of one column's value as ``_load`` accepts it."""
     schema: dict[str, Any]
     if isinstance(field, models.JSONField):
-        schema = {}
+        # What import requires of each JSON column (``_check_stored_shape``, ``_document``):
+        # an array where the default is one (tool calls) or the column holds a list (content
+        # parts), an object where the default is one (metadata, pending tool calls).
+        default = field.default() if callable(field.default) else field.default
+        if isinstance(default, list) or field.name == "parts":
+            schema = {"type": "array"}
+        elif isinstance(default, dict):
+            schema = {"type": "object"}
+        else:
+            schema = {}
     elif isinstance(field, models.BooleanField):
         schema = {"type": "boolean"}
     elif isinstance(field, models.IntegerField):
@@ -276,6 +285,23 @@ def row_schema(kind: str) -> dict[str, Any]:
         properties["seq"].update(minimum=1, maximum=MAX_SEQ)
     if kind == "conversation":
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
+    if kind == "message":
+        # ``_check_stored_shape``: tool calls are objects with a text id and name, content
+        # parts objects with a type (what each holds beyond that is the message rules')
+        properties["tool_calls"]["items"] = {
+            "type": "object",
+            "required": ["id", "name"],
+            "properties": {"id": {"type": "string"}, "name": {"type": "string"}},
+        }
+        properties["parts"]["items"] = {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"type": "string", "enum": [kind.value for kind in PartKind]}},
+        }
+    if kind == "summary":
+        # import refuses a summary without text (``_summaries``): at least one character
+        # other than white space
+        properties["text"].update(minLength=1, allOf=[{"pattern": r"\S"}])
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         schema["required"] = sorted(set(required))

@@ -211,6 +211,14 @@ def test_search_finds_the_users_messages_and_facts_only(api, alice, bob):  # typ
     assert scoped["messages"] == [] and scoped["facts"] == []
     only_messages = api.get("/api/search/", {"q": "Lisbon", "include": "messages", "k": 1}).json()
     assert len(only_messages["messages"]) == 1 and only_messages["facts"] == []
+    # A category narrows the facts; an empty one (a form's empty field) is no filter.
+    general = api.get("/api/search/", {"q": "Lisbon", "category": "general", "include": "facts"}).json()
+    assert [f["content"] for f in general["facts"]] == ["Prefers window seats on flights to Lisbon"]
+    travel = api.get("/api/search/", {"q": "Lisbon", "category": "travel", "include": "facts"}).json()
+    assert travel["facts"] == []
+    blank = api.get("/api/search/", {"q": "Lisbon", "category": "", "include": "facts"})
+    assert blank.status_code == 200
+    assert [f["id"] for f in blank.json()["facts"]] == [f["id"] for f in general["facts"]]
     their_conversation = api.get("/api/search/", {"q": "Lisbon", "conversation": str(other.uuid)}).json()
     assert their_conversation["messages"] == []
     # Bob searching sees his own and nothing of Alice's.

@@ -242,6 +242,30 @@ def test_import_documents_follow_the_schema(api, openapi):  # type: ignore[no-un
         assert refused.status_code == 400, refused.content
         answer = refused.json()
         assert answer["error"] == "invalid_document" and answer["path"] == path and answer["fields"]
+    # JSON columns: the schema gives the type import requires.
+    message = IMPORT_EXAMPLE["messages"][0]
+    for column, value in (("tool_calls", None), ("tool_calls", [1]), ("metadata", []), ("parts", [{}])):
+        body = {**IMPORT_EXAMPLE, "messages": [{**message, column: value}]}
+        assert list(schema.iter_errors(body)), (column, value)
+        refused = api.post("/api/conversations/import/", body, format="json")
+        assert refused.status_code == 400 and refused.json()["path"].startswith(f"messages[0].{column}")
+    # A summary without text: the schema says so, and import refuses it by path.
+    blank = {
+        **IMPORT_EXAMPLE,
+        "summaries": [
+            {
+                "first_seq": 0,
+                "through_seq": 1,
+                "text": " \n",
+                "token_counter": "approx",
+                "model": "",
+                "prompt_version": "",
+            }
+        ],
+    }
+    assert [e for e in schema.iter_errors(blank) if "text" in list(e.absolute_path) or "text" in e.message]
+    refused = api.post("/api/conversations/import/", blank, format="json")
+    assert refused.status_code == 400 and refused.json()["path"] == "summaries[0].text", refused.content
     assert Conversation.objects.count() == 1
 
 

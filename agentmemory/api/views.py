@@ -780,7 +780,12 @@ class SearchQuerySerializer(serializers.Serializer):
     namespace = s.StorableTextField(
         max_length=200, required=False, allow_blank=True, help_text="Facts: the namespace of their scope."
     )
-    category = s.StorableTextField(max_length=100, required=False, help_text="Facts: only this category.")
+    category = s.StorableTextField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Facts: only this category (empty or left out: every category).",
+    )
 
 
 @extend_schema(tags=["search"])
@@ -817,7 +822,7 @@ class SearchView(AppAPIView, GenericAPIView):  # type: ignore[misc]
             )
         if "facts" in include:
             memory = KnowledgeMemory(owner, agent_key=data.get("agent_key"), namespace=data.get("namespace"))
-            for hit in memory.recall(data["q"], k=data["k"], category=data.get("category")):
+            for hit in memory.recall(data["q"], k=data["k"], category=data.get("category") or None):
                 hit.fact.score = hit.score  # type: ignore[attr-defined]
                 facts.append(hit.fact)
         body = {"query": data["q"], "messages": messages, "facts": facts}
