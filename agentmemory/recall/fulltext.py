@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
@@ -257,11 +257,15 @@ FACT_WINDOW = 500
 FACT_RARE_IN_WINDOW = 5
 #: most facts one rare word adds to the candidates
 FACT_RARE_CAP = 300
+#: most facts all the rare words of one query add together: with more rare words than
+#: ``FACT_RARE_BUDGET // FACT_RARE_CAP``, each adds ``FACT_RARE_BUDGET`` divided by their number
+FACT_RARE_BUDGET = 100_000
 
 
 def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> tuple[str, list[Any]]:
     """The common table expressions of a PostgreSQL fact search, ending in ``top(id,
-    relevance)``: the ``limit`` best candidates by BM25, with their parameters.
+    relevance, created_at, importance)``: the ``limit`` best candidates by BM25, with their
+    parameters.
 
     The candidates are the facts matching any query word among the scope's newest
     ``FACT_WINDOW`` facts (read on the scope index), plus, when the scope holds more than
@@ -272,6 +276,9 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     question reach all of the scope. A scope of at most ``FACT_WINDOW`` facts is ranked
     exactly. Word weights (IDF) and the mean length are taken over the candidates, each word
     counted once per fact, as in ``_pg_bm25``.
+
+    Each window row is tested once against all the words (one ``tsquery``); the per-word
+    tests run on its matches only.
     """
     model = queryset.model
     quote = connections[queryset.db].ops.quote_name
@@ -287,34 +294,45 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
         where_sql, compiled_params = query.get_compiler(queryset.db).compile(query.where)
         where, where_params = where_sql or "TRUE", list(compiled_params)
     n_words = len(words)
-    flags = ", ".join(f"({vector} @@ {tsq}) AS f{i}" for i in range(n_words))
+    created, importance = quote("created_at"), quote("importance")
+    # the window: one test against every word per row, in a subquery that LIMIT keeps apart
+    # (its output columns are computed once a row)
+    window_flags = ", ".join(f"CASE WHEN s.m THEN s.v @@ {tsq} END AS f{i}" for i in range(n_words))
     window_sql = (
-        f"SELECT {table}.id, length({vector}) AS len, {flags} FROM {table} WHERE {where} "
-        f"ORDER BY {table}.{quote('created_at')} DESC LIMIT {FACT_WINDOW + 1}"
+        f"SELECT s.id, s.ca, s.imp, s.m, CASE WHEN s.m THEN length(s.v) END AS len, {window_flags} "
+        f"FROM (SELECT {table}.id, {table}.{created} AS ca, {table}.{importance} AS imp, {vector} AS v, "
+        f"{vector} @@ {tsq} AS m FROM {table} WHERE {where} "
+        f"ORDER BY {table}.{created} DESC LIMIT {FACT_WINDOW + 1}) AS s"
     )
+    flags = ", ".join(f"({vector} @@ {tsq}) AS f{i}" for i in range(n_words))
     counts = ", ".join(f"count(*) FILTER (WHERE f{i}) AS c{i}" for i in range(n_words))
     rare = ", ".join(f"CASE WHEN c{i} <= {FACT_RARE_IN_WINDOW} THEN %s END" for i in range(n_words))
-    any_flag = " OR ".join(f"f{i}" for i in range(n_words))
+    columns = ", ".join(f"f{i}" for i in range(n_words))
     dfs = ", ".join(f"count(*) FILTER (WHERE f{i}) AS d{i}" for i in range(n_words))
     idfs = ", ".join(f"ln(1 + (df.n - df.d{i} + 0.5) / (df.d{i} + 0.5)) AS i{i}" for i in range(n_words))
     idf = " + ".join(f"(CASE WHEN m.f{i} THEN st.i{i} ELSE 0 END)" for i in range(n_words))
     sql = (
         f"WITH w AS MATERIALIZED ({window_sql}), "
         f"wc AS MATERIALIZED (SELECT count(*) AS n, {counts} FROM w), "
-        # one tsquery per word rare in the window, when the window did not hold the whole scope
-        f"rare AS MATERIALIZED (SELECT to_tsquery('{PG_CONFIG}'::regconfig, x.word) AS q "
-        f"FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS x(word) "
-        f"WHERE wc.n > {FACT_WINDOW} AND x.word IS NOT NULL), "
-        f"c AS MATERIALIZED (SELECT * FROM w WHERE {any_flag} UNION "
-        f"SELECT hit.* FROM rare CROSS JOIN LATERAL (SELECT {table}.id, length({vector}), {flags} "
-        f"FROM {table} WHERE {where} AND {vector} @@ rare.q LIMIT {FACT_RARE_CAP}) AS hit), "
+        # one tsquery per word rare in the window, when the window did not hold the whole
+        # scope (a word PostgreSQL drops, such as its stop words, has none)
+        f"rw AS MATERIALIZED (SELECT x.q FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS y(word) "
+        f"CROSS JOIN LATERAL (SELECT to_tsquery('{PG_CONFIG}'::regconfig, y.word) AS q) AS x "
+        f"WHERE wc.n > {FACT_WINDOW} AND y.word IS NOT NULL AND numnode(x.q) > 0), "
+        f"rare AS MATERIALIZED (SELECT rw.q, least({FACT_RARE_CAP}, greatest(1, "
+        f"{FACT_RARE_BUDGET} / count(*) OVER ())) AS cap FROM rw), "
+        f"c AS MATERIALIZED (SELECT id, ca, imp, len, {columns} FROM w WHERE m UNION "
+        f"SELECT hit.* FROM rare CROSS JOIN LATERAL (SELECT {table}.id, {table}.{created}, "
+        f"{table}.{importance}, length({vector}), {flags} "
+        f"FROM {table} WHERE {where} AND {vector} @@ rare.q LIMIT rare.cap) AS hit), "
         f"df AS (SELECT count(*)::float AS n, greatest(avg(len), 1)::float AS al, {dfs} FROM c), "
         f"st AS MATERIALIZED (SELECT df.al, {idfs} FROM df), "
         f"top AS MATERIALIZED (SELECT m.id, ({idf}) * {BM25_K1 + 1} "
-        f"/ (1 + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len / st.al)) AS relevance "
+        f"/ (1 + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len::float / st.al)) AS relevance, "
+        f"m.ca AS created_at, m.imp AS importance "
         f"FROM c AS m CROSS JOIN st ORDER BY relevance DESC, m.id DESC LIMIT %s)"
     )
-    params: list[Any] = [*words, *where_params, *words, *words, *where_params, limit]
+    params: list[Any] = [*words, _pg_query(words), *where_params, *words, *words, *where_params, limit]
     return sql, params
 
 
@@ -330,7 +348,8 @@ def recall_facts(
 ) -> list[tuple[Any, float, float]] | None:
     """PostgreSQL: the ``k`` facts of ``queryset`` that ``KnowledgeMemory.recall`` returns, in
     one statement: the ``candidates`` best by BM25 (see ``_pg_fact_ranking``), re-ranked by
-    ``agentmemory.recall.boost`` (importance, recency), read with every column.
+    ``agentmemory.recall.boost`` (importance, recency); only the ``k`` chosen are read with
+    every column.
 
     With ``record``, the same statement marks them as recalled (``last_recalled_at = now``,
     ``recall_count + 1``) and its transaction commits without waiting for the write-ahead log
@@ -351,22 +370,26 @@ def recall_facts(
     conf = app_settings()
     ranking, params = _pg_fact_ranking(queryset, words, candidates)
     model = queryset.model
-    quote = connections[queryset.db].ops.quote_name
+    connection = connections[queryset.db]
+    quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    columns = ", ".join(f"f.{quote(f.column)}" for f in model._meta.concrete_fields)
+    fields = model._meta.concrete_fields
+    columns = ", ".join(f"f.{quote(f.column)}" for f in fields)
     # the same arithmetic as agentmemory.recall.boost, which scores the returned rows
+    # (date_part gives a double, as Python's float; extract would give a numeric)
     boosted = (
-        "(top.relevance / b.best) * (1 + %s * f.importance) * (1 + %s * power(0.5, "
-        "greatest(0, extract(epoch FROM (%s - f.created_at)) / 86400) / %s))"
+        "(top.relevance / b.best) * (1 + %s * top.importance) * (1 + %s * power(0.5, "
+        "greatest(0, date_part('epoch', %s - top.created_at) / 86400) / %s))"
     )
     params += [conf.RECALL_IMPORTANCE_WEIGHT, conf.RECALL_RECENCY_WEIGHT, now]
     params += [conf.RECALL_RECENCY_HALF_LIFE_DAYS, k]
     sql = (
         f"{ranking}, b AS (SELECT max(relevance) AS best FROM top), "
-        f"hits AS MATERIALIZED (SELECT {columns}, top.relevance, b.best, "
-        f"row_number() OVER (ORDER BY {boosted} DESC, f.id DESC) AS position "
-        f"FROM top CROSS JOIN b JOIN {table} AS f ON f.id = top.id "
-        f"ORDER BY position LIMIT %s)"
+        f"chosen AS MATERIALIZED (SELECT top.id, top.relevance, b.best, "
+        f"row_number() OVER (ORDER BY {boosted} DESC, top.id DESC) AS position "
+        f"FROM top CROSS JOIN b ORDER BY position LIMIT %s), "
+        f"hits AS MATERIALIZED (SELECT {columns}, chosen.relevance, chosen.best, chosen.position "
+        f"FROM chosen JOIN {table} AS f ON f.id = chosen.id)"
     )
     if record:
         sql += (
@@ -376,5 +399,15 @@ def recall_facts(
         )
         params.append(now)
     sql += " SELECT * FROM hits ORDER BY position"
-    rows = model._default_manager.using(queryset.db).raw(sql, params)
-    return [(fact, float(fact.relevance), float(fact.best)) for fact in rows]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows: Iterable[Any] = cursor.fetchall()
+    # the rows become facts as a queryset makes them (the fields' converters, then from_db)
+    compiler = queryset.query.get_compiler(queryset.db)
+    converters = compiler.get_converters([f.get_col(model._meta.db_table) for f in fields])
+    if converters:
+        rows = compiler.apply_converters(rows, converters)
+    names = [f.attname for f in fields]
+    n = len(names)
+    db = queryset.db
+    return [(model.from_db(db, names, row[:n]), float(row[n]), float(row[n + 1])) for row in rows]
