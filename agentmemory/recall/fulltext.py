@@ -258,8 +258,9 @@ FACT_RARE_IN_WINDOW = 5
 #: most facts one rare word adds to the candidates
 FACT_RARE_CAP = 300
 #: most facts all the rare words of one query add together: with more rare words than
-#: ``FACT_RARE_BUDGET // FACT_RARE_CAP``, each adds ``FACT_RARE_BUDGET`` divided by their number
-FACT_RARE_BUDGET = 100_000
+#: ``FACT_RARE_BUDGET // FACT_RARE_CAP`` (4), each adds ``FACT_RARE_BUDGET`` divided by their
+#: number, so that a long question costs at most what one with four rare words costs
+FACT_RARE_BUDGET = 1_200
 
 
 def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> tuple[str, list[Any]]:
@@ -282,17 +283,19 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     """
     model = queryset.model
     quote = connections[queryset.db].ops.quote_name
-    table = quote(model._meta.db_table)
-    vector = f"{table}.search_vector"
-    tsq = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
+    name = quote(model._meta.db_table)
+    # the fact table is "t" in the statement, which stays short (see the docstring)
+    table, source, vector = "t", f"{name} AS t", "t.search_vector"
+    tsq = f"to_tsquery('{PG_CONFIG}', %s)"
     query = queryset.order_by().query
     if sum(1 for alias in query.alias_map if query.alias_refcount[alias]) > 1:
         # a scope through a join: keep it in a subquery
         scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
-        where, where_params = f"{table}.id IN ({scope_sql})", list(scope_params)
+        where, where_params = f"t.id IN ({scope_sql})", list(scope_params)
     else:  # the scope's conditions inline, so that the scope index is used
         where_sql, compiled_params = query.get_compiler(queryset.db).compile(query.where)
-        where, where_params = where_sql or "TRUE", list(compiled_params)
+        # the conditions name the table's columns, never a value (those are parameters)
+        where, where_params = (where_sql or "TRUE").replace(f"{name}.", "t."), list(compiled_params)
     n_words = len(words)
     created, importance = quote("created_at"), quote("importance")
     # the window: one test against every word per row, in a subquery that LIMIT keeps apart
@@ -301,7 +304,7 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     window_sql = (
         f"SELECT s.id, s.ca, s.imp, s.m, CASE WHEN s.m THEN length(s.v) END AS len, {window_flags} "
         f"FROM (SELECT {table}.id, {table}.{created} AS ca, {table}.{importance} AS imp, {vector} AS v, "
-        f"{vector} @@ {tsq} AS m FROM {table} WHERE {where} "
+        f"{vector} @@ {tsq} AS m FROM {source} WHERE {where} "
         f"ORDER BY {table}.{created} DESC LIMIT {FACT_WINDOW + 1}) AS s"
     )
     flags = ", ".join(f"({vector} @@ {tsq}) AS f{i}" for i in range(n_words))
@@ -317,14 +320,14 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
         # one tsquery per word rare in the window, when the window did not hold the whole
         # scope (a word PostgreSQL drops, such as its stop words, has none)
         f"rw AS MATERIALIZED (SELECT x.q FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS y(word) "
-        f"CROSS JOIN LATERAL (SELECT to_tsquery('{PG_CONFIG}'::regconfig, y.word) AS q) AS x "
+        f"CROSS JOIN LATERAL (SELECT to_tsquery('{PG_CONFIG}', y.word) AS q) AS x "
         f"WHERE wc.n > {FACT_WINDOW} AND y.word IS NOT NULL AND numnode(x.q) > 0), "
         f"rare AS MATERIALIZED (SELECT rw.q, least({FACT_RARE_CAP}, greatest(1, "
         f"{FACT_RARE_BUDGET} / count(*) OVER ())) AS cap FROM rw), "
         f"c AS MATERIALIZED (SELECT id, ca, imp, len, {columns} FROM w WHERE m UNION "
         f"SELECT hit.* FROM rare CROSS JOIN LATERAL (SELECT {table}.id, {table}.{created}, "
         f"{table}.{importance}, length({vector}), {flags} "
-        f"FROM {table} WHERE {where} AND {vector} @@ rare.q LIMIT rare.cap) AS hit), "
+        f"FROM {source} WHERE {where} AND {vector} @@ rare.q LIMIT rare.cap) AS hit), "
         f"df AS (SELECT count(*)::float AS n, greatest(avg(len), 1)::float AS al, {dfs} FROM c), "
         f"st AS MATERIALIZED (SELECT df.al, {idfs} FROM df), "
         f"top AS MATERIALIZED (SELECT m.id, ({idf}) * {BM25_K1 + 1} "
