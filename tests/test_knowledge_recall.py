@@ -123,6 +123,30 @@ def test_an_old_fact_with_a_rare_word_is_found_beyond_the_window(alice, small_wi
 
 
 @pytest.mark.postgres
+def test_the_rare_words_of_one_question_share_a_bounded_number_of_old_facts(  # type: ignore[no-untyped-def]
+    alice, small_window, monkeypatch
+) -> None:
+    km = KnowledgeMemory(alice)
+    start = timezone.now() - timedelta(days=3)
+    words = ["zebra", "violin", "glacier", "pepper"]
+    for w, word in enumerate(words):
+        for i in range(12):
+            km.store(f"Old {word} story {i}", "log", now=start + timedelta(minutes=12 * w + i))
+    fill(km, 30, start + timedelta(days=1))  # the window holds none of those words
+    facts = km.live_facts()
+    # each of the four rare words may bring 10 facts (FACT_RARE_CAP); together at most 20
+    monkeypatch.setattr(fulltext, "FACT_RARE_BUDGET", 20)
+    found = [pk for pk, _score in fulltext._pg_fact_ids(facts, words, 100)]
+    assert len(found) == 20
+    per_word = Fact.objects.filter(pk__in=found).values_list("content", flat=True)
+    assert sorted(sum(word in c for c in per_word) for word in words) == [5, 5, 5, 5]
+    # fewer rare words than the budget allows at the cap each: the cap alone bounds them
+    monkeypatch.setattr(fulltext, "FACT_RARE_BUDGET", 40)
+    assert len(fulltext._pg_fact_ids(facts, words, 100)) == 40
+    assert len(fulltext._pg_fact_ids(facts, words[:2], 100)) == 20
+
+
+@pytest.mark.postgres
 def test_a_scope_within_the_window_is_ranked_exactly(alice, small_window) -> None:  # type: ignore[no-untyped-def]
     km = KnowledgeMemory(alice)
     for i, text in enumerate(
