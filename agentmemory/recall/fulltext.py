@@ -258,9 +258,9 @@ FACT_RARE_IN_WINDOW = 5
 #: most facts one rare word adds to the candidates
 FACT_RARE_CAP = 300
 #: most facts all the rare words of one query add together: with more rare words than
-#: ``FACT_RARE_BUDGET // FACT_RARE_CAP`` (4), each adds ``FACT_RARE_BUDGET`` divided by their
-#: number, so that a long question costs at most what one with four rare words costs
-FACT_RARE_BUDGET = 1_200
+#: ``FACT_RARE_BUDGET // FACT_RARE_CAP`` (5), each adds ``FACT_RARE_BUDGET`` divided by their
+#: number, so that a long question costs at most what one with five rare words costs
+FACT_RARE_BUDGET = 1_500
 
 
 def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> tuple[str, list[Any]]:
@@ -279,7 +279,9 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     counted once per fact, as in ``_pg_bm25``.
 
     Each window row is tested once against all the words (one ``tsquery``); the per-word
-    tests run on its matches only.
+    tests run on its matches only. The statement is kept short (the fact table is ``t``):
+    psycopg reuses its parsing of a statement of at most 4,096 characters, here one of up to
+    five words.
     """
     model = queryset.model
     quote = connections[queryset.db].ops.quote_name
@@ -300,30 +302,29 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     created, importance = quote("created_at"), quote("importance")
     # the window: one test against every word per row, in a subquery that LIMIT keeps apart
     # (its output columns are computed once a row)
-    window_flags = ", ".join(f"CASE WHEN s.m THEN s.v @@ {tsq} END AS f{i}" for i in range(n_words))
+    window_flags = ", ".join(f"s.m AND s.v @@ {tsq} AS f{i}" for i in range(n_words))
     window_sql = (
-        f"SELECT s.id, s.ca, s.imp, s.m, CASE WHEN s.m THEN length(s.v) END AS len, {window_flags} "
+        f"SELECT s.id, s.ca, s.imp, s.m, length(s.v) AS len, {window_flags} "
         f"FROM (SELECT {table}.id, {table}.{created} AS ca, {table}.{importance} AS imp, {vector} AS v, "
         f"{vector} @@ {tsq} AS m FROM {source} WHERE {where} "
         f"ORDER BY {table}.{created} DESC LIMIT {FACT_WINDOW + 1}) AS s"
     )
-    flags = ", ".join(f"({vector} @@ {tsq}) AS f{i}" for i in range(n_words))
-    counts = ", ".join(f"count(*) FILTER (WHERE f{i}) AS c{i}" for i in range(n_words))
+    flags = ", ".join([f"{vector} @@ {tsq}"] * n_words)
+    counts = ", ".join(f"count(*) FILTER (WHERE f{i}) c{i}" for i in range(n_words))
     rare = ", ".join(f"CASE WHEN c{i} <= {FACT_RARE_IN_WINDOW} THEN %s END" for i in range(n_words))
     columns = ", ".join(f"f{i}" for i in range(n_words))
-    dfs = ", ".join(f"count(*) FILTER (WHERE f{i}) AS d{i}" for i in range(n_words))
-    idfs = ", ".join(f"ln(1 + (df.n - df.d{i} + 0.5) / (df.d{i} + 0.5)) AS i{i}" for i in range(n_words))
-    idf = " + ".join(f"(CASE WHEN m.f{i} THEN st.i{i} ELSE 0 END)" for i in range(n_words))
+    dfs = ", ".join(f"count(*) FILTER (WHERE f{i}) d{i}" for i in range(n_words))
+    idfs = ", ".join(f"ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) i{i}" for i in range(n_words))
+    idf = " + ".join(f"m.f{i}::int * i{i}" for i in range(n_words))
     sql = (
         f"WITH w AS MATERIALIZED ({window_sql}), "
         f"wc AS MATERIALIZED (SELECT count(*) AS n, {counts} FROM w), "
         # one tsquery per word rare in the window, when the window did not hold the whole
         # scope (a word PostgreSQL drops, such as its stop words, has none)
-        f"rw AS MATERIALIZED (SELECT x.q FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS y(word) "
+        f"rare AS MATERIALIZED (SELECT x.q, least({FACT_RARE_CAP}, greatest(1, {FACT_RARE_BUDGET} / "
+        f"count(*) OVER ())) AS cap FROM wc CROSS JOIN unnest(ARRAY[{rare}]::text[]) AS y(word) "
         f"CROSS JOIN LATERAL (SELECT to_tsquery('{PG_CONFIG}', y.word) AS q) AS x "
         f"WHERE wc.n > {FACT_WINDOW} AND y.word IS NOT NULL AND numnode(x.q) > 0), "
-        f"rare AS MATERIALIZED (SELECT rw.q, least({FACT_RARE_CAP}, greatest(1, "
-        f"{FACT_RARE_BUDGET} / count(*) OVER ())) AS cap FROM rw), "
         f"c AS MATERIALIZED (SELECT id, ca, imp, len, {columns} FROM w WHERE m UNION "
         f"SELECT hit.* FROM rare CROSS JOIN LATERAL (SELECT {table}.id, {table}.{created}, "
         f"{table}.{importance}, length({vector}), {flags} "
