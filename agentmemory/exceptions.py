@@ -74,8 +74,9 @@ class ContextBudgetExceeded(AgentMemoryError):
 class TurnTooLarge(ContextBudgetExceeded):
     """The turn in progress cannot be sent whole: its human and AI messages (tool-call
     arguments included, which are never cut) and its tool results at their shortest marked
-    copies, with the shortest cut of the summary when one covers earlier messages, need
-    more than the window has after the system prompt.
+    copies (cut to ``tool_result_floor``, or down to the truncation marker alone), with the
+    shortest cut of the summary when one covers earlier messages, need more than the window
+    has after the system prompt.
 
     Raised by ``ContextWindowBuilder.build()`` instead of sending a window without the
     turn's start, or one that leaves the messages before the turn in neither window nor
@@ -85,10 +86,14 @@ class TurnTooLarge(ContextBudgetExceeded):
     Attributes (tokens unless said):
         first_seq, last_seq: the turn's seqs (its human message, its newest message).
         message_tokens: its human and AI messages.
-        short_results, short_result_tokens: how many tool results are no longer than
-            ``tool_result_floor`` (sent whole), and their tokens.
+        short_results, short_result_tokens: how many tool results are sent whole at the
+            least (no longer than ``tool_result_floor`` nor than a marker-only copy), and
+            their tokens.
         cut_results: how many longer tool results are counted cut to ``tool_result_floor``.
-        tool_result_floor: the shortest marked copy of a tool result.
+        tool_result_floor: the shortest cut copy of a tool result that keeps some of its text.
+        marker_results, marker_result_tokens: how many tool results are counted as copies
+            holding only the truncation marker, and their tokens (0 when the builder was
+            not asked for truncated copies).
         summary_tokens: the summary the window must hold beside the turn (its shortest cut;
             0 when no summary covers messages before the turn).
         system_tokens: the system prompt.
@@ -110,6 +115,8 @@ class TurnTooLarge(ContextBudgetExceeded):
         summary_tokens: int,
         system_tokens: int,
         max_tokens: int,
+        marker_results: int = 0,
+        marker_result_tokens: int = 0,
     ) -> None:
         self.first_seq = first_seq
         self.last_seq = last_seq
@@ -121,8 +128,10 @@ class TurnTooLarge(ContextBudgetExceeded):
         self.summary_tokens = summary_tokens
         self.system_tokens = system_tokens
         self.max_tokens = max_tokens
+        self.marker_results = marker_results
+        self.marker_result_tokens = marker_result_tokens
         cut_tokens = cut_results * tool_result_floor
-        needed = message_tokens + short_result_tokens + cut_tokens + summary_tokens
+        needed = message_tokens + short_result_tokens + cut_tokens + marker_result_tokens + summary_tokens
         available = max_tokens - system_tokens
         floor = tool_result_floor
         parts = [f"{message_tokens:,} for its human and AI messages (tool-call arguments are never cut)"]
@@ -130,6 +139,10 @@ class TurnTooLarge(ContextBudgetExceeded):
             parts.append(f"{short_result_tokens:,} for {_results(short_results)} of at most {floor} tokens")
         if cut_results:
             parts.append(f"{cut_tokens:,} for {_results(cut_results)} cut to {floor} tokens each")
+        if marker_results:
+            parts.append(
+                f"{marker_result_tokens:,} for {_results(marker_results)} sent as the truncation marker alone"
+            )
         if summary_tokens:
             parts.append(f"{summary_tokens:,} for the shortest cut of the summary of the earlier messages")
         super().__init__(

@@ -128,6 +128,49 @@ def test_pack_counts_capped_tool_results_at_the_cap() -> None:
     assert capped.tokens == 106 and capped.capped == [3]
 
 
+def test_pack_counts_marker_only_results_at_their_copy_size_and_keeps_every_result() -> None:
+    rows = [
+        human(1, 2),
+        *exchange(2, [(3, "a", 5_000)], calls=["a"], tokens=2),
+        *exchange(4, [(5, "b", 40), (6, "c", 5_000)], calls=["b", "c"], tokens=2),
+    ]
+    at_cap = pack_history(newest_first(rows), budget=150, max_tool_result_tokens=64)
+    assert seqs(at_cap) == []  # 6 + 64 + 40 + 64 tokens
+    marked = pack_history(newest_first(rows), budget=150, max_tool_result_tokens=64, marker_tokens={3: 30})
+    # The exchange keeps its result (as a marker-only copy), in call order.
+    assert seqs(marked) == [1, 2, 3, 4, 5, 6] and marked.tokens == 6 + 30 + 40 + 64
+    assert marked.marker_only == [3] and marked.capped == [6]
+
+
+def test_marker_plan_takes_the_oldest_results_first_and_no_more_than_needed() -> None:
+    from agentmemory.context.builder import _turn_floor
+
+    # newest first, as the reader yields them: results of 100, 30 (shorter than its marker
+    # copy), 100 and 100 tokens; marker-only copies cost 40, 45, 40 and 40.
+    turn = newest_first(
+        [
+            human(1, 10),
+            *exchange(2, [(3, "a", 100)], calls=["a"], tokens=10),
+            *exchange(4, [(5, "b", 30)], calls=["b"], tokens=10),
+            *exchange(6, [(7, "c", 100)], calls=["c"], tokens=10),
+            *exchange(8, [(9, "d", 100)], calls=["d"], tokens=10),
+        ]
+    )
+    floor = _turn_floor(turn, 64, {3: 40, 5: 45, 7: 40, 9: 40})
+    assert floor.tokens == 50 + 64 + 30 + 64 + 64
+    assert floor.marker_plan(floor.tokens) == {}
+    assert floor.marker_plan(floor.tokens - 1) == {3: 40}  # the oldest result first
+    assert floor.marker_plan(floor.tokens - 25) == {3: 40, 7: 40}  # the short one is skipped
+    assert floor.marker_plan(floor.tokens - 72) == {3: 40, 7: 40, 9: 40}  # the newest last
+    assert floor.marker_plan(floor.tokens - 73) is None
+    error = floor.error(summary_tokens=0, system_tokens=0, max_tokens=100)
+    assert (error.marker_results, error.marker_result_tokens) == (3, 120)
+    assert (error.short_results, error.short_result_tokens, error.cut_results) == (1, 30, 0)
+    assert error.tokens == 50 + 30 + 120
+    # Without a cap no copies are made at all: results count whole.
+    assert _turn_floor(turn, None, {3: 40}).marker_plan(300) is None
+
+
 def test_pack_truncates_only_the_newest_human_message_when_asked() -> None:
     rows = [human(1, 5), ai(2, 5), human(3, 500)]
     assert pack_history(newest_first(rows), budget=50).units == []

@@ -394,8 +394,8 @@ def test_a_tool_loop_that_outgrows_the_window_is_sent_with_shorter_tool_results(
     assert window.uncovered.seqs == (1, 2)
     with pytest.raises(ContextBudgetExceeded):  # no cap asked for: no truncated copies either
         ContextWindowBuilder(conv, max_tool_result_tokens=None).build(1_500)
-    with pytest.raises(ContextBudgetExceeded):  # too small for even short copies
-        ContextWindowBuilder(conv).build(200)
+    with pytest.raises(ContextBudgetExceeded):  # too small for even marker-only copies
+        ContextWindowBuilder(conv).build(100)
 
 
 @pytest.mark.django_db(transaction=True)

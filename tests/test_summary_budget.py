@@ -11,6 +11,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from agentmemory.agents import BaseToolCallingAgent
+from agentmemory.calls import window_changes
 from agentmemory.compaction import (
     MIN_SUMMARY_BUDGET_TOKENS,
     enqueue_compaction,
@@ -20,6 +21,7 @@ from agentmemory.compaction import (
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.builder import MIN_CUT_SUMMARY_TOKENS, MIN_FITTED_TOOL_RESULT_TOKENS
+from agentmemory.context.packing import TRUNCATION_MARKER, marker_only_copy
 from agentmemory.exceptions import ContextBudgetExceeded, TurnTooLarge
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
@@ -277,32 +279,106 @@ def test_a_tool_loop_that_cannot_fit_beside_the_prompt_is_a_typed_error_naming_i
         builder.build(budget)
 
     error = info.value
+    markers = [
+        builder.token_counter.count_message(marker_only_copy(m.to_chat_message()))
+        for m in rows
+        if m.role == Role.TOOL
+    ]
     assert isinstance(error, ContextBudgetExceeded)
     assert (error.first_seq, error.last_seq) == (1, rows[-1].seq)
-    assert error.message_tokens == messages and error.cut_results == 8 and error.short_results == 0
+    # The least: every result as a copy holding only the truncation marker.
+    assert error.message_tokens == messages and error.short_results == error.cut_results == 0
+    assert error.marker_results == 8 and error.marker_result_tokens == sum(markers) > 100
     assert error.tool_result_floor == MIN_FITTED_TOOL_RESULT_TOKENS and error.summary_tokens == 0
-    assert error.tokens == messages + 8 * 64 and error.available == budget - system
+    assert error.tokens == messages + sum(markers) and error.available == budget - system
     assert error.system_tokens == system and error.max_tokens == budget
     assert f"{messages:,} for its human and AI messages (tool-call arguments are never cut)" in str(error)
+    assert f"{sum(markers):,} for 8 tool results sent as the truncation marker alone" in str(error)
     assert f"the window has {budget - system:,} after the system prompt" in str(error)
-    # Room for the results at their shortest: the call goes out, nothing is left out.
+    # Room for the results at their shortest cut: the call goes out, nothing is left out.
     window = builder.build(budget + 8 * 64)
     assert len(window.history) == len(rows) and window.uncovered.count == 0
+    assert not any(m.text.startswith(TRUNCATION_MARKER[:20]) for m in window.history)
+
+
+def marker_costs(rows: list[Message]) -> list[int]:
+    """Tokens of the marker-only copy of each tool result among ``rows``."""
+    counter = get_token_counter()
+    return [counter.count_message(marker_only_copy(m.to_chat_message())) for m in rows if m.role == Role.TOOL]
+
+
+@pytest.mark.django_db
+def test_a_turn_that_fits_only_with_marker_only_copies_is_sent_with_them_and_its_summary() -> None:
+    """Through the agent at 3,000 tokens, two tau-bench calls missed by 14 and 47 tokens
+    with every result cut to 64 tokens and the summary cut to its shortest: they were
+    refused, although copies holding only the marker would have made the room."""
+    conv, summary = summarised_tool_loop(summary_words=150, steps=6, result_words=300)
+    turn = list(Message.objects.filter(conversation=conv, seq__gt=summary.through_seq).order_by("seq"))
+    stored = {m.seq: m.content for m in turn}
+    messages = sum(m.token_count for m in turn if m.role != Role.TOOL)
+    markers = marker_costs(turn)
+    savings = [MIN_FITTED_TOOL_RESULT_TOKENS - tokens for tokens in markers]
+    assert all(saving > 0 for saving in savings)
+    floor = messages + 6 * MIN_FITTED_TOOL_RESULT_TOKENS
+    builder = ContextWindowBuilder(conv, gap_policy="close")
+    # One token more than the oldest result's marker copy frees: the two oldest go as markers.
+    budget = floor + MIN_CUT_SUMMARY_TOKENS - savings[0] - 1
+
+    window = builder.build(budget)
+
+    assert [m.seq for m in window.history] == [m.seq for m in turn]  # every call with its result
+    assert window_violations(window, max_tokens=budget) == []
+    assert window.summary_id == summary.pk and window.uncovered.count == 0
+    assert window.messages[0].truncated and window.summary_tokens >= MIN_CUT_SUMMARY_TOKENS
+    assert window.total_tokens <= budget
+    results = [m for m in window.history if m.role is Role.TOOL]
+    assert [m.tool_call_id for m in results] == [f"c{i}" for i in range(6)]
+    counter = builder.token_counter
+    for message in results[:2]:  # the oldest: the marker alone, naming what was left out
+        total = len(stored[message.seq])
+        assert message.text == TRUNCATION_MARKER.format(omitted=total, total=total)
+    for i, message in enumerate(results[2:], start=2):  # the newer keep their first words
+        assert message.text.startswith(f"reservation {i}: detail")
+        assert counter.count_message(message) <= MIN_FITTED_TOOL_RESULT_TOKENS
+    # Every copy is reported as one (a recorded call keeps 0 characters of the marker-only
+    # ones); storage keeps every message whole.
+    assert window.truncated == tuple(m.seq for m in results) and all(m.truncated for m in results)
+    kept = window_changes(window)["truncated"]
+    assert [kept[str(m.seq)] for m in results[:2]] == [0, 0] and all(
+        kept[str(m.seq)] > 0 for m in results[2:]
+    )
+    assert {m.seq: m.content for m in Message.objects.filter(conversation=conv, seq__in=stored)} == stored
+    # One token more: only the oldest result goes as the marker alone.
+    roomier = builder.build(budget + 1)
+    cut = [m for m in roomier.history if m.role is Role.TOOL]
+    assert cut[0].text.startswith("\n[... truncated") and cut[1].text.startswith("reservation 1:")
+    assert roomier.summary_id == summary.pk and roomier.uncovered.count == 0
 
 
 @pytest.mark.django_db
 def test_without_room_for_the_shortest_summary_an_agents_window_is_refused() -> None:
     conv, summary = summarised_tool_loop(summary_words=150, steps=4, result_words=300)
     turn = list(Message.objects.filter(conversation=conv, seq__gt=summary.through_seq))
-    floor = sum(m.token_count for m in turn if m.role != Role.TOOL) + 4 * MIN_FITTED_TOOL_RESULT_TOKENS
+    markers = marker_costs(turn)
+    # The least the turn costs: its results as copies holding only the marker.
+    least = sum(m.token_count for m in turn if m.role != Role.TOOL) + sum(markers)
     builder = ContextWindowBuilder(conv, gap_policy="close")
-    budget = floor + MIN_CUT_SUMMARY_TOKENS - 1
+    budget = least + MIN_CUT_SUMMARY_TOKENS - 1
 
     with pytest.raises(TurnTooLarge) as info:
         builder.build(budget)
-    assert info.value.summary_tokens == MIN_CUT_SUMMARY_TOKENS and info.value.cut_results == 4
-    assert info.value.tokens == floor + MIN_CUT_SUMMARY_TOKENS > budget
+    error = info.value
+    assert error.summary_tokens == MIN_CUT_SUMMARY_TOKENS and error.cut_results == 0
+    assert error.marker_results == 4 and error.marker_result_tokens == sum(markers)
+    assert error.tokens == least + MIN_CUT_SUMMARY_TOKENS > budget
+    assert f"{sum(markers):,} for 4 tool results sent as the truncation marker alone" in str(error)
+    assert f"{MIN_CUT_SUMMARY_TOKENS} for the shortest cut of the summary" in str(error)
 
-    window = builder.build(budget + 1)  # the shortest cut fits
+    window = builder.build(budget + 1)  # the shortest cut fits beside the markers
     assert window.summary_id == summary.pk and window.uncovered.count == 0
     assert window.summary_tokens <= MIN_CUT_SUMMARY_TOKENS and window.messages[0].truncated
+    assert all(m.text.startswith("\n[... truncated") for m in window.history if m.role is Role.TOOL)
+    with pytest.raises(ContextBudgetExceeded):  # no cap asked for: no marker-only copies either
+        ContextWindowBuilder(conv, max_tool_result_tokens=None).build(budget + 1)
+    with pytest.raises(ContextBudgetExceeded):  # too small for even the markers
+        ContextWindowBuilder(conv).build(least - 1)

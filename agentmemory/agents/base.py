@@ -324,7 +324,8 @@ class BaseToolCallingAgent:
                 steps stored before stay; the history remains valid).
             ContextBudgetExceeded: the human message alone does not fit the window;
                 ``TurnTooLarge`` (a subclass): the turn's human and AI messages, its tool
-                results at their shortest and the shortest cut of the summary do not fit
+                results at their shortest (down to the truncation marker alone) and the
+                shortest cut of the summary do not fit
                 (the error names the sizes; the steps stored before stay).
         """
         result = None

@@ -11,6 +11,7 @@ from agentmemory.context.packing import (
     TRUNCATION_MARKER,
     PackResult,
     RowMeta,
+    marker_only_copy,
     pack_history,
     truncate_message,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "ContextWindowBuilder",
     "PackResult",
     "RowMeta",
+    "marker_only_copy",
     "pack_history",
     "truncate_message",
 ]

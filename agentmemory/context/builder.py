@@ -28,6 +28,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
     RowMeta,
     _replace,
+    marker_only_copy,
     pack_history,
     pending_placeholder,
     truncate_message,
@@ -93,69 +94,127 @@ def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class _TurnFloor:
-    """The least the turn in progress costs (tokens): its human and AI messages
-    (``messages``), its ``short`` tool results at most ``floor`` long, sent whole
-    (``short_tokens``), and its ``results`` longer ones cut to ``floor`` each (``cut``)."""
+    """What the turn in progress costs at its shortest (tokens).
+
+    ``messages``: its human and AI messages (never cut). ``results``: its tool results,
+    oldest first (by exchange, then seq), as ``(seq, stored tokens, tokens of its
+    marker-only copy)``; the last is ``None`` when unknown (no cap: no copies are made).
+    ``floor``: the shortest cut copy of a result (``MIN_FITTED_TOOL_RESULT_TOKENS``, or the
+    cap when smaller); ``capped``: whether results may be cut at all."""
 
     first_seq: int
     last_seq: int
     messages: int
-    short: int
-    short_tokens: int
-    results: int
+    results: tuple[tuple[int, int, int | None], ...]
     floor: int
+    capped: bool
 
-    @property
-    def cut(self) -> int:
-        return self.results * self.floor
+    def _at_floor(self, tokens: int) -> int:
+        return min(tokens, self.floor) if self.capped else tokens
 
     @property
     def tokens(self) -> int:
-        return self.messages + self.short_tokens + self.cut
+        """The turn with every tool result at its shortest cut copy, none marker-only."""
+        return self.messages + sum(self._at_floor(tokens) for _, tokens, _ in self.results)
+
+    def tokens_with(self, plan: dict[int, int]) -> int:
+        """``tokens`` with the results of ``plan`` (a ``marker_plan``) as marker-only copies."""
+        return self.messages + sum(
+            plan[seq] if seq in plan else self._at_floor(tokens) for seq, tokens, _ in self.results
+        )
+
+    def marker_plan(self, room: int) -> dict[int, int] | None:
+        """The tool results to send as marker-only copies so that the turn costs at most
+        ``room`` tokens, the others at their shortest cut copies: ``{seq: tokens of the
+        copy}``, the oldest results first and no more than needed (the newest results are
+        what the model is answering, so they keep their text longest). ``{}`` when none is
+        needed; ``None`` when the turn does not fit even with every one."""
+        need = self.tokens - room
+        if need <= 0:
+            return {}
+        plan: dict[int, int] = {}
+        for seq, tokens, marker in self.results:
+            if marker is None:
+                continue
+            saving = self._at_floor(tokens) - marker
+            if saving <= 0:
+                continue  # a short result costs less whole than as a marker
+            plan[seq] = marker
+            need -= saving
+            if need <= 0:
+                return plan
+        return None
 
     def error(self, *, summary_tokens: int, system_tokens: int, max_tokens: int) -> TurnTooLarge:
-        """The ``TurnTooLarge`` naming these sizes."""
+        """The ``TurnTooLarge`` naming the least the turn costs: each tool result whole,
+        cut to ``floor`` or as a marker-only copy, whichever is shortest."""
+        short = short_tokens = cut = marked = marked_tokens = 0
+        for _, tokens, marker in self.results:
+            least = self._at_floor(tokens)
+            if marker is not None and marker < least:
+                marked += 1
+                marked_tokens += marker
+            elif least < tokens:
+                cut += 1
+            else:
+                short += 1
+                short_tokens += tokens
         return TurnTooLarge(
             first_seq=self.first_seq,
             last_seq=self.last_seq,
             message_tokens=self.messages,
-            short_results=self.short,
-            short_result_tokens=self.short_tokens,
-            cut_results=self.results,
+            short_results=short,
+            short_result_tokens=short_tokens,
+            cut_results=cut,
             tool_result_floor=self.floor,
+            marker_results=marked,
+            marker_result_tokens=marked_tokens,
             summary_tokens=summary_tokens,
             system_tokens=system_tokens,
             max_tokens=max_tokens,
         )
 
 
-def _turn_floor(turn: list[RowMeta], cap: int | None) -> _TurnFloor:
+def _turn_floor(
+    turn: list[RowMeta], cap: int | None, marker_tokens: dict[int, int] | None = None
+) -> _TurnFloor:
     """What the turn ``turn`` (rows newest first, its human message last) costs with every
     tool result cut to its shortest copy (``MIN_FITTED_TOOL_RESULT_TOKENS``, or ``cap`` when
-    smaller; not cut when ``cap`` is ``None``). AI and human messages are never cut: an AI
-    message's tool-call arguments are what the tools ran with. Orphaned results and
-    exchanges still waiting for all their results are left out of a window, so out of this."""
+    smaller; not cut when ``cap`` is ``None``), and what each would cost as a marker-only
+    copy (``marker_tokens``, by seq; results not in it are never sent so). AI and human
+    messages are never cut: an AI message's tool-call arguments are what the tools ran with.
+    Orphaned results, exchanges still waiting for all their results and results of
+    exchanges older than the turn are left out of a window, so out of this."""
     floor = MIN_FITTED_TOOL_RESULT_TOKENS if cap is None else min(cap, MIN_FITTED_TOOL_RESULT_TOKENS)
     answered: dict[int, int] = {}
     for row in turn:
         if row.role == _TOOL and row.exchange_seq is not None:
             answered[row.exchange_seq] = answered.get(row.exchange_seq, 0) + 1
-    messages = short = short_tokens = results = 0
+    sent: set[int] = set()  # the exchanges the window sends
+    messages = 0
     for row in turn:
         if row.role == _TOOL:
-            if row.is_orphan:
-                continue
-            if cap is not None and row.token_count > floor:
-                results += 1
-            else:
-                short += 1
-                short_tokens += row.token_count
-        elif row.role == _AI and row.tool_calls and answered.get(row.seq, 0) < len(row.tool_calls):
-            continue  # a call still waits for its result: the exchange is left out
-        else:
-            messages += row.token_count
+            continue
+        if row.role == _AI and row.tool_calls:
+            if answered.get(row.seq, 0) < len(row.tool_calls):
+                continue  # a call still waits for its result: the exchange is left out
+            sent.add(row.seq)
+        messages += row.token_count
+    marks = marker_tokens if cap is not None and marker_tokens else {}
+    results = sorted(
+        (row.exchange_seq, row.seq, row.token_count, marks.get(row.seq))
+        for row in turn
+        if row.role == _TOOL and row.exchange_seq in sent
+    )
     seqs = [row.seq for row in turn]
-    return _TurnFloor(min(seqs), max(seqs), messages, short, short_tokens, results, floor)
+    return _TurnFloor(
+        min(seqs),
+        max(seqs),
+        messages,
+        tuple((seq, tokens, marker) for _, seq, tokens, marker in results),
+        floor,
+        cap is not None,
+    )
 
 
 def _turn_rows(units: list[list[RowMeta]]) -> list[RowMeta]:
@@ -322,11 +381,17 @@ class ContextWindowBuilder:
             turn leaves at those shortest copies, sent as a marked truncated copy of at
             least ``MIN_CUT_SUMMARY_TOKENS`` (64): the summary, which stands for every
             earlier message, goes before longer copies of the turn's tool results. When not
-            even that fits, gap policy "close" raises ``TurnTooLarge`` (no model call is
-            sent without the messages the summary covers); "report" and "ignore" send the
-            turn without the summary (reporting what it covered). A turn that does not fit
-            beside the system prompt alone raises ``TurnTooLarge``. ``False`` keeps plain
-            packing (``ContextBudgetExceeded``). Default ``True``.
+            even that fits, the last step sends the turn's oldest tool results, as few as
+            make the room, as copies holding only the truncation marker
+            (``marker_only_copy``: every call keeps its result message, only its content is
+            replaced; the newest results, which the model is answering, keep their text
+            longest). When not even that fits, gap policy "close" raises ``TurnTooLarge``
+            (no model call is sent without the messages the summary covers); "report" and
+            "ignore" send the turn without the summary (reporting what it covered). A turn
+            that does not fit beside the system prompt alone, with every result as the
+            marker alone, raises ``TurnTooLarge``. Every copy is listed in
+            ``ContextWindow.truncated``; storage keeps the messages whole. ``False`` keeps
+            plain packing (``ContextBudgetExceeded``). Default ``True``.
 
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
@@ -398,6 +463,7 @@ class ContextWindowBuilder:
             )
         self._summary_message: ChatMessage | None = None
         self._turn_floor: _TurnFloor | None = None
+        self._turn_source: tuple[list[RowMeta], dict[int, ChatMessage], int] | None = None
         self._system_tokens = 0
         self._system_prompt_cache: tuple[str, TokenCounter, int] | None = None
         self._pinned_floor = 0
@@ -425,9 +491,10 @@ class ContextWindowBuilder:
                 1 and the ceiling, or ``max_messages`` is negative or not an integer.
             ConversationNotFound: the conversation does not exist (any more).
             ContextBudgetExceeded: the newest human message cannot fit (policy "error").
-            TurnTooLarge: the turn in progress cannot fit, even with its tool results cut
-                short; or, with gap policy "close", not beside the shortest cut of the
-                summary (see ``fit_newest_turn``). A ``ContextBudgetExceeded``.
+            TurnTooLarge: the turn in progress cannot fit, even with its tool results sent
+                as the truncation marker alone; or, with gap policy "close", not beside the
+                shortest cut of the summary (see ``fit_newest_turn``). A
+                ``ContextBudgetExceeded``.
         """
         if max_tokens is None:
             max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
@@ -495,9 +562,11 @@ class ContextWindowBuilder:
         The turn goes in whole, its tool results at their shortest copies if need be
         (``MIN_FITTED_TOOL_RESULT_TOKENS``), and the summary keeps the rest, sent as a marked
         truncated copy (it stands for every earlier message; a longer tool-result copy
-        does not). With less than ``MIN_CUT_SUMMARY_TOKENS`` left: gap policy "close" raises
-        ``TurnTooLarge`` naming the sizes; "report" and "ignore" leave the summary out, and
-        then the messages it covered count as uncovered.
+        does not). With less than ``MIN_CUT_SUMMARY_TOKENS`` left, the oldest tool results
+        go as marker-only copies, as few as leave that much (``_TurnFloor.marker_plan``).
+        When not even that leaves it: gap policy "close" raises ``TurnTooLarge`` naming the
+        sizes; "report" and "ignore" leave the summary out, and then the messages it
+        covered count as uncovered.
 
         Raises:
             TurnTooLarge: the turn does not fit beside the system prompt, or (gap policy
@@ -506,6 +575,7 @@ class ContextWindowBuilder:
         """
         self._summary_message = None
         self._turn_floor = None
+        self._turn_source = None
         if self._no_summary:
             raise error
         try:
@@ -515,11 +585,21 @@ class ContextWindowBuilder:
         except ContextBudgetExceeded:
             raise error from None
         summary_message = self._summary_message
+        source, self._turn_source = self._turn_source, None  # not kept past this build
         if summary_message is None:  # there was no summary to take out
             raise error
         turn = self._turn_floor
         turn_tokens = turn.tokens if turn is not None else window.history_tokens
         room = max_tokens - window.system_tokens - turn_tokens
+        cap = self.max_tool_result_tokens
+        if room < MIN_CUT_SUMMARY_TOKENS and turn is not None and source is not None and cap is not None:
+            # The last step before refusing: the oldest tool results as marker-only copies,
+            # as few as make room for the shortest cut of the summary.
+            rows, contents, conv_pk = source
+            turn = _turn_floor(rows, cap, self._marker_tokens(rows, contents, conv_pk))
+            plan = turn.marker_plan(max_tokens - window.system_tokens - MIN_CUT_SUMMARY_TOKENS)
+            if plan:
+                room = max_tokens - window.system_tokens - turn.tokens_with(plan)
         if room >= MIN_CUT_SUMMARY_TOKENS:
             try:
                 return self._assemble(max_tokens, max_messages, summary_limit=room)
@@ -704,6 +784,7 @@ class ContextWindowBuilder:
 
         has_human = any(unit[0].role == _HUMAN for unit in packed.units)
         turn: list[RowMeta] = []
+        marker_tokens: dict[int, int] | None = None
         if (
             self.fit_newest_turn
             and not has_human
@@ -716,6 +797,14 @@ class ContextWindowBuilder:
             # one size, rather than fail the model call (the turn stays whole and in order).
             turn = _newest_turn(source, rows_seen)
             fitted = _fitting_cap(turn, available, cap) if turn else None
+            if fitted is None and turn and (summary_message is None or summary_limit is not None):
+                # Not even the shortest cut copies fit (and the summary, if any, is already
+                # cut or left out): the last step before refusing sends the oldest results
+                # as copies holding only the truncation marker.
+                floor = _turn_floor(turn, cap, self._marker_tokens(turn, reader.contents, conv.pk))
+                marker_tokens = floor.marker_plan(available) or None
+                if marker_tokens:
+                    fitted = floor.floor
             if fitted is not None:
                 refit = pack_history(
                     turn,
@@ -724,10 +813,13 @@ class ContextWindowBuilder:
                     max_tool_result_tokens=fitted,
                     truncate_oversized_human=self.oversized_message_policy == "truncate",
                     placeholder_tokens=placeholder_tokens,
+                    marker_tokens=marker_tokens,
                 )
                 if any(unit[0].role == _HUMAN for unit in refit.units):
                     refit.blocked = refit.blocked or packed.blocked  # older rows were not read
                     packed, cap, has_human = refit, fitted, True
+                else:
+                    marker_tokens = None
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
             blocked_seq, blocked_tokens = packed.blocked or (None, 0)
             if packed.blocked_by_count:
@@ -739,7 +831,13 @@ class ContextWindowBuilder:
                     f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
                 )
             if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-                raise _turn_floor(turn, self.max_tool_result_tokens).error(
+                marks = (
+                    self._marker_tokens(turn, reader.contents, conv.pk)
+                    if self.max_tool_result_tokens is not None
+                    and (summary_message is None or summary_limit is not None)
+                    else None
+                )
+                raise _turn_floor(turn, self.max_tool_result_tokens, marks).error(
                     summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
                 )
             raise ContextBudgetExceeded(
@@ -748,7 +846,10 @@ class ContextWindowBuilder:
         truncate_newest = packed.truncate
         self._system_tokens = system_tokens
         if summary_limit == 0 and has_human:
-            self._turn_floor = _turn_floor(turn or _turn_rows(packed.units), self.max_tool_result_tokens)
+            rows_of_turn = turn or _turn_rows(packed.units)
+            self._turn_floor = _turn_floor(rows_of_turn, self.max_tool_result_tokens)
+            # What marker-only copies cost is counted only when ``_with_summary_cut`` needs it.
+            self._turn_source = (rows_of_turn, reader.contents, conv.pk)
 
         rows = packed.rows
         contents = reader.contents
@@ -773,6 +874,10 @@ class ContextWindowBuilder:
             tokens = chat.token_count or 0
             if truncate_newest and row.seq == truncate_newest[0]:
                 chat = truncate_message(chat, truncate_newest[1], counter)
+                tokens = counter.count_message(chat)
+                truncated.append(row.seq)
+            elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
+                chat = marker_only_copy(chat)
                 tokens = counter.count_message(chat)
                 truncated.append(row.seq)
             elif cap is not None and row.role == _TOOL and tokens > cap:
@@ -817,6 +922,21 @@ class ContextWindowBuilder:
                 if uncovered.count:
                     window = replace(window, uncovered=uncovered)
         return window
+
+    def _marker_tokens(
+        self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
+    ) -> dict[int, int]:
+        """What each tool result of ``turn`` costs as a marker-only copy (tokens, by seq),
+        by the builder's counter. Reads the content of the results the window did not read
+        yet (one query) and keeps it in ``contents``."""
+        seqs = [row.seq for row in turn if row.role == _TOOL and not row.placeholder]
+        missing = [seq for seq in seqs if seq not in contents]
+        if missing:
+            contents.update(Message.objects.all().window_contents(conv_pk, missing))
+        counter = self.token_counter
+        return {
+            seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
+        }
 
     def _gap(
         self, messages_qs: Any, *, after: int, before: int, pending_exchanges: tuple[int, ...]

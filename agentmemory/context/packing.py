@@ -2,12 +2,13 @@
 
 ``pack_history`` takes metadata rows newest first and chooses the newest contiguous run of
 whole units (a plain message, or a tool exchange with every result) that fits; the
-``truncate_message`` helper makes the marked, shortened copies sent for oversized messages.
+``truncate_message`` helper makes the marked, shortened copies sent for oversized messages,
+and ``marker_only_copy`` the copy of a tool result that holds nothing but the marker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -68,6 +69,7 @@ class PackResult:
         placeholders: ids of calls sent with a placeholder result (placeholder mode).
         dropped_leading: seqs dropped so that the history starts on a human message.
         capped: seqs of tool results to send as truncated copies.
+        marker_only: seqs of tool results to send as marker-only copies (``marker_tokens``).
         truncate: ``(seq, tokens)`` of an oversized newest human message taken at that size.
         blocked_by_count: the blocked unit fitted the tokens but not ``max_messages``.
         rows_consumed: metadata rows taken from the input iterator.
@@ -83,6 +85,7 @@ class PackResult:
     placeholders: list[str] = field(default_factory=list)
     dropped_leading: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
+    marker_only: list[int] = field(default_factory=list)
     truncate: tuple[int, int] | None = None
     blocked_by_count: bool = False
     rows_consumed: int = 0
@@ -100,8 +103,12 @@ def pending_placeholder(call_id: str, name: str = "") -> ChatMessage:
     )
 
 
-def _effective_tokens(row: RowMeta, cap: int | None) -> int:
-    if cap is not None and row.role == _TOOL and row.token_count > cap:
+def _effective_tokens(row: RowMeta, cap: int | None, marker_tokens: Mapping[int, int] | None = None) -> int:
+    if row.role != _TOOL:
+        return row.token_count
+    if marker_tokens and not row.placeholder and row.seq in marker_tokens:
+        return marker_tokens[row.seq]
+    if cap is not None and row.token_count > cap:
         return cap
     return row.token_count
 
@@ -129,6 +136,7 @@ def pack_history(
     max_tool_result_tokens: int | None = None,
     truncate_oversized_human: bool = False,
     placeholder_tokens: Callable[[dict[str, Any]], int] | None = None,
+    marker_tokens: Mapping[int, int] | None = None,
 ) -> PackResult:
     """Choose the newest contiguous run of whole units that fits ``budget`` tokens.
 
@@ -157,6 +165,9 @@ def pack_history(
         placeholder_tokens: cost (tokens) of the placeholder result sent for an unanswered
             call, given the call (``{"id", "name", "arguments"}``); ``None`` leaves
             exchanges with unanswered calls out.
+        marker_tokens: tool results to send as copies holding only the truncation marker
+            (``marker_only_copy``), by seq, with the tokens of that copy; they count at that
+            size whatever ``max_tool_result_tokens`` says (``PackResult.marker_only``).
     """
     result = PackResult()
     count = 0
@@ -187,7 +198,7 @@ def pack_history(
                     result.skipped_pending.extend(sorted([row.seq, *(r.seq for r in results)]))
                     continue
                 unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
-            cost = sum(_effective_tokens(r, max_tool_result_tokens) for r in unit)
+            cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
         else:
             unit = [row]
             cost = row.token_count  # not a tool result: never capped
@@ -211,7 +222,7 @@ def pack_history(
     while newest_first_units and newest_first_units[-1][0].role != _HUMAN:
         dropped = newest_first_units.pop()
         outside.extend(dropped[1:])
-        result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens) for r in dropped)
+        result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in dropped)
         result.dropped_leading.extend(r.seq for r in dropped if not r.placeholder)
     result.rows_consumed = consumed
     result.units = list(reversed(newest_first_units))
@@ -223,11 +234,19 @@ def pack_history(
         r.seq for r in outside if r.role == _TOOL and not r.placeholder and r.seq > first
     )
     result.placeholders = [r.tool_call_id for r in chosen if r.placeholder]
+    marked = marker_tokens or {}
+    if marked:
+        result.marker_only = [
+            r.seq for r in chosen if r.role == _TOOL and not r.placeholder and r.seq in marked
+        ]
     if max_tool_result_tokens is not None:
         result.capped = [
             r.seq
             for r in chosen
-            if r.role == _TOOL and not r.placeholder and r.token_count > max_tool_result_tokens
+            if r.role == _TOOL
+            and not r.placeholder
+            and r.token_count > max_tool_result_tokens
+            and r.seq not in marked
         ]
     return result
 
@@ -260,6 +279,26 @@ def _with_placeholders(
     return unit
 
 
+def _marked_copy(message: ChatMessage, keep: int) -> ChatMessage:
+    """A copy of ``message`` holding its first ``keep`` characters and the marker."""
+    text = message.text
+    total = len(text)
+    marker = TRUNCATION_MARKER.format(omitted=total - keep, total=total)
+    return _replace(message, content=text[:keep] + marker, truncated=True)
+
+
+def marker_only_copy(message: ChatMessage) -> ChatMessage:
+    """A copy of ``message`` whose content is the truncation marker alone
+    (``TRUNCATION_MARKER``: every character of the content left out, and how many), flagged
+    ``truncated``; the shortest copy ``truncate_message`` can make. Its tool call id and name
+    stay, so a tool result keeps its place after its call. Storage keeps the message whole.
+
+    Sent for tool results of a turn that does not fit even with every result cut to its
+    shortest text (``ContextWindowBuilder``, ``fit_newest_turn``).
+    """
+    return _marked_copy(message, 0)
+
+
 def truncate_message(message: ChatMessage, max_tokens: int, counter: TokenCounter) -> ChatMessage:
     """A copy of ``message`` whose content is cut, with a visible marker, so that the whole
     message costs at most ``max_tokens`` by ``counter``.
@@ -267,12 +306,10 @@ def truncate_message(message: ChatMessage, max_tokens: int, counter: TokenCounte
     Raises:
         ContextBudgetExceeded: not even the marker fits.
     """
-    text = message.text
-    total = len(text)
+    total = len(message.text)
 
     def candidate(keep: int) -> ChatMessage:
-        marker = TRUNCATION_MARKER.format(omitted=total - keep, total=total)
-        return _replace(message, content=text[:keep] + marker, truncated=True)
+        return _marked_copy(message, keep)
 
     if counter.count_message(candidate(0)) > max_tokens:
         raise ContextBudgetExceeded(seq=message.seq, tokens=message.token_count or 0, available=max_tokens)

@@ -114,7 +114,8 @@ class ContextWindow:
         skipped_late: seqs of tool results not sent because the exchange they answer is
             older than the window or folded into the summary.
         placeholders: ids of the tool calls sent with a placeholder result (never stored).
-        truncated: seqs of messages sent as truncated copies (storage keeps them whole).
+        truncated: seqs of messages sent as truncated copies (storage keeps them whole),
+            those holding only the truncation marker included (``marker_only_copy``).
         rows_read: metadata rows read from the message table.
         uncovered: stored messages in neither the window nor the summary
             (``UncoveredMessages``; empty when the builder's gap policy is "ignore" or
