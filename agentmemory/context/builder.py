@@ -785,6 +785,9 @@ class ContextWindowBuilder:
         has_human = any(unit[0].role == _HUMAN for unit in packed.units)
         turn: list[RowMeta] = []
         marker_tokens: dict[int, int] | None = None
+        marks: dict[int, int] | None = None  # what each result costs as the marker alone
+        # Marker-only copies come after the summary's own cut: not while it is sent whole.
+        markers_allowed = summary_message is None or summary_limit is not None
         if (
             self.fit_newest_turn
             and not has_human
@@ -797,11 +800,12 @@ class ContextWindowBuilder:
             # one size, rather than fail the model call (the turn stays whole and in order).
             turn = _newest_turn(source, rows_seen)
             fitted = _fitting_cap(turn, available, cap) if turn else None
-            if fitted is None and turn and (summary_message is None or summary_limit is not None):
+            if fitted is None and turn and markers_allowed:
                 # Not even the shortest cut copies fit (and the summary, if any, is already
                 # cut or left out): the last step before refusing sends the oldest results
                 # as copies holding only the truncation marker.
-                floor = _turn_floor(turn, cap, self._marker_tokens(turn, reader.contents, conv.pk))
+                marks = self._marker_tokens(turn, reader.contents, conv.pk)
+                floor = _turn_floor(turn, cap, marks)
                 marker_tokens = floor.marker_plan(available) or None
                 if marker_tokens:
                     fitted = floor.floor
@@ -831,12 +835,8 @@ class ContextWindowBuilder:
                     f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
                 )
             if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-                marks = (
-                    self._marker_tokens(turn, reader.contents, conv.pk)
-                    if self.max_tool_result_tokens is not None
-                    and (summary_message is None or summary_limit is not None)
-                    else None
-                )
+                if marks is None and cap is not None and markers_allowed:
+                    marks = self._marker_tokens(turn, reader.contents, conv.pk)
                 raise _turn_floor(turn, self.max_tool_result_tokens, marks).error(
                     summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
                 )
