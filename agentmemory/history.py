@@ -29,7 +29,7 @@ _LOCK_FIELDS = (
     "message_count",
     "human_message_count",
     "stored_tokens",
-    "has_system_prompt",
+    "pinned_seq",
     "pending_tool_calls",
 )
 
@@ -159,6 +159,11 @@ class PersistentChatHistory:
         that still awaits its result, and a result may arrive after later messages; it is
         linked to its call (``exchange_seq``) and context windows put it right after it.
 
+        The first message stored while the conversation holds none (a new conversation, or
+        one just cleared) is the pinned system prompt when it is a system message: sent
+        first in every context window and never summarised (``Conversation.pinned_seq``).
+        A system message stored later is ordinary history.
+
         Returns:
             The stored messages (``seq``, ``id``, ``token_count`` set), oldest first.
 
@@ -216,15 +221,17 @@ class PersistentChatHistory:
             rows = []
             seq = conv.last_seq
             humans = 0
-            has_system_prompt = conv.has_system_prompt
+            # The first message stored while the conversation holds none (new, or cleared),
+            # when it is a system message, is the pinned system prompt, whatever its seq.
+            pinned_seq = conv.pinned_seq
+            if conv.message_count == 0 and batch[0].role is Role.SYSTEM:
+                pinned_seq = conv.last_seq + 1
             now = timezone.now()
             for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
                 seq += 1
                 exchange_seq = link_tool_message(message, seq, i, pending, strict=strict)
                 if message.role is Role.HUMAN:
                     humans += 1
-                if seq == 1 and message.role is Role.SYSTEM:
-                    has_system_prompt = True
                 rows.append(
                     Message(
                         conversation_id=self.conversation_id,
@@ -248,7 +255,8 @@ class PersistentChatHistory:
                 message_count=conv.message_count + len(rows),
                 human_message_count=conv.human_message_count + humans,
                 stored_tokens=conv.stored_tokens + sum(counts),
-                has_system_prompt=has_system_prompt,
+                has_system_prompt=pinned_seq is not None,
+                pinned_seq=pinned_seq,
                 pending_tool_calls=pending,
                 updated_at=now,
             )
@@ -295,12 +303,20 @@ class PersistentChatHistory:
         return []
 
     def clear(self) -> None:
-        """Delete every message and summary of the conversation; ``seq`` keeps counting up
-        (seqs are never reused, so a late compaction cannot attach to new messages).
+        """Delete every message and summary of the conversation, and its pinned system
+        prompt; ``seq`` keeps counting up (seqs are never reused, so a late compaction
+        cannot attach to new messages).
 
-        Only a system message stored at seq 1 is pinned, so after ``clear()`` give the
-        system prompt to the builder (``ContextWindowBuilder(..., system_prompt=...)``, as
-        agents do) rather than storing it again."""
+        The next message stored is the first of the conversation again: when it is a system
+        message it is the pinned system prompt (``Conversation.pinned_seq``), sent first in
+        every context window and never summarised, whatever its seq. So
+        ``history.clear(); history.add_message(ChatMessage.system("You are ..."))`` starts
+        over with that prompt pinned. A system message stored after any other message is
+        not pinned.
+
+        Raises:
+            ConversationNotFound: the conversation does not exist (any more).
+        """
         from agentmemory.models import Summary
 
         using = router.db_for_write(Message)
@@ -314,6 +330,7 @@ class PersistentChatHistory:
                 human_message_count=0,
                 stored_tokens=0,
                 has_system_prompt=False,
+                pinned_seq=None,
                 pending_tool_calls={},
                 updated_at=timezone.now(),
             )
@@ -385,7 +402,9 @@ WITH bumped AS (
         message_count = message_count + %(n)s,
         human_message_count = human_message_count + %(humans)s,
         stored_tokens = stored_tokens + %(tokens)s,
-        has_system_prompt = has_system_prompt OR (last_seq = 0 AND %(first_is_system)s),
+        has_system_prompt = has_system_prompt OR (message_count = 0 AND %(first_is_system)s),
+        pinned_seq = CASE WHEN message_count = 0 AND %(first_is_system)s THEN last_seq + 1
+                          ELSE pinned_seq END,
         updated_at = %(now)s
     WHERE id = %(id)s
     RETURNING last_seq - %(n)s AS base
@@ -414,7 +433,9 @@ WITH locked AS (
         message_count = c.message_count + %(n)s,
         human_message_count = c.human_message_count + %(humans)s,
         stored_tokens = c.stored_tokens + %(tokens)s,
-        has_system_prompt = c.has_system_prompt OR (locked.last_seq = 0 AND %(first_is_system)s),
+        has_system_prompt = c.has_system_prompt OR (c.message_count = 0 AND %(first_is_system)s),
+        pinned_seq = CASE WHEN c.message_count = 0 AND %(first_is_system)s THEN locked.last_seq + 1
+                          ELSE c.pinned_seq END,
         pending_tool_calls = (locked.pending - %(answered)s::text[]) || COALESCE(
             (SELECT jsonb_object_agg(k, locked.last_seq + o)
              FROM unnest(%(new_ids)s::text[], %(new_ords)s::integer[]) AS t(k, o)),
@@ -453,15 +474,14 @@ RETURNING id, seq, exchange_seq
 # conversation row), and the time is ISO 8601 text cast by the server: Django binds
 # parameters on the client, where adapting a ``datetime`` costs several times a string.
 # Without tool calls and results (validation refuses them on such a message), the role's
-# counters are literals: one text per role (``{role}``, ``{humans}``, ``{has_system_prompt}``).
+# counters are literals: one text per role (``{role}``, ``{humans}``, ``{pin}``).
 _PLAIN_APPEND_ONE_SQL = """
 WITH bumped AS (
     UPDATE {conversation}
     SET last_seq = last_seq + 1,
         message_count = message_count + 1,
         human_message_count = human_message_count + {humans},
-        stored_tokens = stored_tokens + %(tokens)s,
-        has_system_prompt = {has_system_prompt},
+        stored_tokens = stored_tokens + %(tokens)s,{pin}
         updated_at = %(now)s::timestamptz
     WHERE id = %(id)s
     RETURNING id, last_seq, updated_at
@@ -477,7 +497,7 @@ RETURNING id, seq, exchange_seq
 """
 # One AI message with tool calls (``new_ids``: a JSON list of their ids) or one tool result
 # (``answered``: the id it answers): the pending calls are checked and changed under the
-# row lock, as in ``_APPEND_SQL``.
+# row lock, as in ``_APPEND_SQL``. Neither is a system message: the pin is left as it is.
 _APPEND_ONE_SQL = """
 WITH locked AS (
     SELECT id, last_seq, pending_tool_calls AS pending
@@ -527,15 +547,19 @@ def _sql_text(template: str, name: str, **literals: str) -> str:
 
 
 #: literals of the one-message statement without tool calls, per role: the role, what it
-#: adds to the human message count, and the new ``has_system_prompt`` (a system message
-#: stored first is the pinned system prompt)
+#: adds to the human message count, and for a system message the pin (a system message
+#: stored while the conversation holds no message is the pinned system prompt)
 _PLAIN_ROLE_LITERALS = {
     role: {
         "role": role.value,
         "humans": "1" if role is Role.HUMAN else "0",
-        # ``last_seq`` is the value before this update: 0 means this message is the first
-        "has_system_prompt": (
-            "has_system_prompt OR last_seq = 0" if role is Role.SYSTEM else "has_system_prompt"
+        # The right-hand sides read the row before this update: ``message_count = 0`` means
+        # this message is the first stored, and ``last_seq + 1`` is its seq.
+        "pin": (
+            "\n        has_system_prompt = has_system_prompt OR message_count = 0,"
+            "\n        pinned_seq = CASE WHEN message_count = 0 THEN last_seq + 1 ELSE pinned_seq END,"
+            if role is Role.SYSTEM
+            else ""
         ),
     }
     for role in Role

@@ -90,8 +90,10 @@ class Conversation(models.Model):
     """One thread of messages for one agent, owned by a user or by nobody.
 
     The counters (``last_seq``, ``message_count``, ``human_message_count``,
-    ``stored_tokens``) and ``pending_tool_calls`` are maintained by ``PersistentChatHistory``
-    under a row lock on this record; never edit them by hand.
+    ``stored_tokens``), ``pending_tool_calls`` and the pinned system prompt
+    (``pinned_seq``, and ``has_system_prompt``, true exactly when ``pinned_seq`` is set) are
+    maintained by ``PersistentChatHistory`` under a row lock on this record; never edit them
+    by hand.
     """
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
@@ -120,7 +122,19 @@ class Conversation(models.Model):
         _("pinned system prompt"),
         default=False,
         editable=False,
-        help_text=_("The first message (seq 1) is a system message, pinned in every context window."),
+        help_text=_(
+            "The first message stored (at pinned seq) is a system message, pinned in every context window."
+        ),
+    )
+    pinned_seq = models.BigIntegerField(
+        _("pinned seq"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Seq of the pinned system prompt: the first message stored while the conversation "
+            "held none (new, or just cleared), when it is a system message; empty: none."
+        ),
     )
     pending_tool_calls = models.JSONField(
         _("pending tool calls"),
@@ -402,12 +416,14 @@ class MessageQuerySet(models.QuerySet["Message"]):
         before: int,
         summary_id: int | None,
         pending_exchanges: list[int],
+        pinned_seq: int | None = None,
     ) -> GapProbe:
         """The index lookups from which, with the conversation's counters, the builder works
         out what a window leaves outside itself and the summary without reading the rows
-        in between: the oldest seq, the pinned prompt's tokens, the summary's span, the
-        orphaned tool results with ``seq < before`` and the AI messages at
-        ``pending_exchanges`` (see ``agentmemory.context.sql.read_gap_probe``)."""
+        in between: the oldest seq, the tokens of the pinned prompt at ``pinned_seq``
+        (``Conversation.pinned_seq``; ``None``: none), the summary's span, the orphaned tool
+        results with ``seq < before`` and the AI messages at ``pending_exchanges`` (see
+        ``agentmemory.context.sql.read_gap_probe``)."""
         from agentmemory.context.sql import read_gap_probe
 
         return read_gap_probe(
@@ -416,6 +432,7 @@ class MessageQuerySet(models.QuerySet["Message"]):
             before=before,
             summary_id=summary_id,
             pending_exchanges=pending_exchanges,
+            pinned_seq=pinned_seq,
         )
 
     def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
