@@ -434,9 +434,9 @@ class BaseMemoryCompactor:
         system = self.system_tokens
         if system is None:
             system = 0
-            if conv.has_system_prompt:
+            if conv.pinned_seq is not None:
                 system = (
-                    Message.objects.filter(conversation_id=conv.pk, seq=1)
+                    Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
                     .values_list("token_count", flat=True)
                     .first()
                 ) or 0
@@ -447,8 +447,10 @@ class BaseMemoryCompactor:
     # -- the span -----------------------------------------------------------------------
 
     def _floor(self, conv: Conversation) -> int:
+        # The pinned system prompt (and anything before it, which ``clear()`` deleted) is
+        # never folded into a summary.
         floor = conv.summary.through_seq if conv.summary else 0
-        return max(floor, 1 if conv.has_system_prompt else 0)
+        return max(floor, conv.pinned_seq or 0)
 
     def target_boundary(self, conv: Conversation) -> int | None:
         """The ``through_seq`` the next summary should reach, or ``None`` if nothing can be
@@ -718,7 +720,7 @@ class BaseMemoryCompactor:
             locked = (
                 Conversation.objects.select_for_update()
                 .filter(pk=self.conversation_id)
-                .only("id", "summary_id", "human_message_count", "has_system_prompt", "compaction_lease")
+                .only("id", "summary_id", "human_message_count", "pinned_seq", "compaction_lease")
                 .first()
             )
             if locked is None:

@@ -201,8 +201,11 @@ class ConversationAdmin(CheckedQueryAdmin):
     def pinned_prompt(self, obj: Conversation) -> str:
         # The model field's help text states the rule as a fact, which reads as a contradiction
         # beside a "no"; say which case this conversation is in.
-        if obj.has_system_prompt:
-            return str(_("yes: the first message (seq 1) is a system message, sent first in every window"))
+        if obj.pinned_seq is not None:
+            return str(
+                _("yes: the first message (seq %(seq)s) is a system message, sent first in every window")
+                % {"seq": obj.pinned_seq}
+            )
         return str(_("no: the first message is not a system message (agents send their SYSTEM_PROMPT)"))
 
     @admin.display(description=_("pending tool calls"))
@@ -527,7 +530,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                     )
         left_out = None
         if window is not None and window.first_seq is not None:
-            floor = max(window.summary_through_seq or 0, 1 if obj.has_system_prompt else 0)
+            floor = max(window.summary_through_seq or 0, obj.pinned_seq or 0)
             if window.first_seq > floor + 1:
                 left_out = (floor + 1, window.first_seq - 1)
         context = {

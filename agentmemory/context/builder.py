@@ -261,7 +261,7 @@ def _derive_gap(
     if conv.has_system_prompt and pinned_tokens is None:
         return None  # the flag and the rows disagree
     summary = state.summary
-    pinned_floor = 1 if conv.has_system_prompt else 0
+    pinned_floor = conv.pinned_seq or 0
     # Tokens of the messages at or below ``after``.
     if after <= 0:
         below = 0
@@ -276,7 +276,7 @@ def _derive_gap(
             # counts them in: which one made this figure cannot be told.
             return None
         below = probe.summary_tokens_covered or 0
-        if pinned_tokens is not None and start > 1:
+        if pinned_tokens is not None and start > pinned_floor:
             below += pinned_tokens
     else:
         return None
@@ -352,7 +352,9 @@ class ContextWindowBuilder:
             explicit system prompt); defaults to ``AGENTMEMORY['TOKEN_COUNTER']``. Stored
             messages are budgeted with their stored counts.
         system_prompt: the agent's system prompt. When given it replaces a stored leading
-            system message; otherwise a stored system message at seq 1 is pinned.
+            system message; otherwise the stored pinned system prompt is sent
+            (``Conversation.pinned_seq``: the first message stored while the conversation
+            held none, when it is a system message).
         max_tool_result_tokens: cap on one tool result in the copy sent (tokens);
             defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
         oversized_message_policy: ``"error"`` (raise ``ContextBudgetExceeded``) or
@@ -746,13 +748,13 @@ class ContextWindowBuilder:
                 summary_tokens = counter.count_message(summary_message)
             messages.append(summary_message)
 
-        floor_seq = max(summary.through_seq if summary else 0, 1 if conv.has_system_prompt else 0)
+        floor_seq = max(summary.through_seq if summary else 0, conv.pinned_seq or 0)
         humans_after_floor = conv.human_message_count - (summary.human_messages_covered if summary else 0)
         available = max_tokens - system_tokens - summary_tokens
         if available < 0:
             # The fixed part alone breaks the budget: nothing can be sent.
             raise ContextBudgetExceeded(
-                seq=1 if head.pinned is not None else None,
+                seq=head.pinned.seq if head.pinned is not None else None,
                 tokens=system_tokens + summary_tokens,
                 available=max_tokens,
                 what="the system prompt and summary",
@@ -907,7 +909,7 @@ class ContextWindowBuilder:
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
         )
-        self._pinned_floor = 1 if conv.has_system_prompt else 0
+        self._pinned_floor = conv.pinned_seq or 0
         # What the gap accounting needs, here and in ``_with_summary_cut``.
         self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
         if self.gap_policy != "ignore" and not coverage_unknown:
@@ -961,6 +963,7 @@ class ContextWindowBuilder:
             before=before,
             summary_id=state.summary.pk if state.summary is not None else None,
             pending_exchanges=relevant,
+            pinned_seq=state.conv.pinned_seq,
         )
         derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
         if derived is not None:

@@ -44,11 +44,17 @@ class ConversationRow:
     message_count: int
     human_message_count: int
     stored_tokens: int
-    has_system_prompt: bool
+    #: seq of the pinned system prompt (``Conversation.pinned_seq``; ``None``: none)
+    pinned_seq: int | None
     #: seqs of the AI messages whose tool calls still await a result
     pending_exchanges: tuple[int, ...] = ()
     #: the seq of that AI message for each call still awaiting its result
     pending_call_seqs: tuple[int, ...] = ()
+
+    @property
+    def has_system_prompt(self) -> bool:
+        """A stored system prompt is pinned (``Conversation.has_system_prompt``)."""
+        return self.pinned_seq is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +153,12 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
       from the conversation row in a scalar sub-select (``first_page_size`` gives the same
       number from the conversation row read alongside). Rows at or below the summary
       boundary are dropped by the caller (newest first, they can only come last);
-    * (``with_pinned``) the system message at seq 1 with its ``metadata``;
+    * (``with_pinned``) the pinned system message with its ``metadata``: the system message
+      at the conversation's ``pinned_seq``, read in a scalar sub-select on the conversation
+      row, so the lookup stays on the ``(conversation, seq)`` index;
     * the conversation: ``id`` in ``id``, ``message_count`` in ``seq``,
       ``human_message_count`` in ``token_count``, ``stored_tokens`` in ``exchange_seq``,
-      ``has_system_prompt`` in ``has_content``;
+      ``pinned_seq`` in ``has_content``;
     * its summary: ``id``, ``through_seq`` in ``seq``, ``token_count``,
       ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name`` and
       ``text`` in ``content``.
@@ -200,7 +208,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         ]
         branches.append(
             f"SELECT {', '.join(pinned)} FROM {messages} "
-            f"WHERE {m('conversation')} = %(id)s AND {m('seq')} = 1 AND {m('role')} = %(system)s"
+            f"WHERE {m('conversation')} = %(id)s AND {m('seq')} = "
+            f"(SELECT {c('pinned_seq')} FROM {conversations} WHERE {c('id')} = %(id)s) "
+            f"AND {m('role')} = %(system)s"
         )
     conversation = [
         str(_CONVERSATION),
@@ -212,7 +222,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         c("id"),
         null,
-        f"CASE WHEN {c('has_system_prompt')} = %(true)s THEN 1 ELSE 0 END",
+        c("pinned_seq"),
         null,
         null,
         c("pending_tool_calls"),
@@ -391,7 +401,6 @@ def read_head(
     budget = max(budget, 0)
     params: dict[str, Any] = {
         "id": conversation_id,
-        "true": True,
         "system": Role.SYSTEM.value,
         "room": budget,
         "half": (3 * budget + 1) // 2,
@@ -422,7 +431,7 @@ def read_head(
                 values[0],
                 values[2],
                 values[3],
-                bool(values[8]),
+                values[8],
                 tuple(sorted(set(call_seqs))),
                 call_seqs,
             )
@@ -658,7 +667,7 @@ class GapProbe:
 
     Attributes:
         first_seq: the conversation's oldest stored seq (``None``: no messages).
-        pinned_tokens: stored tokens of the system message at seq 1 (``None``: none).
+        pinned_tokens: stored tokens of the pinned system message (``None``: none).
         summary_first_seq, summary_tokens_covered: of the summary asked about (``None``:
             none, or it is gone).
         orphans: ``(seq, tokens)`` of the tool results answering no call, older than the
@@ -687,7 +696,7 @@ def _gap_probe_sql(alias: str, *, pending: int) -> str:
     conv = f"{m('conversation')} = %(id)s"
     branches = [
         f"SELECT 0, (SELECT {m('seq')} FROM {messages} WHERE {conv} ORDER BY {m('seq')} LIMIT 1), "
-        f"(SELECT {m('token_count')} FROM {messages} WHERE {conv} AND {m('seq')} = 1 "
+        f"(SELECT {m('token_count')} FROM {messages} WHERE {conv} AND {m('seq')} = %(pinned)s "
         f"AND {m('role')} = %(system)s), "
         f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
         f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"
@@ -717,9 +726,11 @@ def read_gap_probe(
     before: int,
     summary_id: int | None,
     pending_exchanges: list[int],
+    pinned_seq: int | None = None,
 ) -> GapProbe:
     """One statement of index lookups, whatever the length of the conversation: the
-    oldest seq, the pinned system prompt's tokens, the summary's span and covered tokens,
+    oldest seq, the tokens of the pinned system prompt at ``pinned_seq`` (``None``: none),
+    the summary's span and covered tokens,
     the orphaned tool results with ``seq < before`` (on the partial index that holds only
     them) and the AI messages at ``pending_exchanges``."""
     conn = connections[alias]
@@ -728,6 +739,7 @@ def read_gap_probe(
         "system": Role.SYSTEM.value,
         "summary": summary_id,
         "before": before,
+        "pinned": pinned_seq,
     }
     params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
     with conn.cursor() as cursor:

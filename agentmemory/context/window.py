@@ -168,5 +168,14 @@ class ContextWindow:
     @property
     def history(self) -> list[ChatMessage]:
         """The history part: every message but the system prompt and the summary (stored
-        messages, and the placeholder results of pending calls, which carry no seq)."""
-        return [m for m in self.messages if not (m.role is Role.SYSTEM and (m.seq is None or m.seq == 1))]
+        messages, and the placeholder results of pending calls, which carry no seq).
+
+        The system prompt is the first message when it is a system message (a stored pinned
+        prompt, at whatever seq, or one given to the builder, without a seq); the summary is
+        a system message without a seq. A stored system message inside the history has a
+        seq and is never first: the history starts on a human message."""
+        return [
+            m
+            for i, m in enumerate(self.messages)
+            if not (m.role is Role.SYSTEM and (m.seq is None or i == 0))
+        ]
