@@ -6,7 +6,8 @@ The document (``"format": "agentmemory.conversation"``, ``"version": 1``)::
      "conversation": {"uuid": "...", "agent_key": "...", "title": "...", "metadata": {...},
                       "created_at": "...", "updated_at": "...", "last_seq": 42,
                       "message_count": 42, "human_message_count": 10, "stored_tokens": 5120,
-                      "has_system_prompt": true, "pending_tool_calls": {"call_1": 41},
+                      "has_system_prompt": true, "pinned_seq": 1,
+                      "pending_tool_calls": {"call_1": 41},
                       "summary_through_seq": 30, ...},
      "messages": [{"seq": 1, "role": "system", "content": "...", "tool_calls": [],
                    "tool_call_id": "", "name": "", "token_count": 33,
@@ -285,6 +286,7 @@ def row_schema(kind: str) -> dict[str, Any]:
         properties["seq"].update(minimum=1, maximum=MAX_SEQ)
     if kind == "conversation":
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
+        properties["pinned_seq"].update(minimum=1, maximum=MAX_SEQ)  # a message's seq, or null
     if kind == "message":
         # ``_check_stored_shape``: tool calls are objects with a text id and name, content
         # parts objects with a type (what each holds beyond that is the message rules')
@@ -296,7 +298,7 @@ def row_schema(kind: str) -> dict[str, Any]:
         properties["parts"]["items"] = {
             "type": "object",
             "required": ["type"],
-            "properties": {"type": {"type": "string", "enum": [kind.value for kind in PartKind]}},
+            "properties": {"type": {"type": "string", "enum": [part_kind.value for part_kind in PartKind]}},
         }
     if kind == "summary":
         # import refuses a summary without text (``_summaries``): at least one character
@@ -441,12 +443,24 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
         else:
             raise InvalidConversationData(path, f"a {message.role} message belongs to no tool exchange")
 
+    # The first message of the document is the first stored: a system message there is the
+    # pinned system prompt, whatever its seq (a conversation cleared before export).
+    pinned_seq = messages[0].seq if messages and messages[0].role == Role.SYSTEM else None
     expected = {
         "message_count": len(messages),
         "human_message_count": humans,
         "stored_tokens": tokens,
-        "has_system_prompt": bool(messages) and messages[0].seq == 1 and messages[0].role == Role.SYSTEM,
+        "has_system_prompt": pinned_seq is not None,
+        "pinned_seq": pinned_seq,
     }
+    if (
+        "pinned_seq" not in conv_row
+        and pinned_seq not in (None, 1)
+        and conv.get("has_system_prompt") is False
+    ):
+        # A document from before ``pinned_seq`` existed, when only seq 1 was pinned: its
+        # false flag is right by that rule. Imported, the prompt is pinned by today's rule.
+        del conv["has_system_prompt"]
     for name, value in expected.items():
         if name in conv and conv[name] != value:
             raise InvalidConversationData(
