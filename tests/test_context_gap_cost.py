@@ -2,7 +2,7 @@
 conversation's counters, not by reading the messages left out: a build costs the same
 queries at 10 and at 10,000 messages, and the figures equal a count of the stored rows in
 every shape of history (pinned prompt, summaries, orphaned results, waiting tool calls,
-late results, a cleared conversation)."""
+late results, a cleared conversation, a prompt pinned again after clear)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def gap_counts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def stored_gap(conv_id: int, window: Any) -> UncoveredMessages:
     """The messages in neither the window nor the summary, counted row by row."""
     conv = Conversation.objects.get(pk=conv_id)
-    floor = max(window.summary_through_seq or 0, 1 if conv.has_system_prompt else 0)
+    floor = max(window.summary_through_seq or 0, conv.pinned_seq or 0)
     before = window.first_seq if window.first_seq is not None else 2**62
     rows = (
         Message.objects.filter(conversation_id=conv_id, seq__gt=floor, seq__lt=before)
@@ -138,6 +138,10 @@ def random_history(rng: random.Random, history: PersistentChatHistory, conv_id: 
         ).compact()
     elif kind == "clear":
         history.clear()
+        # Half the time the prompt is stored again, pinned at the next seq (its own random
+        # stream, so the steps of every seed stay as they were).
+        if random.Random(step).random() < 0.5:
+            history.add_messages([ChatMessage.system(f"You are terse, take {step}.")])
 
 
 @pytest.mark.django_db
