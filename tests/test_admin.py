@@ -178,6 +178,21 @@ def test_context_window_page_marks_truncated_copies(admin_client, chat, settings
     assert "am-badge" in body
 
 
+def test_context_window_page_does_not_count_cleared_messages_as_left_out(admin_client, chat):  # type: ignore[no-untyped-def]
+    history = PersistentChatHistory(chat)
+    history.clear()  # seqs 1..8 are gone; the next message is seq 9
+    history.add_messages([ChatMessage.human("a new start " * 60), ChatMessage.ai("hello again " * 60)])
+    response = admin_client.get(url("conversation_context", chat.pk))
+    assert response.status_code == 200
+    assert response.context["window"].first_seq == 9
+    assert response.context["left_out"] is None
+    # Messages of this history that do not fit are still reported, from the oldest stored.
+    history.add_messages([ChatMessage.human("short"), ChatMessage.ai("reply")])
+    response = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": 200})
+    assert response.context["window"].first_seq == 11
+    assert response.context["left_out"] == (9, 10)
+
+
 def test_context_window_page_shows_budget_errors_not_500(admin_client, chat):  # type: ignore[no-untyped-def]
     PersistentChatHistory(chat).add_messages([ChatMessage.human("long " * 600)])
     response = admin_client.get(url("conversation_context", chat.pk), {"max_tokens": 100})
