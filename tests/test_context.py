@@ -540,3 +540,26 @@ def test_a_turn_over_max_messages_says_so() -> None:
     )
     with pytest.raises(ContextBudgetExceeded, match="max_messages=3"):
         ContextWindowBuilder(conv).build(10_000, max_messages=3)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("max_tokens", [300, 1_000, 2_000, 5_000])
+def test_a_tool_loop_with_an_unanswered_call_fits_with_placeholders(max_tokens: int) -> None:
+    # With pending_tool_calls="placeholder" the placeholder result of the newest call counts
+    # in the turn's cost: the turn is sent with its results cut (or as markers), as with "omit".
+    conv = ConversationFactory()
+    messages = [ChatMessage.system("You are terse."), ChatMessage.human("go")]
+    for i in range(3):
+        messages += [
+            ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
+            ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
+        ]
+    messages.append(ChatMessage.ai(None, [ToolCall(id="pending", name="t")]))
+    PersistentChatHistory(conv).add_messages(messages)
+
+    window = ContextWindowBuilder(conv, pending_tool_calls="placeholder").build(max_tokens)
+
+    assert window.placeholders == ("pending",)
+    assert [m.tool_call_id for m in window.messages if m.role is Role.TOOL] == ["c0", "c1", "c2", "pending"]
+    assert window.truncated == (4, 6, 8)
+    assert window_violations(window, max_tokens=max_tokens) == []

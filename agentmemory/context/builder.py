@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
@@ -90,6 +90,21 @@ def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
             return size if size >= MIN_FITTED_TOOL_RESULT_TOKENS else None
         room -= tokens
     return None  # everything fits at the current cap: something else blocks
+
+
+def _placeholders_cost(turn: list[RowMeta], cost: Callable[[dict[str, Any]], int] | None) -> int:
+    """Tokens of the placeholder results sent for the turn's unanswered calls (0 when
+    ``cost`` is ``None``: such exchanges are left out). Rows are those of ``_newest_turn``."""
+    if cost is None:
+        return 0
+    answered = {(r.exchange_seq, r.tool_call_id) for r in turn if r.role == _TOOL}
+    return sum(
+        cost(call)
+        for r in turn
+        if r.role == _AI and r.tool_calls
+        for call in r.tool_calls
+        if (r.seq, call["id"]) not in answered
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -801,14 +816,16 @@ class ContextWindowBuilder:
             # human message. Send its tool results as shorter truncated copies, all cut to
             # one size, rather than fail the model call (the turn stays whole and in order).
             turn = _newest_turn(source, rows_seen)
-            fitted = _fitting_cap(turn, available, cap) if turn else None
+            # The room left once the placeholders sent for unanswered calls are paid for.
+            room = available - _placeholders_cost(turn, placeholder_tokens)
+            fitted = _fitting_cap(turn, room, cap) if turn else None
             if fitted is None and turn and markers_allowed:
                 # Not even the shortest cut copies fit (and the summary, if any, is already
                 # cut or left out): the last step before refusing sends the oldest results
                 # as copies holding only the truncation marker.
                 marks = self._marker_tokens(turn, reader.contents, conv.pk)
                 floor = _turn_floor(turn, cap, marks)
-                marker_tokens = floor.marker_plan(available) or None
+                marker_tokens = floor.marker_plan(room) or None
                 if marker_tokens:
                     fitted = floor.floor
             if fitted is not None:
