@@ -563,3 +563,28 @@ def test_a_tool_loop_with_an_unanswered_call_fits_with_placeholders(max_tokens: 
     assert [m.tool_call_id for m in window.messages if m.role is Role.TOOL] == ["c0", "c1", "c2", "pending"]
     assert window.truncated == (4, 6, 8)
     assert window_violations(window, max_tokens=max_tokens) == []
+
+
+@pytest.mark.django_db
+def test_a_tool_loop_fits_beside_a_call_still_waiting_for_its_result() -> None:
+    # The exchange waiting for its result is left out ("omit"), so its AI message must not
+    # count against the turn's tool results: every budget from the turn's floor up fits.
+    conv = ConversationFactory()
+    messages = [ChatMessage.human("go")]
+    for i in range(3):
+        messages += [
+            ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
+            ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
+        ]
+    messages.append(ChatMessage.ai(None, [ToolCall(id="waiting", name="t", arguments={"q": "word " * 100})]))
+    PersistentChatHistory(conv).add_messages(messages)
+    builder = ContextWindowBuilder(conv)
+    with pytest.raises(ContextBudgetExceeded, match="needs at least 137 tokens"):
+        builder.build(136)
+
+    for max_tokens in range(137, 400, 7):
+        window = builder.build(max_tokens)
+
+        assert [m.seq for m in window.messages] == [1, 2, 3, 4, 5, 6, 7]
+        assert window.skipped_pending == (8,)
+        assert window_violations(window, max_tokens=max_tokens) == []

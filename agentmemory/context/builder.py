@@ -825,9 +825,9 @@ class ContextWindowBuilder:
                 # as copies holding only the truncation marker.
                 marks = self._marker_tokens(turn, reader.contents, conv.pk)
                 floor = _turn_floor(turn, cap, marks)
-                marker_tokens = floor.marker_plan(room) or None
-                if marker_tokens:
-                    fitted = floor.floor
+                plan = floor.marker_plan(room)
+                if plan is not None:  # ``{}``: the shortest cut copies fit without markers
+                    fitted, marker_tokens = floor.floor, plan or None
             if fitted is not None:
                 refit = pack_history(
                     turn,
