@@ -588,3 +588,31 @@ def test_a_tool_loop_fits_beside_a_call_still_waiting_for_its_result() -> None:
         assert [m.seq for m in window.messages] == [1, 2, 3, 4, 5, 6, 7]
         assert window.skipped_pending == (8,)
         assert window_violations(window, max_tokens=max_tokens) == []
+
+
+@pytest.mark.django_db
+def test_the_turn_floor_counts_a_waiting_exchange_sent_with_placeholders() -> None:
+    # With placeholders, the waiting exchange is sent: its AI message and placeholder count in
+    # the least the turn costs, so the error names the real floor and every budget above fits.
+    conv = ConversationFactory()
+    messages = [ChatMessage.human("go")]
+    for i in range(3):
+        messages += [
+            ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
+            ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
+        ]
+    messages.append(ChatMessage.ai(None, [ToolCall(id="waiting", name="t", arguments={"q": "word " * 100})]))
+    PersistentChatHistory(conv).add_messages(messages)
+    builder = ContextWindowBuilder(conv, pending_tool_calls="placeholder")
+    with pytest.raises(ContextBudgetExceeded) as refused:
+        builder.build(200)
+    floor = int(str(refused.value).split("needs at least ")[1].split(" tokens")[0])
+    assert floor > 137 + 118  # the turn's floor without the waiting exchange, and its AI message
+
+    for max_tokens in range(floor, floor + 150, 7):
+        window = builder.build(max_tokens)
+
+        assert window.placeholders == ("waiting",)
+        assert window_violations(window, max_tokens=max_tokens) == []
+    with pytest.raises(ContextBudgetExceeded):
+        builder.build(floor - 1)

@@ -191,7 +191,10 @@ class _TurnFloor:
 
 
 def _turn_floor(
-    turn: list[RowMeta], cap: int | None, marker_tokens: dict[int, int] | None = None
+    turn: list[RowMeta],
+    cap: int | None,
+    marker_tokens: dict[int, int] | None = None,
+    placeholder_tokens: Callable[[dict[str, Any]], int] | None = None,
 ) -> _TurnFloor:
     """What the turn ``turn`` (rows newest first, its human message last) costs with every
     tool result cut to its shortest copy (``MIN_FITTED_TOOL_RESULT_TOKENS``, or ``cap`` when
@@ -199,19 +202,21 @@ def _turn_floor(
     copy (``marker_tokens``, by seq; results not in it are never sent so). AI and human
     messages are never cut: an AI message's tool-call arguments are what the tools ran with.
     Orphaned results, exchanges still waiting for all their results and results of
-    exchanges older than the turn are left out of a window, so out of this."""
+    exchanges older than the turn are left out of a window, so out of this; with
+    ``placeholder_tokens`` (the cost of a call's placeholder result) an exchange still
+    waiting is sent, with a placeholder for each unanswered call, and counts so."""
     floor = MIN_FITTED_TOOL_RESULT_TOKENS if cap is None else min(cap, MIN_FITTED_TOOL_RESULT_TOKENS)
     answered: dict[int, int] = {}
     for row in turn:
         if row.role == _TOOL and row.exchange_seq is not None:
             answered[row.exchange_seq] = answered.get(row.exchange_seq, 0) + 1
     sent: set[int] = set()  # the exchanges the window sends
-    messages = 0
+    messages = _placeholders_cost(turn, placeholder_tokens)
     for row in turn:
         if row.role == _TOOL:
             continue
         if row.role == _AI and row.tool_calls:
-            if answered.get(row.seq, 0) < len(row.tool_calls):
+            if answered.get(row.seq, 0) < len(row.tool_calls) and placeholder_tokens is None:
                 continue  # a call still waits for its result: the exchange is left out
             sent.add(row.seq)
         messages += row.token_count
@@ -484,6 +489,7 @@ class ContextWindowBuilder:
         self._system_tokens = 0
         self._system_prompt_cache: tuple[str, TokenCounter, int] | None = None
         self._pinned_floor = 0
+        self._placeholder_tokens: Callable[[dict[str, Any]], int] | None = None
         self._gap_state: _GapState | None = None
         self._can_compact = memory_compactor is self._UNSET or (
             memory_compactor is not None and self._compactor_class is not None
@@ -613,7 +619,9 @@ class ContextWindowBuilder:
             # The last step before refusing: the oldest tool results as marker-only copies,
             # as few as make room for the shortest cut of the summary.
             rows, contents, conv_pk = source
-            turn = _turn_floor(rows, cap, self._marker_tokens(rows, contents, conv_pk))
+            turn = _turn_floor(
+                rows, cap, self._marker_tokens(rows, contents, conv_pk), self._placeholder_tokens
+            )
             plan = turn.marker_plan(max_tokens - window.system_tokens - MIN_CUT_SUMMARY_TOKENS)
             if plan:
                 room = max_tokens - window.system_tokens - turn.tokens_with(plan)
@@ -782,7 +790,7 @@ class ContextWindowBuilder:
             content_budget=available,
             max_tool_result_tokens=self.max_tool_result_tokens,
         )
-        placeholder_tokens = (
+        placeholder_tokens = self._placeholder_tokens = (
             (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
             if self.pending_tool_calls == "placeholder"
             else None
@@ -824,8 +832,8 @@ class ContextWindowBuilder:
                 # cut or left out): the last step before refusing sends the oldest results
                 # as copies holding only the truncation marker.
                 marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                floor = _turn_floor(turn, cap, marks)
-                plan = floor.marker_plan(room)
+                floor = _turn_floor(turn, cap, marks, placeholder_tokens)
+                plan = floor.marker_plan(available)
                 if plan is not None:  # ``{}``: the shortest cut copies fit without markers
                     fitted, marker_tokens = floor.floor, plan or None
             if fitted is not None:
@@ -856,7 +864,7 @@ class ContextWindowBuilder:
             if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
                 if marks is None and cap is not None and markers_allowed:
                     marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                raise _turn_floor(turn, self.max_tool_result_tokens, marks).error(
+                raise _turn_floor(turn, self.max_tool_result_tokens, marks, placeholder_tokens).error(
                     summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
                 )
             raise ContextBudgetExceeded(
@@ -866,7 +874,9 @@ class ContextWindowBuilder:
         self._system_tokens = system_tokens
         if summary_limit == 0 and has_human:
             rows_of_turn = turn or _turn_rows(packed.units)
-            self._turn_floor = _turn_floor(rows_of_turn, self.max_tool_result_tokens)
+            self._turn_floor = _turn_floor(
+                rows_of_turn, self.max_tool_result_tokens, None, placeholder_tokens
+            )
             # What marker-only copies cost is counted only when ``_with_summary_cut`` needs it.
             self._turn_source = (rows_of_turn, reader.contents, conv.pk)
 
