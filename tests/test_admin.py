@@ -104,6 +104,11 @@ def test_conversation_page_links_to_messages_summaries_and_context(admin_client,
     PersistentChatHistory(untitled).add_messages([ChatMessage.human("hi")])
     body = admin_client.get(url("conversation_change", untitled.pk)).content.decode()
     assert "no: the first message is not a system message" in body
+    # Cleared (or never used): nothing to pin, said as such.
+    PersistentChatHistory(untitled).clear()
+    body = admin_client.get(url("conversation_change", untitled.pk)).content.decode()
+    assert "no: the conversation holds no messages" in body
+    assert "the first message is not a system message" not in body
 
 
 def test_message_list_is_one_conversation_newest_first(admin_client, chat):  # type: ignore[no-untyped-def]

@@ -206,6 +206,10 @@ class ConversationAdmin(CheckedQueryAdmin):
                 _("yes: the first message (seq %(seq)s) is a system message, sent first in every window")
                 % {"seq": obj.pinned_seq}
             )
+        if not obj.message_count:
+            return str(
+                _("no: the conversation holds no messages (a system message stored first would be pinned)")
+            )
         return str(_("no: the first message is not a system message (agents send their SYSTEM_PROMPT)"))
 
     @admin.display(description=_("pending tool calls"))
