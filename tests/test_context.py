@@ -542,20 +542,28 @@ def test_a_turn_over_max_messages_says_so() -> None:
         ContextWindowBuilder(conv).build(10_000, max_messages=3)
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("max_tokens", [300, 1_000, 2_000, 5_000])
-def test_a_tool_loop_with_an_unanswered_call_fits_with_placeholders(max_tokens: int) -> None:
-    # With pending_tool_calls="placeholder" the placeholder result of the newest call counts
-    # in the turn's cost: the turn is sent with its results cut (or as markers), as with "omit".
+def _tool_loop_then_a_waiting_call(waiting: ToolCall, *, system: str | None = None) -> Conversation:
+    """A conversation: (a system message,) a human message, three tool exchanges whose results
+    are about 2,000 tokens each, then an AI message whose call ``waiting`` has no result."""
     conv = ConversationFactory()
-    messages = [ChatMessage.system("You are terse."), ChatMessage.human("go")]
+    messages = [ChatMessage.system(system)] if system else []
+    messages.append(ChatMessage.human("go"))
     for i in range(3):
         messages += [
             ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
             ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
         ]
-    messages.append(ChatMessage.ai(None, [ToolCall(id="pending", name="t")]))
+    messages.append(ChatMessage.ai(None, [waiting]))
     PersistentChatHistory(conv).add_messages(messages)
+    return conv
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("max_tokens", [300, 1_000, 2_000, 5_000])
+def test_a_tool_loop_with_an_unanswered_call_fits_with_placeholders(max_tokens: int) -> None:
+    # With pending_tool_calls="placeholder" the placeholder result of the newest call counts
+    # in the turn's cost: the turn is sent with its results cut (or as markers), as with "omit".
+    conv = _tool_loop_then_a_waiting_call(ToolCall(id="pending", name="t"), system="You are terse.")
 
     window = ContextWindowBuilder(conv, pending_tool_calls="placeholder").build(max_tokens)
 
@@ -569,15 +577,7 @@ def test_a_tool_loop_with_an_unanswered_call_fits_with_placeholders(max_tokens: 
 def test_a_tool_loop_fits_beside_a_call_still_waiting_for_its_result() -> None:
     # The exchange waiting for its result is left out ("omit"), so its AI message must not
     # count against the turn's tool results: every budget from the turn's floor up fits.
-    conv = ConversationFactory()
-    messages = [ChatMessage.human("go")]
-    for i in range(3):
-        messages += [
-            ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
-            ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
-        ]
-    messages.append(ChatMessage.ai(None, [ToolCall(id="waiting", name="t", arguments={"q": "word " * 100})]))
-    PersistentChatHistory(conv).add_messages(messages)
+    conv = _tool_loop_then_a_waiting_call(ToolCall(id="waiting", name="t", arguments={"q": "word " * 100}))
     builder = ContextWindowBuilder(conv)
     with pytest.raises(ContextBudgetExceeded, match="needs at least 137 tokens"):
         builder.build(136)
@@ -594,15 +594,7 @@ def test_a_tool_loop_fits_beside_a_call_still_waiting_for_its_result() -> None:
 def test_the_turn_floor_counts_a_waiting_exchange_sent_with_placeholders() -> None:
     # With placeholders, the waiting exchange is sent: its AI message and placeholder count in
     # the least the turn costs, so the error names the real floor and every budget above fits.
-    conv = ConversationFactory()
-    messages = [ChatMessage.human("go")]
-    for i in range(3):
-        messages += [
-            ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="t")]),
-            ChatMessage.tool("data " * 2_000, tool_call_id=f"c{i}", name="t"),
-        ]
-    messages.append(ChatMessage.ai(None, [ToolCall(id="waiting", name="t", arguments={"q": "word " * 100})]))
-    PersistentChatHistory(conv).add_messages(messages)
+    conv = _tool_loop_then_a_waiting_call(ToolCall(id="waiting", name="t", arguments={"q": "word " * 100}))
     builder = ContextWindowBuilder(conv, pending_tool_calls="placeholder")
     with pytest.raises(ContextBudgetExceeded) as refused:
         builder.build(200)
