@@ -536,14 +536,12 @@ class ConversationAdmin(CheckedQueryAdmin):
         if window is not None and window.first_seq is not None:
             floor = max(window.summary_through_seq or 0, obj.pinned_seq or 0)
             if window.first_seq > floor + 1:
-                # Seqs below the oldest stored message were deleted by ``clear()``: not left out.
-                oldest = (
-                    Message.objects.filter(conversation_id=obj.pk, seq__gt=floor)
-                    .order_by("seq")
-                    .values_list("seq", flat=True)
-                    .first()
-                )
-                floor = max(floor, (oldest or window.first_seq) - 1)
+                # Seqs below the oldest stored message were deleted (``clear()``, retention):
+                # not left out. Apart from the pinned prompt, the stored seqs run without a
+                # hole up to ``last_seq`` (appends number them in order; deletions take the
+                # oldest), so the conversation row gives the oldest without a query.
+                kept = obj.message_count - (1 if obj.pinned_seq is not None else 0)
+                floor = max(floor, obj.last_seq - kept)
             if window.first_seq > floor + 1:
                 left_out = (floor + 1, window.first_seq - 1)
         context = {
