@@ -78,12 +78,15 @@ def worker(broker_url, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def wait_for_summary(conv: Conversation, proc, log_path: Path, *, after: int = 0) -> Summary:  # type: ignore[no-untyped-def]
+    """The newest summary through a seq above ``after``, once the run that wrote it has also
+    released its lease (a separate statement after the summary's commit)."""
     deadline = time.monotonic() + SUMMARY_TIMEOUT
     while time.monotonic() < deadline:
         summary = (
             Summary.objects.filter(conversation=conv, through_seq__gt=after).order_by("-through_seq").first()
         )
-        if summary is not None:
+        released = not Conversation.objects.filter(pk=conv.pk, compaction_lease__isnull=False).exists()
+        if summary is not None and released:
             return summary
         assert proc.poll() is None, f"the worker exited:\n{log_path.read_text()[-4000:]}"
         time.sleep(0.2)
