@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from rest_framework.test import APIClient
 
 from agentmemory.messages import ChatMessage
 from agentmemory.tokens import BaseTokenCounter
@@ -173,3 +174,17 @@ def celery_app(broker_url):  # type: ignore[no-untyped-def]
     finally:
         _forget_connections(app)
         app.conf.update(**saved)
+
+
+# A user and an API client logged in as that user, for the API tests that need no other
+# (files with users of their own define their own ``user`` and ``api``).
+@pytest.fixture
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice", password="alice-pw")
+
+
+@pytest.fixture
+def api(user) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient(raise_request_exception=False)
+    client.force_login(user)
+    return client

@@ -21,18 +21,6 @@ NOT_A_UUID = "0000000000000000000000000000000000"  # 34 characters: matches the 
 
 
 @pytest.fixture
-def user(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
-def api(user) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient(raise_request_exception=False)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def conv(user) -> Conversation:  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user, agent_key="support", title="mine")
     PersistentChatHistory(conv).add_messages([ChatMessage.human("hello"), ChatMessage.ai("hi")])

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from rest_framework.test import APIClient
 
 from agentmemory.api.serializers import IMPORT_EXAMPLE
 from agentmemory.history import PersistentChatHistory
@@ -21,18 +20,6 @@ pytestmark = pytest.mark.django_db
 
 MESSAGES = "/api/conversations/{conversation_uuid}/messages/"
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-
-
-@pytest.fixture
-def user(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
-def api(user) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient(raise_request_exception=False)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
