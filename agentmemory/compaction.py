@@ -669,6 +669,9 @@ class BaseMemoryCompactor:
         chunk: list[ChatMessage] = []
         chunk_tokens = 0
         reached = floor  # the last seq folded into ``text``
+        # the first seq this run reads: the new summary's first_seq when there is no previous
+        # one (after ``clear()`` the stored messages start past ``floor + 1``)
+        first: int | None = None
         stop_at: int | None = None  # set when the run stops early at a human-turn boundary
 
         def fold(messages: list[ChatMessage]) -> None:
@@ -698,6 +701,8 @@ class BaseMemoryCompactor:
                 if chunk and chunk_tokens + row.token_count > self.max_input_tokens:
                     fold(chunk)
                     chunk, chunk_tokens = [], 0
+                if first is None:
+                    first = row.seq
                 chunk.append(row.to_chat_message())
                 chunk_tokens += row.token_count
             else:
@@ -744,7 +749,7 @@ class BaseMemoryCompactor:
                     summary = Summary.objects.create(
                         conversation_id=self.conversation_id,
                         text=text,
-                        first_seq=previous.first_seq if previous else floor + 1,
+                        first_seq=previous.first_seq if previous else (floor + 1 if first is None else first),
                         through_seq=boundary,
                         previous=previous,
                         human_messages_covered=(previous.human_messages_covered if previous else 0)

@@ -171,6 +171,22 @@ def test_after_clear_a_human_first_conversation_has_no_pinned_prompt(path: str, 
 
 
 @pytest.mark.django_db
+def test_the_first_summary_after_clear_starts_at_the_first_stored_message() -> None:
+    """After ``clear()`` the seqs go on from where they were: a conversation restarted
+    without a prompt has its first summary start at its first stored message, not at seq 1
+    (the admin, the API and ``recount_tokens`` read that range)."""
+    conv, history, last_before = cleared_conversation()
+    add_turns(history, 14)
+    llm = ScriptedChatModel([f"They sailed, part {i}." for i in range(40)])
+
+    summary = LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history, max_input_tokens=300).compact()
+
+    assert summary is not None
+    assert summary.first_seq == last_before + 1 < summary.through_seq
+    assert "question 0 " in " ".join(m.text or "" for messages, _ in llm.calls for m in messages)
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("path", ["one_by_one", "batch", "locked"])
 def test_a_system_message_that_is_not_stored_first_is_not_pinned(path: str, monkeypatch: Any) -> None:
     conv = ConversationFactory()
