@@ -23,6 +23,21 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_PATTERN = "^[^\\x00]*$"
 
 
+#: largest primary key a 64-bit integer column holds (PostgreSQL ``bigint``, SQLite ``INTEGER``)
+MAX_ID = 2**63 - 1
+
+
+def parse_id(value: str) -> int | None:
+    """``value`` as a primary key, or ``None``: only ASCII digits (``str.isdigit()`` also
+    takes ``"²"`` and other digits ``int()`` refuses), at most ``MAX_ID`` (a larger number
+    overflows SQLite's integers)."""
+    value = value.strip()
+    if not value or not value.isascii() or not value.isdigit() or len(value) > 19:
+        return None
+    number = int(value)
+    return number if number <= MAX_ID else None
+
+
 def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text, or ``None``: PostgreSQL refuses NUL bytes and
     no database can encode a lone UTF-16 surrogate (``"\\ud800"``) as UTF-8."""

@@ -303,3 +303,32 @@ def test_a_conversation_added_in_the_admin_starts_with_empty_metadata(admin_clie
         )
         assert response.status_code == 302, response.context["adminform"].form.errors
         assert Conversation.objects.get(title=f"new {box!r}").metadata == {}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "page, key",
+    [
+        ("admin:agentmemory_message_changelist", "conversation__id__exact"),
+        ("admin:agentmemory_summary_changelist", "conversation__id__exact"),
+        ("admin:agentmemory_modelcall_changelist", "conversation__id__exact"),
+        ("admin:agentmemory_fact_changelist", "owner__id__exact"),
+    ],
+)
+@pytest.mark.parametrize("value", ["²", "٣", "99999999999999999999999", "9223372036854775808", "-1", "1e3"])
+def test_id_filters_that_are_not_ids_are_refused_not_a_server_error(admin_client, chat, page, key, value):  # type: ignore[no-untyped-def]
+    # "²" passes str.isdigit() and fails int(); a number past 2**63 - 1 overflows SQLite.
+    response = admin_client.get(reverse(page), {key: value})
+
+    assert response.status_code == 400
+    assert "must be an id" in response.content.decode()
+    good = admin_client.get(reverse(page), {key: str(chat.pk if "conversation" in key else chat.owner_id)})
+    assert good.status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_fact_search_page_takes_an_owner_that_is_not_an_id_as_a_username(admin_client, chat):  # type: ignore[no-untyped-def]
+    response = admin_client.get(reverse("admin:agentmemory_fact_recall"), {"owner": "²", "q": "anything"})
+
+    assert response.status_code == 400  # the page, with the error
+    assert "No user ²" in response.content.decode()

@@ -201,6 +201,11 @@ def test_command_erases_by_username_or_pk_and_prints_the_counts() -> None:
 def test_command_refuses_an_unknown_or_ambiguous_user() -> None:
     with pytest.raises(CommandError, match="no user 'nobody'"):
         call_command("forget_user", "nobody", "--noinput")
+    for not_an_id in ("²", "99999999999999999999999"):  # str.isdigit() but no primary key
+        with pytest.raises(CommandError, match="no user"):
+            call_command("forget_user", not_an_id, "--noinput")
+        with pytest.raises(CommandError, match="not a primary key"):
+            call_command("forget_user", not_an_id, "--by", "pk", "--noinput")
     first = UserFactory(username="first")
     numeric = UserFactory(username=str(first.pk + 1000))
     other = get_user_model().objects.create(pk=first.pk + 1000, username="other")

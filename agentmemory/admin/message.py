@@ -29,6 +29,7 @@ from agentmemory.admin.utils import (
 from agentmemory.models import Conversation, Message
 from agentmemory.recall.fulltext import PG_CONFIG
 from agentmemory.recall.text import STOP_WORDS, query_words
+from agentmemory.validation import parse_id
 
 
 def fulltext_filter(queryset: QuerySet[Any], term: str, *, table: str) -> QuerySet[Any]:
@@ -140,7 +141,12 @@ class ConversationFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        return queryset.filter(conversation_id=int(value)) if value.isdigit() else queryset.none()
+        conversation_id = parse_id(value)
+        return (
+            queryset.filter(conversation_id=conversation_id)
+            if conversation_id is not None
+            else queryset.none()
+        )
 
 
 class MessagePaginator(BoundedCountPaginator):

@@ -23,7 +23,7 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.models import Conversation
-from agentmemory.validation import text_problem
+from agentmemory.validation import MAX_ID, parse_id, text_problem
 
 # The admin's <pre> is small and grey (meant for code snippets); stored text is the content.
 PRE_STYLE = (
@@ -92,14 +92,31 @@ class BoundedCountPaginator(Paginator):
     capped = False
 
 
+#: filters whose value is a primary key: another value is refused rather than compared
+_ID_FILTERS = ("__id__exact", "__id", "__pk")
+_ID_KEYS = frozenset({"id", "pk", "id__exact", "pk__exact"})
+
+
 def query_problem(request: HttpRequest) -> str | None:
     """Why the query string cannot be used as filters, or ``None``: a NUL character or a lone
-    surrogate in a name or value (PostgreSQL refuses them in any text comparison)."""
+    surrogate in a name or value (PostgreSQL refuses them in any text comparison), or an id
+    filter (``conversation__id__exact``, ``owner__id__exact``, ...) whose value is not a
+    whole number of ASCII digits within a 64-bit integer (``"²"`` passes ``str.isdigit()``
+    but not ``int()``; a larger number overflows SQLite)."""
     for key, values in request.GET.lists():
         for text in (key, *values):
             problem = text_problem(text)
             if problem:
                 return _("The filter %(name)s %(problem)s.") % {"name": key[:50], "problem": problem}
+        if (key in _ID_KEYS or key.endswith(_ID_FILTERS)) and any(
+            parse_id(value) is None for value in values
+        ):
+            return _(
+                "The filter %(name)s must be an id: a whole number of ASCII digits, at most %(max)s."
+            ) % {
+                "name": key[:50],
+                "max": MAX_ID,
+            }
     return None
 
 
@@ -196,8 +213,7 @@ def int_param(
 
 
 def filtered_conversation_id(request: HttpRequest) -> int | None:
-    pk = request.GET.get("conversation__id__exact", "")
-    return int(pk) if pk.isdigit() else None
+    return parse_id(request.GET.get("conversation__id__exact", ""))
 
 
 def filtered_conversation(request: HttpRequest) -> Conversation | None:

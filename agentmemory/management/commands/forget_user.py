@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from agentmemory.deletion import erasure_counts, forget_user
+from agentmemory.validation import parse_id
 
 
 class Command(BaseCommand):
@@ -61,9 +62,10 @@ class Command(BaseCommand):
         if by in (None, "username"):
             by_name = manager.filter(**{model.USERNAME_FIELD: value}).first()
         by_pk = None
-        if by in (None, "pk") and value.isdigit():
-            by_pk = manager.filter(pk=int(value)).first()
-        if by == "pk" and not value.isdigit():
+        pk = parse_id(value)
+        if by in (None, "pk") and pk is not None:
+            by_pk = manager.filter(pk=pk).first()
+        if by == "pk" and pk is None:
             raise CommandError(f"{value!r} is not a primary key")
         if by_name is not None and by_pk is not None and by_name.pk != by_pk.pk:
             raise CommandError(
