@@ -333,6 +333,25 @@ def test_content_parts_with_fields_of_the_wrong_type_are_400(api, conv, part):  
     assert snapshot() == before
 
 
+def test_content_beside_parts_is_refused_unless_it_is_their_text(api, conv):  # type: ignore[no-untyped-def]
+    parts = [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}]
+    before = snapshot()
+    both = {"role": "human", "content": "x", "parts": parts}
+    response = api.post(url(conv, "messages/"), both, format="json")
+    body = assert_error(response, 400, "invalid_message")
+    assert "give content or parts, not both" in body["detail"]
+    assert snapshot() == before  # "x" is neither stored nor dropped silently
+
+    for content in (None, "", "part one\npart two"):  # what reading the message gives back
+        created = api.post(
+            url(conv, "messages/"), {"role": "human", "content": content, "parts": parts}, format="json"
+        )
+        assert created.status_code == 201, created.content
+        stored = created.json()  # a single message is answered with the stored message
+        assert stored["content"] == "part one\npart two" and len(stored["parts"]) == 2
+        api.post(url(conv, "messages/"), {"role": "ai", "content": "ok"}, format="json")
+
+
 def test_a_message_with_more_tool_calls_than_the_cap_is_a_400(api, conv, settings):  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"MAX_TOOL_CALLS_PER_MESSAGE": 128}
     before = snapshot()

@@ -227,6 +227,21 @@ def test_search_finds_the_users_messages_and_facts_only(api, alice, bob):  # typ
     assert [f["content"] for f in bobs["facts"]] == ["Bob flies to Lisbon in secret"]
 
 
+@pytest.mark.django_db
+def test_a_search_hit_says_whether_it_matched_itself_or_through_its_neighbours(api, alice):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=alice)
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("Where is my order 1042?"), ChatMessage.ai("It has shipped with DHL.")]
+    )
+
+    hits = api.get("/api/search/", {"q": "DHL", "include": "messages"}).json()["messages"]
+
+    by_seq = {hit["seq"]: hit for hit in hits}
+    assert by_seq[2]["relevance"] == 1.0  # holds the word
+    # the question before the answer is found through it (RECALL_NEIGHBOUR_WEIGHTS)
+    assert by_seq[1]["relevance"] == 0.0 and by_seq[1]["score"] < by_seq[2]["score"]
+
+
 @pytest.mark.parametrize(
     "query",
     [

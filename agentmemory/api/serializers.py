@@ -13,7 +13,9 @@ The native shape is agentmemory's own (``agentmemory.messages.ChatMessage``) as 
 
 ``parts`` (text, image, audio, file; see ``agentmemory.messages.ContentPart``) replace
 ``content`` when given: the stored ``content`` is then their text, with ``[image]``-style
-placeholders. An ``image`` ``url`` may also be a base64 data URL.
+placeholders, so ``content`` must then be null, empty or that text (what reading the message
+gives back); another text is refused (400) rather than dropped. An ``image`` ``url`` may
+also be a base64 data URL.
 
 ``arguments`` is a JSON object, never a JSON string inside JSON (OpenAI's shape, with
 ``arguments`` as a string, is accepted with ``?message_format=openai``).
@@ -38,7 +40,7 @@ from agentmemory.formats.anthropic import from_anthropic, to_anthropic
 from agentmemory.formats.media import parse_data_url
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.knowledge import MAX_TTL_SECONDS
-from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
 from agentmemory.transfer import row_schema
@@ -155,6 +157,15 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
     metadata = data.get("metadata", {})
     if not isinstance(metadata, Mapping):
         raise InvalidMessageError("metadata must be an object", index=index)
+    parts = _parts_from_native(data.get("parts") or [], index)
+    if parts and content and content != parts_text(parts):
+        # The stored text of a multi-part message is its parts' text: a different content
+        # would be dropped without a word. Equal text is what reading a message gives back.
+        raise InvalidMessageError(
+            "give content or parts, not both: with parts, content must be null, empty or the "
+            "parts' text (their texts joined by a newline)",
+            index=index,
+        )
     return ChatMessage(
         role=role,
         content=content,
@@ -162,7 +173,7 @@ def message_from_native(data: Any, index: int = 0) -> ChatMessage:
         tool_call_id=tool_call_id,
         name=name,
         metadata=dict(metadata),
-        parts=_parts_from_native(data.get("parts") or [], index),
+        parts=parts,
     )
 
 
@@ -652,7 +663,10 @@ class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers
         allow_null=True,
         allow_blank=True,
         required=False,
-        help_text="Text; null only on an ai message that calls tools, or when parts are given.",
+        help_text=(
+            "Text; null only on an ai message that calls tools, or when parts are given (then "
+            "null, empty or the parts' text: a different text is refused, never dropped)."
+        ),
     )
     tool_calls = serializers.ListField(
         child=ToolCallInputSerializer(), required=False, help_text="ai messages only."
@@ -1208,6 +1222,13 @@ class MessageHitSerializer(serializers.Serializer):
     metadata = serializers.DictField()
     created_at = serializers.DateTimeField()
     score = serializers.FloatField(help_text="Orders the hits of one search (higher is better).")
+    relevance = serializers.FloatField(
+        help_text=(
+            "The message's own match, scaled to the best candidate's (0 to 1): 0 for a message "
+            "found only because the messages next to it match (the question before an answer, "
+            "the answer after a tool result; AGENTMEMORY['RECALL_NEIGHBOUR_WEIGHTS'])."
+        )
+    )
 
 
 class FactHitSerializer(FactSerializer):
