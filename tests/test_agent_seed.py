@@ -4,12 +4,15 @@ only ``get_summary(self) -> Optional[str]`` and ``compact_if_needed(self) -> Non
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from agentmemory.agents import AgentConfig, BaseToolCallingAgent, MemoryConfig, registry
 from agentmemory.compaction import BaseMemoryCompactor
+from agentmemory.context import ContextWindowBuilder
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import Role
@@ -145,3 +148,71 @@ def test_a_failing_custom_compactor_never_loses_the_answer(db, caplog):
     result = agent.run(agent.start_conversation(), "a question")
     assert result.answer == "an answer" and result.compaction_enqueued is False
     assert "summary store is down" in caplog.text
+
+
+class SeedWindowAgent(ArticlesAgent, register=False):
+    """Builds each window with the seed's own lines, inside the agent."""
+
+    windows: list[int]
+
+    def build_window(self, builder, injector):  # type: ignore[no-untyped-def]
+        context_messages = ContextWindowBuilder(
+            chat_history=self._injector.chat_history,
+            memory_compactor=self._injector.memory_compactor,
+        ).build(max_tokens=self._conversation_history_token_limit)
+        self.windows.append(self._injector.conversation_id)
+        return context_messages
+
+
+def test_the_seed_window_lines_run_inside_an_agent_as_written(db):
+    agent = SeedWindowAgent(llm=ScriptedChatModel(["first", "second"]))
+    agent.windows = []
+    conversation = agent.start_conversation()
+
+    assert agent.run(conversation, "Articles about solar panels?").answer == "first"
+    assert agent.run(conversation, "And heat pumps?").answer == "second"
+
+    assert agent.windows == [conversation.pk, conversation.pk]
+    assert agent._conversation_history_token_limit == agent.token_limit == 10_000
+    sent = agent.llm.calls[-1][0]
+    assert [m.content for m in sent if m.role is Role.HUMAN] == [
+        "Articles about solar panels?",
+        "And heat pumps?",
+    ]
+    with pytest.raises(AttributeError, match="running no turn here"):
+        agent._injector  # noqa: B018  (outside a turn there is none)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_agent_running_two_conversations_at_once_sees_each_turns_injector() -> None:
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    both_inside = threading.Barrier(2, timeout=10)
+
+    class Meeting(ArticlesAgent, register=False):
+        def build_window(self, builder, injector):  # type: ignore[no-untyped-def]
+            both_inside.wait()  # both turns are running on this one instance now
+            seen[injector.conversation.title].append(self._injector.conversation_id)
+            return super().build_window(builder, injector)
+
+    agent = Meeting(llm=ScriptedChatModel(["answer a", "answer b"]))
+    conversations = {title: agent.start_conversation(title=title) for title in ("a", "b")}
+    threads = [
+        threading.Thread(target=agent.run, args=(conversations[t], f"question {t}")) for t in ("a", "b")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+
+    assert seen == {"a": [conversations["a"].pk], "b": [conversations["b"].pk]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_seed_window_lines_run_inside_an_async_turn() -> None:
+    agent = SeedWindowAgent(llm=ScriptedChatModel(["async answer"]))
+    agent.windows = []
+    conversation = agent.start_conversation()
+
+    result = async_to_sync(agent.arun)(conversation, "Articles about tidal power?")
+
+    assert result.answer == "async answer" and agent.windows == [conversation.pk]

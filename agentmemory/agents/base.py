@@ -20,6 +20,7 @@ its budget and starting on a human message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -27,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -123,6 +125,17 @@ COMPACTOR_HINT = (
     "Return AgentConfig(memory=MemoryConfig(compactor_class='agentmemory.compaction.LLMMemoryCompactor')) "
     "(or your own BaseMemoryCompactor subclass) from get_config(), or set MEMORY_COMPACTOR_ENABLED = False."
 )
+
+
+#: the injector of the turn an agent is running, per thread and asyncio task (``_injector``)
+_RUNNING: ContextVar[AgentInjector | None] = ContextVar("agentmemory_running_turn", default=None)
+
+
+def _forget_running(token: Any) -> None:
+    """Undo ``_RUNNING.set``; a generator closed from another context (garbage collected in
+    another thread) cannot, and its turn is over anyway."""
+    with contextlib.suppress(ValueError):
+        _RUNNING.reset(token)
 
 
 class BaseToolCallingAgent:
@@ -227,6 +240,37 @@ class BaseToolCallingAgent:
         """Budget of each context window (tokens)."""
         limit = self.CONVERSATION_HISTORY_TOKEN_LIMIT
         return limit if limit is not None else app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+
+    @property
+    def _conversation_history_token_limit(self) -> int:
+        """``token_limit`` under the seed document's name (tokens)."""
+        return self.token_limit
+
+    @property
+    def _injector(self) -> AgentInjector:
+        """The injector of the turn this agent is running in this thread or asyncio task,
+        under the seed document's name, for code inside the agent's own methods (an
+        overridden ``build_window``, a tool, a hook), as the seed writes its window::
+
+            ContextWindowBuilder(
+                chat_history=self._injector.chat_history,
+                memory_compactor=self._injector.memory_compactor,
+            ).build(max_tokens=self._conversation_history_token_limit)
+
+        One agent instance may run turns of several conversations at once: each thread or
+        task sees its own turn's injector.
+
+        Raises:
+            AttributeError: no turn of this agent is running here (outside ``run``,
+                ``stream`` and their async forms, use ``get_injector(conversation)``).
+        """
+        injector = _RUNNING.get()
+        if injector is None or injector.agent is not self:
+            raise AttributeError(
+                f"{type(self).__qualname__} is running no turn here: _injector exists inside a turn "
+                "(run, stream, arun, astream); elsewhere use get_injector(conversation)"
+            )
+        return injector
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The declarations sent to the model, in ``TOOLS`` order."""
@@ -350,6 +394,13 @@ class BaseToolCallingAgent:
         ``ModelCallStarted``, ``AIMessageEvent``, ``ToolResultEvent``s, ``StepStored``, and
         finally ``FinalAnswer`` (holding the ``AgentRunResult``). Tools run one after another."""
         injector = self.get_injector(conversation)
+        running = _RUNNING.set(injector)
+        try:
+            yield from self._turn(injector, user_input)
+        finally:
+            _forget_running(running)
+
+    def _turn(self, injector: AgentInjector, user_input: str) -> Iterator[AgentEvent]:
         turn = _Turn(injector.conversation_id)
         [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
@@ -401,6 +452,14 @@ class BaseToolCallingAgent:
         """Async ``stream``; the tool calls of one reply run concurrently and their events
         come in ``tool_calls`` order once all have finished."""
         injector = await sync_to_async(self.get_injector)(conversation)
+        running = _RUNNING.set(injector)
+        try:
+            async for event in self._aturn(injector, user_input):
+                yield event
+        finally:
+            _forget_running(running)
+
+    async def _aturn(self, injector: AgentInjector, user_input: str) -> AsyncIterator[AgentEvent]:
         turn = _Turn(injector.conversation_id)
         [human] = await injector.chat_history.aadd_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
