@@ -289,6 +289,28 @@ def test_an_empty_usage_bound_is_refused(api):  # type: ignore[no-untyped-def]
     assert response.status_code == 400 and "until" in response.json()["fields"]
 
 
+def test_a_usage_range_that_ends_before_it_starts_is_refused(api):  # type: ignore[no-untyped-def]
+    response = api.get("/api/usage/", {"since": "2026-01-01T00:00:00Z", "until": "2025-01-01T00:00:00Z"})
+    assert response.status_code == 400 and "until" in response.json()["fields"]
+    same = api.get("/api/usage/", {"since": "2026-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"})
+    assert same.status_code == 200  # an empty range, not a reversed one
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("9223372036854775807", "At most 1,000,000,000"),  # a whole number, too large
+        ("1" * 5000, "At most 1,000,000,000"),  # past int()'s digit limit: still a 400
+        ("\uff11\uff10", "whole number"),  # fullwidth 10: not ASCII digits
+        ("٣", "whole number"),
+    ],
+)
+def test_a_whole_number_parameter_says_what_is_wrong_with_it(api, conv, value, says):  # type: ignore[no-untyped-def]
+    response = api.get(f"/api/conversations/{conv.uuid}/messages/", {"after_seq": value})
+    assert response.status_code == 400
+    assert says in response.json()["fields"]["after_seq"][0]
+
+
 def test_the_batch_serializer_validates_each_message_on_its_own():  # type: ignore[no-untyped-def]
     from agentmemory.api.serializers import MessageBatchInputSerializer
 

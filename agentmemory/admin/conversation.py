@@ -63,7 +63,7 @@ class ConversationAdminForm(forms.ModelForm):
     characters, lone surrogates, NaN or infinities, or nesting too deep. An empty box is no
     metadata (``{}``), which a new conversation starts with."""
 
-    metadata = StorableJSONField(label=_("metadata"), required=False, initial=dict)
+    metadata = StorableJSONField(label=_("Metadata"), required=False, initial=dict)
 
     class Meta:
         model = Conversation

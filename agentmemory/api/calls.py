@@ -258,5 +258,7 @@ class UsageView(AppAPIView, GenericAPIView):  # type: ignore[misc]
         embedding, from ``since`` (included) to ``until`` (excluded)."""
         owner = request_owner(request)
         since, until = _datetime_param(request, "since"), _datetime_param(request, "until")
+        if since is not None and until is not None and until < since:
+            raise ValidationError({"until": ["Must not be earlier than since."]})
         calls = ModelCall.objects.for_user(owner)
         return Response(usage_data(usage_totals(calls, since=since, until=until)))

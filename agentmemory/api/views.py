@@ -103,11 +103,11 @@ def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMAT
 
 #: largest integer accepted in query parameters (SQLite integers are 64-bit; budgets are far below)
 MAX_QUERY_INT = 10**9
-_DIGITS = re.compile(r"\d{1,18}")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII: \d also takes other scripts' digits
 
 
 def _positive_int_param(request: Request, name: str, *, default: int | None) -> int | None:
-    """A whole-number query parameter: digits only (no sign, exponent, ``nan`` or ``inf``),
+    """A whole-number query parameter: ASCII digits only (no sign, exponent, ``nan`` or ``inf``),
     at least 1 for ``max_tokens`` (0 for others), at most ``AGENTMEMORY["MAX_CONTEXT_TOKENS"]``
     for ``max_tokens`` and 10^9 for others.
 
@@ -119,12 +119,12 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
         return default
     if not _DIGITS.fullmatch(raw):
         raise serializers.ValidationError({name: ["Must be a whole number."]})
-    value = int(raw)
+    value = int(raw) if len(raw) <= 18 else None  # more digits: over any ceiling
     minimum = 1 if name == "max_tokens" else 0
-    if value < minimum:
+    if value is not None and value < minimum:
         raise serializers.ValidationError({name: [f"Must be at least {minimum}."]})
     ceiling = app_settings().MAX_CONTEXT_TOKENS if name == "max_tokens" else MAX_QUERY_INT
-    if value > ceiling:
+    if value is None or value > ceiling:
         setting = ' (AGENTMEMORY["MAX_CONTEXT_TOKENS"])' if name == "max_tokens" else ""
         raise serializers.ValidationError({name: [f"At most {ceiling:,}{setting}."]})
     return value
