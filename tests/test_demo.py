@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from agentmemory.models import Conversation
+from agentmemory.models import Conversation, ModelCall
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,3 +89,7 @@ def test_make_demo_leaves_the_demo_user_a_login_and_a_non_empty_api_list(client)
     assert client.login(username="demo", password=password)
     listed = client.get("/api/conversations/", HTTP_ACCEPT="application/json").json()["results"]
     assert len(listed) == 3
+    # Replayed through the agent: every model call of every turn is recorded, so the admin's
+    # model calls and the usage endpoint have something to show.
+    usage = client.get("/api/usage/", HTTP_ACCEPT="application/json").json()
+    assert usage["calls"] == ModelCall.objects.filter(conversation__owner=demo).count() > 3
