@@ -525,7 +525,8 @@ class KnowledgeMemory:
         the backend's ranking, a read of the hits and the update.
 
         Raises:
-            ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
+            ValueError: ``k`` not from 1 to 100, or a ``category`` that is not text the
+                database can compare (``InvalidFactError``). TypeError: ``query`` not a string.
         """
         from agentmemory.recall import MAX_K, MIN_CANDIDATES, report_recall
 
@@ -536,7 +537,7 @@ class KnowledgeMemory:
         now = now or timezone.now()
         facts = self.live_facts(now)
         if category is not None:
-            facts = facts.filter(category=category)
+            facts = facts.filter(category=_category_filter(category))
         from agentmemory.calls import usage_scope
 
         started = time.perf_counter()
@@ -681,10 +682,14 @@ class KnowledgeMemory:
     def forget_all(self, *, category: str | None = None) -> int:
         """Delete every fact of this scope (or of one category), history included; returns how
         many facts were deleted. Deletes in batches of ``DELETE_BATCH`` until none is left,
-        so no page size limits it; other owners' rows are never touched."""
+        so no page size limits it; other owners' rows are never touched.
+
+        Raises:
+            InvalidFactError: ``category`` is not text the database can compare.
+        """
         facts = self.all_facts()
         if category is not None:
-            facts = facts.filter(category=category)
+            facts = facts.filter(category=_category_filter(category))
         return self._delete_ids(facts.values_list("pk", flat=True), count_all=True)
 
     def clear(self) -> None:
@@ -734,6 +739,18 @@ class KnowledgeMemory:
                 Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
             )
         return per_model.get(Fact._meta.label, 0)
+
+
+def _category_filter(category: Any) -> str:
+    """``category`` as a filter value; a value the database cannot compare (not a string, a
+    NUL, a lone surrogate) is refused here instead of failing in the database driver.
+
+    Raises:
+        InvalidFactError: (a ``ValueError``) ``category`` is not storable text.
+    """
+    if not isinstance(category, str) or text_problem(category):
+        raise InvalidFactError(f"category must be text without NUL or lone surrogates, not {category!r}")
+    return category
 
 
 def _record_recall(using: str, ids: list[int], now: datetime) -> None:

@@ -376,3 +376,29 @@ def test_memory_survives_a_restart_in_a_new_process() -> None:
         "search": ["I saw a kingfisher today"],
         "other": "",
     }
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda user: KnowledgeMemory(user, namespace="acme\ud800").remember("x"),
+        lambda user: KnowledgeMemory(user, agent_key="\udfff").recall("x"),
+        lambda user: KnowledgeMemory(user, agent_key="a\x00b"),
+    ],
+)
+def test_scope_values_the_database_cannot_store_are_scope_errors(alice, call) -> None:  # type: ignore[no-untyped-def]
+    # a lone surrogate used to reach the database driver (UnicodeEncodeError), not the caller
+    with pytest.raises(MemoryScopeError):
+        call(alice)
+    assert Fact.objects.count() == 0
+
+
+@pytest.mark.parametrize("category", ["a\x00b", "\ud800", 5])
+def test_category_filters_the_database_cannot_compare_are_refused(km, category) -> None:  # type: ignore[no-untyped-def]
+    # a NUL failed in PostgreSQL (DataError), a lone surrogate in every driver
+    km.remember("Prefers tea", "food", persistent=True)
+    with pytest.raises(InvalidFactError):
+        km.recall("tea", category=category)
+    with pytest.raises(InvalidFactError):
+        km.forget_all(category=category)
+    assert km.all_facts().count() == 1

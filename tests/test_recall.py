@@ -251,3 +251,11 @@ def test_rarer_words_weigh_more() -> None:
     # one rare word outweighs one word that nearly every message holds
     assert hits[0].content == "Melanie enjoyed the pottery class"
     assert len(hits) == 3
+
+
+@pytest.mark.django_db
+def test_an_agent_key_that_is_not_storable_text_is_a_scope_error(django_user_model) -> None:
+    # a lone surrogate used to fail in the database driver (UnicodeEncodeError)
+    user = django_user_model.objects.create_user("surrogate")
+    with pytest.raises(MemoryScopeError):
+        search_messages("tea", owner=user, agent_key="x\ud800")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmemory.exceptions import AgentMemoryError
+from agentmemory.validation import text_problem
 
 __all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of"]
 
@@ -44,8 +45,11 @@ def _key(value: str | None, what: str, max_length: int) -> str:
         return ""
     if not isinstance(value, str):
         raise MemoryScopeError(f"{what} must be a string or None, not {type(value).__name__}")
-    if len(value) > max_length or "\x00" in value:
-        raise MemoryScopeError(f"{what} must be at most {max_length} characters without NUL")
+    if len(value) > max_length or text_problem(value):
+        # a NUL or a lone surrogate would fail in the database driver, not as a scope error
+        raise MemoryScopeError(
+            f"{what} must be at most {max_length} characters without NUL or lone surrogates"
+        )
     return value
 
 
