@@ -73,8 +73,9 @@ class RememberResult:
 
     ``action``: "created" (a new fact), "duplicate" (the same content was already live in the
     scope; nothing was written), "updated" (the same content was live and its persistence,
-    importance or expiry changed), "superseded" (a new fact replaced ``superseded_ids``, which
-    stay as history).
+    importance or expiry changed, or the fact named by ``supersedes`` became its history:
+    then ``superseded_ids`` names it), "superseded" (a new fact replaced ``superseded_ids``,
+    which stay as history).
     """
 
     fact: Fact
@@ -275,7 +276,10 @@ class KnowledgeMemory:
                 (100 years); None: no expiry.
             source_message: the stored message the fact came from.
             supersedes: a live fact of this scope that the new one replaces: its id (primary
-                key) or its public ``uuid``.
+                key) or its public ``uuid``. Checked even when the content is a repeat: then
+                the named fact becomes history of the fact already in force ("updated"). A
+                fact naming itself is changed in place (its persistence is set either way),
+                or, with another category, replaced by a new fact in that category.
             now: the clock (tests and imports); default the current time.
 
         Returns:
@@ -391,8 +395,11 @@ class KnowledgeMemory:
         now: datetime,
     ) -> RememberResult:
         live = self.live_facts(now)
+        # ``supersedes`` is checked first: a repeat does not make a bad id acceptable
+        target = self._target(live, supersedes) if supersedes is not None else None
         same = self.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
         replaced: list[int] = []
+        old_ids: list[int] | None = None
         if same is not None and not live.filter(pk=same.pk).exists():
             # An expired or aged-out copy is out of recall: the new fact replaces it, and it
             # stays, with the history behind it, as history of the new fact. Until the new
@@ -401,10 +408,17 @@ class KnowledgeMemory:
             Fact.objects.using(self.using).filter(pk=same.pk).update(superseded_by=same.pk)
             replaced = [same.pk]
             same = None
+        if same is not None and target == same.pk and category != same.category:
+            # The fact itself, moved to another category: a change like new content, stored as
+            # a new fact that supersedes it (out of the live-content uniqueness first, as above).
+            Fact.objects.using(self.using).filter(pk=same.pk).update(superseded_by=same.pk)
+            old_ids, same = [same.pk], None
         if same is not None:
             changed: list[str] = []
-            if persistent and not same.persistent:
-                same.persistent = True
+            # a repeat only makes a fact persistent; a change of the fact itself (it names the
+            # fact it supersedes) sets its persistence either way
+            if persistent != same.persistent and (persistent or target == same.pk):
+                same.persistent = persistent
                 changed.append("persistent")
             if importance_given is not None and importance != same.importance:
                 same.importance = importance
@@ -412,12 +426,22 @@ class KnowledgeMemory:
             if expires_at is not None and expires_at != same.expires_at:
                 same.expires_at = expires_at
                 changed.append("expires_at")
+            if target is not None and target != same.pk:
+                # Another fact replaced by content already in force: that fact becomes history
+                # of the one in force (ignoring it left both in force).
+                self._chain(target, head=same)
+                changed.append("superseded")
             if not changed:
                 return RememberResult(same, "duplicate")
-            same.save(update_fields=[*changed, "updated_at"])
-            return RememberResult(same, "updated")
+            if fields := [name for name in changed if name != "superseded"]:
+                same.save(update_fields=[*fields, "updated_at"])
+            superseded = (target,) if target is not None and target != same.pk else ()
+            return RememberResult(same, "updated", superseded)
 
-        old_ids = self._superseded_candidates(live, content, category, supersedes, vector)
+        if old_ids is None and target is not None:
+            old_ids = [target]
+        elif old_ids is None:
+            old_ids = self._superseded_candidates(live, content, category, vector)
         fact = Fact.objects.using(self.using).create(
             owner_id=self.scope.owner_id,
             agent_key=self.scope.agent_key,
@@ -436,32 +460,37 @@ class KnowledgeMemory:
                 fact=fact, model=self.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
             )
             mirror_vectors(self.using, [fact], self.embedder.model, [vector])
-        chain = [*old_ids, *replaced]
-        if chain:
-            # History follows the new head: deleting the head deletes the whole chain.
-            Fact.objects.using(self.using).filter(superseded_by_id__in=chain).update(superseded_by=fact)
-            Fact.objects.using(self.using).filter(pk__in=chain).update(superseded_by=fact)
+        self._chain(*old_ids, *replaced, head=fact)
         self._evict(now, keep=fact.pk)
         return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
 
+    def _chain(self, *ids: int, head: Fact) -> None:
+        """Make the facts ``ids`` and their history history of ``head``: deleting the head
+        deletes the whole chain."""
+        if ids:
+            Fact.objects.using(self.using).filter(superseded_by_id__in=ids).update(superseded_by=head)
+            Fact.objects.using(self.using).filter(pk__in=ids).update(superseded_by=head)
+
+    @staticmethod
+    def _target(live: Any, supersedes: Any) -> int:
+        """The primary key of the live fact ``supersedes`` names (id or uuid).
+
+        Raises:
+            InvalidFactError: not an id or uuid, or not a live fact of the scope.
+        """
+        if isinstance(supersedes, uuid.UUID):
+            found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
+        elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
+            raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
+        else:
+            found = supersedes if live.filter(pk=supersedes).exists() else None
+        if found is None:
+            raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
+        return int(found)
+
     def _superseded_candidates(
-        self,
-        live: Any,
-        content: str,
-        category: str,
-        supersedes: int | uuid.UUID | None,
-        vector: list[float] | None,
+        self, live: Any, content: str, category: str, vector: list[float] | None
     ) -> list[int]:
-        if supersedes is not None:
-            if isinstance(supersedes, uuid.UUID):
-                found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
-            elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
-                raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
-            else:
-                found = supersedes if live.filter(pk=supersedes).exists() else None
-            if found is None:
-                raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
-            return [found]
         same_category = live.filter(category=category)
         key = fact_key(content)
         if key is not None:

@@ -128,6 +128,35 @@ def test_supersedes_names_a_fact_in_force_by_its_id(api, alice, django_assert_nu
     assert {value for value in successors.values() if value} <= set(successors)
 
 
+def test_patch_changes_category_and_persistence_of_unchanged_content(api, alice):  # type: ignore[no-untyped-def]
+    """PATCH of the category or of ``persistent: false`` alone used to answer 200 "duplicate"
+    and change nothing (the content was already in force)."""
+    fact = api.post("/api/facts/", {"content": "Lives in Oslo", "category": "home", "persistent": True})
+    fact_id = fact.json()["fact"]["id"]
+    transient = api.patch(f"/api/facts/{fact_id}/", {"persistent": False}, format="json")
+    assert transient.status_code == 200 and transient.json()["action"] == "updated"
+    assert transient.json()["fact"]["persistent"] is False
+    moved = api.patch(f"/api/facts/{fact_id}/", {"category": "places"}, format="json")
+    assert moved.status_code == 201 and moved.json()["action"] == "superseded"
+    assert moved.json()["superseded_ids"] == [fact_id]
+    assert moved.json()["fact"]["category"] == "places" and moved.json()["fact"]["persistent"] is False
+    listed = api.get("/api/facts/").json()["results"]
+    assert [(f["content"], f["category"]) for f in listed] == [("Lives in Oslo", "places")]
+
+
+def test_a_repeat_with_supersedes_replaces_the_named_fact(api, alice):  # type: ignore[no-untyped-def]
+    oslo = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]["id"]
+    bergen = api.post("/api/facts/", {"content": "Lives in Bergen"}, format="json").json()["fact"]["id"]
+    unknown = {"content": "Lives in Oslo", "supersedes": str(uuid.uuid4())}
+    missing = api.post("/api/facts/", unknown, format="json")
+    assert missing.status_code == 400 and "supersedes" in missing.json()["fields"]
+    back = api.post("/api/facts/", {"content": "Lives in Oslo", "supersedes": bergen}, format="json")
+    assert back.status_code == 200, back.content
+    assert back.json()["action"] == "updated" and back.json()["superseded_ids"] == [bergen]
+    assert back.json()["fact"]["id"] == oslo
+    assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Oslo"]
+
+
 def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]
     first = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]
     second = api.patch(f"/api/facts/{first['id']}/", {"content": "Lives in Bergen"}, format="json").json()

@@ -120,6 +120,41 @@ def test_explicit_supersedes_must_name_a_live_fact_of_the_scope(km, alice) -> No
     assert other.fact.__class__.objects.filter(pk=other.fact.pk, superseded_by__isnull=True).exists()
 
 
+def test_supersedes_is_honoured_when_the_content_is_already_in_force(km, alice) -> None:  # type: ignore[no-untyped-def]
+    """A repeat used to skip ``supersedes``: a bad id passed, and the fact it named stayed in
+    force beside the repeated one (two contradicting facts live)."""
+    oslo = km.store("Lives in Oslo", "home", persistent=True).fact
+    bergen = km.store("Lives in Bergen", "home", persistent=True).fact
+    other = KnowledgeMemory(alice, namespace="other").store("Lives in Paris", "home").fact
+    for bad in (10**9, other.pk, other.uuid):
+        with pytest.raises(InvalidFactError):
+            km.store("Lives in Oslo", "home", persistent=True, supersedes=bad)
+    moved_back = km.store("Lives in Oslo", "home", persistent=True, supersedes=bergen.pk)
+    assert moved_back.action == "updated" and moved_back.fact.pk == oslo.pk
+    assert moved_back.superseded_ids == (bergen.pk,)
+    assert list(km.live_facts().values_list("content", flat=True)) == ["Lives in Oslo"]
+    assert Fact.objects.get(pk=bergen.pk).superseded_by_id == oslo.pk
+    # the history hangs off the fact in force: forgetting it forgets both
+    assert km.forget(oslo.pk) == 2
+
+
+def test_a_fact_naming_itself_changes_its_category_and_persistence(km) -> None:  # type: ignore[no-untyped-def]
+    """Re-filing a fact under another category, or making it transient again, used to be a
+    silent "duplicate" (the content was already in force)."""
+    fact = km.store("Lives in Oslo", "home", persistent=True).fact
+    transient = km.store("Lives in Oslo", "home", persistent=False, supersedes=fact.pk)
+    assert transient.action == "updated" and transient.fact.pk == fact.pk
+    assert Fact.objects.get(pk=fact.pk).persistent is False
+    # a plain repeat still never makes a persistent fact transient
+    km.store("Lives in Oslo", "home", persistent=True)
+    assert km.store("Lives in Oslo", "home").action == "duplicate"
+    moved = km.store("Lives in Oslo", "places", persistent=True, supersedes=fact.pk)
+    assert moved.action == "superseded" and moved.superseded_ids == (fact.pk,)
+    assert [(f.content, f.category) for f in km.live_facts()] == [("Lives in Oslo", "places")]
+    assert Fact.objects.get(pk=fact.pk).superseded_by_id == moved.fact.pk
+    assert km.get_persistent_facts() == {"places": ["Lives in Oslo"]}
+
+
 def test_supersedes_and_forget_also_take_the_public_uuid(km) -> None:  # type: ignore[no-untyped-def]
     other = KnowledgeMemory(UserFactory(username="bob")).store("Bob fact", "misc").fact
     with pytest.raises(InvalidFactError, match=str(other.uuid)):
