@@ -111,6 +111,24 @@ def fact_key(content: str) -> str | None:
     return " ".join(match.group(1).split()).casefold()
 
 
+#: the ASCII letters and digits a fact starts with: every fact with its key starts with them
+#: too, in any case (stored content is stripped), which both databases' ``LIKE`` can fold
+_KEY_HEAD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _key_pattern(content: str) -> str:
+    """A case-insensitive regular expression (``iregex``) that every stored fact with the key
+    of ``content`` matches: its key's words with any run of whitespace between them, then the
+    colon. It only narrows the rows read; ``fact_key`` decides. A plain ``istartswith`` of the
+    key missed the same key with other spacing ("Preferred  language:"), and on SQLite, whose
+    ``LIKE`` folds only ASCII, one with another case of a non-ASCII letter ("Ärger:" and
+    "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
+    ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
+    in PostgreSQL's regular expressions too."""
+    words = content.split(":", 1)[0].split()
+    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + r"\s*:"
+
+
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
@@ -494,12 +512,12 @@ class KnowledgeMemory:
         same_category = live.filter(category=category)
         key = fact_key(content)
         if key is not None:
-            prefix = content.split(":", 1)[0].strip()
-            ids = [
-                pk
-                for pk, text in same_category.filter(content__istartswith=prefix).values_list("pk", "content")
-                if fact_key(text) == key
-            ]
+            rows = same_category
+            if head := _KEY_HEAD.match(content):
+                # a cheap condition first: SQLite runs REGEXP in Python, row by row
+                rows = rows.filter(content__istartswith=head.group(0))
+            rows = rows.filter(content__iregex=_key_pattern(content))
+            ids = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
             if ids:
                 return ids
         threshold = self.supersede_similarity

@@ -110,6 +110,33 @@ def test_changed_key_value_fact_supersedes_and_keeps_history(km) -> None:  # typ
     assert km.all_facts().count() == 2
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Preferred language: Python", "Preferred  language: Rust"),
+        ("Preferred language : Python", "preferred\tlanguage: Rust"),
+        # SQLite's LIKE folds only ASCII: these stayed both in force there, not on PostgreSQL
+        ("Ärger: eins", "ärger: zwei"),
+        ("Любимый цвет: синий", "любимый цвет: зелёный"),
+        # characters that mean something in a regular expression or a LIKE pattern
+        ("Cost (100%) [a_b]*?: 1", "cost (100%) [A_B]*?: 2"),
+    ],
+)
+def test_the_same_key_supersedes_whatever_its_case_and_spacing(km, old, new) -> None:  # type: ignore[no-untyped-def]
+    first = km.store(old, "preferences", persistent=True)
+    second = km.store(new, "preferences", persistent=True)
+    assert second.action == "superseded" and second.superseded_ids == (first.fact.pk,)
+    assert km.get_persistent_facts() == {"preferences": [new]}
+
+
+def test_a_key_that_only_starts_the_same_does_not_supersede(km) -> None:  # type: ignore[no-untyped-def]
+    km.store("Preferred language: Python", "preferences", persistent=True)
+    assert km.store("Preferred language server: pyright", "preferences", persistent=True).action == "created"
+    assert km.store("Preferred: tea", "preferences", persistent=True).action == "created"
+    assert km.store("Preferred.language: Go", "preferences", persistent=True).action == "created"
+    assert km.live_facts().count() == 4
+
+
 def test_explicit_supersedes_must_name_a_live_fact_of_the_scope(km, alice) -> None:  # type: ignore[no-untyped-def]
     other = KnowledgeMemory(UserFactory(username="bob")).store("Bob fact", "misc")
     with pytest.raises(InvalidFactError):
