@@ -229,9 +229,10 @@ class KnowledgeMemory:
         return Fact.objects.using(self.using).filter(**self.scope.filter())
 
     def live_facts(self, now: datetime | None = None) -> Any:
-        """Facts in default recall at ``now``: not superseded, not expired, and, for
-        transient entries, not older than ``max_log_days``."""
-        now = now or timezone.now()
+        """Facts in default recall at ``now`` (an aware datetime; default the current time):
+        not superseded, not expired, and, for transient entries, not older than
+        ``max_log_days``."""
+        now = _clock(now)
         cutoff = now - timedelta(days=self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
 
@@ -310,8 +311,9 @@ class KnowledgeMemory:
 
         Raises:
             InvalidFactError: bad content, category, importance, ttl or ``supersedes``.
+            ValueError: ``now`` is a naive datetime.
         """
-        now = now or timezone.now()
+        now = _clock(now)
         content, category, importance_value, ttl_seconds = self._validate(content, category, importance, ttl)
         if not isinstance(persistent, bool):
             raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
@@ -572,8 +574,8 @@ class KnowledgeMemory:
         the backend's ranking, a read of the hits and the update.
 
         Raises:
-            ValueError: ``k`` not from 1 to 100, or a ``category`` that is not text the
-                database can compare (``InvalidFactError``). TypeError: ``query`` not a string.
+            ValueError: ``k`` not from 1 to 100, a naive ``now``, or a ``category`` that is
+                not text the database can compare (``InvalidFactError``). TypeError: ``query`` not a string.
         """
         from agentmemory.recall import MAX_K, MIN_CANDIDATES, report_recall
 
@@ -581,7 +583,7 @@ class KnowledgeMemory:
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
-        now = now or timezone.now()
+        now = _clock(now)
         facts = self.live_facts(now)
         if category is not None:
             facts = facts.filter(category=_category_filter(category))
@@ -786,6 +788,21 @@ class KnowledgeMemory:
                 Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
             )
         return per_model.get(Fact._meta.label, 0)
+
+
+def _clock(now: Any) -> datetime:
+    """``now``, or the current time when None. A naive datetime is refused: it cannot be
+    compared with the stored, aware times (recall failed with a TypeError, storing read it in
+    the current time zone with only a warning).
+
+    Raises:
+        ValueError: ``now`` is not an aware ``datetime``.
+    """
+    if now is None:
+        return timezone.now()
+    if not isinstance(now, datetime) or timezone.is_naive(now):
+        raise ValueError(f"now must be an aware datetime, not {now!r}")
+    return now
 
 
 def _category_filter(category: Any) -> str:

@@ -464,3 +464,33 @@ def test_category_filters_the_database_cannot_compare_are_refused(km, category) 
     with pytest.raises(InvalidFactError):
         km.forget_all(category=category)
     assert km.all_facts().count() == 1
+
+
+def test_a_naive_clock_is_refused(km) -> None:  # type: ignore[no-untyped-def]
+    """A naive ``now`` made recall fail with a TypeError (naive minus aware) after the query,
+    and storing read it in the current time zone with only a warning."""
+    from datetime import datetime
+
+    km.store("Expiring soon", ttl=60)
+    naive = datetime(2026, 3, 1, 12, 0)
+    with pytest.raises(ValueError, match="aware"):
+        km.recall("expiring", now=naive)
+    with pytest.raises(ValueError, match="aware"):
+        km.store("Another fact", now=naive)
+    with pytest.raises(ValueError, match="aware"):
+        km.live_facts(naive)
+    assert km.all_facts().count() == 1
+
+
+def test_expiry_is_exclusive_at_the_instant_whatever_the_time_zone(km) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timezone as dt_timezone
+
+    fact = km.store("Boundary fact", ttl=10).fact
+    expires = fact.expires_at
+    just_before = expires - timedelta(microseconds=1)
+    elsewhere = dt_timezone(timedelta(hours=-11))
+    assert [h.fact.pk for h in km.recall("boundary", now=just_before.astimezone(elsewhere))] == [fact.pk]
+    assert km.recall("boundary", now=expires.astimezone(elsewhere)) == []
+    assert not km.live_facts(expires).exists()
+    # reading never moves the expiry
+    assert Fact.objects.get(pk=fact.pk).expires_at == expires
