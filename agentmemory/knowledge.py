@@ -915,7 +915,8 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0, "skipped": 0}
     facts: list[tuple[str, str]] = []
     category = "general"
-    for raw in text.splitlines():
+    # a byte order mark is not text of the first line (it hid a "## category" heading there)
+    for raw in text.removeprefix("\ufeff").splitlines():
         line = raw.rstrip()
         if line.startswith("## "):
             category = line[3:].strip() or "general"

@@ -72,6 +72,31 @@ def test_import_from_stdin_into_a_scope_and_errors() -> None:
     assert Fact.objects.filter(content="ok").count() == 0
 
 
+def test_import_of_a_malformed_file_is_a_command_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Bytes that are not UTF-8 and a scope argument that is not text (undecodable bytes on
+    the command line arrive as lone surrogates) ended in a traceback, not a CommandError."""
+    UserFactory(username="carol")
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"# Agent Memory\n\n## prefs\n- Likes caf\xe9\n")
+    with pytest.raises(CommandError, match="UTF-8"):
+        run("import", "--user", "carol", "--file", str(path))
+    with pytest.raises(CommandError, match="namespace"):
+        run("import", "--user", "carol", "--namespace", "work\udcff", stdin="- Likes tea\n")
+    assert Fact.objects.count() == 0
+
+
+def test_import_reads_past_a_byte_order_mark(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dave = UserFactory(username="dave")
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes("## preferences\n- Likes tea\n".encode("utf-8-sig"))
+    run("import", "--user", "dave", "--file", str(path))
+    run("import", "--user", "dave", stdin="\ufeff## travel\n- Window seat\n")
+    assert KnowledgeMemory(dave).get_persistent_facts() == {
+        "preferences": ["Likes tea"],
+        "travel": ["Window seat"],
+    }
+
+
 def test_rebuild_restores_the_index_and_embeds_what_is_missing(settings) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.history import PersistentChatHistory
     from agentmemory.messages import ChatMessage
