@@ -8,7 +8,9 @@ from django.db import connection
 from django.test import override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.conf import app_settings
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message
@@ -240,6 +242,30 @@ def test_postgres_uses_the_gin_index_for_message_search() -> None:
         assert cursor.fetchone()[0] == "'text':3 'uniqu':1 'walrus':2"
     assert "agentmemory_msg_fts_idx" in plan
     assert [h.content for h in search_messages("walrus", owner=alice)] == ["unique walrus text"]
+
+
+@pytest.mark.postgres
+def test_postgres_stores_and_finds_a_message_too_long_for_one_tsvector() -> None:
+    """A message within MAX_MESSAGE_CHARS whose words make a tsvector over PostgreSQL's 1 MB
+    could not be stored at all ("string is too long for tsvector"); its first
+    PG_LONG_TEXT_CHARS characters are indexed instead."""
+    import hashlib
+
+    alice = UserFactory()
+    words = " ".join(hashlib.md5(str(i).encode()).hexdigest()[:10] for i in range(170_000))
+    text = f"quokka {words} wombat"
+    assert len(text) < app_settings().MAX_MESSAGE_CHARS
+    conversation_with(alice, [text])
+    conversation_with(alice, ["a short marsupial note about a wombat"])
+    assert Message.objects.filter(content=text).exists()
+    assert [h.content for h in search_messages("quokka", owner=alice)] == [text]
+    # words past the indexed part are not found in it; short texts are indexed whole
+    assert [h.content for h in search_messages("wombat", owner=alice)] == [
+        "a short marsupial note about a wombat"
+    ]
+    km = KnowledgeMemory(alice)
+    km.remember("Pet: a quokka named Rex", persistent=True)
+    assert [h.fact.content for h in km.recall("quokka")] == ["Pet: a quokka named Rex"]
 
 
 def test_rarer_words_weigh_more() -> None:
