@@ -44,7 +44,7 @@ from agentmemory.recall.backends import (
     mirror_vectors,
 )
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+from agentmemory.recall.scope import MAX_ID, MemoryScope, MemoryScopeError
 from agentmemory.validation import text_problem
 
 __all__ = [
@@ -211,6 +211,7 @@ class KnowledgeMemory:
             conf.FACT_SUPERSEDE_SIMILARITY if supersede_similarity == "default" else supersede_similarity
         )
         self.using = using or router.db_for_write(Fact)
+        self._owner_checked = False
 
     def __repr__(self) -> str:
         s = self.scope
@@ -293,7 +294,8 @@ class KnowledgeMemory:
             importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
             ttl: seconds (or a timedelta) until the fact expires, at most ``MAX_TTL_SECONDS``
                 (100 years); None: no expiry.
-            source_message: the stored message the fact came from.
+            source_message: the stored message the fact came from (a message of one of the
+                owner's conversations).
             supersedes: a live fact of this scope that the new one replaces: its id (primary
                 key) or its public ``uuid``. Checked even when the content is a repeat: then
                 the named fact becomes history of the fact already in force ("updated"). A
@@ -310,7 +312,9 @@ class KnowledgeMemory:
             The new content is always stored.
 
         Raises:
-            InvalidFactError: bad content, category, importance, ttl or ``supersedes``.
+            InvalidFactError: bad content, category, importance, ttl, ``source_message`` or
+                ``supersedes``.
+            MemoryScopeError: the owner id names no user.
             ValueError: ``now`` is a naive datetime.
         """
         now = _clock(now)
@@ -319,7 +323,8 @@ class KnowledgeMemory:
             raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
         digest = content_hash(content)
         expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
-        source_id = source_message.pk if isinstance(source_message, Message) else source_message
+        self._check_owner()
+        source_id = self._source_id(source_message)
         vector = self._embed(content)
         for _attempt in range(3):
             try:
@@ -343,6 +348,43 @@ class KnowledgeMemory:
                 # content kept one; the retry reports it as the repeat it now is.
                 continue
         raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def _check_owner(self) -> None:
+        """Refuse an owner id that names no user, once per instance. The foreign key would
+        refuse the fact anyway, but late: at the commit, or, in autocommit mode, as an
+        ``IntegrityError`` that ``store()`` took for a race of writers of the same content
+        (three retries, then "concurrent writers kept conflicting").
+
+        Raises:
+            MemoryScopeError: no user has the owner id.
+        """
+        if self._owner_checked:
+            return
+        from django.contrib.auth import get_user_model
+
+        users = get_user_model()._default_manager.using(self.using)
+        if not users.filter(pk=self.scope.owner_id).exists():
+            raise MemoryScopeError(f"no user with id {self.scope.owner_id}")
+        self._owner_checked = True
+
+    def _source_id(self, source_message: Any) -> int | None:
+        """The id of ``source_message`` (a ``Message`` or its id), checked to be a stored
+        message of one of the owner's conversations: a fact shows its source conversation, so
+        another user's message (or none at all: a foreign key error taken for a write race)
+        is refused.
+
+        Raises:
+            InvalidFactError: not a message of the owner's conversations.
+        """
+        if source_message is None:
+            return None
+        pk = source_message.pk if isinstance(source_message, Message) else source_message
+        if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
+            raise InvalidFactError(f"source_message must be a stored message or its id, not {pk!r}")
+        owned = Message.objects.using(self.using).filter(pk=pk, conversation__owner_id=self.scope.owner_id)
+        if not owned.exists():
+            raise InvalidFactError(f"source_message {pk} is not a message of this owner's conversations")
+        return pk
 
     def _lock_scope(self) -> None:
         """Serialise the writers of one scope until the transaction ends.

@@ -494,3 +494,35 @@ def test_expiry_is_exclusive_at_the_instant_whatever_the_time_zone(km) -> None: 
     assert not km.live_facts(expires).exists()
     # reading never moves the expiry
     assert Fact.objects.get(pk=fact.pk).expires_at == expires
+
+
+def test_an_owner_id_of_no_user_is_a_scope_error_not_a_write_race() -> None:
+    """An id naming no user broke the foreign key, which store() took for two writers racing
+    on the same content: three retries, then "concurrent writers kept conflicting"."""
+    with pytest.raises(MemoryScopeError, match="no user"):
+        KnowledgeMemory(987_654).store("Likes tea")
+    # past 64 bits no database holds the id (SQLite's driver raised OverflowError)
+    with pytest.raises(MemoryScopeError):
+        KnowledgeMemory(2**63)
+    assert Fact.objects.count() == 0
+
+
+def test_source_message_must_be_a_message_of_the_owner(alice) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation
+
+    bob = UserFactory(username="bob")
+    mine_conv = Conversation.objects.create(owner=alice)
+    PersistentChatHistory(mine_conv).add_messages([ChatMessage.human("I moved to Bergen")])
+    theirs_conv = Conversation.objects.create(owner=bob)
+    PersistentChatHistory(theirs_conv).add_messages([ChatMessage.human("My passport number is 123")])
+    mine, theirs = mine_conv.messages.get(), theirs_conv.messages.get()
+    km = KnowledgeMemory(alice)
+    # a missing id was a foreign key error reported as a write race; a huge one overflowed;
+    # another user's message would show that user's conversation as the fact's source
+    for bad in (10**9, 2**70, theirs.pk, theirs, "1", True):
+        with pytest.raises(InvalidFactError, match="source_message"):
+            km.store("Lives in Bergen", source_message=bad)
+    assert Fact.objects.count() == 0
+    assert km.store("Lives in Bergen", source_message=mine).fact.source_message_id == mine.pk

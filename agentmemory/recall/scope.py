@@ -18,6 +18,10 @@ class MemoryScopeError(AgentMemoryError, ValueError):
     rule: mem0ai/mem0#3928, a user's ``delete_all`` that wiped every user's memories)."""
 
 
+#: the largest id a database column of ids holds (a signed 64-bit integer)
+MAX_ID = 2**63 - 1
+
+
 def owner_id_of(owner: Any) -> int:
     """The primary key of ``owner``: a saved user instance or a positive integer.
 
@@ -29,8 +33,9 @@ def owner_id_of(owner: Any) -> int:
     if isinstance(owner, bool):
         raise MemoryScopeError("an owner must be a user or a user id, not a bool")
     if isinstance(owner, int):
-        if owner <= 0:
-            raise MemoryScopeError(f"an owner id must be positive, not {owner}")
+        if not 0 < owner <= MAX_ID:
+            # past 64 bits no database holds the id (SQLite's driver raised OverflowError)
+            raise MemoryScopeError(f"an owner id must be from 1 to {MAX_ID}, not {owner}")
         return owner
     if getattr(owner, "is_anonymous", False):
         raise MemoryScopeError("an anonymous user has no long-term memory")
