@@ -569,7 +569,8 @@ class KnowledgeMemory:
             return []
         rows = list(
             FactEmbedding.objects.using(self.using)
-            .filter(model=self.embedder.model, fact__in=same_category.values("pk"))
+            # vectors of another length (the model's dimensions changed) do not compare
+            .filter(model=self.embedder.model, dimensions=len(vector), fact__in=same_category.values("pk"))
             .values_list("fact_id", "vector")
         )
         if not rows:
