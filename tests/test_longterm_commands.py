@@ -121,3 +121,12 @@ def test_rebuild_restores_the_index_and_embeds_what_is_missing(settings) -> None
     out = io.StringIO()
     call_command("rebuild_recall_index", stdout=out)
     assert "Message: 0 embeddings stored" in out.getvalue()
+
+
+@pytest.mark.parametrize("user", ["²", "9" * 30])
+def test_a_user_argument_that_is_not_an_id_is_a_command_error(user) -> None:  # type: ignore[no-untyped-def]
+    # "²" passes str.isdigit() and failed int(); 30 digits overflowed SQLite's driver
+    with pytest.raises(CommandError, match="no user"):
+        run("export", "--user", user)
+    with pytest.raises(CommandError):
+        call_command("forget_user", user, "--noinput", stdout=io.StringIO())

@@ -25,6 +25,7 @@ from agentmemory.admin.utils import (
     PRE_STYLE,
     BoundedCountPaginator,
     CheckedQueryAdmin,
+    id_value,
     pretty_json,
     query_problem,
     short_datetime,
@@ -53,9 +54,9 @@ class OwnerFilter(admin.SimpleListFilter):
 
         user_model = get_user_model()
         ids = list(Fact.objects.order_by("owner_id").values_list("owner_id", flat=True).distinct()[:10])
-        value = self.value()
-        if value and value.isdigit() and int(value) not in ids:
-            ids.insert(0, int(value))
+        chosen = id_value(self.value())
+        if chosen is not None and chosen not in ids:
+            ids.insert(0, chosen)
         users = {u.pk: u for u in user_model._default_manager.filter(pk__in=ids)}
         return [(str(pk), str(users[pk])) for pk in ids if pk in users]
 
@@ -63,7 +64,8 @@ class OwnerFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        return queryset.filter(owner_id=int(value)) if value.isdigit() else queryset.none()
+        pk = id_value(value)
+        return queryset.filter(owner_id=pk) if pk is not None else queryset.none()
 
 
 class _ScopeValueFilter(admin.SimpleListFilter):
@@ -74,9 +76,9 @@ class _ScopeValueFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         facts = Fact.objects.all()
-        owner = request.GET.get(OwnerFilter.parameter_name, "")
-        if owner.isdigit():
-            facts = facts.filter(owner_id=int(owner))
+        owner = id_value(request.GET.get(OwnerFilter.parameter_name, ""))
+        if owner is not None:
+            facts = facts.filter(owner_id=owner)
         values = facts.order_by(self.field).values_list(self.field, flat=True).distinct()[:50]
         return [(value or "-", value or _("(none)")) for value in values]
 
@@ -349,8 +351,8 @@ class FactAdmin(CheckedQueryAdmin):
         owner = None
         if owner_text:
             users = get_user_model()._default_manager
-            lookup = {"pk": int(owner_text)} if owner_text.isdigit() and len(owner_text) < 18 else None
-            owner = users.filter(**lookup).first() if lookup else None
+            pk = id_value(owner_text)
+            owner = users.filter(pk=pk).first() if pk is not None else None
             if owner is None:
                 owner = users.filter(**{get_user_model().USERNAME_FIELD: owner_text}).first()
             if owner is None:

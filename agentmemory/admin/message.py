@@ -22,6 +22,7 @@ from agentmemory.admin.utils import (
     ReadOnlyAdmin,
     admin_link,
     filtered_conversation_id,
+    id_value,
     pretty_json,
     short_conversation,
     short_datetime,
@@ -140,7 +141,8 @@ class ConversationFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        return queryset.filter(conversation_id=int(value)) if value.isdigit() else queryset.none()
+        pk = id_value(value)
+        return queryset.filter(conversation_id=pk) if pk is not None else queryset.none()
 
 
 class MessagePaginator(BoundedCountPaginator):

@@ -195,9 +195,17 @@ def int_param(
     return value
 
 
+def id_value(raw: str | None) -> int | None:
+    """``raw`` as a row id: ASCII digits, at most 18 of them (an id a 64-bit column holds);
+    anything else is None. ``str.isdigit`` alone accepts "²" and other digits ``int()``
+    refuses (a ValueError), and a longer number overflows SQLite's driver."""
+    if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        return None
+    return int(raw)
+
+
 def filtered_conversation_id(request: HttpRequest) -> int | None:
-    pk = request.GET.get("conversation__id__exact", "")
-    return int(pk) if pk.isdigit() else None
+    return id_value(request.GET.get("conversation__id__exact", ""))
 
 
 def filtered_conversation(request: HttpRequest) -> Conversation | None:

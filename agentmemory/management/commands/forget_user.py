@@ -61,9 +61,12 @@ class Command(BaseCommand):
         if by in (None, "username"):
             by_name = manager.filter(**{model.USERNAME_FIELD: value}).first()
         by_pk = None
-        if by in (None, "pk") and value.isdigit():
+        # ASCII digits only: "²" passes str.isdigit() and fails int(); past 18 digits an id
+        # overflows SQLite's driver
+        is_pk = value.isascii() and value.isdigit() and len(value) <= 18
+        if by in (None, "pk") and is_pk:
             by_pk = manager.filter(pk=int(value)).first()
-        if by == "pk" and not value.isdigit():
+        if by == "pk" and not is_pk:
             raise CommandError(f"{value!r} is not a primary key")
         if by_name is not None and by_pk is not None and by_name.pk != by_pk.pk:
             raise CommandError(

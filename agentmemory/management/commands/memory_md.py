@@ -17,7 +17,7 @@ def find_user(value: str) -> Any:
     """A user by username (the user model's ``USERNAME_FIELD``) or by numeric id."""
     model = get_user_model()
     user = model._default_manager.filter(**{model.USERNAME_FIELD: value}).first()
-    if user is None and value.isdigit():
+    if user is None and value.isascii() and value.isdigit() and len(value) <= 18:
         user = model._default_manager.filter(pk=int(value)).first()
     if user is None:
         raise CommandError(f"no user {value!r}")
