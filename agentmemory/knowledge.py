@@ -170,8 +170,9 @@ class KnowledgeMemory:
 
     Raises:
         MemoryScopeError: no owner, or a scope value that is not a string.
-        ValueError: a negative ``max_log_days`` or non-positive ``max_context_entries`` /
-            ``max_entries``.
+        ValueError: a negative ``max_log_days``, a non-positive ``max_context_entries``,
+            ``max_entries`` or ``max_context_tokens``, or a ``supersede_similarity`` that is
+            not a cosine (-1.0 to 1.0).
     """
 
     def __init__(
@@ -196,15 +197,26 @@ class KnowledgeMemory:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
-        if max_entries is not None and (
-            isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1
+        for name, bound in (("max_entries", max_entries), ("max_context_tokens", max_context_tokens)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+                # 0 used to mean the default and a string failed only in build_context()
+                raise ValueError(f"{name} must be a positive integer or None, not {bound!r}")
+        if supersede_similarity not in (None, "default") and (
+            isinstance(supersede_similarity, bool)
+            or not isinstance(supersede_similarity, int | float)
+            or not -1.0 <= supersede_similarity <= 1.0  # also refuses NaN
         ):
-            raise ValueError(f"max_entries must be a positive integer or None, not {max_entries!r}")
+            raise ValueError(
+                f"supersede_similarity must be a cosine from -1.0 to 1.0, None or 'default', "
+                f"not {supersede_similarity!r}"
+            )
         conf = app_settings()
         self.max_log_days = max_log_days
         self.max_context_entries = max_context_entries
         self.max_entries = max_entries
-        self.max_context_tokens = max_context_tokens or conf.KNOWLEDGE_CONTEXT_MAX_TOKENS
+        self.max_context_tokens = (
+            conf.KNOWLEDGE_CONTEXT_MAX_TOKENS if max_context_tokens is None else max_context_tokens
+        )
         self.embedder = embedder if embedder is not None else get_embedder()
         self._backend = backend
         self.supersede_similarity = (

@@ -526,3 +526,29 @@ def test_source_message_must_be_a_message_of_the_owner(alice) -> None:  # type: 
             km.store("Lives in Bergen", source_message=bad)
     assert Fact.objects.count() == 0
     assert km.store("Lives in Bergen", source_message=mine).fact.source_message_id == mine.pk
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # 0 silently meant the default bound; a string failed only when the context was built
+        {"max_context_tokens": 0},
+        {"max_context_tokens": -5},
+        {"max_context_tokens": "2000"},
+        {"max_context_tokens": True},
+        # a threshold that is not a cosine failed (a string) or never matched (NaN) silently
+        {"supersede_similarity": float("nan")},
+        {"supersede_similarity": "0.9"},
+        {"supersede_similarity": 1.5},
+        {"max_entries": 0},
+    ],
+)
+def test_bad_bounds_are_refused_when_the_memory_is_made(alice, options) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError):
+        KnowledgeMemory(alice, **options)
+
+
+def test_the_context_token_bound_is_honoured_down_to_one(alice) -> None:  # type: ignore[no-untyped-def]
+    KnowledgeMemory(alice).remember("Prefers tea", "food", persistent=True)
+    assert KnowledgeMemory(alice, max_context_tokens=1).build_context() == ""
+    assert "Prefers tea" in KnowledgeMemory(alice, max_context_tokens=None).build_context()
