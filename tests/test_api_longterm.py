@@ -157,6 +157,23 @@ def test_a_repeat_with_supersedes_replaces_the_named_fact(api, alice):  # type: 
     assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Oslo"]
 
 
+def test_patch_racing_another_change_answers_409(api, alice, monkeypatch):  # type: ignore[no-untyped-def]
+    """A change that commits between PATCH's check and its store made the store refuse the
+    fact as no longer in force: a 400 naming "supersedes", a field PATCH does not take."""
+    fact_id = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]["id"]
+    store = KnowledgeMemory.store
+
+    def racing(self, content, *args, **kwargs):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(KnowledgeMemory, "store", store)
+        store(self, "Lives in Tromso", supersedes=uuid.UUID(fact_id))  # the other writer
+        return store(self, content, *args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeMemory, "store", racing)
+    changed = api.patch(f"/api/facts/{fact_id}/", {"content": "Lives in Bergen"}, format="json")
+    assert changed.status_code == 409 and changed.json()["error"] == "not_in_force"
+    assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Tromso"]
+
+
 def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]
     first = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]
     second = api.patch(f"/api/facts/{first['id']}/", {"content": "Lives in Bergen"}, format="json").json()

@@ -723,15 +723,16 @@ class FactViewSet(
         body.is_valid(raise_exception=True)
         data = body.validated_data
         memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
+        not_in_force = Response(
+            {
+                "error": "not_in_force",
+                "detail": f"Fact {fact.uuid} is not in force (superseded, expired or aged out); "
+                "change the fact that replaced it.",
+            },
+            status=status.HTTP_409_CONFLICT,
+        )
         if not memory.live_facts().filter(pk=fact.pk).exists():
-            return Response(
-                {
-                    "error": "not_in_force",
-                    "detail": f"Fact {fact.uuid} is not in force (superseded, expired or aged out); "
-                    "change the fact that replaced it.",
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
+            return not_in_force
         try:
             result = memory.store(
                 data.get("content", fact.content),
@@ -742,6 +743,10 @@ class FactViewSet(
                 supersedes=fact.pk,
             )
         except InvalidFactError as exc:
+            if not memory.live_facts().filter(pk=fact.pk).exists():
+                # another writer replaced it after the check above: the same 409, not a 400
+                # about a "supersedes" field this request does not have
+                return not_in_force
             raise _fact_error(exc) from None
         return self._remembered(result)
 
