@@ -961,8 +961,10 @@ def export_memory_md(memory: KnowledgeMemory) -> str:
 def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     """Store the facts of a ``MEMORY.md`` text as persistent facts of ``memory``'s scope:
     each ``- fact`` bullet under a ``## category`` heading (bullets before any heading go to
-    "general"; indented lines continue the bullet above). Facts already stored are repeats
-    and add nothing, so importing twice changes nothing the second time.
+    "general"; indented lines continue the bullet above). Facts already stored, in force or
+    as history (a fact since replaced), are repeats and add nothing, so importing twice
+    changes nothing the second time, also for a file that lists a "key: value" fact and, below
+    it, its new value.
 
     Raises:
         InvalidFactError: a fact that cannot be stored (nothing of the file is stored then).
@@ -986,6 +988,14 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
         for cat, content in facts:
             if not content:
                 counts["skipped"] += 1
+                continue
+            history = memory.all_facts().filter(superseded_by__isnull=False)
+            if history.filter(content_hash=content_hash(content)).exists():
+                # Already stored and since replaced: the seed's MEMORY.md appends a changed
+                # "key: value" line below the old one, and storing the old line again made
+                # it supersede the newer fact, which the next line then superseded back, two
+                # new rows on every import of the same file.
+                counts["duplicate"] += 1
                 continue
             counts[memory.store(content, cat, persistent=True).action] += 1
     return ImportReport(**counts)

@@ -72,6 +72,17 @@ def test_import_from_stdin_into_a_scope_and_errors() -> None:
     assert Fact.objects.filter(content="ok").count() == 0
 
 
+def test_importing_a_file_with_a_changed_value_twice_adds_nothing_the_second_time() -> None:
+    """The seed appends a changed "key: value" line below the old one. Each import stored the
+    old line again (it superseded the newer fact) and then the new one: two rows a time."""
+    erin = UserFactory(username="erin")
+    text = "## preferences\n- Editor: vim\n- Likes tea\n- Editor: VS Code\n"
+    assert run("import", "--user", "erin", stdin=text).startswith("created 2, already present 0")
+    assert run("import", "--user", "erin", stdin=text).startswith("created 0, already present 3")
+    assert KnowledgeMemory(erin).get_persistent_facts() == {"preferences": ["Likes tea", "Editor: VS Code"]}
+    assert Fact.objects.filter(owner=erin).count() == 3
+
+
 def test_import_of_a_malformed_file_is_a_command_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Bytes that are not UTF-8 and a scope argument that is not text (undecodable bytes on
     the command line arrive as lone surrogates) ended in a traceback, not a CommandError."""
