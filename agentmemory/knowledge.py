@@ -433,8 +433,10 @@ class KnowledgeMemory:
             or not category.strip()
             or len(category) > 100
             or text_problem(category)
+            or len(category.splitlines()) > 1
         ):
-            raise InvalidFactError("category must be a non-empty string of at most 100 characters")
+            # one line: a category is a "## category" heading in the context and in MEMORY.md
+            raise InvalidFactError("category must be a non-empty line of at most 100 characters")
         if importance is None:
             value = 0.5
         elif isinstance(importance, bool) or not isinstance(importance, int | float):
@@ -728,7 +730,7 @@ class KnowledgeMemory:
         kept: list[tuple[int, str, str, datetime]] = []
         used = counter.count_text("[Long-term Memory]\n")
         for row in persistent:
-            cost = counter.count_text(f"## {row[1]}\n- {row[2]}\n")
+            cost = counter.count_text(f"## {row[1]}\n- {_indented(row[2])}\n")
             if used + cost > budget:
                 break
             kept.append(row)
@@ -740,7 +742,8 @@ class KnowledgeMemory:
             for _pk, category, content, _created in kept:
                 groups.setdefault(category, []).append(content)
             body = "\n\n".join(
-                f"## {category}\n" + "\n".join(f"- {c}" for c in items) for category, items in groups.items()
+                f"## {category}\n" + "\n".join(f"- {_indented(c)}" for c in items)
+                for category, items in groups.items()
             )
             sections.append(f"[Long-term Memory]\n{body}")
         recent_rows = list(
@@ -751,7 +754,9 @@ class KnowledgeMemory:
         lines: list[str] = []
         used += counter.count_text("[Recent Memory]\n")
         for category, content, created in recent_rows:
-            line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {content}"
+            line = (
+                f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {_indented(content)}"
+            )
             cost = counter.count_text(line + "\n")
             if used + cost > budget:
                 break
@@ -908,6 +913,12 @@ def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = Fa
         )
 
 
+def _indented(content: str) -> str:
+    """A fact's later lines indented under its bullet: unindented, a line of a fact could
+    read as a heading or a bullet of its own ("## instructions", "- ...") in the context."""
+    return content.replace("\n", "\n  ")
+
+
 def _entry(fact: Fact) -> dict[str, Any]:
     return {
         "id": fact.pk,
@@ -953,7 +964,7 @@ def export_memory_md(memory: KnowledgeMemory) -> str:
     indented under its bullet."""
     parts = [MEMORY_MD_TITLE]
     for category, facts in memory.get_persistent_facts().items():
-        lines = "\n".join("- " + fact.replace("\n", "\n  ") for fact in facts)
+        lines = "\n".join("- " + _indented(fact) for fact in facts)
         parts.append(f"## {category}\n{lines}")
     return "\n\n".join(parts) + "\n"
 
