@@ -285,3 +285,12 @@ def test_an_agent_key_that_is_not_storable_text_is_a_scope_error(django_user_mod
     user = django_user_model.objects.create_user("surrogate")
     with pytest.raises(MemoryScopeError):
         search_messages("tea", owner=user, agent_key="x\ud800")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("conversation", [0, -1, 2**63, 10**30])
+def test_a_conversation_id_out_of_range_is_a_value_error(django_user_model, conversation) -> None:  # type: ignore[no-untyped-def]
+    # 10**30 overflowed SQLite's driver (OverflowError) instead of being refused
+    user = django_user_model.objects.create_user("range")
+    with pytest.raises(ValueError, match="conversation"):
+        search_messages("tea", owner=user, conversation=conversation)
