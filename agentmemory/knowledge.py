@@ -246,7 +246,7 @@ class KnowledgeMemory:
         not superseded, not expired, and, for transient entries, not older than
         ``max_log_days``."""
         now = _clock(now)
-        cutoff = now - timedelta(days=self.max_log_days)
+        cutoff = days_before(now, self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
 
     # -- writing ---------------------------------------------------------------------------
@@ -697,7 +697,7 @@ class KnowledgeMemory:
         now = timezone.now()
         rows = (
             self.live_facts(now)
-            .filter(persistent=False, created_at__gte=now - timedelta(days=days))
+            .filter(persistent=False, created_at__gte=days_before(now, days))
             .order_by("-created_at", "-pk")[:limit]
         )
         return [_entry(f) for f in rows]
@@ -820,7 +820,7 @@ class KnowledgeMemory:
             raise ValueError(f"max_days must be a non-negative integer, not {max_days!r}")
         now = timezone.now()
         stale = self.all_facts().filter(
-            Q(persistent=False, created_at__lt=now - timedelta(days=days)) | Q(expires_at__lte=now)
+            Q(persistent=False, created_at__lt=days_before(now, days)) | Q(expires_at__lte=now)
         )
         return self._delete_ids(stale.values_list("pk", flat=True), count_all=True)
 
@@ -848,6 +848,16 @@ class KnowledgeMemory:
                 Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
             )
         return per_model.get(Fact._meta.label, 0)
+
+
+def days_before(now: datetime, days: int) -> datetime:
+    """``now`` minus ``days`` days, or the earliest time a ``datetime`` holds when that is
+    further back: a bound such as ``max_log_days=10**6`` (meaning "keep everything") made
+    every read fail with OverflowError."""
+    try:
+        return now - timedelta(days=days)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _clock(now: Any) -> datetime:

@@ -566,3 +566,15 @@ def test_a_fact_spanning_lines_stays_under_its_bullet_in_the_context(km) -> None
     for category in ("a\nb", "a\r\n## b", "a\u2028b"):
         with pytest.raises(InvalidFactError, match="category"):
             km.store("x", category)
+
+
+def test_day_bounds_past_the_calendar_mean_everything(alice) -> None:  # type: ignore[no-untyped-def]
+    """now - timedelta(days=...) overflowed: max_log_days=10**6 ("keep everything") made
+    every read fail, and so did get_recent_entries(days=10**9) and prune_logs(10**9)."""
+    km = KnowledgeMemory(alice, max_log_days=10**6)
+    km.store("Met Ann at the fair", "people", now=timezone.now() - timedelta(days=400))
+    assert [h.fact.content for h in km.recall("fair")] == ["Met Ann at the fair"]
+    assert "Met Ann at the fair" in km.build_context()
+    assert [e["content"] for e in km.get_recent_entries(days=10**9)] == ["Met Ann at the fair"]
+    assert km.prune_logs(10**9) == 0
+    assert km.live_facts().count() == 1

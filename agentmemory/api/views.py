@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import uuid as uuid_lib
-from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
@@ -60,7 +59,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
-from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult, days_before
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, ConversationQuerySet, Fact, Message, Summary
 from agentmemory.recall import MAX_K, MemoryScopeError, search_messages
@@ -663,7 +662,7 @@ class FactViewSet(
         if not _bool_param(self.request, "history"):
             now = timezone.now()
             days = KnowledgeMemory(user).max_log_days
-            qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=now - timedelta(days=days)))
+            qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=days_before(now, days)))
         return self._with_successor(qs)
 
     @staticmethod
