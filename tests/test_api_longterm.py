@@ -8,6 +8,7 @@ import json
 import uuid
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
@@ -172,6 +173,24 @@ def test_patch_racing_another_change_answers_409(api, alice, monkeypatch):  # ty
     changed = api.patch(f"/api/facts/{fact_id}/", {"content": "Lives in Bergen"}, format="json")
     assert changed.status_code == 409 and changed.json()["error"] == "not_in_force"
     assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Tromso"]
+
+
+def test_facts_sharing_a_timestamp_are_each_listed_once_across_pages(api, alice):  # type: ignore[no-untyped-def]
+    """The cursor holds a created_at and an offset among the facts sharing it; ordered by
+    created_at alone, their order changed between pages on PostgreSQL (its top-N sort is not
+    stable), so facts stored with one clock value were listed twice and others never."""
+    memory = KnowledgeMemory(alice)
+    now = timezone.now()
+    for i in range(230):
+        memory.store(f"Imported fact {i}", persistent=True, now=now)
+    seen: list[str] = []
+    url: str | None = "/api/facts/?page_size=50"
+    while url:
+        body = api.get(url).json()
+        seen += [f["id"] for f in body["results"]]
+        url = body["next"]
+    assert len(seen) == len(set(seen)) == 230
+    assert set(seen) == {str(u) for u in Fact.objects.values_list("uuid", flat=True)}
 
 
 def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]
