@@ -44,7 +44,7 @@ from agentmemory.recall.backends import (
     mirror_vectors,
 )
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+from agentmemory.recall.scope import MAX_ID, MemoryScope, MemoryScopeError
 from agentmemory.validation import text_problem
 
 __all__ = [
@@ -73,8 +73,9 @@ class RememberResult:
 
     ``action``: "created" (a new fact), "duplicate" (the same content was already live in the
     scope; nothing was written), "updated" (the same content was live and its persistence,
-    importance or expiry changed), "superseded" (a new fact replaced ``superseded_ids``, which
-    stay as history).
+    importance or expiry changed, or the fact named by ``supersedes`` became its history:
+    then ``superseded_ids`` names it), "superseded" (a new fact replaced ``superseded_ids``,
+    which stay as history).
     """
 
     fact: Fact
@@ -108,6 +109,24 @@ def fact_key(content: str) -> str | None:
     if not match:
         return None
     return " ".join(match.group(1).split()).casefold()
+
+
+#: the ASCII letters and digits a fact starts with: every fact with its key starts with them
+#: too, in any case (stored content is stripped), which both databases' ``LIKE`` can fold
+_KEY_HEAD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _key_pattern(content: str) -> str:
+    """A case-insensitive regular expression (``iregex``) that every stored fact with the key
+    of ``content`` matches: its key's words with any run of whitespace between them, then the
+    colon. It only narrows the rows read; ``fact_key`` decides. A plain ``istartswith`` of the
+    key missed the same key with other spacing ("Preferred  language:"), and on SQLite, whose
+    ``LIKE`` folds only ASCII, one with another case of a non-ASCII letter ("Ärger:" and
+    "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
+    ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
+    in PostgreSQL's regular expressions too."""
+    words = content.split(":", 1)[0].split()
+    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + r"\s*:"
 
 
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
@@ -151,8 +170,9 @@ class KnowledgeMemory:
 
     Raises:
         MemoryScopeError: no owner, or a scope value that is not a string.
-        ValueError: a negative ``max_log_days`` or non-positive ``max_context_entries`` /
-            ``max_entries``.
+        ValueError: a negative ``max_log_days``, a non-positive ``max_context_entries``,
+            ``max_entries`` or ``max_context_tokens``, or a ``supersede_similarity`` that is
+            not a cosine (-1.0 to 1.0).
     """
 
     def __init__(
@@ -177,21 +197,33 @@ class KnowledgeMemory:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
-        if max_entries is not None and (
-            isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1
+        for name, bound in (("max_entries", max_entries), ("max_context_tokens", max_context_tokens)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+                # 0 used to mean the default and a string failed only in build_context()
+                raise ValueError(f"{name} must be a positive integer or None, not {bound!r}")
+        if supersede_similarity not in (None, "default") and (
+            isinstance(supersede_similarity, bool)
+            or not isinstance(supersede_similarity, int | float)
+            or not -1.0 <= supersede_similarity <= 1.0  # also refuses NaN
         ):
-            raise ValueError(f"max_entries must be a positive integer or None, not {max_entries!r}")
+            raise ValueError(
+                f"supersede_similarity must be a cosine from -1.0 to 1.0, None or 'default', "
+                f"not {supersede_similarity!r}"
+            )
         conf = app_settings()
         self.max_log_days = max_log_days
         self.max_context_entries = max_context_entries
         self.max_entries = max_entries
-        self.max_context_tokens = max_context_tokens or conf.KNOWLEDGE_CONTEXT_MAX_TOKENS
+        self.max_context_tokens = (
+            conf.KNOWLEDGE_CONTEXT_MAX_TOKENS if max_context_tokens is None else max_context_tokens
+        )
         self.embedder = embedder if embedder is not None else get_embedder()
         self._backend = backend
         self.supersede_similarity = (
             conf.FACT_SUPERSEDE_SIMILARITY if supersede_similarity == "default" else supersede_similarity
         )
         self.using = using or router.db_for_write(Fact)
+        self._owner_checked = False
 
     def __repr__(self) -> str:
         s = self.scope
@@ -210,10 +242,11 @@ class KnowledgeMemory:
         return Fact.objects.using(self.using).filter(**self.scope.filter())
 
     def live_facts(self, now: datetime | None = None) -> Any:
-        """Facts in default recall at ``now``: not superseded, not expired, and, for
-        transient entries, not older than ``max_log_days``."""
-        now = now or timezone.now()
-        cutoff = now - timedelta(days=self.max_log_days)
+        """Facts in default recall at ``now`` (an aware datetime; default the current time):
+        not superseded, not expired, and, for transient entries, not older than
+        ``max_log_days``."""
+        now = _clock(now)
+        cutoff = days_before(now, self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
 
     # -- writing ---------------------------------------------------------------------------
@@ -273,9 +306,13 @@ class KnowledgeMemory:
             importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
             ttl: seconds (or a timedelta) until the fact expires, at most ``MAX_TTL_SECONDS``
                 (100 years); None: no expiry.
-            source_message: the stored message the fact came from.
+            source_message: the stored message the fact came from (a message of one of the
+                owner's conversations).
             supersedes: a live fact of this scope that the new one replaces: its id (primary
-                key) or its public ``uuid``.
+                key) or its public ``uuid``. Checked even when the content is a repeat: then
+                the named fact becomes history of the fact already in force ("updated"). A
+                fact naming itself is changed in place (its persistence is set either way),
+                or, with another category, replaced by a new fact in that category.
             now: the clock (tests and imports); default the current time.
 
         Returns:
@@ -287,15 +324,19 @@ class KnowledgeMemory:
             The new content is always stored.
 
         Raises:
-            InvalidFactError: bad content, category, importance, ttl or ``supersedes``.
+            InvalidFactError: bad content, category, importance, ttl, ``source_message`` or
+                ``supersedes``.
+            MemoryScopeError: the owner id names no user.
+            ValueError: ``now`` is a naive datetime.
         """
-        now = now or timezone.now()
+        now = _clock(now)
         content, category, importance_value, ttl_seconds = self._validate(content, category, importance, ttl)
         if not isinstance(persistent, bool):
             raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
         digest = content_hash(content)
         expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
-        source_id = source_message.pk if isinstance(source_message, Message) else source_message
+        self._check_owner()
+        source_id = self._source_id(source_message)
         vector = self._embed(content)
         for _attempt in range(3):
             try:
@@ -319,6 +360,43 @@ class KnowledgeMemory:
                 # content kept one; the retry reports it as the repeat it now is.
                 continue
         raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def _check_owner(self) -> None:
+        """Refuse an owner id that names no user, once per instance. The foreign key would
+        refuse the fact anyway, but late: at the commit, or, in autocommit mode, as an
+        ``IntegrityError`` that ``store()`` took for a race of writers of the same content
+        (three retries, then "concurrent writers kept conflicting").
+
+        Raises:
+            MemoryScopeError: no user has the owner id.
+        """
+        if self._owner_checked:
+            return
+        from django.contrib.auth import get_user_model
+
+        users = get_user_model()._default_manager.using(self.using)
+        if not users.filter(pk=self.scope.owner_id).exists():
+            raise MemoryScopeError(f"no user with id {self.scope.owner_id}")
+        self._owner_checked = True
+
+    def _source_id(self, source_message: Any) -> int | None:
+        """The id of ``source_message`` (a ``Message`` or its id), checked to be a stored
+        message of one of the owner's conversations: a fact shows its source conversation, so
+        another user's message (or none at all: a foreign key error taken for a write race)
+        is refused.
+
+        Raises:
+            InvalidFactError: not a message of the owner's conversations.
+        """
+        if source_message is None:
+            return None
+        pk = source_message.pk if isinstance(source_message, Message) else source_message
+        if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
+            raise InvalidFactError(f"source_message must be a stored message or its id, not {pk!r}")
+        owned = Message.objects.using(self.using).filter(pk=pk, conversation__owner_id=self.scope.owner_id)
+        if not owned.exists():
+            raise InvalidFactError(f"source_message {pk} is not a message of this owner's conversations")
+        return pk
 
     def _lock_scope(self) -> None:
         """Serialise the writers of one scope until the transaction ends.
@@ -355,8 +433,10 @@ class KnowledgeMemory:
             or not category.strip()
             or len(category) > 100
             or text_problem(category)
+            or len(category.splitlines()) > 1
         ):
-            raise InvalidFactError("category must be a non-empty string of at most 100 characters")
+            # one line: a category is a "## category" heading in the context and in MEMORY.md
+            raise InvalidFactError("category must be a non-empty line of at most 100 characters")
         if importance is None:
             value = 0.5
         elif isinstance(importance, bool) or not isinstance(importance, int | float):
@@ -391,8 +471,11 @@ class KnowledgeMemory:
         now: datetime,
     ) -> RememberResult:
         live = self.live_facts(now)
+        # ``supersedes`` is checked first: a repeat does not make a bad id acceptable
+        target = self._target(live, supersedes) if supersedes is not None else None
         same = self.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
         replaced: list[int] = []
+        old_ids: list[int] | None = None
         if same is not None and not live.filter(pk=same.pk).exists():
             # An expired or aged-out copy is out of recall: the new fact replaces it, and it
             # stays, with the history behind it, as history of the new fact. Until the new
@@ -401,10 +484,17 @@ class KnowledgeMemory:
             Fact.objects.using(self.using).filter(pk=same.pk).update(superseded_by=same.pk)
             replaced = [same.pk]
             same = None
+        if same is not None and target == same.pk and category != same.category:
+            # The fact itself, moved to another category: a change like new content, stored as
+            # a new fact that supersedes it (out of the live-content uniqueness first, as above).
+            Fact.objects.using(self.using).filter(pk=same.pk).update(superseded_by=same.pk)
+            old_ids, same = [same.pk], None
         if same is not None:
             changed: list[str] = []
-            if persistent and not same.persistent:
-                same.persistent = True
+            # a repeat only makes a fact persistent; a change of the fact itself (it names the
+            # fact it supersedes) sets its persistence either way
+            if persistent != same.persistent and (persistent or target == same.pk):
+                same.persistent = persistent
                 changed.append("persistent")
             if importance_given is not None and importance != same.importance:
                 same.importance = importance
@@ -412,12 +502,22 @@ class KnowledgeMemory:
             if expires_at is not None and expires_at != same.expires_at:
                 same.expires_at = expires_at
                 changed.append("expires_at")
+            if target is not None and target != same.pk:
+                # Another fact replaced by content already in force: that fact becomes history
+                # of the one in force (ignoring it left both in force).
+                self._chain(target, head=same)
+                changed.append("superseded")
             if not changed:
                 return RememberResult(same, "duplicate")
-            same.save(update_fields=[*changed, "updated_at"])
-            return RememberResult(same, "updated")
+            if fields := [name for name in changed if name != "superseded"]:
+                same.save(update_fields=[*fields, "updated_at"])
+            superseded = (target,) if target is not None and target != same.pk else ()
+            return RememberResult(same, "updated", superseded)
 
-        old_ids = self._superseded_candidates(live, content, category, supersedes, vector)
+        if old_ids is None and target is not None:
+            old_ids = [target]
+        elif old_ids is None:
+            old_ids = self._superseded_candidates(live, content, category, vector)
         fact = Fact.objects.using(self.using).create(
             owner_id=self.scope.owner_id,
             agent_key=self.scope.agent_key,
@@ -436,41 +536,46 @@ class KnowledgeMemory:
                 fact=fact, model=self.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
             )
             mirror_vectors(self.using, [fact], self.embedder.model, [vector])
-        chain = [*old_ids, *replaced]
-        if chain:
-            # History follows the new head: deleting the head deletes the whole chain.
-            Fact.objects.using(self.using).filter(superseded_by_id__in=chain).update(superseded_by=fact)
-            Fact.objects.using(self.using).filter(pk__in=chain).update(superseded_by=fact)
+        self._chain(*old_ids, *replaced, head=fact)
         self._evict(now, keep=fact.pk)
         return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
 
+    def _chain(self, *ids: int, head: Fact) -> None:
+        """Make the facts ``ids`` and their history history of ``head``: deleting the head
+        deletes the whole chain."""
+        if ids:
+            Fact.objects.using(self.using).filter(superseded_by_id__in=ids).update(superseded_by=head)
+            Fact.objects.using(self.using).filter(pk__in=ids).update(superseded_by=head)
+
+    @staticmethod
+    def _target(live: Any, supersedes: Any) -> int:
+        """The primary key of the live fact ``supersedes`` names (id or uuid).
+
+        Raises:
+            InvalidFactError: not an id or uuid, or not a live fact of the scope.
+        """
+        if isinstance(supersedes, uuid.UUID):
+            found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
+        elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
+            raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
+        else:
+            found = supersedes if live.filter(pk=supersedes).exists() else None
+        if found is None:
+            raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
+        return int(found)
+
     def _superseded_candidates(
-        self,
-        live: Any,
-        content: str,
-        category: str,
-        supersedes: int | uuid.UUID | None,
-        vector: list[float] | None,
+        self, live: Any, content: str, category: str, vector: list[float] | None
     ) -> list[int]:
-        if supersedes is not None:
-            if isinstance(supersedes, uuid.UUID):
-                found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
-            elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
-                raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
-            else:
-                found = supersedes if live.filter(pk=supersedes).exists() else None
-            if found is None:
-                raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
-            return [found]
         same_category = live.filter(category=category)
         key = fact_key(content)
         if key is not None:
-            prefix = content.split(":", 1)[0].strip()
-            ids = [
-                pk
-                for pk, text in same_category.filter(content__istartswith=prefix).values_list("pk", "content")
-                if fact_key(text) == key
-            ]
+            rows = same_category
+            if head := _KEY_HEAD.match(content):
+                # a cheap condition first: SQLite runs REGEXP in Python, row by row
+                rows = rows.filter(content__istartswith=head.group(0))
+            rows = rows.filter(content__iregex=_key_pattern(content))
+            ids = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
             if ids:
                 return ids
         threshold = self.supersede_similarity
@@ -478,7 +583,8 @@ class KnowledgeMemory:
             return []
         rows = list(
             FactEmbedding.objects.using(self.using)
-            .filter(model=self.embedder.model, fact__in=same_category.values("pk"))
+            # vectors of another length (the model's dimensions changed) do not compare
+            .filter(model=self.embedder.model, dimensions=len(vector), fact__in=same_category.values("pk"))
             .values_list("fact_id", "vector")
         )
         if not rows:
@@ -525,7 +631,8 @@ class KnowledgeMemory:
         the backend's ranking, a read of the hits and the update.
 
         Raises:
-            ValueError: ``k`` not from 1 to 100. TypeError: ``query`` not a string.
+            ValueError: ``k`` not from 1 to 100, a naive ``now``, or a ``category`` that is
+                not text the database can compare (``InvalidFactError``). TypeError: ``query`` not a string.
         """
         from agentmemory.recall import MAX_K, MIN_CANDIDATES, report_recall
 
@@ -533,10 +640,10 @@ class KnowledgeMemory:
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
-        now = now or timezone.now()
+        now = _clock(now)
         facts = self.live_facts(now)
         if category is not None:
-            facts = facts.filter(category=category)
+            facts = facts.filter(category=_category_filter(category))
         from agentmemory.calls import usage_scope
 
         started = time.perf_counter()
@@ -590,7 +697,7 @@ class KnowledgeMemory:
         now = timezone.now()
         rows = (
             self.live_facts(now)
-            .filter(persistent=False, created_at__gte=now - timedelta(days=days))
+            .filter(persistent=False, created_at__gte=days_before(now, days))
             .order_by("-created_at", "-pk")[:limit]
         )
         return [_entry(f) for f in rows]
@@ -623,7 +730,7 @@ class KnowledgeMemory:
         kept: list[tuple[int, str, str, datetime]] = []
         used = counter.count_text("[Long-term Memory]\n")
         for row in persistent:
-            cost = counter.count_text(f"## {row[1]}\n- {row[2]}\n")
+            cost = counter.count_text(f"## {row[1]}\n- {_indented(row[2])}\n")
             if used + cost > budget:
                 break
             kept.append(row)
@@ -635,7 +742,8 @@ class KnowledgeMemory:
             for _pk, category, content, _created in kept:
                 groups.setdefault(category, []).append(content)
             body = "\n\n".join(
-                f"## {category}\n" + "\n".join(f"- {c}" for c in items) for category, items in groups.items()
+                f"## {category}\n" + "\n".join(f"- {_indented(c)}" for c in items)
+                for category, items in groups.items()
             )
             sections.append(f"[Long-term Memory]\n{body}")
         recent_rows = list(
@@ -646,7 +754,9 @@ class KnowledgeMemory:
         lines: list[str] = []
         used += counter.count_text("[Recent Memory]\n")
         for category, content, created in recent_rows:
-            line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {content}"
+            line = (
+                f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {_indented(content)}"
+            )
             cost = counter.count_text(line + "\n")
             if used + cost > budget:
                 break
@@ -681,10 +791,14 @@ class KnowledgeMemory:
     def forget_all(self, *, category: str | None = None) -> int:
         """Delete every fact of this scope (or of one category), history included; returns how
         many facts were deleted. Deletes in batches of ``DELETE_BATCH`` until none is left,
-        so no page size limits it; other owners' rows are never touched."""
+        so no page size limits it; other owners' rows are never touched.
+
+        Raises:
+            InvalidFactError: ``category`` is not text the database can compare.
+        """
         facts = self.all_facts()
         if category is not None:
-            facts = facts.filter(category=category)
+            facts = facts.filter(category=_category_filter(category))
         return self._delete_ids(facts.values_list("pk", flat=True), count_all=True)
 
     def clear(self) -> None:
@@ -706,7 +820,7 @@ class KnowledgeMemory:
             raise ValueError(f"max_days must be a non-negative integer, not {max_days!r}")
         now = timezone.now()
         stale = self.all_facts().filter(
-            Q(persistent=False, created_at__lt=now - timedelta(days=days)) | Q(expires_at__lte=now)
+            Q(persistent=False, created_at__lt=days_before(now, days)) | Q(expires_at__lte=now)
         )
         return self._delete_ids(stale.values_list("pk", flat=True), count_all=True)
 
@@ -734,6 +848,43 @@ class KnowledgeMemory:
                 Fact.objects.using(self.using).filter(owner_id=self.scope.owner_id, pk__in=ids).delete()
             )
         return per_model.get(Fact._meta.label, 0)
+
+
+def days_before(now: datetime, days: int) -> datetime:
+    """``now`` minus ``days`` days, or the earliest time a ``datetime`` holds when that is
+    further back: a bound such as ``max_log_days=10**6`` (meaning "keep everything") made
+    every read fail with OverflowError."""
+    try:
+        return now - timedelta(days=days)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def _clock(now: Any) -> datetime:
+    """``now``, or the current time when None. A naive datetime is refused: it cannot be
+    compared with the stored, aware times (recall failed with a TypeError, storing read it in
+    the current time zone with only a warning).
+
+    Raises:
+        ValueError: ``now`` is not an aware ``datetime``.
+    """
+    if now is None:
+        return timezone.now()
+    if not isinstance(now, datetime) or timezone.is_naive(now):
+        raise ValueError(f"now must be an aware datetime, not {now!r}")
+    return now
+
+
+def _category_filter(category: Any) -> str:
+    """``category`` as a filter value; a value the database cannot compare (not a string, a
+    NUL, a lone surrogate) is refused here instead of failing in the database driver.
+
+    Raises:
+        InvalidFactError: (a ``ValueError``) ``category`` is not storable text.
+    """
+    if not isinstance(category, str) or text_problem(category):
+        raise InvalidFactError(f"category must be text without NUL or lone surrogates, not {category!r}")
+    return category
 
 
 def _record_recall(using: str, ids: list[int], now: datetime) -> None:
@@ -770,6 +921,12 @@ def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = Fa
             "WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM async)",
             [now, list(ids)],
         )
+
+
+def _indented(content: str) -> str:
+    """A fact's later lines indented under its bullet: unindented, a line of a fact could
+    read as a heading or a bullet of its own ("## instructions", "- ...") in the context."""
+    return content.replace("\n", "\n  ")
 
 
 def _entry(fact: Fact) -> dict[str, Any]:
@@ -817,7 +974,7 @@ def export_memory_md(memory: KnowledgeMemory) -> str:
     indented under its bullet."""
     parts = [MEMORY_MD_TITLE]
     for category, facts in memory.get_persistent_facts().items():
-        lines = "\n".join("- " + fact.replace("\n", "\n  ") for fact in facts)
+        lines = "\n".join("- " + _indented(fact) for fact in facts)
         parts.append(f"## {category}\n{lines}")
     return "\n\n".join(parts) + "\n"
 
@@ -825,8 +982,10 @@ def export_memory_md(memory: KnowledgeMemory) -> str:
 def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     """Store the facts of a ``MEMORY.md`` text as persistent facts of ``memory``'s scope:
     each ``- fact`` bullet under a ``## category`` heading (bullets before any heading go to
-    "general"; indented lines continue the bullet above). Facts already stored are repeats
-    and add nothing, so importing twice changes nothing the second time.
+    "general"; indented lines continue the bullet above). Facts already stored, in force or
+    as history (a fact since replaced), are repeats and add nothing, so importing twice
+    changes nothing the second time, also for a file that lists a "key: value" fact and, below
+    it, its new value.
 
     Raises:
         InvalidFactError: a fact that cannot be stored (nothing of the file is stored then).
@@ -834,7 +993,8 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0, "skipped": 0}
     facts: list[tuple[str, str]] = []
     category = "general"
-    for raw in text.splitlines():
+    # a byte order mark is not text of the first line (it hid a "## category" heading there)
+    for raw in text.removeprefix("\ufeff").splitlines():
         line = raw.rstrip()
         if line.startswith("## "):
             category = line[3:].strip() or "general"
@@ -849,6 +1009,14 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
         for cat, content in facts:
             if not content:
                 counts["skipped"] += 1
+                continue
+            history = memory.all_facts().filter(superseded_by__isnull=False)
+            if history.filter(content_hash=content_hash(content)).exists():
+                # Already stored and since replaced: the seed's MEMORY.md appends a changed
+                # "key: value" line below the old one, and storing the old line again made
+                # it supersede the newer fact, which the next line then superseded back, two
+                # new rows on every import of the same file.
+                counts["duplicate"] += 1
                 continue
             counts[memory.store(content, cat, persistent=True).action] += 1
     return ImportReport(**counts)

@@ -16,10 +16,13 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import uuid4
 
-from agentmemory.knowledge import KnowledgeMemory
+from django.db import transaction
+
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory
 from agentmemory.models import Fact
 from agentmemory.recall.backends import RecallBackend
 from agentmemory.recall.embedders import Embedder
+from agentmemory.validation import json_problem
 
 __all__ = ["MemoryEntry", "MemoryStore", "ORMMemoryStore", "SemanticMemory"]
 
@@ -87,12 +90,23 @@ class ORMMemoryStore:
         )
 
     def add(self, entry: MemoryEntry) -> str:
+        """Store ``entry`` as a persistent fact with its metadata, in one transaction.
+
+        Raises:
+            InvalidFactError: bad content, category or importance, or metadata that is not
+                storable JSON (NaN, a NUL, a lone surrogate, a date, a set, a non-string key).
+        """
         metadata = dict(entry.metadata)
         category = metadata.pop("category", "general")
         importance = metadata.pop("importance", None)
-        result = self.knowledge.store(entry.content, category, persistent=True, importance=importance)
-        if metadata and result.action != "duplicate":
-            Fact.objects.using(self.knowledge.using).filter(pk=result.fact.pk).update(metadata=metadata)
+        # checked before anything is written: a refusal by the database used to come after
+        # the fact was stored, leaving it without its metadata
+        if problem := json_problem(metadata):
+            raise InvalidFactError(f"metadata {problem}")
+        with transaction.atomic(using=self.knowledge.using):
+            result = self.knowledge.store(entry.content, category, persistent=True, importance=importance)
+            if metadata and result.action != "duplicate":
+                Fact.objects.using(self.knowledge.using).filter(pk=result.fact.pk).update(metadata=metadata)
         return str(result.fact.pk)
 
     def search(self, query: str, top_k: int = 5) -> list[MemoryEntry]:

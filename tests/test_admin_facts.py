@@ -167,3 +167,16 @@ def test_recall_search_needs_view_permissions(client, django_user_model, memorie
     assert client.get(url("fact_recall"), {"owner": "john_doe", "q": "seat"}).status_code == 403
     staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_fact", "view_message"]))
     assert client.get(url("fact_recall"), {"owner": "john_doe", "q": "seat"}).status_code == 200
+
+
+@pytest.mark.parametrize("owner", ["²", "٣", "9" * 30, "-1", "1e3"])
+def test_an_owner_that_is_not_an_id_is_refused_instead_of_failing(admin_client, memories, owner) -> None:  # type: ignore[no-untyped-def]
+    """ "²" passes str.isdigit() and fails int() (a ValueError: 500); 30 digits overflowed
+    SQLite's driver (OverflowError: 500); "٣" was read as user 3."""
+    for extra in ({}, {"agent_key": "travel"}):
+        refused = admin_client.get(url("fact_changelist"), {"owner__id__exact": owner, **extra})
+        assert refused.status_code == 400 and b"must be an id" in refused.content
+    response = admin_client.get(url("fact_recall"), {"owner": owner, "q": "seat"})
+    assert response.status_code == 400 and response.context["facts"] == []
+    messages = admin_client.get(url("message_changelist"), {"conversation__id__exact": owner})
+    assert messages.status_code == 400

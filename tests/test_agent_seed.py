@@ -9,6 +9,7 @@ from typing import Optional
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import connections
 
 from agentmemory.agents import AgentConfig, BaseToolCallingAgent, MemoryConfig, registry
 from agentmemory.compaction import BaseMemoryCompactor
@@ -183,6 +184,7 @@ def test_the_seed_window_lines_run_inside_an_agent_as_written(db):
         agent._injector  # noqa: B018  (outside a turn there is none)
 
 
+@pytest.mark.postgres  # two turns writing at once: SQLite's shared-cache test database refuses
 @pytest.mark.django_db(transaction=True)
 def test_one_agent_running_two_conversations_at_once_sees_each_turns_injector() -> None:
     seen: dict[str, list[int]] = {"a": [], "b": []}
@@ -196,9 +198,14 @@ def test_one_agent_running_two_conversations_at_once_sees_each_turns_injector() 
 
     agent = Meeting(llm=ScriptedChatModel(["answer a", "answer b"]))
     conversations = {title: agent.start_conversation(title=title) for title in ("a", "b")}
-    threads = [
-        threading.Thread(target=agent.run, args=(conversations[t], f"question {t}")) for t in ("a", "b")
-    ]
+
+    def turn(title: str) -> None:
+        try:
+            agent.run(conversations[title], f"question {title}")
+        finally:
+            connections.close_all()  # this thread's connection, not left to the garbage collector
+
+    threads = [threading.Thread(target=turn, args=(title,)) for title in ("a", "b")]
     for thread in threads:
         thread.start()
     for thread in threads:

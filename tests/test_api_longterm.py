@@ -8,6 +8,7 @@ import json
 import uuid
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
@@ -126,6 +127,70 @@ def test_supersedes_names_a_fact_in_force_by_its_id(api, alice, django_assert_nu
     successors = {f["id"]: f["superseded_by"] for f in history}
     assert len(successors) == 5 and list(successors.values()).count(None) == 1
     assert {value for value in successors.values() if value} <= set(successors)
+
+
+def test_patch_changes_category_and_persistence_of_unchanged_content(api, alice):  # type: ignore[no-untyped-def]
+    """PATCH of the category or of ``persistent: false`` alone used to answer 200 "duplicate"
+    and change nothing (the content was already in force)."""
+    fact = api.post("/api/facts/", {"content": "Lives in Oslo", "category": "home", "persistent": True})
+    fact_id = fact.json()["fact"]["id"]
+    transient = api.patch(f"/api/facts/{fact_id}/", {"persistent": False}, format="json")
+    assert transient.status_code == 200 and transient.json()["action"] == "updated"
+    assert transient.json()["fact"]["persistent"] is False
+    moved = api.patch(f"/api/facts/{fact_id}/", {"category": "places"}, format="json")
+    assert moved.status_code == 201 and moved.json()["action"] == "superseded"
+    assert moved.json()["superseded_ids"] == [fact_id]
+    assert moved.json()["fact"]["category"] == "places" and moved.json()["fact"]["persistent"] is False
+    listed = api.get("/api/facts/").json()["results"]
+    assert [(f["content"], f["category"]) for f in listed] == [("Lives in Oslo", "places")]
+
+
+def test_a_repeat_with_supersedes_replaces_the_named_fact(api, alice):  # type: ignore[no-untyped-def]
+    oslo = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]["id"]
+    bergen = api.post("/api/facts/", {"content": "Lives in Bergen"}, format="json").json()["fact"]["id"]
+    unknown = {"content": "Lives in Oslo", "supersedes": str(uuid.uuid4())}
+    missing = api.post("/api/facts/", unknown, format="json")
+    assert missing.status_code == 400 and "supersedes" in missing.json()["fields"]
+    back = api.post("/api/facts/", {"content": "Lives in Oslo", "supersedes": bergen}, format="json")
+    assert back.status_code == 200, back.content
+    assert back.json()["action"] == "updated" and back.json()["superseded_ids"] == [bergen]
+    assert back.json()["fact"]["id"] == oslo
+    assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Oslo"]
+
+
+def test_patch_racing_another_change_answers_409(api, alice, monkeypatch):  # type: ignore[no-untyped-def]
+    """A change that commits between PATCH's check and its store made the store refuse the
+    fact as no longer in force: a 400 naming "supersedes", a field PATCH does not take."""
+    fact_id = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]["id"]
+    store = KnowledgeMemory.store
+
+    def racing(self, content, *args, **kwargs):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(KnowledgeMemory, "store", store)
+        store(self, "Lives in Tromso", supersedes=uuid.UUID(fact_id))  # the other writer
+        return store(self, content, *args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeMemory, "store", racing)
+    changed = api.patch(f"/api/facts/{fact_id}/", {"content": "Lives in Bergen"}, format="json")
+    assert changed.status_code == 409 and changed.json()["error"] == "not_in_force"
+    assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Tromso"]
+
+
+def test_facts_sharing_a_timestamp_are_each_listed_once_across_pages(api, alice):  # type: ignore[no-untyped-def]
+    """The cursor holds a created_at and an offset among the facts sharing it; ordered by
+    created_at alone, their order changed between pages on PostgreSQL (its top-N sort is not
+    stable), so facts stored with one clock value were listed twice and others never."""
+    memory = KnowledgeMemory(alice)
+    now = timezone.now()
+    for i in range(230):
+        memory.store(f"Imported fact {i}", persistent=True, now=now)
+    seen: list[str] = []
+    url: str | None = "/api/facts/?page_size=50"
+    while url:
+        body = api.get(url).json()
+        seen += [f["id"] for f in body["results"]]
+        url = body["next"]
+    assert len(seen) == len(set(seen)) == 230
+    assert set(seen) == {str(u) for u in Fact.objects.values_list("uuid", flat=True)}
 
 
 def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import pytest
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
-from agentmemory.models import Conversation, FactEmbedding, MessageEmbedding
+from agentmemory.models import Conversation, Fact, FactEmbedding, MessageEmbedding
 from agentmemory.recall import EmbeddingBackend, HybridBackend, search_messages
 from agentmemory.recall.backends import fuse
 from agentmemory.recall.embedders import EmbeddingError, OpenAICompatibleEmbedder, from_bytes
@@ -176,3 +176,34 @@ def test_hybrid_adds_scaled_word_relevance_to_cosine_similarity() -> None:
     assert fuse_scores([], [(5, 0.3)]) == [(5, pytest.approx(0.3))]
     with pytest.raises(ValueError, match="fusion"):
         HybridBackend(StubEmbedder(), fusion="max")
+
+
+@pytest.mark.django_db
+def test_vectors_of_another_length_under_the_same_model_name_are_skipped_then_replaced() -> None:
+    """An embedder whose ``dimensions`` changed keeps its model name (OpenAI's
+    text-embedding-3 models take a ``dimensions`` option). The stored vectors of the old
+    length made every remember() and recall() of the scope fail in numpy (ValueError, matmul
+    of mismatched sizes), and rebuild_recall_index counted them as present."""
+    alice = UserFactory()
+    wide, narrow = StubEmbedder(dimensions=16), StubEmbedder(dimensions=8)
+    KnowledgeMemory(alice, embedder=wide, backend=EmbeddingBackend(wide)).remember("Likes green tea", "food")
+    conv = Conversation.objects.create(owner=alice, agent_key="a")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("I drink green tea every morning")])
+    EmbeddingBackend(wide).index(list(conv.messages.all()))
+
+    memory = KnowledgeMemory(alice, embedder=narrow, backend=EmbeddingBackend(narrow))
+    assert memory.store("Likes black tea", "food").action == "created"
+    assert [h.fact.content for h in memory.recall("black tea")] == ["Likes black tea"]
+    hybrid = KnowledgeMemory(alice, embedder=narrow, backend=HybridBackend(narrow))
+    assert {h.fact.content for h in hybrid.recall("green tea")} >= {"Likes green tea"}
+    assert search_messages("green tea", owner=alice, backend=EmbeddingBackend(narrow)) == []
+
+    # indexing again replaces the vectors of the old length (one probe call tells the length)
+    backend = EmbeddingBackend(narrow)
+    assert backend.index(list(Fact.objects.all())) == 1
+    assert backend.index(list(conv.messages.all())) == 1
+    assert backend.index(list(conv.messages.all())) == 0
+    assert {e.dimensions for e in FactEmbedding.objects.all()} == {8}
+    assert {e.dimensions for e in MessageEmbedding.objects.all()} == {8}
+    hits = search_messages("green tea", owner=alice, backend=EmbeddingBackend(narrow))
+    assert [h.content for h in hits] == ["I drink green tea every morning"]

@@ -72,6 +72,42 @@ def test_import_from_stdin_into_a_scope_and_errors() -> None:
     assert Fact.objects.filter(content="ok").count() == 0
 
 
+def test_importing_a_file_with_a_changed_value_twice_adds_nothing_the_second_time() -> None:
+    """The seed appends a changed "key: value" line below the old one. Each import stored the
+    old line again (it superseded the newer fact) and then the new one: two rows a time."""
+    erin = UserFactory(username="erin")
+    text = "## preferences\n- Editor: vim\n- Likes tea\n- Editor: VS Code\n"
+    assert run("import", "--user", "erin", stdin=text).startswith("created 2, already present 0")
+    assert run("import", "--user", "erin", stdin=text).startswith("created 0, already present 3")
+    assert KnowledgeMemory(erin).get_persistent_facts() == {"preferences": ["Likes tea", "Editor: VS Code"]}
+    assert Fact.objects.filter(owner=erin).count() == 3
+
+
+def test_import_of_a_malformed_file_is_a_command_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Bytes that are not UTF-8 and a scope argument that is not text (undecodable bytes on
+    the command line arrive as lone surrogates) ended in a traceback, not a CommandError."""
+    UserFactory(username="carol")
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"# Agent Memory\n\n## prefs\n- Likes caf\xe9\n")
+    with pytest.raises(CommandError, match="UTF-8"):
+        run("import", "--user", "carol", "--file", str(path))
+    with pytest.raises(CommandError, match="namespace"):
+        run("import", "--user", "carol", "--namespace", "work\udcff", stdin="- Likes tea\n")
+    assert Fact.objects.count() == 0
+
+
+def test_import_reads_past_a_byte_order_mark(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dave = UserFactory(username="dave")
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes("## preferences\n- Likes tea\n".encode("utf-8-sig"))
+    run("import", "--user", "dave", "--file", str(path))
+    run("import", "--user", "dave", stdin="\ufeff## travel\n- Window seat\n")
+    assert KnowledgeMemory(dave).get_persistent_facts() == {
+        "preferences": ["Likes tea"],
+        "travel": ["Window seat"],
+    }
+
+
 def test_rebuild_restores_the_index_and_embeds_what_is_missing(settings) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.history import PersistentChatHistory
     from agentmemory.messages import ChatMessage
@@ -96,3 +132,12 @@ def test_rebuild_restores_the_index_and_embeds_what_is_missing(settings) -> None
     out = io.StringIO()
     call_command("rebuild_recall_index", stdout=out)
     assert "Message: 0 embeddings stored" in out.getvalue()
+
+
+@pytest.mark.parametrize("user", ["²", "9" * 30])
+def test_a_user_argument_that_is_not_an_id_is_a_command_error(user) -> None:  # type: ignore[no-untyped-def]
+    # "²" passes str.isdigit() and failed int(); 30 digits overflowed SQLite's driver
+    with pytest.raises(CommandError, match="no user"):
+        run("export", "--user", user)
+    with pytest.raises(CommandError):
+        call_command("forget_user", user, "--noinput", stdout=io.StringIO())

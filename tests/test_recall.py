@@ -8,7 +8,9 @@ from django.db import connection
 from django.test import override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.conf import app_settings
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message
@@ -242,6 +244,30 @@ def test_postgres_uses_the_gin_index_for_message_search() -> None:
     assert [h.content for h in search_messages("walrus", owner=alice)] == ["unique walrus text"]
 
 
+@pytest.mark.postgres
+def test_postgres_stores_and_finds_a_message_too_long_for_one_tsvector() -> None:
+    """A message within MAX_MESSAGE_CHARS whose words make a tsvector over PostgreSQL's 1 MB
+    could not be stored at all ("string is too long for tsvector"); its first
+    PG_LONG_TEXT_CHARS characters are indexed instead."""
+    import hashlib
+
+    alice = UserFactory()
+    words = " ".join(hashlib.md5(str(i).encode()).hexdigest()[:10] for i in range(170_000))
+    text = f"quokka {words} wombat"
+    assert len(text) < app_settings().MAX_MESSAGE_CHARS
+    conversation_with(alice, [text])
+    conversation_with(alice, ["a short marsupial note about a wombat"])
+    assert Message.objects.filter(content=text).exists()
+    assert [h.content for h in search_messages("quokka", owner=alice)] == [text]
+    # words past the indexed part are not found in it; short texts are indexed whole
+    assert [h.content for h in search_messages("wombat", owner=alice)] == [
+        "a short marsupial note about a wombat"
+    ]
+    km = KnowledgeMemory(alice)
+    km.remember("Pet: a quokka named Rex", persistent=True)
+    assert [h.fact.content for h in km.recall("quokka")] == ["Pet: a quokka named Rex"]
+
+
 def test_rarer_words_weigh_more() -> None:
     alice = UserFactory()
     texts = [f"Caroline talked about her day {i}" for i in range(10)]
@@ -251,3 +277,20 @@ def test_rarer_words_weigh_more() -> None:
     # one rare word outweighs one word that nearly every message holds
     assert hits[0].content == "Melanie enjoyed the pottery class"
     assert len(hits) == 3
+
+
+@pytest.mark.django_db
+def test_an_agent_key_that_is_not_storable_text_is_a_scope_error(django_user_model) -> None:
+    # a lone surrogate used to fail in the database driver (UnicodeEncodeError)
+    user = django_user_model.objects.create_user("surrogate")
+    with pytest.raises(MemoryScopeError):
+        search_messages("tea", owner=user, agent_key="x\ud800")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("conversation", [0, -1, 2**63, 10**30])
+def test_a_conversation_id_out_of_range_is_a_value_error(django_user_model, conversation) -> None:  # type: ignore[no-untyped-def]
+    # 10**30 overflowed SQLite's driver (OverflowError) instead of being refused
+    user = django_user_model.objects.create_user("range")
+    with pytest.raises(ValueError, match="conversation"):
+        search_messages("tea", owner=user, conversation=conversation)

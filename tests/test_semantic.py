@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from agentmemory.knowledge import InvalidFactError
 from agentmemory.models import Fact
 from agentmemory.recall import MemoryScopeError
 from agentmemory.semantic import MemoryEntry, MemoryStore, ORMMemoryStore, SemanticMemory
@@ -115,3 +118,25 @@ def test_a_custom_store_as_in_the_seed() -> None:
     assert memory.get_context("tea please") == "Relevant context from memory:\n  1. likes tea"
     assert memory.delete(memory_id) and memory.list_all() == []
     assert isinstance(ORMMemoryStore(UserFactory()), MemoryStore)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"source": float("nan")},
+        {"seen": datetime(2026, 1, 1)},
+        {"tags": {"a", "b"}},
+        {"note": "a\x00b"},
+        {"note": "a\ud800b"},
+        {1: "not a string key"},
+    ],
+)
+def test_metadata_that_is_not_storable_json_stores_nothing(metadata) -> None:  # type: ignore[no-untyped-def]
+    """The fact used to be stored first and its metadata written after: a refusal by the
+    database (NaN, a NUL, a lone surrogate on PostgreSQL) or by the JSON encoder left the
+    fact stored without its metadata; SQLite kept a NUL and a lone surrogate."""
+    memory = SemanticMemory(UserFactory())
+    with pytest.raises(InvalidFactError, match="metadata"):
+        memory.add("Customer prefers email communication.", metadata)
+    assert Fact.objects.count() == 0
+    assert memory.list_all() == []

@@ -114,9 +114,16 @@ class SummaryCursorPagination(CheckedCursorPagination):
 
 
 class FactCursorPagination(CheckedCursorPagination):
-    """Facts, newest first (the ``(owner, agent_key, namespace, -created_at)`` index)."""
+    """Facts, newest first (the ``(owner, agent_key, namespace, -created_at)`` index), ties
+    broken by id.
 
-    ordering = ("-created_at",)
+    The cursor holds a ``created_at`` and an offset among the facts sharing it; without a
+    tie-breaker their order was the database's choice and changed between pages (PostgreSQL's
+    top-N sort is not stable): facts stored with one clock value (an import) were skipped or
+    listed twice.
+    """
+
+    ordering = ("-created_at", "-id")
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import uuid as uuid_lib
-from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
@@ -60,7 +59,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
-from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult, days_before
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, ConversationQuerySet, Fact, Message, Summary
 from agentmemory.recall import MAX_K, MemoryScopeError, search_messages
@@ -663,7 +662,7 @@ class FactViewSet(
         if not _bool_param(self.request, "history"):
             now = timezone.now()
             days = KnowledgeMemory(user).max_log_days
-            qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=now - timedelta(days=days)))
+            qs = qs.live(now).filter(Q(persistent=True) | Q(created_at__gte=days_before(now, days)))
         return self._with_successor(qs)
 
     @staticmethod
@@ -723,15 +722,16 @@ class FactViewSet(
         body.is_valid(raise_exception=True)
         data = body.validated_data
         memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
+        not_in_force = Response(
+            {
+                "error": "not_in_force",
+                "detail": f"Fact {fact.uuid} is not in force (superseded, expired or aged out); "
+                "change the fact that replaced it.",
+            },
+            status=status.HTTP_409_CONFLICT,
+        )
         if not memory.live_facts().filter(pk=fact.pk).exists():
-            return Response(
-                {
-                    "error": "not_in_force",
-                    "detail": f"Fact {fact.uuid} is not in force (superseded, expired or aged out); "
-                    "change the fact that replaced it.",
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
+            return not_in_force
         try:
             result = memory.store(
                 data.get("content", fact.content),
@@ -742,6 +742,10 @@ class FactViewSet(
                 supersedes=fact.pk,
             )
         except InvalidFactError as exc:
+            if not memory.live_facts().filter(pk=fact.pk).exists():
+                # another writer replaced it after the check above: the same 409, not a 400
+                # about a "supersedes" field this request does not have
+                return not_in_force
             raise _fact_error(exc) from None
         return self._remembered(result)
 

@@ -32,7 +32,7 @@ from agentmemory.recall.backends import (
     ranking_for,
 )
 from agentmemory.recall.dates import Period, periods_in, without_dates
-from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
+from agentmemory.recall.scope import MAX_ID, MemoryScope, MemoryScopeError, owner_id_of
 from agentmemory.recall.text import query_words
 
 logger = logging.getLogger("agentmemory.recall")
@@ -187,6 +187,8 @@ def search_messages(
         elif isinstance(conversation, UUID):
             messages = messages.filter(conversation__uuid=conversation)
         elif isinstance(conversation, int) and not isinstance(conversation, bool):
+            if not 0 < conversation <= MAX_ID:  # past 64 bits SQLite's driver overflowed
+                raise ValueError(f"conversation id must be from 1 to {MAX_ID}, not {conversation}")
             messages = messages.filter(conversation_id=conversation)
         else:
             raise TypeError("conversation must be a Conversation, its id or its uuid")

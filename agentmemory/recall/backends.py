@@ -172,10 +172,17 @@ class EmbeddingRanking:
         )
         if not rows:
             return []
+        (query_vector,) = self.embedder.embed([self.query])
+        # Only vectors of the query's length compare: the same model name with another
+        # length (its ``dimensions`` option changed) failed in the arithmetic (ValueError)
+        # until ``rebuild_recall_index`` replaced them.
+        size = 4 * len(query_vector)
+        rows = [(pk, vector) for pk, vector in rows if len(vector) == size]
+        if not rows:
+            return []
         ids = [pk for pk, _ in rows]
         xp = numpy()
         matrix = xp.vstack([from_bytes(vector) for _, vector in rows])
-        (query_vector,) = self.embedder.embed([self.query])
         scores = cosine_scores(query_vector, matrix)
         self.similarities = (ids, scores)
         order = xp.argsort(-scores, kind="stable")[:limit]
@@ -197,6 +204,7 @@ class EmbeddingBackend:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
+        self._size: int | None = None
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
         return self.ranking(queryset, query).top(limit)
@@ -207,6 +215,14 @@ class EmbeddingBackend:
     def vectors_for(self, texts: Sequence[str]) -> list[list[float]]:
         return self.embedder.embed(list(texts))
 
+    def _dimensions(self) -> int:
+        """The length of the embedder's vectors, asked of the model once per backend (only
+        when ``index`` finds every row already embedded and has no new vector to tell)."""
+        if self._size is None:
+            (vector,) = self.embedder.embed(["dimensions"])
+            self._size = len(vector)
+        return self._size
+
     def index(self, objects: Sequence[Model]) -> int:
         """Store vectors for ``objects`` (facts or messages) that have none of this model yet;
         returns how many were stored. Calls the embedding model: keep it off the request
@@ -216,16 +232,29 @@ class EmbeddingBackend:
             return 0
         emb_model, fk = embedding_model_for(type(objects[0]))
         db = objects[0]._state.db or "default"
-        have = set(
+        have = dict(
             emb_model._default_manager.using(db)
             .filter(model=self.embedder.model, **{f"{fk}__in": [o.pk for o in objects]})
-            .values_list(f"{fk}_id", flat=True)
+            .values_list(f"{fk}_id", "dimensions")
         )
         todo = [o for o in objects if o.pk not in have]
+        vectors: list[list[float]] = []
+        if todo:
+            with _billed_to(todo):
+                vectors = self.embedder.embed([o.content for o in todo])  # type: ignore[attr-defined]
+        # Vectors of this model name with a length the model no longer gives (its
+        # ``dimensions`` option changed) are replaced: reads skip them.
+        size = len(vectors[0]) if vectors else self._dimensions() if have else 0
+        stale = [o for o in objects if have.get(o.pk, size) != size]
+        if stale:
+            emb_model._default_manager.using(db).filter(
+                model=self.embedder.model, **{f"{fk}__in": [o.pk for o in stale]}
+            ).delete()
+            with _billed_to(stale):
+                vectors += self.embedder.embed([o.content for o in stale])  # type: ignore[attr-defined]
+            todo += stale
         if not todo:
             return 0
-        with _billed_to(todo):
-            vectors = self.embedder.embed([o.content for o in todo])  # type: ignore[attr-defined]
         emb_model._default_manager.using(db).bulk_create(
             [
                 emb_model(

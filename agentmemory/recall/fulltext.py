@@ -136,6 +136,57 @@ def uninstall_stored_vectors(schema_editor: Any) -> None:
             schema_editor.execute(sql)
 
 
+#: characters of a text indexed when the whole text would make a ``tsvector`` over
+#: PostgreSQL's 1 MB limit (at most about 6 bytes of ``tsvector`` a character: 600 KB)
+PG_LONG_TEXT_CHARS = 100_000
+#: the function of the stored ``search_vector`` columns (from migration 0017)
+PG_TSVECTOR_FUNCTION = "agentmemory_tsvector"
+
+
+def _pg_long_text_statements() -> list[str]:
+    function = (
+        f"CREATE OR REPLACE FUNCTION {PG_TSVECTOR_FUNCTION}(body text) RETURNS tsvector "
+        "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$ "
+        f"BEGIN RETURN to_tsvector('{PG_CONFIG}'::regconfig, COALESCE(body, '')); "
+        "EXCEPTION WHEN program_limit_exceeded THEN "
+        f"RETURN to_tsvector('{PG_CONFIG}'::regconfig, left(body, {PG_LONG_TEXT_CHARS})); END $$"
+    )
+    statements = [function]
+    for table, index, options in (
+        ("agentmemory_fact", "agentmemory_fact_fts_idx", " WITH (fastupdate = off)"),
+        ("agentmemory_message", "agentmemory_msg_fts_idx", ""),
+    ):
+        statements += [
+            f"DROP INDEX IF EXISTS {index}",
+            f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector",
+            f"ALTER TABLE {table} ADD COLUMN search_vector tsvector GENERATED ALWAYS AS "
+            f"({PG_TSVECTOR_FUNCTION}((content)::text)) STORED",
+            f"CREATE INDEX {index} ON {table} USING gin (search_vector){options}",
+        ]
+    return statements
+
+
+def install_long_text_vectors(schema_editor: Any) -> None:
+    """PostgreSQL: the stored ``search_vector`` columns computed by ``agentmemory_tsvector``,
+    which indexes the first ``PG_LONG_TEXT_CHARS`` characters of a text whose whole
+    ``tsvector`` would be over PostgreSQL's 1 MB limit. ``to_tsvector`` of such a text (a
+    message of 170,000 distinct words is within ``MAX_MESSAGE_CHARS``) raised "string is too
+    long for tsvector", so the row could not be stored at all. Rewrites both tables once."""
+    if schema_editor.connection.vendor == "postgresql":
+        for sql in _pg_long_text_statements():
+            schema_editor.execute(sql)
+
+
+def uninstall_long_text_vectors(schema_editor: Any) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        for table in ("agentmemory_fact", "agentmemory_message"):
+            schema_editor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector")
+        for sql in _pg_stored_statements():
+            schema_editor.execute(sql)
+        schema_editor.execute("ALTER INDEX agentmemory_fact_fts_idx SET (fastupdate = off)")
+        schema_editor.execute(f"DROP FUNCTION IF EXISTS {PG_TSVECTOR_FUNCTION}(text)")
+
+
 def rebuild(using: str = "default") -> None:
     """Rebuild the full-text indexes from the stored rows (``rebuild_recall_index`` command)."""
     connection = connections[using]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmemory.exceptions import AgentMemoryError
+from agentmemory.validation import text_problem
 
 __all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of"]
 
@@ -15,6 +16,10 @@ class MemoryScopeError(AgentMemoryError, ValueError):
     saved user). Every fact and every searched message belongs to one user; an unscoped
     call could reach another user's memory, so it is refused (the peer bug report behind this
     rule: mem0ai/mem0#3928, a user's ``delete_all`` that wiped every user's memories)."""
+
+
+#: the largest id a database column of ids holds (a signed 64-bit integer)
+MAX_ID = 2**63 - 1
 
 
 def owner_id_of(owner: Any) -> int:
@@ -28,8 +33,9 @@ def owner_id_of(owner: Any) -> int:
     if isinstance(owner, bool):
         raise MemoryScopeError("an owner must be a user or a user id, not a bool")
     if isinstance(owner, int):
-        if owner <= 0:
-            raise MemoryScopeError(f"an owner id must be positive, not {owner}")
+        if not 0 < owner <= MAX_ID:
+            # past 64 bits no database holds the id (SQLite's driver raised OverflowError)
+            raise MemoryScopeError(f"an owner id must be from 1 to {MAX_ID}, not {owner}")
         return owner
     if getattr(owner, "is_anonymous", False):
         raise MemoryScopeError("an anonymous user has no long-term memory")
@@ -44,8 +50,11 @@ def _key(value: str | None, what: str, max_length: int) -> str:
         return ""
     if not isinstance(value, str):
         raise MemoryScopeError(f"{what} must be a string or None, not {type(value).__name__}")
-    if len(value) > max_length or "\x00" in value:
-        raise MemoryScopeError(f"{what} must be at most {max_length} characters without NUL")
+    if len(value) > max_length or text_problem(value):
+        # a NUL or a lone surrogate would fail in the database driver, not as a scope error
+        raise MemoryScopeError(
+            f"{what} must be at most {max_length} characters without NUL or lone surrogates"
+        )
     return value
 
 

@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, export_memory_md, import_memory_md
+from agentmemory.recall.scope import MemoryScopeError
 from agentmemory.validation import parse_id
 
 
@@ -40,9 +41,12 @@ class Command(BaseCommand):
         parser.add_argument("--file", "-f", default="-", help="path of MEMORY.md; '-' for stdout/stdin")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        memory = KnowledgeMemory(
-            find_user(options["user"]), agent_key=options["agent_key"], namespace=options["namespace"]
-        )
+        try:
+            memory = KnowledgeMemory(
+                find_user(options["user"]), agent_key=options["agent_key"], namespace=options["namespace"]
+            )
+        except MemoryScopeError as exc:  # an argument that is not text (undecodable bytes)
+            raise CommandError(str(exc)) from exc
         path = options["file"]
         if options["action"] == "export":
             text = export_memory_md(memory)
@@ -52,9 +56,10 @@ class Command(BaseCommand):
                 Path(path).write_text(text, encoding="utf-8")
             return
         try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from exc
+            # utf-8-sig: a byte order mark (editors on Windows write one) is not text
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {path} as UTF-8 text: {exc}") from exc
         try:
             report = import_memory_md(memory, text)
         except InvalidFactError as exc:
