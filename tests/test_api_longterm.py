@@ -175,6 +175,29 @@ def test_patch_racing_another_change_answers_409(api, alice, monkeypatch):  # ty
     assert [f["content"] for f in api.get("/api/facts/").json()["results"]] == ["Lives in Tromso"]
 
 
+def test_a_repeat_whose_fact_is_forgotten_meanwhile_answers_409_not_500(api, alice, monkeypatch):  # type: ignore[no-untyped-def]
+    """A POST that finds its content already in force, while a DELETE of that fact commits
+    before the answer is read, re-read a fact that was gone: a 500."""
+    fact_id = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]["id"]
+    store = KnowledgeMemory.store
+
+    def racing(self, content, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = store(self, content, *args, **kwargs)
+        assert result.action == "duplicate"
+        KnowledgeMemory(alice).forget(result.fact.pk)  # the DELETE of the other request
+        return result
+
+    monkeypatch.setattr(KnowledgeMemory, "store", racing)
+    repeated = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json")
+
+    assert repeated.status_code == 409, repeated.content
+    assert repeated.json()["error"] == "forgotten" and fact_id in repeated.json()["detail"]
+    monkeypatch.setattr(KnowledgeMemory, "store", store)
+    assert api.get("/api/facts/").json()["results"] == []
+    again = api.post("/api/facts/", {"content": "Lives in Oslo"}, format="json")
+    assert again.status_code == 201 and again.json()["action"] == "created"
+
+
 def test_facts_sharing_a_timestamp_are_each_listed_once_across_pages(api, alice):  # type: ignore[no-untyped-def]
     """The cursor holds a created_at and an offset among the facts sharing it; ordered by
     created_at alone, their order changed between pages on PostgreSQL (its top-N sort is not
@@ -329,3 +352,13 @@ def test_bad_search_parameters_are_a_400(api, query):  # type: ignore[no-untyped
 
 def test_search_needs_an_authenticated_user():  # type: ignore[no-untyped-def]
     assert APIClient().get("/api/search/", {"q": "x"}).status_code in (401, 403)
+
+
+def test_an_empty_category_filter_lists_every_category(api, alice):  # type: ignore[no-untyped-def]
+    api.post("/api/facts/", {"content": "Likes tea", "category": "preferences"}, format="json")
+    api.post("/api/facts/", {"content": "Lives in Oslo", "category": "profile"}, format="json")
+
+    listed = api.get("/api/facts/", {"category": ""}).json()["results"]
+    assert sorted(f["content"] for f in listed) == ["Likes tea", "Lives in Oslo"]
+    only = api.get("/api/facts/", {"category": "profile"}).json()["results"]
+    assert [f["content"] for f in only] == ["Lives in Oslo"]

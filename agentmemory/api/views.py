@@ -604,6 +604,11 @@ FACT_ID_PARAMETER = OpenApiParameter(
         responses={
             201: OpenApiResponse(s.RememberedSerializer, description="A new fact (created or superseded)."),
             200: OpenApiResponse(s.RememberedSerializer, description="A repeat (duplicate or updated)."),
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="The fact was forgotten by another request while this one stored it "
+                "(`forgotten`); nothing is kept.",
+            ),
         },
     ),
     partial_update=extend_schema(
@@ -617,7 +622,8 @@ FACT_ID_PARAMETER = OpenApiParameter(
             409: OpenApiResponse(
                 s.ErrorSerializer,
                 description="The fact is no longer in force (`not_in_force`): superseded, expired or aged "
-                "out. Change the fact that replaced it.",
+                "out. Change the fact that replaced it. Or it was forgotten by another request while "
+                "this one changed it (`forgotten`).",
             ),
         },
     ),
@@ -657,7 +663,7 @@ class FactViewSet(
             if value is not None:
                 qs = qs.filter(**{name: value})
         category = _text_param(self.request, "category")
-        if category is not None:
+        if category:  # empty: no filter, as on search (a fact's category is never empty)
             qs = qs.filter(category=category)
         if not _bool_param(self.request, "history"):
             now = timezone.now()
@@ -679,7 +685,18 @@ class FactViewSet(
         return super().get_object()  # type: ignore[no-any-return]
 
     def _remembered(self, result: RememberResult) -> Response:
-        fact = Fact.objects.select_related("source_message__conversation").get(pk=result.fact.pk)
+        fact = Fact.objects.select_related("source_message__conversation").filter(pk=result.fact.pk).first()
+        if fact is None:
+            # Forgotten by another request between the store and this read (a DELETE of the
+            # fact a repeat found): nothing of this request is kept, and it says so.
+            return Response(
+                {
+                    "error": "forgotten",
+                    "detail": f"Fact {result.fact.uuid} was forgotten by another request while this "
+                    "one stored it; nothing is kept. Send the request again to store it anew.",
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         uuids = dict(Fact.objects.filter(pk__in=result.superseded_ids).values_list("pk", "uuid"))
         superseded = [uuids[pk] for pk in result.superseded_ids if pk in uuids]
         body = {"action": result.action, "fact": fact, "superseded_ids": superseded}
