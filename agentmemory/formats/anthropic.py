@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
@@ -56,12 +56,19 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+def _has_text(text: str | None) -> TypeGuard[str]:
+    """Whether ``text`` may be sent as a text block: the API refuses empty ones ("text content
+    blocks must be non-empty") and whitespace-only ones ("must contain non-whitespace text")."""
+    return bool(text and not text.isspace())
+
+
 def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
-    """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty text (the API
-    refuses empty text blocks). Audio, which Anthropic does not take, and files it cannot
-    carry (inline data that is not a PDF) are sent as their placeholder text."""
+    """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty or
+    whitespace-only text (the API refuses such text blocks). Audio, which Anthropic does not
+    take, and files it cannot carry (inline data that is not a PDF) are sent as their
+    placeholder text."""
     if part.kind is PartKind.TEXT:
-        block = _text_block(part.text) if part.text else None
+        block = _text_block(part.text) if _has_text(part.text) else None
     elif part.kind is PartKind.IMAGE:
         block = {"type": "image", "source": _source(part)}
     elif part.kind is PartKind.FILE and part.text:
@@ -89,7 +96,7 @@ def _source(part: ContentPart) -> dict[str, Any]:
 def _part_blocks(message: ChatMessage, *, media: bool) -> list[dict[str, Any]]:
     """Blocks of ``message.parts``; without ``media`` (assistant turns), every part is text."""
     if not media:
-        return [_text_block(p.placeholder) for p in message.parts if p.placeholder]
+        return [_text_block(p.placeholder) for p in message.parts if _has_text(p.placeholder)]
     return [block for part in message.parts if (block := part_to_anthropic(part)) is not None]
 
 
@@ -102,27 +109,29 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
         # ``content`` is optional on a tool_result; an empty string is left out rather than sent.
         if parts:
             # a tool_result holds text and image blocks; other parts go as their placeholder
-            block["content"] = [
+            content = [
                 b if b["type"] in ("text", "image") else _text_block(p.placeholder)
                 for p in message.parts
                 if (b := part_to_anthropic(p)) is not None
             ]
-        elif message.content:
+            if content:
+                block["content"] = content
+        elif _has_text(message.content):
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
         return [block]
     if parts:
         return _part_blocks(message, media=True)
-    return [{"type": "text", "text": message.content}] if message.content else []
+    return [_text_block(message.content)] if _has_text(message.content) else []
 
 
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.parts and not message.truncated:
         blocks.extend(_part_blocks(message, media=False))
-    elif message.content:
-        blocks.append({"type": "text", "text": message.content})
+    elif _has_text(message.content):
+        blocks.append(_text_block(message.content))
     for call in message.tool_calls:
         if not isinstance(call.arguments, Mapping):
             raise InvalidMessageError(
@@ -233,13 +242,15 @@ def to_anthropic(
         ``messages`` alternates ``user``/``assistant`` (runs of one role are merged into one
         message, tool results before text in a user turn, results ordered like the calls they
         answer); a message whose only content is a single text block is sent as a plain string.
-        Empty text is dropped (the API refuses empty text blocks), so an ``ai`` message with
-        neither text nor tool calls disappears. Tool call ids are sent unique within the request
-        and in the characters the API accepts (see ``_request_ids``: a repeated ``call_0``
-        becomes ``call_0_2``, ``functions.f:0`` becomes ``functions_f_0``), results following
-        their call; storage is not changed. Names, metadata, seq and message ids are never sent;
-        ``metadata["is_error"]`` on a tool message becomes ``"is_error": true``. The list is
-        empty when there are no human, ai or tool messages.
+        Empty and whitespace-only text is dropped (the API refuses such text blocks, and a
+        stored blank would be refused on every later request), so an ``ai`` message with
+        neither text nor tool calls disappears. Tool call ids
+        are sent unique within the request and in the characters the API accepts (see
+        ``_request_ids``: a repeated ``call_0`` becomes ``call_0_2``, ``functions.f:0``
+        becomes ``functions_f_0``), results following their call; storage is not changed.
+        Names, seq, message ids and other metadata are never sent; ``metadata["is_error"]``
+        on a tool message becomes ``"is_error": true``. The list is empty when there are no
+        human, ai or tool messages.
 
     Raises:
         InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
@@ -258,7 +269,7 @@ def to_anthropic(
         except ValueError as exc:
             raise InvalidMessageError(f"unknown role {message.role!r}", index=index) from exc
         if role is Role.SYSTEM:
-            if message.content:
+            if _has_text(message.content):
                 system_texts.append(message.content)
             continue
         try:
