@@ -75,8 +75,9 @@ MAX_READ = 2**31
 _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
-#: the content, the content parts, and ``metadata`` (only the pinned message has it). One
-#: layout for every page, so rows are used as the driver returns them, never sliced.
+#: the content, the content parts, and ``metadata`` (the pinned message's, and that of ``ai``
+#: rows whose content was read, for their thinking blocks). One layout for every page, so
+#: rows are used as the driver returns them, never sliced.
 _TAIL_WIDTH = len(_META_FIELDS) + 7
 #: index of ``seq`` in a row
 _SEQ = 1
@@ -118,12 +119,15 @@ def _tail_select(
     tokens = m("token_count")
     if capped:
         tokens = f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s THEN %(cap)s ELSE {tokens} END"
+    # The metadata of ``ai`` rows whose content is read: it carries stored thinking blocks,
+    # which go back with the turn (``_thinking_metadata``); other rows leave it unread.
+    metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {m('metadata')} END"
     return (
         f"SELECT {before}{', '.join(meta)}, {m('id')}, {m('name')}, "
         f"CASE WHEN running <= %(room)s THEN 1 ELSE 0 END, "
         f"CASE WHEN running <= %(room)s THEN {m('content')} END, "
-        f"CASE WHEN running <= %(room)s THEN {m('parts')} END{after} FROM ("
-        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, "
+        f"CASE WHEN running <= %(room)s THEN {m('parts')} END, {metadata}{after} FROM ("
+        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
         f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running "
         f"FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}) tail"
         + (f" ORDER BY {m('seq')} DESC" if ordered else "")
@@ -191,7 +195,6 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
             where=f"{m('conversation')} = %(id)s",
             limit=limit,
             before=f"{_TAIL}, ",
-            after=f", {null}",
             ordered=False,
         )
     ]
@@ -258,7 +261,7 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
         _, _, m = _names(alias)
         where = f"{m('conversation')} = %(id)s AND {m('seq')} > %(floor)s AND {m('seq')} < %(upper)s"
         sql = _SQL_CACHE[key] = _tail_select(
-            alias, capped=capped, where=where, limit="%(size)s", before=f"{_TAIL}, ", after=", NULL"
+            alias, capped=capped, where=where, limit="%(size)s", before=f"{_TAIL}, "
         )
     return sql
 
@@ -337,6 +340,18 @@ _new_chat = _fast_init(
     ChatMessage,
     ("role", "content", "tool_calls", "tool_call_id", "name", "seq", "id", "token_count", "parts"),
 )
+
+
+def _thinking_metadata(raw: Any) -> dict[str, Any]:
+    """The part of an ``ai`` row's stored ``metadata`` that a window message carries: its
+    thinking blocks (``metadata["thinking"]``, kept by the Anthropic converter), which must go
+    back with the turn that made them (``to_anthropic``). The rest of the metadata (model,
+    usage, provider payload) is never sent and stays out of the window."""
+    if raw is None:
+        return {}
+    metadata = _loads(raw)
+    thinking = metadata.get("thinking") if isinstance(metadata, dict) else None
+    return {"thinking": thinking} if thinking else {}
 
 
 def _chat(
@@ -468,11 +483,21 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
         Message.objects.using(alias)
         .filter(conversation_id=conversation_id, seq__in=seqs)
         .values_list(
-            "id", "seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count", "parts"
+            "id",
+            "seq",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "name",
+            "token_count",
+            "parts",
+            "metadata",
         )
     )
-    return {
-        r[1]: _chat(
+    contents = {}
+    for r in rows:
+        chat = _chat(
             r[0],
             r[1],
             r[2],
@@ -483,8 +508,14 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             r[7],
             tuple(ContentPart.from_dict(p) for p in r[8] or ()),
         )
-        for r in rows
-    }
+        if r[2] == Role.AI.value and (thinking := _thinking_metadata(r[9])):
+            chat = _replace_metadata(chat, thinking)
+        contents[r[1]] = chat
+    return contents
+
+
+def _replace_metadata(message: ChatMessage, metadata: dict[str, Any]) -> ChatMessage:
+    return dataclasses.replace(message, metadata=metadata)
 
 
 class TailReader:
@@ -565,7 +596,7 @@ class TailReader:
                 has_content,
                 content,
                 parts,
-                _,
+                metadata,
             ) in page:
                 if seq <= floor:
                     complete = True  # everything above the boundary has been read
@@ -585,6 +616,8 @@ class TailReader:
                         token_count,
                         _parts(parts) if parts is not None else (),
                     )
+                    if metadata is not None and (thinking := _thinking_metadata(metadata)):
+                        contents[seq] = _replace_metadata(contents[seq], thinking)
                 spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
                 # ``_new_row`` inlined: one call per row
                 row = new_tuple(

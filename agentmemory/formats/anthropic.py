@@ -126,6 +126,31 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     return [_text_block(message.content)] if _has_text(message.content) else []
 
 
+def _thinking_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    """The thinking blocks stored with an ``ai`` message (``metadata["thinking"]``, kept by
+    ``from_anthropic_message``), verbatim. With extended thinking on, an assistant turn that
+    calls tools must start with them, signature intact, or the API refuses the request
+    ("Expected `thinking` or `redacted_thinking`, but found `tool_use`"); with thinking off
+    the API ignores them. Entries the API would refuse (no signature, no data) are left out."""
+    stored = message.metadata.get("thinking") if isinstance(message.metadata, Mapping) else None
+    if not isinstance(stored, list | tuple):
+        return []
+    blocks = []
+    for block in stored:
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "thinking":
+            complete = isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+            complete = complete and bool(block["signature"])
+        elif block.get("type") == "redacted_thinking":
+            complete = isinstance(block.get("data"), str) and bool(block["data"])
+        else:
+            complete = False
+        if complete:
+            blocks.append(dict(block))
+    return blocks
+
+
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.parts and not message.truncated:
@@ -139,7 +164,8 @@ def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
                 f"not {type(call.arguments).__name__}"
             )
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
-    return blocks
+    # thinking leads the turn; a turn with nothing else (no text, no call) is not sent at all
+    return _thinking_blocks(message) + blocks if blocks else []
 
 
 def _order_user_turn(blocks: list[dict[str, Any]], call_order: Sequence[str]) -> list[dict[str, Any]]:
@@ -244,7 +270,8 @@ def to_anthropic(
         answer); a message whose only content is a single text block is sent as a plain string.
         Empty and whitespace-only text is dropped (the API refuses such text blocks, and a
         stored blank would be refused on every later request), so an ``ai`` message with
-        neither text nor tool calls disappears. Tool call ids
+        neither text nor tool calls disappears. Thinking blocks stored with an ``ai`` message
+        (``metadata["thinking"]``) lead its turn verbatim, signatures intact. Tool call ids
         are sent unique within the request and in the characters the API accepts (see
         ``_request_ids``: a repeated ``call_0`` becomes ``call_0_2``, ``functions.f:0``
         becomes ``functions_f_0``), results following their call; storage is not changed.
