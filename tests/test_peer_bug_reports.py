@@ -418,6 +418,26 @@ def test_librechat_agents_124_whitespace_only_text_is_never_sent_to_anthropic(bl
     assert turns[1]["content"] == [{"type": "tool_use", "id": "s1", "name": "search", "input": {"q": "x"}}]
 
 
+@pytest.mark.parametrize("blank", ["", "  \n"])
+def test_livekit_agents_669_blank_opening_message_still_gives_a_user_first_turn(blank: str) -> None:
+    """livekit/agents#669 (also rikkahub/rikkahub#436): a history that opened with an empty
+    user message was sent to Anthropic starting with the assistant ('first message must use
+    the "user" role'); the window starts on that human message, so the request keeps a
+    marked user turn in its place."""
+    conv, _ = store(
+        [ChatMessage.human(blank), ChatMessage.ai("Hello, how can I help?"), ChatMessage.human("hi")]
+    )
+    built = window(conv, 100)
+    assert built.messages[0].role is Role.HUMAN
+    _, turns = to_anthropic(built.messages)
+    assert turns == [
+        {"role": "user", "content": "[empty message]"},
+        {"role": "assistant", "content": "Hello, how can I help?"},
+        {"role": "user", "content": "hi"},
+    ]
+    assert Message.objects.get(conversation=conv, seq=1).content == blank  # storage unchanged
+
+
 def test_craft_agents_753_call_ids_reused_across_turns_keep_their_pairs() -> None:
     """craft-ai-agents/craft-agents-oss#753 (also can1357/oh-my-pi#2055): a proxy numbered tool
     calls 'call_0' afresh on every response; the history held the id twice and the request

@@ -42,6 +42,10 @@ from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolC
 
 __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
 
+#: the text sent for a blank human message that opens the conversation (the API requires a
+#: non-empty first user turn; a blank one elsewhere is left out)
+EMPTY_HUMAN_TEXT = "[empty message]"
+
 # Assistant block types that carry no text to store; kept in ``metadata`` so nothing is lost.
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
@@ -270,7 +274,9 @@ def to_anthropic(
         answer); a message whose only content is a single text block is sent as a plain string.
         Empty and whitespace-only text is dropped (the API refuses such text blocks, and a
         stored blank would be refused on every later request), so an ``ai`` message with
-        neither text nor tool calls disappears. Thinking blocks stored with an ``ai`` message
+        neither text nor tool calls disappears, and so does a blank ``human`` message, except
+        one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
+        turn must be a non-empty user turn. Thinking blocks stored with an ``ai`` message
         (``metadata["thinking"]``) lead its turn verbatim, signatures intact. Tool call ids
         are sent unique within the request and in the characters the API accepts (see
         ``_request_ids``: a repeated ``call_0`` becomes ``call_0_2``, ``functions.f:0``
@@ -306,6 +312,10 @@ def to_anthropic(
                 api_role, blocks = "user", _user_blocks(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index) from exc
+        if not blocks and not turns and role is Role.HUMAN:
+            # The window starts on this human message; without it the request would start
+            # with an assistant turn, which the API refuses: send it marked as empty.
+            blocks = [_text_block(EMPTY_HUMAN_TEXT)]
         if not blocks:
             continue
         if not turns and api_role != "user":
