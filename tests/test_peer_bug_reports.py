@@ -385,6 +385,10 @@ def test_openai_agents_python_1704_thinking_blocks_go_back_with_their_tool_use()
     history.add_message(ChatMessage.tool("sunny", tool_call_id="toolu_1", name="weather"))
     _, turns = to_anthropic(window(conv, 100).messages)
     assert turns[1]["content"] == response["content"]  # verbatim, thinking first, signature kept
+    # Once the loop is over, its thinking is history: the next question's request leaves it out.
+    history.add_messages([ChatMessage.ai("Sunny in Oslo."), ChatMessage.human("and tomorrow?")])
+    _, turns = to_anthropic(window(conv, 100).messages)
+    assert [b["type"] for b in turns[1]["content"]] == ["text", "tool_use"]
 
 
 @pytest.mark.parametrize("blank", [" ", "\n\n", " \t "])

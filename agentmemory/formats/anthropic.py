@@ -172,6 +172,23 @@ def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     return _thinking_blocks(message) + blocks if blocks else []
 
 
+def _thinking_of_current_loop_only(turns: list[dict[str, Any]]) -> None:
+    """Keep thinking blocks only in the assistant turns after the last user turn without tool
+    results: the tool loop in progress, whose last assistant turn must start with its thinking.
+    The API drops thinking of earlier turns anyway, and a signature made by another model
+    (the conversation switched models) can be refused there."""
+    last_human = max(
+        (i for i, t in enumerate(turns) if t["role"] == "user" and not _has_results(t)), default=-1
+    )
+    for turn in turns[:last_human]:
+        if turn["role"] == "assistant":
+            turn["content"] = [b for b in turn["content"] if b["type"] not in _THINKING_BLOCKS]
+
+
+def _has_results(turn: dict[str, Any]) -> bool:
+    return any(b["type"] == "tool_result" for b in turn["content"])
+
+
 def _order_user_turn(blocks: list[dict[str, Any]], call_order: Sequence[str]) -> list[dict[str, Any]]:
     """Tool results first, in the order of the calls they answer; then the other blocks."""
     results = [b for b in blocks if b["type"] == "tool_result"]
@@ -277,7 +294,9 @@ def to_anthropic(
         neither text nor tool calls disappears, and so does a blank ``human`` message, except
         one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
         turn must be a non-empty user turn. Thinking blocks stored with an ``ai`` message
-        (``metadata["thinking"]``) lead its turn verbatim, signatures intact. Tool call ids
+        (``metadata["thinking"]``) lead its turn verbatim, signatures intact, in the tool loop
+        in progress (the turns after the last user turn without tool results); the API
+        ignores those of earlier turns. Tool call ids
         are sent unique within the request and in the characters the API accepts (see
         ``_request_ids``: a repeated ``call_0`` becomes ``call_0_2``, ``functions.f:0``
         becomes ``functions_f_0``), results following their call; storage is not changed.
@@ -330,6 +349,7 @@ def to_anthropic(
             turns.append({"role": api_role, "content": blocks})
             first_index.append(index)
 
+    _thinking_of_current_loop_only(turns)
     _request_ids(turns)
     for position, turn in enumerate(turns):
         if turn["role"] == "user" and position > 0:
