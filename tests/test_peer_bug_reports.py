@@ -391,6 +391,28 @@ def test_openai_agents_python_1704_thinking_blocks_go_back_with_their_tool_use()
     assert [b["type"] for b in turns[1]["content"]] == ["text", "tool_use"]
 
 
+def test_hermes_agent_17861_thinking_survives_a_langchain_import() -> None:
+    """NousResearch/hermes-agent#17861: multi-turn history lost the thinking blocks of the
+    provider's content list on the way to storage, and the next tool-loop request was
+    refused. An AIMessage from ChatAnthropic keeps them through storage and back."""
+    from langchain_core.messages import AIMessage
+
+    from agentmemory.formats.langchain import from_langchain_message
+
+    thinking = {"type": "thinking", "thinking": "Look it up first.", "signature": "sig-9"}
+    reply = AIMessage(
+        content=[thinking, {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"q": "x"}}],
+        tool_calls=[{"id": "toolu_9", "name": "lookup", "args": {"q": "x"}, "type": "tool_call"}],
+    )
+    conv, history = store([ChatMessage.human("look it up")])
+    history.add_messages([from_langchain_message(reply), ChatMessage.tool("found", tool_call_id="toolu_9")])
+    _, turns = to_anthropic(window(conv, 100).messages)
+    assert turns[1]["content"] == [
+        thinking,
+        {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"q": "x"}},
+    ]
+
+
 @pytest.mark.parametrize("blank", [" ", "\n\n", " \t "])
 def test_librechat_agents_124_whitespace_only_text_is_never_sent_to_anthropic(blank: str) -> None:
     """LibreChat-AI/agents#124 (also NousResearch/hermes-agent#69517): a stored assistant
