@@ -710,3 +710,31 @@ def test_summary_covers_only_whole_history_and_messages_stay(db) -> None:  # typ
         == before
     )
     assert Summary.objects.filter(conversation=conv).count() == 1
+
+
+def test_codegraff_752_truncated_tool_call_arguments_never_reach_history(api, user) -> None:  # type: ignore[no-untyped-def]
+    """justrach/codegraff#752 (also windmill-labs/windmill#9902): a tool call whose streamed
+    arguments were cut off (not valid JSON) was saved to history and replayed on every
+    later request, which the provider refused until the session was repaired by hand. The
+    API refuses the batch whole, naming the call, and the conversation goes on."""
+    conv = Conversation.objects.create(owner=user, agent_key="peer-bugs")
+    url = f"/api/conversations/{conv.uuid}/messages/?message_format=openai"
+    cut = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_7",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "ls -la /sr'},
+            }
+        ],
+    }
+    response = api.post(url, {"messages": [{"role": "user", "content": "list it"}, cut]}, format="json")
+    assert response.status_code == 400
+    assert "call_7" in json.dumps(response.json())
+    assert not Message.objects.filter(conversation=conv).exists()  # nothing half-written
+    ok = api.post(url, {"messages": [{"role": "user", "content": "list it again"}]}, format="json")
+    assert ok.status_code == 201, ok.content
+    context = api.get(f"/api/conversations/{conv.uuid}/context/?max_tokens=500&message_format=openai")
+    assert context.json()["messages"] == [{"role": "user", "content": "list it again"}]
