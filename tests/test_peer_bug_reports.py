@@ -23,7 +23,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
-from agentmemory.models import Conversation, Message, Summary
+from agentmemory.models import Conversation, Message
 from agentmemory.tokens import ApproximateTokenCounter, LengthTokenCounter, TiktokenCounter
 
 pytestmark = pytest.mark.django_db
@@ -696,20 +696,6 @@ def test_summary_prompt_bounds_huge_tool_call_arguments() -> None:
     )
     assert "write_file" in prompt and "report.txt" in prompt
     assert len(prompt) < 20_000
-
-
-def test_summary_covers_only_whole_history_and_messages_stay(db) -> None:  # type: ignore[no-untyped-def]
-    """letta-ai/letta-style: compaction never deletes messages (K5) after the peers' cut-off
-    faults above; checked here once with tool exchanges in the span."""
-    conv, history = store(tool_history(3)[1:])
-    before = list(Message.objects.filter(conversation=conv).order_by("seq").values_list("seq", "content"))
-    llm = ScriptedChatModel(["S: parcels 0 and 1 in transit."])
-    LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history, summarize_every_n_human=1).compact()
-    assert (
-        list(Message.objects.filter(conversation=conv).order_by("seq").values_list("seq", "content"))
-        == before
-    )
-    assert Summary.objects.filter(conversation=conv).count() == 1
 
 
 def test_codegraff_752_truncated_tool_call_arguments_never_reach_history(api, user) -> None:  # type: ignore[no-untyped-def]
