@@ -843,21 +843,25 @@ def record_compaction_failure(conversation_id: int, error: BaseException | str) 
 
 def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message: int = 8_000) -> str:
     """Plain-text transcript for the summariser: one block per message, tool calls with
-    their JSON arguments, long contents cut (the stored messages stay whole)."""
+    their JSON arguments, long contents and long arguments cut (the stored messages stay
+    whole): a call whose arguments carry a whole file cannot make the request overflow."""
     import json
+
+    def cut(text: str) -> str:
+        if len(text) <= max_chars_per_message:
+            return text
+        return text[:max_chars_per_message] + f" [... {len(text) - max_chars_per_message} characters cut]"
 
     lines = []
     for m in messages:
-        text = m.text
-        if len(text) > max_chars_per_message:
-            text = text[:max_chars_per_message] + f" [... {len(text) - max_chars_per_message} characters cut]"
+        text = cut(m.text)
         if m.role is Role.HUMAN:
             lines.append(f"User: {text}")
         elif m.role is Role.AI:
             if text:
                 lines.append(f"Assistant: {text}")
             for call in m.tool_calls:
-                args = json.dumps(dict(call.arguments), ensure_ascii=False)
+                args = cut(json.dumps(dict(call.arguments), ensure_ascii=False))
                 lines.append(f"Assistant called tool {call.name}({args})")
         elif m.role is Role.TOOL:
             lines.append(f"Tool {m.name or m.tool_call_id} returned: {text}")

@@ -159,7 +159,9 @@ class ChatMessage:
         tool_calls: the calls an ``ai`` message makes, in the model's order.
         tool_call_id: for ``tool`` messages, the id of the call this result answers.
         name: the tool name of a ``tool`` message (or a participant name).
-        metadata: model, usage, finish reason, latency, provider payload: never sent.
+        metadata: model, usage, finish reason, latency, provider payload: never sent, except
+            an ``ai`` message's Anthropic thinking blocks (``metadata["thinking"]``), which
+            ``to_anthropic`` sends back at the head of its turn, as the API requires.
         seq, id, token_count: set on messages read back from storage.
         truncated: ``True`` on a copy shortened for the context window (storage keeps
             the whole text); such a copy is sent as its (shortened) text, without parts.

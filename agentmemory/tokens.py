@@ -20,10 +20,11 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
-from agentmemory.messages import ChatMessage, ContentPart, PartKind
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 #: framing tokens of one tool call (id, type, function wrapper)
 TOKENS_PER_TOOL_CALL = 8
+#: framing tokens of one stored thinking block (its type and field names)
+TOKENS_PER_THINKING_BLOCK = 4
+#: characters of an opaque thinking payload (a signature, redacted data) counted as one token
+OPAQUE_CHARS_PER_TOKEN = 4
 
 
 @runtime_checkable
@@ -46,7 +51,8 @@ class TokenCounter(Protocol):
         ...
 
     def count_message(self, message: ChatMessage) -> int:
-        """Tokens one message costs in a request, framing included."""
+        """Tokens one message costs in a request, framing included (for an ``ai`` message,
+        its stored thinking blocks too: ``BaseTokenCounter.count_thinking``)."""
         ...
 
 
@@ -56,7 +62,8 @@ class BaseTokenCounter:
     Content parts are priced one by one (``count_part``): text by its tokens, an image by
     the provider's documented rule (``image_rule``), audio and files by the settings
     ``AUDIO_PART_TOKENS`` and ``FILE_PART_TOKENS``. A copy truncated for the window is sent
-    as text, so it is counted as text.
+    as text, so it is counted as text. An ``ai`` message's stored Anthropic thinking blocks
+    (``metadata["thinking"]``) are counted too (``count_thinking``).
     """
 
     id = "base"
@@ -94,6 +101,52 @@ class BaseTokenCounter:
             total += TOKENS_PER_TOOL_CALL + self.count_text(call.id) + self.count_text(call.name)
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
             total += self.count_text(arguments)
+        if message.role == Role.AI and message.metadata:
+            total += self.count_thinking(message.metadata.get("thinking"))
+        return total
+
+    def count_thinking(self, blocks: object) -> int:
+        """Tokens of the Anthropic thinking blocks stored with an ``ai`` message
+        (``metadata["thinking"]``), as ``to_anthropic`` sends them back: each costs
+        ``TOKENS_PER_THINKING_BLOCK`` of framing, plus its ``thinking`` text by
+        ``count_text``, plus its opaque payload (the ``signature`` of a ``thinking`` block,
+        the ``data`` of a ``redacted_thinking`` one) at one token per
+        ``OPAQUE_CHARS_PER_TOKEN`` characters. ``0`` when there are none.
+
+        Why they are in the message's stored count: ``to_anthropic`` sends them back for the
+        tool loop in progress, where Anthropic counts them (Anthropic's "Context windows"
+        guide, "The context window with extended thinking and tool use": the thinking of the
+        current assistant turn counts as part of the context window; the "Extended
+        thinking" guide, "Preserving thinking blocks": the blocks shown to Claude are billed
+        as input tokens), so a window that left them out of its count could exceed its
+        budget as sent (design invariant C1). The thinking blocks of earlier turns are
+        stripped (by ``to_anthropic``; by the API too when sent: "previous thinking blocks
+        are automatically stripped from the context window calculation", and not billed as
+        input), so the count over-counts those turns: the safe side, a window a little
+        smaller than it could be, never one too large.
+
+        The payload is an approximation: Anthropic does not publish how it is billed. The
+        signature carries the block's full thinking encrypted ("Extended thinking" guide,
+        "Thinking encryption") and redacted data is encrypted thinking, so both grow with
+        the thinking they stand for. Base64 carries 3 bytes in 4 characters and English text
+        runs about 4 bytes a token (cl100k), so a token per 4 characters counts about 4/3 of
+        the tokens of a plaintext as long as the payload; the visible ``thinking`` text
+        (a summary on Claude 4 models) is counted on top.
+        """
+        if not isinstance(blocks, list | tuple):
+            return 0
+        total = 0
+        for block in blocks:
+            if not isinstance(block, Mapping):
+                continue
+            total += TOKENS_PER_THINKING_BLOCK
+            thinking = block.get("thinking")
+            if isinstance(thinking, str):
+                total += self.count_text(thinking)
+            for key in ("signature", "data"):
+                opaque = block.get(key)
+                if isinstance(opaque, str):
+                    total += -(-len(opaque) // OPAQUE_CHARS_PER_TOKEN)
         return total
 
 

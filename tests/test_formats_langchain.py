@@ -91,7 +91,7 @@ def test_round_trip_through_langchain_serialisation():
     assert from_langchain(restored) == CONVERSATION
 
 
-def test_text_blocks_are_kept_as_parts_and_provider_blocks_in_ai_messages_are_ignored():
+def test_text_blocks_are_kept_as_parts_and_provider_blocks_in_ai_messages_are_not_text():
     ai = AIMessage(
         content=[
             {"type": "thinking", "thinking": "hmm", "signature": "s"},
@@ -103,8 +103,11 @@ def test_text_blocks_are_kept_as_parts_and_provider_blocks_in_ai_messages_are_ig
     )
     human = HumanMessage(content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
 
+    # tool_use blocks duplicate tool_calls; thinking is kept aside, to go back to Anthropic
     assert from_langchain_message(ai) == ChatMessage.ai(
-        "Checking both.", [ToolCall("toolu_1", "w", {"city": "Oslo"})]
+        "Checking both.",
+        [ToolCall("toolu_1", "w", {"city": "Oslo"})],
+        metadata={"thinking": [{"type": "thinking", "thinking": "hmm", "signature": "s"}]},
     )
     converted = from_langchain_message(human)
     assert converted.content == "a\nb"

@@ -125,3 +125,41 @@ def test_recount_prices_stored_images_by_the_providers_rule(settings):  # type: 
     assert stored.token_count == exact.count_message(ChatMessage.human("What is this?")) + 765
     conv.refresh_from_db()
     assert conv.stored_tokens == stored.token_count
+
+
+def test_recount_counts_the_thinking_blocks_of_ai_messages(settings):  # type: ignore[no-untyped-def]
+    """The rule of the counter: an ai message's stored thinking blocks are in its count, so
+    counts stored without them are brought up; a message without thinking keeps its count."""
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ToolCall
+    from tests.factories import ConversationFactory
+
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4"}
+    counter = TiktokenCounter("cl100k_base")
+    blocks = [{"type": "thinking", "thinking": "Look up the order first.", "signature": "s" * 200}]
+    conv = ConversationFactory()
+    PersistentChatHistory(conv, token_counter=counter).add_messages(
+        [
+            ChatMessage.human("Where is my order?"),
+            ChatMessage.ai(
+                "Looking.", [ToolCall("toolu_1", "order", {"id": 7})], metadata={"thinking": blocks}
+            ),
+            ChatMessage.tool("shipped", tool_call_id="toolu_1", name="order"),
+            ChatMessage.ai("It has shipped.", metadata={"model": "claude-sonnet-4-5"}),
+        ]
+    )
+    before = dict(Message.objects.filter(conversation=conv).values_list("seq", "token_count"))
+    # counts stored before the thinking blocks were counted
+    Message.objects.filter(conversation=conv, seq=2).update(
+        token_count=before[2] - counter.count_thinking(blocks)
+    )
+
+    _recount("--all")
+
+    after = dict(Message.objects.filter(conversation=conv).values_list("seq", "token_count"))
+    assert after == before
+    assert after[2] == counter.count_message(
+        ChatMessage.ai("Looking.", [ToolCall("toolu_1", "order", {"id": 7})])
+    ) + counter.count_thinking(blocks)
+    conv.refresh_from_db()
+    assert conv.stored_tokens == sum(after.values())

@@ -721,3 +721,52 @@ def test_checks_validate_the_tokenizer_model(
     assert "o200k_base" in problems[0].msg and "TIKTOKEN_CACHE_DIR" in problems[0].hint
     settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4"}
     assert check_settings() == []
+
+
+# --------------------------------------------------------------------------- thinking blocks
+
+#: an ai message with the metadata a provider call leaves (model, usage) and no thinking
+_CALLING = ChatMessage.ai(
+    "Checking the forecast for Oslo.",
+    [ToolCall("toolu_1", "weather", {"city": "Oslo"})],
+    metadata={
+        "model": "claude-sonnet-4-5",
+        "usage": {"input_tokens": 1200, "output_tokens": 85},
+        "stop_reason": "tool_use",
+    },
+)
+
+
+@pytest.mark.parametrize("counter", [TiktokenCounter("cl100k_base"), ApproximateTokenCounter()])
+def test_a_message_without_thinking_keeps_its_token_count(counter) -> None:  # type: ignore[no-untyped-def]
+    """Counting thinking blocks changes nothing for a message without them: 29 is what the
+    count was before they were counted, whatever else its metadata holds."""
+    assert counter.count_message(_CALLING) == 29
+    assert counter.count_message(
+        ChatMessage.ai("Checking.", metadata={"thinking": []})
+    ) == counter.count_message(ChatMessage.ai("Checking."))
+
+
+def test_the_thinking_blocks_of_an_ai_message_are_in_its_count() -> None:
+    """Text by the counter, a signature or redacted data at a token per 4 characters (rounded
+    up), 4 tokens of framing a block: what ``to_anthropic`` sends back in a tool loop."""
+    counter = TiktokenCounter("cl100k_base")
+    thinking = "The user wants the forecast, so I should call the weather tool for Oslo first."
+    blocks = [
+        {"type": "thinking", "thinking": thinking, "signature": "s" * 401},
+        {"type": "redacted_thinking", "data": "d" * 80},
+    ]
+    message = ChatMessage.ai(
+        _CALLING.content, _CALLING.tool_calls, metadata={**_CALLING.metadata, "thinking": blocks}
+    )
+    expected = (4 + counter.count_text(thinking) + 101) + (4 + 20)
+    assert counter.count_thinking(blocks) == expected
+    assert counter.count_message(message) == 29 + expected
+    # only an ai message's thinking is sent; entries that are not blocks cost nothing
+    assert counter.count_message(
+        ChatMessage.human("hi", metadata={"thinking": blocks})
+    ) == counter.count_message(ChatMessage.human("hi"))
+    assert counter.count_thinking(["text", None, 3]) == 0
+    assert counter.count_thinking("not a list") == 0
+    # a message-count budget stays a message count
+    assert LengthTokenCounter().count_message(message) == 1

@@ -19,6 +19,8 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connections, router
+from django.db.models import Case, When
+from django.db.models.fields.json import KeyTransform
 
 from agentmemory.context.packing import _META_FIELDS, RowMeta
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
@@ -75,8 +77,10 @@ MAX_READ = 2**31
 _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
-#: the content, the content parts, and ``metadata`` (only the pinned message has it). One
-#: layout for every page, so rows are used as the driver returns them, never sliced.
+#: the content, the content parts, and a JSON column: the pinned message's ``metadata``, and
+#: for the ``ai`` rows whose content was read only their stored thinking blocks
+#: (``metadata -> 'thinking'``, NULL for the others). One layout for every page, so rows are
+#: used as the driver returns them, never sliced.
 _TAIL_WIDTH = len(_META_FIELDS) + 7
 #: index of ``seq`` in a row
 _SEQ = 1
@@ -118,16 +122,31 @@ def _tail_select(
     tokens = m("token_count")
     if capped:
         tokens = f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s THEN %(cap)s ELSE {tokens} END"
+    # The stored thinking blocks of the ``ai`` rows whose content is read, which go back with
+    # their turn (``_thinking``): the subtree only, computed by the database for those rows,
+    # NULL when absent, so that the rest of the metadata (model, usage, provider payload) is
+    # neither sent nor parsed, and a row without thinking costs no JSON decoding here.
+    thinking = _thinking_expression(alias, m("metadata"))
+    metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {thinking} END"
     return (
         f"SELECT {before}{', '.join(meta)}, {m('id')}, {m('name')}, "
         f"CASE WHEN running <= %(room)s THEN 1 ELSE 0 END, "
         f"CASE WHEN running <= %(room)s THEN {m('content')} END, "
-        f"CASE WHEN running <= %(room)s THEN {m('parts')} END{after} FROM ("
-        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, "
+        f"CASE WHEN running <= %(room)s THEN {m('parts')} END, {metadata}{after} FROM ("
+        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
         f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running "
         f"FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}) tail"
         + (f" ORDER BY {m('seq')} DESC" if ordered else "")
     )
+
+
+def _thinking_expression(alias: str, column: str) -> str:
+    """``column -> 'thinking'`` in the SQL of ``alias``'s database: PostgreSQL's jsonb
+    operator, SQLite's (and MySQL's) ``json_extract``; JSON text or NULL when the key is
+    absent. The subtree of an ``ai`` message's metadata that ``_thinking`` keeps."""
+    if connections[alias].vendor == "postgresql":
+        return f"({column} -> 'thinking')"
+    return f"json_extract({column}, '$.thinking')"
 
 
 def _page_expression(alias: str, c: Any, table: str) -> str:
@@ -191,7 +210,6 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
             where=f"{m('conversation')} = %(id)s",
             limit=limit,
             before=f"{_TAIL}, ",
-            after=f", {null}",
             ordered=False,
         )
     ]
@@ -258,7 +276,7 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
         _, _, m = _names(alias)
         where = f"{m('conversation')} = %(id)s AND {m('seq')} > %(floor)s AND {m('seq')} < %(upper)s"
         sql = _SQL_CACHE[key] = _tail_select(
-            alias, capped=capped, where=where, limit="%(size)s", before=f"{_TAIL}, ", after=", NULL"
+            alias, capped=capped, where=where, limit="%(size)s", before=f"{_TAIL}, "
         )
     return sql
 
@@ -337,6 +355,21 @@ _new_chat = _fast_init(
     ChatMessage,
     ("role", "content", "tool_calls", "tool_call_id", "name", "seq", "id", "token_count", "parts"),
 )
+
+
+#: sets the ``metadata`` slot of a ``ChatMessage`` the reader has just made (not yet shared)
+_set_metadata: Any = getattr(ChatMessage, "metadata").__set__  # noqa: B009 - the slot, not the field
+
+
+def _thinking(raw: Any) -> dict[str, Any] | None:
+    """The ``metadata`` a window message of an ``ai`` row carries, from the thinking subtree
+    the statement read (``_thinking_expression``; the caller skips NULL, so a row without
+    thinking costs no decoding): ``{"thinking": blocks}``, the blocks kept by the Anthropic
+    converter, which go back with the turn that made them (``to_anthropic``); ``None`` when
+    they are empty. The rest of the metadata (model, usage, provider payload) is never sent
+    and never read here."""
+    thinking = _loads(raw)
+    return {"thinking": thinking} if thinking else None
 
 
 def _chat(
@@ -463,16 +496,28 @@ def read_head(
 
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
-    """Messages of the given seqs, by seq (the rare rows the tail read left without content)."""
+    """Messages of the given seqs, by seq (the rare rows the tail read left without content).
+    Of the metadata, only the thinking blocks of ``ai`` rows are read, as by the tail read."""
+    thinking = Case(When(role=Role.AI.value, then=KeyTransform("thinking", "metadata")))
     rows = (
         Message.objects.using(alias)
         .filter(conversation_id=conversation_id, seq__in=seqs)
         .values_list(
-            "id", "seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count", "parts"
+            "id",
+            "seq",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "name",
+            "token_count",
+            "parts",
+            thinking,
         )
     )
-    return {
-        r[1]: _chat(
+    contents = {}
+    for r in rows:
+        chat = _chat(
             r[0],
             r[1],
             r[2],
@@ -483,8 +528,11 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             r[7],
             tuple(ContentPart.from_dict(p) for p in r[8] or ()),
         )
-        for r in rows
-    }
+        # the field has decoded the subtree already
+        if r[9]:
+            _set_metadata(chat, {"thinking": r[9]})
+        contents[r[1]] = chat
+    return contents
 
 
 class TailReader:
@@ -565,7 +613,7 @@ class TailReader:
                 has_content,
                 content,
                 parts,
-                _,
+                thinking,
             ) in page:
                 if seq <= floor:
                     complete = True  # everything above the boundary has been read
@@ -574,7 +622,7 @@ class TailReader:
                 if has_content:
                     # The message as sent, made here from the same row (``_chat`` without
                     # the call): most rows with content end up in the window.
-                    contents[seq] = new_chat(
+                    contents[seq] = chat = new_chat(
                         roles[role],
                         content,
                         tuple(ToolCall.from_dict(c) for c in tool_calls) if tool_calls else (),
@@ -585,6 +633,9 @@ class TailReader:
                         token_count,
                         _parts(parts) if parts is not None else (),
                     )
+                    # NULL but for an ``ai`` row with stored thinking blocks
+                    if thinking is not None and (kept := _thinking(thinking)) is not None:
+                        _set_metadata(chat, kept)
                 spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
                 # ``_new_row`` inlined: one call per row
                 row = new_tuple(

@@ -35,12 +35,16 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
+
+#: the text sent for a blank human message that opens the conversation (the API requires a
+#: non-empty first user turn; a blank one elsewhere is left out)
+EMPTY_HUMAN_TEXT = "[empty message]"
 
 # Assistant block types that carry no text to store; kept in ``metadata`` so nothing is lost.
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -56,12 +60,19 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+def _has_text(text: str | None) -> TypeGuard[str]:
+    """Whether ``text`` may be sent as a text block: the API refuses empty ones ("text content
+    blocks must be non-empty") and whitespace-only ones ("must contain non-whitespace text")."""
+    return bool(text and not text.isspace())
+
+
 def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
-    """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty text (the API
-    refuses empty text blocks). Audio, which Anthropic does not take, and files it cannot
-    carry (inline data that is not a PDF) are sent as their placeholder text."""
+    """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty or
+    whitespace-only text (the API refuses such text blocks). Audio, which Anthropic does not
+    take, and files it cannot carry (inline data that is not a PDF) are sent as their
+    placeholder text."""
     if part.kind is PartKind.TEXT:
-        block = _text_block(part.text) if part.text else None
+        block = _text_block(part.text) if _has_text(part.text) else None
     elif part.kind is PartKind.IMAGE:
         block = {"type": "image", "source": _source(part)}
     elif part.kind is PartKind.FILE and part.text:
@@ -89,7 +100,7 @@ def _source(part: ContentPart) -> dict[str, Any]:
 def _part_blocks(message: ChatMessage, *, media: bool) -> list[dict[str, Any]]:
     """Blocks of ``message.parts``; without ``media`` (assistant turns), every part is text."""
     if not media:
-        return [_text_block(p.placeholder) for p in message.parts if p.placeholder]
+        return [_text_block(p.placeholder) for p in message.parts if _has_text(p.placeholder)]
     return [block for part in message.parts if (block := part_to_anthropic(part)) is not None]
 
 
@@ -102,27 +113,54 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
         # ``content`` is optional on a tool_result; an empty string is left out rather than sent.
         if parts:
             # a tool_result holds text and image blocks; other parts go as their placeholder
-            block["content"] = [
+            content = [
                 b if b["type"] in ("text", "image") else _text_block(p.placeholder)
                 for p in message.parts
                 if (b := part_to_anthropic(p)) is not None
             ]
-        elif message.content:
+            if content:
+                block["content"] = content
+        elif _has_text(message.content):
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
         return [block]
     if parts:
         return _part_blocks(message, media=True)
-    return [{"type": "text", "text": message.content}] if message.content else []
+    return [_text_block(message.content)] if _has_text(message.content) else []
+
+
+def _thinking_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    """The thinking blocks stored with an ``ai`` message (``metadata["thinking"]``, kept by
+    ``from_anthropic_message``), verbatim. With extended thinking on, an assistant turn that
+    calls tools must start with them, signature intact, or the API refuses the request
+    ("Expected `thinking` or `redacted_thinking`, but found `tool_use`"); with thinking off
+    the API ignores them. Entries the API would refuse (no signature, no data) are left out."""
+    stored = message.metadata.get("thinking") if isinstance(message.metadata, Mapping) else None
+    if not isinstance(stored, list | tuple):
+        return []
+    blocks = []
+    for block in stored:
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "thinking":
+            complete = isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+            complete = complete and bool(block["signature"])
+        elif block.get("type") == "redacted_thinking":
+            complete = isinstance(block.get("data"), str) and bool(block["data"])
+        else:
+            complete = False
+        if complete:
+            blocks.append(dict(block))
+    return blocks
 
 
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.parts and not message.truncated:
         blocks.extend(_part_blocks(message, media=False))
-    elif message.content:
-        blocks.append({"type": "text", "text": message.content})
+    elif _has_text(message.content):
+        blocks.append(_text_block(message.content))
     for call in message.tool_calls:
         if not isinstance(call.arguments, Mapping):
             raise InvalidMessageError(
@@ -130,7 +168,25 @@ def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
                 f"not {type(call.arguments).__name__}"
             )
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
-    return blocks
+    # thinking leads the turn; a turn with nothing else (no text, no call) is not sent at all
+    return _thinking_blocks(message) + blocks if blocks else []
+
+
+def _thinking_of_current_loop_only(turns: list[dict[str, Any]]) -> None:
+    """Keep thinking blocks only in the assistant turns after the last user turn without tool
+    results: the tool loop in progress, whose last assistant turn must start with its thinking.
+    The API drops thinking of earlier turns anyway, and a signature made by another model
+    (the conversation switched models) can be refused there."""
+    last_human = max(
+        (i for i, t in enumerate(turns) if t["role"] == "user" and not _has_results(t)), default=-1
+    )
+    for turn in turns[:last_human]:
+        if turn["role"] == "assistant":
+            turn["content"] = [b for b in turn["content"] if b["type"] not in _THINKING_BLOCKS]
+
+
+def _has_results(turn: dict[str, Any]) -> bool:
+    return any(b["type"] == "tool_result" for b in turn["content"])
 
 
 def _order_user_turn(blocks: list[dict[str, Any]], call_order: Sequence[str]) -> list[dict[str, Any]]:
@@ -233,13 +289,20 @@ def to_anthropic(
         ``messages`` alternates ``user``/``assistant`` (runs of one role are merged into one
         message, tool results before text in a user turn, results ordered like the calls they
         answer); a message whose only content is a single text block is sent as a plain string.
-        Empty text is dropped (the API refuses empty text blocks), so an ``ai`` message with
-        neither text nor tool calls disappears. Tool call ids are sent unique within the request
-        and in the characters the API accepts (see ``_request_ids``: a repeated ``call_0``
-        becomes ``call_0_2``, ``functions.f:0`` becomes ``functions_f_0``), results following
-        their call; storage is not changed. Names, metadata, seq and message ids are never sent;
-        ``metadata["is_error"]`` on a tool message becomes ``"is_error": true``. The list is
-        empty when there are no human, ai or tool messages.
+        Empty and whitespace-only text is dropped (the API refuses such text blocks, and a
+        stored blank would be refused on every later request), so an ``ai`` message with
+        neither text nor tool calls disappears, and so does a blank ``human`` message, except
+        one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
+        turn must be a non-empty user turn. Thinking blocks stored with an ``ai`` message
+        (``metadata["thinking"]``) lead its turn verbatim, signatures intact, in the tool loop
+        in progress (the turns after the last user turn without tool results); the API
+        ignores those of earlier turns. Tool call ids
+        are sent unique within the request and in the characters the API accepts (see
+        ``_request_ids``: a repeated ``call_0`` becomes ``call_0_2``, ``functions.f:0``
+        becomes ``functions_f_0``), results following their call; storage is not changed.
+        Names, seq, message ids and other metadata are never sent; ``metadata["is_error"]``
+        on a tool message becomes ``"is_error": true``. The list is empty when there are no
+        human, ai or tool messages.
 
     Raises:
         InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
@@ -258,7 +321,7 @@ def to_anthropic(
         except ValueError as exc:
             raise InvalidMessageError(f"unknown role {message.role!r}", index=index) from exc
         if role is Role.SYSTEM:
-            if message.content:
+            if _has_text(message.content):
                 system_texts.append(message.content)
             continue
         try:
@@ -268,6 +331,10 @@ def to_anthropic(
                 api_role, blocks = "user", _user_blocks(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index) from exc
+        if not blocks and not turns and role is Role.HUMAN:
+            # The window starts on this human message; without it the request would start
+            # with an assistant turn, which the API refuses: send it marked as empty.
+            blocks = [_text_block(EMPTY_HUMAN_TEXT)]
         if not blocks:
             continue
         if not turns and api_role != "user":
@@ -282,6 +349,7 @@ def to_anthropic(
             turns.append({"role": api_role, "content": blocks})
             first_index.append(index)
 
+    _thinking_of_current_loop_only(turns)
     _request_ids(turns)
     for position, turn in enumerate(turns):
         if turn["role"] == "user" and position > 0:

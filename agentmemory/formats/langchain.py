@@ -271,7 +271,15 @@ def _ai_from_langchain(message: AIMessage, *, fill_missing_ids: bool) -> ChatMes
     # Provider blocks (tool_use, thinking, reasoning) duplicate tool_calls or carry no answer text.
     text = _text(message.content, "ai", ignore_other_blocks=True)
     content = None if not text and calls else text
-    return ChatMessage.ai(content, calls, name=message.name or "")
+    # Anthropic thinking blocks (ChatAnthropic keeps them in the content list) are kept as
+    # ``from_anthropic_message`` keeps them: ``to_anthropic`` must send them back with the turn.
+    thinking = [
+        dict(block)
+        for block in (message.content if isinstance(message.content, list) else ())
+        if isinstance(block, Mapping) and block.get("type") in ("thinking", "redacted_thinking")
+    ]
+    metadata = {"thinking": thinking} if thinking else {}
+    return ChatMessage.ai(content, calls, name=message.name or "", metadata=metadata)
 
 
 def from_langchain_message(message: BaseMessage, *, fill_missing_ids: bool = False) -> ChatMessage:
@@ -287,8 +295,10 @@ def from_langchain_message(message: BaseMessage, *, fill_missing_ids: bool = Fal
         The ``ChatMessage``: a single text block is plain text, several blocks (texts, images,
         audio, files) are kept as ``parts``; for ``ai`` messages text blocks are joined with
         ``""`` and non-text blocks
-        are ignored (tool calls are read from ``tool_calls``) and content is ``None`` when the
-        message only calls tools; ``ToolMessage.status == "error"`` becomes
+        are ignored (tool calls are read from ``tool_calls``; Anthropic ``thinking`` and
+        ``redacted_thinking`` blocks are kept in ``metadata["thinking"]``, as
+        ``from_anthropic_message`` keeps them) and content is ``None`` when the message only
+        calls tools; ``ToolMessage.status == "error"`` becomes
         ``metadata["is_error"]``; ``name`` is kept.
 
     Raises:

@@ -7,6 +7,10 @@ moves existing conversations over: it recounts the rows counted by another count
 batches (one transaction per batch, so appends are never blocked for long), then the token
 counts of the summaries and the totals of the conversations it touched. Running it twice
 changes nothing the second time.
+
+A message is counted as it is stored (``count_message`` of ``to_chat_message()``), so the
+counter's rules apply whole: an ``ai`` message's thinking blocks are in its count. Counts
+made before that rule by the same counter are recounted with ``--all``.
 """
 
 from __future__ import annotations
