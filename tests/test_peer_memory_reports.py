@@ -326,6 +326,21 @@ def test_non_latin_and_emoji_facts_are_found_by_their_words(stored: str, query: 
     assert [f["content"] for f in body["facts"]] == [stored]
 
 
+def test_unspaced_query_terms_are_character_pairs_and_mix_with_indexed_words() -> None:
+    """google/adk-python#5601: how a CJK query is cut, and a query mixing scripts ranks the
+    fact holding both its CJK and its Latin words first."""
+    from agentmemory.recall.text import unspaced_terms
+
+    assert unspaced_terms(["东京出差", "flight", "京"]) == ["东京", "京出", "出差", "京"]
+    assert unspaced_terms(["flight", "2026"]) == []
+    km = KnowledgeMemory(UserFactory())
+    km.remember("东京 flight on Friday", "travel", persistent=True)
+    km.remember("东京 hotel booked", "travel", persistent=True)
+    km.remember("Flight to Oslo", "travel", persistent=True)
+    assert km.recall("东京 flight")[0].fact.content == "东京 flight on Friday"
+    assert {h.fact.content for h in km.recall("东京")} == {"东京 flight on Friday", "东京 hotel booked"}
+
+
 def test_non_ascii_content_is_stored_and_returned_verbatim() -> None:
     """langchain-ai/langgraph#5946: non-ASCII text was escaped into \\uXXXX sequences before
     it was embedded and searched, so the stored and searched text were not the user's."""
