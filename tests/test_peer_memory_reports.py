@@ -540,3 +540,40 @@ def test_conversation_search_is_scoped_to_the_owner_and_finds_cjk_words() -> Non
         PersistentChatHistory(conv).add_messages([ChatMessage.human(text), ChatMessage.ai("好的")])
     hits = search_messages("东京", owner=alice)
     assert [h.content for h in hits if h.relevance > 0] == ["我下周去东京出差"]
+
+
+# -- ownership of single facts, ranking boosts -----------------------------------------------
+
+
+def test_another_users_fact_cannot_be_changed_or_forgotten_by_id() -> None:
+    """ebongard/renfield#169: PATCH and DELETE of a memory by id did not check its owner, so
+    one user could edit or delete another user's memories."""
+    alice, bob = UserFactory(), UserFactory()
+    theirs = KnowledgeMemory(bob).store("Prefers tea", "food", True).fact
+    api = client_for(alice)
+    assert (
+        api.patch(f"/api/facts/{theirs.uuid}/", {"content": "Prefers coffee"}, format="json").status_code
+        == 404
+    )
+    assert api.delete(f"/api/facts/{theirs.uuid}/").status_code == 404
+    assert api.get(f"/api/facts/{theirs.uuid}/").status_code == 404
+    assert KnowledgeMemory(alice).forget(theirs.pk) == 0
+    assert KnowledgeMemory(alice).forget(theirs.uuid) == 0
+    assert list(Fact.objects.values_list("content", flat=True)) == ["Prefers tea"]
+
+
+def test_boosts_order_close_matches_but_never_bury_the_exact_one() -> None:
+    """MihaiBuilds/memory-vault#163 and bobmatnyc/trusty-tools#633: additive importance and
+    recency boosts (or ranking by importance) pushed the exact match below a wall of
+    important, recent, barely related memories. Importance still breaks a tie."""
+    km = KnowledgeMemory(UserFactory(), supersede_similarity=None, max_log_days=365)
+    km.store(
+        "Passport renewal office opens at nine", "errands", True, importance=0.5, now=T0 - timedelta(days=60)
+    )
+    for n in range(12):
+        km.store(f"Decision {n}: the office moves to floor {n}", "decisions", True, importance=1.0, now=T0)
+    hits = km.recall("passport renewal office", k=5, now=T0)
+    assert hits[0].fact.content == "Passport renewal office opens at nine"
+    km.store("Blood type: 0 negative", "health", True, importance=0.9, now=T0)
+    km.store("Favourite type of tea: green", "food", True, importance=0.1, now=T0)
+    assert [h.fact.category for h in km.recall("type", k=2, now=T0)] == ["health", "food"]
