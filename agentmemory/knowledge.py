@@ -715,8 +715,10 @@ class KnowledgeMemory:
         Long-term memory holds the live persistent facts grouped by category (most important
         first when they do not all fit); recent memory the newest ``max_context_entries``
         transient entries, oldest first. The whole block stays within ``max_context_tokens``
-        by the configured token counter; a section with nothing in it is left out, and an
-        empty memory gives "". Reading never changes a fact.
+        by the configured token counter: an entry too long for the tokens left is skipped and
+        the next ones still fill the rest (one long fact never empties the block). A section
+        with nothing in it is left out, and an empty memory gives "". Reading never changes a
+        fact.
         """
         counter = get_token_counter()
         budget = self.max_context_tokens
@@ -732,7 +734,8 @@ class KnowledgeMemory:
         for row in persistent:
             cost = counter.count_text(f"## {row[1]}\n- {_indented(row[2])}\n")
             if used + cost > budget:
-                break
+                # one fact too long for what is left must not keep out the smaller ones after it
+                continue
             kept.append(row)
             used += cost
         sections: list[str] = []
@@ -759,7 +762,7 @@ class KnowledgeMemory:
             )
             cost = counter.count_text(line + "\n")
             if used + cost > budget:
-                break
+                continue
             lines.append(line)
             used += cost
         if lines:

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 
-from agentmemory.recall.text import query_words
+from agentmemory.recall.text import query_words, unspaced_terms
 
 PG_CONFIG = "english"
 
@@ -215,6 +215,14 @@ def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, f
     words = query_words(query)
     if not words or limit <= 0:
         return []
+    terms = unspaced_terms(words)
+    found = _indexed(queryset, words, limit)
+    if terms:
+        found = _with_unspaced(found, _unspaced(queryset, terms), limit)
+    return found
+
+
+def _indexed(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
         if _is_fact(queryset):
@@ -238,6 +246,38 @@ def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, f
             # bm25() is lower for better matches; negate so that higher is better everywhere
             return [(pk, -float(score)) for pk, score in cursor.fetchall()]
     return _fallback(queryset, words, limit)
+
+
+#: most rows read by the substring match of a query in an unspaced script (newest first)
+MAX_UNSPACED_MATCHES = 2_000
+
+
+def _unspaced(queryset: QuerySet[Any], terms: Sequence[str]) -> dict[int, float]:
+    """Rows of ``queryset`` holding the character bigrams ``terms`` of a query in a script
+    written without spaces (see ``text.unspaced_terms``), with the share of the terms each
+    holds (0..1]. The index cannot find a word inside such a run, so this reads the scope's
+    rows that contain one (``LIKE``, not indexed: a scan of the scope, at most
+    ``MAX_UNSPACED_MATCHES`` rows, newest first)."""
+    match = Q()
+    for term in terms:
+        match |= Q(content__contains=term)
+    rows = queryset.filter(match).order_by("-pk").values_list("pk", "content")[:MAX_UNSPACED_MATCHES]
+    return {pk: sum(1 for t in terms if t in (content or "")) / len(terms) for pk, content in rows}
+
+
+def _with_unspaced(
+    found: list[tuple[int, float]], unspaced: dict[int, float], limit: int
+) -> list[tuple[int, float]]:
+    """The index's hits plus the substring matches: a row holding every bigram of the query
+    gains as much as the index's best hit (1.0 when the index found nothing)."""
+    if not unspaced:
+        return found
+    scale = max((score for _pk, score in found), default=0.0) or 1.0
+    scores = dict(found)
+    for pk, share in unspaced.items():
+        scores[pk] = scores.get(pk, 0.0) + share * scale
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+    return ranked[:limit]
 
 
 def _fallback(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
@@ -420,6 +460,8 @@ def recall_facts(
     words = query_words(query)
     if not words or candidates <= 0:
         return []
+    if unspaced_terms(words):
+        return None  # the substring match of ``search`` is not in the one statement
     from agentmemory.conf import app_settings
 
     conf = app_settings()

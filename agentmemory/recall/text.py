@@ -36,3 +36,24 @@ def query_words(query: str) -> list[str]:
             words.append(word)
     content = [w for w in words if w not in STOP_WORDS]
     return (content or words)[:MAX_QUERY_WORDS]
+
+
+# Scripts written without spaces between words: Thai, Hiragana and Katakana, Han (CJK
+# ideographs and their compatibility forms) and Hangul syllables (Korean spaces its phrases,
+# but particles cling to the word before them). The full-text tokenizers (SQLite's unicode61,
+# PostgreSQL's parser) take a whole run of them for one word, so a word inside it is never
+# found through the index.
+_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
+def unspaced_terms(words: list[str]) -> list[str]:
+    """The distinct character bigrams (a lone character stands for itself) of the runs of
+    unspaced scripts in ``words``, in order; at most ``MAX_QUERY_WORDS``. "东京出差" gives
+    "东京", "京出", "出差": found inside "我下周去东京出差" as in any other spelling of the
+    same words."""
+    terms: list[str] = []
+    for word in words:
+        for run in _UNSPACED.findall(word):
+            grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+            terms.extend(g for g in grams if g not in terms)
+    return terms[:MAX_QUERY_WORDS]
