@@ -41,7 +41,7 @@ from agentmemory.validation import text_problem
 
 logger = logging.getLogger("agentmemory.compaction")
 
-PROMPT_VERSION = "summary-v1"
+PROMPT_VERSION = "summary-v2"
 
 SUMMARY_INSTRUCTIONS = (
     "You maintain the running summary of a conversation between a user and an AI assistant that "
@@ -49,12 +49,14 @@ SUMMARY_INSTRUCTIONS = (
     "came after it. Write the updated summary: keep every fact, name, number, date, decision, "
     "preference, commitment and open question that later turns may need, and the outcome of tool "
     "calls that matter. Drop small talk. Write plain prose or short bullet points in the third "
-    "person, at most {max_tokens} tokens. Output only the summary."
+    "person, at most {max_tokens} tokens, in the same language as the conversation (the language "
+    "the user writes in; do not translate it, keep names and identifiers as written). Output only "
+    "the summary."
 )
 CONDENSE_INSTRUCTIONS = (
     "Shorten the following conversation summary to at most {max_tokens} tokens. Keep facts, "
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
-    "unlikely to need. Output only the shortened summary."
+    "unlikely to need. Keep the summary's language. Output only the shortened summary."
 )
 #: the lowest limit ``summary_token_budget`` sets (tokens): a shorter summary could hold
 #: little more than its framing (the offline label alone is about 15 tokens)

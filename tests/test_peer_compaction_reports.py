@@ -350,6 +350,26 @@ def test_the_summariser_sees_an_image_marker_not_its_base64() -> None:
     assert "[image]" in prompt and "chart of May" in prompt
 
 
+def test_the_summary_is_asked_for_in_the_conversation_language() -> None:
+    """anomalyco/opencode#20156: the compaction summary always came back in English, and the
+    agent went on in English after a compaction in a Portuguese conversation.
+
+    The summariser's instructions ask for the language the conversation is held in."""
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=LengthTokenCounter())
+    history.add_messages(
+        [
+            ChatMessage.human("Quero reservar uma mesa para quatro pessoas."),
+            ChatMessage.ai("Para que dia?"),
+            ChatMessage.human("Sexta-feira às oito."),
+        ]
+    )
+    llm = ScriptedChatModel(["O utilizador quer uma mesa para quatro pessoas."])
+    assert compactor(conv, llm).compact() is not None
+    instructions = (llm.calls[0][0][0].content or "").lower()
+    assert "same language as the conversation" in instructions
+
+
 def test_a_reply_with_tool_calls_stores_only_its_text() -> None:
     """strands-agents/harness-sdk#4402: the summariser's reply was re-sent as a message with
     its non-text blocks (reasoning, tool use), and the provider refused the next request.
