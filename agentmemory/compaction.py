@@ -355,15 +355,22 @@ class BaseMemoryCompactor:
         conv = self._conversation()
         return conv.summary if conv is not None else None
 
-    def needs_compaction(self, *, max_tokens: int | None = None) -> bool:
+    def needs_compaction(self, *, max_tokens: int | None = None, system_tokens: int | None = None) -> bool:
         """Whether a compaction is due: ``every_n_human`` human messages since the last
-        summary was made; or the messages the summary does not cover fill more than
-        ``COMPACTION_TRIGGER_RATIO`` (0.8) of ``max_tokens`` (default
+        summary was made; or the summary and the messages it does not cover fill more than
+        ``COMPACTION_TRIGGER_RATIO`` (0.8) of the room the system prompt leaves in a window
+        of ``max_tokens`` (default: the window of ``fit_to_window``, else
         ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``), so the next human message still finds
         room; or the conversation opens with messages before its first human message, which
         no window can start on; or a compaction was requested longer than
         ``COMPACTION_LEASE_SECONDS`` ago and has not completed (it failed, or its worker
-        died) and no live lease holds it. Reads the conversation row (one or two queries)."""
+        died) and no live lease holds it. Reads the conversation row (one to three queries).
+
+        The system prompt is never folded, so it is not counted as history (a large prompt
+        alone must not make every turn due), but the room it takes is left out of the window
+        (an agent's prompt that is not stored must not make the trigger late):
+        ``system_tokens`` (default: the one given to ``fit_to_window``, else the stored
+        pinned prompt's)."""
         conv = self._conversation()
         self.last_checked = conv
         if conv is None:
@@ -384,10 +391,26 @@ class BaseMemoryCompactor:
         if humans_after == self.keep_recent_human_turns:
             return False
         conf = app_settings()
-        budget = max_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        uncovered = conv.stored_tokens - (summary.tokens_covered if summary else 0)
+        budget = max_tokens or self.window_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        pinned = self._pinned_tokens(conv)
+        if system_tokens is None:
+            system_tokens = self.system_tokens if self.system_tokens is not None else pinned
+        # The pinned prompt is in ``stored_tokens`` but no summary can fold it.
+        uncovered = conv.stored_tokens - pinned - (summary.tokens_covered if summary else 0)
+        room = budget - system_tokens
         # Compact before the window is full, so the next human message still finds room.
-        return uncovered + (summary.token_count if summary else 0) > budget * conf.COMPACTION_TRIGGER_RATIO
+        return uncovered + (summary.token_count if summary else 0) > room * conf.COMPACTION_TRIGGER_RATIO
+
+    def _pinned_tokens(self, conv: Conversation) -> int:
+        """Tokens of the stored pinned system prompt (0 without one; one query with one)."""
+        if conv.pinned_seq is None:
+            return 0
+        tokens: int | None = (
+            Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
+            .values_list("token_count", flat=True)
+            .first()
+        )
+        return tokens or 0
 
     def _opens_without_human(self, conv: Conversation) -> bool:
         first_role = (
@@ -435,13 +458,7 @@ class BaseMemoryCompactor:
         window = self.window_tokens or app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         system = self.system_tokens
         if system is None:
-            system = 0
-            if conv.pinned_seq is not None:
-                system = (
-                    Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
-                    .values_list("token_count", flat=True)
-                    .first()
-                ) or 0
+            system = self._pinned_tokens(conv)
         return summary_token_budget(
             window, system_tokens=system, overhead=self.summary_tokens(""), cap=self.summary_token_cap
         )
@@ -1175,14 +1192,20 @@ def request_compaction(
         )
 
 
-def _needs(checker: Any, max_tokens: int | None) -> bool:
-    """``checker.needs_compaction()``, with ``max_tokens`` when its signature takes it."""
+def _needs(checker: Any, window: _Window) -> bool:
+    """``checker.needs_compaction()``, with the window's ``max_tokens`` and
+    ``system_tokens`` where its signature takes them (a subclass may predate either)."""
     method = checker.needs_compaction
     try:
-        takes_budget = "max_tokens" in inspect.signature(method).parameters
+        parameters = inspect.signature(method).parameters
     except (TypeError, ValueError):
-        takes_budget = True
-    return bool(method(max_tokens=max_tokens) if takes_budget else method())
+        parameters = {"max_tokens": None, "system_tokens": None}  # type: ignore[assignment]
+    kwargs: dict[str, Any] = {}
+    if "max_tokens" in parameters:
+        kwargs["max_tokens"] = window[0]
+    if "system_tokens" in parameters and window[1] is not None:
+        kwargs["system_tokens"] = window[1]
+    return bool(method(**kwargs))
 
 
 def _request(
@@ -1198,7 +1221,7 @@ def _request(
     if compactor is not None and compactor_class is None:
         compactor_class = type(compactor)
     checker = compactor or _resolve_class(compactor_class)(Conversation.objects, conversation_id, None)
-    due = _needs(checker, window[0])
+    due = _needs(checker, window)
     conv = getattr(checker, "last_checked", None)
     if conv is None or conv.pk != conversation_id:
         conv = Conversation.objects.filter(pk=conversation_id).first()

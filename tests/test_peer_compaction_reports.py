@@ -17,6 +17,7 @@ import pytest
 from django.db import connections
 from django.test import override_settings
 
+from agentmemory.agents import BaseToolCallingAgent
 from agentmemory.compaction import (
     LLMMemoryCompactor,
     request_compaction,
@@ -268,6 +269,61 @@ def test_a_long_summary_in_a_small_window_does_not_retrigger_every_turn() -> Non
 
 
 # --------------------------------------------------------------------------- the trigger
+
+
+def test_a_large_pinned_prompt_does_not_trigger_compaction_every_turn() -> None:
+    """pipecat-ai/pipecat#5505: the token trigger counted the system prompt, which summarising
+    never shrinks, so with a large prompt it fired on every turn without helping.
+
+    A pinned prompt that takes most of the window does not make a short history due: the
+    trigger compares what a summary can fold with the room the prompt leaves."""
+    counter = Words()
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=counter)
+    history.add_message(ChatMessage.system(words(850, "rule")))
+    comp = compactor(conv, ScriptedChatModel([]), counter, summarize_every_n_human=50)
+    for i in range(3):
+        history.add_messages(turns(1, start=i))
+        assert not comp.needs_compaction(max_tokens=1000), f"due after turn {i}"
+    # the history now outgrows the room beside the prompt: due
+    history.add_messages([ChatMessage.human(words(60, "q")), ChatMessage.ai(words(60, "a"))])
+    history.add_message(ChatMessage.human("next"))
+    assert comp.needs_compaction(max_tokens=1000)
+
+
+class PromptHeavyAgent(BaseToolCallingAgent, register=False):
+    NAME = "Prompt heavy"
+    AGENT_KEY = "prompt-heavy"
+    SYSTEM_PROMPT = words(600, "policy")
+    MEMORY_COMPACTOR_ENABLED = True
+    CONVERSATION_HISTORY_TOKEN_LIMIT = 1000
+
+
+def test_an_agent_prompt_that_is_not_stored_counts_in_the_trigger(django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    """pipecat-ai/pipecat#5505 (the other side of the same trigger): the trigger measured the
+    history against the whole window, as if the system prompt took no room.
+
+    An agent's 600-token prompt leaves 400 tokens of a 1,000-token window: a compaction is
+    requested after the turn whose history fills that room, before any window has to leave
+    stored messages out, not only once the history alone nears the whole window."""
+    settings = {
+        "TOKEN_COUNTER": "tests.test_peer_compaction_reports.Words",
+        "COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor",
+        "COMPACTION_MODE": "inline",
+        "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 50,
+    }
+    conv = Conversation.objects.create(agent_key="prompt-heavy")
+    with override_settings(AGENTMEMORY=settings):
+        agent = PromptHeavyAgent(llm=ScriptedChatModel([words(70, "answer")] * 10))
+        requested = []
+        for i in range(5):
+            with django_capture_on_commit_callbacks(execute=True):
+                requested.append(agent.run(conv, words(70, f"q{i}")).compaction_enqueued)
+    # each turn stores about 150 tokens: the third turn brings the history past 0.8 x 400
+    assert requested[:2] == [False, False]
+    assert True in requested[2:4]
+    window = ContextWindowBuilder(conv, token_counter=Words()).build(400)
+    assert window.summary_id is not None
 
 
 def test_an_image_does_not_inflate_the_count_that_triggers_compaction() -> None:
