@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, router, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agentmemory import signals
@@ -111,6 +111,24 @@ COMPACTION_MODES = ("auto", "celery", "inline", "off")
 #: 0.1 s later, so a dead broker costs an append a fraction of a second, not Celery's
 #: default of several seconds of reconnecting.
 ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2}
+
+#: The longest pause of the sweep before it retries a conversation whose compaction runs keep
+#: failing (seconds); see ``retry_delay``.
+FAILED_RETRY_MAX_SECONDS = 6 * 3600
+
+
+def retry_delay(failures: int) -> float:
+    """How long the sweep waits after the ``failures``-th failed compaction run in a row of
+    a conversation before it tries again (seconds). A first failure is retried by the next
+    sweep (a one-off 503 passes); from the second on the pause doubles from two lease
+    periods: ``COMPACTION_LEASE_SECONDS * 2**(failures - 1)``, at most
+    ``FAILED_RETRY_MAX_SECONDS``. A summariser that keeps refusing (a permanent model error,
+    a summary rejected every time) is then asked a few times a day, not on every sweep; a
+    new turn still asks at once (its new messages may be what helps)."""
+    if failures <= 1:
+        return 0.0
+    lease = app_settings().COMPACTION_LEASE_SECONDS
+    return float(min(lease * 2 ** min(failures - 1, 32), FAILED_RETRY_MAX_SECONDS))
 
 
 # --------------------------------------------------------------------------- results
@@ -832,15 +850,19 @@ def _mark_done(conversation_id: int, since: Any) -> None:
 
 
 def _clear_error(conversation_id: int) -> None:
-    Conversation.objects.filter(pk=conversation_id).exclude(compaction_error="").update(
-        compaction_error="", compaction_failed_at=None
-    )
+    Conversation.objects.filter(pk=conversation_id).filter(
+        ~Q(compaction_error="") | Q(compaction_failures__gt=0)
+    ).update(compaction_error="", compaction_failed_at=None, compaction_failures=0)
 
 
-def record_compaction_failure(conversation_id: int, error: BaseException | str) -> str:
+def record_compaction_failure(
+    conversation_id: int, error: BaseException | str, *, failed_run: bool = False
+) -> str:
     """Write why a compaction could not be started or failed on the conversation
     (``compaction_error``, ``compaction_failed_at``) and keep its request pending, so the
     sweep and the next trigger pick it up. Never raises (a failure to record is logged).
+    ``failed_run``: a compaction run failed (the model or its summary, not the broker):
+    ``compaction_failures`` counts it, and the sweep backs off (``retry_delay``).
 
     Returns:
         The recorded text.
@@ -849,9 +871,10 @@ def record_compaction_failure(conversation_id: int, error: BaseException | str) 
     text = text[:2000]
     try:
         now = timezone.now()
-        Conversation.objects.filter(pk=conversation_id).update(
-            compaction_error=text, compaction_failed_at=now
-        )
+        changes: dict[str, Any] = {"compaction_error": text, "compaction_failed_at": now}
+        if failed_run:
+            changes["compaction_failures"] = F("compaction_failures") + 1
+        Conversation.objects.filter(pk=conversation_id).update(**changes)
         Conversation.objects.filter(pk=conversation_id, compaction_requested_at__isnull=True).update(
             compaction_requested_at=now
         )
@@ -1513,7 +1536,7 @@ def run_compaction(
         run = compactor.run()
     except Exception as exc:
         logger.warning("compaction of conversation %s failed: %s", conversation_id, exc)
-        record_compaction_failure(conversation_id, exc)
+        record_compaction_failure(conversation_id, exc, failed_run=True)
         _finished(compactor, conversation_id, "failed", started, None, f"{type(exc).__name__}: {exc}")
         raise
     _finished(compactor, conversation_id, run.status, started, run, "")
@@ -1551,11 +1574,15 @@ def _finished(
     signals.compaction_finished.send(sender=type(compactor), **fields)
 
 
-def pending_compactions(*, include_due: bool = False, limit: int | None = None) -> list[int]:
+def pending_compactions(
+    *, include_due: bool = False, limit: int | None = None, backoff: bool = True
+) -> list[int]:
     """Ids of conversations whose requested compaction has not run (requested more than
     ``COMPACTION_LEASE_SECONDS`` ago, or failed) and that no live lease holds, oldest
     request first; with ``include_due`` also every conversation for which a compaction is
-    due now (reads every conversation: for the management command, not for a beat task)."""
+    due now (reads every conversation: for the management command, not for a beat task).
+    With ``backoff`` (the default), a conversation whose runs failed ``n`` times in a row is
+    left out until ``retry_delay(n)`` has passed since the last failure."""
     now = timezone.now()
     grace = now - timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
     free = Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now)
@@ -1566,11 +1593,24 @@ def pending_compactions(*, include_due: bool = False, limit: int | None = None) 
             | (Q(compaction_requested_at__isnull=False) & ~Q(compaction_error=""))
         )
         .order_by("compaction_requested_at")
-        .values_list("pk", flat=True)
+        .values_list("pk", "compaction_failures", "compaction_failed_at")
     )
-    ids = list(qs[:limit] if limit else qs)
+    ids: list[int] = []
+    waiting: set[int] = set()
+    for pk, failures, failed_at in qs.iterator():
+        if (
+            backoff
+            and failures
+            and failed_at is not None
+            and failed_at > now - timedelta(seconds=retry_delay(failures))
+        ):
+            waiting.add(pk)  # failed again and again: not before its pause is over
+            continue
+        ids.append(pk)
+        if limit and len(ids) >= limit:
+            break
     if include_due:
-        seen = set(ids)
+        seen = set(ids) | waiting
         cls = _resolve_class(None)
         for pk in Conversation.objects.filter(free).order_by("pk").values_list("pk", flat=True).iterator():
             if pk not in seen and cls(Conversation.objects, pk, None).needs_compaction():
@@ -1586,10 +1626,12 @@ def sweep(
     include_due: bool = False,
     limit: int | None = None,
     progress: Callable[[int, str], None] | None = None,
+    backoff: bool = True,
 ) -> dict[str, int]:
     """Pick up requested-but-not-run compactions (see ``pending_compactions``): enqueue
     them (``enqueue=True``; default when the mode is "celery") or run them here, one
-    bounded run each, continuing a backlog while runs are partial.
+    bounded run each, continuing a backlog while runs are partial. ``backoff=False`` also
+    takes conversations whose failing runs are pausing (``retry_delay``).
 
     Returns:
         Counts by outcome: ``{"enqueued": n, "stored": n, "failed": n, ...}``.
@@ -1597,7 +1639,7 @@ def sweep(
     if enqueue is None:
         enqueue = compaction_mode() == "celery"
     counts: dict[str, int] = {}
-    for pk in pending_compactions(include_due=include_due, limit=limit):
+    for pk in pending_compactions(include_due=include_due, limit=limit, backoff=backoff):
         if enqueue:
             outcome = "enqueued" if enqueue_compaction(pk, only_if_needed=False) is None else "failed"
             if outcome == "enqueued":

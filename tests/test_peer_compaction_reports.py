@@ -10,18 +10,19 @@ agent and the converters. Contents are neutral.
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 import threading
+from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
+from django.db.models import F
 from django.test import override_settings
 
 from agentmemory.agents import BaseToolCallingAgent
-from agentmemory.compaction import (
-    LLMMemoryCompactor,
-    request_compaction,
-)
+from agentmemory.compaction import LLMMemoryCompactor, pending_compactions, request_compaction, sweep
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, TransientLLMError
 from agentmemory.formats.anthropic import to_anthropic
@@ -607,6 +608,57 @@ def test_a_failed_first_compaction_leaves_the_conversation_whole(django_capture_
     assert stored_rows(conv) == before and not Summary.objects.filter(conversation=conv).exists()
     window = ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100)
     assert window.first_seq == 1 and window.summary_id is None
+
+
+def test_a_summariser_that_keeps_failing_is_not_called_on_every_sweep() -> None:
+    """obra/episodic-memory#109 (related obra/episodic-memory#122): a summary that failed for
+    good was attempted again on every sync, re-burning the same failing calls day after day.
+
+    A compaction whose summariser is refused each time is retried with growing pauses: a
+    sweep every minute for ten minutes asks the model a few times, not ten. A run asked for
+    by hand still goes at once, and a success ends the pauses."""
+    conv = Conversation.objects.create()
+    history = PersistentChatHistory(conv, token_counter=LengthTokenCounter())
+    history.add_messages([*turns(4), ChatMessage.human("q4")])
+    refusal = LLMRefusalError("declined", finish_reason="content_filter")
+    llm = ScriptedChatModel([refusal] * 20)
+    ScriptHolder.current = llm
+    settings = {
+        "COMPACTION_LLM": "tests.helpers_concurrency.scripted_model",
+        "COMPACTION_MODE": "inline",
+        "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 4,
+        "COMPACTION_LEASE_SECONDS": 60,
+    }
+
+    def minute_passes() -> None:
+        minute = timedelta(seconds=60)
+        Conversation.objects.filter(pk=conv.pk).update(
+            compaction_failed_at=F("compaction_failed_at") - minute,
+            compaction_requested_at=F("compaction_requested_at") - minute,
+        )
+
+    try:
+        with override_settings(AGENTMEMORY=settings):
+            request_compaction(conv.pk, wait=1, reason="turn")
+            assert len(llm.calls) == 1
+            for _ in range(10):  # the beat schedule: a sweep every minute
+                minute_passes()
+                sweep(enqueue=False)
+            calls = len(llm.calls)
+            # the request, then the sweeps of minutes 1, 3 and 7 (pauses of 2, 4, 8 minutes)
+            assert calls == 4, f"{calls} summariser calls in ten sweeps"
+            conv.refresh_from_db()
+            assert conv.compaction_failures == calls and conv.compaction_requested_at is not None
+            assert "LLMRefusalError" in conv.compaction_error
+            assert conv.pk not in pending_compactions()  # pausing
+            assert conv.pk in pending_compactions(backoff=False)
+            ScriptHolder.current = ScriptedChatModel(["S: four questions answered"])
+            call_command("compact_conversations", stdout=io.StringIO())  # by hand: at once
+    finally:
+        ScriptHolder.current = None
+    conv.refresh_from_db()
+    assert conv.summary is not None and conv.summary.text == "S: four questions answered"
+    assert (conv.compaction_failures, conv.compaction_error, conv.compaction_failed_at) == (0, "", None)
 
 
 # --------------------------------------------------------------------------- races
