@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, router, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agentmemory import signals
@@ -41,7 +41,7 @@ from agentmemory.validation import text_problem
 
 logger = logging.getLogger("agentmemory.compaction")
 
-PROMPT_VERSION = "summary-v1"
+PROMPT_VERSION = "summary-v2"
 
 SUMMARY_INSTRUCTIONS = (
     "You maintain the running summary of a conversation between a user and an AI assistant that "
@@ -49,12 +49,14 @@ SUMMARY_INSTRUCTIONS = (
     "came after it. Write the updated summary: keep every fact, name, number, date, decision, "
     "preference, commitment and open question that later turns may need, and the outcome of tool "
     "calls that matter. Drop small talk. Write plain prose or short bullet points in the third "
-    "person, at most {max_tokens} tokens. Output only the summary."
+    "person, at most {max_tokens} tokens, in the same language as the conversation (the language "
+    "the user writes in; do not translate it, keep names and identifiers as written). Output only "
+    "the summary."
 )
 CONDENSE_INSTRUCTIONS = (
     "Shorten the following conversation summary to at most {max_tokens} tokens. Keep facts, "
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
-    "unlikely to need. Output only the shortened summary."
+    "unlikely to need. Keep the summary's language. Output only the shortened summary."
 )
 #: the lowest limit ``summary_token_budget`` sets (tokens): a shorter summary could hold
 #: little more than its framing (the offline label alone is about 15 tokens)
@@ -109,6 +111,24 @@ COMPACTION_MODES = ("auto", "celery", "inline", "off")
 #: 0.1 s later, so a dead broker costs an append a fraction of a second, not Celery's
 #: default of several seconds of reconnecting.
 ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2}
+
+#: The longest pause of the sweep before it retries a conversation whose compaction runs keep
+#: failing (seconds); see ``retry_delay``.
+FAILED_RETRY_MAX_SECONDS = 6 * 3600
+
+
+def retry_delay(failures: int) -> float:
+    """How long the sweep waits after the ``failures``-th failed compaction run in a row of
+    a conversation before it tries again (seconds). A first failure is retried by the next
+    sweep (a one-off 503 passes); from the second on the pause doubles from two lease
+    periods: ``COMPACTION_LEASE_SECONDS * 2**(failures - 1)``, at most
+    ``FAILED_RETRY_MAX_SECONDS``. A summariser that keeps refusing (a permanent model error,
+    a summary rejected every time) is then asked a few times a day, not on every sweep; a
+    new turn still asks at once (its new messages may be what helps)."""
+    if failures <= 1:
+        return 0.0
+    lease = app_settings().COMPACTION_LEASE_SECONDS
+    return float(min(lease * 2 ** min(failures - 1, 32), FAILED_RETRY_MAX_SECONDS))
 
 
 # --------------------------------------------------------------------------- results
@@ -353,15 +373,22 @@ class BaseMemoryCompactor:
         conv = self._conversation()
         return conv.summary if conv is not None else None
 
-    def needs_compaction(self, *, max_tokens: int | None = None) -> bool:
+    def needs_compaction(self, *, max_tokens: int | None = None, system_tokens: int | None = None) -> bool:
         """Whether a compaction is due: ``every_n_human`` human messages since the last
-        summary was made; or the messages the summary does not cover fill more than
-        ``COMPACTION_TRIGGER_RATIO`` (0.8) of ``max_tokens`` (default
+        summary was made; or the summary and the messages it does not cover fill more than
+        ``COMPACTION_TRIGGER_RATIO`` (0.8) of the room the system prompt leaves in a window
+        of ``max_tokens`` (default: the window of ``fit_to_window``, else
         ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``), so the next human message still finds
         room; or the conversation opens with messages before its first human message, which
         no window can start on; or a compaction was requested longer than
         ``COMPACTION_LEASE_SECONDS`` ago and has not completed (it failed, or its worker
-        died) and no live lease holds it. Reads the conversation row (one or two queries)."""
+        died) and no live lease holds it. Reads the conversation row (one to three queries).
+
+        The system prompt is never folded, so it is not counted as history (a large prompt
+        alone must not make every turn due), but the room it takes is left out of the window
+        (an agent's prompt that is not stored must not make the trigger late):
+        ``system_tokens`` (default: the one given to ``fit_to_window``, else the stored
+        pinned prompt's)."""
         conv = self._conversation()
         self.last_checked = conv
         if conv is None:
@@ -382,10 +409,26 @@ class BaseMemoryCompactor:
         if humans_after == self.keep_recent_human_turns:
             return False
         conf = app_settings()
-        budget = max_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        uncovered = conv.stored_tokens - (summary.tokens_covered if summary else 0)
+        budget = max_tokens or self.window_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        pinned = self._pinned_tokens(conv)
+        if system_tokens is None:
+            system_tokens = self.system_tokens if self.system_tokens is not None else pinned
+        # The pinned prompt is in ``stored_tokens`` but no summary can fold it.
+        uncovered = conv.stored_tokens - pinned - (summary.tokens_covered if summary else 0)
+        room = budget - system_tokens
         # Compact before the window is full, so the next human message still finds room.
-        return uncovered + (summary.token_count if summary else 0) > budget * conf.COMPACTION_TRIGGER_RATIO
+        return uncovered + (summary.token_count if summary else 0) > room * conf.COMPACTION_TRIGGER_RATIO
+
+    def _pinned_tokens(self, conv: Conversation) -> int:
+        """Tokens of the stored pinned system prompt (0 without one; one query with one)."""
+        if conv.pinned_seq is None:
+            return 0
+        tokens: int | None = (
+            Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
+            .values_list("token_count", flat=True)
+            .first()
+        )
+        return tokens or 0
 
     def _opens_without_human(self, conv: Conversation) -> bool:
         first_role = (
@@ -433,13 +476,7 @@ class BaseMemoryCompactor:
         window = self.window_tokens or app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         system = self.system_tokens
         if system is None:
-            system = 0
-            if conv.pinned_seq is not None:
-                system = (
-                    Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
-                    .values_list("token_count", flat=True)
-                    .first()
-                ) or 0
+            system = self._pinned_tokens(conv)
         return summary_token_budget(
             window, system_tokens=system, overhead=self.summary_tokens(""), cap=self.summary_token_cap
         )
@@ -813,15 +850,19 @@ def _mark_done(conversation_id: int, since: Any) -> None:
 
 
 def _clear_error(conversation_id: int) -> None:
-    Conversation.objects.filter(pk=conversation_id).exclude(compaction_error="").update(
-        compaction_error="", compaction_failed_at=None
-    )
+    Conversation.objects.filter(pk=conversation_id).filter(
+        ~Q(compaction_error="") | Q(compaction_failures__gt=0)
+    ).update(compaction_error="", compaction_failed_at=None, compaction_failures=0)
 
 
-def record_compaction_failure(conversation_id: int, error: BaseException | str) -> str:
+def record_compaction_failure(
+    conversation_id: int, error: BaseException | str, *, failed_run: bool = False
+) -> str:
     """Write why a compaction could not be started or failed on the conversation
     (``compaction_error``, ``compaction_failed_at``) and keep its request pending, so the
     sweep and the next trigger pick it up. Never raises (a failure to record is logged).
+    ``failed_run``: a compaction run failed (the model or its summary, not the broker):
+    ``compaction_failures`` counts it, and the sweep backs off (``retry_delay``).
 
     Returns:
         The recorded text.
@@ -830,9 +871,10 @@ def record_compaction_failure(conversation_id: int, error: BaseException | str) 
     text = text[:2000]
     try:
         now = timezone.now()
-        Conversation.objects.filter(pk=conversation_id).update(
-            compaction_error=text, compaction_failed_at=now
-        )
+        changes: dict[str, Any] = {"compaction_error": text, "compaction_failed_at": now}
+        if failed_run:
+            changes["compaction_failures"] = F("compaction_failures") + 1
+        Conversation.objects.filter(pk=conversation_id).update(**changes)
         Conversation.objects.filter(pk=conversation_id, compaction_requested_at__isnull=True).update(
             compaction_requested_at=now
         )
@@ -1177,14 +1219,20 @@ def request_compaction(
         )
 
 
-def _needs(checker: Any, max_tokens: int | None) -> bool:
-    """``checker.needs_compaction()``, with ``max_tokens`` when its signature takes it."""
+def _needs(checker: Any, window: _Window) -> bool:
+    """``checker.needs_compaction()``, with the window's ``max_tokens`` and
+    ``system_tokens`` where its signature takes them (a subclass may predate either)."""
     method = checker.needs_compaction
     try:
-        takes_budget = "max_tokens" in inspect.signature(method).parameters
+        parameters = inspect.signature(method).parameters
     except (TypeError, ValueError):
-        takes_budget = True
-    return bool(method(max_tokens=max_tokens) if takes_budget else method())
+        parameters = {"max_tokens": None, "system_tokens": None}  # type: ignore[assignment]
+    kwargs: dict[str, Any] = {}
+    if "max_tokens" in parameters:
+        kwargs["max_tokens"] = window[0]
+    if "system_tokens" in parameters and window[1] is not None:
+        kwargs["system_tokens"] = window[1]
+    return bool(method(**kwargs))
 
 
 def _request(
@@ -1200,7 +1248,7 @@ def _request(
     if compactor is not None and compactor_class is None:
         compactor_class = type(compactor)
     checker = compactor or _resolve_class(compactor_class)(Conversation.objects, conversation_id, None)
-    due = _needs(checker, window[0])
+    due = _needs(checker, window)
     conv = getattr(checker, "last_checked", None)
     if conv is None or conv.pk != conversation_id:
         conv = Conversation.objects.filter(pk=conversation_id).first()
@@ -1492,7 +1540,7 @@ def run_compaction(
         run = compactor.run()
     except Exception as exc:
         logger.warning("compaction of conversation %s failed: %s", conversation_id, exc)
-        record_compaction_failure(conversation_id, exc)
+        record_compaction_failure(conversation_id, exc, failed_run=True)
         _finished(compactor, conversation_id, "failed", started, None, f"{type(exc).__name__}: {exc}")
         raise
     _finished(compactor, conversation_id, run.status, started, run, "")
@@ -1530,11 +1578,15 @@ def _finished(
     signals.compaction_finished.send(sender=type(compactor), **fields)
 
 
-def pending_compactions(*, include_due: bool = False, limit: int | None = None) -> list[int]:
+def pending_compactions(
+    *, include_due: bool = False, limit: int | None = None, backoff: bool = True
+) -> list[int]:
     """Ids of conversations whose requested compaction has not run (requested more than
     ``COMPACTION_LEASE_SECONDS`` ago, or failed) and that no live lease holds, oldest
     request first; with ``include_due`` also every conversation for which a compaction is
-    due now (reads every conversation: for the management command, not for a beat task)."""
+    due now (reads every conversation: for the management command, not for a beat task).
+    With ``backoff`` (the default), a conversation whose runs failed ``n`` times in a row is
+    left out until ``retry_delay(n)`` has passed since the last failure."""
     now = timezone.now()
     grace = now - timedelta(seconds=app_settings().COMPACTION_LEASE_SECONDS)
     free = Q(compaction_lease__isnull=True) | Q(compaction_lease_expires_at__lt=now)
@@ -1545,11 +1597,24 @@ def pending_compactions(*, include_due: bool = False, limit: int | None = None) 
             | (Q(compaction_requested_at__isnull=False) & ~Q(compaction_error=""))
         )
         .order_by("compaction_requested_at")
-        .values_list("pk", flat=True)
+        .values_list("pk", "compaction_failures", "compaction_failed_at")
     )
-    ids = list(qs[:limit] if limit else qs)
+    ids: list[int] = []
+    waiting: set[int] = set()
+    for pk, failures, failed_at in qs.iterator():
+        if (
+            backoff
+            and failures
+            and failed_at is not None
+            and failed_at > now - timedelta(seconds=retry_delay(failures))
+        ):
+            waiting.add(pk)  # failed again and again: not before its pause is over
+            continue
+        ids.append(pk)
+        if limit and len(ids) >= limit:
+            break
     if include_due:
-        seen = set(ids)
+        seen = set(ids) | waiting
         cls = _resolve_class(None)
         for pk in Conversation.objects.filter(free).order_by("pk").values_list("pk", flat=True).iterator():
             if pk not in seen and cls(Conversation.objects, pk, None).needs_compaction():
@@ -1565,10 +1630,12 @@ def sweep(
     include_due: bool = False,
     limit: int | None = None,
     progress: Callable[[int, str], None] | None = None,
+    backoff: bool = True,
 ) -> dict[str, int]:
     """Pick up requested-but-not-run compactions (see ``pending_compactions``): enqueue
     them (``enqueue=True``; default when the mode is "celery") or run them here, one
-    bounded run each, continuing a backlog while runs are partial.
+    bounded run each, continuing a backlog while runs are partial. ``backoff=False`` also
+    takes conversations whose failing runs are pausing (``retry_delay``).
 
     Returns:
         Counts by outcome: ``{"enqueued": n, "stored": n, "failed": n, ...}``.
@@ -1576,7 +1643,7 @@ def sweep(
     if enqueue is None:
         enqueue = compaction_mode() == "celery"
     counts: dict[str, int] = {}
-    for pk in pending_compactions(include_due=include_due, limit=limit):
+    for pk in pending_compactions(include_due=include_due, limit=limit, backoff=backoff):
         if enqueue:
             outcome = "enqueued" if enqueue_compaction(pk, only_if_needed=False) is None else "failed"
             if outcome == "enqueued":

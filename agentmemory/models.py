@@ -193,6 +193,15 @@ class Conversation(models.Model):
     compaction_failed_at = models.DateTimeField(
         _("compaction failed at"), null=True, blank=True, editable=False
     )
+    compaction_failures = models.PositiveIntegerField(
+        _("failed compaction runs"),
+        default=0,
+        editable=False,
+        help_text=_(
+            "Compaction runs that failed in a row since the last success; the sweep waits "
+            "longer before each retry."
+        ),
+    )
     retention_days = models.PositiveIntegerField(
         _("retention (days)"),
         null=True,

@@ -119,6 +119,7 @@ class ConversationAdmin(CheckedQueryAdmin):
         "compaction_requested_at",
         "compaction_error",
         "compaction_failed_at",
+        "compaction_failures",
         "created_at",
         "updated_at",
     )
@@ -149,6 +150,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                     "compaction_requested_at",
                     "compaction_error",
                     "compaction_failed_at",
+                    "compaction_failures",
                 )
             },
         ),

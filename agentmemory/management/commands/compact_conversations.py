@@ -51,7 +51,11 @@ class Command(BaseCommand):
             if only is None:
                 raise CommandError(f"no conversation {options['conversation']}")
         if options["dry_run"]:
-            ids = [only] if only is not None else pending_compactions(include_due=options["all"], limit=limit)
+            ids = (
+                [only]
+                if only is not None
+                else pending_compactions(include_due=options["all"], limit=limit, backoff=False)
+            )
             for pk in ids:
                 self.stdout.write(f"would compact conversation {pk}")
             self.stdout.write(f"{len(ids)} conversations to compact")
@@ -71,8 +75,13 @@ class Command(BaseCommand):
             progress(only, outcome)
             counts = {outcome: 1}
         else:
+            # Asked for by hand: conversations whose failing runs are pausing are tried too.
             counts = sweep(
-                enqueue=options["enqueue"], include_due=options["all"], limit=limit, progress=progress
+                enqueue=options["enqueue"],
+                include_due=options["all"],
+                limit=limit,
+                progress=progress,
+                backoff=False,
             )
         summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "nothing to do"
         self.stdout.write(summary)
