@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError
+from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError, TransientLLMError
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role
@@ -1503,6 +1503,7 @@ def run_compaction(
     only_if_needed: bool = False,
     llm: ChatModel | None = None,
     system_tokens: int | None = None,
+    count_transient: bool = True,
 ) -> CompactionRun:
     """One bounded compaction run of a conversation, as the task, inline requests and the
     ``compact_conversations`` command do it; a failure is recorded on the conversation
@@ -1518,6 +1519,9 @@ def run_compaction(
         llm: the summariser; default ``get_compaction_llm()``.
         system_tokens: tokens of a system prompt sent with every window but not stored;
             default: the stored pinned prompt, if any.
+        count_transient: whether a ``TransientLLMError`` counts as a failed run for the
+            sweep's pause (``compaction_failures``, ``retry_delay``); the Celery task passes
+            ``False`` while it will retry itself, so that one task's retries count once.
 
     Returns:
         The ``CompactionRun``.
@@ -1540,7 +1544,8 @@ def run_compaction(
         run = compactor.run()
     except Exception as exc:
         logger.warning("compaction of conversation %s failed: %s", conversation_id, exc)
-        record_compaction_failure(conversation_id, exc, failed_run=True)
+        counted = count_transient or not isinstance(exc, TransientLLMError)
+        record_compaction_failure(conversation_id, exc, failed_run=counted)
         _finished(compactor, conversation_id, "failed", started, None, f"{type(exc).__name__}: {exc}")
         raise
     _finished(compactor, conversation_id, run.status, started, run, "")

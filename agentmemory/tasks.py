@@ -64,6 +64,9 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     from agentmemory.compaction import BUSY, PARTIAL, enqueue_compaction, run_compaction
     from agentmemory.exceptions import InvalidSummaryError, PermanentLLMError
 
+    # A transient error this task retries is one failure of the sweep's count, not one per try.
+    request = self.request
+    last_try = request.is_eager or request.called_directly or request.retries >= self.max_retries
     try:
         run = run_compaction(
             conversation_id,
@@ -71,6 +74,7 @@ def compact_conversation(  # type: ignore[no-untyped-def]
             max_tokens=max_tokens,
             only_if_needed=only_if_needed,
             system_tokens=system_tokens,
+            count_transient=last_try,
         )
         while run.status == PARTIAL and self.request.is_eager:
             run = run_compaction(

@@ -176,6 +176,8 @@ def test_llm_failing_on_every_try_retries_with_backoff_then_records_and_tries_ag
     assert "timed out" in conv.compaction_error and conv.compaction_failed_at is not None
     assert conv.summary_id == previous.pk  # the previous summary stays in force
     assert conv.compaction_requested_at is not None  # and the request stays for the next trigger
+    # One task giving up after its retries is one failed run for the sweep's pause, not six.
+    assert conv.compaction_failures == 1
 
     fail_flag.unlink()
     settled = _wait(lambda: sweep(enqueue=True).get("enqueued", 0) >= 1, 4 * LEASE + 30, "the sweep")
