@@ -12,8 +12,10 @@ report directory):
 2. A body the schema calls valid can still be refused for what is stored or for how its
    items fit together: a tool result that answers no pending call, a tool call id already
    pending or repeated, a message whose ``content`` is not its ``parts``' text (equality
-   of two fields is beyond JSON Schema), a fact that is no longer in force (a PATCH that changes the seeded
-   fact's content supersedes it, so later ones find it history), an import document whose
+   of two fields is beyond JSON Schema), a usage range whose ``until`` is earlier than its
+   ``since`` (two query parameters compared), a fact that is no longer in force (a PATCH
+   that changes the seeded fact's content supersedes it, so later ones find it history), an
+   import document whose
    counters, seqs or tool exchanges disagree (``IMPORT_RULES``) or whose message breaks a
    role's rule; and a context window whose stored messages do
    not fit the budget asked (the documented 422), and a PATCH of a fact no longer in force (the
@@ -41,6 +43,7 @@ STATE_RULES = (
     "is not in force",  # PATCH of a fact that a change superseded
     "is not a live fact of this scope",  # supersedes names no fact in force
     "give content or parts, not both",  # content that differs from its parts' text
+    "Must not be earlier than since.",  # /api/usage/ with until < since
 )
 #: what the 400 of a schema-valid import document says when its rows disagree with each
 #: other (agentmemory.transfer checks them together; the schema describes each row alone)
