@@ -318,6 +318,7 @@ class PgVectorRanking:
 
     def _distances(self, queryset: QuerySet[Any], limit: int | None) -> list[tuple[int, float]]:
         from django.db import connections, transaction
+        from django.db.models import F, Func, IntegerField
         from django.db.models.functions import Cast
         from pgvector.django import CosineDistance, VectorField
 
@@ -330,6 +331,10 @@ class PgVectorRanking:
         rows = (
             vector_model._default_manager.using(queryset.db)
             .filter(model=self.backend.embedder.model, **{f"{fk}__in": queryset.order_by().values("pk")})
+            # only vectors of the query's length (the model may have given another length
+            # before): the index's predicate, and no cast of a row of another length
+            .alias(dims=Func(F("vector"), function="vector_dims", output_field=IntegerField()))
+            .filter(dims=dims)
             .annotate(
                 distance=CosineDistance(
                     Cast("vector", output_field=VectorField(dimensions=dims)), self.query_vector

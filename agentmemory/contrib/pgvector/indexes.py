@@ -6,10 +6,13 @@ vectors of several lengths in one column::
 
     CREATE INDEX ... ON agentmemory_pgvector_factvector
         USING hnsw ((vector::vector(384)) vector_cosine_ops) WITH (m = 16, ef_construction = 64)
-        WHERE model = 'all-MiniLM-L6-v2-int8'
+        WHERE model = 'all-MiniLM-L6-v2-int8' AND vector_dims(vector) = 384
 
-A query uses it when it orders by ``vector::vector(384) <=> query`` with ``model = ...`` in
-its filter, which is what ``PgVectorBackend`` sends. The index is created the first time
+A query uses it when it orders by ``vector::vector(384) <=> query`` with ``model = ...`` and
+``vector_dims(vector) = 384`` in its filter, which is what ``PgVectorBackend`` sends. The
+length is part of the predicate because one model name can give vectors of another length
+(the ``dimensions`` option of OpenAI's text-embedding-3 models): rows of the old length
+would make the cast fail, in the index build and in a scan. The index is created the first time
 vectors of a model are stored (``ensure_hnsw_index``; ``rebuild_recall_index`` does it too).
 """
 
@@ -74,7 +77,7 @@ def _create_index_sql(
         f"ON {editor.quote_name(vector_model._meta.db_table)} "
         f"USING hnsw ((vector::vector({int(dimensions)})) vector_cosine_ops) "
         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
-        f"WHERE model = {editor.quote_value(embedding_model)}"
+        f"WHERE model = {editor.quote_value(embedding_model)} AND vector_dims(vector) = {int(dimensions)}"
     )
 
 
@@ -94,7 +97,13 @@ def ensure_hnsw_index(
         exists = cursor.fetchone() is not None
     if not exists:
         with connection.schema_editor() as editor:
+            # Rows written to the table earlier in this transaction leave their deferred
+            # foreign-key checks pending, and PostgreSQL refuses CREATE INDEX on a table with
+            # pending trigger events: run the checks now (they would run at commit anyway),
+            # then defer again (Django makes its foreign keys INITIALLY DEFERRED).
+            editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             editor.execute(_create_index_sql(editor, vector_model, embedding_model, dimensions))
+            editor.execute("SET CONSTRAINTS ALL DEFERRED")
     if not connection.in_atomic_block:  # remembered once it can no longer be rolled back
         _known_indexes.add(key)
     return not exists
