@@ -44,8 +44,8 @@ from agentmemory.recall.backends import (
     mirror_vectors,
 )
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.scope import MAX_ID, MemoryScope, MemoryScopeError
-from agentmemory.validation import text_problem
+from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+from agentmemory.validation import MAX_ID, text_problem
 
 __all__ = [
     "FactHit",

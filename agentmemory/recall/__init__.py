@@ -32,8 +32,9 @@ from agentmemory.recall.backends import (
     ranking_for,
 )
 from agentmemory.recall.dates import Period, periods_in, without_dates
-from agentmemory.recall.scope import MAX_ID, MemoryScope, MemoryScopeError, owner_id_of
+from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
 from agentmemory.recall.text import query_words
+from agentmemory.validation import MAX_ID
 
 logger = logging.getLogger("agentmemory.recall")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmemory.exceptions import AgentMemoryError
-from agentmemory.validation import text_problem
+from agentmemory.validation import MAX_ID, text_problem
 
 __all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of"]
 
@@ -16,10 +16,6 @@ class MemoryScopeError(AgentMemoryError, ValueError):
     saved user). Every fact and every searched message belongs to one user; an unscoped
     call could reach another user's memory, so it is refused (the peer bug report behind this
     rule: mem0ai/mem0#3928, a user's ``delete_all`` that wiped every user's memories)."""
-
-
-#: the largest id a database column of ids holds (a signed 64-bit integer)
-MAX_ID = 2**63 - 1
 
 
 def owner_id_of(owner: Any) -> int:
