@@ -226,7 +226,11 @@ class Conversation(models.Model):
         verbose_name_plural = _("conversations")
         ordering = ["-updated_at", "-id"]
         indexes = [
-            models.Index(fields=["owner", "-updated_at"], name="agentmemory_conv_owner_idx"),
+            # No index holds ``updated_at``: every append moves it, and on PostgreSQL an
+            # update that changes an indexed column cannot be a heap-only (HOT) update, so
+            # each append would also write a new entry into every index of this table
+            # (about twice the work of the append itself). A user's conversations are found
+            # by the ``owner`` index and sorted.
             # The compaction sweep looks for pending requests every minute: only the few
             # conversations with one are in this index.
             models.Index(

@@ -128,6 +128,35 @@ def test_appending_thousands_of_messages_is_one_insert_on_postgresql(django_asse
     assert Message.objects.filter(conversation=conv).count() == 2_000
 
 
+@pytest.mark.postgres
+def test_appends_change_the_conversation_row_in_place_on_postgresql() -> None:
+    # Every append moves the conversation's counters and ``updated_at``. When none of the
+    # columns it changes is indexed, PostgreSQL updates the row heap-only (HOT): no new entry
+    # in any of the table's indexes. An index on ``updated_at`` (say, for listing) would
+    # double the cost of every append; this pins that no such index comes back.
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+
+    def updates() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_stat_get_xact_tuples_updated(%s::regclass), "
+                "pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+                [Conversation._meta.db_table] * 2,
+            )
+            return cursor.fetchone()
+
+    before = updates()
+    history.add_message(ChatMessage.system("You are terse."))
+    history.add_message(ChatMessage.human("weather?"))
+    history.add_message(ChatMessage.ai(None, [ToolCall(id="c1", name="weather", arguments={})]))
+    history.add_message(ChatMessage.tool("sunny", tool_call_id="c1"))
+    history.add_messages([ChatMessage.ai("Sunny."), ChatMessage.human("thanks")])
+    updated, hot = (after - start for after, start in zip(updates(), before, strict=True))
+    assert updated == 5
+    assert hot == updated
+
+
 def test_exchange_with_many_results_is_still_constant_cost(history) -> None:  # type: ignore[no-untyped-def]
     calls = [ToolCall(id=f"c{i}", name="t", arguments={"i": i}) for i in range(40)]
     batch = [ChatMessage.human("q"), ChatMessage.ai(None, calls)]
