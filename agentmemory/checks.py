@@ -262,6 +262,16 @@ def _context_problems(conf: Any) -> list[Error | Warning]:
                 id="agentmemory.E022",
             )
         )
+    if not isinstance(conf.PREPARED_STATEMENTS, bool):
+        problems.append(
+            Error(
+                "AGENTMEMORY['PREPARED_STATEMENTS'] must be True or False, "
+                f"not {conf.PREPARED_STATEMENTS!r}.",
+                hint="True prepares the context window's statements once per PostgreSQL connection; "
+                "False sends them as text every time (for a transaction pooler such as PgBouncer).",
+                id="agentmemory.E024",
+            )
+        )
     return problems
 
 

@@ -141,6 +141,13 @@ class AgentMemorySettings:
     #: those without an owner), not only their own; facts and search stay the requester's own
     API_STAFF_SEES_ALL_CONVERSATIONS: bool = False
 
+    #: on PostgreSQL with psycopg 3, prepare the statements of the context window's reads and
+    #: of single appends once per connection (parsed once, planned once); False sends them as
+    #: text every time.
+    #: Also off for a database with DISABLE_SERVER_SIDE_CURSORS or an explicit
+    #: OPTIONS["prepare_threshold"] = None (a transaction pooler such as PgBouncer)
+    PREPARED_STATEMENTS: bool = True
+
     #: record every model call (agent chat calls with the window they sent, summariser and
     #: embedding calls) in ``ModelCall`` with its token usage
     RECORD_MODEL_CALLS: bool = True

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.db import statement_cursor
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
@@ -608,7 +609,7 @@ def _append_one_postgresql(
     else:
         # validated: no tool calls and no tool_call_id on this message
         sql = _sql_text(_PLAIN_APPEND_ONE_SQL, f"plain-one-{role.value}", **_PLAIN_ROLE_LITERALS[role])
-    with connections[using].cursor() as cursor:
+    with statement_cursor(using) as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchone()
     if returned is None:

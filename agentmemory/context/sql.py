@@ -23,6 +23,7 @@ from django.db.models import Case, When
 from django.db.models.fields.json import KeyTransform
 
 from agentmemory.context.packing import _META_FIELDS, RowMeta
+from agentmemory.db import statement_cursor
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
 
@@ -442,7 +443,7 @@ def read_head(
     }
     if capped:
         params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
-    with connections[alias].cursor() as cursor:
+    with statement_cursor(alias) as cursor:
         cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
         rows = cursor.fetchall()
     # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
@@ -581,7 +582,7 @@ class TailReader:
         params["upper"] = upper
         if self.cap is not None:
             params.update(tool=Role.TOOL.value, cap=self.cap)
-        with connections[self.using].cursor() as cursor:
+        with statement_cursor(self.using) as cursor:
             cursor.execute(_next_page_sql(self.using, capped=self.cap is not None), params)
             return cursor.fetchall()
 
@@ -700,7 +701,7 @@ def read_uncovered(
     messages whose calls await a result): ``(count, tokens, seqs)``, the seqs newest
     first and at most ``listed`` of them (count and tokens are exact). One statement on
     the ``(conversation, seq)`` index."""
-    with connections[alias].cursor() as cursor:
+    with statement_cursor(alias) as cursor:
         cursor.execute(
             _uncovered_sql(alias, pending=len(pending_exchanges)),
             [conversation_id, after, before, Role.TOOL.value, *pending_exchanges, listed],
@@ -784,7 +785,6 @@ def read_gap_probe(
     the summary's span and covered tokens,
     the orphaned tool results with ``seq < before`` (on the partial index that holds only
     them) and the AI messages at ``pending_exchanges``."""
-    conn = connections[alias]
     params: dict[str, Any] = {
         "id": conversation_id,
         "system": Role.SYSTEM.value,
@@ -793,7 +793,7 @@ def read_gap_probe(
         "pinned": pinned_seq,
     }
     params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
-    with conn.cursor() as cursor:
+    with statement_cursor(alias) as cursor:
         cursor.execute(_gap_probe_sql(alias, pending=len(pending_exchanges)), params)
         rows = cursor.fetchall()
     head: tuple[Any, ...] = (None, None, None, None)

@@ -1,0 +1,171 @@
+"""Cursors for the statements agentmemory runs on every model call, prepared once per
+database connection on PostgreSQL.
+
+Building a context window and appending one message run the same few statements each time
+with other values. PostgreSQL parses and plans a statement sent as text on every execution,
+and for the window's head statement (the conversation row, its summary, its pinned prompt
+and the newest page of messages) that is more than half of the database's work. A prepared statement is parsed
+once per connection and, after five executions, run on a generic plan that PostgreSQL keeps
+(``plan_cache_mode``), so a worker or a persistent web connection (``CONN_MAX_AGE``) pays
+for planning once.
+
+``statement_cursor(alias)`` gives such a cursor on PostgreSQL with psycopg 3 (the parameters
+are bound on the server and every statement is prepared, psycopg's ``prepare=True``), and
+Django's ordinary cursor everywhere else. Either way it is Django's cursor wrapper: queries
+are logged under ``DEBUG``, counted by ``CaptureQueriesContext`` and
+``django_assert_num_queries``, pass through ``connection.execute_wrapper()`` hooks, and
+raise Django's database errors.
+
+Statements are not prepared when:
+
+* ``AGENTMEMORY["PREPARED_STATEMENTS"]`` is ``False``;
+* the database's settings turn them off the way Django's documentation describes for a
+  transaction pooler such as PgBouncer: ``DISABLE_SERVER_SIDE_CURSORS = True``, or
+  ``OPTIONS["prepare_threshold"] = None`` written out (Django's default leaves the key out);
+* the driver is psycopg2, or the database is not PostgreSQL;
+* a prepared statement was found stale on the connection (below).
+
+A prepared statement that the server no longer knows (a pooler handed the client another
+server session) or whose cached plan no longer returns the same columns (a migration
+changed a column's type while the connection stayed open) fails once. From then on nothing
+more is prepared on that connection (a new connection prepares again). Outside a
+transaction the failed statement is run again as text, so the caller sees nothing; inside
+one the error is raised, as any database error is, and the transaction must be rolled back.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connections
+
+from agentmemory.conf import app_settings
+
+#: ``prepare_threshold`` given to a connection Django opened with prepared statements off
+#: (Django's default, ``None``): psycopg then prepares only the statements executed with
+#: ``prepare=True``, which is how this module executes them, and never another.
+_EXPLICIT_ONLY = 2**31 - 1
+
+#: SQLSTATE of "prepared statement ... does not exist"
+_UNKNOWN_STATEMENT = "26000"
+#: SQLSTATE of "cached plan must not change result type" (feature not supported)
+_PLAN_CHANGED = "0A000"
+
+_cursor_class: Any = None
+
+#: psycopg connections on which a prepared statement was found stale
+_unprepared: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class _Composed:
+    """A statement with its values in place, where Django's query log looks for it."""
+
+    __slots__ = ("query",)
+
+    def __init__(self, text: str) -> None:
+        self.query = text.encode()
+
+
+def prepares_statements(alias: str) -> bool:
+    """Whether ``statement_cursor(alias)`` prepares its statements (see the module's doc)."""
+    conn = connections[alias]
+    if conn.vendor != "postgresql" or app_settings().PREPARED_STATEMENTS is not True:
+        return False
+    if conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return False
+    options = conn.settings_dict.get("OPTIONS") or {}
+    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
+def _preparing_cursor_class() -> Any:
+    """Django's server-side binding cursor for psycopg 3, executing every statement with
+    ``prepare=True``; made on first use so that psycopg is imported only on PostgreSQL."""
+    global _cursor_class
+    if _cursor_class is None:
+        import psycopg
+        from django.db.backends.postgresql.base import ServerBindingCursor
+        from psycopg.pq import TransactionStatus
+
+        base: Any = ServerBindingCursor
+
+        class PreparingCursor(base):  # type: ignore[misc]
+            #: set when Django logs queries (``DEBUG``, ``CaptureQueriesContext``)
+            log_queries = False
+
+            def execute(self, query: Any, params: Any = None, *, prepare: Any = None, **kwargs: Any) -> Any:
+                try:
+                    result = super().execute(query, params, prepare=True, **kwargs)
+                except psycopg.Error as exc:
+                    stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
+                        exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)
+                    )
+                    if not stale:
+                        raise
+                    # The server's statements are not what psycopg remembers: prepare
+                    # nothing more on this connection.
+                    _unprepared.add(self.connection)
+                    if self.connection.info.transaction_status != TransactionStatus.IDLE:
+                        raise
+                    result = super().execute(query, params, prepare=False, **kwargs)
+                if self.log_queries:
+                    # Django's query log takes the text of a query from the cursor as psycopg
+                    # composed it for client-side binding: compose it so, values in place.
+                    self._query = _Composed(psycopg.ClientCursor(self.connection).mogrify(query, params))
+                return result
+
+        _cursor_class = PreparingCursor
+    return _cursor_class
+
+
+@contextmanager
+def statement_cursor(alias: str) -> Iterator[Any]:
+    """A Django cursor on ``alias`` whose statements are prepared on the server where
+    ``prepares_statements(alias)``; ``connections[alias].cursor()`` otherwise.
+
+    Parameters are written as for any Django cursor (``%s`` or ``%(name)s``); on PostgreSQL
+    they are sent apart from the statement, so a value can only stand where SQL accepts a
+    parameter (not for a table name or inside a quoted literal).
+    """
+    conn = connections[alias]
+    if not prepares_statements(alias):
+        with conn.cursor() as cursor:
+            yield cursor
+        return
+    # What ``BaseDatabaseWrapper._cursor()`` does, with psycopg's server-side binding
+    # cursor in place of the connection's client-side one.
+    conn.close_if_health_check_failed()
+    conn.ensure_connection()
+    raw = conn.connection
+    if raw in _unprepared:
+        with conn.cursor() as cursor:
+            yield cursor
+        return
+    with conn.wrap_database_errors:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _EXPLICIT_ONLY
+        cursor = _preparing_cursor_class()(raw)
+        cursor.log_queries = conn.queries_logged
+        _use_connection_time_zone(conn, cursor)
+    conn.validate_thread_sharing()
+    wrapped = conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
+    with wrapped:
+        yield wrapped
+
+
+def _use_connection_time_zone(conn: Any, cursor: Any) -> None:
+    """Timestamps loaded in the connection's time zone, as Django's ``create_cursor`` does
+    for its own cursors."""
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    tzloader = conn.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+    if conn.timezone != tzloader.timezone:
+        register_tzloader(conn.timezone, cursor)
