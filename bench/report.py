@@ -15,12 +15,14 @@ SHORT = {
     "langchain_sql": "LC SQLChatMessageHistory",
     "langchain_postgres": "LC PostgresChatMessageHistory",
     "lower_bound": "lower bound (1 SQL query)",
+    "lower_bound_prepared": "lower bound, prepared",
     "agentmemory_report": "agentmemory, gap report",
 }
 #: names of the single-append approaches
 APPEND_SHORT = {
     "agentmemory": "agentmemory",
     "raw_sql": "raw SQL bound (1 statement)",
+    "raw_sql_prepared": "raw SQL bound, prepared",
     "django_naive": "Django naive ORM insert",
     "langchain_postgres": "LC PostgresChatMessageHistory",
     "langchain_sql": "LC SQLChatMessageHistory",
@@ -67,6 +69,21 @@ def ratios(summary: Mapping[str, Any]) -> dict[str, Any]:
     if out["builds"]:
         out["build_median"] = max(r["median"] for r in out["builds"].values())
         out["build_p95"] = max(r["p95"] for r in out["builds"].values())
+    # Beside the targets: the same ratios against the raw statements prepared once, as
+    # agentmemory prepares its own (``AGENTMEMORY["PREPARED_STATEMENTS"]``).
+    prepared = {
+        size: {
+            "median": row["agentmemory"]["median_ms"] / row["lower_bound_prepared"]["median_ms"],
+            "p95": row["agentmemory"]["p95_ms"] / row["lower_bound_prepared"]["p95_ms"],
+        }
+        for size, row in summary["build"].items()
+        if "agentmemory" in row and "lower_bound_prepared" in row
+    }
+    if prepared:
+        out["prepared_builds"] = prepared
+        out["prepared_build_median"] = max(r["median"] for r in prepared.values())
+        out["prepared_build_p95"] = max(r["p95"] for r in prepared.values())
+    out["prepared_append"] = (summary.get("appends") or {}).get("append_ratio_prepared")
     report = {
         size: {
             "median": row["agentmemory_report"]["ratio_to_lower_bound"],
@@ -97,6 +114,19 @@ def ratio_lines(summary: Mapping[str, Any]) -> list[str]:
             f"build median {r['build_median']:.2f} / p95 {r['build_p95']:.2f} of raw "
             f"(targets {BUILD_MEDIAN_TARGET} / {BUILD_P95_TARGET}; worst of {per})"
         )
+    if r.get("prepared_build_median") is not None or r.get("prepared_append") is not None:
+        parts = []
+        if r.get("prepared_append") is not None:
+            parts.append(f"append {r['prepared_append']:.2f}")
+        if r.get("prepared_build_median") is not None:
+            per = ", ".join(
+                f"H={int(size):,} {v['median']:.2f} / {v['p95']:.2f}"
+                for size, v in r["prepared_builds"].items()
+            )
+            parts.append(
+                f"build median {r['prepared_build_median']:.2f} / p95 {r['prepared_build_p95']:.2f} ({per})"
+            )
+        lines.append("against the raw statements prepared too: " + "; ".join(parts))
     if r.get("report_median") is not None:
         per = ", ".join(
             f"H={int(size):,} {v['median']:.2f} / {v['p95']:.2f}" for size, v in r["report_builds"].items()
@@ -293,7 +323,7 @@ def plot(summary: Mapping[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
     ax = axes[0][0]
     sizes = [int(s) for s in summary["build"]]
-    markers = dict(zip(SHORT, ("o", "s", "^", "v", "D", "x"), strict=False))
+    markers = dict(zip(SHORT, ("o", "s", "^", "v", "D", "d", "x"), strict=True))
     for key in SHORT:
         points = [(s, summary["build"][str(s)][key]) for s in sizes if key in summary["build"][str(s)]]
         if not points:

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection
 
+from agentmemory.db import statement_cursor
 from agentmemory.messages import ChatMessage, ToolCall
 from bench.approaches import APPROACHES, LOWER_BOUND, Approach, explain_difference, window_key
 from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Dataset, Target
@@ -156,7 +157,7 @@ def time_builds(
 
 
 #: approaches that read only the tail of a conversation
-TAIL_READERS = ("agentmemory", LOWER_BOUND, "agentmemory_report")
+TAIL_READERS = ("agentmemory", LOWER_BOUND, "lower_bound_prepared", "agentmemory_report")
 
 
 def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
@@ -286,7 +287,14 @@ FROM c
 """
 
 #: the approaches of the single-append comparison, in the order of each round
-APPEND_APPROACHES = ("agentmemory", "raw_sql", "django_naive", "langchain_postgres", "langchain_sql")
+APPEND_APPROACHES = (
+    "agentmemory",
+    "raw_sql",
+    "raw_sql_prepared",
+    "django_naive",
+    "langchain_postgres",
+    "langchain_sql",
+)
 
 
 def time_appends(
@@ -317,17 +325,18 @@ def time_appends(
     counts = [counter.count_message(m) for m in singles_msgs]
     lc_singles = _to_langchain(singles_msgs)
     out: dict[str, Any] = {}
-    conversations = [_scratch_conversation() for _ in range(4)]  # singles, raw, naive, bulk
+    # singles, raw, naive, bulk, raw prepared
+    conversations = [_scratch_conversation() for _ in range(5)]
     history = PersistentChatHistory(conversations[0])
-    raw_id, naive_id = conversations[1].pk, conversations[2].pk
+    raw_id, naive_id, raw_prepared_id = conversations[1].pk, conversations[2].pk, conversations[4].pk
 
     def agentmemory_append(i: int) -> None:
         history.add_message(singles_msgs[i])
 
-    def raw_append(i: int) -> None:
+    def raw_params(i: int, conversation_id: int) -> dict[str, Any]:
         message = singles_msgs[i]
-        params = {
-            "conversation": raw_id,
+        return {
+            "conversation": conversation_id,
             "role": message.role.value,
             "content": message.content,
             "tool_calls": json.dumps([c.to_dict() for c in message.tool_calls]),
@@ -336,8 +345,14 @@ def time_appends(
             "tokens": counts[i],
             "counter": counter.id,
         }
+
+    def raw_append(i: int) -> None:
         with connection.cursor() as cur:
-            cur.execute(RAW_APPEND_SQL, params)
+            cur.execute(RAW_APPEND_SQL, raw_params(i, raw_id))
+
+    def raw_prepared_append(i: int) -> None:
+        with statement_cursor("default") as cur:
+            cur.execute(RAW_APPEND_SQL, raw_params(i, raw_prepared_id))
 
     def naive_append(i: int) -> None:
         message = singles_msgs[i]
@@ -356,6 +371,7 @@ def time_appends(
     appenders: dict[str, Callable[[int], None]] = {
         "agentmemory": agentmemory_append,
         "raw_sql": raw_append,
+        "raw_sql_prepared": raw_prepared_append,
         "django_naive": naive_append,
     }
     lc = _LangChainStores()
@@ -385,6 +401,10 @@ def time_appends(
             _delete_conversation(conv.pk)
     raw = out["raw_sql"]["single"]["median_ms"]
     out["append_ratio"] = out["agentmemory"]["single"]["median_ms"] / raw
+    # The same statement prepared once, as agentmemory prepares its own (shown beside it).
+    out["append_ratio_prepared"] = (
+        out["agentmemory"]["single"]["median_ms"] / out["raw_sql_prepared"]["single"]["median_ms"]
+    )
     out["gc"] = GC_POLICY
     for key in APPEND_APPROACHES:
         stats = out[key]

@@ -33,6 +33,7 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
             "langchain_sql",
             "langchain_postgres",
             "lower_bound",
+            "lower_bound_prepared",
             "agentmemory_report",
         }
         windows = {(s["window_messages"], s["first_seq"], s["window_tokens"]) for s in row.values()}
@@ -48,7 +49,14 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     assert summary["queries_per_report_build"] == 2
     assert summary["appends"]["agentmemory"]["bulk"]["messages"] == 2_000
     appends = summary["appends"]
-    for key in ("agentmemory", "raw_sql", "django_naive", "langchain_postgres", "langchain_sql"):
+    for key in (
+        "agentmemory",
+        "raw_sql",
+        "raw_sql_prepared",
+        "django_naive",
+        "langchain_postgres",
+        "langchain_sql",
+    ):
         assert appends[key]["single"]["n"] == 50, key
     assert appends["append_ratio"] == pytest.approx(
         appends["agentmemory"]["single"]["median_ms"] / appends["raw_sql"]["single"]["median_ms"]
@@ -61,6 +69,12 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     assert f"append {ratios['append']:.2f} of raw (target <= 1.5)" in report
     assert f"build median {ratios['build_median']:.2f} / p95 {ratios['build_p95']:.2f} of raw" in report
     assert f"build with the default gap report median {ratios['report_median']:.2f}" in report
+    # beside the targets, the ratios against the same raw statements prepared too
+    assert ratios["prepared_append"] == pytest.approx(
+        appends["agentmemory"]["single"]["median_ms"] / appends["raw_sql_prepared"]["single"]["median_ms"]
+    )
+    assert set(ratios["prepared_builds"]) == {"200", "2000"}
+    assert f"against the raw statements prepared too: append {ratios['prepared_append']:.2f}" in report
     assert "GC: automatic GC on" in report
     assert json.loads(out_json.read_text())["targets"] == summary["targets"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
