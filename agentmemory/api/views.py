@@ -192,6 +192,35 @@ class AppAPIView:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
 
 
+def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Response:
+    """The 400 for a batch body with keys beside ``messages``, such as a whole provider
+    request copied as it is (``model``, ``tools``, Anthropic's top-level ``system``): those
+    are not messages, and storing the ``messages`` alone would silently drop them. Each key
+    is named in ``fields``; nothing is stored."""
+    extra = sorted(str(key) for key in body if key != "messages")
+    reason = (
+        f'a batch is {{"messages": [...]}} and nothing else; unknown key(s): {", ".join(extra)} '
+        "(request parameters such as model or tools are not stored)"
+    )
+    if "system" in extra:
+        reason += (
+            "; store a system prompt as a system message: the first message of a conversation, "
+            "when it is a system message, is its pinned system prompt"
+        )
+        if message_format == s.ANTHROPIC:
+            reason += " (Anthropic messages have no system role: append it in the native format)"
+    return Response(
+        {
+            "error": "invalid_message",
+            "detail": reason,
+            "index": None,
+            "reason": reason,
+            "fields": {key: ["unknown key beside 'messages'"] for key in extra},
+        },
+        status=status.HTTP_400_BAD_REQUEST,
+    )
+
+
 def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Response:
     """A 400 in the API's error shape for a refused message: ``invalid_message`` with its
     ``index`` and ``reason``, and ``fields`` naming the field at fault by its path in the
@@ -494,6 +523,8 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
             # Django's ``QueryDict.dict()`` and DRF's form fields take it.
             body = body.dict()
         batch = isinstance(body, dict) and set(body) == {"messages"}
+        if isinstance(body, dict) and "messages" in body and not batch:
+            return batch_extra_keys_response(body, message_format(request))
         items = body["messages"] if batch else [body]
         if not isinstance(items, list):
             return invalid_message_response(InvalidMessageError("'messages' must be a list"), batch=True)
