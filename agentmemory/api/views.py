@@ -117,7 +117,10 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
     if raw is None:
         return default
     if not _DIGITS.fullmatch(raw):
-        raise serializers.ValidationError({name: ["Must be a whole number."]})
+        minimum = 1 if name == "max_tokens" else 0
+        raise serializers.ValidationError(
+            {name: [f"Must be a whole number of {minimum} or more, in ASCII digits (no sign or exponent)."]}
+        )
     value = int(raw) if len(raw) <= 18 else None  # more digits: over any ceiling
     minimum = 1 if name == "max_tokens" else 0
     if value is not None and value < minimum:
