@@ -518,8 +518,9 @@ def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             Warning(
                 "CELERY_BROKER_URL is set but the Celery app tasks bind to has no broker URL: no "
                 "celery.py loads the Django settings, so compactions run inline.",
-                hint="Add the celery.py of the README's 'Using it in your project' section and import "
-                "its app in your project's __init__.py, or set AGENTMEMORY['COMPACTION_MODE'] = 'inline'.",
+                hint="Add the celery.py of the README's 'Celery' section (under 'Using agentmemory in "
+                "your project') and import its app in your project's __init__.py, or set "
+                "AGENTMEMORY['COMPACTION_MODE'] = 'inline'.",
                 id="agentmemory.W005",
             )
         )

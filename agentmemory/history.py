@@ -291,10 +291,16 @@ class PersistentChatHistory:
             pending = dict(conv.pending_tool_calls or {})
             if not pending:
                 return []
-            ordered = [call.tool_call_id for call in conv.pending_calls(using=using)]
+            # Each result carries its call's tool name, as the agent's own results do, so the
+            # admin, the API and converters that name results (LangChain, transcripts) show it.
+            names = {call.tool_call_id: call.name for call in conv.pending_calls(using=using)}
+            ordered = list(names)
             # Ids whose AI message is gone (data written around the history) still get an answer.
             ordered += sorted(set(pending) - set(ordered), key=lambda call_id: (pending[call_id], call_id))
-            results = [ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id) for call_id in ordered]
+            results = [
+                ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id, name=names.get(call_id, ""))
+                for call_id in ordered
+            ]
             try:
                 return self.add_messages(results)
             except InvalidMessageError:

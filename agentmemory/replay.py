@@ -552,6 +552,9 @@ def replay_through_agent(
         plan = plan_turns(transcript.messages)
 
         class ReplayAgent(BaseToolCallingAgent, register=False):
+            # The transcript's agent, as the plain replay stores it: the admin's agent filter,
+            # the API's ?agent_key= and the usage per agent find these conversations too.
+            AGENT_KEY = transcript.agent_key[:100]
             SYSTEM_PROMPT = plan.prompt.text if plan.prompt is not None else "You are a helpful assistant."
             MEMORY_COMPACTOR_ENABLED = True
             CONVERSATION_HISTORY_TOKEN_LIMIT = budget
@@ -564,7 +567,9 @@ def replay_through_agent(
                 return ToolOutcome(recorded)
 
         agent = ReplayAgent(llm=ScriptedChatModel())
-        conversation = agent.start_conversation(owner=owner, title=transcript.title[:200])
+        conversation = agent.start_conversation(
+            owner=owner, title=transcript.title[:200], metadata=transcript.metadata
+        )
         cid = conversation.pk
         report.conversations += 1
         report.conversation_ids.append(cid)

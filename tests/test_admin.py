@@ -172,6 +172,23 @@ def test_context_window_page_shows_what_the_model_sees(admin_client, chat):  # t
     assert f"{window.first_seq} &ndash; {window.last_seq}" in body
 
 
+def test_context_window_page_says_where_the_system_prompt_comes_from(admin_client, chat, admin_user):  # type: ignore[no-untyped-def]
+    body = admin_client.get(url("conversation_context", chat.pk)).content.decode()
+    assert "pinned at seq 1" in body
+    # After clear() the pinned prompt is the first message stored again, whatever its seq.
+    history = PersistentChatHistory(chat)
+    history.clear()
+    history.add_messages([ChatMessage.system("Be brief."), ChatMessage.human("hi")])
+    body = admin_client.get(url("conversation_context", chat.pk)).content.decode()
+    assert "pinned at seq 9" in body
+    # An agent's conversation stores no prompt: the page says so instead of showing none.
+    bare = Conversation.objects.create(owner=admin_user, agent_key="support")
+    PersistentChatHistory(bare).add_messages([ChatMessage.human("hi")])
+    body = admin_client.get(url("conversation_context", bare.pk)).content.decode()
+    assert "stores no system prompt" in body
+    assert "pinned at seq" not in body
+
+
 def test_context_window_page_marks_truncated_copies(admin_client, chat, settings):  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"OVERSIZED_MESSAGE_POLICY": "truncate"}
     PersistentChatHistory(chat).add_messages([ChatMessage.human("long " * 600)])

@@ -101,6 +101,24 @@ def test_transcript_shows_the_conversation_with_roles_calls_results_and_summary_
     assert "1 pending tool call" in body
 
 
+def test_transcript_marks_tool_results_that_report_an_error(admin_client, booking):  # type: ignore[no-untyped-def]
+    PersistentChatHistory(booking).cancel_pending_tool_calls("the client disconnected")  # seq 11
+    history = PersistentChatHistory(booking)
+    history.add_messages(
+        [
+            ChatMessage.human("Try once more."),
+            ChatMessage.ai(None, tool_calls=[ToolCall(id="call_2", name="cancel_reservation", arguments={})]),
+            # an agent's failed run: marked in the metadata whatever the text says
+            ChatMessage.tool("Reservation locked", tool_call_id="call_2", metadata={"error": True}),
+        ]
+    )
+    body = admin_client.get(url("conversation_change", booking.pk)).content.decode()
+    assert "am-badge-error" in _block(body, 'id="msg-11"', "</li>")
+    assert "am-badge-error" in _block(body, 'id="msg-14"', "</li>")
+    for ok in ("msg-6", "msg-7"):
+        assert "am-badge-error" not in _block(body, f'id="{ok}"', "</li>")
+
+
 def test_transcript_escapes_stored_text(admin_client, booking):  # type: ignore[no-untyped-def]
     PersistentChatHistory(booking).add_messages(
         [ChatMessage.tool("<script>alert(1)</script>", tool_call_id="call_cancel", name="cancel_reservation")]

@@ -382,6 +382,43 @@ def test_bad_input_is_a_400_naming_the_message_and_nothing_is_stored(
     assert (conv.message_count, conv.last_seq) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("query", "body", "keys", "words"),
+    [
+        # a whole Chat Completions request copied as it is
+        (
+            "?message_format=openai",
+            {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "tools": []},
+            ["model", "tools"],
+            "not stored",
+        ),
+        # a whole Anthropic request: its system prompt would be lost
+        (
+            "?message_format=anthropic",
+            {"system": "You are terse.", "messages": [{"role": "user", "content": "hi"}]},
+            ["system"],
+            "append it in the native format",
+        ),
+        (
+            "",
+            {"system": "You are terse.", "messages": [{"role": "human", "content": "hi"}]},
+            ["system"],
+            "pinned",
+        ),
+    ],
+)
+def test_a_batch_with_keys_beside_messages_is_refused_naming_them(api, user, query, body, keys, words):  # type: ignore[no-untyped-def]
+    conv = make_conversation(user)
+    response = api.post(conv_url(conv, "messages/") + query, body, format="json")
+    assert response.status_code == 400
+    data = response.json()
+    assert data["error"] == "invalid_message"
+    assert data["index"] is None
+    assert sorted(data["fields"]) == keys
+    assert words in data["detail"]
+    assert Message.objects.filter(conversation=conv).count() == 0
+
+
 def test_message_list_pages_in_seq_order_with_a_cursor(api, user, django_assert_max_num_queries):  # type: ignore[no-untyped-def]
     conv = make_conversation(user)
     history = PersistentChatHistory(conv)

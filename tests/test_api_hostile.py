@@ -352,6 +352,44 @@ def test_content_beside_parts_is_refused_unless_it_is_their_text(api, conv):  # 
         api.post(url(conv, "messages/"), {"role": "ai", "content": "ok"}, format="json")
 
 
+def test_the_browsable_api_form_creates_a_conversation_with_its_metadata(api, user) -> None:  # type: ignore[no-untyped-def]
+    # The HTML form of /api/conversations/ offers "{}" as the metadata, not "null" (refused).
+    page = api.get("/api/conversations/", HTTP_ACCEPT="text/html").content.decode()
+    assert '<textarea name="metadata"' in page
+    assert "null</textarea>" not in page and "{}</textarea>" in page
+    # What the form posts: each field's text, the metadata as JSON text.
+    created = api.post(
+        "/api/conversations/",
+        urlencode({"agent_key": "support", "title": "from the form", "metadata": '{"channel": "web"}'}),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert created.status_code == 201, created.content
+    assert Conversation.objects.get(uuid=created.json()["uuid"]).metadata == {"channel": "web"}
+    assert (
+        api.post(
+            "/api/conversations/", {"title": "multipart", "metadata": "{}"}, format="multipart"
+        ).status_code
+        == 201
+    )
+    before = Conversation.objects.count()
+    for text, words in [
+        ("null", "not null"),
+        ("[1]", "not an array"),
+        ("{oops", "not JSON"),
+        ("[" * 5000, "not JSON"),
+    ]:
+        body = assert_error(
+            api.post(
+                "/api/conversations/",
+                urlencode({"metadata": text}),
+                content_type="application/x-www-form-urlencoded",
+            ),
+            400,
+        )
+        assert words in body["fields"]["metadata"][0]
+    assert Conversation.objects.count() == before
+
+
 def test_a_message_with_more_tool_calls_than_the_cap_is_a_400(api, conv, settings):  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"MAX_TOOL_CALLS_PER_MESSAGE": 128}
     before = snapshot()

@@ -303,6 +303,8 @@ def test_a_usage_range_that_ends_before_it_starts_is_refused(api):  # type: igno
         ("1" * 5000, "At most 1,000,000,000"),  # past int()'s digit limit: still a 400
         ("\uff11\uff10", "whole number"),  # fullwidth 10: not ASCII digits
         ("٣", "whole number"),
+        ("-5", "whole number of 0 or more"),  # the sign is the fault, not the number
+        ("+5", "no sign"),
     ],
 )
 def test_a_whole_number_parameter_says_what_is_wrong_with_it(api, conv, value, says):  # type: ignore[no-untyped-def]

@@ -349,3 +349,32 @@ def test_sdk_response_message_object_is_accepted() -> None:
     assert message.content is None
     assert message.tool_calls[0].arguments == {"id": 7}
     assert from_openai(ChatCompletionMessage(role="assistant", content="Hi")).content == "Hi"
+
+
+def test_tool_results_take_the_name_of_the_call_they_answer_in_the_list():
+    messages = from_openai_messages(
+        [
+            {"role": "user", "content": "Weather in Oslo and Bergen?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                    },
+                    {"id": "c2", "type": "function", "function": {"name": "forecast", "arguments": "{}"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            # a result whose call is not in the list keeps no name (storage decides if it is valid)
+            {"role": "tool", "tool_call_id": "elsewhere", "content": "late"},
+        ]
+    )
+    assert [(m.tool_call_id, m.name) for m in messages[2:]] == [
+        ("c2", "forecast"),
+        ("c1", "weather"),
+        ("elsewhere", ""),
+    ]

@@ -191,7 +191,7 @@ def project(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
 
 
 def _add_celery(project: Path, broker_url: str) -> None:
-    """What the README's "Using it in your project" section tells a host to add."""
+    """What the README's "Using agentmemory in your project" section tells a host to add."""
     (project / "hostsite" / "celery.py").write_text(CELERY_PY)
     (project / "hostsite" / "__init__.py").write_text(
         'from .celery import app as celery_app\n\n__all__ = ("celery_app",)\n'

@@ -143,6 +143,15 @@ def test_admin_lists_calls_with_totals_and_shows_a_window_as_sent(turn, admin_cl
     assert len(window.context["entries"]) == len(llm.calls[1][0])
 
 
+def test_a_model_call_page_links_to_its_owner(turn, admin_client) -> None:  # type: ignore[no-untyped-def]
+    user, conv, _ = turn
+    call = ModelCall.objects.filter(conversation=conv).first()
+    assert call is not None
+    body = admin_client.get(reverse("admin:agentmemory_modelcall_change", args=[call.pk])).content.decode()
+    owner_url = reverse("admin:auth_user_change", args=[user.pk])
+    assert f'<a href="{owner_url}">{user.username}</a>' in body
+
+
 def test_forgetting_a_user_erases_their_usage_records(turn) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.deletion import forget_user
 

@@ -300,6 +300,18 @@ def test_cancelling_pending_calls_lets_compaction_fold_the_exchange(conversation
     assert window.history[2].content == "Error: no approval"
 
 
+def test_cancelled_results_carry_the_name_of_the_tool_they_answer(conversation) -> None:  # type: ignore[no-untyped-def]
+    store(
+        conversation,
+        ChatMessage.human("refund and notify"),
+        ChatMessage.ai(None, [ToolCall("r1", "refund", {"order": 7}), ToolCall("n1", "notify")]),
+    )
+    results = PersistentChatHistory(conversation, token_counter=COUNTER).cancel_pending_tool_calls("gone")
+    assert [(m.tool_call_id, m.name) for m in results] == [("r1", "refund"), ("n1", "notify")]
+    stored = Message.objects.filter(conversation=conversation, role="tool").order_by("seq")
+    assert [(m.tool_call_id, m.name) for m in stored] == [("r1", "refund"), ("n1", "notify")]
+
+
 # -- any order of calls, results and turns -------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from io import StringIO
 from pathlib import Path
@@ -332,6 +333,27 @@ def test_an_existing_owner_is_reused_with_its_password_and_sees_the_conversation
     assert client.login(username="bob", password="s3cret-pass")
     listed = client.get("/api/conversations/", HTTP_ACCEPT="application/json").json()["results"]
     assert len(listed) == Conversation.objects.filter(owner=bob).count() == 3
+
+
+@replay_db
+@pytest.mark.parametrize("through_agent", [False, True])
+def test_replayed_conversations_keep_the_transcripts_agent_key_and_metadata(through_agent) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.models import ModelCall
+
+    run_command(*(["--through-agent"] if through_agent else []))
+    expected = sorted(
+        (t["title"], t["agent_key"], json.dumps(t["metadata"], sort_keys=True))
+        for t in json.loads(SAMPLE.read_text())
+    )
+    stored = sorted(
+        (c.title, c.agent_key, json.dumps(c.metadata, sort_keys=True)) for c in Conversation.objects.all()
+    )
+    assert stored == expected
+    assert {key for _, key, _ in expected} == {"bookstore-support"}
+    if through_agent:
+        assert set(ModelCall.objects.filter(kind="chat").values_list("agent_key", flat=True)) == {
+            "bookstore-support"
+        }
 
 
 @replay_db

@@ -233,6 +233,10 @@ def test_commands_report_errors(rich, tmp_path):
         call_command("import_conversation", str(bad), stderr=io.StringIO())
     with pytest.raises(CommandError, match="cannot read"):
         call_command("import_conversation", str(tmp_path / "missing.json"))
+    exported = tmp_path / "conv.json"
+    call_command("export_conversation", str(rich.uuid), "-o", str(exported), stderr=io.StringIO())
+    with pytest.raises(CommandError, match=r"already used here \(--new-uuid imports a copy\)"):
+        call_command("import_conversation", str(exported), stderr=io.StringIO())
 
 
 def test_api_export_and_import_are_scoped_to_the_user(rich, django_user_model):

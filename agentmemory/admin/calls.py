@@ -61,7 +61,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
         "created_at",
         "conversation_link",
         "message_link",
-        "owner_id",
+        "owner",
         "agent_key",
         "model",
         "round",
@@ -137,7 +137,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
         return pretty_json(obj.window_changes) if obj.window_changes else "-"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelCall]:
-        return super().get_queryset(request).select_related("conversation", "message")
+        return super().get_queryset(request).select_related("conversation", "message", "owner")
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

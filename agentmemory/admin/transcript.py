@@ -100,6 +100,7 @@ class TranscriptEntry:
     tool_call_id: str = ""
     call_href: str | None = None
     orphan: bool = False
+    error: bool = False
     anchor: str = ""
     summary: Summary | None = None
     summary_current: bool = False
@@ -254,6 +255,12 @@ def build_page(
                 item.result_href = f"{result_url}?call={urlquote(call_id, safe='')}&after={message.seq}"
             entry.calls.append(item)
         if message.role == "tool":
+            # What the model read as a failure: an agent marks a failed tool run in the
+            # metadata, and every error result (an agent's, a cancelled call's) starts with
+            # "Error: " (docs/agents.md, "Tools").
+            entry.error = (message.metadata or {}).get("error") is True or (message.content or "").startswith(
+                "Error: "
+            )
             if message.exchange_seq is None:
                 entry.orphan = True
             else:

@@ -23,6 +23,7 @@ also be a base64 data URL.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -442,9 +443,22 @@ class JSONObjectField(serializers.JSONField):
 
     def __init__(self, *, hint: str = "", **kwargs: Any) -> None:
         self.hint = hint
+        # The browsable API's HTML form shows the initial value: "{}" rather than "null",
+        # which the field refuses.
+        kwargs.setdefault("initial", dict)
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if getattr(data, "is_json_string", False):
+            # A form field (the browsable API's HTML form, a form-encoded post) holds the JSON
+            # text; DRF's JSONField marks it so and parses it in the to_internal_value this
+            # method replaces.
+            try:
+                data = json.loads(data)
+            except (ValueError, RecursionError):
+                raise serializers.ValidationError(
+                    f"must be a JSON object{self.hint}; this is not JSON."
+                ) from None
         if not isinstance(data, Mapping):
             raise serializers.ValidationError(f"must be a JSON object, not {_json_type(data)}{self.hint}.")
         if problem := json_problem(data):

@@ -117,7 +117,10 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
     if raw is None:
         return default
     if not _DIGITS.fullmatch(raw):
-        raise serializers.ValidationError({name: ["Must be a whole number."]})
+        minimum = 1 if name == "max_tokens" else 0
+        raise serializers.ValidationError(
+            {name: [f"Must be a whole number of {minimum} or more, in ASCII digits (no sign or exponent)."]}
+        )
     value = int(raw) if len(raw) <= 18 else None  # more digits: over any ceiling
     minimum = 1 if name == "max_tokens" else 0
     if value is not None and value < minimum:
@@ -190,6 +193,35 @@ class AppAPIView:
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         reject_oversized_body(request)
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
+
+
+def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Response:
+    """The 400 for a batch body with keys beside ``messages``, such as a whole provider
+    request copied as it is (``model``, ``tools``, Anthropic's top-level ``system``): those
+    are not messages, and storing the ``messages`` alone would silently drop them. Each key
+    is named in ``fields``; nothing is stored."""
+    extra = sorted(str(key) for key in body if key != "messages")
+    reason = (
+        f'a batch is {{"messages": [...]}} and nothing else; unknown key(s): {", ".join(extra)} '
+        "(request parameters such as model or tools are not stored)"
+    )
+    if "system" in extra:
+        reason += (
+            "; store a system prompt as a system message: the first message of a conversation, "
+            "when it is a system message, is its pinned system prompt"
+        )
+        if message_format == s.ANTHROPIC:
+            reason += " (Anthropic messages have no system role: append it in the native format)"
+    return Response(
+        {
+            "error": "invalid_message",
+            "detail": reason,
+            "index": None,
+            "reason": reason,
+            "fields": {key: ["unknown key beside 'messages'"] for key in extra},
+        },
+        status=status.HTTP_400_BAD_REQUEST,
+    )
 
 
 def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Response:
@@ -494,6 +526,8 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
             # Django's ``QueryDict.dict()`` and DRF's form fields take it.
             body = body.dict()
         batch = isinstance(body, dict) and set(body) == {"messages"}
+        if isinstance(body, dict) and "messages" in body and not batch:
+            return batch_extra_keys_response(body, message_format(request))
         items = body["messages"] if batch else [body]
         if not isinstance(items, list):
             return invalid_message_response(InvalidMessageError("'messages' must be a list"), batch=True)

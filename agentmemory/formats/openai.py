@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
@@ -304,18 +305,26 @@ def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[ChatMess
     """Convert a list of OpenAI messages (the ``messages`` request parameter).
 
     Each message is converted by ``from_openai``; the sequence itself (tool results answering
-    earlier calls) is validated by storage, not here.
+    earlier calls) is validated by storage, not here. OpenAI's tool message has no ``name``
+    (the Chat Completions API links a result to its call by ``tool_call_id`` only), so a tool
+    result answering a call made earlier in the list takes that call's function name, as the
+    Anthropic and LangChain converters give it.
 
     Raises:
         InvalidMessageError: as ``from_openai``, with ``index`` set to the 0-based position of the
             offending message.
     """
     result: list[ChatMessage] = []
+    tool_names: dict[str, str] = {}
     for index, message in enumerate(messages):
         try:
-            result.append(from_openai(message))
+            converted = from_openai(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index) from exc
+        if converted.role is Role.TOOL and not converted.name and converted.tool_call_id in tool_names:
+            converted = replace(converted, name=tool_names[converted.tool_call_id])
+        tool_names.update((call.id, call.name) for call in converted.tool_calls)
+        result.append(converted)
     return result
 
 

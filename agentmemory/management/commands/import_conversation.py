@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentmemory.transfer import InvalidConversationData, import_conversation
+from agentmemory.transfer import ConversationExists, InvalidConversationData, import_conversation
 
 
 class Command(BaseCommand):
@@ -44,10 +44,13 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {options['file']}: {exc}") from None
         try:
             conversation = import_conversation(data, owner=owner, new_uuid=options["new_uuid"])
+        except ConversationExists as exc:
+            raise CommandError(f"refused, nothing imported: {exc} (--new-uuid imports a copy)") from None
         except InvalidConversationData as exc:
             raise CommandError(f"refused, nothing imported: {exc}") from None
         self.stdout.write(str(conversation.uuid))
+        summaries = conversation.summaries.count()
         self.stderr.write(
             f"imported {conversation.message_count} messages and "
-            f"{conversation.summaries.count()} summaries as {conversation.uuid}"
+            f"{summaries} {'summary' if summaries == 1 else 'summaries'} as {conversation.uuid}"
         )
