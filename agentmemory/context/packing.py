@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from agentmemory.exceptions import ContextBudgetExceeded
@@ -90,8 +91,9 @@ class PackResult:
     blocked_by_count: bool = False
     rows_consumed: int = 0
 
-    @property
+    @cached_property
     def rows(self) -> list[RowMeta]:
+        """The rows of ``units``, oldest first (made once: ``units`` is final when set)."""
         return [row for unit in self.units for row in unit]
 
 
