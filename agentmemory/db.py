@@ -7,10 +7,12 @@ and for the window's head statement (the conversation row, its summary, its pinn
 and the newest page of messages) that is more than half of the database's work. A prepared statement is parsed
 once per connection and, after five executions, run on a generic plan that PostgreSQL keeps
 (``plan_cache_mode``), so a worker or a persistent web connection (``CONN_MAX_AGE``) pays
-for planning once.
+for planning once. A statement is prepared on its second execution on a connection:
+preparing takes a round trip of its own, which a connection that runs it once would not
+win back.
 
 ``statement_cursor(alias)`` gives such a cursor on PostgreSQL with psycopg 3 (the parameters
-are bound on the server and every statement is prepared, psycopg's ``prepare=True``), and
+are bound on the server and statements are prepared with psycopg's ``prepare=True``), and
 Django's ordinary cursor everywhere else. Either way it is Django's cursor wrapper: queries
 are logged under ``DEBUG``, counted by ``CaptureQueriesContext`` and
 ``django_assert_num_queries``, pass through ``connection.execute_wrapper()`` hooks, and
@@ -58,6 +60,8 @@ _cursor_class: Any = None
 
 #: psycopg connections on which a prepared statement was found stale
 _unprepared: weakref.WeakSet[Any] = weakref.WeakSet()
+#: the statements run once on each psycopg connection (the second run prepares them)
+_executed: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 class _Composed:
@@ -85,8 +89,9 @@ def prepares_statements(alias: str) -> bool:
 
 
 def _preparing_cursor_class() -> Any:
-    """Django's server-side binding cursor for psycopg 3, executing every statement with
-    ``prepare=True``; made on first use so that psycopg is imported only on PostgreSQL."""
+    """Django's server-side binding cursor for psycopg 3, executing each statement with
+    ``prepare=True`` from its second execution on a connection; made on first use so that
+    psycopg is imported only on PostgreSQL."""
     global _cursor_class
     if _cursor_class is None:
         import psycopg
@@ -100,8 +105,17 @@ def _preparing_cursor_class() -> Any:
             log_queries = False
 
             def execute(self, query: Any, params: Any = None, *, prepare: Any = None, **kwargs: Any) -> Any:
+                # Prepared from its second execution on a connection: preparing costs a
+                # round trip of its own, which a connection that runs the statement once
+                # (a web request with CONN_MAX_AGE = 0, Django's default) would not win back.
+                seen = _executed.get(self.connection)
+                if seen is None:
+                    seen = _executed[self.connection] = set()
+                again = query in seen
+                if not again:
+                    seen.add(query)
                 try:
-                    result = super().execute(query, params, prepare=True, **kwargs)
+                    result = super().execute(query, params, prepare=again, **kwargs)
                 except psycopg.Error as exc:
                     stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
                         exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)

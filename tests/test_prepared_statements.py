@@ -59,12 +59,25 @@ def test_window_reads_are_prepared_once_and_give_the_same_window(settings) -> No
     windows = [_window(conv) for _ in range(8)]
     assert all(w == as_text for w in windows)
     head = [s for s in _prepared() if _is_head(s)]
-    assert len(head) == 1, head  # one statement, prepared on first use and reused after
+    assert len(head) == 1, head  # one statement, prepared on its second run and reused after
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement = %s", [head[0]]
         )
-        assert cursor.fetchone()[0] == 8
+        assert cursor.fetchone()[0] == 7
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_run_once_on_a_connection_is_not_prepared() -> None:
+    # Preparing costs a round trip of its own: a web request on a fresh connection
+    # (CONN_MAX_AGE = 0) that builds one window would pay it for nothing.
+    conv = _conversation()
+    connection.close()
+    _window(conv)
+    assert not [s for s in _prepared() if _is_head(s)]
+    _window(conv)
+    assert [s for s in _prepared() if _is_head(s)]
 
 
 @pytest.mark.postgres
@@ -95,8 +108,9 @@ def test_single_appends_are_prepared_and_stored_as_before() -> None:
 @pytest.mark.postgres
 def test_prepared_statements_are_in_the_query_log_with_their_values() -> None:
     conv = _conversation()
+    _window(conv)
     with CaptureQueriesContext(connection) as queries:
-        _window(conv)
+        _window(conv)  # prepared on this second run
     (sql,) = [q["sql"] for q in queries.captured_queries if _is_head(q["sql"])]
     assert "UNION ALL" in sql and f"= {conv.pk}" in sql and "%(" not in sql
 
@@ -125,6 +139,7 @@ def test_a_statement_the_server_forgot_is_run_again_as_text() -> None:
     # psycopg's back: windows are still built, and that connection prepares nothing more.
     conv = _conversation()
     expected = _window(conv)
+    assert _window(conv) == expected  # prepared now
     connection.ensure_connection()
     connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
     assert _prepared() == []
@@ -134,7 +149,8 @@ def test_a_statement_the_server_forgot_is_run_again_as_text() -> None:
     assert len(heads) == 1  # the retry is the same statement, logged once
     assert _window(conv) == expected
     assert _prepared() == []
-    connection.close()  # a new connection prepares again
+    connection.close()  # a new connection prepares again, from the second run
+    assert _window(conv) == expected
     assert _window(conv) == expected
     assert [s for s in _prepared() if _is_head(s)]
 
@@ -146,6 +162,7 @@ def test_a_column_type_changed_by_another_connection_does_not_break_a_build() ->
     # cached plan would return another row type ("cached plan must not change result type").
     conv = _conversation()
     expected = _window(conv)
+    assert _window(conv) == expected  # prepared now
     table = Message._meta.db_table
     other = connection.copy()
     try:
@@ -164,6 +181,7 @@ def test_a_column_type_changed_by_another_connection_does_not_break_a_build() ->
 def test_a_forgotten_statement_inside_a_transaction_raises_and_the_next_one_works() -> None:
     conv = _conversation()
     expected = _window(conv)
+    assert _window(conv) == expected  # prepared now
     connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
     with pytest.raises(ProgrammingError, match="does not exist"), transaction.atomic():
         _window(conv)
