@@ -287,6 +287,24 @@ class LeaseKeeper:
 # --------------------------------------------------------------------------- compactors
 
 
+def _check_option(name: str, value: Any, minimum: int | None) -> None:
+    """Refuse a compactor option that is not a whole number of at least ``minimum`` (``None``
+    given: the default applies). A float, a string or a bool compared against counts of
+    messages and tokens would mean something its caller did not write, and ``0`` must not
+    quietly become the default.
+
+    Raises:
+        TypeError: not an ``int`` (``bool`` included).
+        ValueError: below ``minimum``.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value}")
+
+
 class BaseMemoryCompactor:
     """When and what to compact, and storing the result safely.
 
@@ -312,6 +330,12 @@ class BaseMemoryCompactor:
             intermediate summary at a human-turn boundary and leaves the rest to the next
             run; defaults to ``COMPACTION_MAX_CALLS_PER_RUN``.
         token_counter: counts the summary message; defaults to the configured counter.
+
+    Raises:
+        TypeError: a count option that is not a whole number (a float, a string, a bool).
+        ValueError: a count option below its least value: 1 for ``summarize_every_n_human``,
+            ``keep_recent_human_turns``, ``max_summary_tokens``, ``max_input_tokens`` and
+            ``max_calls_per_run``, 0 for ``keep_recent_messages`` (``None`` takes the default).
     """
 
     prompt_version = PROMPT_VERSION
@@ -336,10 +360,16 @@ class BaseMemoryCompactor:
         self.conversation_id = conversation_id
         self.llm = llm
         self.chat_history = chat_history
+        _check_option("summarize_every_n_human", summarize_every_n_human, 1)
+        _check_option("keep_recent_messages", keep_recent_messages, 0)
+        _check_option("max_summary_tokens", max_summary_tokens, 1)
+        _check_option("max_input_tokens", max_input_tokens, 1)
+        _check_option("max_calls_per_run", max_calls_per_run, 1)
         self.every_n_human = summarize_every_n_human or conf.SUMMARIZE_EVERY_N_HUMAN_MESSAGES
         self.keep_recent_human_turns = (
             conf.KEEP_RECENT_HUMAN_TURNS if keep_recent_human_turns is None else keep_recent_human_turns
         )
+        _check_option("keep_recent_human_turns", self.keep_recent_human_turns, None)
         if self.keep_recent_human_turns < 1:
             raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim")
         self.keep_recent_messages = keep_recent_messages

@@ -1,0 +1,81 @@
+"""Faults of the kinds peer agent-memory systems reported, tried on the core beyond the bug
+corpus (tests/test_bug_cases.py): each test is a sibling of a corpus case or of a public
+report, with the smallest input that broke a peer system, driven through the public API."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.history import PersistentChatHistory
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Summary
+from agentmemory.tokens import LengthTokenCounter
+
+pytestmark = pytest.mark.django_db
+
+
+def turns(n: int) -> list[ChatMessage]:
+    return [
+        ChatMessage.human(f"question {i}") if i % 2 == 0 else ChatMessage.ai(f"answer {i}") for i in range(n)
+    ]
+
+
+def stored(messages: list[ChatMessage]) -> tuple[Conversation, PersistentChatHistory]:
+    conv = Conversation.objects.create(agent_key="peer-faults")
+    history = PersistentChatHistory(conv, token_counter=LengthTokenCounter())
+    history.add_messages(messages)
+    return conv, history
+
+
+# -- compactor options: edge values are refused, never read as something else ------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        # 0 once fell back to the default (10) without a word; negative numbers made every
+        # turn "due"; fractions and strings compared against counts of messages
+        ("summarize_every_n_human", 0, ValueError),
+        ("summarize_every_n_human", -1, ValueError),
+        ("summarize_every_n_human", 2.5, TypeError),
+        ("summarize_every_n_human", "3", TypeError),
+        ("summarize_every_n_human", True, TypeError),
+        ("keep_recent_human_turns", 1.5, TypeError),
+        ("keep_recent_messages", -1, ValueError),
+        ("keep_recent_messages", 2.0, TypeError),
+        ("max_summary_tokens", 0, ValueError),
+        ("max_summary_tokens", -5, ValueError),
+        ("max_input_tokens", -1, ValueError),
+        ("max_input_tokens", 0, ValueError),
+        ("max_calls_per_run", -1, ValueError),
+        ("max_calls_per_run", 0, ValueError),
+    ],
+)
+def test_compactor_options_out_of_range_are_refused_before_any_model_call(option, value, error) -> None:  # type: ignore[no-untyped-def]
+    """The LangChain and Letta reports of BUG-09/BUG-15 came down to a count that meant something
+    else than its user thought. An option that is not a whole number in its range is refused
+    when the compactor is made, before a summariser call is paid for or a summary stored."""
+    conv, history = stored(turns(12))
+    llm = ScriptedChatModel(["a short summary"] * 5)
+    with pytest.raises(error, match=option):
+        LLMMemoryCompactor(Conversation.objects, conv.pk, llm, history, **{option: value})
+    assert llm.calls == [] and not Summary.objects.filter(conversation=conv).exists()
+
+
+def test_compactor_options_at_their_lowest_are_taken_as_given() -> None:
+    conv, history = stored(turns(12))
+    compactor = LLMMemoryCompactor(
+        Conversation.objects,
+        conv.pk,
+        ScriptedChatModel(["a short summary"]),
+        history,
+        summarize_every_n_human=1,
+        keep_recent_messages=0,
+        max_summary_tokens=1,
+        max_input_tokens=1,
+        max_calls_per_run=1,
+    )
+    assert (compactor.every_n_human, compactor.keep_recent_messages) == (1, 0)
+    assert (compactor.summary_token_cap, compactor.max_input_tokens, compactor.max_calls_per_run) == (1, 1, 1)
