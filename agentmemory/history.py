@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -58,6 +59,17 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     return pk
 
 
+def running_in_event_loop() -> bool:
+    """Whether the caller runs in an event loop's thread, where Django refuses database
+    access (``SynchronousOnlyOperation``): a uuid is then resolved later, in a worker
+    thread (bug report langchain-ai/langchain#23716, BUG-25)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def last_foldable_seq(
     conversation: Conversation, *, floor: int, target: int, now: datetime | None = None
 ) -> int:
@@ -112,7 +124,9 @@ class PersistentChatHistory:
     """The stored messages of one conversation.
 
     Args:
-        conversation: a ``Conversation``, its primary key or its public uuid.
+        conversation: a ``Conversation``, its primary key or its public uuid (made in an
+            event loop's thread, where Django allows no query, the uuid is resolved by the
+            first call that reads or writes, such as ``aadd_messages``).
         token_counter: counts each message at write time; defaults to
             ``AGENTMEMORY['TOKEN_COUNTER']``. The count and the counter's ``id`` are stored.
         validate_tool_pairs: refuse tool results that answer no earlier unanswered call
@@ -139,9 +153,28 @@ class PersistentChatHistory:
         token_counter: TokenCounter | None = None,
         validate_tool_pairs: bool = True,
     ) -> None:
-        self.conversation_id = resolve_conversation_id(conversation)
+        self._conversation = conversation
+        self._conversation_id: int | None = None
+        if isinstance(conversation, Conversation | int) or not running_in_event_loop():
+            self._conversation_id = resolve_conversation_id(conversation)
         self.token_counter: TokenCounter = token_counter or get_token_counter()
         self.validate_tool_pairs = validate_tool_pairs
+
+    @property
+    def conversation_id(self) -> int:
+        """Primary key of the conversation. A uuid given in an event loop's thread is
+        resolved here, on first use (the ``a...`` methods use it in their worker thread).
+
+        Raises:
+            ConversationNotFound: the uuid names no conversation.
+        """
+        if self._conversation_id is None:
+            self._conversation_id = resolve_conversation_id(self._conversation)
+        return self._conversation_id
+
+    @conversation_id.setter
+    def conversation_id(self, value: int) -> None:
+        self._conversation_id = value
 
     # -- writing ------------------------------------------------------------------------
 

@@ -4,9 +4,16 @@ report, with the smallest input that broke a peer system, driven through the pub
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.exceptions import ConversationNotFound
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage
@@ -79,3 +86,39 @@ def test_compactor_options_at_their_lowest_are_taken_as_given() -> None:
     )
     assert (compactor.every_n_human, compactor.keep_recent_messages) == (1, 0)
     assert (compactor.summary_token_cap, compactor.max_input_tokens, compactor.max_calls_per_run) == (1, 1, 1)
+
+
+# -- async code: no database access on the event loop (BUG-25's kind) ----------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_and_builder_named_by_uuid_work_inside_an_event_loop() -> None:
+    """langchain-ai/langchain#23716 (BUG-25): sync I/O ran on the event loop. An ASGI view
+    knows the conversation by the uuid in its URL; making the history and the builder from it
+    must not touch the database there (Django raises SynchronousOnlyOperation): the uuid is
+    resolved by the first ``a...`` call, in its worker thread."""
+    conv = Conversation.objects.create(agent_key="peer-faults")
+    missing = uuid.uuid4()
+
+    async def view() -> tuple[list[ChatMessage], list[ChatMessage], type[Exception] | None]:
+        try:
+            history = PersistentChatHistory(str(conv.uuid), token_counter=LengthTokenCounter())
+            await history.aadd_messages([ChatMessage.human("hello"), ChatMessage.ai("hi")])
+            window = await ContextWindowBuilder(conv.uuid, token_counter=LengthTokenCounter()).abuild(100)
+            paired = ContextWindowBuilder(conv.uuid, chat_history=history)
+            again = await paired.abuild(100)
+            error = None
+            try:
+                await PersistentChatHistory(missing).aget_messages()
+            except ConversationNotFound as exc:
+                error = type(exc)
+            return window.messages, again.messages, error
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    first, second, error = asyncio.run(view())
+    assert [m.content for m in first] == [m.content for m in second] == ["hello", "hi"]
+    assert error is ConversationNotFound
+    # outside an event loop a missing conversation is still refused at once
+    with pytest.raises(ConversationNotFound):
+        PersistentChatHistory(missing)
