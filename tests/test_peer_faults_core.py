@@ -14,6 +14,7 @@ from django.db import connections
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ConversationNotFound
+from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage
@@ -122,3 +123,65 @@ def test_history_and_builder_named_by_uuid_work_inside_an_event_loop() -> None:
     # outside an event loop a missing conversation is still refused at once
     with pytest.raises(ConversationNotFound):
         PersistentChatHistory(missing)
+
+
+# -- OpenAI messages with null or missing content (BUG-20's kind) --------------------------------
+
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"role": "assistant", "content": None},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "assistant"},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+    ],
+    ids=["null", "null-with-empty-tool-calls", "no-content-key", "refusal"],
+)
+def test_an_empty_or_refused_assistant_reply_imports_and_is_sent_back(reply) -> None:  # type: ignore[no-untyped-def]
+    """cubist38/mlx-openai-server#205, HKUDS/nanobot#2519 (BUG-20): null content was dropped,
+    refused or serialised away. An assistant reply with no text and no tool calls (a refusal,
+    an empty completion, a serializer that left the key out) is a turn of the conversation:
+    it imports, keeps its place, and is sent back in a shape the API accepts (content "", or
+    the refusal's text)."""
+    history = [{"role": "user", "content": "Can you help?"}, reply, {"role": "user", "content": "Please?"}]
+    conv, _ = stored(from_openai_messages(history))
+    window = ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100)
+    sent = to_openai_messages(window.messages)
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    # a refusal is what the assistant said: the next turn is answered knowing it
+    assert sent[1] == {"role": "assistant", "content": reply.get("refusal", "")}
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"role": "tool", "tool_call_id": "call_1", "content": None},
+        {"role": "tool", "tool_call_id": "call_1"},
+    ],
+    ids=["null", "no-content-key"],
+)
+def test_a_tool_result_without_content_keeps_its_exchange_whole(result) -> None:  # type: ignore[no-untyped-def]
+    """A tool that returned nothing, stored by a serializer that wrote null or left the key
+    out: refusing it left the call without its result. It is the empty result, and the
+    exchange is sent whole with content ""."""
+    history = [
+        {"role": "user", "content": "Ping the service."},
+        {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+        result,
+        {"role": "assistant", "content": "Done."},
+    ]
+    conv, _ = stored(from_openai_messages(history))
+    sent = to_openai_messages(ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100))
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_1", "content": ""}
+    assert sent[1]["tool_calls"][0]["id"] == "call_1"
+
+
+def test_tool_call_arguments_null_read_as_no_arguments() -> None:
+    """Arguments left out already read as ``{}``; ``null`` written by a serializer for a
+    tool without parameters is the same absence, not a malformed call."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": None}}
+    [message] = from_openai_messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    assert message.tool_calls[0].arguments == {}

@@ -188,7 +188,10 @@ def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidMessageError(f"tool call {call_id!r} has no function 'name'")
-    raw = function.get("arguments", "")
+    raw = function.get("arguments")
+    if raw is None:
+        # Left out or null (serializers write either for a tool without parameters).
+        raw = ""
     if isinstance(raw, Mapping):
         # Not the OpenAI contract (a JSON string), but some compatible servers send the object.
         arguments: Any = dict(raw)
@@ -233,6 +236,9 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         ``name`` is kept; content parts other than a single text part are kept as
         ``parts`` (``content`` then holds their text); a non-empty top-level assistant ``refusal`` is kept in
         ``metadata["refusal"]``. Other keys (``annotations``, ``audio: null``, ...) are ignored.
+        Null or missing content reads as ``""`` on an assistant message without tool calls
+        (an empty completion; a refusal reads as its text) and on a tool message (a tool
+        that returned nothing); null or missing tool-call ``arguments`` read as ``{}``.
 
     Raises:
         InvalidMessageError: not an object; missing or unknown role; the deprecated ``function``
@@ -287,6 +293,12 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             raise InvalidMessageError(f"assistant message repeats tool call id(s) {duplicates}")
         refusal = message.get("refusal")
         metadata = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+        if content is None and not tool_calls:
+            # No text and no call: a refusal, an empty completion, or a serializer that wrote
+            # null or left the key out (BUG-20). The API takes content null only beside tool
+            # calls. A refusal is what the assistant said, so later turns (and summaries)
+            # see it; otherwise the turn is the empty text ``to_openai`` would send for it.
+            content = metadata.get("refusal", "")
         return ChatMessage(
             role=role, content=content, tool_calls=tool_calls, name=name, metadata=metadata, parts=parts
         )
@@ -295,6 +307,9 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         tool_call_id = message.get("tool_call_id")
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessageError("tool message has no 'tool_call_id' naming the call it answers")
+        # A tool that returned nothing, stored as null or without the key: the empty result
+        # (what ``to_openai`` sends for it), so that its call keeps its answer.
+        content = "" if content is None else content
         return ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name, parts=parts)
 
     return ChatMessage(role=role, content=content, name=name, parts=parts)
