@@ -185,3 +185,27 @@ def test_tool_call_arguments_null_read_as_no_arguments() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": None}}
     [message] = from_openai_messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
     assert message.tool_calls[0].arguments == {}
+
+
+def test_a_refusal_content_part_of_an_assistant_message_imports_as_its_text() -> None:
+    """The assistant message param takes ``refusal`` content parts beside text parts (Chat
+    Completions ``ChatCompletionContentPartRefusalParam``); a replayed request history that
+    holds one must import, and the model must see what it declined."""
+    refused = {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't share that."}]}
+    mixed = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Here is the part I can share."},
+            {"type": "refusal", "refusal": "Not the rest."},
+        ],
+    }
+    history = [
+        {"role": "user", "content": "Show me the file."},
+        refused,
+        {"role": "user", "content": "And the summary?"},
+        mixed,
+    ]
+    conv, _ = stored(from_openai_messages(history))
+    sent = to_openai_messages(ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100))
+    assert sent[1] == {"role": "assistant", "content": "I can't share that."}
+    assert [part["text"] for part in sent[3]["content"]] == ["Here is the part I can share.", "Not the rest."]

@@ -9,7 +9,8 @@ request params in the official ``openai`` SDK, ``openai/types/chat/chat_completi
   content parts: ``{"type": "text", "text"}``; in user messages also ``{"type": "image_url",
   "image_url": {"url": <http(s) or base64 data URL>, "detail": "low"|"high"|"auto"}}``,
   ``{"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"|"mp3"}}`` and
-  ``{"type": "file", "file": {"file_data": <base64 data URL>, "filename"} | {"file_id"}}``.
+  ``{"type": "file", "file": {"file_data": <base64 data URL>, "filename"} | {"file_id"}}``;
+  in assistant messages also ``{"type": "refusal", "refusal"}``, read as a text part.
   Several parts are stored as ``ContentPart``s (``ChatMessage.parts``) and sent back as
   parts; a list holding one text part is plain text;
 - assistant ``tool_calls`` are ``{"id", "type": "function", "function": {"name", "arguments"}}``
@@ -67,7 +68,8 @@ def part_from_openai(part: Any, where: str) -> ContentPart:
     the same way.
 
     Raises:
-        InvalidMessageError: not an object, an unknown type (``refusal`` parts included), a
+        InvalidMessageError: not an object, an unknown type (``refusal`` parts included: only an assistant
+            message takes them, read by ``_content_from_openai``), a
             missing or malformed field.
     """
     part = _object(part, where)
@@ -108,13 +110,22 @@ def part_from_openai(part: Any, where: str) -> ContentPart:
     )
 
 
+def _refusal_part(part: Mapping[str, Any], where: str) -> ContentPart:
+    """An assistant's ``{"type": "refusal", "refusal": text}`` part (Chat Completions
+    ``ChatCompletionContentPartRefusalParam``) as a text part: what the assistant said, which
+    later turns and summaries must see."""
+    return ContentPart(PartKind.TEXT, text=_string(part.get("refusal"), f"{where} 'refusal'"))
+
+
 def _content_from_openai(content: Any, role: str) -> tuple[str | None, tuple[ContentPart, ...]]:
     """``(content, parts)`` of an OpenAI ``content`` value (string, ``None`` or parts)."""
     if content is None or isinstance(content, str):
         return content, ()
     if isinstance(content, list | tuple):
         parts = tuple(
-            part_from_openai(part, f"{role} message content part {position}")
+            _refusal_part(part, f"{role} message content part {position}")
+            if role == "assistant" and isinstance(part, Mapping) and part.get("type") == "refusal"
+            else part_from_openai(part, f"{role} message content part {position}")
             for position, part in enumerate(content)
         )
         if len(parts) == 1 and parts[0].kind is PartKind.TEXT:
