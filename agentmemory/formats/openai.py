@@ -68,8 +68,8 @@ def part_from_openai(part: Any, where: str) -> ContentPart:
     the same way.
 
     Raises:
-        InvalidMessageError: not an object, an unknown type (``refusal`` parts included: only an assistant
-            message takes them, read by ``_content_from_openai``), a
+        InvalidMessageError: not an object, an unknown type (``refusal`` parts included:
+            only an assistant message takes them, read by ``_content_from_openai``), a
             missing or malformed field.
     """
     part = _object(part, where)
