@@ -13,7 +13,7 @@ from django.db import connections
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.exceptions import ConversationNotFound
+from agentmemory.exceptions import ConversationNotFound, MessageNotFound
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
@@ -209,3 +209,37 @@ def test_a_refusal_content_part_of_an_assistant_message_imports_as_its_text() ->
     sent = to_openai_messages(ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100))
     assert sent[1] == {"role": "assistant", "content": "I can't share that."}
     assert [part["text"] for part in sent[3]["content"]] == ["Here is the part I can share.", "Not the rest."]
+
+
+# -- reading the newest N: edge values of ``limit`` and ``message_id`` (BUG-28's kind) ------------
+
+
+def test_get_messages_limit_edge_values() -> None:
+    """yaalalabs/agent-kernel#739 (BUG-28): ``get_items(limit)`` returned the wrong end. The
+    limit's edges: 0 is nothing, a limit past the end is everything (a huge one once reached
+    the database as an out-of-range integer, a DataError that aborted the transaction on
+    PostgreSQL), and what is not a whole number is refused instead of read as 1."""
+    _, history = stored(turns(5))
+    assert history.get_messages(limit=0) == []
+    assert [m.seq for m in history.get_messages(limit=2)] == [4, 5]
+    for huge in (6, 2**63, 10**20):
+        assert [m.seq for m in history.get_messages(limit=huge)] == [1, 2, 3, 4, 5]
+    for wrong in (1.5, True, "2", None.__class__):
+        with pytest.raises(TypeError, match="limit"):
+            history.get_messages(limit=wrong)
+    with pytest.raises(ValueError, match="limit"):
+        history.get_messages(limit=-1)
+    assert len(history.get_messages()) == 5  # the transaction is still usable
+
+
+def test_messages_after_takes_only_a_message_id() -> None:
+    _, history = stored(turns(3))
+    first = history.get_messages()[0]
+    assert [m.seq for m in history.messages_after(first.id)] == [2, 3]
+    for missing in (0, -1, 2**63, 10**30):
+        with pytest.raises(MessageNotFound):
+            history.messages_after(missing)
+    for wrong in (1.5, True, "1"):
+        with pytest.raises(TypeError, match="message_id"):
+            history.messages_after(wrong)
+    assert len(history.get_messages()) == 3
