@@ -17,7 +17,7 @@ from agentmemory.exceptions import ConversationNotFound, MessageNotFound
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
 from agentmemory.models import Conversation, Summary
 from agentmemory.tokens import LengthTokenCounter
 
@@ -243,3 +243,25 @@ def test_messages_after_takes_only_a_message_id() -> None:
         with pytest.raises(TypeError, match="message_id"):
             history.messages_after(wrong)
     assert len(history.get_messages()) == 3
+
+
+# -- converters: a part keeps its fields through a round trip ------------------------------------
+
+
+def test_a_plain_text_document_keeps_its_name_type_and_extras_through_langchain() -> None:
+    """A text document part (an uploaded ``notes.md``) went through LangChain's ``text-plain``
+    block without its file name, its MIME type (read back as ``text/plain``) or its provider
+    fields other than ``title``, so the stored history and the message sent back differed."""
+    from agentmemory.formats.langchain import from_langchain, to_langchain
+
+    part = ContentPart(
+        PartKind.FILE,
+        text="# Notes\n- ship on Friday",
+        mime_type="text/markdown",
+        filename="notes.md",
+        extra={"title": "Release notes", "context": "from the wiki", "cache_control": {"type": "ephemeral"}},
+    )
+    message = ChatMessage.from_parts(Role.HUMAN, [ContentPart(PartKind.TEXT, text="Read this:"), part])
+    _, history = stored([message])
+    [back] = from_langchain(to_langchain(history.get_messages()))
+    assert back.parts == history.get_messages()[0].parts
