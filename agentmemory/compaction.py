@@ -913,10 +913,29 @@ def record_compaction_failure(
     return text
 
 
-def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message: int = 8_000) -> str:
+def render_transcript(
+    messages: Sequence[ChatMessage],
+    *,
+    max_chars_per_message: int = 8_000,
+    token_counter: TokenCounter | None = None,
+    max_tokens_per_message: int | None = None,
+) -> str:
     """Plain-text transcript for the summariser: one block per message, tool calls with
     their JSON arguments, long contents and long arguments cut (the stored messages stay
-    whole): a call whose arguments carry a whole file cannot make the request overflow."""
+    whole): a call whose arguments carry a whole file cannot make the request overflow.
+
+    Args:
+        messages: the span to render, oldest first.
+        max_chars_per_message: cut of each content and each call's arguments (characters).
+        token_counter, max_tokens_per_message: when both are given, each message's block is
+            also cut to at most ``max_tokens_per_message`` tokens by ``token_counter``, its
+            lines (the text, each call) sharing the budget equally. Characters are no bound
+            on tokens: 8,000 rare Han ideographs are about 18,000 tokens, 8,000 cuneiform
+            signs 32,000 (BUG-19), so the span's budget would not hold (BUG-12).
+
+    Returns:
+        The transcript; a cut line ends with ``[... N characters cut]``.
+    """
     import json
 
     def cut(text: str) -> str:
@@ -927,19 +946,43 @@ def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message:
     lines = []
     for m in messages:
         text = cut(m.text)
+        block = []
         if m.role is Role.HUMAN:
-            lines.append(f"User: {text}")
+            block.append(f"User: {text}")
         elif m.role is Role.AI:
             if text:
-                lines.append(f"Assistant: {text}")
+                block.append(f"Assistant: {text}")
             for call in m.tool_calls:
                 args = cut(json.dumps(dict(call.arguments), ensure_ascii=False))
-                lines.append(f"Assistant called tool {call.name}({args})")
+                block.append(f"Assistant called tool {call.name}({args})")
         elif m.role is Role.TOOL:
-            lines.append(f"Tool {m.name or m.tool_call_id} returned: {text}")
+            block.append(f"Tool {m.name or m.tool_call_id} returned: {text}")
         else:
-            lines.append(f"System: {text}")
+            block.append(f"System: {text}")
+        if token_counter is not None and max_tokens_per_message is not None and block:
+            share = max(1, max_tokens_per_message // len(block))
+            block = [_cut_to_tokens(line, share, token_counter) for line in block]
+        lines.extend(block)
     return "\n".join(lines)
+
+
+def _cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:
+    """``text`` whole when it costs at most ``max_tokens`` tokens, else its longest prefix
+    that fits with the cut marker after it (a binary search over the characters)."""
+    if counter.count_text(text) <= max_tokens:
+        return text
+
+    def candidate(keep: int) -> str:
+        return text[:keep] + f" [... {len(text) - keep} characters cut]"
+
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(candidate(middle)) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return candidate(low)
 
 
 class LLMMemoryCompactor(BaseMemoryCompactor):
@@ -1006,9 +1049,13 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         )
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
+        # A message larger than the span's budget is a chunk of its own: cut to the budget.
+        transcript = render_transcript(
+            messages, token_counter=self.token_counter, max_tokens_per_message=self.max_input_tokens
+        )
         prompt = (
             f"Previous summary:\n{previous or '(none yet)'}\n\n"
-            f"New messages:\n{render_transcript(messages)}\n\n"
+            f"New messages:\n{transcript}\n\n"
             "Write the updated summary."
         )
         text, response = self._call(

@@ -17,9 +17,9 @@ from agentmemory.exceptions import ConversationNotFound, MessageNotFound
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, Summary
-from agentmemory.tokens import LengthTokenCounter
+from agentmemory.tokens import LengthTokenCounter, TiktokenCounter
 
 pytestmark = pytest.mark.django_db
 
@@ -265,3 +265,57 @@ def test_a_plain_text_document_keeps_its_name_type_and_extras_through_langchain(
     _, history = stored([message])
     [back] = from_langchain(to_langchain(history.get_messages()))
     assert back.parts == history.get_messages()[0].parts
+
+
+# -- the summariser's request stays within its input budget, in tokens (BUG-12/BUG-19) ----------
+
+
+def _summariser_requests(messages: list[ChatMessage], max_input_tokens: int) -> list[int]:
+    """Tokens (cl100k) of each request the compactor sends to fold ``messages``."""
+    counter = TiktokenCounter("cl100k_base")
+    conv = Conversation.objects.create(agent_key="peer-faults")
+    history = PersistentChatHistory(conv, token_counter=counter)
+    history.add_messages(messages)
+    llm = ScriptedChatModel(["The user sent a long text."] * 10)
+    compactor = LLMMemoryCompactor(
+        Conversation.objects,
+        conv.pk,
+        llm,
+        history,
+        summarize_every_n_human=1,
+        max_input_tokens=max_input_tokens,
+        token_counter=counter,
+    )
+    assert compactor.compact() is not None
+    return [sum(counter.count_message(m) for m in call[0]) for call in llm.calls]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        # rare Han ideographs, two or three tokens each: 8,000 characters are ~18,000 tokens
+        lambda: [ChatMessage.human("".join(chr(0x4E00 + (i * 37) % 20_000) for i in range(30_000)))],
+        # cuneiform, four tokens a character
+        lambda: [ChatMessage.human("".join(chr(0x12000 + i % 900) for i in range(20_000)))],
+        # several calls whose arguments carry whole documents
+        lambda: [
+            ChatMessage.human("save them"),
+            ChatMessage.ai(
+                None, [ToolCall(f"w{i}", "write_file", {"content": "数据" * 4_000}) for i in range(6)]
+            ),
+            *[ChatMessage.tool("saved", tool_call_id=f"w{i}", name="write_file") for i in range(6)],
+        ],
+    ],
+    ids=["han", "cuneiform", "tool-arguments"],
+)
+def test_the_summariser_request_is_bounded_in_tokens_not_characters(make) -> None:  # type: ignore[no-untyped-def]
+    """FlowiseAI/Flowise#5873 (BUG-12) and langchainjs#11304 (BUG-19) together: the
+    summariser's input was bounded by characters (8,000 per message), which in CJK text or
+    in the arguments of several calls is two to four times the token budget of its span, so
+    one message could make the compaction request overflow the summariser. Each message is
+    cut to the span's budget in tokens, by the compactor's counter, with a visible marker."""
+    messages = [*make(), ChatMessage.ai("ok"), ChatMessage.human("next question")]
+    budget = 2_000
+    requests = _summariser_requests(messages, budget)
+    # the span's budget plus the instructions and the (short) previous summary
+    assert max(requests) <= budget + 400, requests
