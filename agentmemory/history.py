@@ -142,7 +142,8 @@ class PersistentChatHistory:
             ``AGENTMEMORY['TOKEN_COUNTER']``. The count and the counter's ``id`` are stored.
         validate_tool_pairs: refuse tool results that answer no earlier unanswered call
             (default). ``False`` is for importing legacy history: such results are stored
-            as orphans and skipped by context windows.
+            as orphans and skipped by context windows, and a call that reuses the id of a
+            call still unanswered supersedes it (the abandoned exchange is left out).
 
     Every read and write goes to the database the routers choose for ``Message``
     (``router.db_for_read`` / ``router.db_for_write``); a conversation and its messages live

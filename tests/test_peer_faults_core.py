@@ -13,7 +13,7 @@ from django.db import connections
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.exceptions import ConversationNotFound, MessageNotFound
+from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
 from agentmemory.formats.openai import from_openai_messages, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
@@ -319,3 +319,46 @@ def test_the_summariser_request_is_bounded_in_tokens_not_characters(make) -> Non
     requests = _summariser_requests(messages, budget)
     # the span's budget plus the instructions and the (short) previous summary
     assert max(requests) <= budget + 400, requests
+
+
+# -- legacy transcripts: a call id reused after its call was abandoned (BUG-06's kind) -----------
+
+
+def test_a_legacy_import_where_an_abandoned_call_id_is_reused_keeps_the_later_pair() -> None:
+    """openclaw/openclaw#52024 (BUG-06) with the id reuse of craft-agents#753: in a stored
+    transcript a call was never answered (the client died), and the model numbered its next
+    call ``call_0`` again. The import of such legacy history (tool-pair check relaxed) was
+    refused whole. The later call supersedes the abandoned one: the result pairs with it, the
+    abandoned exchange is left out of windows, and it no longer holds compaction back."""
+    call = {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    transcript = [
+        {"role": "user", "content": "Look it up."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "user", "content": "Hello? Are you there?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "found it"},
+        {"role": "assistant", "content": "Found it."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    conv = Conversation.objects.create(agent_key="peer-faults")
+    history = PersistentChatHistory(conv, token_counter=LengthTokenCounter(), validate_tool_pairs=False)
+    history.add_messages(from_openai_messages(transcript))
+    window = ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100)
+    assert [m.seq for m in window.messages] == [1, 3, 4, 5, 6, 7]
+    assert window.skipped_pending == (2,)
+    conv.refresh_from_db()
+    assert conv.pending_tool_calls == {}
+    compactor = LLMMemoryCompactor(
+        Conversation.objects,
+        conv.pk,
+        ScriptedChatModel(["They looked something up."]),
+        history,
+        summarize_every_n_human=1,
+    )
+    summary = compactor.compact()
+    assert summary is not None and summary.through_seq == 6
+    # live appends keep refusing an id that is still awaiting its result
+    live = PersistentChatHistory(Conversation.objects.create(agent_key="peer-faults"))
+    live.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall("call_0", "lookup", {})])])
+    with pytest.raises(InvalidMessageError, match="already awaiting"):
+        live.add_message(ChatMessage.ai(None, [ToolCall("call_0", "lookup", {})]))
