@@ -362,3 +362,37 @@ def test_a_legacy_import_where_an_abandoned_call_id_is_reused_keeps_the_later_pa
     live.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall("call_0", "lookup", {})])])
     with pytest.raises(InvalidMessageError, match="already awaiting"):
         live.add_message(ChatMessage.ai(None, [ToolCall("call_0", "lookup", {})]))
+
+
+# -- builder options: edge values of the tool-result cap ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("10", TypeError)],
+)
+def test_a_tool_result_cap_that_is_not_a_positive_whole_number_is_refused(cap, error) -> None:  # type: ignore[no-untyped-def]
+    """0 and negative caps surfaced as "needs 1 tokens but only -1 are available", floats
+    and bools were taken as caps of a token and a half or one: refused when the builder is
+    made, naming the option."""
+    conv, _ = stored([ChatMessage.human("q")])
+    with pytest.raises(error, match="max_tool_result_tokens"):
+        ContextWindowBuilder(conv, token_counter=LengthTokenCounter(), max_tool_result_tokens=cap)
+
+
+def test_a_tool_result_cap_past_any_window_is_no_cap_beyond_the_window() -> None:
+    """A cap of 10**30 reached the database as a parameter too large for its integers
+    (SQLite: OverflowError; PostgreSQL: out of range)."""
+    conv, _ = stored(
+        [
+            ChatMessage.human("q"),
+            ChatMessage.ai(None, [ToolCall("c", "f", {})]),
+            ChatMessage.tool("result " * 50, tool_call_id="c"),
+            ChatMessage.ai("done"),
+        ]
+    )
+    for cap in (10**30, 2**63):
+        window = ContextWindowBuilder(
+            conv, token_counter=LengthTokenCounter(), max_tool_result_tokens=cap
+        ).build(100)
+        assert [m.seq for m in window.messages] == [1, 2, 3, 4] and window.truncated == ()

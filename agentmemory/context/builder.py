@@ -350,6 +350,26 @@ def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
     return value
 
 
+def _tool_result_cap(cap: Any) -> int | None:
+    """``max_tool_result_tokens`` checked: ``None`` (no cap) or a whole number of tokens of at
+    least 1; a cap past ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` is that ceiling (no window is
+    larger, and the database's integers are not unbounded).
+
+    Raises:
+        TypeError: not an integer (a float, a string, a bool).
+        ValueError: below 1.
+    """
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Integral):
+        raise TypeError(
+            f"max_tool_result_tokens must be a whole number of tokens or None, not {type(cap).__name__}"
+        )
+    if cap < 1:
+        raise ValueError(f"max_tool_result_tokens must be at least 1 token (None: no cap), not {cap}")
+    return min(int(cap), app_settings().MAX_CONTEXT_TOKENS)
+
+
 class ContextWindowBuilder:
     """Builds ``ContextWindow``s for one conversation.
 
@@ -375,8 +395,8 @@ class ContextWindowBuilder:
             system message; otherwise the stored pinned system prompt is sent
             (``Conversation.pinned_seq``: the first message stored while the conversation
             held none, when it is a system message).
-        max_tool_result_tokens: cap on one tool result in the copy sent (tokens);
-            defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
+        max_tool_result_tokens: cap on one tool result in the copy sent (tokens, at least
+            1); defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
         oversized_message_policy: ``"error"`` (raise ``ContextBudgetExceeded``) or
             ``"truncate"`` (send a marked, truncated copy) when the newest human message
             cannot fit; defaults to ``AGENTMEMORY['OVERSIZED_MESSAGE_POLICY']``.
@@ -419,9 +439,10 @@ class ContextWindowBuilder:
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
 
     Raises:
-        TypeError: neither ``conversation`` nor ``chat_history`` given.
-        ValueError: an unknown policy, or ``conversation`` and ``chat_history`` name
-            different conversations.
+        TypeError: neither ``conversation`` nor ``chat_history`` given; a
+            ``max_tool_result_tokens`` that is not a whole number.
+        ValueError: an unknown policy, a ``max_tool_result_tokens`` below 1, or
+            ``conversation`` and ``chat_history`` name different conversations.
         ConversationNotFound: a uuid that names no conversation (made in an event loop's
             thread, the uuid is resolved by the first ``build``/``abuild``, which raise it).
     """
@@ -455,7 +476,7 @@ class ContextWindowBuilder:
         self.memory_compactor = None if memory_compactor is self._UNSET else memory_compactor
         self.token_counter: TokenCounter = token_counter or get_token_counter()
         self.system_prompt = system_prompt
-        self.max_tool_result_tokens = (
+        self.max_tool_result_tokens = _tool_result_cap(
             conf.MAX_TOOL_RESULT_TOKENS if max_tool_result_tokens is self._UNSET else max_tool_result_tokens
         )
         self.oversized_message_policy = oversized_message_policy or conf.OVERSIZED_MESSAGE_POLICY
