@@ -396,3 +396,31 @@ def test_a_tool_result_cap_past_any_window_is_no_cap_beyond_the_window() -> None
             conv, token_counter=LengthTokenCounter(), max_tool_result_tokens=cap
         ).build(100)
         assert [m.seq for m in window.messages] == [1, 2, 3, 4] and window.truncated == ()
+
+
+# -- a blank newest human message (the empty-content kind) --------------------------------------
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t"])
+def test_a_blank_newest_human_message_still_ends_the_anthropic_request_on_a_user_turn(blank: str) -> None:
+    """livekit/agents#669 at the other end of the request: blank text is dropped (the API
+    refuses it), and when the blank message was the newest one the request ended on the
+    assistant's previous answer, which Anthropic takes as a prefill to continue, so the
+    model went on with its last reply instead of answering the user (and a model with
+    extended thinking refuses a prefill). The turn stays, marked as empty."""
+    from agentmemory.formats.anthropic import EMPTY_HUMAN_TEXT, to_anthropic
+
+    conv, _ = stored(
+        [ChatMessage.human("hi"), ChatMessage.ai("Hello, how can I help?"), ChatMessage.human(blank)]
+    )
+    window = ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100)
+    _, turns = to_anthropic(window.messages)
+    assert turns[-1] == {"role": "user", "content": EMPTY_HUMAN_TEXT}
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    # a blank message in the middle is still left out: the turns around it merge
+    _, middle = to_anthropic([*window.messages, ChatMessage.ai("Anything else?"), ChatMessage.human("no")])
+    assert [t["role"] for t in middle] == ["user", "assistant", "user"]
+    assert middle[1]["content"] == [
+        {"type": "text", "text": "Hello, how can I help?"},
+        {"type": "text", "text": "Anything else?"},
+    ]
