@@ -424,3 +424,22 @@ def test_a_blank_newest_human_message_still_ends_the_anthropic_request_on_a_user
         {"type": "text", "text": "Hello, how can I help?"},
         {"type": "text", "text": "Anything else?"},
     ]
+
+
+# -- OpenAI: participant names in the characters the API accepts ---------------------------------
+
+
+@pytest.mark.parametrize("name", ["Alice Smith", "José", "ops<bot>", "team/alpha|beta", "agent.v2"])
+def test_a_participant_name_is_sent_to_openai_in_the_characters_it_accepts(name: str) -> None:
+    """jekalmin/extended_openai_conversation#251, ag2ai/ag2#451: 400 "Invalid
+    'messages[1].name': string does not match pattern. Expected a string that matches the
+    pattern '^[a-zA-Z0-9_-]+$'" once a participant's display name held a space, an accent or
+    a dot. A stored name is kept as it is; the request carries it with each refused
+    character as ``_``, as the Anthropic converter already does for tool-call ids."""
+    import re
+
+    conv, _ = stored([ChatMessage.human("hi", name=name), ChatMessage.ai("Hello!", name=name)])
+    sent = to_openai_messages(ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100))
+    expected = re.sub(r"[^a-zA-Z0-9_-]", "_", name)
+    assert [m["name"] for m in sent] == [expected, expected]
+    assert PersistentChatHistory(conv).get_messages()[0].name == name

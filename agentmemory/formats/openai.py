@@ -24,6 +24,7 @@ Mapping: ``system`` and ``developer`` -> ``Role.SYSTEM``, ``user`` -> ``Role.HUM
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,6 +44,10 @@ _ROLE_FROM_OPENAI = {
 _ROLE_TO_OPENAI = {Role.SYSTEM: "system", Role.HUMAN: "user", Role.AI: "assistant", Role.TOOL: "tool"}
 # Roles whose params accept an optional participant ``name`` (the tool message param has none).
 _ROLES_WITH_NAME = {Role.SYSTEM, Role.HUMAN, Role.AI}
+#: what the API refuses in a participant ``name``: 400 "Invalid 'messages[1].name': string
+#: does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'"
+#: (a display name with a space, an accent or a dot); each such character is sent as ``_``
+_NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
@@ -360,7 +365,8 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     Shapes (Chat Completions ``messages`` contract):
 
     - system / human: ``{"role": "system"|"user", "content": str}`` (``None`` sent as ``""``),
-      plus ``"name"`` when non-empty;
+      plus ``"name"`` when non-empty, in the characters the API accepts (``[a-zA-Z0-9_-]``;
+      any other is sent as ``_``, storage keeps the name as it is);
     - ai: ``{"role": "assistant", "content": str|None}``, plus ``"tool_calls"`` as
       ``[{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}]`` when
       it calls tools, and ``"name"`` when non-empty. ``content`` stays ``None`` only when the
@@ -408,7 +414,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     if parts:
         result["content"] = parts
     if message.name and role in _ROLES_WITH_NAME:
-        result["name"] = message.name
+        result["name"] = _NAME_REFUSED.sub("_", message.name)
     return result
 
 
