@@ -443,3 +443,31 @@ def test_a_participant_name_is_sent_to_openai_in_the_characters_it_accepts(name:
     expected = re.sub(r"[^a-zA-Z0-9_-]", "_", name)
     assert [m["name"] for m in sent] == [expected, expected]
     assert PersistentChatHistory(conv).get_messages()[0].name == name
+
+
+def test_tool_call_ids_longer_than_openai_accepts_are_sent_shortened_and_still_paired() -> None:
+    """camel-ai/camel#2215, microsoft/autogen#6377, anomalyco/opencode#12653: ids made by
+    another provider or a gateway (``ws_689e...`` of 51 characters, ``portkey-<uuid>``)
+    failed every later request with 400 "Invalid 'messages[2].tool_calls[0].id': string too
+    long. Expected a string with maximum length 40". Storage keeps the ids; the request
+    carries ids of at most 40 characters, the same for a call and its result, distinct for
+    distinct calls."""
+    long_a = "ws_689e2d4880a0819d98acca37694989b00b15d90494fc6b87"
+    long_b = long_a[:-1] + "8"  # the same first 50 characters
+    conv, _ = stored(
+        [
+            ChatMessage.human("search twice"),
+            ChatMessage.ai(
+                None, [ToolCall(long_a, "search", {}), ToolCall(long_b, "search", {}), ToolCall("c", "f", {})]
+            ),
+            ChatMessage.tool("first", tool_call_id=long_b),
+            ChatMessage.tool("second", tool_call_id=long_a),
+            ChatMessage.tool("third", tool_call_id="c"),
+            ChatMessage.ai("Done."),
+        ]
+    )
+    sent = to_openai_messages(ContextWindowBuilder(conv, token_counter=LengthTokenCounter()).build(100))
+    ids = [call["id"] for call in sent[1]["tool_calls"]]
+    assert all(len(i) <= 40 for i in ids) and len(set(ids)) == 3 and ids[2] == "c"
+    assert [m["tool_call_id"] for m in sent[2:5]] == ids
+    assert [m.tool_call_id for m in PersistentChatHistory(conv).get_messages()[2:4]] == [long_b, long_a]

@@ -23,6 +23,7 @@ Mapping: ``system`` and ``developer`` -> ``Role.SYSTEM``, ``user`` -> ``Role.HUM
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -48,6 +49,22 @@ _ROLES_WITH_NAME = {Role.SYSTEM, Role.HUMAN, Role.AI}
 #: does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'"
 #: (a display name with a space, an accent or a dot); each such character is sent as ``_``
 _NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
+#: longest tool-call id the API accepts: 400 "Invalid 'messages[2].tool_calls[0].id': string
+#: too long. Expected a string with maximum length 40" (ids made by other providers and
+#: gateways run longer: ``ws_...`` of 51 characters, ``portkey-<uuid>`` of 44)
+MAX_TOOL_CALL_ID_CHARS = 40
+
+
+def request_call_id(call_id: str) -> str:
+    """``call_id`` as sent to the API: itself when it has at most ``MAX_TOOL_CALL_ID_CHARS``
+    characters, else its first 31 characters, ``_`` and 8 hex digits of its SHA-256. A pure
+    function of the id, so a call and its result, converted one message at a time, carry
+    the same id, and distinct long ids stay distinct (short of a 32-bit hash collision).
+    Storage keeps the id as it was."""
+    if len(call_id) <= MAX_TOOL_CALL_ID_CHARS:
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
+    return f"{call_id[: MAX_TOOL_CALL_ID_CHARS - 9]}_{digest}"
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
@@ -374,6 +391,9 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
       the tool message param has no ``name``, so a tool name is not sent).
 
+    Tool-call ids longer than the API's 40 characters are sent shortened
+    (``request_call_id``), the same for a call and its result.
+
     A message with ``parts`` sends them as a list of content parts (``part_to_openai``);
     roles other than ``user`` take only text parts, so their images, audio and files are
     sent as placeholder text. ``metadata``, ``seq``, ``id``, ``token_count`` and
@@ -393,7 +413,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
         content = parts if parts else message.content or ""
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+        return {"role": "tool", "tool_call_id": request_call_id(message.tool_call_id), "content": content}
 
     result: dict[str, Any] = {"role": _ROLE_TO_OPENAI[role]}
     if role is Role.AI:
@@ -403,7 +423,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         if message.tool_calls:
             result["tool_calls"] = [
                 {
-                    "id": call.id,
+                    "id": request_call_id(call.id),
                     "type": "function",
                     "function": {"name": call.name, "arguments": _arguments_json(call)},
                 }
