@@ -287,6 +287,24 @@ class LeaseKeeper:
 # --------------------------------------------------------------------------- compactors
 
 
+def _check_option(name: str, value: Any, minimum: int | None) -> None:
+    """Refuse a compactor option that is not a whole number of at least ``minimum`` (``None``
+    given: the default applies). A float, a string or a bool compared against counts of
+    messages and tokens would mean something its caller did not write, and ``0`` must not
+    quietly become the default.
+
+    Raises:
+        TypeError: not an ``int`` (``bool`` included).
+        ValueError: below ``minimum``.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value}")
+
+
 class BaseMemoryCompactor:
     """When and what to compact, and storing the result safely.
 
@@ -312,6 +330,12 @@ class BaseMemoryCompactor:
             intermediate summary at a human-turn boundary and leaves the rest to the next
             run; defaults to ``COMPACTION_MAX_CALLS_PER_RUN``.
         token_counter: counts the summary message; defaults to the configured counter.
+
+    Raises:
+        TypeError: a count option that is not a whole number (a float, a string, a bool).
+        ValueError: a count option below its least value: 1 for ``summarize_every_n_human``,
+            ``keep_recent_human_turns``, ``max_summary_tokens``, ``max_input_tokens`` and
+            ``max_calls_per_run``, 0 for ``keep_recent_messages`` (``None`` takes the default).
     """
 
     prompt_version = PROMPT_VERSION
@@ -336,10 +360,16 @@ class BaseMemoryCompactor:
         self.conversation_id = conversation_id
         self.llm = llm
         self.chat_history = chat_history
+        _check_option("summarize_every_n_human", summarize_every_n_human, 1)
+        _check_option("keep_recent_messages", keep_recent_messages, 0)
+        _check_option("max_summary_tokens", max_summary_tokens, 1)
+        _check_option("max_input_tokens", max_input_tokens, 1)
+        _check_option("max_calls_per_run", max_calls_per_run, 1)
         self.every_n_human = summarize_every_n_human or conf.SUMMARIZE_EVERY_N_HUMAN_MESSAGES
         self.keep_recent_human_turns = (
             conf.KEEP_RECENT_HUMAN_TURNS if keep_recent_human_turns is None else keep_recent_human_turns
         )
+        _check_option("keep_recent_human_turns", self.keep_recent_human_turns, None)
         if self.keep_recent_human_turns < 1:
             raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim")
         self.keep_recent_messages = keep_recent_messages
@@ -883,10 +913,29 @@ def record_compaction_failure(
     return text
 
 
-def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message: int = 8_000) -> str:
+def render_transcript(
+    messages: Sequence[ChatMessage],
+    *,
+    max_chars_per_message: int = 8_000,
+    token_counter: TokenCounter | None = None,
+    max_tokens_per_message: int | None = None,
+) -> str:
     """Plain-text transcript for the summariser: one block per message, tool calls with
     their JSON arguments, long contents and long arguments cut (the stored messages stay
-    whole): a call whose arguments carry a whole file cannot make the request overflow."""
+    whole): a call whose arguments carry a whole file cannot make the request overflow.
+
+    Args:
+        messages: the span to render, oldest first.
+        max_chars_per_message: cut of each content and each call's arguments (characters).
+        token_counter, max_tokens_per_message: when both are given, each message's block is
+            also cut to at most ``max_tokens_per_message`` tokens by ``token_counter``, its
+            lines (the text, each call) sharing the budget equally. Characters are no bound
+            on tokens: 8,000 rare Han ideographs are about 18,000 tokens, 8,000 cuneiform
+            signs 32,000 (BUG-19), so the span's budget would not hold (BUG-12).
+
+    Returns:
+        The transcript; a cut line ends with ``[... N characters cut]``.
+    """
     import json
 
     def cut(text: str) -> str:
@@ -897,19 +946,43 @@ def render_transcript(messages: Sequence[ChatMessage], *, max_chars_per_message:
     lines = []
     for m in messages:
         text = cut(m.text)
+        block = []
         if m.role is Role.HUMAN:
-            lines.append(f"User: {text}")
+            block.append(f"User: {text}")
         elif m.role is Role.AI:
             if text:
-                lines.append(f"Assistant: {text}")
+                block.append(f"Assistant: {text}")
             for call in m.tool_calls:
                 args = cut(json.dumps(dict(call.arguments), ensure_ascii=False))
-                lines.append(f"Assistant called tool {call.name}({args})")
+                block.append(f"Assistant called tool {call.name}({args})")
         elif m.role is Role.TOOL:
-            lines.append(f"Tool {m.name or m.tool_call_id} returned: {text}")
+            block.append(f"Tool {m.name or m.tool_call_id} returned: {text}")
         else:
-            lines.append(f"System: {text}")
+            block.append(f"System: {text}")
+        if token_counter is not None and max_tokens_per_message is not None and block:
+            share = max(1, max_tokens_per_message // len(block))
+            block = [_cut_to_tokens(line, share, token_counter) for line in block]
+        lines.extend(block)
     return "\n".join(lines)
+
+
+def _cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:
+    """``text`` whole when it costs at most ``max_tokens`` tokens, else its longest prefix
+    that fits with the cut marker after it (a binary search over the characters)."""
+    if counter.count_text(text) <= max_tokens:
+        return text
+
+    def candidate(keep: int) -> str:
+        return text[:keep] + f" [... {len(text) - keep} characters cut]"
+
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(candidate(middle)) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return candidate(low)
 
 
 class LLMMemoryCompactor(BaseMemoryCompactor):
@@ -976,9 +1049,13 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         )
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
+        # A message larger than the span's budget is a chunk of its own: cut to the budget.
+        transcript = render_transcript(
+            messages, token_counter=self.token_counter, max_tokens_per_message=self.max_input_tokens
+        )
         prompt = (
             f"Previous summary:\n{previous or '(none yet)'}\n\n"
-            f"New messages:\n{render_transcript(messages)}\n\n"
+            f"New messages:\n{transcript}\n\n"
             "Write the updated summary."
         )
         text, response = self._call(

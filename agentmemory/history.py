@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -22,7 +23,7 @@ from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import index_new_messages
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import coerce_message, link_tool_message, validate_message
+from agentmemory.validation import MAX_ID, coerce_message, link_tool_message, validate_message
 
 _LOCK_FIELDS = (
     "id",
@@ -57,6 +58,28 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     if pk is None:
         raise ConversationNotFound(f"no conversation {conversation!r}")
     return pk
+
+
+def _check_whole(name: str, value: object) -> None:
+    """Refuse what is not a whole number: a float, a string or a bool would be cut or
+    compared as something its caller did not write.
+
+    Raises:
+        TypeError: not an ``int`` (``bool`` included).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+
+
+def running_in_event_loop() -> bool:
+    """Whether the caller runs in an event loop's thread, where Django refuses database
+    access (``SynchronousOnlyOperation``): a uuid is then resolved later, in a worker
+    thread (bug report langchain-ai/langchain#23716, BUG-25)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def last_foldable_seq(
@@ -113,12 +136,15 @@ class PersistentChatHistory:
     """The stored messages of one conversation.
 
     Args:
-        conversation: a ``Conversation``, its primary key or its public uuid.
+        conversation: a ``Conversation``, its primary key or its public uuid (made in an
+            event loop's thread, where Django allows no query, the uuid is resolved by the
+            first call that reads or writes, such as ``aadd_messages``).
         token_counter: counts each message at write time; defaults to
             ``AGENTMEMORY['TOKEN_COUNTER']``. The count and the counter's ``id`` are stored.
         validate_tool_pairs: refuse tool results that answer no earlier unanswered call
             (default). ``False`` is for importing legacy history: such results are stored
-            as orphans and skipped by context windows.
+            as orphans and skipped by context windows, and a call that reuses the id of a
+            call still unanswered supersedes it (the abandoned exchange is left out).
 
     Every read and write goes to the database the routers choose for ``Message``
     (``router.db_for_read`` / ``router.db_for_write``); a conversation and its messages live
@@ -140,9 +166,28 @@ class PersistentChatHistory:
         token_counter: TokenCounter | None = None,
         validate_tool_pairs: bool = True,
     ) -> None:
-        self.conversation_id = resolve_conversation_id(conversation)
+        self._conversation = conversation
+        self._conversation_id: int | None = None
+        if isinstance(conversation, Conversation | int) or not running_in_event_loop():
+            self._conversation_id = resolve_conversation_id(conversation)
         self.token_counter: TokenCounter = token_counter or get_token_counter()
         self.validate_tool_pairs = validate_tool_pairs
+
+    @property
+    def conversation_id(self) -> int:
+        """Primary key of the conversation. A uuid given in an event loop's thread is
+        resolved here, on first use (the ``a...`` methods use it in their worker thread).
+
+        Raises:
+            ConversationNotFound: the uuid names no conversation.
+        """
+        if self._conversation_id is None:
+            self._conversation_id = resolve_conversation_id(self._conversation)
+        return self._conversation_id
+
+    @conversation_id.setter
+    def conversation_id(self, value: int) -> None:
+        self._conversation_id = value
 
     # -- writing ------------------------------------------------------------------------
 
@@ -351,12 +396,20 @@ class PersistentChatHistory:
 
         Reads O(returned) rows: the newest are taken from the end of the ``(conversation,
         seq)`` index, then put in chronological order (bug report yaalalabs/agent-kernel#739).
+
+        Raises:
+            TypeError: ``limit`` is not a whole number (a float, a string, a bool).
+            ValueError: ``limit`` is negative.
         """
-        qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if limit is not None:
+            _check_whole("limit", limit)
             if limit < 0:
                 raise ValueError("limit must be >= 0")
-            rows = list(qs.order_by("-seq")[:limit])
+        qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
+        if limit is not None:
+            # A limit past any conversation's end means all of it; the database's LIMIT is a
+            # 64-bit integer (PostgreSQL answers a larger one with "bigint out of range").
+            rows = list(qs.order_by("-seq")[: min(limit, MAX_ID)])
             rows.reverse()
         else:
             rows = list(qs.order_by("seq"))
@@ -372,7 +425,10 @@ class PersistentChatHistory:
 
         Raises:
             MessageNotFound: ``message_id`` is not a message of this conversation.
+            TypeError: ``message_id`` is not a whole number (a float, a string, a bool).
         """
+        if message_id is not None:
+            _check_whole("message_id", message_id)
         qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if message_id is not None:
             seq = qs.filter(pk=message_id).values_list("seq", flat=True).first()

@@ -270,8 +270,9 @@ _HAN_ONE_TOKEN = (
 
 #: (pattern, tokens per character) of non-ASCII runs, tried in this order; a run may start
 #: with one space, which cl100k merges into its first token. Rates are measured on running
-#: text in each script and rounded up; the last three rows are the worst cases of any
-#: character by its UTF-8 length (cl100k spends at most one token per byte).
+#: text in each script and rounded up; the last rows are the worst cases of any character
+#: by its UTF-8 length (cl100k spends at most one token per byte), but for the four-byte
+#: emoji and symbols that cl100k merges to three.
 _SCRIPT_RATES: tuple[tuple[str, float], ...] = (
     ("[\u00a0-\u00bf\u00d7\u00f7]+", 1.0),  # Latin-1 punctuation and signs
     ("[\u00c0-\u00ff]+", 1.1),  # Latin-1 letters (accents of Western European languages)
@@ -300,7 +301,10 @@ _SCRIPT_RATES: tuple[tuple[str, float], ...] = (
     ("[\U00020000-\U0003ffff]+", 4.0),  # rare Han ideographs (extensions B and later)
     ("[\u0080-\u07ff]+", 2.0),  # any other 2-byte character
     ("[\u0800-\uffff]+", 3.0),  # any other 3-byte character
-    ("[\U00010000-\U0010ffff]+", 3.0),  # emoji and other 4-byte characters
+    # emoji, pictographs, mathematical letters, musical symbols: cl100k merges their four
+    # bytes to three tokens at most
+    ("[\U0001d000-\U0001dfff\U0001f000-\U0001ffff]+", 3.0),
+    ("[\U00010000-\U0010ffff]+", 4.0),  # any other 4-byte character: historic scripts, cuneiform
 )
 
 _PIECES = re.compile(
@@ -447,7 +451,7 @@ class ApproximateTokenCounter(BaseTokenCounter):
     second, a quarter to a third of tiktoken's speed.
     """
 
-    id = "approx-v2"
+    id = "approx-v3"
 
     def count_text(self, text: str) -> int:
         if not text:
@@ -669,7 +673,7 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
       warning.
 
     The returned counter's ``id`` names what actually counts (``"tiktoken:o200k_base"``,
-    ``"tiktoken:cl100k_base"``, ``"approx-v2"``), so ``manage.py recount_tokens`` can move
+    ``"tiktoken:cl100k_base"``, ``"approx-v3"``), so ``manage.py recount_tokens`` can move
     stored counts over when it changes.
     """
     try:

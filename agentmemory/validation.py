@@ -410,8 +410,9 @@ def link_tool_message(
         pending: the conversation's unanswered tool calls, ``{tool_call_id: seq of the AI
             message that made the call}``; calls made by ``message`` are added, the call a
             tool result answers is removed.
-        strict: refuse a tool result that answers no pending call; otherwise (importing
-            legacy history) it is stored as an orphan, which context windows skip.
+        strict: refuse a tool result that answers no pending call, and a call whose id is
+            still pending; otherwise (importing legacy history) such a result is stored as an
+            orphan, which context windows skip, and such a call supersedes the pending one.
 
     Returns:
         The message's ``exchange_seq``: its own seq for an AI message with tool calls, the
@@ -419,14 +420,18 @@ def link_tool_message(
         (and for an orphaned result).
 
     Raises:
-        InvalidMessageError: an AI message reuses the id of a call still pending (a result
-            could not tell which call it answers), or, in strict mode, a tool result answers
+        InvalidMessageError: in strict mode, an AI message reuses the id of a call still
+            pending (a result could not tell which call it answers), or a tool result answers
             no pending call (OpenAI and Anthropic reject a result without its call).
     """
     if message.role is Role.AI and message.tool_calls:
         clash = sorted(c.id for c in message.tool_calls if c.id in pending)
-        if clash:
+        if clash and strict:
             raise InvalidMessageError(f"tool call id(s) {clash} are already awaiting results", index=index)
+        # Legacy history (``strict=False``): a model that numbers its calls afresh each turn
+        # reuses the id of a call whose result never came; the new call supersedes it, so
+        # later results answer the new call, and the abandoned exchange, no longer pending,
+        # stays out of windows (its call is unanswered) without holding compaction back.
         for call in message.tool_calls:
             pending[call.id] = seq
         return seq

@@ -210,7 +210,8 @@ def test_response_only_fields_are_ignored_and_refusal_kept_in_metadata():
         }
     )
 
-    assert message.content is None
+    # content null without tool calls cannot be stored or sent: the refusal is the reply's text
+    assert message.content == "I can't help with that."
     assert message.tool_calls == ()
     assert message.metadata == {"refusal": "I can't help with that."}
 

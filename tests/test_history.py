@@ -289,18 +289,28 @@ def test_a_call_id_still_pending_in_another_exchange_is_refused(history, convers
     history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
     history.add_message(ChatMessage.human("meanwhile"))
     before = snapshot(conversation)
-    for strict in (True, False):
-        with pytest.raises(InvalidMessageError, match=r"\['a1'\] are already awaiting results") as info:
-            history.add_messages(
-                [ChatMessage.ai(None, [ToolCall(id="x", name="f"), ToolCall(id="a1", name="f")])],
-                validate_tool_pairs=strict,
-            )
-        assert info.value.index == 0
+    with pytest.raises(InvalidMessageError, match=r"\['a1'\] are already awaiting results") as info:
+        history.add_messages(
+            [ChatMessage.ai(None, [ToolCall(id="x", name="f"), ToolCall(id="a1", name="f")])]
+        )
+    assert info.value.index == 0
     assert snapshot(conversation) == before
     # once answered, the id may be used again: a result then answers the newest call
     history.add_message(ChatMessage.tool("A", tool_call_id="a1"))
     again = history.add_messages([ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
     assert Message.objects.get(conversation=conversation, seq=again[0].seq).exchange_seq == again[0].seq
+
+
+def test_a_legacy_import_lets_a_reused_call_id_supersede_the_unanswered_call(history, conversation) -> None:  # type: ignore[no-untyped-def]
+    history.add_messages([ChatMessage.human("go"), ChatMessage.ai(None, [ToolCall(id="a1", name="f")])])
+    history.add_message(ChatMessage.human("meanwhile"))
+    [newer] = history.add_messages(
+        [ChatMessage.ai(None, [ToolCall(id="a1", name="f")])], validate_tool_pairs=False
+    )
+    conversation.refresh_from_db()
+    assert conversation.pending_tool_calls == {"a1": newer.seq}
+    [result] = history.add_messages([ChatMessage.tool("A", tool_call_id="a1")])
+    assert Message.objects.get(conversation=conversation, seq=result.seq).exchange_seq == newer.seq
 
 
 def test_result_answering_an_already_answered_call_is_refused(history, conversation) -> None:  # type: ignore[no-untyped-def]

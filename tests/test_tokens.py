@@ -541,7 +541,7 @@ def test_empty_text_costs_nothing():
 
 def test_approximate_counter_identity_and_protocol():
     approx = ApproximateTokenCounter()
-    assert approx.id == "approx-v2"
+    assert approx.id == "approx-v3"
     assert isinstance(approx, TokenCounter)
     assert approx.count_text("a") >= 1
     assert approx.count_message(ChatMessage.human("")) >= 4
@@ -616,7 +616,7 @@ def test_the_default_counter_is_tiktoken_for_the_configured_model(settings, fres
     settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-3.5-turbo"}
     assert get_token_counter().id == "tiktoken:cl100k_base"
     settings.AGENTMEMORY = {"TOKEN_COUNTER": "agentmemory.tokens.ApproximateTokenCounter"}
-    assert get_token_counter().id == "approx-v2"
+    assert get_token_counter().id == "approx-v3"
 
 
 def test_the_model_comes_from_the_setting_then_the_default_llm_then_the_environment(settings, monkeypatch):
@@ -770,3 +770,25 @@ def test_the_thinking_blocks_of_an_ai_message_are_in_its_count() -> None:
     assert counter.count_thinking("not a list") == 0
     # a message-count budget stays a message count
     assert LengthTokenCounter().count_message(message) == 1
+
+
+def test_characters_outside_the_bmp_are_never_undercounted():
+    """BUG-19's kind beyond CJK: cl100k has no merges for most characters of four UTF-8 bytes
+    (historic scripts, cuneiform, hieroglyphs, Linear B, Deseret): each costs one token per
+    byte. Emoji and mathematical letters, which it does merge to three, are not over-counted."""
+    approx, exact = ApproximateTokenCounter(), _exact()
+    four_tokens = {
+        "linear b": "𐀀𐀁𐀂𐀃𐀄𐀅𐀆𐀇",
+        "gothic": "𐌰𐌱𐌲𐌳𐌴𐌵",
+        "deseret": "𐐷𐐸𐐹𐐺𐐻",
+        "cuneiform": "𒀀𒀁𒀂𒀃𒀄",
+        "hieroglyphs": "𓀀𓀁𓀂𓀃𓀄",
+        "old italic": "𐌀𐌁𐌂 𐌃𐌄𐌅",
+    }
+    for label, text in four_tokens.items():
+        message = ChatMessage.human(f"transcribe {text} please")
+        assert worst_undercounts([message], approx, exact, limit=RARE_UNDERCOUNT) == [], label
+    three_tokens = {"emoji": "🙂🚀🎉🧪🫠", "math": "𝐀𝐁𝐂𝑥𝑦", "flags": "🇺🇸🇯🇵", "music": "𝄞𝄢"}
+    for label, text in three_tokens.items():
+        message = ChatMessage.human(text * 4)
+        assert approx.count_message(message) <= 1.2 * exact.count_message(message), label

@@ -36,7 +36,7 @@ from agentmemory.context.packing import (
 from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
 from agentmemory.context.window import MAX_LISTED_SEQS, NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, TurnTooLarge
-from agentmemory.history import resolve_conversation_id
+from agentmemory.history import resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
@@ -350,6 +350,26 @@ def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
     return value
 
 
+def _tool_result_cap(cap: Any) -> int | None:
+    """``max_tool_result_tokens`` checked: ``None`` (no cap) or a whole number of tokens of at
+    least 1; a cap past ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` is that ceiling (no window is
+    larger, and the database's integers are not unbounded).
+
+    Raises:
+        TypeError: not an integer (a float, a string, a bool).
+        ValueError: below 1.
+    """
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Integral):
+        raise TypeError(
+            f"max_tool_result_tokens must be a whole number of tokens or None, not {type(cap).__name__}"
+        )
+    if cap < 1:
+        raise ValueError(f"max_tool_result_tokens must be at least 1 token (None: no cap), not {cap}")
+    return min(int(cap), app_settings().MAX_CONTEXT_TOKENS)
+
+
 class ContextWindowBuilder:
     """Builds ``ContextWindow``s for one conversation.
 
@@ -375,8 +395,8 @@ class ContextWindowBuilder:
             system message; otherwise the stored pinned system prompt is sent
             (``Conversation.pinned_seq``: the first message stored while the conversation
             held none, when it is a system message).
-        max_tool_result_tokens: cap on one tool result in the copy sent (tokens);
-            defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
+        max_tool_result_tokens: cap on one tool result in the copy sent (tokens, at least
+            1); defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
         oversized_message_policy: ``"error"`` (raise ``ContextBudgetExceeded``) or
             ``"truncate"`` (send a marked, truncated copy) when the newest human message
             cannot fit; defaults to ``AGENTMEMORY['OVERSIZED_MESSAGE_POLICY']``.
@@ -419,10 +439,12 @@ class ContextWindowBuilder:
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
 
     Raises:
-        TypeError: neither ``conversation`` nor ``chat_history`` given.
-        ValueError: an unknown policy, or ``conversation`` and ``chat_history`` name
-            different conversations.
-        ConversationNotFound: a uuid that names no conversation.
+        TypeError: neither ``conversation`` nor ``chat_history`` given; a
+            ``max_tool_result_tokens`` that is not a whole number.
+        ValueError: an unknown policy, a ``max_tool_result_tokens`` below 1, or
+            ``conversation`` and ``chat_history`` name different conversations.
+        ConversationNotFound: a uuid that names no conversation (made in an event loop's
+            thread, the uuid is resolved by the first ``build``/``abuild``, which raise it).
     """
 
     _UNSET: Any = object()
@@ -444,18 +466,17 @@ class ContextWindowBuilder:
         conf = app_settings()
         if conversation is None and chat_history is None:
             raise TypeError("ContextWindowBuilder needs a conversation or chat_history=")
-        if chat_history is not None:
-            self.conversation_id = int(chat_history.conversation_id)
-            if conversation is not None and resolve_conversation_id(conversation) != self.conversation_id:
-                raise ValueError("conversation and chat_history name different conversations")
-            token_counter = token_counter or getattr(chat_history, "token_counter", None)
-        else:
-            self.conversation_id = resolve_conversation_id(conversation)  # type: ignore[arg-type]  # not None here
         self.chat_history = chat_history
+        self._conversation = conversation
+        self._conversation_id: int | None = None
+        if chat_history is not None:
+            token_counter = token_counter or getattr(chat_history, "token_counter", None)
+        if not running_in_event_loop():
+            self._conversation_id = self._resolve_conversation()
         self.memory_compactor = None if memory_compactor is self._UNSET else memory_compactor
         self.token_counter: TokenCounter = token_counter or get_token_counter()
         self.system_prompt = system_prompt
-        self.max_tool_result_tokens = (
+        self.max_tool_result_tokens = _tool_result_cap(
             conf.MAX_TOOL_RESULT_TOKENS if max_tool_result_tokens is self._UNSET else max_tool_result_tokens
         )
         self.oversized_message_policy = oversized_message_policy or conf.OVERSIZED_MESSAGE_POLICY
@@ -494,6 +515,27 @@ class ContextWindowBuilder:
         self._can_compact = memory_compactor is self._UNSET or (
             memory_compactor is not None and self._compactor_class is not None
         )
+
+    @property
+    def conversation_id(self) -> int:
+        """Primary key of the conversation. A uuid given in an event loop's thread is
+        resolved here, on first use (``abuild`` uses it in its worker thread).
+
+        Raises:
+            ConversationNotFound: the uuid names no conversation.
+            ValueError: ``conversation`` and ``chat_history`` name different conversations.
+        """
+        if self._conversation_id is None:
+            self._conversation_id = self._resolve_conversation()
+        return self._conversation_id
+
+    def _resolve_conversation(self) -> int:
+        if self.chat_history is None:
+            return resolve_conversation_id(self._conversation)  # type: ignore[arg-type]  # not None here
+        conversation_id = int(self.chat_history.conversation_id)
+        if self._conversation is not None and resolve_conversation_id(self._conversation) != conversation_id:
+            raise ValueError("conversation and chat_history name different conversations")
+        return conversation_id
 
     def build(self, max_tokens: int | None = None, *, max_messages: int | None = None) -> ContextWindow:
         """Assemble the context window.

@@ -293,7 +293,9 @@ def to_anthropic(
         stored blank would be refused on every later request), so an ``ai`` message with
         neither text nor tool calls disappears, and so does a blank ``human`` message, except
         one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
-        turn must be a non-empty user turn. Thinking blocks stored with an ``ai`` message
+        turn must be a non-empty user turn; and one that is the newest message after an
+        assistant turn, sent the same way: a request that ends on an assistant turn is a
+        prefill, which the model continues instead of answering. Thinking blocks stored with an ``ai`` message
         (``metadata["thinking"]``) lead its turn verbatim, signatures intact, in the tool loop
         in progress (the turns after the last user turn without tool results); the API
         ignores those of earlier turns. Tool call ids
@@ -315,6 +317,7 @@ def to_anthropic(
     system_texts: list[str] = []
     turns: list[dict[str, Any]] = []
     first_index: list[int] = []  # position in ``messages`` of the first message of each turn
+    blank_last = None  # position of the newest non-system message when it is a blank human one
     for index, message in enumerate(messages):
         try:
             role = Role(message.role)
@@ -331,6 +334,7 @@ def to_anthropic(
                 api_role, blocks = "user", _user_blocks(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index) from exc
+        blank_last = index if not blocks and role is Role.HUMAN else None
         if not blocks and not turns and role is Role.HUMAN:
             # The window starts on this human message; without it the request would start
             # with an assistant turn, which the API refuses: send it marked as empty.
@@ -349,6 +353,12 @@ def to_anthropic(
             turns.append({"role": api_role, "content": blocks})
             first_index.append(index)
 
+    if blank_last is not None and turns and turns[-1]["role"] == "assistant":
+        # The newest message is a blank human one: without it the request would end on the
+        # assistant's previous answer, which the API takes as a prefill to continue (and a
+        # model with extended thinking refuses): send it marked as empty.
+        turns.append({"role": "user", "content": [_text_block(EMPTY_HUMAN_TEXT)]})
+        first_index.append(blank_last)
     _thinking_of_current_loop_only(turns)
     _request_ids(turns)
     for position, turn in enumerate(turns):

@@ -61,6 +61,9 @@ _GENERIC_ROLES = {
 #: the source fields of a standard block, and the ``ContentPart`` field each maps to
 _SOURCES = (("base64", "data"), ("url", "url"), ("file_id", "file_id"))
 _MEDIA = {"image": PartKind.IMAGE, "audio": PartKind.AUDIO, "file": PartKind.FILE}
+#: fields of LangChain's ``text-plain`` block kept in a ``ContentPart``'s ``extra`` (as
+#: Anthropic's document block keeps them)
+_PLAIN_TEXT_FIELDS = ("title", "context")
 
 
 def part_to_langchain(part: ContentPart) -> dict[str, Any]:
@@ -68,9 +71,20 @@ def part_to_langchain(part: ContentPart) -> dict[str, Any]:
     if part.kind is PartKind.TEXT:
         return {"type": "text", "text": part.text}
     if part.kind is PartKind.FILE and part.text:
+        # The block's ``mime_type`` is always text/plain and ``title`` and ``context`` are its
+        # own fields; the rest of the part (its file name, a MIME type such as text/markdown,
+        # provider fields) goes in ``extras``, so that the part comes back whole.
         block: dict[str, Any] = {"type": "text-plain", "mime_type": "text/plain", "text": part.text}
-        if "title" in part.extra:
-            block["title"] = part.extra["title"]
+        extras = dict(part.extra)
+        for key in _PLAIN_TEXT_FIELDS:
+            if key in extras:
+                block[key] = extras.pop(key)
+        if part.filename:
+            extras["filename"] = part.filename
+        if part.mime_type and part.mime_type != "text/plain":
+            extras["mime_type"] = part.mime_type
+        if extras:
+            block["extras"] = extras
         return block
     block = {"type": part.kind.value}
     for key, name in _SOURCES:
@@ -113,8 +127,17 @@ def part_from_langchain(block: Any, where: str) -> ContentPart:
         text = block.get("text")
         if not isinstance(text, str):
             raise InvalidMessageError(f"{where} text-plain block has no string 'text'")
-        extra = {"title": block["title"]} if isinstance(block.get("title"), str) else {}
-        return ContentPart(PartKind.FILE, text=text, mime_type="text/plain", extra=extra)
+        extra = dict(block.get("extras") or {}) if isinstance(block.get("extras"), Mapping) else {}
+        filename = extra.pop("filename", "")
+        mime_type = extra.pop("mime_type", "")
+        extra.update((key, block[key]) for key in _PLAIN_TEXT_FIELDS if isinstance(block.get(key), str))
+        return ContentPart(
+            PartKind.FILE,
+            text=text,
+            mime_type=mime_type if isinstance(mime_type, str) and mime_type else "text/plain",
+            filename=filename if isinstance(filename, str) else "",
+            extra=extra,
+        )
     if kind not in _MEDIA:
         raise InvalidMessageError(
             f"{where} has type {kind!r}; text, image, audio, file and text-plain blocks can be stored"

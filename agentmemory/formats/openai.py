@@ -9,7 +9,8 @@ request params in the official ``openai`` SDK, ``openai/types/chat/chat_completi
   content parts: ``{"type": "text", "text"}``; in user messages also ``{"type": "image_url",
   "image_url": {"url": <http(s) or base64 data URL>, "detail": "low"|"high"|"auto"}}``,
   ``{"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"|"mp3"}}`` and
-  ``{"type": "file", "file": {"file_data": <base64 data URL>, "filename"} | {"file_id"}}``.
+  ``{"type": "file", "file": {"file_data": <base64 data URL>, "filename"} | {"file_id"}}``;
+  in assistant messages also ``{"type": "refusal", "refusal"}``, read as a text part.
   Several parts are stored as ``ContentPart``s (``ChatMessage.parts``) and sent back as
   parts; a list holding one text part is plain text;
 - assistant ``tool_calls`` are ``{"id", "type": "function", "function": {"name", "arguments"}}``
@@ -22,7 +23,9 @@ Mapping: ``system`` and ``developer`` -> ``Role.SYSTEM``, ``user`` -> ``Role.HUM
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,6 +46,26 @@ _ROLE_FROM_OPENAI = {
 _ROLE_TO_OPENAI = {Role.SYSTEM: "system", Role.HUMAN: "user", Role.AI: "assistant", Role.TOOL: "tool"}
 # Roles whose params accept an optional participant ``name`` (the tool message param has none).
 _ROLES_WITH_NAME = {Role.SYSTEM, Role.HUMAN, Role.AI}
+#: what the API refuses in a participant ``name``: 400 "Invalid 'messages[1].name': string
+#: does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'"
+#: (a display name with a space, an accent or a dot); each such character is sent as ``_``
+_NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
+#: longest tool-call id the API accepts: 400 "Invalid 'messages[2].tool_calls[0].id': string
+#: too long. Expected a string with maximum length 40" (ids made by other providers and
+#: gateways run longer: ``ws_...`` of 51 characters, ``portkey-<uuid>`` of 44)
+MAX_TOOL_CALL_ID_CHARS = 40
+
+
+def request_call_id(call_id: str) -> str:
+    """``call_id`` as sent to the API: itself when it has at most ``MAX_TOOL_CALL_ID_CHARS``
+    characters, else its first 31 characters, ``_`` and 8 hex digits of its SHA-256. A pure
+    function of the id, so a call and its result, converted one message at a time, carry
+    the same id, and distinct long ids stay distinct (short of a 32-bit hash collision).
+    Storage keeps the id as it was."""
+    if len(call_id) <= MAX_TOOL_CALL_ID_CHARS:
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
+    return f"{call_id[: MAX_TOOL_CALL_ID_CHARS - 9]}_{digest}"
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
@@ -68,7 +91,8 @@ def part_from_openai(part: Any, where: str) -> ContentPart:
     the same way.
 
     Raises:
-        InvalidMessageError: not an object, an unknown type (``refusal`` parts included), a
+        InvalidMessageError: not an object, an unknown type (``refusal`` parts included:
+            only an assistant message takes them, read by ``_content_from_openai``), a
             missing or malformed field.
     """
     part = _object(part, where)
@@ -109,13 +133,22 @@ def part_from_openai(part: Any, where: str) -> ContentPart:
     )
 
 
+def _refusal_part(part: Mapping[str, Any], where: str) -> ContentPart:
+    """An assistant's ``{"type": "refusal", "refusal": text}`` part (Chat Completions
+    ``ChatCompletionContentPartRefusalParam``) as a text part: what the assistant said, which
+    later turns and summaries must see."""
+    return ContentPart(PartKind.TEXT, text=_string(part.get("refusal"), f"{where} 'refusal'"))
+
+
 def _content_from_openai(content: Any, role: str) -> tuple[str | None, tuple[ContentPart, ...]]:
     """``(content, parts)`` of an OpenAI ``content`` value (string, ``None`` or parts)."""
     if content is None or isinstance(content, str):
         return content, ()
     if isinstance(content, list | tuple):
         parts = tuple(
-            part_from_openai(part, f"{role} message content part {position}")
+            _refusal_part(part, f"{role} message content part {position}")
+            if role == "assistant" and isinstance(part, Mapping) and part.get("type") == "refusal"
+            else part_from_openai(part, f"{role} message content part {position}")
             for position, part in enumerate(content)
         )
         if len(parts) == 1 and parts[0].kind is PartKind.TEXT:
@@ -189,7 +222,10 @@ def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidMessageError(f"tool call {call_id!r} has no function 'name'")
-    raw = function.get("arguments", "")
+    raw = function.get("arguments")
+    if raw is None:
+        # Left out or null (serializers write either for a tool without parameters).
+        raw = ""
     if isinstance(raw, Mapping):
         # Not the OpenAI contract (a JSON string), but some compatible servers send the object.
         arguments: Any = dict(raw)
@@ -234,6 +270,9 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         ``name`` is kept; content parts other than a single text part are kept as
         ``parts`` (``content`` then holds their text); a non-empty top-level assistant ``refusal`` is kept in
         ``metadata["refusal"]``. Other keys (``annotations``, ``audio: null``, ...) are ignored.
+        Null or missing content reads as ``""`` on an assistant message without tool calls
+        (an empty completion; a refusal reads as its text) and on a tool message (a tool
+        that returned nothing); null or missing tool-call ``arguments`` read as ``{}``.
 
     Raises:
         InvalidMessageError: not an object; missing or unknown role; the deprecated ``function``
@@ -288,6 +327,12 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             raise InvalidMessageError(f"assistant message repeats tool call id(s) {duplicates}")
         refusal = message.get("refusal")
         metadata = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+        if content is None and not tool_calls:
+            # No text and no call: a refusal, an empty completion, or a serializer that wrote
+            # null or left the key out (BUG-20). The API takes content null only beside tool
+            # calls. A refusal is what the assistant said, so later turns (and summaries)
+            # see it; otherwise the turn is the empty text ``to_openai`` would send for it.
+            content = metadata.get("refusal", "")
         return ChatMessage(
             role=role, content=content, tool_calls=tool_calls, name=name, metadata=metadata, parts=parts
         )
@@ -296,6 +341,9 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         tool_call_id = message.get("tool_call_id")
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessageError("tool message has no 'tool_call_id' naming the call it answers")
+        # A tool that returned nothing, stored as null or without the key: the empty result
+        # (what ``to_openai`` sends for it), so that its call keeps its answer.
+        content = "" if content is None else content
         return ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name, parts=parts)
 
     return ChatMessage(role=role, content=content, name=name, parts=parts)
@@ -343,13 +391,17 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     Shapes (Chat Completions ``messages`` contract):
 
     - system / human: ``{"role": "system"|"user", "content": str}`` (``None`` sent as ``""``),
-      plus ``"name"`` when non-empty;
+      plus ``"name"`` when non-empty, in the characters the API accepts (``[a-zA-Z0-9_-]``;
+      any other is sent as ``_``, storage keeps the name as it is);
     - ai: ``{"role": "assistant", "content": str|None}``, plus ``"tool_calls"`` as
       ``[{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}]`` when
       it calls tools, and ``"name"`` when non-empty. ``content`` stays ``None`` only when the
       message calls tools (the API requires content otherwise; then ``""`` is sent);
     - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
       the tool message param has no ``name``, so a tool name is not sent).
+
+    Tool-call ids longer than the API's 40 characters are sent shortened
+    (``request_call_id``), the same for a call and its result.
 
     A message with ``parts`` sends them as a list of content parts (``part_to_openai``);
     roles other than ``user`` take only text parts, so their images, audio and files are
@@ -370,7 +422,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
         content = parts if parts else message.content or ""
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+        return {"role": "tool", "tool_call_id": request_call_id(message.tool_call_id), "content": content}
 
     result: dict[str, Any] = {"role": _ROLE_TO_OPENAI[role]}
     if role is Role.AI:
@@ -380,7 +432,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         if message.tool_calls:
             result["tool_calls"] = [
                 {
-                    "id": call.id,
+                    "id": request_call_id(call.id),
                     "type": "function",
                     "function": {"name": call.name, "arguments": _arguments_json(call)},
                 }
@@ -391,7 +443,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     if parts:
         result["content"] = parts
     if message.name and role in _ROLES_WITH_NAME:
-        result["name"] = message.name
+        result["name"] = _NAME_REFUSED.sub("_", message.name)
     return result
 
 

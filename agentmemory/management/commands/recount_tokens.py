@@ -1,7 +1,7 @@
 """``manage.py recount_tokens``: recount stored token counts with the configured counter.
 
 Every message and summary stores the id of the counter that counted it
-(``"tiktoken:o200k_base"``, ``"tiktoken:cl100k_base"``, ``"approx-v2"``). After a change of
+(``"tiktoken:o200k_base"``, ``"tiktoken:cl100k_base"``, ``"approx-v3"``). After a change of
 counter (a new ``TOKENIZER_MODEL``, tiktoken installed, a recalibrated estimate) this command
 moves existing conversations over: it recounts the rows counted by another counter in
 batches (one transaction per batch, so appends are never blocked for long), then the token
