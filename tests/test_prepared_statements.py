@@ -50,8 +50,10 @@ def _window(conv: Conversation, max_tokens: int = 120) -> list[tuple]:
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_window_reads_are_prepared_once_and_give_the_same_window(settings) -> None:  # type: ignore[no-untyped-def]
     conv = _conversation()
+    connection.close()  # a connection that has not run the window's statements yet
     settings.AGENTMEMORY = {"PREPARED_STATEMENTS": False}
     as_text = _window(conv)
     assert not [s for s in _prepared() if _is_head(s)]
