@@ -75,6 +75,21 @@ def test_preference_remembered_in_one_conversation_is_used_in_another_after_a_re
     assert seen[1] == "You are a helpful assistant."
 
 
+def test_a_remembered_fact_names_the_message_it_came_from() -> None:
+    # The admin and the API show where a fact came from: for the agent's remember tool,
+    # the human message the model was answering.
+    user = UserFactory()
+    llm = ScriptedChatModel(["Noted.", _remember_call("Passport number is X1234567"), "Saved."])
+    agent = MemoryAgent(llm)
+    conversation = agent.start_conversation(owner=user)
+    agent.run(conversation, "Hello")
+    agent.run(conversation, "My passport number is X1234567, please keep it.")
+    fact = Fact.objects.get()
+    assert fact.source_message is not None
+    assert fact.source_message.conversation_id == conversation.pk
+    assert fact.source_message.content == "My passport number is X1234567, please keep it."
+
+
 def test_recall_and_search_conversations_tools() -> None:
     user = UserFactory()
     KnowledgeMemory(user).remember("Allergic to peanuts", "health", persistent=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.db import router
+
 from agentmemory.agents.tools import Tool, ToolContext, ToolError, tool
 
 if TYPE_CHECKING:
@@ -61,10 +63,27 @@ def remember(content: str, context: ToolContext, category: str = "general", pers
     """
     from agentmemory.knowledge import InvalidFactError
 
+    memory = _memory(context)
     try:
-        return _memory(context).remember(content, category, persistent)
+        return memory.remember(content, category, persistent, source_message=_turn_message(context))
     except InvalidFactError as exc:
         raise ToolError(str(exc)) from exc
+
+
+def _turn_message(context: ToolContext) -> int | None:
+    """The id of the human message the model is answering (the newest of the conversation):
+    where a fact the model remembers comes from, shown as its source in the admin and the
+    API. ``None`` when the conversation holds none."""
+    from agentmemory.messages import Role
+    from agentmemory.models import Message
+
+    return (
+        Message.objects.using(router.db_for_read(Message))
+        .filter(conversation_id=context.conversation.pk, role=Role.HUMAN.value)
+        .order_by("-seq")
+        .values_list("pk", flat=True)
+        .first()
+    )
 
 
 @tool(name="recall", description="Search long-term memory for facts relevant to a query")
