@@ -160,7 +160,9 @@ class UsageTotals:
     Attributes:
         calls, input_tokens, output_tokens, cached_input_tokens, cache_creation_input_tokens,
         counted_calls: sums over every model (tokens).
-        cost: the cost of the priced models (``Decimal``, per the prices' currency).
+        cost: the cost of the priced models (``Decimal``, per the prices' currency);
+            ``None`` when calls were made and none of them was priced (their cost is unknown,
+            not zero); ``Decimal(0)`` when there were no calls.
         unpriced_models: models used that have no price: their tokens are in the sums,
             not in ``cost``.
         by_model: one ``ModelUsage`` per model, by name.
@@ -172,7 +174,7 @@ class UsageTotals:
     cached_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     counted_calls: int = 0
-    cost: Decimal = Decimal(0)
+    cost: Decimal | None = Decimal(0)
     unpriced_models: tuple[str, ...] = ()
     by_model: tuple[ModelUsage, ...] = field(default=())
 
@@ -201,10 +203,12 @@ def _totals(rows: Iterable[Mapping[str, Any]], prices: Mapping[str, ModelPrice])
             )
         )
     models.sort(key=lambda m: m.model)
+    priced = [m.cost for m in models if m.cost is not None]
     return UsageTotals(
         calls=sum(m.calls for m in models),
         counted_calls=sum(m.counted_calls for m in models),
-        cost=sum((m.cost for m in models if m.cost is not None), Decimal(0)),
+        # Unknown, not free: a total of 0 would read as "cost nothing" for unpriced calls.
+        cost=sum(priced, Decimal(0)) if priced or not models else None,
         unpriced_models=tuple(m.model for m in models if m.cost is None),
         by_model=tuple(models),
         **{name: sum(getattr(m, name) for m in models) for name in _SUMS},

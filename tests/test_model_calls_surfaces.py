@@ -103,6 +103,43 @@ def test_api_lists_calls_and_returns_each_window_as_sent(turn) -> None:  # type:
     assert api.get("/api/usage/", {"since": "2999-01-01T00:00:00Z"}).json()["calls"] == 0
 
 
+def test_api_usage_cost_is_null_when_no_call_was_priced(turn) -> None:  # type: ignore[no-untyped-def]
+    user, conv, _ = turn  # no MODEL_PRICES: gpt-4o-mini has no price
+    api = client_for(user)
+    for url in ("/api/usage/", calls_url(conv, "usage/")):
+        usage = api.get(url).json()
+        assert usage["calls"] == 2 and usage["unpriced_models"] == ["gpt-4o-mini"]
+        assert usage["cost"] is None and [m["cost"] for m in usage["by_model"]] == [None]
+    empty = api.get("/api/usage/", {"since": "2999-01-01T00:00:00Z"}).json()
+    assert empty["calls"] == 0 and Decimal(empty["cost"]) == 0
+    ModelCall.objects.create(
+        kind="chat",
+        usage_source="provider",
+        owner=user,
+        conversation=conv,
+        model="gpt-4o-mini-x",
+        input_tokens=10,
+    )
+    with override_settings(AGENTMEMORY={"MODEL_PRICES": {"gpt-4o-mini-x": {"input": "1", "output": "1"}}}):
+        mixed = api.get("/api/usage/").json()
+    assert Decimal(mixed["cost"]) == Decimal("0.00001") and mixed["unpriced_models"] == ["gpt-4o-mini"]
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    assert schema["components"]["schemas"]["Usage"]["properties"]["cost"]["nullable"] is True
+
+
+def test_admin_conversation_usage_names_unpriced_models_beside_the_priced_cost(turn, admin_client) -> None:  # type: ignore[no-untyped-def]
+    _, conv, _ = turn
+    page = reverse("admin:agentmemory_conversation_change", args=[conv.pk])
+    assert "no price for gpt-4o-mini" in admin_client.get(page).content.decode()
+    ModelCall.objects.create(
+        kind="embedding", usage_source="provider", conversation=conv, model="embed-small", input_tokens=10
+    )
+    with override_settings(AGENTMEMORY={"MODEL_PRICES": PRICES}):
+        body = admin_client.get(page).content.decode()
+    cost = (Decimal(4000) * Decimal("0.15") + 25 * Decimal("0.60")) / 10**6
+    assert f"cost {cost}" in body and "no price for embed-small" in body
+
+
 def test_api_is_scoped_to_the_owner_and_refuses_bad_input(turn) -> None:  # type: ignore[no-untyped-def]
     user, conv, _ = turn
     call = ModelCall.objects.filter(conversation=conv).first()

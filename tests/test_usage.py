@@ -119,12 +119,37 @@ def test_totals_per_conversation_agent_and_user_in_one_query(db, django_assert_n
     assert per_user[alice.pk].calls == 3
     assert per_user[alice.pk].cost == totals.cost + Decimal(2000 * 1 + 10 * 5) / 10**6
     assert per_user[bob.pk].counted_calls == 1 and per_user[bob.pk].unpriced_models == ("scripted",)
-    assert per_user[bob.pk].cost == 0
+    assert per_user[bob.pk].cost is None  # only an unpriced model: unknown, not free
     assert usage_totals(owner=bob).input_tokens == ModelCall.objects.get(owner=bob).input_tokens > 0
     assert usage_by("agent_key")["usage-test"].calls == 4
     assert usage_by("conversation")[second.pk].by_model[0].model == "claude-haiku-4-5"
     with pytest.raises(ValueError):
         usage_by("model")
+
+
+@override_settings(AGENTMEMORY={"MODEL_PRICES": PRICES})
+def test_the_total_cost_is_unknown_when_no_call_was_priced(db) -> None:  # type: ignore[no-untyped-def]
+    user = UserFactory()
+    assert usage_totals(owner=user).cost == 0  # no calls: nothing was spent
+    ModelCall.objects.create(
+        kind="chat", usage_source="provider", owner=user, model="llama3", input_tokens=500, output_tokens=5
+    )
+    ModelCall.objects.create(
+        kind="chat", usage_source="provider", owner=user, model="mistral", input_tokens=100, output_tokens=1
+    )
+    unpriced = usage_totals(owner=user)
+    assert unpriced.cost is None and unpriced.unpriced_models == ("llama3", "mistral")
+    assert [m.cost for m in unpriced.by_model] == [None, None] and unpriced.input_tokens == 600
+    ModelCall.objects.create(
+        kind="chat",
+        usage_source="provider",
+        owner=user,
+        model="gpt-4o-mini",
+        input_tokens=1000,
+        output_tokens=0,
+    )
+    mixed = usage_totals(owner=user)
+    assert mixed.cost == Decimal("0.00015") and mixed.unpriced_models == ("llama3", "mistral")
 
 
 def test_summariser_calls_are_recorded_and_billed_to_the_owner(db) -> None:  # type: ignore[no-untyped-def]

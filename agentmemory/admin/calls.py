@@ -130,7 +130,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
     @admin.display(description=_("cost"))
     def cost(self, obj: ModelCall) -> str:
         totals = usage_totals(ModelCall.objects.filter(pk=obj.pk))
-        return str(totals.cost) if not totals.unpriced_models else str(_("no price for this model"))
+        return str(totals.cost) if totals.cost is not None else str(_("no price for this model"))
 
     @admin.display(description=_("window changes"))
     def changes_display(self, obj: ModelCall) -> str:

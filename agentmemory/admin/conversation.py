@@ -258,8 +258,14 @@ class ConversationAdmin(CheckedQueryAdmin):
         totals = usage_totals(conversation=obj)
         if not totals.calls:
             return str(_("no model calls recorded"))
-        if totals.unpriced_models:
-            cost = _("no price for %(models)s") % {"models": ", ".join(totals.unpriced_models)}
+        unpriced = ", ".join(totals.unpriced_models)
+        if totals.cost is None:
+            cost = _("no price for %(models)s") % {"models": unpriced}
+        elif unpriced:
+            cost = _("cost %(cost)s (priced models only; no price for %(models)s)") % {
+                "cost": totals.cost,
+                "models": unpriced,
+            }
         else:
             cost = _("cost %(cost)s") % {"cost": totals.cost}
         return format_html(

@@ -118,7 +118,7 @@ class ModelUsageSerializer(serializers.Serializer):
 class UsageSerializer(serializers.Serializer):
     """Usage (tokens) and cost (a decimal string, in the currency of ``MODEL_PRICES``, per
     its per-million-token prices) of a set of calls; ``unpriced_models`` are left out of
-    ``cost``."""
+    ``cost``, which is ``null`` when calls were made and none of them was priced."""
 
     calls = serializers.IntegerField()
     input_tokens = serializers.IntegerField()
@@ -126,7 +126,13 @@ class UsageSerializer(serializers.Serializer):
     cache_creation_input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
     counted_calls = serializers.IntegerField()
-    cost = serializers.DecimalField(max_digits=30, decimal_places=12, coerce_to_string=True)
+    cost = serializers.DecimalField(
+        max_digits=30,
+        decimal_places=12,
+        allow_null=True,
+        coerce_to_string=True,
+        help_text="Cost of the priced models; null when no call in the set was priced.",
+    )
     unpriced_models = serializers.ListField(child=serializers.CharField())
     by_model = ModelUsageSerializer(many=True)
 
