@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models, router, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
@@ -254,7 +255,19 @@ class Conversation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.title or f"Conversation {self.uuid}"
+        return self.label()
+
+    def label(self, title_chars: int | None = None) -> str:
+        """A name that tells conversations apart: the title (cut to ``title_chars`` characters
+        when given, for narrow list columns) followed by the first 8 hex digits of the uuid
+        (``"Refund (1a2b3c4d)"``), or ``"Conversation 1a2b3c4d"`` when untitled. Two
+        conversations with one title differ in the digits; the whole uuid is on the
+        conversation's page."""
+        short = self.uuid.hex[:8]
+        if not self.title:
+            return f"Conversation {short}"
+        title = self.title if title_chars is None else Truncator(self.title).chars(title_chars)
+        return f"{title} ({short})"
 
     def pending_calls(
         self, *, now: datetime | None = None, using: str | None = None

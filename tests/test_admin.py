@@ -85,6 +85,32 @@ def test_conversation_list_shows_counters_and_escapes(admin_client, chat):  # ty
     assert "icon-yes" in body  # has a summary
 
 
+def test_conversations_with_one_title_are_told_apart(admin_client, chat):  # type: ignore[no-untyped-def]
+    twin = Conversation.objects.create(agent_key="support", title=chat.title)
+    untitled = Conversation.objects.create(agent_key="support")
+    PersistentChatHistory(twin).add_message(ChatMessage.human("Another lamp."))
+    assert str(chat) == f"Order <7> help ({chat.uuid.hex[:8]})" and str(chat) != str(twin)
+    assert str(untitled) == f"Conversation {untitled.uuid.hex[:8]}"
+    long = Conversation(title="A very long title about a lamp order that went astray")
+    assert str(long) == f"{long.title} ({long.uuid.hex[:8]})"
+    assert len(long.label(28)) <= 40 and long.label(28).endswith(f"({long.uuid.hex[:8]})")
+    messages = admin_client.get(url("message_changelist"))
+    column = {
+        m.conversation_id: messages.context["cl"].model_admin.conversation_short(m)
+        for m in messages.context["cl"].result_list
+    }
+    assert column[chat.pk] != column[twin.pk] and len(column[chat.pk]) <= 30
+    choices = [
+        choice["display"]
+        for spec in messages.context["cl"].filter_specs
+        if getattr(spec, "parameter_name", None) == "conversation__id__exact"
+        for choice in spec.choices(messages.context["cl"])
+    ]
+    assert str(chat) in choices and str(twin) in choices
+    conversations = admin_client.get(url("conversation_changelist")).content.decode()
+    assert str(chat).replace("<", "&lt;").replace(">", "&gt;") in conversations
+
+
 def test_conversation_search_by_uuid_and_title(admin_client, chat):  # type: ignore[no-untyped-def]
     other = Conversation.objects.create(title="Unrelated")
     by_uuid = admin_client.get(url("conversation_changelist"), {"q": str(chat.uuid)})

@@ -231,8 +231,9 @@ def test_message_search_and_the_list_fits_the_screen(page: Any, replayed: Conver
 
 
 def test_every_list_of_the_app_fits_the_screen(page: Any, replayed: Conversation, live_server: Any) -> None:
-    """The app's change lists, with the longest values they show (an untitled conversation is
-    named by its uuid, a fact by its text), leave no column off a 1,366 px screen."""
+    """The app's change lists, with the longest values they show (a conversation is named by
+    its cut title and its uuid's first digits, a fact by its text), leave no column off a
+    1,366 px screen."""
     from django.contrib.auth import get_user_model
 
     from agentmemory.knowledge import KnowledgeMemory
@@ -240,10 +241,15 @@ def test_every_list_of_the_app_fits_the_screen(page: Any, replayed: Conversation
 
     owner = get_user_model().objects.get(username="admin")
     untitled = Conversation.objects.create(owner=owner, agent_key="airline-support-agent")
-    for round_ in range(3):
+    titled = Conversation.objects.create(
+        owner=owner,
+        agent_key="airline-support-agent",
+        title="Rebooking a cancelled flight to Lisbon via Madrid",
+    )
+    for round_ in range(4):
         ModelCall.objects.create(
             kind="chat",
-            conversation=untitled,
+            conversation=untitled if round_ < 3 else titled,
             owner=owner,
             agent_key="airline-support-agent",
             model="gpt-4o-mini-2024-07-18",

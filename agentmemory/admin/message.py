@@ -135,7 +135,7 @@ class ConversationFilter(admin.SimpleListFilter):
         chosen = getattr(request, "_agentmemory_conversation", None)
         if chosen is not None and all(c.pk != chosen.pk for c in recent):
             recent.insert(0, chosen)
-        return [(str(c.pk), Truncator(str(c)).chars(40)) for c in recent]
+        return [(str(c.pk), c.label(28)) for c in recent]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
         value = self.value()
