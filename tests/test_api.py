@@ -633,3 +633,20 @@ def test_cancel_pending_tool_calls_answers_calls_a_client_left_waiting(api, user
     assert again.status_code == 200 and again.json() == {"messages": []}
     other = Conversation.objects.create()
     assert api.post(conv_url(other, "cancel-pending-tool-calls/"), {}, format="json").status_code == 404
+
+
+def test_browsable_pages_describe_views_without_docstring_markup(api, user):  # type: ignore[no-untyped-def]
+    conv = make_conversation(user)
+    for url, code in [
+        ("/api/conversations/", "uuid"),
+        (conv_url(conv, "messages/"), "seq"),
+        ("/api/facts/", "agentmemory.knowledge.KnowledgeMemory"),
+    ]:
+        page = api.get(url, HTTP_ACCEPT="text/html").content.decode()
+        description = page.split('<div class="pull-left">', 1)[1].split("</div>", 1)[0]
+        assert f"<code>{code}</code>" in description and "`" not in description, description
+    options = api.options("/api/conversations/").json()
+    assert options["description"] == "The requesting user's conversations, identified by their public `uuid`."
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    # the schema's descriptions are CommonMark, where the docstrings' double backticks are code
+    assert "``uuid``" in schema["paths"]["/api/conversations/"]["get"]["description"]

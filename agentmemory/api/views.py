@@ -14,6 +14,9 @@ from django.db import router, transaction
 from django.db.models import F, Q, QuerySet
 from django.http import Http404, QueryDict
 from django.utils import timezone
+from django.utils.encoding import smart_str
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
@@ -21,6 +24,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.utils import formatting
 from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
@@ -161,10 +165,44 @@ def visible_conversations(request: Request) -> ConversationQuerySet:
     return Conversation.objects.for_user(request.user)
 
 
+_CODE_SPAN = re.compile(r"``(.+?)``|`([^`]+)`", re.DOTALL)
+
+
+def view_description(view: Any, html: bool = False) -> str:
+    """The description of ``view`` for the browsable API and OPTIONS answers: its
+    ``description`` or class docstring, dedented, with the docstrings' code spans
+    (double backticks, as in the rest of the code) written as Markdown's single backticks;
+    as HTML (``html``): escaped, code spans in ``<code>``, one ``<p>`` per paragraph.
+
+    It does what DRF's ``get_view_description`` does (``VIEW_DESCRIPTION_FUNCTION``) without
+    depending on the optional ``markdown`` package, which DRF needs to render any markup and
+    without which it shows the backticks as typed. The OpenAPI schema takes the docstrings
+    as they are: its descriptions are CommonMark, where double backticks are code spans too.
+    """
+    description = getattr(view, "description", None)
+    if description is None:
+        description = view.__class__.__doc__ or ""
+    text = formatting.dedent(smart_str(description)).strip()
+    if not html:
+        return _CODE_SPAN.sub(lambda m: f"`{m.group(1) or m.group(2)}`", text)
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        parts: list[str] = []
+        end = 0
+        for match in _CODE_SPAN.finditer(paragraph):
+            parts.append(escape(paragraph[end : match.start()]))
+            parts.append(f"<code>{escape(match.group(1) or match.group(2))}</code>")
+            end = match.end()
+        parts.append(escape(paragraph[end:]))
+        paragraphs.append(f"<p>{' '.join(''.join(parts).split())}</p>")
+    return mark_safe("\n".join(paragraphs))  # every piece of text is escaped above
+
+
 class AppAPIView:
     """What every agentmemory view shares: the API's error shape (its own exception handler,
     so a host project's handler keeps its own views), a JSON parser with size and depth
-    bounds, and a body-size check made before anything reads the body."""
+    bounds, a body-size check made before anything reads the body, and descriptions
+    without raw docstring markup (``view_description``)."""
 
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
     content_negotiation_class = StrictContentNegotiation
@@ -174,6 +212,9 @@ class AppAPIView:
     #: throttle scope of the view's requests (``AppScopedRateThrottle``)
     throttle_scope = ""
     request: Request
+
+    def get_view_description(self, html: bool = False) -> str:
+        return view_description(self, html)
 
     def get_permissions(self) -> list[Any]:
         return [permission() for permission in permission_classes()]
