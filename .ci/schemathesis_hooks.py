@@ -4,7 +4,7 @@ OpenAPI describes a request body on its own, and a few rules the API enforces ar
 it can say; only these are set aside (each failure set aside is listed in set-aside.txt of the
 report directory):
 
-1. The body of POST .../messages/ is read in the shape ``message_format`` (or the old
+1. The body of POST .../messages/ is read in the shape ``message_format`` (or
    ``?format=openai``) names, and OpenAPI cannot tie a body to a query parameter. The schema
    describes the native shape, the default; generated requests in another format are not sent
    (tests/test_api.py and tests/test_api_access.py cover the OpenAI, Anthropic and LangChain

@@ -295,6 +295,30 @@ def test_format_is_left_to_renderers_and_message_format_picks_the_shape(api, use
     assert unknown_renderer.status_code == 404
 
 
+def test_format_openai_is_offered_only_where_messages_have_a_shape(api, user, client):  # type: ignore[no-untyped-def]
+    conv = _tool_conversation(user)
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    with_format = {
+        (method, path)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if any(p["name"] == "format" for p in operation.get("parameters", ()))
+        and not path.startswith("/api/schema")
+    }
+    assert with_format == {
+        ("get", "/api/conversations/{uuid}/context/"),
+        ("post", "/api/conversations/{conversation_uuid}/messages/"),
+        ("get", "/api/conversations/{conversation_uuid}/model-calls/{uuid}/window/"),
+    }
+    context = schema["paths"]["/api/conversations/{uuid}/context/"]["get"]["parameters"]
+    assert next(p for p in context if p["name"] == "format")["description"]
+    for url in ("/api/conversations/", f"/api/conversations/{conv.uuid}/messages/", "/api/facts/"):
+        assert api.get(url, {"format": "openai"}).status_code == 404
+        assert api.get(url, {"format": "json"}).status_code == 200
+    context_url = f"/api/conversations/{conv.uuid}/context/"
+    assert api.get(context_url, {"format": "openai"}).json()["format"] == "openai"
+
+
 def test_messages_can_be_appended_in_the_anthropic_format(api, user):  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user)
     messages = [

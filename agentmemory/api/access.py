@@ -113,8 +113,9 @@ def throttles() -> list[BaseThrottle]:
 
 
 class OpenAIFormatRenderer(JSONRenderer):
-    """JSON, selected by ``?format=openai``: the message format parameter of earlier versions,
-    kept as a renderer name so that DRF's ``?format=`` stays the renderer choice."""
+    """JSON, selected by ``?format=openai`` on the actions that take ``message_format``
+    (``AppAPIView.message_shape_actions``), where it means ``message_format=openai`` when that
+    parameter is absent; a renderer, so that DRF's ``?format=`` stays the renderer choice."""
 
     format = "openai"
 

@@ -37,7 +37,13 @@ from agentmemory.api.schema import (
     OpenApiTypes,
     extend_schema,
 )
-from agentmemory.api.views import MESSAGE_FORMAT_PARAMETER, AppAPIView, _ConversationScoped, message_format
+from agentmemory.api.views import (
+    FORMAT_PARAMETER,
+    MESSAGE_FORMAT_PARAMETER,
+    AppAPIView,
+    _ConversationScoped,
+    message_format,
+)
 from agentmemory.calls import WindowUnavailable, recorded_context_window
 from agentmemory.conf import get_token_counter
 from agentmemory.exceptions import InvalidMessageError
@@ -156,6 +162,7 @@ class ModelCallViewSet(
 
     pagination_class = ModelCallPagination
     operation_prefix = "model_calls"
+    message_shape_actions = ("window",)
     throttle_scope = "agentmemory.conversations"
     serializer_class = ModelCallSerializer
     lookup_field = "uuid"
@@ -181,7 +188,7 @@ class ModelCallViewSet(
         return call
 
     @extend_schema(
-        parameters=[MESSAGE_FORMAT_PARAMETER],
+        parameters=[MESSAGE_FORMAT_PARAMETER, FORMAT_PARAMETER],
         responses={
             200: RecordedWindowSerializer,
             409: OpenApiResponse(

@@ -82,15 +82,23 @@ MESSAGE_FORMAT_PARAMETER = OpenApiParameter(
     enum=list(s.MESSAGE_FORMATS),
     default=s.NATIVE,
     description="Message shape: agentmemory's native shape, OpenAI chat-completions messages, "
-    "Anthropic messages or LangChain message dicts (messages_to_dict; needs langchain-core). "
-    "(`?format=openai` of earlier versions still selects OpenAI: `format` is DRF's renderer "
-    "choice, and `openai` is the name of a JSON renderer.)",
+    "Anthropic messages or LangChain message dicts (messages_to_dict; needs langchain-core).",
+)
+#: DRF's renderer choice (``URL_FORMAT_OVERRIDE``) on the operations that read or write
+#: messages in a shape, the only ones with a second JSON renderer (``OpenAIFormatRenderer``);
+#: elsewhere JSON is the only format and the schema lists no ``format``.
+FORMAT_PARAMETER = OpenApiParameter(
+    "format",
+    OpenApiTypes.STR,
+    enum=["json", "openai"],
+    description="Renderer (DRF's format choice); both answer JSON. `openai` also selects the "
+    "OpenAI message shape when `message_format` is absent (`message_format` takes precedence).",
 )
 
 
 def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMATS) -> str:
-    """The ``message_format`` query parameter (default ``native``); ``?format=openai``, which
-    picked the OpenAI renderer, means ``openai``.
+    """The ``message_format`` query parameter (default ``native``); ``?format=openai`` (the
+    OpenAI renderer, on ``message_shape_actions``) means ``openai`` when it is absent.
 
     Raises:
         ValidationError: a value that is not one of ``allowed``.
@@ -211,6 +219,9 @@ class AppAPIView:
     operation_prefix = ""
     #: throttle scope of the view's requests (``AppScopedRateThrottle``)
     throttle_scope = ""
+    #: actions that take ``message_format``: only they offer ``?format=openai``
+    #: (``OpenAIFormatRenderer``), which means the same; other actions answer it with a 404
+    message_shape_actions: tuple[str, ...] = ()
     request: Request
 
     def get_view_description(self, html: bool = False) -> str:
@@ -224,7 +235,9 @@ class AppAPIView:
 
     def get_renderers(self) -> list[Any]:
         renderers = [renderer() for renderer in api_settings.DEFAULT_RENDERER_CLASSES]
-        if not any(renderer.format == OpenAIFormatRenderer.format for renderer in renderers):
+        if getattr(self, "action", None) in self.message_shape_actions and not any(
+            renderer.format == OpenAIFormatRenderer.format for renderer in renderers
+        ):
             renderers.append(OpenAIFormatRenderer())
         return renderers
 
@@ -332,6 +345,7 @@ class ConversationViewSet(
 
     operation_prefix = "conversations"
     body_required_actions = ("import_",)
+    message_shape_actions = ("context",)
     pagination_class = ConversationCursorPagination
     lookup_field = "uuid"
     lookup_value_regex = UUID_REGEX
@@ -386,6 +400,7 @@ class ConversationViewSet(
                 description="Cap on history messages.",
             ),
             MESSAGE_FORMAT_PARAMETER,
+            FORMAT_PARAMETER,
         ],
         responses={
             200: s.ContextWindowSerializer,
@@ -516,6 +531,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
     operation_prefix = "messages"
     throttle_scope = "agentmemory.messages"
     body_required_actions = ("create",)
+    message_shape_actions = ("create",)
     serializer_class = s.MessageSerializer
 
     def get_queryset(self) -> QuerySet[Message]:
@@ -541,7 +557,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
-        parameters=[MESSAGE_FORMAT_PARAMETER],
+        parameters=[MESSAGE_FORMAT_PARAMETER, FORMAT_PARAMETER],
         request=PolymorphicProxySerializer(
             component_name="MessageAppend",
             serializers=[s.NativeMessageInputSerializer, s.MessageBatchInputSerializer],
