@@ -422,3 +422,63 @@ def test_a_form_post_of_a_message_is_stored_or_refused_by_field(api, conv) -> No
     )
     assert "tool_calls" in json.dumps(body)
     assert Message.objects.filter(conversation=conv).count() == before
+
+
+def _raw_example(page: str) -> dict:  # type: ignore[type-arg]
+    """The JSON the browsable API's raw data tab offers to post (its first textarea)."""
+    import html
+
+    text = page.split('id="id__content"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+    return json.loads(html.unescape(text))  # type: ignore[no-any-return]
+
+
+def test_the_browsable_api_forms_append_a_message(api, conv) -> None:  # type: ignore[no-untyped-def]
+    page = api.get(url(conv, "messages/"), HTTP_ACCEPT="text/html").content.decode()
+    form = page.split('id="post-object-form"', 1)[1].split("</form>", 1)[0]
+    assert '<select class="form-control" name="role">' in form and '<textarea name="content"' in form
+    assert 'name="tool_call_id"' in form and 'name="name"' in form
+    # what the HTML form posts: every field, unused ones blank
+    fields = {"role": "human", "content": "from the form", "tool_call_id": "", "name": ""}
+    posted = api.post(url(conv, "messages/"), fields, format="multipart")
+    assert posted.status_code == 201, posted.content
+    example = _raw_example(page)
+    assert example["role"] == "human"
+    answered = api.post(url(conv, "messages/"), {**example, "content": "as raw JSON"}, format="json")
+    assert answered.status_code == 201, answered.content
+    assert list(conv.messages.order_by("seq").values_list("content", flat=True))[-2:] == [
+        "from the form",
+        "as raw JSON",
+    ]
+
+
+def test_the_browsable_api_forms_remember_and_change_a_fact(api) -> None:  # type: ignore[no-untyped-def]
+    page = api.get("/api/facts/", HTTP_ACCEPT="text/html").content.decode()
+    form = page.split('id="post-object-form"', 1)[1].split("</form>", 1)[0]
+    assert all(
+        f'name="{name}"' in form for name in ("content", "category", "persistent", "importance", "ttl")
+    )
+    fields = {
+        "content": "Likes green tea",
+        "category": "preferences",
+        "importance": "",
+        "ttl": "",
+        "supersedes": "",
+    }
+    created = api.post("/api/facts/", urlencode(fields), content_type="application/x-www-form-urlencoded")
+    assert created.status_code == 201, created.content
+    example = _raw_example(page)  # the raw data tab: post it with the content filled in
+    assert example["category"] == "general"
+    remembered = api.post("/api/facts/", {**example, "content": "Lives in Oslo"}, format="json")
+    assert remembered.status_code == 201, remembered.content
+    fact_url = f"/api/facts/{created.json()['fact']['id']}/"
+    detail = api.get(fact_url, HTTP_ACCEPT="text/html").content.decode()
+    example = _raw_example(detail.split('id="put-generic-content-form"', 1)[1])
+    assert example == {
+        "content": "Likes green tea",
+        "category": "preferences",
+        "persistent": False,
+        "importance": 0.5,
+        "ttl": None,
+    }
+    changed = api.patch(fact_url, {**example, "importance": 0.9}, format="json")
+    assert changed.status_code == 200 and changed.json()["fact"]["importance"] == 0.9, changed.content

@@ -782,6 +782,24 @@ class MessageBatchInputSerializer(StrictInputMixin, serializers.Serializer):
     messages = serializers.ListField(child=NativeMessageInputSerializer(), min_length=1, max_length=MAX_BATCH)
 
 
+class MessageFormSerializer(serializers.Serializer):
+    """The browsable API's form for appending one message (``MessageViewSet`` hands it to
+    DRF's browsable renderer, which builds the "HTML form" tab and the raw data tab's initial
+    JSON from the view's serializer): the native message's text fields. A form cannot send
+    lists or objects: tool calls, parts and metadata go through the raw data tab as JSON.
+    It only describes the form; the view checks what is posted like any other body
+    (``NativeMessageInputSerializer``)."""
+
+    role = serializers.ChoiceField(choices=[r.value for r in Role], initial=Role.HUMAN.value)
+    content = serializers.CharField(
+        required=False, allow_blank=True, style={"base_template": "textarea.html", "rows": 4}
+    )
+    tool_call_id = serializers.CharField(
+        required=False, allow_blank=True, help_text="Tool results only: the id of the call answered."
+    )
+    name = serializers.CharField(required=False, allow_blank=True, help_text="A tool result's tool name.")
+
+
 def message_error_field(reason: str) -> str:
     """The field of a native message that a ``validate_message`` / ``link_tool_message`` reason
     is about (``"tool_calls"``, ``"parts"``...), ``"non_field_errors"`` when it names none."""
@@ -1183,7 +1201,7 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
     setting_limits = {"content": "MAX_FACT_CHARS"}
 
     content = NonBlankTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
-    category = NonBlankTextField(max_length=100, default="general")
+    category = NonBlankTextField(max_length=100, default="general", initial="general")
     persistent = serializers.BooleanField(
         default=False, help_text="Kept until forgotten (true) or a recent entry that ages out (false)."
     )

@@ -534,6 +534,14 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
     message_shape_actions = ("create",)
     serializer_class = s.MessageSerializer
 
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        # DRF's browsable renderer builds the POST form (and the raw data tab's example) from
+        # the view's serializer, asked for under the form's method; ``create`` reads its body
+        # itself (one message or a batch, in any message format).
+        if self.request is not None and self.request.method == "POST":
+            return s.MessageFormSerializer
+        return s.MessageSerializer
+
     def get_queryset(self) -> QuerySet[Message]:
         if getattr(self, "swagger_fake_view", False):
             return Message.objects.none()
@@ -737,6 +745,18 @@ class FactViewSet(
     throttle_scope = "agentmemory.facts"
     serializer_class = s.FactSerializer
     pagination_class = FactCursorPagination
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        # What a POST or PATCH takes, so that DRF's browsable renderer, which builds its forms
+        # from the view's serializer under the form's method, offers those fields (the PATCH
+        # example filled from the fact) instead of the read-only fields of an answer.
+        method = self.request.method if self.request is not None else None
+        if method == "POST":
+            return s.FactWriteSerializer
+        if method == "PATCH":
+            return s.FactUpdateSerializer
+        return s.FactSerializer
+
     lookup_field = "uuid"
     lookup_url_kwarg = "id"
     # Any segment reaches the view, so that one that is not a UUID is the API's JSON 404.
