@@ -232,8 +232,11 @@ def test_forget_deletes_the_fact_and_its_history(api, alice):  # type: ignore[no
         ({"content": "x\x00y"}, "content"),
         ({"content": "\ud800"}, "content"),
         ({"content": "ok", "importance": 1.5}, "importance"),
+        ({"content": "ok", "importance": False}, "importance"),  # a number, not a boolean
+        ({"content": "ok", "ttl": True}, "ttl"),
         ({"content": "ok", "ttl": -1}, "ttl"),
         ({"content": "ok", "category": "c" * 101}, "category"),
+        ({"content": "ok", "category": "work\x1cnotes"}, "category"),  # a line break to splitlines
         ({"content": "ok", "agent_key": "a\x00"}, "agent_key"),
         ({"content": "ok", "supersedes": 999999}, "supersedes"),
         ({"content": "ok", "supersedes": "not-a-uuid"}, "supersedes"),

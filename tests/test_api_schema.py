@@ -137,3 +137,42 @@ def test_real_responses_match_the_schema(check, django_user_model, settings):  #
 
     codes = {(path, code) for _method, path, code in check.checked}
     assert {"200", "201", "400", "404", "413", "422"} <= {code for _path, code in codes}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "ok",
+        " ok ",
+        "\nok\n",
+        "a\nb",
+        "a\x1cb",
+        "a\x1fb",
+        "\x1f",
+        "\x85",
+        "\ufeff",
+        "\ufeff\nok",
+        "ok\u2028",
+        "a\u2028b",
+        "\u3000",
+        "a b",
+        "\x0b",
+        "a\x0bb",
+        "",
+    ],
+)
+def test_text_patterns_say_what_the_fields_accept(value: str) -> None:
+    # The schema's patterns are JSON Schema (ECMAScript) regexes, whose \s is not Python's
+    # white space; the fields trim with str.strip and split lines with str.splitlines.
+    import re
+
+    from agentmemory.api.serializers import NonBlankTextField, SingleLineTextField
+
+    for field in (NonBlankTextField(), SingleLineTextField()):
+        pattern = field.schema_extra["pattern"]
+        try:
+            field.run_validation(value)
+            accepted = True
+        except Exception:
+            accepted = False
+        assert (re.fullmatch(pattern[1:-1], value) is not None) == accepted, (type(field).__name__, value)

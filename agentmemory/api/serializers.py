@@ -415,11 +415,36 @@ class StrictTextField(StorableTextField):
         super().__init__(**kwargs)
 
 
+#: white space as Python's ``str.strip`` and ``str.isspace`` see it, in a regex character
+#: class (JSON Schema's ``\\s`` is ECMAScript's: it leaves out U+001C-U+001F and U+0085 and
+#: holds U+FEFF, so it cannot be used to say what the server trims)
+_SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+#: a line break as ``str.splitlines`` sees one
+_LINE_BREAKS = "\\n\\r\\x0b\\x0c\\x1c-\\x1e\\x85\\u2028\\u2029"
+
+
 class NonBlankTextField(StorableTextField):
     """A ``StorableTextField`` with something besides white space (it is trimmed); the schema
     says so with a pattern."""
 
-    schema_extra = {"pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$"}
+    schema_extra = {"pattern": f"^[^\\x00]*[^\\x00{_SPACE}][^\\x00]*$"}
+
+
+class SingleLineTextField(NonBlankTextField):
+    """A ``NonBlankTextField`` of one line once trimmed (a fact's category is a heading in the
+    knowledge block and in ``MEMORY.md``): no line break, as ``str.splitlines`` sees one,
+    between its first and last characters that are not white space; the schema says so with
+    a pattern."""
+
+    schema_extra = {
+        "pattern": f"^[{_SPACE}]*[^\\x00{_LINE_BREAKS}]*[^\\x00{_SPACE}][^\\x00{_LINE_BREAKS}]*[{_SPACE}]*$"
+    }
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if len(value.splitlines()) > 1:
+            raise serializers.ValidationError("must be one line.")
+        return value
 
 
 def _json_type(value: Any) -> str:
@@ -1134,9 +1159,12 @@ class InvalidMessageErrorSerializer(serializers.Serializer):
 
 
 class FiniteFloatField(serializers.FloatField):
-    """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)."""
+    """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)
+    and JSON booleans (DRF's field reads ``true`` as 1.0; the schema says a number)."""
 
     def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
         value: float = super().to_internal_value(data)
         if not math.isfinite(value):
             raise serializers.ValidationError("A finite number is required.")
@@ -1201,7 +1229,7 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
     setting_limits = {"content": "MAX_FACT_CHARS"}
 
     content = NonBlankTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
-    category = NonBlankTextField(max_length=100, default="general", initial="general")
+    category = SingleLineTextField(max_length=100, default="general", initial="general")
     persistent = serializers.BooleanField(
         default=False, help_text="Kept until forgotten (true) or a recent entry that ages out (false)."
     )
