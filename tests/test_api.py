@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from agentmemory.context import ContextWindow
+from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.messages import ChatMessage, Role, ToolCall
@@ -499,6 +499,25 @@ def test_context_windows_hold_the_invariants(api, user):  # type: ignore[no-unty
         assert body["last_seq"] == stored[-1]
     capped = api.get(conv_url(conv, "context/") + "?max_messages=5").json()
     assert len([m for m in capped["messages"] if m["part"] == "history"]) <= 5
+
+
+def test_context_window_reports_what_it_leaves_in_neither_window_nor_summary(api, user, settings):  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"CONTEXT_GAP_POLICY": "report"}
+    conv = make_conversation(user)
+    history = PersistentChatHistory(conv)
+    for n in range(6):
+        history.add_messages([ChatMessage.human(f"question {n}"), ChatMessage.ai(f"answer {n}")])
+    body = api.get(conv_url(conv, "context/") + "?max_tokens=40").json()
+    expected = ContextWindowBuilder(conv.pk, gap_policy="report").build(max_tokens=40).uncovered
+    assert expected.count > 0
+    assert body["uncovered"] == {
+        "count": expected.count,
+        "tokens": expected.tokens,
+        "seqs": list(expected.seqs),
+    }
+    assert body["uncovered"]["seqs"] == list(range(1, body["first_seq"]))
+    whole = api.get(conv_url(conv, "context/") + "?max_tokens=5000").json()
+    assert whole["uncovered"] == {"count": 0, "tokens": 0, "seqs": []}
 
 
 def test_context_window_in_the_openai_format(api, user):  # type: ignore[no-untyped-def]

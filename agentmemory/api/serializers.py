@@ -1054,6 +1054,18 @@ CONTEXT_MESSAGES_SCHEMA: dict[str, Any] = {
 }
 
 
+class UncoveredMessagesSerializer(serializers.Serializer):
+    """Stored messages a window leaves out that the summary does not cover either (they sit
+    between the summary, or the pinned system prompt, and the window's oldest message)."""
+
+    count = serializers.IntegerField(help_text="How many messages (exact).")
+    tokens = serializers.IntegerField(help_text="Their stored token counts added up (exact).")
+    seqs = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Their seqs, oldest first; the newest 1,000 when there are more.",
+    )
+
+
 class ContextWindowSerializer(serializers.Serializer):
     """A context window: the messages to send, oldest first, and its accounting (tokens)."""
 
@@ -1081,6 +1093,11 @@ class ContextWindowSerializer(serializers.Serializer):
         help_text="Ids of tool calls sent with a placeholder result (never stored).",
     )
     truncated = serializers.ListField(child=serializers.IntegerField())
+    uncovered = serializers.SerializerMethodField(
+        help_text="Stored messages in neither the window nor the summary (count 0 when none): a "
+        "compaction is due and could not run first, or the window is smaller than the summary "
+        "was made for."
+    )
 
     system = serializers.SerializerMethodField(
         help_text="message_format=anthropic: the request's `system` parameter (the system prompt "
@@ -1089,6 +1106,11 @@ class ContextWindowSerializer(serializers.Serializer):
 
     def get_format(self, window: ContextWindow) -> str:
         return self.context.get("message_format", NATIVE)
+
+    @extend_schema_field(UncoveredMessagesSerializer)
+    def get_uncovered(self, window: ContextWindow) -> dict[str, Any]:
+        uncovered = window.uncovered
+        return {"count": uncovered.count, "tokens": uncovered.tokens, "seqs": list(uncovered.seqs)}
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_system(self, window: ContextWindow) -> str | None:
