@@ -18,14 +18,25 @@ are logged under ``DEBUG``, counted by ``CaptureQueriesContext`` and
 ``django_assert_num_queries``, pass through ``connection.execute_wrapper()`` hooks, and
 raise Django's database errors.
 
-Statements are not prepared when:
+Whether statements are prepared is the operator's choice, as it is for Django's own: a
+transaction pooler (PgBouncer in transaction mode before 1.21 or without
+``max_prepared_statements``, and other poolers that share server sessions between clients)
+hands a client's next transaction to another server session, where the statement names a
+client prepared are unknown, taken by another client's statements, or, worst, name another
+client's statement with the same parameters, which then runs with this client's values (a
+system prompt stored as a human message). Nothing on the client can tell that a pooler sits
+in between, so Django opens psycopg 3 connections with prepared statements off
+(``prepare_threshold=None``, "to keep connection poolers working") and this module follows it.
+Statements are prepared when:
 
-* ``AGENTMEMORY["PREPARED_STATEMENTS"]`` is ``False``;
-* the database's settings turn them off the way Django's documentation describes for a
-  transaction pooler such as PgBouncer: ``DISABLE_SERVER_SIDE_CURSORS = True``, or
-  ``OPTIONS["prepare_threshold"] = None`` written out (Django's default leaves the key out);
-* the driver is psycopg2, or the database is not PostgreSQL;
-* a prepared statement was found stale on the connection (below).
+* ``AGENTMEMORY["PREPARED_STATEMENTS"]`` is ``None`` (the default) and the database's
+  ``OPTIONS`` set ``prepare_threshold`` to a number (Django's way of turning psycopg's
+  prepared statements back on), or it is ``True``;
+* and the database's settings do not turn them off the way Django's documentation describes
+  for a transaction pooler: ``DISABLE_SERVER_SIDE_CURSORS = True``, or
+  ``OPTIONS["prepare_threshold"] = None`` written out;
+* and the driver is psycopg 3 on PostgreSQL;
+* and no prepared statement was found stale on the connection (below).
 
 A prepared statement that the server no longer knows (a pooler handed the client another
 server session) or whose cached plan no longer returns the same columns (a migration
@@ -76,13 +87,17 @@ class _Composed:
 def prepares_statements(alias: str) -> bool:
     """Whether ``statement_cursor(alias)`` prepares its statements (see the module's doc)."""
     conn = connections[alias]
-    if conn.vendor != "postgresql" or app_settings().PREPARED_STATEMENTS is not True:
+    wanted = app_settings().PREPARED_STATEMENTS
+    if conn.vendor != "postgresql" or wanted is False:
         return False
     if conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
         return False
     options = conn.settings_dict.get("OPTIONS") or {}
-    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+    threshold = options.get("prepare_threshold")
+    if "prepare_threshold" in options and threshold is None:
         return False
+    if wanted is not True and (isinstance(threshold, bool) or not isinstance(threshold, int)):
+        return False  # Django's default: off, to keep transaction poolers working
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     return bool(is_psycopg3)

@@ -20,6 +20,13 @@ from tests.factories import ConversationFactory
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _prepared_statements_on(settings):  # type: ignore[no-untyped-def]
+    """These tests are about prepared statements: turned on as an operator with no
+    transaction pooler in between turns them on."""
+    settings.AGENTMEMORY = {**settings.AGENTMEMORY, "PREPARED_STATEMENTS": True}
+
+
 def _prepared() -> list[str]:
     """The statements this connection has prepared at the protocol level (not SQL PREPARE)."""
     with connection.cursor() as cursor:
@@ -55,7 +62,7 @@ def test_window_reads_are_prepared_once_and_give_the_same_window(settings) -> No
     settings.AGENTMEMORY = {"PREPARED_STATEMENTS": False}
     as_text = _window(conv)
     assert not [s for s in _prepared() if _is_head(s)]
-    settings.AGENTMEMORY = {}
+    settings.AGENTMEMORY = {"PREPARED_STATEMENTS": True}
     windows = [_window(conv) for _ in range(8)]
     assert all(w == as_text for w in windows)
     head = [s for s in _prepared() if _is_head(s)]
@@ -133,6 +140,35 @@ def test_not_prepared_behind_a_transaction_pooler(monkeypatch, database_settings
 
 
 @pytest.mark.postgres
+def test_not_prepared_by_default_as_django_leaves_them_off(settings) -> None:  # type: ignore[no-untyped-def]
+    # Django opens psycopg 3 connections with prepared statements off "to keep connection
+    # poolers working": behind PgBouncer in transaction mode a statement name prepared by
+    # one client can name another client's statement on the next server session, which then
+    # runs with this client's values (a system prompt stored as a human message). Nothing
+    # on the client can tell a pooler is there, so nothing is prepared unless asked.
+    settings.AGENTMEMORY = {}
+    assert "prepare_threshold" not in connection.settings_dict["OPTIONS"]
+    assert not prepares_statements("default")
+    conv = _conversation()
+    _window(conv)
+    assert _prepared() == []
+
+
+@pytest.mark.postgres
+def test_prepared_by_default_where_the_database_options_turn_them_on(settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # ``OPTIONS["prepare_threshold"] = <number>``: Django's way to turn psycopg's prepared
+    # statements back on, which says no transaction pooler is in the way.
+    settings.AGENTMEMORY = {}
+    options = {**connection.settings_dict["OPTIONS"], "prepare_threshold": 5}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    assert prepares_statements("default")
+    conv = _conversation()
+    _window(conv)
+    _window(conv)  # prepared on its second run
+    assert [s for s in _prepared() if _is_head(s)]
+
+
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_the_server_forgot_is_run_again_as_text() -> None:
     # A pooler that hands the client another server session, or DEALLOCATE run behind
@@ -201,3 +237,14 @@ def test_other_databases_use_djangos_cursor() -> None:
     with statement_cursor("default") as cursor:
         cursor.execute("SELECT %s", [7])
         assert cursor.fetchone() == (7,)
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"), [(None, False), (True, False), (False, False), ("on", True), (1, True)]
+)
+def test_the_setting_is_none_true_or_false(value, refused) -> None:  # type: ignore[no-untyped-def]
+    from django.core.checks import run_checks
+    from django.test import override_settings
+
+    with override_settings(AGENTMEMORY={"PREPARED_STATEMENTS": value}):
+        assert ("agentmemory.E024" in {problem.id for problem in run_checks()}) is refused
