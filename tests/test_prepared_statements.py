@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
-from django.db.utils import ProgrammingError
-from django.test.utils import CaptureQueriesContext
+from django.db.utils import DataError, IntegrityError, OperationalError, ProgrammingError
+from django.test.utils import CaptureQueriesContext, override_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
-from agentmemory.models import Conversation, Message
+from agentmemory.models import Conversation, Message, Summary
+from tests.conftest import TableTokenCounter
 from tests.factories import ConversationFactory
+from tests.test_properties import Scenario, scenarios
 
 pytestmark = pytest.mark.django_db
 
@@ -248,3 +253,164 @@ def test_the_setting_is_none_true_or_false(value, refused) -> None:  # type: ign
 
     with override_settings(AGENTMEMORY={"PREPARED_STATEMENTS": value}):
         assert ("agentmemory.E024" in {problem.id for problem in run_checks()}) is refused
+
+
+def _stored(conv: Conversation) -> list[tuple]:
+    fields = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "token_count")
+    rows = Message.objects.filter(conversation=conv).order_by("seq").values_list(*fields, "exchange_seq")
+    rows = [(*r[:-1], r[-1] is not None and r[-1] - r[0]) for r in rows]  # exchange relative to seq
+    conv.refresh_from_db()
+    counters = (conv.last_seq, conv.message_count, conv.human_message_count, conv.stored_tokens)
+    return [*rows, (counters, conv.pinned_seq, sorted(conv.pending_tool_calls.values()))]
+
+
+def _outcome(build) -> object:  # type: ignore[no-untyped-def]
+    try:
+        return build()
+    except Exception as exc:  # the same error either way
+        return (type(exc).__name__, str(exc))
+
+
+@pytest.mark.postgres
+@hypothesis_settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    s=scenarios(),
+    extremes=st.tuples(
+        st.sampled_from([1, 2, 16, 2**15, 2**31 - 1, 1_000_000]),
+        st.sampled_from([None, 0, 1, 2**15, 2**31, 2**62]),
+        st.sampled_from([None, 0, 1, 2**15, 2**40, 2**70]),
+    ),
+)
+def test_prepared_and_text_statements_store_and_build_the_same(s: Scenario, extremes) -> None:  # type: ignore[no-untyped-def]
+    # Parameters bound on the server take the smallest integer type that holds them (int2,
+    # int4, int8), text statements inline them: both must store the same rows and build the
+    # same windows, for every parameter shape the statements get (None, 0, huge numbers, a
+    # summary, a pinned prompt, pending calls, orphans).
+    counter = TableTokenCounter([m.content for m in s.msgs], [m.tokens for m in s.msgs])
+    convs = {}
+    for prepared in (True, False):
+        conv = convs[prepared] = Conversation.objects.create(agent_key="equivalence")
+        history = PersistentChatHistory(conv, token_counter=counter, validate_tool_pairs=not s.relaxed)
+        with override_settings(AGENTMEMORY={"PREPARED_STATEMENTS": prepared}):
+            for message in s.msgs:  # one at a time: the single-append statements
+                history.add_message(message.chat())
+    assert _stored(convs[True]) == _stored(convs[False])
+    conv = convs[True]
+    if s.summary_before is not None:
+        through = s.summary_before - 1
+        summary = Summary.objects.create(
+            conversation=conv,
+            text="an earlier summary",
+            first_seq=1,
+            through_seq=through,
+            human_messages_covered=sum(1 for m in s.msgs if m.kind == "human" and m.seq <= through),
+            token_count=s.summary_tokens,
+            token_counter=counter.id,
+        )
+        Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    max_tokens, max_messages, cap = extremes
+    for budget, most, tool_cap in ((s.max_tokens, s.max_messages, s.cap), (max_tokens, max_messages, cap)):
+
+        def build(budget=budget, most=most, tool_cap=tool_cap):  # type: ignore[no-untyped-def]
+            builder = ContextWindowBuilder(
+                conv,
+                token_counter=counter,
+                max_tool_result_tokens=tool_cap,
+                oversized_message_policy="truncate" if s.truncate else "error",
+            )
+            return builder.build(budget, max_messages=most)
+
+        windows = []
+        for prepared in (False, True):
+            with override_settings(AGENTMEMORY={"PREPARED_STATEMENTS": prepared}):
+                for _ in range(1 + 2 * prepared):  # prepared on the second run: read it as such too
+                    windows.append(_outcome(build))
+        assert all(w == windows[0] for w in windows), (budget, most, tool_cap)
+
+
+@pytest.mark.postgres
+def test_statements_past_psycopgs_hundred_are_deallocated_and_windows_stay_the_same(settings) -> None:  # type: ignore[no-untyped-def]
+    # The gap probe and the uncovered read have one text per number of pending tool
+    # exchanges: a conversation with 0 to 150 of them gives more statements than psycopg
+    # keeps prepared on a connection (``prepared_max``, 100); the oldest are deallocated.
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+    history.add_message(ChatMessage.human("start"))
+    for i in range(151):
+        if i:
+            history.add_message(ChatMessage.ai(None, [ToolCall(id=f"p{i}", name="wait", arguments={})]))
+            history.add_message(ChatMessage.human(f"still there {i}?"))
+        windows = []
+        for prepared in (False, True, True):
+            settings.AGENTMEMORY = {"PREPARED_STATEMENTS": prepared}
+            window = ContextWindowBuilder(conv.pk, max_tool_result_tokens=None).build(max_tokens=40)
+            windows.append((window.messages, window.skipped_pending, window.uncovered))
+        assert windows[1] == windows[0] and windows[2] == windows[0]
+    assert window.uncovered.count > 0 and window.skipped_pending
+    # psycopg deallocates the least recently used past ``prepared_max``; a statement moved
+    # from its counts to its prepared ones is rotated out on the next one (one over at most).
+    assert len(_prepared()) <= connection.connection.prepared_max + 1
+
+
+class _HugeCounter:
+    """Counts every message at more tokens than the ``token_count`` column holds."""
+
+    id = "huge"
+
+    def count_message(self, message: ChatMessage) -> int:
+        return 2**40
+
+    def count_text(self, text: str) -> int:
+        return 2**40
+
+
+@pytest.mark.postgres
+def test_errors_and_savepoint_rollbacks_inside_a_transaction_leave_prepared_statements_working() -> None:
+    # psycopg forgets every prepared statement on a rollback to a savepoint (and deallocates
+    # them on the server): what was prepared before, and a statement that failed on its
+    # first prepared run, must neither fail the statements after nor leave them unprepared.
+    conv = _conversation()
+    expected = _window(conv)
+    with transaction.atomic():
+        assert _window(conv) == expected and _window(conv) == expected
+        assert [s for s in _prepared() if _is_head(s)]
+        history = PersistentChatHistory(conv)
+        history.add_message(ChatMessage.human("one"))
+        history.add_message(ChatMessage.human("two"))  # prepared
+        with pytest.raises(DataError), transaction.atomic():
+            PersistentChatHistory(conv, token_counter=_HugeCounter()).add_message(ChatMessage.human("big"))
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Conversation.objects.create(uuid=conv.uuid, agent_key="again")
+        history.add_message(ChatMessage.human("three"))
+        history.add_message(ChatMessage.ai("four"))
+        after = _window(conv, max_tokens=1_000)
+        assert _window(conv, max_tokens=1_000) == after and _window(conv, max_tokens=1_000) == after
+        assert [s for s in _prepared() if _is_head(s)]  # prepared again after the rollbacks
+    assert [m[2] for m in after][-4:] == ["one", "two", "three", "four"]
+    assert list(Message.objects.filter(conversation=conv, content="big")) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_closed_by_the_server_fails_like_djangos_and_the_next_one_prepares() -> None:
+    conv = _conversation()
+    expected = _window(conv)
+    assert _window(conv) == expected
+    pid = connection.connection.info.backend_pid
+    other = connection.copy()
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    with pytest.raises(OperationalError):
+        _window(conv)
+    connection.close_if_unusable_or_obsolete()  # what Django does at the end of a request
+    assert _window(conv) == expected and _window(conv) == expected
+    assert connection.connection.info.backend_pid != pid
+    assert [s for s in _prepared() if _is_head(s)]
