@@ -84,6 +84,18 @@ class _Composed:
         self.query = text.encode()
 
 
+def _compose(connection: Any, query: Any, params: Any) -> str:
+    """``query`` with ``params`` in place as psycopg's client-side cursor writes them (for
+    the query log); the statement as written when a value cannot be written so (the error
+    the statement raised is the one that matters)."""
+    import psycopg
+
+    try:
+        return psycopg.ClientCursor(connection).mogrify(query, params)
+    except psycopg.Error:
+        return str(query)
+
+
 def prepares_statements(alias: str) -> bool:
     """Whether ``statement_cursor(alias)`` prepares its statements (see the module's doc)."""
     conn = connections[alias]
@@ -130,24 +142,26 @@ def _preparing_cursor_class() -> Any:
                 if not again:
                     seen.add(query)
                 try:
-                    result = super().execute(query, params, prepare=again, **kwargs)
-                except psycopg.Error as exc:
-                    stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
-                        exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)
-                    )
-                    if not stale:
-                        raise
-                    # The server's statements are not what psycopg remembers: prepare
-                    # nothing more on this connection.
-                    _unprepared.add(self.connection)
-                    if self.connection.info.transaction_status != TransactionStatus.IDLE:
-                        raise
-                    result = super().execute(query, params, prepare=False, **kwargs)
-                if self.log_queries:
-                    # Django's query log takes the text of a query from the cursor as psycopg
-                    # composed it for client-side binding: compose it so, values in place.
-                    self._query = _Composed(psycopg.ClientCursor(self.connection).mogrify(query, params))
-                return result
+                    try:
+                        return super().execute(query, params, prepare=again, **kwargs)
+                    except psycopg.Error as exc:
+                        stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
+                            exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)
+                        )
+                        if not stale:
+                            raise
+                        # The server's statements are not what psycopg remembers: prepare
+                        # nothing more on this connection.
+                        _unprepared.add(self.connection)
+                        if self.connection.info.transaction_status != TransactionStatus.IDLE:
+                            raise
+                        return super().execute(query, params, prepare=False, **kwargs)
+                finally:
+                    if self.log_queries:
+                        # Django's query log takes the text of a query from the cursor as
+                        # psycopg composed it for client-side binding: compose it so, values
+                        # in place, for a statement that failed too (Django logs those).
+                        self._query = _Composed(_compose(self.connection, query, params))
 
         _cursor_class = PreparingCursor
     return _cursor_class

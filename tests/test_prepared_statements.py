@@ -414,3 +414,16 @@ def test_a_connection_closed_by_the_server_fails_like_djangos_and_the_next_one_p
     assert _window(conv) == expected and _window(conv) == expected
     assert connection.connection.info.backend_pid != pid
     assert [s for s in _prepared() if _is_head(s)]
+
+
+@pytest.mark.postgres
+def test_a_prepared_statement_that_fails_is_in_the_query_log_with_its_values() -> None:
+    # Django logs a statement that raised too (``connection.queries``, DEBUG logging,
+    # ``CaptureQueriesContext``), its text a string with the values in place.
+    sql = "SELECT %(a)s::int / %(b)s::int"
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(2):  # the second run is prepared
+            with pytest.raises(DataError), transaction.atomic(), statement_cursor("default") as cursor:
+                cursor.execute(sql, {"a": 1, "b": 0})
+    logged = [q["sql"] for q in queries.captured_queries if q["sql"] and "::int /" in q["sql"]]
+    assert logged == ["SELECT 1::int / 0::int"] * 2, queries.captured_queries
