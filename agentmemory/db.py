@@ -57,9 +57,13 @@ from django.db import connections
 
 from agentmemory.conf import app_settings
 
-#: ``prepare_threshold`` given to a connection Django opened with prepared statements off
-#: (Django's default, ``None``): psycopg then prepares only the statements executed with
-#: ``prepare=True``, which is how this module executes them, and never another.
+#: ``prepare_threshold`` given, for the time of one of this module's statements, to a
+#: connection Django opened with prepared statements off (Django's default, ``None``):
+#: psycopg then prepares the statement executed with ``prepare=True`` and never another.
+#: It goes back to ``None`` after: with a threshold set, psycopg keeps the text of each of
+#: the last 100 statements run on the connection to count them, and Django's statements
+#: carry their values in their text (a batch of long messages: megabytes held per
+#: connection for nothing).
 _EXPLICIT_ONLY = 2**31 - 1
 
 #: SQLSTATE of "prepared statement ... does not exist"
@@ -132,6 +136,16 @@ def _preparing_cursor_class() -> Any:
             log_queries = False
 
             def execute(self, query: Any, params: Any = None, *, prepare: Any = None, **kwargs: Any) -> Any:
+                conn = self.connection
+                if conn.prepare_threshold is not None:
+                    return self._execute(query, params, **kwargs)
+                conn.prepare_threshold = _EXPLICIT_ONLY
+                try:
+                    return self._execute(query, params, **kwargs)
+                finally:
+                    conn.prepare_threshold = None
+
+            def _execute(self, query: Any, params: Any, **kwargs: Any) -> Any:
                 # Prepared from its second execution on a connection: preparing costs a
                 # round trip of its own, which a connection that runs the statement once
                 # (a web request with CONN_MAX_AGE = 0, Django's default) would not win back.
@@ -191,8 +205,6 @@ def statement_cursor(alias: str) -> Iterator[Any]:
             yield cursor
         return
     with conn.wrap_database_errors:
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = _EXPLICIT_ONLY
         cursor = _preparing_cursor_class()(raw)
         cursor.log_queries = conn.queries_logged
         _use_connection_time_zone(conn, cursor)

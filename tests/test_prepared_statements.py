@@ -427,3 +427,21 @@ def test_a_prepared_statement_that_fails_is_in_the_query_log_with_its_values() -
                 cursor.execute(sql, {"a": 1, "b": 0})
     logged = [q["sql"] for q in queries.captured_queries if q["sql"] and "::int /" in q["sql"]]
     assert logged == ["SELECT 1::int / 0::int"] * 2, queries.captured_queries
+
+
+@pytest.mark.postgres
+def test_djangos_statements_are_not_kept_by_the_driver_between_prepared_ones() -> None:
+    # psycopg keeps the text of the last 100 statements of a connection to count them when
+    # the connection has a prepare threshold; Django's statements carry their values in
+    # their text (a batch of long messages), so the connection keeps Django's ``None``.
+    conv = _conversation()
+    _window(conv)
+    _window(conv)
+    long_text = "x" * 200_000
+    PersistentChatHistory(conv).add_messages([ChatMessage.human(long_text), ChatMessage.ai(long_text)])
+    PersistentChatHistory(conv).add_message(ChatMessage.human("and now?"))
+    _window(conv)
+    raw = connection.connection
+    assert raw.prepare_threshold is None
+    assert not [key for key in raw._prepared._counts if long_text.encode() in key[0]]
+    assert [s for s in _prepared() if _is_head(s)]  # still prepared, and used
