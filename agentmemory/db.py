@@ -39,8 +39,9 @@ Statements are prepared when:
 * and no prepared statement was found stale on the connection (below).
 
 A prepared statement that the server no longer knows (a pooler handed the client another
-server session) or whose cached plan no longer returns the same columns (a migration
-changed a column's type while the connection stayed open) fails once. From then on nothing
+server session), whose name the server already holds for another statement (likewise), or
+whose cached plan no longer returns the same columns (a migration changed a column's type
+while the connection stayed open) fails once. From then on nothing
 more is prepared on that connection (a new connection prepares again). Outside a
 transaction the failed statement is run again as text, so the caller sees nothing; inside
 one the error is raised, as any database error is, and the transaction must be rolled back.
@@ -70,6 +71,8 @@ _EXPLICIT_ONLY = 2**31 - 1
 _UNKNOWN_STATEMENT = "26000"
 #: SQLSTATE of "cached plan must not change result type" (feature not supported)
 _PLAN_CHANGED = "0A000"
+#: SQLSTATE of "prepared statement ... already exists"
+_NAME_TAKEN = "42P05"
 
 _cursor_class: Any = None
 
@@ -159,8 +162,13 @@ def _preparing_cursor_class() -> Any:
                     try:
                         return super().execute(query, params, prepare=again, **kwargs)
                     except psycopg.Error as exc:
-                        stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
-                            exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)
+                        stale = exc.sqlstate in (_UNKNOWN_STATEMENT, _NAME_TAKEN) or (
+                            exc.sqlstate == _PLAN_CHANGED
+                            # plancache.c raises it; the message is in the server's language
+                            and (
+                                exc.diag.source_function == "RevalidateCachedQuery"
+                                or "cached plan" in str(exc)
+                            )
                         )
                         if not stale:
                             raise

@@ -445,3 +445,19 @@ def test_djangos_statements_are_not_kept_by_the_driver_between_prepared_ones() -
     assert raw.prepare_threshold is None
     assert not [key for key in raw._prepared._counts if long_text.encode() in key[0]]
     assert [s for s in _prepared() if _is_head(s)]  # still prepared, and used
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_name_the_server_already_holds_is_run_as_text() -> None:
+    # Behind a pooler another client's statement can hold the name psycopg gives the next
+    # one ("prepared statement ... already exists"): nothing has run, so outside a
+    # transaction the statement runs as text and the connection prepares nothing more.
+    conv = _conversation()
+    expected = _window(conv)
+    raw = connection.connection
+    taken = f"_pg3_{raw._prepared._prepared_idx}"  # the name psycopg gives the next statement
+    raw.pgconn.exec_(f"PREPARE {taken} AS SELECT 1".encode())
+    assert _window(conv) == expected  # its second run: prepared under the name taken
+    assert _window(conv) == expected
+    assert [s for s in _prepared() if _is_head(s)] == []
