@@ -262,13 +262,14 @@ def _context_problems(conf: Any) -> list[Error | Warning]:
                 id="agentmemory.E022",
             )
         )
-    if not isinstance(conf.PREPARED_STATEMENTS, bool):
+    if conf.PREPARED_STATEMENTS is not None and not isinstance(conf.PREPARED_STATEMENTS, bool):
         problems.append(
             Error(
-                "AGENTMEMORY['PREPARED_STATEMENTS'] must be True or False, "
+                "AGENTMEMORY['PREPARED_STATEMENTS'] must be None, True or False, "
                 f"not {conf.PREPARED_STATEMENTS!r}.",
-                hint="True prepares the context window's statements once per PostgreSQL connection; "
-                "False sends them as text every time (for a transaction pooler such as PgBouncer).",
+                hint="None prepares the context window's statements only where the database's "
+                "OPTIONS set a prepare_threshold number; True prepares them once per PostgreSQL "
+                "connection (no transaction pooler in between); False sends them as text every time.",
                 id="agentmemory.E024",
             )
         )

@@ -142,11 +142,13 @@ class AgentMemorySettings:
     API_STAFF_SEES_ALL_CONVERSATIONS: bool = False
 
     #: on PostgreSQL with psycopg 3, prepare the statements of the context window's reads and
-    #: of single appends once per connection (parsed once, planned once); False sends them as
-    #: text every time.
-    #: Also off for a database with DISABLE_SERVER_SIDE_CURSORS or an explicit
+    #: of single appends once per connection (parsed once, planned once). ``None`` (default):
+    #: as the database's settings say, prepared only where its OPTIONS give psycopg a
+    #: ``prepare_threshold`` number (Django leaves prepared statements off unless told, to
+    #: keep transaction poolers working); True: prepared; False: sent as text every time.
+    #: Never for a database with DISABLE_SERVER_SIDE_CURSORS or an explicit
     #: OPTIONS["prepare_threshold"] = None (a transaction pooler such as PgBouncer)
-    PREPARED_STATEMENTS: bool = True
+    PREPARED_STATEMENTS: bool | None = None
 
     #: record every model call (agent chat calls with the window they sent, summariser and
     #: embedding calls) in ``ModelCall`` with its token usage

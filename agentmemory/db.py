@@ -18,18 +18,30 @@ are logged under ``DEBUG``, counted by ``CaptureQueriesContext`` and
 ``django_assert_num_queries``, pass through ``connection.execute_wrapper()`` hooks, and
 raise Django's database errors.
 
-Statements are not prepared when:
+Whether statements are prepared is the operator's choice, as it is for Django's own: a
+transaction pooler (PgBouncer in transaction mode before 1.21 or without
+``max_prepared_statements``, and other poolers that share server sessions between clients)
+hands a client's next transaction to another server session, where the statement names a
+client prepared are unknown, taken by another client's statements, or, worst, name another
+client's statement with the same parameters, which then runs with this client's values (a
+system prompt stored as a human message). Nothing on the client can tell that a pooler sits
+in between, so Django opens psycopg 3 connections with prepared statements off
+(``prepare_threshold=None``, "to keep connection poolers working") and this module follows it.
+Statements are prepared when:
 
-* ``AGENTMEMORY["PREPARED_STATEMENTS"]`` is ``False``;
-* the database's settings turn them off the way Django's documentation describes for a
-  transaction pooler such as PgBouncer: ``DISABLE_SERVER_SIDE_CURSORS = True``, or
-  ``OPTIONS["prepare_threshold"] = None`` written out (Django's default leaves the key out);
-* the driver is psycopg2, or the database is not PostgreSQL;
-* a prepared statement was found stale on the connection (below).
+* ``AGENTMEMORY["PREPARED_STATEMENTS"]`` is ``None`` (the default) and the database's
+  ``OPTIONS`` set ``prepare_threshold`` to a number (Django's way of turning psycopg's
+  prepared statements back on), or it is ``True``;
+* and the database's settings do not turn them off the way Django's documentation describes
+  for a transaction pooler: ``DISABLE_SERVER_SIDE_CURSORS = True``, or
+  ``OPTIONS["prepare_threshold"] = None`` written out;
+* and the driver is psycopg 3 on PostgreSQL;
+* and no prepared statement was found stale on the connection (below).
 
 A prepared statement that the server no longer knows (a pooler handed the client another
-server session) or whose cached plan no longer returns the same columns (a migration
-changed a column's type while the connection stayed open) fails once. From then on nothing
+server session), whose name the server already holds for another statement (likewise), or
+whose cached plan no longer returns the same columns (a migration changed a column's type
+while the connection stayed open) fails once. From then on nothing
 more is prepared on that connection (a new connection prepares again). Outside a
 transaction the failed statement is run again as text, so the caller sees nothing; inside
 one the error is raised, as any database error is, and the transaction must be rolled back.
@@ -46,15 +58,21 @@ from django.db import connections
 
 from agentmemory.conf import app_settings
 
-#: ``prepare_threshold`` given to a connection Django opened with prepared statements off
-#: (Django's default, ``None``): psycopg then prepares only the statements executed with
-#: ``prepare=True``, which is how this module executes them, and never another.
+#: ``prepare_threshold`` given, for the time of one of this module's statements, to a
+#: connection Django opened with prepared statements off (Django's default, ``None``):
+#: psycopg then prepares the statement executed with ``prepare=True`` and never another.
+#: It goes back to ``None`` after: with a threshold set, psycopg keeps the text of each of
+#: the last 100 statements run on the connection to count them, and Django's statements
+#: carry their values in their text (a batch of long messages: megabytes held per
+#: connection for nothing).
 _EXPLICIT_ONLY = 2**31 - 1
 
 #: SQLSTATE of "prepared statement ... does not exist"
 _UNKNOWN_STATEMENT = "26000"
 #: SQLSTATE of "cached plan must not change result type" (feature not supported)
 _PLAN_CHANGED = "0A000"
+#: SQLSTATE of "prepared statement ... already exists"
+_NAME_TAKEN = "42P05"
 
 _cursor_class: Any = None
 
@@ -73,16 +91,32 @@ class _Composed:
         self.query = text.encode()
 
 
+def _compose(connection: Any, query: Any, params: Any) -> str:
+    """``query`` with ``params`` in place as psycopg's client-side cursor writes them (for
+    the query log); the statement as written when a value cannot be written so (the error
+    the statement raised is the one that matters)."""
+    import psycopg
+
+    try:
+        return psycopg.ClientCursor(connection).mogrify(query, params)
+    except psycopg.Error:
+        return str(query)
+
+
 def prepares_statements(alias: str) -> bool:
     """Whether ``statement_cursor(alias)`` prepares its statements (see the module's doc)."""
     conn = connections[alias]
-    if conn.vendor != "postgresql" or app_settings().PREPARED_STATEMENTS is not True:
+    wanted = app_settings().PREPARED_STATEMENTS
+    if conn.vendor != "postgresql" or wanted is False:
         return False
     if conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
         return False
     options = conn.settings_dict.get("OPTIONS") or {}
-    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+    threshold = options.get("prepare_threshold")
+    if "prepare_threshold" in options and threshold is None:
         return False
+    if wanted is not True and (isinstance(threshold, bool) or not isinstance(threshold, int)):
+        return False  # Django's default: off, to keep transaction poolers working
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     return bool(is_psycopg3)
@@ -105,6 +139,16 @@ def _preparing_cursor_class() -> Any:
             log_queries = False
 
             def execute(self, query: Any, params: Any = None, *, prepare: Any = None, **kwargs: Any) -> Any:
+                conn = self.connection
+                if conn.prepare_threshold is not None:
+                    return self._execute(query, params, **kwargs)
+                conn.prepare_threshold = _EXPLICIT_ONLY
+                try:
+                    return self._execute(query, params, **kwargs)
+                finally:
+                    conn.prepare_threshold = None
+
+            def _execute(self, query: Any, params: Any, **kwargs: Any) -> Any:
                 # Prepared from its second execution on a connection: preparing costs a
                 # round trip of its own, which a connection that runs the statement once
                 # (a web request with CONN_MAX_AGE = 0, Django's default) would not win back.
@@ -115,24 +159,31 @@ def _preparing_cursor_class() -> Any:
                 if not again:
                     seen.add(query)
                 try:
-                    result = super().execute(query, params, prepare=again, **kwargs)
-                except psycopg.Error as exc:
-                    stale = exc.sqlstate == _UNKNOWN_STATEMENT or (
-                        exc.sqlstate == _PLAN_CHANGED and "cached plan" in str(exc)
-                    )
-                    if not stale:
-                        raise
-                    # The server's statements are not what psycopg remembers: prepare
-                    # nothing more on this connection.
-                    _unprepared.add(self.connection)
-                    if self.connection.info.transaction_status != TransactionStatus.IDLE:
-                        raise
-                    result = super().execute(query, params, prepare=False, **kwargs)
-                if self.log_queries:
-                    # Django's query log takes the text of a query from the cursor as psycopg
-                    # composed it for client-side binding: compose it so, values in place.
-                    self._query = _Composed(psycopg.ClientCursor(self.connection).mogrify(query, params))
-                return result
+                    try:
+                        return super().execute(query, params, prepare=again, **kwargs)
+                    except psycopg.Error as exc:
+                        stale = exc.sqlstate in (_UNKNOWN_STATEMENT, _NAME_TAKEN) or (
+                            exc.sqlstate == _PLAN_CHANGED
+                            # plancache.c raises it; the message is in the server's language
+                            and (
+                                exc.diag.source_function == "RevalidateCachedQuery"
+                                or "cached plan" in str(exc)
+                            )
+                        )
+                        if not stale:
+                            raise
+                        # The server's statements are not what psycopg remembers: prepare
+                        # nothing more on this connection.
+                        _unprepared.add(self.connection)
+                        if self.connection.info.transaction_status != TransactionStatus.IDLE:
+                            raise
+                        return super().execute(query, params, prepare=False, **kwargs)
+                finally:
+                    if self.log_queries:
+                        # Django's query log takes the text of a query from the cursor as
+                        # psycopg composed it for client-side binding: compose it so, values
+                        # in place, for a statement that failed too (Django logs those).
+                        self._query = _Composed(_compose(self.connection, query, params))
 
         _cursor_class = PreparingCursor
     return _cursor_class
@@ -162,8 +213,6 @@ def statement_cursor(alias: str) -> Iterator[Any]:
             yield cursor
         return
     with conn.wrap_database_errors:
-        if raw.prepare_threshold is None:
-            raw.prepare_threshold = _EXPLICIT_ONLY
         cursor = _preparing_cursor_class()(raw)
         cursor.log_queries = conn.queries_logged
         _use_connection_time_zone(conn, cursor)

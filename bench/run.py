@@ -92,8 +92,16 @@ def setup_django() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import OperationalError, connection
+    from django.test.utils import override_settings
+
+    # The benchmark database is reached directly, never through a transaction pooler: the
+    # window's statements are prepared, as a deployment without one turns them on.
+    override_settings(
+        AGENTMEMORY={**getattr(settings, "AGENTMEMORY", {}), "PREPARED_STATEMENTS": True}
+    ).enable()
 
     if connection.vendor != "postgresql":
         raise SystemExit("the benchmarks need PostgreSQL: set DATABASE_URL=postgres://user@host:5432/name")

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -374,6 +375,29 @@ def test_conversations_are_listed_most_recently_active_first(api, user):  # type
     assert [c["title"] for c in api.get("/api/conversations/").json()["results"]] == ["new", "old"]
     PersistentChatHistory(old).add_messages([ChatMessage.human("back again")])
     assert [c["title"] for c in api.get("/api/conversations/").json()["results"]] == ["old", "new"]
+
+
+@pytest.mark.parametrize(("count", "page_size"), [(300, 50), (120, 7), (1100, 200)])
+def test_conversations_with_the_same_activity_time_are_each_listed_once(api, user, count, page_size):  # type: ignore[no-untyped-def]
+    # Many conversations can share ``updated_at`` (an import, a bulk update, one
+    # transaction's now()). Sorted without a unique last key, PostgreSQL returns tied rows
+    # in an order that changes with each page's LIMIT: pages repeated one and left one out.
+    Conversation.objects.bulk_create([Conversation(owner=user, title=f"c{i}") for i in range(count)])
+    Conversation.objects.filter(owner=user).update(updated_at=datetime(2026, 1, 1, tzinfo=UTC))
+    forward: list[str] = []
+    url = f"/api/conversations/?page_size={page_size}"
+    while url:
+        body = api.get(url).json()
+        forward += [c["uuid"] for c in body["results"]]
+        url, back = body["next"], body["previous"]
+    assert len(forward) == count and len(set(forward)) == count
+    backward: list[str] = []
+    while back:  # from the last page to the first
+        body = api.get(back).json()
+        backward = [c["uuid"] for c in body["results"]] + backward
+        back = body["previous"]
+    last_page = forward[len(backward) :]
+    assert backward + last_page == forward
 
 
 @pytest.mark.postgres

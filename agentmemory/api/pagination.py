@@ -75,7 +75,10 @@ class CheckedCursorPagination(CursorPagination):
 
 
 class ConversationCursorPagination(CheckedCursorPagination):
-    """Conversations, most recently active (``updated_at``) first.
+    """Conversations, most recently active (``updated_at``) first, then by ``id`` (newest
+    first): conversations can share ``updated_at`` (an import, a bulk update), and PostgreSQL
+    sorts tied rows in an order that changes with each page's ``LIMIT``; the unique last key
+    keeps every page in one order, so each conversation is listed once.
 
     A page reads the owner's conversations through the ``owner`` index and sorts them (about
     6 ms for 300 conversations, 60 ms for 100,000 on PostgreSQL). No index holds
@@ -85,7 +88,7 @@ class ConversationCursorPagination(CheckedCursorPagination):
     later pages or seen twice; page again from the start to see the new order.
     """
 
-    ordering = ("-updated_at",)
+    ordering = ("-updated_at", "-id")
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
