@@ -15,7 +15,8 @@ the cap is turned off (``max_tool_result_tokens=None``) because no peer caps too
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -58,6 +59,30 @@ def _setup_agentmemory(target: Target, budget: int) -> tuple[Callable[[], Any], 
         return ContextWindowBuilder(
             target.conversation_id, max_tool_result_tokens=None, gap_policy="ignore"
         ).build(max_tokens=budget)
+
+    return build, _noop
+
+
+@contextmanager
+def statements_as_text() -> Iterator[None]:
+    """agentmemory as Django leaves it by default: its statements sent as text, parsed and
+    planned on every call (``DISABLE_SERVER_SIDE_CURSORS`` keeps them unprepared whatever
+    ``PREPARED_STATEMENTS`` says; a dict item set and restored, nothing else)."""
+    settings_dict = connection.settings_dict
+    before = settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
+    settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+    try:
+        yield
+    finally:
+        settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = before
+
+
+def _setup_agentmemory_text(target: Target, budget: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+    def build() -> ContextWindow:
+        with statements_as_text():
+            return ContextWindowBuilder(
+                target.conversation_id, max_tool_result_tokens=None, gap_policy="ignore"
+            ).build(max_tokens=budget)
 
     return build, _noop
 
@@ -247,6 +272,11 @@ def _setup_lower_bound(
 
 APPROACHES: tuple[Approach, ...] = (
     Approach("agentmemory", "agentmemory ContextWindowBuilder", _setup_agentmemory),
+    Approach(
+        "agentmemory_text",
+        "agentmemory ContextWindowBuilder, statements sent as text (Django's default)",
+        _setup_agentmemory_text,
+    ),
     Approach("django_naive", "Django: load all, trim in Python", _setup_django),
     Approach("langchain_sql", "LangChain SQLChatMessageHistory + trim_messages", _setup_langchain_sql),
     Approach(
@@ -274,7 +304,7 @@ LOWER_BOUND = "lower_bound"
 
 def window_key(approach: str, result: Any) -> list[Key]:
     """The history part of any approach's result as ``(seq, role, content)``, oldest first."""
-    if approach in ("agentmemory", "agentmemory_report"):
+    if approach in ("agentmemory", "agentmemory_text", "agentmemory_report"):
         return [(m.seq, m.role.value, m.content or "") for m in result.history]
     if approach == "django_naive":
         return [(m.seq, m.role.value, m.content or "") for m in result]

@@ -11,6 +11,7 @@ from bench.workloads import BuildResult, summarize
 LABELS = {a.key: a.label for a in APPROACHES}
 SHORT = {
     "agentmemory": "agentmemory",
+    "agentmemory_text": "agentmemory, text statements",
     "django_naive": "Django naive",
     "langchain_sql": "LC SQLChatMessageHistory",
     "langchain_postgres": "LC PostgresChatMessageHistory",
@@ -21,6 +22,7 @@ SHORT = {
 #: names of the single-append approaches
 APPEND_SHORT = {
     "agentmemory": "agentmemory",
+    "agentmemory_text": "agentmemory, text statements",
     "raw_sql": "raw SQL bound (1 statement)",
     "raw_sql_prepared": "raw SQL bound, prepared",
     "django_naive": "Django naive ORM insert",
@@ -69,6 +71,21 @@ def ratios(summary: Mapping[str, Any]) -> dict[str, Any]:
     if out["builds"]:
         out["build_median"] = max(r["median"] for r in out["builds"].values())
         out["build_p95"] = max(r["p95"] for r in out["builds"].values())
+    # Beside the targets: agentmemory as Django leaves it by default, its statements sent as
+    # text (``PREPARED_STATEMENTS`` off), against the same raw bounds.
+    text = {
+        size: {
+            "median": row["agentmemory_text"]["ratio_to_lower_bound"],
+            "p95": row["agentmemory_text"]["p95_ratio_to_lower_bound"],
+        }
+        for size, row in summary["build"].items()
+        if row.get("agentmemory_text", {}).get("ratio_to_lower_bound") is not None
+    }
+    if text:
+        out["text_builds"] = text
+        out["text_build_median"] = max(r["median"] for r in text.values())
+        out["text_build_p95"] = max(r["p95"] for r in text.values())
+    out["text_append"] = (summary.get("appends") or {}).get("append_ratio_text")
     # Beside the targets: the same ratios against the raw statements prepared once, as
     # agentmemory prepares its own (``AGENTMEMORY["PREPARED_STATEMENTS"]``).
     prepared = {
@@ -114,6 +131,16 @@ def ratio_lines(summary: Mapping[str, Any]) -> list[str]:
             f"build median {r['build_median']:.2f} / p95 {r['build_p95']:.2f} of raw "
             f"(targets {BUILD_MEDIAN_TARGET} / {BUILD_P95_TARGET}; worst of {per})"
         )
+    if r.get("text_build_median") is not None or r.get("text_append") is not None:
+        parts = []
+        if r.get("text_append") is not None:
+            parts.append(f"append {r['text_append']:.2f}")
+        if r.get("text_build_median") is not None:
+            per = ", ".join(
+                f"H={int(size):,} {v['median']:.2f} / {v['p95']:.2f}" for size, v in r["text_builds"].items()
+            )
+            parts.append(f"build median {r['text_build_median']:.2f} / p95 {r['text_build_p95']:.2f} ({per})")
+        lines.append("with statements sent as text (Django's default): " + "; ".join(parts) + " of raw")
     if r.get("prepared_build_median") is not None or r.get("prepared_append") is not None:
         parts = []
         if r.get("prepared_append") is not None:
@@ -323,7 +350,7 @@ def plot(summary: Mapping[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
     ax = axes[0][0]
     sizes = [int(s) for s in summary["build"]]
-    markers = dict(zip(SHORT, ("o", "s", "^", "v", "D", "d", "x"), strict=True))
+    markers = dict(zip(SHORT, ("o", "P", "s", "^", "v", "D", "d", "x"), strict=True))
     for key in SHORT:
         points = [(s, summary["build"][str(s)][key]) for s in sizes if key in summary["build"][str(s)]]
         if not points:

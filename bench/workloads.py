@@ -18,7 +18,14 @@ from django.db import connection
 
 from agentmemory.db import statement_cursor
 from agentmemory.messages import ChatMessage, ToolCall
-from bench.approaches import APPROACHES, LOWER_BOUND, Approach, explain_difference, window_key
+from bench.approaches import (
+    APPROACHES,
+    LOWER_BOUND,
+    Approach,
+    explain_difference,
+    statements_as_text,
+    window_key,
+)
 from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Dataset, Target
 
 # --------------------------------------------------------------------------- statistics
@@ -157,7 +164,7 @@ def time_builds(
 
 
 #: approaches that read only the tail of a conversation
-TAIL_READERS = ("agentmemory", LOWER_BOUND, "lower_bound_prepared", "agentmemory_report")
+TAIL_READERS = ("agentmemory", "agentmemory_text", LOWER_BOUND, "lower_bound_prepared", "agentmemory_report")
 
 
 def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
@@ -289,6 +296,7 @@ FROM c
 #: the approaches of the single-append comparison, in the order of each round
 APPEND_APPROACHES = (
     "agentmemory",
+    "agentmemory_text",
     "raw_sql",
     "raw_sql_prepared",
     "django_naive",
@@ -325,13 +333,18 @@ def time_appends(
     counts = [counter.count_message(m) for m in singles_msgs]
     lc_singles = _to_langchain(singles_msgs)
     out: dict[str, Any] = {}
-    # singles, raw, naive, bulk, raw prepared
-    conversations = [_scratch_conversation() for _ in range(5)]
+    # singles, raw, naive, bulk, raw prepared, singles with statements as text
+    conversations = [_scratch_conversation() for _ in range(6)]
     history = PersistentChatHistory(conversations[0])
+    text_history = PersistentChatHistory(conversations[5])
     raw_id, naive_id, raw_prepared_id = conversations[1].pk, conversations[2].pk, conversations[4].pk
 
     def agentmemory_append(i: int) -> None:
         history.add_message(singles_msgs[i])
+
+    def agentmemory_text_append(i: int) -> None:
+        with statements_as_text():
+            text_history.add_message(singles_msgs[i])
 
     def raw_params(i: int, conversation_id: int) -> dict[str, Any]:
         message = singles_msgs[i]
@@ -370,6 +383,7 @@ def time_appends(
 
     appenders: dict[str, Callable[[int], None]] = {
         "agentmemory": agentmemory_append,
+        "agentmemory_text": agentmemory_text_append,
         "raw_sql": raw_append,
         "raw_sql_prepared": raw_prepared_append,
         "django_naive": naive_append,
@@ -402,6 +416,7 @@ def time_appends(
     raw = out["raw_sql"]["single"]["median_ms"]
     out["append_ratio"] = out["agentmemory"]["single"]["median_ms"] / raw
     # The same statement prepared once, as agentmemory prepares its own (shown beside it).
+    out["append_ratio_text"] = out["agentmemory_text"]["single"]["median_ms"] / raw
     out["append_ratio_prepared"] = (
         out["agentmemory"]["single"]["median_ms"] / out["raw_sql_prepared"]["single"]["median_ms"]
     )

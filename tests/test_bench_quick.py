@@ -29,6 +29,7 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     for row in summary["build"].values():
         assert set(row) == {
             "agentmemory",
+            "agentmemory_text",
             "django_naive",
             "langchain_sql",
             "langchain_postgres",
@@ -51,6 +52,7 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     appends = summary["appends"]
     for key in (
         "agentmemory",
+        "agentmemory_text",
         "raw_sql",
         "raw_sql_prepared",
         "django_naive",
@@ -75,6 +77,8 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     )
     assert set(ratios["prepared_builds"]) == {"200", "2000"}
     assert f"against the raw statements prepared too: append {ratios['prepared_append']:.2f}" in report
+    assert set(ratios["text_builds"]) == {"200", "2000"}
+    assert f"with statements sent as text (Django's default): append {ratios['text_append']:.2f}" in report
     assert "GC: automatic GC on" in report
     assert json.loads(out_json.read_text())["targets"] == summary["targets"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
