@@ -55,60 +55,49 @@ def build_summary(results: Mapping[int, Mapping[str, BuildResult]]) -> dict[str,
     return out
 
 
+def _per_size(summary: Mapping[str, Any], key: str, over: str | None = None) -> dict[str, dict[str, float]]:
+    """Per conversation length, approach ``key``'s median and p95 over the lower bound's
+    (``over``: over approach ``over``'s instead), for the lengths where both were timed."""
+    out = {}
+    for size, row in summary["build"].items():
+        stats = row.get(key)
+        if over is None:
+            if stats and stats.get("ratio_to_lower_bound") is not None:
+                out[size] = {
+                    "median": stats["ratio_to_lower_bound"],
+                    "p95": stats["p95_ratio_to_lower_bound"],
+                }
+        elif stats and over in row:
+            out[size] = {
+                "median": stats["median_ms"] / row[over]["median_ms"],
+                "p95": stats["p95_ms"] / row[over]["p95_ms"],
+            }
+    return out
+
+
 def ratios(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The speed ratios of one run against the raw bounds: ``append`` (agentmemory's single
     append median over the one-statement raw append's), and per conversation length the
     build's median and p95 over the one-query lower bound's; ``build_median`` and
-    ``build_p95`` are the worst over the lengths."""
-    out: dict[str, Any] = {"append": (summary.get("appends") or {}).get("append_ratio"), "builds": {}}
-    for size, row in summary["build"].items():
-        if "agentmemory" in row and row["agentmemory"]["ratio_to_lower_bound"] is not None:
-            stats = row["agentmemory"]
-            out["builds"][size] = {
-                "median": stats["ratio_to_lower_bound"],
-                "p95": stats["p95_ratio_to_lower_bound"],
-            }
+    ``build_p95`` are the worst over the lengths. Beside them: ``text_*``, agentmemory with
+    its statements sent as text (Django's default), ``prepared_*``, agentmemory over the raw
+    statements prepared too, and ``report_*``, builds with the default gap report."""
+    appends = summary.get("appends") or {}
+    out: dict[str, Any] = {"append": appends.get("append_ratio"), "builds": _per_size(summary, "agentmemory")}
     if out["builds"]:
         out["build_median"] = max(r["median"] for r in out["builds"].values())
         out["build_p95"] = max(r["p95"] for r in out["builds"].values())
-    # Beside the targets: agentmemory as Django leaves it by default, its statements sent as
-    # text (``PREPARED_STATEMENTS`` off), against the same raw bounds.
-    text = {
-        size: {
-            "median": row["agentmemory_text"]["ratio_to_lower_bound"],
-            "p95": row["agentmemory_text"]["p95_ratio_to_lower_bound"],
-        }
-        for size, row in summary["build"].items()
-        if row.get("agentmemory_text", {}).get("ratio_to_lower_bound") is not None
-    }
-    if text:
-        out["text_builds"] = text
-        out["text_build_median"] = max(r["median"] for r in text.values())
-        out["text_build_p95"] = max(r["p95"] for r in text.values())
-    out["text_append"] = (summary.get("appends") or {}).get("append_ratio_text")
-    # Beside the targets: the same ratios against the raw statements prepared once, as
-    # agentmemory prepares its own (``AGENTMEMORY["PREPARED_STATEMENTS"]``).
-    prepared = {
-        size: {
-            "median": row["agentmemory"]["median_ms"] / row["lower_bound_prepared"]["median_ms"],
-            "p95": row["agentmemory"]["p95_ms"] / row["lower_bound_prepared"]["p95_ms"],
-        }
-        for size, row in summary["build"].items()
-        if "agentmemory" in row and "lower_bound_prepared" in row
-    }
-    if prepared:
-        out["prepared_builds"] = prepared
-        out["prepared_build_median"] = max(r["median"] for r in prepared.values())
-        out["prepared_build_p95"] = max(r["p95"] for r in prepared.values())
-    out["prepared_append"] = (summary.get("appends") or {}).get("append_ratio_prepared")
-    report = {
-        size: {
-            "median": row["agentmemory_report"]["ratio_to_lower_bound"],
-            "p95": row["agentmemory_report"]["p95_ratio_to_lower_bound"],
-        }
-        for size, row in summary["build"].items()
-        if row.get("agentmemory_report", {}).get("ratio_to_lower_bound") is not None
-    }
+    for name, per in (
+        ("text", _per_size(summary, "agentmemory_text")),
+        ("prepared", _per_size(summary, "agentmemory", over="lower_bound_prepared")),
+    ):
+        if per:
+            out[f"{name}_builds"] = per
+            out[f"{name}_build_median"] = max(r["median"] for r in per.values())
+            out[f"{name}_build_p95"] = max(r["p95"] for r in per.values())
+    out["text_append"] = appends.get("append_ratio_text")
+    out["prepared_append"] = appends.get("append_ratio_prepared")
+    report = _per_size(summary, "agentmemory_report")
     if report:
         out["report_builds"] = report
         out["report_median"] = max(r["median"] for r in report.values())
