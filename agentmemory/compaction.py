@@ -37,7 +37,7 @@ from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import text_problem
+from agentmemory.validation import text_problem, whole_number
 
 logger = logging.getLogger("agentmemory.compaction")
 
@@ -287,24 +287,6 @@ class LeaseKeeper:
 # --------------------------------------------------------------------------- compactors
 
 
-def _check_option(name: str, value: Any, minimum: int | None) -> None:
-    """Refuse a compactor option that is not a whole number of at least ``minimum`` (``None``
-    given: the default applies). A float, a string or a bool compared against counts of
-    messages and tokens would mean something its caller did not write, and ``0`` must not
-    quietly become the default.
-
-    Raises:
-        TypeError: not an ``int`` (``bool`` included).
-        ValueError: below ``minimum``.
-    """
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, not {value}")
-
-
 class BaseMemoryCompactor:
     """When and what to compact, and storing the result safely.
 
@@ -360,16 +342,21 @@ class BaseMemoryCompactor:
         self.conversation_id = conversation_id
         self.llm = llm
         self.chat_history = chat_history
-        _check_option("summarize_every_n_human", summarize_every_n_human, 1)
-        _check_option("keep_recent_messages", keep_recent_messages, 0)
-        _check_option("max_summary_tokens", max_summary_tokens, 1)
-        _check_option("max_input_tokens", max_input_tokens, 1)
-        _check_option("max_calls_per_run", max_calls_per_run, 1)
+        # ``0`` must not quietly become the default, nor a float be compared with counts.
+        for name, value, least in (
+            ("summarize_every_n_human", summarize_every_n_human, 1),
+            ("keep_recent_messages", keep_recent_messages, 0),
+            ("max_summary_tokens", max_summary_tokens, 1),
+            ("max_input_tokens", max_input_tokens, 1),
+            ("max_calls_per_run", max_calls_per_run, 1),
+        ):
+            if value is not None:  # None: the default applies
+                whole_number(value, name, minimum=least)
         self.every_n_human = summarize_every_n_human or conf.SUMMARIZE_EVERY_N_HUMAN_MESSAGES
         self.keep_recent_human_turns = (
             conf.KEEP_RECENT_HUMAN_TURNS if keep_recent_human_turns is None else keep_recent_human_turns
         )
-        _check_option("keep_recent_human_turns", self.keep_recent_human_turns, None)
+        whole_number(self.keep_recent_human_turns, "keep_recent_human_turns")
         if self.keep_recent_human_turns < 1:
             raise ValueError("keep_recent_human_turns must be >= 1: the newest question stays verbatim")
         self.keep_recent_messages = keep_recent_messages

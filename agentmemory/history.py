@@ -23,7 +23,7 @@ from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import index_new_messages
 from agentmemory.tokens import TokenCounter
-from agentmemory.validation import MAX_ID, coerce_message, link_tool_message, validate_message
+from agentmemory.validation import MAX_ID, coerce_message, link_tool_message, validate_message, whole_number
 
 _LOCK_FIELDS = (
     "id",
@@ -58,17 +58,6 @@ def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> in
     if pk is None:
         raise ConversationNotFound(f"no conversation {conversation!r}")
     return pk
-
-
-def _check_whole(name: str, value: object) -> None:
-    """Refuse what is not a whole number: a float, a string or a bool would be cut or
-    compared as something its caller did not write.
-
-    Raises:
-        TypeError: not an ``int`` (``bool`` included).
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
 
 
 def running_in_event_loop() -> bool:
@@ -402,9 +391,7 @@ class PersistentChatHistory:
             ValueError: ``limit`` is negative.
         """
         if limit is not None:
-            _check_whole("limit", limit)
-            if limit < 0:
-                raise ValueError("limit must be >= 0")
+            limit = whole_number(limit, "limit", minimum=0)
         qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if limit is not None:
             # A limit past any conversation's end means all of it; the database's LIMIT is a
@@ -428,7 +415,7 @@ class PersistentChatHistory:
             TypeError: ``message_id`` is not a whole number (a float, a string, a bool).
         """
         if message_id is not None:
-            _check_whole("message_id", message_id)
+            whole_number(message_id, "message_id")
         qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if message_id is not None:
             seq = qs.filter(pk=message_id).values_list("seq", flat=True).first()

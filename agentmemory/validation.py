@@ -4,6 +4,7 @@ that fit the role, and the link between tool calls and their results."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sized
 from typing import Any
@@ -25,6 +26,25 @@ TEXT_PATTERN = "^[^\\x00]*$"
 
 #: largest primary key a 64-bit integer column holds (PostgreSQL ``bigint``, SQLite ``INTEGER``)
 MAX_ID = 2**63 - 1
+
+
+def whole_number(value: Any, name: str, *, minimum: int | None = None, unit: str = "") -> int:
+    """``value`` as an ``int``, checked to be a whole number (any ``numbers.Integral`` but a
+    ``bool``) of at least ``minimum``: a float, a string or a bool would be cut, or compared
+    as something its caller did not write. ``unit`` ("tokens") names what it counts in the
+    errors.
+
+    Raises:
+        TypeError: not a whole number (a float, NaN, infinity, a string, a bool).
+        ValueError: below ``minimum``.
+    """
+    what = f"a whole number of {unit}" if unit else "a whole number"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {what}, not {type(value).__name__}")
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}{f' {unit}' if unit else ''}, not {number}")
+    return number
 
 
 def parse_id(value: str) -> int | None:

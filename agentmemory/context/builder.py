@@ -15,7 +15,6 @@ the messages left out (see ``ContextWindowBuilder._gap``).
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,6 +39,7 @@ from agentmemory.history import resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
+from agentmemory.validation import whole_number
 
 logger = logging.getLogger("agentmemory.context")
 
@@ -339,11 +339,7 @@ def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
         TypeError: not an integer (a float, NaN, infinity, a string, a bool).
         ValueError: below 1 or above the ceiling.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number of tokens, not {type(max_tokens).__name__}")
-    value = int(max_tokens)
-    if value <= 0:
-        raise ValueError(f"{name} must be at least 1 token, not {value}")
+    value = whole_number(max_tokens, name, minimum=1, unit="tokens")
     ceiling = app_settings().MAX_CONTEXT_TOKENS
     if value > ceiling:
         raise ValueError(f"{name}={value} is above AGENTMEMORY['MAX_CONTEXT_TOKENS'] ({ceiling:,} tokens)")
@@ -361,13 +357,8 @@ def _tool_result_cap(cap: Any) -> int | None:
     """
     if cap is None:
         return None
-    if isinstance(cap, bool) or not isinstance(cap, numbers.Integral):
-        raise TypeError(
-            f"max_tool_result_tokens must be a whole number of tokens or None, not {type(cap).__name__}"
-        )
-    if cap < 1:
-        raise ValueError(f"max_tool_result_tokens must be at least 1 token (None: no cap), not {cap}")
-    return min(int(cap), app_settings().MAX_CONTEXT_TOKENS)
+    cap = whole_number(cap, "max_tool_result_tokens", minimum=1, unit="tokens")
+    return min(cap, app_settings().MAX_CONTEXT_TOKENS)
 
 
 class ContextWindowBuilder:
@@ -565,10 +556,7 @@ class ContextWindowBuilder:
             max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         max_tokens = validate_max_tokens(max_tokens)
         if max_messages is not None:
-            if isinstance(max_messages, bool) or not isinstance(max_messages, numbers.Integral):
-                raise TypeError("max_messages must be a whole number of messages or None")
-            if max_messages < 0:
-                raise ValueError("max_messages must be >= 0")
+            max_messages = whole_number(max_messages, "max_messages", minimum=0, unit="messages")
         try:
             window = self._assemble(max_tokens, max_messages)
             summary_cut = False
