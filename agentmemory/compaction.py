@@ -36,7 +36,7 @@ from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
-from agentmemory.tokens import TokenCounter
+from agentmemory.tokens import TokenCounter, longest_fitting_prefix
 from agentmemory.validation import text_problem, whole_number
 
 logger = logging.getLogger("agentmemory.compaction")
@@ -955,21 +955,16 @@ def render_transcript(
 
 def _cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:
     """``text`` whole when it costs at most ``max_tokens`` tokens, else its longest prefix
-    that fits with the cut marker after it (a binary search over the characters)."""
+    that fits with the cut marker after it (``longest_fitting_prefix``)."""
     if counter.count_text(text) <= max_tokens:
         return text
 
     def candidate(keep: int) -> str:
         return text[:keep] + f" [... {len(text) - keep} characters cut]"
 
-    low, high = 0, len(text)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if counter.count_text(candidate(middle)) <= max_tokens:
-            low = middle
-        else:
-            high = middle - 1
-    return candidate(low)
+    return candidate(
+        longest_fitting_prefix(len(text), max_tokens, lambda keep: counter.count_text(candidate(keep)))
+    )
 
 
 class LLMMemoryCompactor(BaseMemoryCompactor):

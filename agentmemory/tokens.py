@@ -20,7 +20,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
@@ -151,6 +151,23 @@ class BaseTokenCounter:
 
 
 # --------------------------------------------------------------------------- images
+
+
+def longest_fitting_prefix(length: int, max_tokens: int, cost: Callable[[int], int]) -> int:
+    """The largest ``keep`` in ``0..length`` whose ``cost(keep)`` is at most ``max_tokens``
+    (``cost``: tokens of the text cut to its first ``keep`` characters, with whatever marker
+    the caller adds; it must not fall as ``keep`` grows), by binary search; 0 when none
+    fits. A token covers at least one character and rarely more than a few dozen, so no
+    more than ``max(64, max_tokens * 32)`` characters are considered: counting stays cheap
+    on multi-megabyte text."""
+    low, high = 0, min(length, max(64, max_tokens * 32))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if cost(middle) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def openai_image_tokens(width: int, height: int, detail: str = "auto") -> int:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import ChatMessage, Role
-from agentmemory.tokens import TokenCounter
+from agentmemory.tokens import TokenCounter, longest_fitting_prefix
 
 #: content of the placeholder result sent for a tool call still awaiting its own (placeholder
 #: mode); the copy sent carries ``metadata={"pending_tool_call": True}``, storage never does
@@ -315,16 +315,9 @@ def truncate_message(message: ChatMessage, max_tokens: int, counter: TokenCounte
 
     if counter.count_message(candidate(0)) > max_tokens:
         raise ContextBudgetExceeded(seq=message.seq, tokens=message.token_count or 0, available=max_tokens)
-    # A token covers at least one character, and rarely more than a few dozen: bound the
-    # search so that counting stays cheap on multi-megabyte tool output.
-    lo, hi = 0, min(total, max(64, max_tokens * 32))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if counter.count_message(candidate(mid)) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return candidate(lo)
+    return candidate(
+        longest_fitting_prefix(total, max_tokens, lambda keep: counter.count_message(candidate(keep)))
+    )
 
 
 def _replace(message: ChatMessage, **changes: Any) -> ChatMessage:
