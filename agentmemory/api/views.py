@@ -128,13 +128,12 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
     raw = request.query_params.get(name)
     if raw is None:
         return default
+    minimum = 1 if name == "max_tokens" else 0
     if not _DIGITS.fullmatch(raw):
-        minimum = 1 if name == "max_tokens" else 0
         raise serializers.ValidationError(
             {name: [f"Must be a whole number of {minimum} or more, in ASCII digits (no sign or exponent)."]}
         )
     value = int(raw) if len(raw) <= 18 else None  # more digits: over any ceiling
-    minimum = 1 if name == "max_tokens" else 0
     if value is not None and value < minimum:
         raise serializers.ValidationError({name: [f"Must be at least {minimum}."]})
     ceiling = app_settings().MAX_CONTEXT_TOKENS if name == "max_tokens" else MAX_QUERY_INT

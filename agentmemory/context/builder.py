@@ -462,7 +462,11 @@ class ContextWindowBuilder:
         self._conversation_id: int | None = None
         if chat_history is not None:
             token_counter = token_counter or getattr(chat_history, "token_counter", None)
-        if not running_in_event_loop():
+        # Resolved now unless that needs a query in an event loop's thread (a uuid, or a
+        # history that holds one), where Django refuses it: then on first use.
+        if (
+            chat_history is None and isinstance(conversation, Conversation | int)
+        ) or not running_in_event_loop():
             self._conversation_id = self._resolve_conversation()
         self.memory_compactor = None if memory_compactor is self._UNSET else memory_compactor
         self.token_counter: TokenCounter = token_counter or get_token_counter()
