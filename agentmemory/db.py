@@ -4,10 +4,10 @@ database connection on PostgreSQL.
 Building a context window and appending one message run the same few statements each time
 with other values. PostgreSQL parses and plans a statement sent as text on every execution,
 and for the window's head statement (the conversation row, its summary, its pinned prompt
-and the newest page of messages) that is more than half of the database's work. A prepared statement is parsed
-once per connection and, after five executions, run on a generic plan that PostgreSQL keeps
-(``plan_cache_mode``), so a worker or a persistent web connection (``CONN_MAX_AGE``) pays
-for planning once. A statement is prepared on its second execution on a connection:
+and the newest page of messages) that is more than half of the database's work. A prepared
+statement is parsed once per connection and, after five executions, run on a generic plan
+that PostgreSQL keeps (``plan_cache_mode``), so a worker or a persistent web connection
+(``CONN_MAX_AGE``) pays for planning once. A statement is prepared on its second execution on a connection:
 preparing takes a round trip of its own, which a connection that runs it once would not
 win back.
 
@@ -41,10 +41,10 @@ Statements are prepared when:
 A prepared statement that the server no longer knows (a pooler handed the client another
 server session), whose name the server already holds for another statement (likewise), or
 whose cached plan no longer returns the same columns (a migration changed a column's type
-while the connection stayed open) fails once. From then on nothing
-more is prepared on that connection (a new connection prepares again). Outside a
-transaction the failed statement is run again as text, so the caller sees nothing; inside
-one the error is raised, as any database error is, and the transaction must be rolled back.
+while the connection stayed open) fails once. From then on nothing more is prepared on that
+connection (a new connection prepares again). Outside a transaction the failed statement is
+run again as text, so the caller sees nothing; inside one the error is raised, as any
+database error is, and the transaction must be rolled back.
 """
 
 from __future__ import annotations
