@@ -10,10 +10,11 @@ class AgentMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from django.contrib.auth import get_user_model
-        from django.db.models.signals import pre_delete
+        from django.db.models.signals import post_migrate, pre_delete
 
         from agentmemory import checks, conf  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
+        from agentmemory.context.functions import install_after_migrate
         from agentmemory.deletion import delete_owned_conversations
         from agentmemory.recall import receivers  # noqa: F401  (full-text index upkeep)
 
@@ -22,3 +23,6 @@ class AgentMemoryConfig(AppConfig):
         pre_delete.connect(
             delete_owned_conversations, sender=get_user_model(), dispatch_uid="agentmemory_user_conversations"
         )
+        # PostgreSQL: the window's head statement as a server-side function, planned once
+        # per server session (agentmemory.context.functions).
+        post_migrate.connect(install_after_migrate, dispatch_uid="agentmemory_window_head_functions")

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from django.db import connections, router
+from django.db import ProgrammingError, connections, router
 from django.db.models import Case, When
 from django.db.models.fields.json import KeyTransform
 
 from agentmemory.context.packing import _META_FIELDS, RowMeta
-from agentmemory.db import statement_cursor
+from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
 
@@ -163,6 +163,10 @@ def _page_expression(alias: str, c: Any, table: str) -> str:
 
 #: Kinds of the rows of the head statement (its first column).
 _CONVERSATION, _SUMMARY, _PINNED, _TAIL = 0, 1, 2, 3
+#: the kind of the row that says the head function exists (``_run_head``)
+_PROBE = 4
+#: SQLSTATE of "function ... does not exist"
+_UNDEFINED_FUNCTION = "42883"
 
 
 def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
@@ -415,6 +419,63 @@ class WindowHead:
         return self.page[0][_SEQ] if self.page else None
 
 
+def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: bool) -> list[Any]:
+    """The head statement's rows. On PostgreSQL, through its server-side function where the
+    connection has found it (``agentmemory.context.functions``), planned once per server
+    session; otherwise as text, the first time on a connection with one more branch that
+    tells whether the function exists (a row of kind ``_PROBE``, removed here). Where the
+    connection prepares its statements (``agentmemory.db``), the statement itself."""
+    conn = connections[alias]
+    if conn.vendor != "postgresql" or prepares_statements(alias):
+        # A prepared head statement is planned once per connection already, and runs
+        # without the function's own cost.
+        with statement_cursor(alias) as cursor:
+            cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
+            return cursor.fetchall()  # type: ignore[no-any-return]
+    from agentmemory.context import functions
+
+    params.setdefault("system", None)
+    params.setdefault("tool", None)
+    params.setdefault("cap", None)
+    with conn.cursor() as cursor:
+        raw = conn.connection
+        found = functions.known(raw, with_pinned, capped)
+        if found:
+            try:
+                cursor.execute(functions.call_sql(alias, with_pinned=with_pinned, capped=capped), params)
+                return cursor.fetchall()  # type: ignore[no-any-return]
+            except ProgrammingError as exc:
+                # Dropped since (``DROP FUNCTION``, a schema restored from a dump without
+                # it): back to the statement as text, which outside a transaction runs now.
+                if getattr(exc.__cause__, "sqlstate", None) != _UNDEFINED_FUNCTION:
+                    raise
+                functions.remember(raw, with_pinned, capped, False)
+                if not conn.get_autocommit() or conn.in_atomic_block:
+                    raise
+        sql = _head_sql(alias, with_pinned=with_pinned, capped=capped)
+        if found is None:
+            params["function"] = functions.signature(alias, with_pinned=with_pinned, capped=capped)
+            sql = f"{sql} UNION ALL {_probe_sql()}"
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if found is None:
+        exists = bool(rows) and rows[-1][0] == _PROBE
+        if exists:
+            rows.pop()
+        else:  # UNION ALL promises no order: look at every row
+            exists = any(row[0] == _PROBE for row in rows)
+            if exists:
+                rows = [row for row in rows if row[0] != _PROBE]
+        functions.remember(raw, with_pinned, capped, exists)
+    return rows  # type: ignore[no-any-return]
+
+
+def _probe_sql() -> str:
+    """A branch of the head statement: one row of kind ``_PROBE`` when the function named
+    by ``%(function)s`` exists (in the schemas the session's search path reaches)."""
+    return f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} WHERE to_regprocedure(%(function)s) IS NOT NULL"
+
+
 def read_head(
     alias: str,
     conversation_id: int,
@@ -443,9 +504,7 @@ def read_head(
     }
     if capped:
         params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
-    with statement_cursor(alias) as cursor:
-        cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
-        rows = cursor.fetchall()
+    rows = _run_head(alias, params, with_pinned=with_pinned, capped=capped)
     # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
     # then the pinned message, the summary and the conversation. Rows are kept as the
     # driver made them: the reader and the builder index into them.
@@ -458,7 +517,7 @@ def read_head(
         kind = row[0]
         values = row[1:]
         if kind == _CONVERSATION:
-            pending = _loads(values[11]) if values[11] else None
+            pending = _loads(values[11]) if values[11] and values[11] != "{}" else None
             call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
             conv = ConversationRow(
                 values[6],

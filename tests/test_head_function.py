@@ -1,0 +1,179 @@
+"""The window's head statement as a server-side function on PostgreSQL
+(``agentmemory.context.functions``): installed by ``migrate``, called once a connection has
+found it, the same rows as the statement sent as text, one query per build either way, and
+a database without it (or one that lost it) still answers."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agentmemory.context import ContextWindowBuilder, functions
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation, Summary
+from tests.factories import ConversationFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _conversation(*, system: bool = True, summary: bool = False) -> Conversation:
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+    if system:
+        history.add_message(ChatMessage.system("You are terse."))
+    for i in range(8):
+        history.add_message(ChatMessage.human(f"question {i} " + "word " * i))
+        history.add_message(ChatMessage.ai(None, [ToolCall(id=f"c{i}", name="look", arguments={"i": i})]))
+        history.add_message(ChatMessage.tool(f"result {i} " + "data " * (40 * i), tool_call_id=f"c{i}"))
+        history.add_message(
+            ChatMessage.ai(f"answer {i}", metadata={"thinking": [{"type": "thinking", "thinking": f"t{i}"}]})
+        )
+    if summary:
+        conv.refresh_from_db()
+        stored = Summary.objects.create(
+            conversation=conv,
+            text="They asked about the weather.",
+            first_seq=1,
+            through_seq=9,
+            human_messages_covered=2,
+            human_message_count=2,
+            tokens_covered=60,
+            token_count=9,
+            token_counter="approx-v3",
+        )
+        Conversation.objects.filter(pk=conv.pk).update(summary=stored)
+    return conv
+
+
+def _windows(conv: Conversation) -> list[tuple]:
+    """Windows of every variant of the head statement: pinned prompt read or given, tool
+    results capped or not, at several budgets."""
+    out = []
+    for system_prompt in (None, "Given here."):
+        for cap in (None, 30):
+            for budget in (60, 200, 450, 5000):
+                try:
+                    window = ContextWindowBuilder(
+                        conv.pk, system_prompt=system_prompt, max_tool_result_tokens=cap
+                    ).build(max_tokens=budget)
+                except Exception as exc:  # a budget error is a result to compare too
+                    out.append((system_prompt, cap, budget, type(exc).__name__, str(exc)))
+                    continue
+                out.append(
+                    (
+                        system_prompt,
+                        cap,
+                        budget,
+                        [(m.seq, m.role, m.content, m.tool_calls, m.metadata) for m in window.messages],
+                        window.history_tokens,
+                        window.rows_read,
+                        window.uncovered,
+                    )
+                )
+    return out
+
+
+def _as_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every connection behaves as one that has found no head function."""
+    monkeypatch.setattr(functions, "known", lambda raw, with_pinned, capped: False)
+
+
+@pytest.mark.postgres
+def test_migrate_installs_a_function_for_each_variant_of_the_head_statement() -> None:
+    with connection.cursor() as cursor:
+        for with_pinned, capped in functions.VARIANTS:
+            cursor.execute(
+                "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)",
+                [functions.signature("default", with_pinned=with_pinned, capped=capped)],
+            )
+            (source,) = cursor.fetchone()
+            _, body = functions.body("default", with_pinned=with_pinned, capped=capped)
+            assert body in source  # the statement the text path sends, parameters as $n
+    # Installing again (every ``migrate`` does) creates nothing and changes nothing.
+    assert functions.install("default") == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("summary", [False, True], ids=["no summary", "summary"])
+@pytest.mark.parametrize("system", [True, False], ids=["system prompt", "no system prompt"])
+def test_the_function_gives_the_windows_the_statement_as_text_gives(
+    monkeypatch: pytest.MonkeyPatch, system: bool, summary: bool
+) -> None:
+    conv = _conversation(system=system, summary=summary)
+    through_function = _windows(conv)
+    _windows(conv)  # every call after the first on this connection goes through the function
+    with monkeypatch.context() as patch:
+        _as_text(patch)
+        as_text = _windows(conv)
+    assert through_function == as_text
+    assert any(isinstance(w[3], list) and w[3] for w in as_text)  # windows, not only errors
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_finds_the_function_with_its_first_build_and_calls_it_after() -> None:
+    conv = _conversation()
+    connection.close()  # a new connection: nothing known about the function yet
+    with CaptureQueriesContext(connection) as first:
+        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+    with CaptureQueriesContext(connection) as second:
+        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+    assert len(first) == len(second) == 1  # the probe rides on the head statement
+    assert "to_regprocedure" in first[0]["sql"] and "UNION ALL" in first[0]["sql"]
+    name, _ = functions.body("default", with_pinned=True, capped=True)
+    assert second[0]["sql"].startswith(f"SELECT * FROM {name}(")
+    assert f"{conv.pk}::bigint" in second[0]["sql"]  # logged with its values
+
+
+def _drop_functions() -> None:
+    with connection.cursor() as cursor:
+        for with_pinned, capped in functions.VARIANTS:
+            function = functions.signature("default", with_pinned=with_pinned, capped=capped)
+            cursor.execute(f"DROP FUNCTION IF EXISTS {function}")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_without_the_function_the_statement_is_sent_as_text_until_migrate_installs_it() -> None:
+    conv = _conversation()
+    expected = _windows(conv)
+    _drop_functions()
+    try:
+        connection.close()
+        assert _windows(conv) == expected
+        with CaptureQueriesContext(connection) as queries:
+            ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+        # Found missing once: no probe and no call on this connection any more.
+        assert "to_regprocedure" not in queries[0]["sql"] and functions.PREFIX not in queries[0]["sql"]
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)  # post_migrate puts them back
+    connection.close()
+    _windows(conv)
+    with CaptureQueriesContext(connection) as queries:
+        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+    assert functions.PREFIX in queries[0]["sql"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_function_dropped_under_a_connection_that_uses_it_costs_no_window() -> None:
+    conv = _conversation()
+    expected = _windows(conv)
+    _windows(conv)  # this connection now calls the functions
+    _drop_functions()
+    try:
+        assert _windows(conv) == expected  # outside a transaction: sent again as text
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)
+
+
+def test_install_does_nothing_on_other_databases_and_the_builder_reads_as_before() -> None:
+    # On PostgreSQL the functions are there already (``migrate`` installed them).
+    assert functions.install("default") == []
+    conv = _conversation()
+    window = ContextWindowBuilder(conv.pk).build(max_tokens=400)
+    assert window.messages[0].content == "You are terse."
+    assert [m.role.value for m in window.messages[1:3]] == ["human", "ai"]
