@@ -6,7 +6,9 @@ system prompt and the first page of the tail (stored token counts newest first o
 ``(conversation, seq)`` index, the page sized from the conversation's average message size,
 with the content of the rows inside the budget); a window longer than the first page reads
 further pages, each twice the size of the last: a constant number of queries, whatever the
-length of the conversation.
+length of the conversation. On PostgreSQL the head statement runs through a server-side
+function where ``migrate`` installed it (``agentmemory.context.functions``), planned once per
+server session.
 """
 
 from __future__ import annotations
