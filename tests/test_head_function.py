@@ -31,6 +31,11 @@ def _conversation(*, system: bool = True, summary: bool = False) -> Conversation
         history.add_message(
             ChatMessage.ai(f"answer {i}", metadata={"thinking": [{"type": "thinking", "thinking": f"t{i}"}]})
         )
+    # A call still awaiting its result, then a later turn: the gap probe is asked about it.
+    history.add_message(ChatMessage.human("book it"))
+    history.add_message(ChatMessage.ai(None, [ToolCall(id="wait", name="approve", arguments={})]))
+    history.add_message(ChatMessage.human("still there?"))
+    history.add_message(ChatMessage.ai("yes"))
     if summary:
         conv.refresh_from_db()
         stored = Summary.objects.create(
@@ -49,8 +54,9 @@ def _conversation(*, system: bool = True, summary: bool = False) -> Conversation
 
 
 def _windows(conv: Conversation) -> list[tuple]:
-    """Windows of every variant of the head statement: pinned prompt read or given, tool
-    results capped or not, at several budgets."""
+    """Windows of every variant of the head statement (pinned prompt read or given, tool
+    results capped or not) at several budgets, with the gap probe's findings
+    (``uncovered``, the default gap policy "report")."""
     out = []
     for system_prompt in (None, "Given here."):
         for cap in (None, 30):
@@ -78,19 +84,17 @@ def _windows(conv: Conversation) -> list[tuple]:
 
 def _as_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every connection behaves as one that has found no head function."""
-    monkeypatch.setattr(functions, "known", lambda raw, with_pinned, capped: False)
+    monkeypatch.setattr(functions, "known", lambda raw, key: False)
 
 
 @pytest.mark.postgres
-def test_migrate_installs_a_function_for_each_variant_of_the_head_statement() -> None:
+def test_migrate_installs_a_function_for_each_variant_of_the_head_statement_and_the_gap_probe() -> None:
     with connection.cursor() as cursor:
-        for with_pinned, capped in functions.VARIANTS:
-            cursor.execute(
-                "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)",
-                [functions.signature("default", with_pinned=with_pinned, capped=capped)],
-            )
+        for key in functions.KEYS:
+            function = functions.signature("default", key)
+            cursor.execute("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)", [function])
             (source,) = cursor.fetchone()
-            _, body = functions.body("default", with_pinned=with_pinned, capped=capped)
+            _, body = functions.body("default", key)
             assert body in source  # the statement the text path sends, parameters as $n
     # Installing again (every ``migrate`` does) creates nothing and changes nothing.
     assert functions.install("default") == []
@@ -110,6 +114,19 @@ def test_the_function_gives_the_windows_the_statement_as_text_gives(
         as_text = _windows(conv)
     assert through_function == as_text
     assert any(isinstance(w[3], list) and w[3] for w in as_text)  # windows, not only errors
+    assert any(len(w) == 7 and w[6] is not None for w in as_text)  # the gap probe found some
+
+
+@pytest.mark.postgres
+def test_the_gap_probe_goes_through_its_function() -> None:
+    conv = _conversation()
+    ContextWindowBuilder(conv.pk).build(max_tokens=200)
+    with CaptureQueriesContext(connection) as queries:
+        window = ContextWindowBuilder(conv.pk).build(max_tokens=200)
+    name, _ = functions.body("default", functions.GAP)
+    (probe,) = [q["sql"] for q in queries.captured_queries if name in q["sql"]]
+    assert "::bigint[])" in probe  # the seqs asked about, in one array
+    assert window.uncovered is not None and window.uncovered.count > 0
 
 
 @pytest.mark.postgres
@@ -123,16 +140,15 @@ def test_a_connection_finds_the_function_with_its_first_build_and_calls_it_after
         ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
     assert len(first) == len(second) == 1  # the probe rides on the head statement
     assert "to_regprocedure" in first[0]["sql"] and "UNION ALL" in first[0]["sql"]
-    name, _ = functions.body("default", with_pinned=True, capped=True)
+    name, _ = functions.body("default", (True, True))
     assert second[0]["sql"].startswith(f"SELECT * FROM {name}(")
     assert f"{conv.pk}::bigint" in second[0]["sql"]  # logged with its values
 
 
 def _drop_functions() -> None:
     with connection.cursor() as cursor:
-        for with_pinned, capped in functions.VARIANTS:
-            function = functions.signature("default", with_pinned=with_pinned, capped=capped)
-            cursor.execute(f"DROP FUNCTION IF EXISTS {function}")
+        for key in functions.KEYS:
+            cursor.execute(f"DROP FUNCTION IF EXISTS {functions.signature('default', key)}")
 
 
 @pytest.mark.postgres

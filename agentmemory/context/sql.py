@@ -427,10 +427,7 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
     session; otherwise as text, the first time on a connection with one more branch that
     tells whether the function exists (a row of kind ``_PROBE``, removed here). Where the
     connection prepares its statements (``agentmemory.db``), the statement itself."""
-    conn = connections[alias]
-    if conn.vendor != "postgresql" or prepares_statements(alias):
-        # A prepared head statement is planned once per connection already, and runs
-        # without the function's own cost.
+    if not _uses_functions(alias):
         with statement_cursor(alias) as cursor:
             cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
@@ -439,24 +436,18 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
     params.setdefault("system", None)
     params.setdefault("tool", None)
     params.setdefault("cap", None)
+    key = (with_pinned, capped)
+    rows = _through_function(alias, key, params)
+    if rows is not None:
+        return rows
+    conn = connections[alias]
     with conn.cursor() as cursor:
         raw = conn.connection
-        found = functions.known(raw, with_pinned, capped)
-        if found:
-            try:
-                cursor.execute(functions.call_sql(alias, with_pinned=with_pinned, capped=capped), params)
-                return cursor.fetchall()  # type: ignore[no-any-return]
-            except ProgrammingError as exc:
-                # Dropped since (``DROP FUNCTION``, a schema restored from a dump without
-                # it): back to the statement as text, which outside a transaction runs now.
-                if getattr(exc.__cause__, "sqlstate", None) != _UNDEFINED_FUNCTION:
-                    raise
-                functions.remember(raw, with_pinned, capped, False)
-                if not conn.get_autocommit() or conn.in_atomic_block:
-                    raise
+        found = functions.known(raw, key)
         sql = _head_sql(alias, with_pinned=with_pinned, capped=capped)
         if found is None:
-            params["function"] = functions.signature(alias, with_pinned=with_pinned, capped=capped)
+            params["function"] = functions.signature(alias, key)
+            params["gap_function"] = functions.signature(alias, functions.GAP)
             sql = f"{sql} UNION ALL {_probe_sql()}"
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -468,14 +459,56 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
             exists = any(row[0] == _PROBE for row in rows)
             if exists:
                 rows = [row for row in rows if row[0] != _PROBE]
-        functions.remember(raw, with_pinned, capped, exists)
+        functions.remember(raw, key, exists)
+        functions.remember(raw, functions.GAP, exists)
     return rows  # type: ignore[no-any-return]
 
 
+#: the gap probe's key in ``agentmemory.context.functions``
+_GAP_KEY = ("gap",)
+
+
+def _uses_functions(alias: str) -> bool:
+    """Whether the read path may call its server-side functions on ``alias``: PostgreSQL,
+    with statements not prepared (a prepared statement is planned once per connection
+    already, and runs without the function's own cost)."""
+    return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
+
+
+def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) -> list[Any] | None:
+    """The rows of the statement of ``key`` through its server-side function
+    (``agentmemory.context.functions``) on a database where ``_uses_functions``, or ``None``
+    when the connection has not found the function (or found it gone: dropped since,
+    outside a transaction; inside one the error is raised)."""
+    from agentmemory.context import functions
+
+    conn = connections[alias]
+    raw = conn.connection
+    if raw is None or not functions.known(raw, key):
+        return None
+    with conn.cursor() as cursor:
+        try:
+            cursor.execute(functions.call_sql(alias, key), params)
+            return cursor.fetchall()  # type: ignore[no-any-return]
+        except ProgrammingError as exc:
+            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it):
+            # back to the statement as text, which outside a transaction runs now.
+            if getattr(exc.__cause__, "sqlstate", None) != _UNDEFINED_FUNCTION:
+                raise
+            functions.remember(raw, key, False)
+            if not conn.get_autocommit() or conn.in_atomic_block:
+                raise
+            return None
+
+
 def _probe_sql() -> str:
-    """A branch of the head statement: one row of kind ``_PROBE`` when the function named
-    by ``%(function)s`` exists (in the schemas the session's search path reaches)."""
-    return f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} WHERE to_regprocedure(%(function)s) IS NOT NULL"
+    """A branch of the head statement: one row of kind ``_PROBE`` when the functions named
+    by ``%(function)s`` and ``%(gap_function)s`` exist (in the schemas the session's search
+    path reaches)."""
+    return (
+        f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} WHERE to_regprocedure(%(function)s) IS NOT NULL "
+        "AND to_regprocedure(%(gap_function)s) IS NOT NULL"
+    )
 
 
 def read_head(
@@ -796,8 +829,11 @@ class GapProbe:
     pending: tuple[tuple[int, int, int], ...]
 
 
-def _gap_probe_sql(alias: str, *, pending: int) -> str:
-    key = ("gap", alias, pending)
+def _gap_probe_sql(alias: str, *, pending: int, pending_array: bool = False) -> str:
+    """The gap probe of ``read_gap_probe`` for ``pending`` AI messages asked about
+    (``%(p0)s`` ...), or, with ``pending_array`` (PostgreSQL), for any number of them in
+    one array parameter ``%(pending)s`` (the statement of its server-side function)."""
+    key = ("gap", alias, pending, pending_array)
     sql = _SQL_CACHE.get(key)
     if sql is not None:
         return sql
@@ -814,12 +850,15 @@ def _gap_probe_sql(alias: str, *, pending: int) -> str:
         f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
         f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"
     ]
-    if pending:
+    if pending or pending_array:
         # Second, so that PostgreSQL gives the last column the type of ``tool_calls``.
-        placeholders = ", ".join(f"%(p{i})s" for i in range(pending))
+        if pending_array:
+            asked = f"{m('seq')} = ANY(%(pending)s)"
+        else:
+            asked = f"{m('seq')} IN ({', '.join(f'%(p{i})s' for i in range(pending))})"
         branches.append(
             f"SELECT 2, {m('seq')}, {m('token_count')}, NULL, NULL, {m('tool_calls')} FROM {messages} "
-            f"WHERE {conv} AND {m('seq')} IN ({placeholders})"
+            f"WHERE {conv} AND {asked}"
         )
     # The role is a literal, as in the partial index ``agentmemory_msg_orphan_idx``: a
     # database uses a partial index only for a query whose condition implies the index's.
@@ -853,10 +892,14 @@ def read_gap_probe(
         "before": before,
         "pinned": pinned_seq,
     }
-    params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
-    with statement_cursor(alias) as cursor:
-        cursor.execute(_gap_probe_sql(alias, pending=len(pending_exchanges)), params)
-        rows = cursor.fetchall()
+    rows = None
+    if _uses_functions(alias):
+        rows = _through_function(alias, _GAP_KEY, {**params, "pending": list(pending_exchanges)})
+    if rows is None:
+        params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
+        with statement_cursor(alias) as cursor:
+            cursor.execute(_gap_probe_sql(alias, pending=len(pending_exchanges)), params)
+            rows = cursor.fetchall()
     head: tuple[Any, ...] = (None, None, None, None)
     orphans: list[tuple[int, int]] = []
     pending: list[tuple[int, int, int]] = []
