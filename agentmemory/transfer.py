@@ -6,7 +6,7 @@ The document (``"format": "agentmemory.conversation"``, ``"version": 1``)::
      "conversation": {"uuid": "...", "agent_key": "...", "title": "...", "metadata": {...},
                       "created_at": "...", "updated_at": "...", "last_seq": 42,
                       "message_count": 42, "human_message_count": 10, "stored_tokens": 5120,
-                      "has_system_prompt": true, "pinned_seq": 1,
+                      "has_system_prompt": true, "pinned_seq": 1, "pinned_last_seq": 2,
                       "pending_tool_calls": {"call_1": 41},
                       "summary_through_seq": 30, ...},
      "messages": [{"seq": 1, "role": "system", "content": "...", "tool_calls": [],
@@ -287,6 +287,7 @@ def row_schema(kind: str) -> dict[str, Any]:
     if kind == "conversation":
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
         properties["pinned_seq"].update(minimum=1, maximum=MAX_SEQ)  # a message's seq, or null
+        properties["pinned_last_seq"].update(minimum=1, maximum=MAX_SEQ)
     if kind == "message":
         # ``_check_stored_shape``: tool calls are objects with a text id and name, content
         # parts objects with a type (what each holds beyond that is the message rules')
@@ -520,7 +521,33 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
     current = conv_row.get("summary_through_seq")
     if current is not None and _seq(current, "conversation.summary_through_seq", low=0) not in spans:
         raise InvalidConversationData("conversation.summary_through_seq", "names no summary in the document")
+    pinned_last_seq = _pinned_run_end(conv, messages, [values for values, _ in summaries])
+    if conv.get("pinned_last_seq", pinned_last_seq) != pinned_last_seq:
+        raise InvalidConversationData(
+            "conversation.pinned_last_seq",
+            f"is {conv['pinned_last_seq']!r} but the messages give {pinned_last_seq!r}",
+        )
+    # A document from before ``pinned_last_seq`` existed gets the run its messages hold.
+    conv["pinned_last_seq"] = pinned_last_seq
     return conv, messages, summaries, current
+
+
+def _pinned_run_end(
+    conv: Mapping[str, Any], messages: list[Message], summaries: list[dict[str, Any]]
+) -> int | None:
+    """The last pinned seq of a document's conversation (``Conversation.pinned_last_seq``):
+    the system messages that open it, up to the first other message (to ``last_seq`` when
+    there is none), never into a summary's span (a summary made before the run was pinned
+    may have folded a leading system message); ``None`` when nothing is pinned. Migration
+    ``0020_pinned_run`` fills the column of stored conversations by the same rule."""
+    pinned_seq = conv.get("pinned_seq")
+    if pinned_seq is None:
+        return None
+    end = next((m.seq - 1 for m in messages if m.role != Role.SYSTEM), conv["last_seq"])
+    firsts = [values["first_seq"] for values in summaries]
+    if firsts:
+        end = min(end, min(firsts) - 1)
+    return max(int(pinned_seq), int(end))
 
 
 def import_conversation(
