@@ -543,3 +543,36 @@ def test_the_migration_pins_the_leading_run_of_existing_conversations() -> None:
     finally:
         executor = MigrationExecutor(connection)
         _migrate(executor.loader.graph.leaf_nodes())
+
+
+# -- the replay and the window checks -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_replayed_transcript_opening_with_two_system_messages_leaves_nothing_out() -> None:
+    from agentmemory.formats.transcripts import Transcript
+    from agentmemory.replay import replay_transcripts
+
+    transcript = Transcript(
+        title="developer message",
+        agent_key="demo",
+        messages=[from_openai(m) for m in OPENAI_HISTORY] + [ChatMessage.ai("Bien, merci.")],
+        metadata={},
+    )
+    report = replay_transcripts([transcript], max_tokens=1_000)
+    assert report.violation_count == 0 and report.left_out_messages == 0
+    conv = Conversation.objects.get(pk=report.conversation_ids[0])
+    assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 2)
+
+
+def test_the_window_checks_allow_a_pinned_run_and_refuse_a_second_summary() -> None:
+    from agentmemory.context import ContextWindow
+
+    run = [ChatMessage(role=Role.SYSTEM, content=t, seq=i) for i, t in enumerate(["a", "b"], start=1)]
+    summary = ChatMessage.system("summary", metadata={"summary_id": 1})
+    human = ChatMessage(role=Role.HUMAN, content="hi", seq=9)
+    assert window_violations(ContextWindow(messages=[*run, summary, human], max_tokens=100)) == []
+    twice = ContextWindow(messages=[*run, summary, summary, human], max_tokens=100)
+    assert any(p.startswith("C4") for p in window_violations(twice))
+    out_of_order = ContextWindow(messages=[run[1], run[0], human], max_tokens=100)
+    assert any(p.startswith("C4") for p in window_violations(out_of_order))
