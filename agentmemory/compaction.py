@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from agentmemory import signals
@@ -437,14 +437,13 @@ class BaseMemoryCompactor:
         return uncovered + (summary.token_count if summary else 0) > room * conf.COMPACTION_TRIGGER_RATIO
 
     def _pinned_tokens(self, conv: Conversation) -> int:
-        """Tokens of the stored pinned system prompt (0 without one; one query with one)."""
+        """Tokens of the stored pinned system prompt, every message of its run summed (0
+        without one; one query with one)."""
         if conv.pinned_seq is None:
             return 0
-        tokens: int | None = (
-            Message.objects.filter(conversation_id=conv.pk, seq=conv.pinned_seq)
-            .values_list("token_count", flat=True)
-            .first()
-        )
+        tokens: int | None = Message.objects.filter(
+            conversation_id=conv.pk, seq__gte=conv.pinned_seq, seq__lte=conv.pinned_through
+        ).aggregate(tokens=Sum("token_count"))["tokens"]
         return tokens or 0
 
     def _opens_without_human(self, conv: Conversation) -> bool:
@@ -501,10 +500,10 @@ class BaseMemoryCompactor:
     # -- the span -----------------------------------------------------------------------
 
     def _floor(self, conv: Conversation) -> int:
-        # The pinned system prompt (and anything before it, which ``clear()`` deleted) is
-        # never folded into a summary.
+        # The pinned system prompt, its whole run of system messages (and anything before
+        # it, which ``clear()`` deleted), is never folded into a summary.
         floor = conv.summary.through_seq if conv.summary else 0
-        return max(floor, conv.pinned_seq or 0)
+        return max(floor, conv.pinned_through)
 
     def target_boundary(self, conv: Conversation) -> int | None:
         """The ``through_seq`` the next summary should reach, or ``None`` if nothing can be

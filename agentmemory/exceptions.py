@@ -41,8 +41,9 @@ class ContextBudgetExceeded(AgentMemoryError):
     (bug report langchain-ai/langchainjs#8287).
 
     Also raised when the pinned system prompt and the summary alone exceed the budget
-    (a window never exceeds its budget); then ``seq`` is 1 (a stored prompt) or ``None`` and
-    ``available`` is the whole budget.
+    (a window never exceeds its budget); then ``seq`` is the seq of the first pinned system
+    message (a stored prompt: ``Conversation.pinned_seq``) or ``None``, and ``available`` is
+    the whole budget.
 
     Attributes:
         seq: the seq of the message (or first message of the unit) that does not fit.

@@ -32,8 +32,20 @@ _LOCK_FIELDS = (
     "human_message_count",
     "stored_tokens",
     "pinned_seq",
+    "pinned_last_seq",
     "pending_tool_calls",
 )
+
+
+def leading_system_messages(batch: list[ChatMessage]) -> int:
+    """How many messages open ``batch`` with the system role (0 when the first is not one):
+    those a conversation holding only system messages pins (``Conversation.pinned_last_seq``)."""
+    lead = 0
+    for message in batch:
+        if message.role is not Role.SYSTEM:
+            break
+        lead += 1
+    return lead
 
 
 def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> int:
@@ -194,10 +206,13 @@ class PersistentChatHistory:
         that still awaits its result, and a result may arrive after later messages; it is
         linked to its call (``exchange_seq``) and context windows put it right after it.
 
-        The first message stored while the conversation holds none (a new conversation, or
-        one just cleared) is the pinned system prompt when it is a system message: sent
-        first in every context window and never summarised (``Conversation.pinned_seq``).
-        A system message stored later is ordinary history.
+        Every system message stored while the conversation holds only system messages (a
+        new conversation, or one just cleared), in one batch or over several appends, is
+        part of the pinned system prompt: sent first, in stored order, in every context
+        window, and never summarised (``Conversation.pinned_seq`` through
+        ``pinned_last_seq``). So OpenAI's ``[system, developer, user, ...]`` pins both
+        leading messages (a developer message is stored as a system message). A system
+        message stored after any other message is ordinary history.
 
         Returns:
             The stored messages (``seq``, ``id``, ``token_count`` set), oldest first.
@@ -256,11 +271,16 @@ class PersistentChatHistory:
             rows = []
             seq = conv.last_seq
             humans = 0
-            # The first message stored while the conversation holds none (new, or cleared),
-            # when it is a system message, is the pinned system prompt, whatever its seq.
-            pinned_seq = conv.pinned_seq
-            if conv.message_count == 0 and batch[0].role is Role.SYSTEM:
+            # The system messages stored while the conversation holds only system messages
+            # (none at all: new, or cleared) are the pinned system prompt, whatever their seqs.
+            pinned_seq, pinned_last_seq = conv.pinned_seq, conv.pinned_last_seq
+            lead = leading_system_messages(batch)
+            if lead and conv.message_count == 0:
                 pinned_seq = conv.last_seq + 1
+            if lead and (
+                conv.message_count == 0 or (pinned_seq is not None and pinned_last_seq == conv.last_seq)
+            ):
+                pinned_last_seq = conv.last_seq + lead
             now = timezone.now()
             for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
                 seq += 1
@@ -292,6 +312,7 @@ class PersistentChatHistory:
                 stored_tokens=conv.stored_tokens + sum(counts),
                 has_system_prompt=pinned_seq is not None,
                 pinned_seq=pinned_seq,
+                pinned_last_seq=pinned_last_seq,
                 pending_tool_calls=pending,
                 updated_at=now,
             )
@@ -348,12 +369,12 @@ class PersistentChatHistory:
         prompt; ``seq`` keeps counting up (seqs are never reused, so a late compaction
         cannot attach to new messages).
 
-        The next message stored is the first of the conversation again: when it is a system
-        message it is the pinned system prompt (``Conversation.pinned_seq``), sent first in
-        every context window and never summarised, whatever its seq. So
-        ``history.clear(); history.add_message(ChatMessage.system("You are ..."))`` starts
-        over with that prompt pinned. A system message stored after any other message is
-        not pinned.
+        The next message stored is the first of the conversation again: the system messages
+        stored while it holds only system messages are the pinned system prompt
+        (``Conversation.pinned_seq`` through ``pinned_last_seq``), sent first in every
+        context window and never summarised, whatever their seqs. So ``history.clear();
+        history.add_message(ChatMessage.system("You are ..."))`` starts over with that
+        prompt pinned. A system message stored after any other message is not pinned.
 
         Raises:
             ConversationNotFound: the conversation does not exist (any more).
@@ -372,6 +393,7 @@ class PersistentChatHistory:
                 stored_tokens=0,
                 has_system_prompt=False,
                 pinned_seq=None,
+                pinned_last_seq=None,
                 pending_tool_calls={},
                 updated_at=timezone.now(),
             )
@@ -452,9 +474,11 @@ WITH bumped AS (
         message_count = message_count + %(n)s,
         human_message_count = human_message_count + %(humans)s,
         stored_tokens = stored_tokens + %(tokens)s,
-        has_system_prompt = has_system_prompt OR (message_count = 0 AND %(first_is_system)s),
-        pinned_seq = CASE WHEN message_count = 0 AND %(first_is_system)s THEN last_seq + 1
+        has_system_prompt = has_system_prompt OR (message_count = 0 AND %(lead)s > 0),
+        pinned_seq = CASE WHEN message_count = 0 AND %(lead)s > 0 THEN last_seq + 1
                           ELSE pinned_seq END,
+        pinned_last_seq = CASE WHEN %(lead)s > 0 AND (message_count = 0 OR pinned_last_seq = last_seq)
+                               THEN last_seq + %(lead)s ELSE pinned_last_seq END,
         updated_at = %(now)s
     WHERE id = %(id)s
     RETURNING last_seq - %(n)s AS base
@@ -483,9 +507,12 @@ WITH locked AS (
         message_count = c.message_count + %(n)s,
         human_message_count = c.human_message_count + %(humans)s,
         stored_tokens = c.stored_tokens + %(tokens)s,
-        has_system_prompt = c.has_system_prompt OR (c.message_count = 0 AND %(first_is_system)s),
-        pinned_seq = CASE WHEN c.message_count = 0 AND %(first_is_system)s THEN locked.last_seq + 1
+        has_system_prompt = c.has_system_prompt OR (c.message_count = 0 AND %(lead)s > 0),
+        pinned_seq = CASE WHEN c.message_count = 0 AND %(lead)s > 0 THEN locked.last_seq + 1
                           ELSE c.pinned_seq END,
+        pinned_last_seq = CASE WHEN %(lead)s > 0
+                                    AND (c.message_count = 0 OR c.pinned_last_seq = locked.last_seq)
+                               THEN locked.last_seq + %(lead)s ELSE c.pinned_last_seq END,
         pending_tool_calls = (locked.pending - %(answered)s::text[]) || COALESCE(
             (SELECT jsonb_object_agg(k, locked.last_seq + o)
              FROM unnest(%(new_ids)s::text[], %(new_ords)s::integer[]) AS t(k, o)),
@@ -598,16 +625,19 @@ def _sql_text(template: str, name: str, **literals: str) -> str:
 
 #: literals of the one-message statement without tool calls, per role: the role, what it
 #: adds to the human message count, and for a system message the pin (a system message
-#: stored while the conversation holds no message is the pinned system prompt)
+#: stored while the conversation holds only system messages, or none, is pinned)
 _PLAIN_ROLE_LITERALS = {
     role: {
         "role": role.value,
         "humans": "1" if role is Role.HUMAN else "0",
         # The right-hand sides read the row before this update: ``message_count = 0`` means
-        # this message is the first stored, and ``last_seq + 1`` is its seq.
+        # this message is the first stored, ``pinned_last_seq = last_seq`` that every message
+        # stored is pinned, and ``last_seq + 1`` is its seq.
         "pin": (
             "\n        has_system_prompt = has_system_prompt OR message_count = 0,"
             "\n        pinned_seq = CASE WHEN message_count = 0 THEN last_seq + 1 ELSE pinned_seq END,"
+            "\n        pinned_last_seq = CASE WHEN message_count = 0 OR pinned_last_seq = last_seq"
+            " THEN last_seq + 1 ELSE pinned_last_seq END,"
             if role is Role.SYSTEM
             else ""
         ),
@@ -729,7 +759,8 @@ def _append_postgresql(
         "n": n,
         "humans": sum(1 for m in batch if m.role is Role.HUMAN),
         "tokens": sum(counts),
-        "first_is_system": batch[0].role is Role.SYSTEM,
+        # the leading system messages, pinned when the conversation holds only system messages
+        "lead": leading_system_messages(batch),
         "answered": answered,
         "new_ids": list(local),
         "new_ords": list(local.values()),

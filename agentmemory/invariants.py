@@ -41,8 +41,17 @@ def window_violations(
     leading = messages[: len(messages) - len(history)]
     if any(m.role is not Role.SYSTEM for m in leading):
         problems.append("C4: a non-system message sits before the history")
-    if len(leading) > 2:
-        problems.append(f"C4: {len(leading)} system messages before the history (at most prompt + summary)")
+    # The system prompt (the stored pinned run, oldest first, or one prompt without a seq),
+    # then at most one summary, without a seq.
+    stored = [m.seq for m in leading if m.seq is not None]
+    unstored = [i for i, m in enumerate(leading) if m.seq is None]
+    if stored != sorted(stored):
+        problems.append(f"C4: pinned system messages {stored} are not in stored order")
+    if len(unstored) > (1 if stored else 2) or (stored and unstored and unstored[0] < len(stored)):
+        problems.append(
+            f"C4: {len(leading)} system messages before the history "
+            "(at most the system prompt, then the summary)"
+        )
 
     # C2: each AI message with tool calls is followed directly by all of its results, in
     # tool_calls order; no tool result appears anywhere else.

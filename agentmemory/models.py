@@ -92,9 +92,9 @@ class Conversation(models.Model):
 
     The counters (``last_seq``, ``message_count``, ``human_message_count``,
     ``stored_tokens``), ``pending_tool_calls`` and the pinned system prompt
-    (``pinned_seq``, and ``has_system_prompt``, true exactly when ``pinned_seq`` is set) are
-    maintained by ``PersistentChatHistory`` under a row lock on this record; never edit them
-    by hand.
+    (``pinned_seq`` through ``pinned_last_seq``, and ``has_system_prompt``, true exactly when
+    ``pinned_seq`` is set) are maintained by ``PersistentChatHistory`` under a row lock on
+    this record; never edit them by hand.
     """
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
@@ -124,7 +124,8 @@ class Conversation(models.Model):
         default=False,
         editable=False,
         help_text=_(
-            "The first message stored (at pinned seq) is a system message, pinned in every context window."
+            "The conversation opens with system messages (pinned seq to pinned last seq), "
+            "pinned in every context window."
         ),
     )
     pinned_seq = models.BigIntegerField(
@@ -135,6 +136,17 @@ class Conversation(models.Model):
         help_text=_(
             "Seq of the pinned system prompt: the first message stored while the conversation "
             "held none (new, or just cleared), when it is a system message; empty: none."
+        ),
+    )
+    pinned_last_seq = models.BigIntegerField(
+        _("pinned last seq"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Seq of the last pinned system message: every system message stored while the "
+            "conversation held only system messages is pinned, from pinned seq to this one; "
+            "empty: none."
         ),
     )
     pending_tool_calls = models.JSONField(
@@ -256,6 +268,22 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.label()
+
+    @property
+    def pinned_through(self) -> int:
+        """The seq through which stored messages are pinned: the end of the leading run of
+        system messages (``pinned_last_seq``; ``pinned_seq`` for a row written before that
+        column existed); 0 when nothing is pinned. No summary folds them."""
+        if self.pinned_seq is None:
+            return 0
+        return self.pinned_last_seq if self.pinned_last_seq is not None else self.pinned_seq
+
+    @property
+    def pinned_count(self) -> int:
+        """How many seqs the pinned run spans (``pinned_seq`` through ``pinned_through``;
+        0: none). Appends hand out consecutive seqs, so it is the number of pinned messages
+        unless an imported document left holes."""
+        return 0 if self.pinned_seq is None else self.pinned_through - self.pinned_seq + 1
 
     def label(self, title_chars: int | None = None) -> str:
         """A name that tells conversations apart: the title (cut to ``title_chars`` characters
@@ -379,7 +407,7 @@ class MessageQuerySet(models.QuerySet["Message"]):
         max_messages: int | None,
         max_tool_result_tokens: int | None,
     ) -> WindowHead | None:
-        """The conversation row, its summary, its pinned system prompt (``with_pinned``)
+        """The conversation row, its summary, its pinned system messages (``with_pinned``)
         and the first page of its tail, in one statement; ``None`` when the conversation
         does not exist. ``budget`` (tokens) sizes the page and bounds the content read."""
         from agentmemory.context.sql import read_head
@@ -443,11 +471,13 @@ class MessageQuerySet(models.QuerySet["Message"]):
         summary_id: int | None,
         pending_exchanges: list[int],
         pinned_seq: int | None = None,
+        pinned_last_seq: int | None = None,
     ) -> GapProbe:
         """The index lookups from which, with the conversation's counters, the builder works
         out what a window leaves outside itself and the summary without reading the rows
-        in between: the oldest seq, the tokens of the pinned prompt at ``pinned_seq``
-        (``Conversation.pinned_seq``; ``None``: none), the summary's span, the orphaned tool
+        in between: the oldest seq, the tokens of the pinned system messages from
+        ``pinned_seq`` through ``pinned_last_seq`` (``Conversation.pinned_seq`` and
+        ``pinned_last_seq``; ``None``: none), the summary's span, the orphaned tool
         results with ``seq < before`` and the AI messages at ``pending_exchanges`` (see
         ``agentmemory.context.sql.read_gap_probe``)."""
         from agentmemory.context.sql import read_gap_probe
@@ -459,6 +489,7 @@ class MessageQuerySet(models.QuerySet["Message"]):
             summary_id=summary_id,
             pending_exchanges=pending_exchanges,
             pinned_seq=pinned_seq,
+            pinned_last_seq=pinned_last_seq,
         )
 
     def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:

@@ -66,7 +66,8 @@ class TurnPlan:
 
     Attributes:
         prompt: a leading system message, stored first and pinned (or ``None``).
-        preamble: messages before the first human message (stored without building a window).
+        preamble: messages before the first human message (stored without building a window;
+            the system messages that open it are pinned with the prompt).
         turns: ``(human message, the AI/tool/other messages until the next human message)``.
     """
 
@@ -335,7 +336,15 @@ def _replay_one(
         progress(len(stored))
         return stored
 
-    pinned = plan.prompt is not None
+    # The system messages that open the transcript are pinned (stored while the
+    # conversation holds only system messages): the prompt and the preamble's leading ones.
+    pinned = 0
+    if plan.prompt is not None:
+        pinned = 1
+        for message in plan.preamble:
+            if message.role is not Role.SYSTEM:
+                break
+            pinned += 1
     if plan.prompt is not None:
         append([plan.prompt])
     if plan.preamble:
@@ -383,12 +392,13 @@ def _check_window(
     cid: int,
     budget: int,
     newest_seq: int | None,
-    pinned: bool,
+    pinned: int,
     report: ReplayReport,
 ) -> None:
     """The window invariants on one window, and the messages it leaves outside both window
     and summary, counted here by a query of their own and compared with the window's
-    ``uncovered``."""
+    ``uncovered``. ``pinned``: how many system messages open the conversation (pinned, at
+    seqs 1 to ``pinned``)."""
     stored_seqs: list[int] = []
     if window.first_seq is not None and window.last_seq is not None:
         # Only the window's own seq range: the check stays O(window), like the build.
@@ -402,7 +412,7 @@ def _check_window(
     ):
         report.add_violation(Finding(title, cid, newest_seq, problem))
 
-    floor = max(window.summary_through_seq or 0, 1 if pinned else 0)
+    floor = max(window.summary_through_seq or 0, pinned)
     before = window.first_seq if window.first_seq is not None else 2**62
     pending = Conversation.objects.filter(pk=cid).values_list("pending_tool_calls", flat=True).first() or {}
     left_out = (

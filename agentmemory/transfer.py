@@ -6,7 +6,7 @@ The document (``"format": "agentmemory.conversation"``, ``"version": 1``)::
      "conversation": {"uuid": "...", "agent_key": "...", "title": "...", "metadata": {...},
                       "created_at": "...", "updated_at": "...", "last_seq": 42,
                       "message_count": 42, "human_message_count": 10, "stored_tokens": 5120,
-                      "has_system_prompt": true, "pinned_seq": 1,
+                      "has_system_prompt": true, "pinned_seq": 1, "pinned_last_seq": 2,
                       "pending_tool_calls": {"call_1": 41},
                       "summary_through_seq": 30, ...},
      "messages": [{"seq": 1, "role": "system", "content": "...", "tool_calls": [],
@@ -287,6 +287,7 @@ def row_schema(kind: str) -> dict[str, Any]:
     if kind == "conversation":
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
         properties["pinned_seq"].update(minimum=1, maximum=MAX_SEQ)  # a message's seq, or null
+        properties["pinned_last_seq"].update(minimum=1, maximum=MAX_SEQ)
     if kind == "message":
         # ``_check_stored_shape``: tool calls are objects with a text id and name, content
         # parts objects with a type (what each holds beyond that is the message rules')
@@ -520,7 +521,52 @@ def _check_document(data: Any) -> tuple[dict[str, Any], list[Message], list[tupl
     current = conv_row.get("summary_through_seq")
     if current is not None and _seq(current, "conversation.summary_through_seq", low=0) not in spans:
         raise InvalidConversationData("conversation.summary_through_seq", "names no summary in the document")
+    conv["pinned_last_seq"] = _pinned_last_seq(conv, messages, [values for values, _ in summaries])
     return conv, messages, summaries, current
+
+
+def _pinned_last_seq(
+    conv: Mapping[str, Any], messages: list[Message], summaries: list[dict[str, Any]]
+) -> int | None:
+    """The last pinned seq of a document's conversation (``Conversation.pinned_last_seq``).
+
+    The pinned run is the system messages that open the conversation, never reaching into a
+    summary's span (a summary made before the run was pinned may have folded a leading
+    system message). The document's value is kept when its range holds exactly that run
+    (seqs without a message after the run's last one and before the next message are
+    allowed: an imported document can leave holes); a document from before the column
+    existed gets the run's last seq, or ``last_seq`` when every message is pinned (the
+    next system message stored extends the run). ``None`` when nothing is pinned.
+
+    Raises:
+        InvalidConversationData: the document's value leaves out a pinned message or takes
+            in another one.
+    """
+    pinned_seq = conv.get("pinned_seq")
+    given = conv.get("pinned_last_seq")
+    if pinned_seq is None:
+        if given is not None:
+            raise InvalidConversationData("conversation.pinned_last_seq", "is set but no message is pinned")
+        return None
+    firsts = [values["first_seq"] for values in summaries]
+    cap = min(firsts) - 1 if firsts else MAX_SEQ
+    run_end = pinned_seq
+    following = None  # seq of the first message after the run
+    for message in messages:
+        if message.role == Role.SYSTEM and message.seq <= cap:
+            run_end = message.seq
+        else:
+            following = message.seq
+            break
+    low, high = run_end, max(run_end, following - 1 if following is not None else conv["last_seq"])
+    if given is None:
+        return run_end if following is not None else high
+    if not low <= given <= high:
+        raise InvalidConversationData(
+            "conversation.pinned_last_seq",
+            f"is {given!r} but the messages pin seqs {pinned_seq} to {run_end}",
+        )
+    return int(given)
 
 
 def import_conversation(

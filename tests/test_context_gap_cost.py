@@ -39,7 +39,7 @@ def gap_counts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def stored_gap(conv_id: int, window: Any) -> UncoveredMessages:
     """The messages in neither the window nor the summary, counted row by row."""
     conv = Conversation.objects.get(pk=conv_id)
-    floor = max(window.summary_through_seq or 0, conv.pinned_seq or 0)
+    floor = max(window.summary_through_seq or 0, conv.pinned_through)
     before = window.first_seq if window.first_seq is not None else 2**62
     rows = (
         Message.objects.filter(conversation_id=conv_id, seq__gt=floor, seq__lt=before)

@@ -82,7 +82,7 @@ def test_the_head_page_is_the_newest_rows_newest_first() -> None:
         max_messages=None,
         max_tool_result_tokens=None,
     )
-    assert head is not None and head.pinned is not None and head.pinned.text == "pinned"
+    assert head is not None and [m.text for m in head.pinned] == ["pinned"]
     seqs = [row[1] for row in head.page]
     assert seqs == sorted(seqs, reverse=True) and seqs[0] == stored[-1].seq == head.newest_seq
     assert len(head.page) == min(head.page_size, len(stored) + 1)

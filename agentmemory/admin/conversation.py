@@ -203,6 +203,14 @@ class ConversationAdmin(CheckedQueryAdmin):
     def pinned_prompt(self, obj: Conversation) -> str:
         # The model field's help text states the rule as a fact, which reads as a contradiction
         # beside a "no"; say which case this conversation is in.
+        if obj.pinned_seq is not None and obj.pinned_through > obj.pinned_seq:
+            return str(
+                _(
+                    "yes: the conversation opens with system messages (seq %(first)s to %(last)s), "
+                    "sent first, in this order, in every window"
+                )
+                % {"first": obj.pinned_seq, "last": obj.pinned_through}
+            )
         if obj.pinned_seq is not None:
             return str(
                 _("yes: the first message (seq %(seq)s) is a system message, sent first in every window")
@@ -542,13 +550,13 @@ class ConversationAdmin(CheckedQueryAdmin):
                     )
         left_out = None
         if window is not None and window.first_seq is not None:
-            floor = max(window.summary_through_seq or 0, obj.pinned_seq or 0)
+            floor = max(window.summary_through_seq or 0, obj.pinned_through)
             if window.first_seq > floor + 1:
                 # Seqs below the oldest stored message were deleted (``clear()``, retention):
-                # not left out. Apart from the pinned prompt, the stored seqs run without a
+                # not left out. Apart from the pinned run, the stored seqs run without a
                 # hole up to ``last_seq`` (appends number them in order; deletions take the
                 # oldest), so the conversation row gives the oldest without a query.
-                kept = obj.message_count - (1 if obj.pinned_seq is not None else 0)
+                kept = obj.message_count - obj.pinned_count
                 floor = max(floor, obj.last_seq - kept)
             if window.first_seq > floor + 1:
                 left_out = (floor + 1, window.first_seq - 1)

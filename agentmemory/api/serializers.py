@@ -262,9 +262,11 @@ def window_entries(window: ContextWindow, counter: TokenCounter) -> list[tuple[s
     """The window's messages as ``(part, message, tokens)``, oldest first.
 
     ``part`` is ``"system_prompt"``, ``"summary"`` or ``"history"``; ``tokens`` is what the
-    message costs as sent (tokens): the part's accounted size for the system prompt and the
-    summary, the stored count for history messages, and a fresh count by ``counter`` for
-    truncated copies. The history entries add up to ``window.history_tokens``.
+    message costs as sent (tokens): the stored count for the pinned system messages and
+    history messages, the part's accounted size for a system prompt given to the builder
+    and the summary, and a fresh count by ``counter`` for truncated copies. The history
+    entries add up to ``window.history_tokens``, the system prompt entries to
+    ``window.system_tokens``.
     """
     history_ids = {id(m) for m in window.history}
     entries = []
@@ -277,6 +279,8 @@ def window_entries(window: ContextWindow, counter: TokenCounter) -> list[tuple[s
             entries.append((HISTORY_PART, message, tokens))
         elif "summary_id" in (message.metadata or {}):
             entries.append((SUMMARY_PART, message, window.summary_tokens))
+        elif message.seq is not None and message.token_count is not None:
+            entries.append((SYSTEM_PROMPT_PART, message, message.token_count))  # one pinned message
         else:
             entries.append((SYSTEM_PROMPT_PART, message, window.system_tokens))
     return entries

@@ -260,8 +260,8 @@ def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Resp
     )
     if "system" in extra:
         reason += (
-            "; store a system prompt as a system message: the first message of a conversation, "
-            "when it is a system message, is its pinned system prompt"
+            "; store a system prompt as a system message: the system messages that open a "
+            "conversation are its pinned system prompt"
         )
         if message_format == s.ANTHROPIC:
             reason += " (Anthropic messages have no system role: append it in the native format)"

@@ -1,6 +1,7 @@
 """``ContextWindowBuilder``: the token-limited context for one model call, read from the database.
 
-A window is the pinned system prompt, the current summary (a second system message), then
+A window is the pinned system prompt (the leading run of stored system messages, in stored
+order, or the agent's own prompt), the current summary (a system message after it), then
 the newest contiguous run of history that fits, starting on a human message, with every tool
 exchange whole. Before a window that would leave stored messages in neither itself nor
 the summary is returned, the builder asks for a compaction and builds again (the gap
@@ -271,7 +272,7 @@ def _derive_gap(
     The messages present hold the seqs ``probe.first_seq..newest_seq`` without a hole when
     their number is ``message_count`` (appends hand out consecutive seqs, and ``clear()``
     deletes every message); then the gap holds every seq of its span. Its tokens are
-    ``stored_tokens`` less those at or below ``after`` (the pinned prompt's, and the
+    ``stored_tokens`` less those at or below ``after`` (the pinned run's, and the
     summary's ``tokens_covered``) and those from ``before`` on (rows the window read).
     """
     conv, newest, first = state.conv, state.newest_seq, probe.first_seq
@@ -281,12 +282,12 @@ def _derive_gap(
     if conv.has_system_prompt and pinned_tokens is None:
         return None  # the flag and the rows disagree
     summary = state.summary
-    pinned_floor = conv.pinned_seq or 0
+    pinned_floor = conv.pinned_through
     # Tokens of the messages at or below ``after``.
     if after <= 0:
         below = 0
     elif after == pinned_floor:
-        below = pinned_tokens or 0  # the pinned prompt alone
+        below = pinned_tokens or 0  # the pinned run alone
     elif summary is not None and after == summary.through_seq and probe.summary_first_seq is not None:
         start = probe.summary_first_seq
         if start > max(first, pinned_floor + 1):
@@ -383,9 +384,9 @@ class ContextWindowBuilder:
             explicit system prompt); defaults to ``AGENTMEMORY['TOKEN_COUNTER']``. Stored
             messages are budgeted with their stored counts.
         system_prompt: the agent's system prompt. When given it replaces a stored leading
-            system message; otherwise the stored pinned system prompt is sent
-            (``Conversation.pinned_seq``: the first message stored while the conversation
-            held none, when it is a system message).
+            system messages; otherwise the stored pinned system prompt is sent
+            (``Conversation.pinned_seq`` through ``pinned_last_seq``: the system messages
+            stored while the conversation held only system messages, in stored order).
         max_tool_result_tokens: cap on one tool result in the copy sent (tokens, at least
             1); defaults to ``AGENTMEMORY['MAX_TOOL_RESULT_TOKENS']``; ``None`` disables.
         oversized_message_policy: ``"error"`` (raise ``ContextBudgetExceeded``) or
@@ -774,9 +775,10 @@ class ContextWindowBuilder:
         if head is None:
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
         conv, summary = head.conv, head.summary
-        if head.pinned is not None:
-            messages.append(head.pinned)
-            system_tokens = head.pinned.token_count or 0
+        if head.pinned:
+            # The leading run of stored system messages, in stored order, counted once.
+            messages.extend(head.pinned)
+            system_tokens = sum(m.token_count or 0 for m in head.pinned)
 
         summary, custom_text = self._summary(summary)
         coverage_unknown = custom_text is not None
@@ -805,13 +807,13 @@ class ContextWindowBuilder:
                 summary_tokens = counter.count_message(summary_message)
             messages.append(summary_message)
 
-        floor_seq = max(summary.through_seq if summary else 0, conv.pinned_seq or 0)
+        floor_seq = max(summary.through_seq if summary else 0, conv.pinned_through)
         humans_after_floor = conv.human_message_count - (summary.human_messages_covered if summary else 0)
         available = max_tokens - system_tokens - summary_tokens
         if available < 0:
             # The fixed part alone breaks the budget: nothing can be sent.
             raise ContextBudgetExceeded(
-                seq=head.pinned.seq if head.pinned is not None else None,
+                seq=head.pinned[0].seq if head.pinned else None,
                 tokens=system_tokens + summary_tokens,
                 available=max_tokens,
                 what="the system prompt and summary",
@@ -970,7 +972,7 @@ class ContextWindowBuilder:
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
         )
-        self._pinned_floor = conv.pinned_seq or 0
+        self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.
         self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
         if self.gap_policy != "ignore" and not coverage_unknown:
@@ -1025,6 +1027,7 @@ class ContextWindowBuilder:
             summary_id=state.summary.pk if state.summary is not None else None,
             pending_exchanges=relevant,
             pinned_seq=state.conv.pinned_seq,
+            pinned_last_seq=state.conv.pinned_through or None,
         )
         derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
         if derived is not None:

@@ -51,6 +51,8 @@ class ConversationRow:
     stored_tokens: int
     #: seq of the pinned system prompt (``Conversation.pinned_seq``; ``None``: none)
     pinned_seq: int | None
+    #: seq of its last message (``Conversation.pinned_last_seq``; ``None``: none)
+    pinned_last_seq: int | None
     #: seqs of the AI messages whose tool calls still await a result
     pending_exchanges: tuple[int, ...] = ()
     #: the seq of that AI message for each call still awaiting its result
@@ -60,6 +62,14 @@ class ConversationRow:
     def has_system_prompt(self) -> bool:
         """A stored system prompt is pinned (``Conversation.has_system_prompt``)."""
         return self.pinned_seq is not None
+
+    @property
+    def pinned_through(self) -> int:
+        """The seq through which the stored messages are pinned (the end of the leading run
+        of system messages; 0: none): no summary folds them, no history starts before."""
+        if self.pinned_seq is None:
+            return 0
+        return self.pinned_last_seq if self.pinned_last_seq is not None else self.pinned_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +189,14 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
       from the conversation row in a scalar sub-select (``first_page_size`` gives the same
       number from the conversation row read alongside). Rows at or below the summary
       boundary are dropped by the caller (newest first, they can only come last);
-    * (``with_pinned``) the pinned system message with its ``metadata``: the system message
-      at the conversation's ``pinned_seq``, read in a scalar sub-select on the conversation
-      row, so the lookup stays on the ``(conversation, seq)`` index;
+    * (``with_pinned``) the pinned system messages with their ``metadata``: the system
+      messages from the conversation's ``pinned_seq`` through ``pinned_last_seq``, both
+      read in scalar sub-selects on the conversation row, so the lookup stays a range on
+      the ``(conversation, seq)`` index;
     * the conversation: ``id`` in ``id``, ``message_count`` in ``seq``,
       ``human_message_count`` in ``token_count``, ``stored_tokens`` in ``exchange_seq``,
-      ``pinned_seq`` in ``has_content``;
+      ``pinned_seq`` in ``has_content``, ``pinned_last_seq`` as text in ``name`` (every
+      integer column is taken);
     * its summary: ``id``, ``through_seq`` in ``seq``, ``token_count``,
       ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name`` and
       ``text`` in ``content``.
@@ -233,8 +245,10 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         ]
         branches.append(
             f"SELECT {', '.join(pinned)} FROM {messages} "
-            f"WHERE {m('conversation')} = %(id)s AND {m('seq')} = "
-            f"(SELECT {c('pinned_seq')} FROM {conversations} WHERE {c('id')} = %(id)s) "
+            f"WHERE {m('conversation')} = %(id)s AND {m('seq')} BETWEEN "
+            f"(SELECT {c('pinned_seq')} FROM {conversations} WHERE {c('id')} = %(id)s) AND "
+            f"(SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
+            f"WHERE {c('id')} = %(id)s) "
             f"AND {m('role')} = %(system)s"
         )
     conversation = [
@@ -246,7 +260,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         null,
         c("id"),
-        null,
+        f"CAST({c('pinned_last_seq')} AS varchar(20))",
         c("pinned_seq"),
         null,
         null,
@@ -411,7 +425,8 @@ class WindowHead:
 
     conv: ConversationRow
     summary: SummaryRow | None
-    pinned: ChatMessage | None
+    #: the pinned system messages, oldest first (empty: none, or not asked for)
+    pinned: tuple[ChatMessage, ...]
     page_size: int
     page: list[tuple[Any, ...]]
 
@@ -520,8 +535,9 @@ def read_head(
     max_messages: int | None,
     max_tool_result_tokens: int | None,
 ) -> WindowHead | None:
-    """The conversation, its summary, its pinned system prompt (``with_pinned``) and the
-    first page of its tail in one statement; ``None`` when the conversation does not exist.
+    """The conversation, its summary, its pinned system messages (``with_pinned``; the
+    leading run of system messages, oldest first) and the first page of its tail in one
+    statement; ``None`` when the conversation does not exist.
 
     ``budget`` (tokens) sizes the first page and bounds the content read with it; it must
     not be less than what the history may use (here: the budget before the summary and the
@@ -541,13 +557,14 @@ def read_head(
         params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
     rows = _run_head(alias, params, with_pinned=with_pinned, capped=capped)
     # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
-    # then the pinned message, the summary and the conversation. Rows are kept as the
+    # then the pinned messages (newest first), the summary and the conversation. Rows are kept as the
     # driver made them: the reader and the builder index into them.
     rows.sort(key=_KIND_SEQ, reverse=True)
     end = len(rows)
     while end and rows[end - 1][0] != _TAIL:
         end -= 1
-    conv = summary = pinned = None
+    conv = summary = None
+    pinned: list[ChatMessage] = []
     for row in rows[end:]:
         kind = row[0]
         values = row[1:]
@@ -560,6 +577,7 @@ def read_head(
                 values[2],
                 values[3],
                 values[8],
+                None if values[7] is None else int(values[7]),
                 tuple(sorted(set(call_seqs))),
                 call_seqs,
             )
@@ -567,27 +585,28 @@ def read_head(
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
         else:
             seq, role, tokens, _, tool_call_id, tool_calls, pk, name, _, content, parts, metadata = values
-            pinned = ChatMessage(
-                role=Role(role),
-                content=content,
-                tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls)),
-                tool_call_id=tool_call_id,
-                name=name,
-                metadata=_loads(metadata) or {},
-                seq=seq,
-                id=pk,
-                token_count=tokens,
-                parts=_parts(parts),
+            pinned.append(
+                ChatMessage(
+                    role=Role(role),
+                    content=content,
+                    tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls)),
+                    tool_call_id=tool_call_id,
+                    name=name,
+                    metadata=_loads(metadata) or {},
+                    seq=seq,
+                    id=pk,
+                    token_count=tokens,
+                    parts=_parts(parts),
+                )
             )
     del rows[end:]
     page = rows
     if conv is None:
         return None
-    if not conv.has_system_prompt:
-        pinned = None
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
     page_size = first_page_size(budget, conv, max_messages)
-    return WindowHead(conv=conv, summary=summary, pinned=pinned, page_size=page_size, page=page)
+    run = tuple(reversed(pinned)) if conv.has_system_prompt else ()
+    return WindowHead(conv=conv, summary=summary, pinned=run, page_size=page_size, page=page)
 
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
@@ -813,7 +832,7 @@ class GapProbe:
 
     Attributes:
         first_seq: the conversation's oldest stored seq (``None``: no messages).
-        pinned_tokens: stored tokens of the pinned system message (``None``: none).
+        pinned_tokens: stored tokens of the pinned system messages, summed (``None``: none).
         summary_first_seq, summary_tokens_covered: of the summary asked about (``None``:
             none, or it is gone).
         orphans: ``(seq, tokens)`` of the tool results answering no call, older than the
@@ -845,8 +864,8 @@ def _gap_probe_sql(alias: str, *, pending: int, pending_array: bool = False) -> 
     conv = f"{m('conversation')} = %(id)s"
     branches = [
         f"SELECT 0, (SELECT {m('seq')} FROM {messages} WHERE {conv} ORDER BY {m('seq')} LIMIT 1), "
-        f"(SELECT {m('token_count')} FROM {messages} WHERE {conv} AND {m('seq')} = %(pinned)s "
-        f"AND {m('role')} = %(system)s), "
+        f"(SELECT SUM({m('token_count')}) FROM {messages} WHERE {conv} "
+        f"AND {m('seq')} BETWEEN %(pinned)s AND %(pinned_last)s AND {m('role')} = %(system)s), "
         f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
         f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"
     ]
@@ -879,9 +898,11 @@ def read_gap_probe(
     summary_id: int | None,
     pending_exchanges: list[int],
     pinned_seq: int | None = None,
+    pinned_last_seq: int | None = None,
 ) -> GapProbe:
     """One statement of index lookups, whatever the length of the conversation: the
-    oldest seq, the tokens of the pinned system prompt at ``pinned_seq`` (``None``: none),
+    oldest seq, the tokens of the pinned system messages from ``pinned_seq`` through
+    ``pinned_last_seq`` (default: ``pinned_seq`` alone), summed (``None``: none),
     the summary's span and covered tokens,
     the orphaned tool results with ``seq < before`` (on the partial index that holds only
     them) and the AI messages at ``pending_exchanges``."""
@@ -891,6 +912,7 @@ def read_gap_probe(
         "summary": summary_id,
         "before": before,
         "pinned": pinned_seq,
+        "pinned_last": pinned_seq if pinned_last_seq is None else pinned_last_seq,
     }
     rows = None
     if _uses_functions(alias):
@@ -905,7 +927,7 @@ def read_gap_probe(
     pending: list[tuple[int, int, int]] = []
     for kind, seq, tokens, first, covered, calls in rows:
         if kind == 0:
-            head = (seq, tokens, first, covered)
+            head = (seq, None if tokens is None else int(tokens), first, covered)
         elif kind == 1:
             orphans.append((seq, tokens))
         else:

@@ -170,12 +170,12 @@ class ContextWindow:
         """The history part: every message but the system prompt and the summary (stored
         messages, and the placeholder results of pending calls, which carry no seq).
 
-        The system prompt is the first message when it is a system message (a stored pinned
-        prompt, at whatever seq, or one given to the builder, without a seq); the summary is
-        a system message without a seq. A stored system message inside the history has a
-        seq and is never first: the history starts on a human message."""
-        return [
-            m
-            for i, m in enumerate(self.messages)
-            if not (m.role is Role.SYSTEM and (m.seq is None or i == 0))
-        ]
+        The system prompt is the leading run of system messages (the stored pinned ones, at
+        whatever seqs, or one given to the builder, without a seq), then the summary, a
+        system message without a seq. A stored system message inside the history is never
+        among them: the history starts on a human message."""
+        messages = self.messages
+        start = 0
+        while start < len(messages) and messages[start].role is Role.SYSTEM:
+            start += 1
+        return messages[start:]

@@ -58,7 +58,8 @@ class Transcript:
     Attributes:
         title: a readable title (stored as the conversation's title, at most 200 characters).
         agent_key: the agent the conversation belongs to (``Conversation.agent_key``).
-        messages: the messages, oldest first; a leading system message is the pinned prompt.
+        messages: the messages, oldest first; the system messages that open it are the pinned
+            prompt.
         metadata: stored as the conversation's metadata (JSON).
     """
 
