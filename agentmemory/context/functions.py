@@ -65,6 +65,7 @@ GAP_PARAMS: tuple[tuple[str, str], ...] = (
     ("summary", "bigint"),
     ("before", "bigint"),
     ("pinned", "bigint"),
+    ("pinned_last", "bigint"),
     ("pending", "bigint[]"),
 )
 #: the variants of the head statement: (with_pinned, capped)
