@@ -508,7 +508,8 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
         except ProgrammingError as exc:
             # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it):
             # back to the statement as text, which outside a transaction runs now.
-            if getattr(exc.__cause__, "sqlstate", None) != _UNDEFINED_FUNCTION:
+            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
+            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) != _UNDEFINED_FUNCTION:
                 raise
             functions.remember(raw, key, False)
             if not conn.get_autocommit() or conn.in_atomic_block:
