@@ -177,8 +177,11 @@ def _page_expression(alias: str, c: Any, table: str) -> str:
 _CONVERSATION, _SUMMARY, _PINNED, _TAIL = 0, 1, 2, 3
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
-#: SQLSTATE of "function ... does not exist"
-_UNDEFINED_FUNCTION = "42883"
+#: SQLSTATEs of a function the connection can no longer use, where the statement as text
+#: still runs: "function ... does not exist" (dropped), "permission denied" (``EXECUTE``
+#: revoked) and "structure of query does not match function result type" (a column the
+#: function returns changed type under it)
+_FUNCTION_UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
 def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
@@ -506,9 +509,10 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
             cursor.execute(functions.call_sql(alias, key), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
         except ProgrammingError as exc:
-            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it):
-            # back to the statement as text, which outside a transaction runs now.
-            if getattr(exc.__cause__, "sqlstate", None) != _UNDEFINED_FUNCTION:
+            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
+            # ``EXECUTE`` revoked, or a column it returns changed type: back to the
+            # statement as text, which outside a transaction runs now.
+            if getattr(exc.__cause__, "sqlstate", None) not in _FUNCTION_UNUSABLE:
                 raise
             functions.remember(raw, key, False)
             if not conn.get_autocommit() or conn.in_atomic_block:
@@ -519,10 +523,13 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
 def _probe_sql() -> str:
     """A branch of the head statement: one row of kind ``_PROBE`` when the functions named
     by ``%(function)s`` and ``%(gap_function)s`` exist (in the schemas the session's search
-    path reaches)."""
+    path reaches) and the session's role may call them: a role without ``EXECUTE`` on them
+    (default privileges that revoke it from ``PUBLIC``) sends the statements as text.
+    ``has_function_privilege`` is NULL for the NULL of a missing function."""
     return (
-        f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} WHERE to_regprocedure(%(function)s) IS NOT NULL "
-        "AND to_regprocedure(%(gap_function)s) IS NOT NULL"
+        f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} "
+        "WHERE has_function_privilege(to_regprocedure(%(function)s), 'EXECUTE') "
+        "AND has_function_privilege(to_regprocedure(%(gap_function)s), 'EXECUTE')"
     )
 
 
