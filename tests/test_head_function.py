@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -268,12 +269,23 @@ def test_a_column_type_changed_under_the_function_costs_no_window_and_migrate_re
     try:
         # Under a connection that calls it: sent as text from then on.
         assert _windows(conv) == expected and not _called_function(conv)
-        call_command("migrate", "agentmemory", verbosity=0)  # made again, with the new types
+        # After a ``flush`` (``post_migrate`` without a plan) it is left as it is; after the
+        # ``migrate`` that ran the migration (with its plan) it is made again, with the new types.
+        config = apps.get_app_config("agentmemory")
+        head = functions.signature("default", (True, True))
+        declared = "SELECT pg_get_function_result(to_regprocedure(%s))"
+        with connection.cursor() as cursor:
+            cursor.execute(declared, [head])
+            before = cursor.fetchone()[0]
+            functions.install_after_migrate(config, using="default")
+            cursor.execute(declared, [head])
+            assert cursor.fetchone()[0] == before
+        functions.install_after_migrate(config, using="default", plan=[(config.name, False)])
         connection.close()
         assert _windows(conv) == expected and _called_function(conv)
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"ALTER TABLE agentmemory_message ALTER COLUMN name TYPE {original}")
-        call_command("migrate", "agentmemory", verbosity=0)
+        functions.install("default")
     connection.close()
     assert _windows(conv) == expected and _called_function(conv)

@@ -170,11 +170,12 @@ def _result_types(cursor: Any, sql: str, params: tuple[tuple[str, str], ...]) ->
     return [row[0] for row in cursor.fetchall()]
 
 
-def install(alias: str) -> list[str]:
-    """Create the functions of the installed version on ``alias`` where they are
-    missing, and again where one returns columns of other types than the tables give now (a
-    migration changed a column's type); returns the names created. Nothing happens on a
-    database other than PostgreSQL, or one that the routers do not let agentmemory migrate.
+def install(alias: str, *, check_types: bool = True) -> list[str]:
+    """Create the functions of the installed version on ``alias`` where they are missing,
+    and (``check_types``) again where one returns columns of other types than the tables
+    give now (a migration changed a column's type); returns the names created. Nothing
+    happens on a database other than PostgreSQL, or one that the routers do not let
+    agentmemory migrate.
 
     Raises:
         django.db.DatabaseError: the tables are not in the shape this version reads (a
@@ -187,13 +188,19 @@ def install(alias: str) -> list[str]:
         return []
     created = []
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        for key in KEYS:
+        functions = [signature(alias, key) for key in KEYS]
+        cursor.execute(
+            "SELECT pg_get_function_result(to_regprocedure(f)) "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS t(f, n) ORDER BY n",
+            [functions],
+        )
+        results = [row[0] for row in cursor.fetchall()]
+        for key, function, result in zip(KEYS, functions, results, strict=True):
+            if result is not None and not check_types:
+                continue
             name, sql = body(alias, key)
-            function = signature(alias, key)
             params = _params(key)
             columns = ", ".join(f"c{i} {kind}" for i, kind in enumerate(_result_types(cursor, sql, params)))
-            cursor.execute("SELECT pg_get_function_result(to_regprocedure(%s))", [function])
-            (result,) = cursor.fetchone()
             if result == f"TABLE({columns})":
                 continue
             if result is not None:
@@ -215,11 +222,14 @@ def install(alias: str) -> list[str]:
 def install_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
     """``post_migrate`` receiver: install the functions on ``using`` (see the module's doc).
     A database whose agentmemory tables are not at this version's shape (a migration run
-    backwards) is skipped: the statements are then sent as text."""
+    backwards) is skipped: the statements are then sent as text. The result types of the
+    functions already there are checked when migrations ran (``plan``), not after a
+    ``flush`` (which sends ``post_migrate`` too, after every ``TransactionTestCase``):
+    that takes planning each statement once more."""
     if getattr(sender, "name", None) != "agentmemory":
         return
     try:
-        created = install(using)
+        created = install(using, check_types=bool(kwargs.get("plan")))
     except DatabaseError as exc:
         logger.info("agentmemory: window read functions not installed on %r: %s", using, exc)
         return
