@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.apps import apps
 from django.core.management import call_command
-from django.db import connection
+from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory.context import ContextWindowBuilder, functions
@@ -289,3 +289,22 @@ def test_a_column_type_changed_under_the_function_costs_no_window_and_migrate_re
         functions.install("default")
     connection.close()
     assert _windows(conv) == expected and _called_function(conv)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_function_dropped_under_a_connection_inside_a_transaction_fails_that_window_once() -> None:
+    """Inside a transaction (``ATOMIC_REQUESTS``) the failed call has aborted it: the error
+    is raised, with a note that says what happened, and the next window is read as text."""
+    conv = _conversation()
+    expected = _windows(conv)
+    _windows(conv)  # this connection now calls the functions
+    _drop_functions()
+    try:
+        with pytest.raises(ProgrammingError, match="does not exist") as raised, transaction.atomic():
+            ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+        assert any("roll back and retry" in note for note in raised.value.__notes__)
+        with transaction.atomic():
+            assert _windows(conv) == expected
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)

@@ -34,9 +34,9 @@ pinned prompt, with or without a cap on tool results), and the read path calls t
   the session's role has ``EXECUTE`` on them. Until then, and where they are missing
   (``migrate`` not run since the upgrade, ``pytest --nomigrations`` with another
   PostgreSQL) or not callable (default privileges that revoke ``EXECUTE`` from ``PUBLIC``),
-  the statements are sent as text, as before. A connection whose function fails with "does
-  not exist", "permission denied" or "structure of query does not match function result
-  type" goes back to the text for good.
+  the statements are sent as text, as before. A connection on which a function fails with
+  "does not exist", "permission denied" or "structure of query does not match function
+  result type" sends all the statements as text from then on.
 """
 
 from __future__ import annotations

@@ -514,8 +514,20 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
             # statement as text, which outside a transaction runs now.
             if getattr(exc.__cause__, "sqlstate", None) not in _FUNCTION_UNUSABLE:
                 raise
-            functions.remember(raw, key, False)
+            # What removed one (a restore, ``DROP FUNCTION agentmemory_window_...``, a
+            # revoke, a migration) has most often removed them all: inside a transaction
+            # each would cost a failed window of its own.
+            for other in functions.KEYS:
+                functions.remember(raw, other, False)
             if not conn.get_autocommit() or conn.in_atomic_block:
+                # PostgreSQL's hint (explicit type casts) points the wrong way here.
+                exc.add_note(
+                    "agentmemory: the window's read function could not be used inside this "
+                    "transaction (dropped, EXECUTE revoked, or a column type changed since "
+                    "the connection found it); roll back and retry: this connection sends "
+                    "the statement as text from now on, and `migrate` installs the function "
+                    "again (agentmemory.context.functions)."
+                )
                 raise
             return None
 
