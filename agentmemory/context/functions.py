@@ -188,14 +188,14 @@ def install(alias: str, *, check_types: bool = True) -> list[str]:
         return []
     created = []
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        functions = [signature(alias, key) for key in KEYS]
+        signatures = [signature(alias, key) for key in KEYS]
         cursor.execute(
             "SELECT pg_get_function_result(to_regprocedure(f)) "
             "FROM unnest(%s::text[]) WITH ORDINALITY AS t(f, n) ORDER BY n",
-            [functions],
+            [signatures],
         )
         results = [row[0] for row in cursor.fetchall()]
-        for key, function, result in zip(KEYS, functions, results, strict=True):
+        for key, function, result in zip(KEYS, signatures, results, strict=True):
             if result is not None and not check_types:
                 continue
             name, sql = body(alias, key)
