@@ -65,9 +65,11 @@ def _setup_agentmemory(target: Target, budget: int) -> tuple[Callable[[], Any], 
 
 @contextmanager
 def statements_as_text() -> Iterator[None]:
-    """agentmemory as Django leaves it by default: its statements sent as text, parsed and
-    planned on every call (``DISABLE_SERVER_SIDE_CURSORS`` keeps them unprepared whatever
-    ``PREPARED_STATEMENTS`` says; a dict item set and restored, nothing else)."""
+    """agentmemory as Django leaves it by default: its statements sent as text
+    (``DISABLE_SERVER_SIDE_CURSORS`` keeps them unprepared whatever ``PREPARED_STATEMENTS``
+    says; a dict item set and restored, nothing else). The head statement and the gap probe
+    then run through their server-side functions (``agentmemory.context.functions``), which
+    ``migrate`` installed: only the short call is parsed and planned on every build."""
     settings_dict = connection.settings_dict
     before = settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
     settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True

@@ -5,9 +5,12 @@ a database without it (or one that lost it) still answers."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from django.apps import apps
 from django.core.management import call_command
-from django.db import connection
+from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory.context import ContextWindowBuilder, functions
@@ -193,3 +196,115 @@ def test_install_does_nothing_on_other_databases_and_the_builder_reads_as_before
     window = ContextWindowBuilder(conv.pk).build(max_tokens=400)
     assert window.messages[0].content == "You are terse."
     assert [m.role.value for m in window.messages[1:3]] == ["human", "ai"]
+
+
+def _called_function(conv: Conversation) -> bool:
+    """Whether this connection's next build calls a head function."""
+    with CaptureQueriesContext(connection) as queries:
+        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+    return functions.PREFIX in queries[0]["sql"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_role_without_execute_on_the_function_sends_the_statement_as_text() -> None:
+    """Default privileges that revoke ``EXECUTE`` from ``PUBLIC`` (a common hardening):
+    the function exists but the application's role may not call it."""
+    conv = _conversation()
+    expected = _windows(conv)
+    role = f"agentmemory_reader_{uuid.uuid4().hex[:8]}"
+    heads = [functions.signature("default", key) for key in functions.KEYS]
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role}")
+        cursor.execute(f"GRANT USAGE ON SCHEMA {_schema()} TO {role}")
+        cursor.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {_schema()} TO {role}")
+    try:
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {role}")
+        assert _windows(conv) == expected and _called_function(conv)  # may call it: calls it
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+            for head in heads:
+                cursor.execute(f"REVOKE EXECUTE ON FUNCTION {head} FROM PUBLIC")
+            cursor.execute(f"SET ROLE {role}")
+        # Revoked under a connection that calls it: sent as text from then on.
+        assert _windows(conv) == expected and not _called_function(conv)
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET ROLE {role}")
+        # A new connection finds it not callable with its first window: no error, no call.
+        assert _windows(conv) == expected and not _called_function(conv)
+    finally:
+        connection.close()
+        with connection.cursor() as cursor:
+            for head in heads:
+                cursor.execute(f"GRANT EXECUTE ON FUNCTION {head} TO PUBLIC")
+            cursor.execute(f"DROP OWNED BY {role}")
+            cursor.execute(f"DROP ROLE {role}")
+
+
+def _schema() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT quote_ident(current_schema())")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_column_type_changed_under_the_function_costs_no_window_and_migrate_remakes_it() -> None:
+    """A migration that changes the type of a column the head statement returns leaves the
+    statement's text, so the function's name, as it was; the function's declared result
+    types no longer match ("structure of query does not match function result type")."""
+    conv = _conversation()
+    expected = _windows(conv)
+    assert _called_function(conv)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'agentmemory_message'::regclass AND attname = 'name'"
+        )
+        (original,) = cursor.fetchone()
+        cursor.execute("ALTER TABLE agentmemory_message ALTER COLUMN name TYPE text")
+    try:
+        # Under a connection that calls it: sent as text from then on.
+        assert _windows(conv) == expected and not _called_function(conv)
+        # After a ``flush`` (``post_migrate`` without a plan) it is left as it is; after the
+        # ``migrate`` that ran the migration (with its plan) it is made again, with the new types.
+        config = apps.get_app_config("agentmemory")
+        head = functions.signature("default", (True, True))
+        declared = "SELECT pg_get_function_result(to_regprocedure(%s))"
+        with connection.cursor() as cursor:
+            cursor.execute(declared, [head])
+            before = cursor.fetchone()[0]
+            functions.install_after_migrate(config, using="default")
+            cursor.execute(declared, [head])
+            assert cursor.fetchone()[0] == before
+        functions.install_after_migrate(config, using="default", plan=[(config.name, False)])
+        connection.close()
+        assert _windows(conv) == expected and _called_function(conv)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE agentmemory_message ALTER COLUMN name TYPE {original}")
+        functions.install("default")
+    connection.close()
+    assert _windows(conv) == expected and _called_function(conv)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_function_dropped_under_a_connection_inside_a_transaction_fails_that_window_once() -> None:
+    """Inside a transaction (``ATOMIC_REQUESTS``) the failed call has aborted it: the error
+    is raised, with a note that says what happened, and the next window is read as text."""
+    conv = _conversation()
+    expected = _windows(conv)
+    _windows(conv)  # this connection now calls the functions
+    _drop_functions()
+    try:
+        with pytest.raises(ProgrammingError, match="does not exist") as raised, transaction.atomic():
+            ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+        assert any("roll back and retry" in note for note in raised.value.__notes__)
+        with transaction.atomic():
+            assert _windows(conv) == expected
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)

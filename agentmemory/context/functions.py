@@ -23,15 +23,20 @@ pinned prompt, with or without a cap on tool results), and the read path calls t
   (``agentmemory_window_<statement>_<hash>``): a version whose statement changed calls a
   function of its own, never an older body. Older versions' functions are left in place, so
   that processes still running the previous release during a deployment keep working; they
-  are small, and ``DROP FUNCTION`` removes them.
+  are small, and ``DROP FUNCTION`` removes them. A migration that changes the type of a
+  column a statement returns leaves its text, so the name, as it was: ``migrate`` then
+  makes that function again with the new result types.
 * The statement in a function is the one sent as text otherwise, with the parameters in the
   same places, so both return the same rows (``tests/test_head_function.py`` checks it).
 * Whether the functions exist is learned on each connection with no query of its own: the
   first head statement a connection sends as text carries one more ``UNION ALL`` branch that
-  returns a row when ``to_regprocedure()`` finds both its function and the gap probe's.
-  Until then, and where they are missing (``migrate`` not run since the upgrade,
-  ``pytest --nomigrations`` with another PostgreSQL), the statements are sent as text, as
-  before.
+  returns a row when ``to_regprocedure()`` finds both its function and the gap probe's and
+  the session's role has ``EXECUTE`` on them. Until then, and where they are missing
+  (``migrate`` not run since the upgrade, ``pytest --nomigrations`` with another
+  PostgreSQL) or not callable (default privileges that revoke ``EXECUTE`` from ``PUBLIC``),
+  the statements are sent as text, as before. A connection on which a function fails with
+  "does not exist", "permission denied" or "structure of query does not match function
+  result type" sends all the statements as text from then on.
 """
 
 from __future__ import annotations
@@ -165,10 +170,12 @@ def _result_types(cursor: Any, sql: str, params: tuple[tuple[str, str], ...]) ->
     return [row[0] for row in cursor.fetchall()]
 
 
-def install(alias: str) -> list[str]:
-    """Create the functions of the installed version on ``alias`` where they are
-    missing; returns the names created. Nothing happens on a database other than
-    PostgreSQL, or one that the routers do not let agentmemory migrate.
+def install(alias: str, *, check_types: bool = True) -> list[str]:
+    """Create the functions of the installed version on ``alias`` where they are missing,
+    and (``check_types``) again where one returns columns of other types than the tables
+    give now (a migration changed a column's type); returns the names created. Nothing
+    happens on a database other than PostgreSQL, or one that the routers do not let
+    agentmemory migrate.
 
     Raises:
         django.db.DatabaseError: the tables are not in the shape this version reads (a
@@ -181,13 +188,27 @@ def install(alias: str) -> list[str]:
         return []
     created = []
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        for key in KEYS:
-            name, sql = body(alias, key)
-            cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [signature(alias, key)])
-            if cursor.fetchone()[0]:
+        signatures = [signature(alias, key) for key in KEYS]
+        cursor.execute(
+            "SELECT pg_get_function_result(to_regprocedure(f)) "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS t(f, n) ORDER BY n",
+            [signatures],
+        )
+        results = [row[0] for row in cursor.fetchall()]
+        for key, function, result in zip(KEYS, signatures, results, strict=True):
+            if result is not None and not check_types:
                 continue
+            name, sql = body(alias, key)
             params = _params(key)
             columns = ", ".join(f"c{i} {kind}" for i, kind in enumerate(_result_types(cursor, sql, params)))
+            if result == f"TABLE({columns})":
+                continue
+            if result is not None:
+                # The name is that of the statement's text; a migration that changed the
+                # type of a column it returns leaves a function that fails on every call
+                # ("structure of query does not match function result type"), and the
+                # result type of a function cannot be replaced: made again.
+                cursor.execute(f"DROP FUNCTION {function}")
             arguments = ", ".join(kind for _, kind in params)
             # STABLE: the function only reads, within the snapshot of the statement calling it.
             cursor.execute(
@@ -201,11 +222,14 @@ def install(alias: str) -> list[str]:
 def install_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
     """``post_migrate`` receiver: install the functions on ``using`` (see the module's doc).
     A database whose agentmemory tables are not at this version's shape (a migration run
-    backwards) is skipped: the statements are then sent as text."""
+    backwards) is skipped: the statements are then sent as text. The result types of the
+    functions already there are checked when migrations ran (``plan``), not after a
+    ``flush`` (which sends ``post_migrate`` too, after every ``TransactionTestCase``):
+    that takes planning each statement once more."""
     if getattr(sender, "name", None) != "agentmemory":
         return
     try:
-        created = install(using)
+        created = install(using, check_types=bool(kwargs.get("plan")))
     except DatabaseError as exc:
         logger.info("agentmemory: window read functions not installed on %r: %s", using, exc)
         return

@@ -177,8 +177,11 @@ def _page_expression(alias: str, c: Any, table: str) -> str:
 _CONVERSATION, _SUMMARY, _PINNED, _TAIL = 0, 1, 2, 3
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
-#: SQLSTATE of "function ... does not exist"
-_UNDEFINED_FUNCTION = "42883"
+#: SQLSTATEs of a function the connection can no longer use, where the statement as text
+#: still runs: "function ... does not exist" (dropped), "permission denied" (``EXECUTE``
+#: revoked) and "structure of query does not match function result type" (a column the
+#: function returns changed type under it)
+_FUNCTION_UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
 def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
@@ -506,13 +509,26 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
             cursor.execute(functions.call_sql(alias, key), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
         except ProgrammingError as exc:
-            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it):
-            # back to the statement as text, which outside a transaction runs now.
+            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
+            # ``EXECUTE`` revoked, or a column it returns changed type: back to the
+            # statement as text, which outside a transaction runs now.
             cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
-            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) != _UNDEFINED_FUNCTION:
+            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in _FUNCTION_UNUSABLE:
                 raise
-            functions.remember(raw, key, False)
+            # What removed one (a restore, ``DROP FUNCTION agentmemory_window_...``, a
+            # revoke, a migration) has most often removed them all: inside a transaction
+            # each would cost a failed window of its own.
+            for other in functions.KEYS:
+                functions.remember(raw, other, False)
             if not conn.get_autocommit() or conn.in_atomic_block:
+                # PostgreSQL's hint (explicit type casts) points the wrong way here.
+                exc.add_note(
+                    "agentmemory: the window's read function could not be used inside this "
+                    "transaction (dropped, EXECUTE revoked, or a column type changed since "
+                    "the connection found it); roll back and retry: this connection sends "
+                    "the statement as text from now on, and `migrate` installs the function "
+                    "again (agentmemory.context.functions)."
+                )
                 raise
             return None
 
@@ -520,10 +536,13 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
 def _probe_sql() -> str:
     """A branch of the head statement: one row of kind ``_PROBE`` when the functions named
     by ``%(function)s`` and ``%(gap_function)s`` exist (in the schemas the session's search
-    path reaches)."""
+    path reaches) and the session's role may call them: a role without ``EXECUTE`` on them
+    (default privileges that revoke it from ``PUBLIC``) sends the statements as text.
+    ``has_function_privilege`` is NULL for the NULL of a missing function."""
     return (
-        f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} WHERE to_regprocedure(%(function)s) IS NOT NULL "
-        "AND to_regprocedure(%(gap_function)s) IS NOT NULL"
+        f"SELECT {_PROBE}{', NULL' * (_TAIL_WIDTH - 1)} "
+        "WHERE has_function_privilege(to_regprocedure(%(function)s), 'EXECUTE') "
+        "AND has_function_privilege(to_regprocedure(%(gap_function)s), 'EXECUTE')"
     )
 
 
