@@ -231,7 +231,11 @@ def install_after_migrate(sender: Any, using: str = "default", **kwargs: Any) ->
     try:
         created = install(using, check_types=bool(kwargs.get("plan")))
     except DatabaseError as exc:
-        logger.info("agentmemory: window read functions not installed on %r: %s", using, exc)
+        logger.warning(
+            "agentmemory: window read functions not installed on %r (the statements are sent as text): %s",
+            using,
+            exc,
+        )
         return
     if created:
         logger.debug("agentmemory: installed %s on %r", ", ".join(created), using)
