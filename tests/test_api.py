@@ -669,3 +669,42 @@ def test_browsable_pages_describe_views_without_docstring_markup(api, user):  # 
     schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     # the schema's descriptions are CommonMark, where the docstrings' double backticks are code
     assert "``uuid``" in schema["paths"]["/api/conversations/"]["get"]["description"]
+
+
+def _readme_json_after(marker: str) -> dict:  # type: ignore[type-arg]
+    """The JSON block of README.md that follows the first line holding ``marker``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = text[text.index(marker) :]
+    start = after.index("```json\n") + len("```json\n")
+    return json.loads(after[start : after.index("\n```", start)])
+
+
+def test_the_readme_shows_the_context_window_the_api_answers(api):  # type: ignore[no-untyped-def]
+    # The README's "The API from a shell": the same turn, the same request, the same answer
+    # (its keys and messages; the token figures depend on the configured counter).
+    created = api.post("/api/conversations/", {"agent_key": "support", "title": "Order 1042"}, format="json")
+    conv = created.json()
+    turn = {
+        "messages": [
+            {"role": "human", "content": "Where is my order 1042?"},
+            {
+                "role": "ai",
+                "content": None,
+                "tool_calls": [{"id": "call_1", "name": "lookup_order", "arguments": {"order_id": "1042"}}],
+            },
+            {
+                "role": "tool",
+                "content": '{"status": "shipped", "carrier": "DHL"}',
+                "tool_call_id": "call_1",
+                "name": "lookup_order",
+            },
+            {"role": "ai", "content": "Order 1042 has shipped with DHL."},
+        ]
+    }
+    assert api.post(f"/api/conversations/{conv['uuid']}/messages/", turn, format="json").status_code == 201
+    body = api.get(f"/api/conversations/{conv['uuid']}/context/?max_tokens=2000&message_format=openai").json()
+    shown = _readme_json_after("The context window comes back in OpenAI's chat shape")
+    assert list(shown) == list(body)
+    assert shown["messages"] == body["messages"]
