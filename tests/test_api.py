@@ -468,7 +468,10 @@ def test_query_counts_do_not_grow_with_the_data(api, user, django_assert_max_num
     batch = {"messages": [{"role": "human" if i % 2 == 0 else "ai", "content": f"b{i}"} for i in range(50)]}
     with django_assert_max_num_queries(11):
         assert api.post(conv_url(conv, "messages/"), batch, format="json").status_code == 201
-    # context: session, user, conversation, then the builder's constant number of reads (C7)
+    # The first window of this budget compacts what it would leave out (the default gap
+    # policy "close"); after that: session, user, conversation, then the builder's constant
+    # number of reads (C7).
+    assert api.get(conv_url(conv, "context/") + "?max_tokens=2000").json()["uncovered"]["count"] == 0
     with django_assert_max_num_queries(7):
         assert api.get(conv_url(conv, "context/") + "?max_tokens=2000").status_code == 200
 
@@ -518,6 +521,26 @@ def test_context_window_reports_what_it_leaves_in_neither_window_nor_summary(api
     assert body["uncovered"]["seqs"] == list(range(1, body["first_seq"]))
     whole = api.get(conv_url(conv, "context/") + "?max_tokens=5000").json()
     assert whole["uncovered"] == {"count": 0, "tokens": 0, "seqs": []}
+
+
+def test_context_window_compacts_what_it_would_leave_out_as_an_agent_does(api, user):  # type: ignore[no-untyped-def]
+    # By default (CONTEXT_GAP_POLICY "close", compaction inline without a broker) the window
+    # a client fetches to send to its model loses no turn: the messages older than it are
+    # summarised first.
+    conv = make_conversation(user)
+    history = PersistentChatHistory(conv)
+    for n in range(6):
+        history.add_messages(
+            [ChatMessage.human(f"question {n} " + "about shipping " * 8), ChatMessage.ai(f"answer {n}")]
+        )
+    assert not Summary.objects.filter(conversation=conv).exists()
+    response = api.get(conv_url(conv, "context/") + "?max_tokens=150")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["uncovered"] == {"count": 0, "tokens": 0, "seqs": []}
+    summary = Summary.objects.get(conversation=conv)
+    assert body["summary_through_seq"] == summary.through_seq == body["first_seq"] - 1
+    assert body["messages"][0]["part"] == "summary"  # no stored system prompt: the summary first
 
 
 def test_context_window_in_the_openai_format(api, user):  # type: ignore[no-untyped-def]

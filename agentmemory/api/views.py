@@ -412,7 +412,9 @@ class ConversationViewSet(
     def context(self, request: Request, uuid: str | None = None) -> Response:
         """The context window a model would be sent now: pinned system prompt, summary, the
         newest contiguous history that fits ``max_tokens``: within the budget, tool exchanges whole,
-        starting on a human message."""
+        starting on a human message. A window that would leave stored messages in neither
+        itself nor the summary gets a compaction first (``CONTEXT_GAP_POLICY``, "close" by
+        default), as an agent's model call does; what it could not close is in ``uncovered``."""
         conversation = self.get_object()
         shape = message_format(request)
         max_tokens = _positive_int_param(
@@ -421,9 +423,11 @@ class ConversationViewSet(
         max_messages = _positive_int_param(request, "max_messages", default=None)
         counter = get_token_counter()
         try:
-            window = ContextWindowBuilder(conversation, token_counter=counter).build(
-                max_tokens, max_messages=max_messages
-            )
+            # As for an agent's model call: a window that would leave stored messages in
+            # neither itself nor the summary gets a compaction first ("close", the default).
+            window = ContextWindowBuilder(
+                conversation, token_counter=counter, gap_policy=app_settings().CONTEXT_GAP_POLICY
+            ).build(max_tokens, max_messages=max_messages)
         except ContextBudgetExceeded as exc:
             return Response(
                 {
