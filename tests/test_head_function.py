@@ -308,3 +308,28 @@ def test_a_function_dropped_under_a_connection_inside_a_transaction_fails_that_w
             assert _windows(conv) == expected
     finally:
         call_command("migrate", "agentmemory", verbosity=0)
+
+
+def _installed() -> list[str | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT to_regprocedure(f)::text FROM unnest(%s::text[]) WITH ORDINALITY AS t(f, n) ORDER BY n",
+            [functions.names("default")],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_migrating_to_zero_drops_the_functions_and_forward_makes_them_again() -> None:
+    assert len(set(functions.names("default"))) == 5
+    assert all(_installed())
+    try:
+        call_command("migrate", "agentmemory", "zero", verbosity=0)
+        assert _installed() == [None] * 5  # none left behind reading tables that are gone
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)
+    assert all(_installed())
+    connection.close()
+    conv = _conversation()
+    assert _windows(conv) == _windows(conv)  # found again and called

@@ -219,6 +219,34 @@ def install(alias: str, *, check_types: bool = True) -> list[str]:
     return created
 
 
+def names(alias: str) -> list[str]:
+    """The signatures of the functions this version calls on ``alias`` (five: the head
+    statement's four variants, ``head_pu``, ``head_pc``, ``head_nu`` and ``head_nc`` for
+    with/without the pinned prompt and capped/uncapped tool results, and ``gap``), as
+    ``DROP FUNCTION`` and ``to_regprocedure()`` take them. Any other
+    ``agentmemory_window_...`` function on the database is an earlier version's."""
+    return [signature(alias, key) for key in KEYS]
+
+
+def uninstall(alias: str) -> list[str]:
+    """Drop every ``agentmemory_window_...`` function, of any version, from the schemas on
+    ``alias``'s search path (``migrate agentmemory zero`` does, through migration 0021);
+    returns the signatures dropped. Nothing happens on a database other than PostgreSQL."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p "
+            "WHERE p.proname LIKE %s AND p.pronamespace = ANY(current_schemas(false)::regnamespace[])",
+            [PREFIX.replace("_", r"\_") + "%"],
+        )
+        dropped = [row[0] for row in cursor.fetchall()]
+        for function in dropped:
+            cursor.execute(f"DROP FUNCTION IF EXISTS {function}")
+    return dropped
+
+
 def install_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
     """``post_migrate`` receiver: install the functions on ``using`` (see the module's doc).
     A database whose agentmemory tables are not at this version's shape (a migration run
