@@ -34,6 +34,11 @@ class MessageNotFound(AgentMemoryError, LookupError):
     """
 
 
+#: below this many tokens of room even a truncated copy does not fit (the marker alone costs
+#: about 27 tokens by the default counters), so the budget error does not suggest truncation
+_TRUNCATION_FLOOR = 32
+
+
 class ContextBudgetExceeded(AgentMemoryError):
     """The newest human message cannot fit in the token budget; it is never dropped silently.
 
@@ -63,13 +68,26 @@ class ContextBudgetExceeded(AgentMemoryError):
         self.seq = seq
         self.tokens = tokens
         self.available = available
-        subject = what or (f"message seq={seq}" if seq is not None else "the newest turn")
-        super().__init__(
-            message
-            or f"{subject} needs {tokens} tokens but only {available} are available "
-            "in the context window; raise max_tokens, enable truncation "
-            "(AGENTMEMORY['OVERSIZED_MESSAGE_POLICY'] = 'truncate') or shorten the input"
-        )
+        if message is None:
+            if what is not None:  # the fixed part: no truncation applies to it
+                message = (
+                    f"{what} (together) need {tokens} tokens but the context window holds "
+                    f"{available}; raise max_tokens or shorten them"
+                )
+            else:
+                subject = f"message seq={seq}" if seq is not None else "the newest turn"
+                # Truncation helps only where there is room for more than its marker.
+                hint = (
+                    "raise max_tokens, enable truncation "
+                    "(AGENTMEMORY['OVERSIZED_MESSAGE_POLICY'] = 'truncate') or shorten the input"
+                    if available > _TRUNCATION_FLOOR
+                    else "raise max_tokens or shorten the input"
+                )
+                message = (
+                    f"{subject} needs {tokens} tokens but only {available} are available "
+                    f"in the context window; {hint}"
+                )
+        super().__init__(message)
 
 
 class TurnTooLarge(ContextBudgetExceeded):

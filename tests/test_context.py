@@ -608,3 +608,15 @@ def test_the_turn_floor_counts_a_waiting_exchange_sent_with_placeholders() -> No
         assert window_violations(window, max_tokens=max_tokens) == []
     with pytest.raises(ContextBudgetExceeded):
         builder.build(floor - 1)
+
+
+def test_budget_errors_suggest_only_what_can_help() -> None:
+    # A system prompt and summary over the budget: truncation never applies to them.
+    fixed = ContextBudgetExceeded(seq=1, tokens=309, available=30, what="the system prompt and summary")
+    assert "need 309 tokens" in str(fixed) and "truncat" not in str(fixed)
+    # A message with room for a truncated copy: truncation is one way out.
+    roomy = ContextBudgetExceeded(seq=7, tokens=900, available=400)
+    assert "message seq=7 needs 900 tokens" in str(roomy) and "OVERSIZED_MESSAGE_POLICY" in str(roomy)
+    # Less room than the truncation marker itself: truncating cannot make it fit.
+    tight = ContextBudgetExceeded(seq=2, tokens=309, available=22)
+    assert "truncat" not in str(tight) and "raise max_tokens" in str(tight)
