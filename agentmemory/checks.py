@@ -292,6 +292,43 @@ def check_llms(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     ]
 
 
+#: provider -> the package its model needs (``agentmemory.llm.config.PROVIDERS``)
+_PROVIDER_SDKS = {"openai": "openai", "anthropic": "anthropic"}
+
+
+@register(Tags.compatibility)
+def check_llm_sdks(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A provider configured by the environment (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``,
+    ``ANTHROPIC_API_KEY`` or ``ANTHROPIC_BASE_URL``) whose SDK is not installed: every
+    summary and agent turn that asks it would fail (``PermanentLLMError``), so say it at
+    startup (``agentmemory.W006``)."""
+    import importlib.util
+    import os
+
+    from agentmemory.llm.config import ENV_PROVIDER, PROVIDERS
+
+    if app_settings().LLMS:
+        return []  # the environment configures no model then
+    chosen = (os.environ.get(ENV_PROVIDER) or "").strip().lower()
+    # The provider ``llm_from_env`` takes: the one named, else the first with a variable set.
+    for provider in [chosen] if chosen in PROVIDERS else list(PROVIDERS):
+        configured = [v for v in PROVIDERS[provider][1] if os.environ.get(v)]
+        if not configured:
+            continue
+        package = _PROVIDER_SDKS[provider]
+        if importlib.util.find_spec(package) is not None:
+            return []
+        return [
+            Warning(
+                f"{' and '.join(configured)} configure the {provider} provider, but the "
+                f"{package!r} package is not installed: summaries and agent turns that use it fail.",
+                hint=f"pip install 'django-agentmemory[{provider}]', or unset {' and '.join(configured)}.",
+                id="agentmemory.W006",
+            )
+        ]
+    return []
+
+
 @register(Tags.database)
 def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """Concurrent appends on SQLite need ``transaction_mode = "IMMEDIATE"`` (Django 5.1+):

@@ -261,3 +261,25 @@ def test_configuration_errors_lists_each_bad_entry(settings, clean_env):
     assert len(errors) == 2
     assert "AGENTMEMORY['LLMS']['broken']: cannot import BACKEND" in errors[0]
     assert "AGENTMEMORY['LLMS']['typo']: BACKEND" in errors[1]
+
+
+def test_check_warns_when_the_environment_configures_a_provider_whose_sdk_is_missing(monkeypatch):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from agentmemory.checks import check_llm_sdks
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real_find_spec(name, *a)
+    )
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("AGENTMEMORY_LLM_PROVIDER", raising=False)
+    assert check_llm_sdks() == []  # nothing configured
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    (warning,) = check_llm_sdks()
+    assert warning.id == "agentmemory.W006" and "'openai' package is not installed" in warning.msg
+    assert "django-agentmemory[openai]" in warning.hint
+    monkeypatch.setenv("AGENTMEMORY_LLM_PROVIDER", "anthropic")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    assert check_llm_sdks() == []  # anthropic is installed, and it is the one named
