@@ -576,3 +576,55 @@ def test_the_window_checks_allow_a_pinned_run_and_refuse_a_second_summary() -> N
     assert any(p.startswith("C4") for p in window_violations(twice))
     out_of_order = ContextWindow(messages=[run[1], run[0], human], max_tokens=100)
     assert any(p.startswith("C4") for p in window_violations(out_of_order))
+
+
+# -- rows written by the previous release ---------------------------------------------------------
+# During a deployment, processes of the previous release go on appending after migration 0020
+# ran: they set ``pinned_seq`` and leave ``pinned_last_seq`` as it was. The model reads such a
+# row as pinning ``pinned_seq`` alone (``Conversation.pinned_through``); appends and exports
+# read it the same way.
+
+
+def previous_release_row(conv: Conversation, **values: Any) -> None:
+    Conversation.objects.filter(pk=conv.pk).update(**values)
+    conv.refresh_from_db()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", APPEND_PATHS)
+def test_a_prompt_pinned_by_the_previous_release_goes_on_growing(path: str, monkeypatch: Any) -> None:
+    conv, history = run_conversation(SYSTEM)
+    previous_release_row(conv, pinned_last_seq=None)  # as the previous release stored it
+    assert conv.pinned_through == 1
+
+    store(history, [ChatMessage.system(DEVELOPER)], path, monkeypatch)
+    store(history, [ChatMessage.human("Hi"), ChatMessage.ai("Bonjour")], path, monkeypatch)
+    conv.refresh_from_db()
+
+    assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 2)
+    check_run_first(conv, ContextWindowBuilder(conv).build(2_000), [SYSTEM, DEVELOPER])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", APPEND_PATHS)
+def test_a_conversation_cleared_by_the_previous_release_exports_and_imports(
+    path: str, monkeypatch: Any
+) -> None:
+    conv, history = run_conversation("one", "two")
+    # The previous release's ``clear()``: ``pinned_seq`` reset, ``pinned_last_seq`` left as it was.
+    Message.objects.filter(conversation=conv).delete()
+    previous_release_row(conv, message_count=0, stored_tokens=0, has_system_prompt=False, pinned_seq=None)
+    assert conv.pinned_last_seq == conv.last_seq == 2
+
+    store(history, [ChatMessage.human("hi"), ChatMessage.ai("hello")], path, monkeypatch)
+    store(history, [ChatMessage.system("late")], path, monkeypatch)
+    conv.refresh_from_db()
+    assert conv.pinned_seq is None and conv.pinned_through == 0
+    document = export_conversation(conv)
+    assert document["conversation"]["pinned_last_seq"] is None
+
+    copy = import_conversation(document, new_uuid=True)
+
+    assert (copy.pinned_seq, copy.pinned_last_seq, copy.has_system_prompt) == (None, None, False)
+    window = ContextWindowBuilder(copy).build(2_000)
+    assert window.system_tokens == 0 and [m.text for m in window.history] == ["hi", "hello", "late"]
