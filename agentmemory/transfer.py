@@ -562,7 +562,8 @@ def _pinned_last_seq(
         else:
             following = message.seq
             break
-    low, high = run_end, max(run_end, following - 1 if following is not None else conv["last_seq"])
+    # Holes after the run are allowed up to the next message and never into a summary's span.
+    low, high = run_end, max(run_end, min(cap, following - 1 if following is not None else conv["last_seq"]))
     if given is None:
         return run_end if following is not None else high
     if not low <= given <= high:

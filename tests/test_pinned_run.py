@@ -460,6 +460,33 @@ def test_a_document_whose_run_disagrees_with_its_messages_is_refused(value: int)
     assert Conversation.objects.count() == 1
 
 
+@pytest.mark.django_db
+def test_a_document_whose_run_reaches_into_a_summary_is_refused() -> None:
+    """A hole after the run may be pinned, but not one inside a summary's span: the summary
+    would count what the run counts."""
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.system("one"), ChatMessage.ai("Welcome aboard! " * 3)])
+    add_turns(history, 12)
+    run_compaction(conv.pk, compactor_class=OfflineMemoryCompactor)
+    document = export_conversation(conv)
+    assert document["summaries"][0]["first_seq"] == 2  # the greeting is folded
+    # The greeting taken out (a hole at seq 2) and the run stretched over it.
+    greeting = next(m for m in document["messages"] if m["seq"] == 2)
+    document["messages"].remove(greeting)
+    document["conversation"]["message_count"] -= 1
+    document["conversation"]["stored_tokens"] -= greeting["token_count"]
+    document["summaries"][0]["tokens_covered"] -= greeting["token_count"]
+    assert import_conversation(document, new_uuid=True).pinned_last_seq == 1
+    document["conversation"]["pinned_last_seq"] = 2
+
+    with pytest.raises(InvalidConversationData) as caught:
+        import_conversation(document, new_uuid=True)
+
+    assert caught.value.path == "conversation.pinned_last_seq"
+    assert Conversation.objects.count() == 2
+
+
 # -- the admin ------------------------------------------------------------------------------------
 
 
