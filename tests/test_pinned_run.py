@@ -592,6 +592,27 @@ def test_a_replayed_transcript_opening_with_two_system_messages_leaves_nothing_o
     assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 2)
 
 
+@pytest.mark.django_db
+def test_a_transcript_replayed_through_the_agent_with_a_developer_message_leaves_nothing_out() -> None:
+    """Through the agent, the transcript's first system message is the agent's prompt and the
+    developer message is stored into the empty conversation: pinned, replaced by the agent's
+    prompt like any stored run, so neither the window nor the replay counts it left out."""
+    from agentmemory.formats.transcripts import Transcript
+    from agentmemory.replay import replay_through_agent
+
+    transcript = Transcript(
+        title="developer message",
+        agent_key="demo",
+        messages=[from_openai(m) for m in OPENAI_HISTORY] + [ChatMessage.ai("Bien, merci.")],
+        metadata={},
+    )
+    report = replay_through_agent([transcript], max_tokens=1_000)
+    assert report.violation_count == 0 and report.left_out_messages == 0
+    conv = Conversation.objects.get(pk=report.conversation_ids[0])
+    assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 1)
+    assert Message.objects.get(conversation=conv, seq=1).content == DEVELOPER
+
+
 def test_the_window_checks_allow_a_pinned_run_and_refuse_a_second_summary() -> None:
     from agentmemory.context import ContextWindow
 
