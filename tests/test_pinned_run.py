@@ -10,6 +10,8 @@ that showed it: the second message sat before the first human message, so no win
 
 from __future__ import annotations
 
+import random
+import threading
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
+from agentmemory import history as history_module
 from agentmemory.admin.conversation import ConversationAdmin
 from agentmemory.api.serializers import SYSTEM_PROMPT_PART, window_entries
 from agentmemory.compaction import LLMMemoryCompactor, OfflineMemoryCompactor, run_compaction
@@ -28,7 +31,7 @@ from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from tests.factories import ConversationFactory
@@ -227,6 +230,85 @@ def test_clear_then_a_new_run_is_pinned(path: str, monkeypatch: Any) -> None:
     window = ContextWindowBuilder(conv).build(2_000)
     check_run_first(conv, window, ["new one", "new two", "new three"])
     assert not any((m.text or "").startswith("old") for m in window.messages)
+
+
+def leading_run(conv: Conversation) -> tuple[int | None, int | None]:
+    """``(first, last)`` seq of the system messages that open the stored messages."""
+    first = last = None
+    for seq, role in Message.objects.filter(conversation=conv).order_by("seq").values_list("seq", "role"):
+        if role != Role.SYSTEM:
+            break
+        first = seq if first is None else first
+        last = seq
+    return first, last
+
+
+def _append_at_random(
+    conversation_id: int, worker: int, barrier: threading.Barrier, errors: list[str]
+) -> None:
+    try:
+        pick = random.Random(worker)
+        history = PersistentChatHistory(conversation_id)
+        barrier.wait()
+        for i in range(5):
+            tag = f"{worker}.{i}"
+            kind = pick.choice(["system", "system", "human", "two systems", "system, human", "tools"])
+            if kind == "system":
+                history.add_message(ChatMessage.system(f"system {tag}"))
+            elif kind == "human":
+                history.add_message(ChatMessage.human(f"human {tag}"))
+            elif kind == "two systems":
+                history.add_messages([ChatMessage.system(f"a {tag}"), ChatMessage.system(f"b {tag}")])
+            elif kind == "system, human":
+                history.add_messages([ChatMessage.system(f"a {tag}"), ChatMessage.human(f"b {tag}")])
+            else:
+                call = ToolCall(id=f"c{tag}", name="lookup", arguments={})
+                history.add_messages(
+                    [
+                        ChatMessage.system(f"system {tag}"),
+                        ChatMessage.ai(None, [call]),
+                        ChatMessage.tool("found", tool_call_id=call.id, name="lookup"),
+                    ]
+                )
+    except Exception as exc:  # reported by the test
+        errors.append(repr(exc))
+    finally:
+        connection.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["statements", "locked"])
+@pytest.mark.parametrize("round_", range(3))
+def test_concurrent_appends_pin_exactly_the_leading_system_messages(
+    path: str, round_: int, monkeypatch: Any
+) -> None:
+    """Threads appending system messages, human messages and mixed batches to one new
+    conversation at once: whichever commits first, the run is the system messages that open
+    it, in seq order, and never a message after the first other one."""
+    if path == "locked":
+        monkeypatch.setattr(history_module, "_append_one_postgresql", lambda *a, **k: None)
+        monkeypatch.setattr(history_module, "_append_postgresql", lambda *a, **k: None)
+    conv = ConversationFactory()
+    errors: list[str] = []
+    barrier = threading.Barrier(6)
+    threads = [
+        threading.Thread(target=_append_at_random, args=(conv.pk, round_ * 10 + w, barrier, errors))
+        for w in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    conv.refresh_from_db()
+    first, last = leading_run(conv)
+    assert (conv.pinned_seq, conv.pinned_through or None, conv.has_system_prompt) == (
+        first,
+        last,
+        first is not None,
+    )
 
 
 # -- the budget -----------------------------------------------------------------------------------
