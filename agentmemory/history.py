@@ -277,9 +277,9 @@ class PersistentChatHistory:
             lead = leading_system_messages(batch)
             if lead and conv.message_count == 0:
                 pinned_seq = conv.last_seq + 1
-            if lead and (
-                conv.message_count == 0 or (pinned_seq is not None and pinned_last_seq == conv.last_seq)
-            ):
+            # ``pinned_through`` (0 when nothing is pinned): a row the previous release pinned
+            # left ``pinned_last_seq`` empty and pins ``pinned_seq`` alone, as windows read it.
+            if lead and (conv.message_count == 0 or conv.pinned_through == conv.last_seq):
                 pinned_last_seq = conv.last_seq + lead
             now = timezone.now()
             for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
@@ -477,7 +477,9 @@ WITH bumped AS (
         has_system_prompt = has_system_prompt OR (message_count = 0 AND %(lead)s > 0),
         pinned_seq = CASE WHEN message_count = 0 AND %(lead)s > 0 THEN last_seq + 1
                           ELSE pinned_seq END,
-        pinned_last_seq = CASE WHEN %(lead)s > 0 AND (message_count = 0 OR pinned_last_seq = last_seq)
+        pinned_last_seq = CASE WHEN %(lead)s > 0 AND (message_count = 0
+                                    OR (pinned_seq IS NOT NULL
+                                        AND COALESCE(pinned_last_seq, pinned_seq) = last_seq))
                                THEN last_seq + %(lead)s ELSE pinned_last_seq END,
         updated_at = %(now)s
     WHERE id = %(id)s
@@ -511,7 +513,9 @@ WITH locked AS (
         pinned_seq = CASE WHEN c.message_count = 0 AND %(lead)s > 0 THEN locked.last_seq + 1
                           ELSE c.pinned_seq END,
         pinned_last_seq = CASE WHEN %(lead)s > 0
-                                    AND (c.message_count = 0 OR c.pinned_last_seq = locked.last_seq)
+                                    AND (c.message_count = 0
+                                         OR (c.pinned_seq IS NOT NULL
+                                             AND COALESCE(c.pinned_last_seq, c.pinned_seq) = locked.last_seq))
                                THEN locked.last_seq + %(lead)s ELSE c.pinned_last_seq END,
         pending_tool_calls = (locked.pending - %(answered)s::text[]) || COALESCE(
             (SELECT jsonb_object_agg(k, locked.last_seq + o)
@@ -631,12 +635,14 @@ _PLAIN_ROLE_LITERALS = {
         "role": role.value,
         "humans": "1" if role is Role.HUMAN else "0",
         # The right-hand sides read the row before this update: ``message_count = 0`` means
-        # this message is the first stored, ``pinned_last_seq = last_seq`` that every message
-        # stored is pinned, and ``last_seq + 1`` is its seq.
+        # this message is the first stored, ``COALESCE(pinned_last_seq, pinned_seq) = last_seq``
+        # (``Conversation.pinned_through``) that every message stored is pinned, and
+        # ``last_seq + 1`` is its seq.
         "pin": (
             "\n        has_system_prompt = has_system_prompt OR message_count = 0,"
             "\n        pinned_seq = CASE WHEN message_count = 0 THEN last_seq + 1 ELSE pinned_seq END,"
-            "\n        pinned_last_seq = CASE WHEN message_count = 0 OR pinned_last_seq = last_seq"
+            "\n        pinned_last_seq = CASE WHEN message_count = 0 OR (pinned_seq IS NOT NULL"
+            " AND COALESCE(pinned_last_seq, pinned_seq) = last_seq)"
             " THEN last_seq + 1 ELSE pinned_last_seq END,"
             if role is Role.SYSTEM
             else ""

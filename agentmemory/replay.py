@@ -33,7 +33,7 @@ from agentmemory.compaction import BaseMemoryCompactor, build_compactor
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.formats.transcripts import Transcript
-from agentmemory.history import PersistentChatHistory
+from agentmemory.history import PersistentChatHistory, leading_system_messages
 from agentmemory.invariants import window_violations
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
@@ -584,6 +584,10 @@ def replay_through_agent(
         report.conversations += 1
         report.conversation_ids.append(cid)
         history = PersistentChatHistory(cid, token_counter=agent.token_counter)
+        # The preamble's leading system messages (a developer message after the prompt, say)
+        # are stored into the empty conversation, so pinned: the agent's prompt replaces them
+        # in every window, which leaves them out of what it counts as uncovered.
+        pinned = leading_system_messages(plan.preamble)
         if plan.preamble:
             stored = history.add_messages(plan.preamble)
             report.messages += len(stored)
@@ -609,7 +613,7 @@ def replay_through_agent(
                         report.windows_built += 1
                         window = event.window
                         _count_gap_compaction(window, before, report)
-                        _check_window(window, transcript.title, cid, budget, newest, False, report)
+                        _check_window(window, transcript.title, cid, budget, newest, pinned, report)
                     elif isinstance(event, StepStored):
                         report.messages += len(event.messages)
                         stored_in_turn += len(event.messages)

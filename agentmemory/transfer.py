@@ -123,6 +123,10 @@ def export_conversation(conversation: Conversation, *, using: str | None = None)
     conv = Conversation.objects.using(alias).select_related("summary").get(pk=conversation.pk)
     data = _row(conv, _fields(Conversation, _CONVERSATION_SKIP))
     data["summary_through_seq"] = conv.summary.through_seq if conv.summary else None
+    if conv.pinned_seq is None:
+        # Nothing is pinned: a value here is one the previous release's ``clear()`` left
+        # behind (it reset ``pinned_seq`` only), which no reader uses and an import refuses.
+        data["pinned_last_seq"] = None
     message_fields = _fields(Message, _MESSAGE_SKIP)
     messages = [
         _row(m, message_fields)
@@ -558,7 +562,8 @@ def _pinned_last_seq(
         else:
             following = message.seq
             break
-    low, high = run_end, max(run_end, following - 1 if following is not None else conv["last_seq"])
+    # Holes after the run are allowed up to the next message and never into a summary's span.
+    low, high = run_end, max(run_end, min(cap, following - 1 if following is not None else conv["last_seq"]))
     if given is None:
         return run_end if following is not None else high
     if not low <= given <= high:

@@ -10,6 +10,8 @@ that showed it: the second message sat before the first human message, so no win
 
 from __future__ import annotations
 
+import random
+import threading
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
+from agentmemory import history as history_module
 from agentmemory.admin.conversation import ConversationAdmin
 from agentmemory.api.serializers import SYSTEM_PROMPT_PART, window_entries
 from agentmemory.compaction import LLMMemoryCompactor, OfflineMemoryCompactor, run_compaction
@@ -28,7 +31,7 @@ from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from tests.factories import ConversationFactory
@@ -227,6 +230,85 @@ def test_clear_then_a_new_run_is_pinned(path: str, monkeypatch: Any) -> None:
     window = ContextWindowBuilder(conv).build(2_000)
     check_run_first(conv, window, ["new one", "new two", "new three"])
     assert not any((m.text or "").startswith("old") for m in window.messages)
+
+
+def leading_run(conv: Conversation) -> tuple[int | None, int | None]:
+    """``(first, last)`` seq of the system messages that open the stored messages."""
+    first = last = None
+    for seq, role in Message.objects.filter(conversation=conv).order_by("seq").values_list("seq", "role"):
+        if role != Role.SYSTEM:
+            break
+        first = seq if first is None else first
+        last = seq
+    return first, last
+
+
+def _append_at_random(
+    conversation_id: int, worker: int, barrier: threading.Barrier, errors: list[str]
+) -> None:
+    try:
+        pick = random.Random(worker)
+        history = PersistentChatHistory(conversation_id)
+        barrier.wait()
+        for i in range(5):
+            tag = f"{worker}.{i}"
+            kind = pick.choice(["system", "system", "human", "two systems", "system, human", "tools"])
+            if kind == "system":
+                history.add_message(ChatMessage.system(f"system {tag}"))
+            elif kind == "human":
+                history.add_message(ChatMessage.human(f"human {tag}"))
+            elif kind == "two systems":
+                history.add_messages([ChatMessage.system(f"a {tag}"), ChatMessage.system(f"b {tag}")])
+            elif kind == "system, human":
+                history.add_messages([ChatMessage.system(f"a {tag}"), ChatMessage.human(f"b {tag}")])
+            else:
+                call = ToolCall(id=f"c{tag}", name="lookup", arguments={})
+                history.add_messages(
+                    [
+                        ChatMessage.system(f"system {tag}"),
+                        ChatMessage.ai(None, [call]),
+                        ChatMessage.tool("found", tool_call_id=call.id, name="lookup"),
+                    ]
+                )
+    except Exception as exc:  # reported by the test
+        errors.append(repr(exc))
+    finally:
+        connection.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["statements", "locked"])
+@pytest.mark.parametrize("round_", range(3))
+def test_concurrent_appends_pin_exactly_the_leading_system_messages(
+    path: str, round_: int, monkeypatch: Any
+) -> None:
+    """Threads appending system messages, human messages and mixed batches to one new
+    conversation at once: whichever commits first, the run is the system messages that open
+    it, in seq order, and never a message after the first other one."""
+    if path == "locked":
+        monkeypatch.setattr(history_module, "_append_one_postgresql", lambda *a, **k: None)
+        monkeypatch.setattr(history_module, "_append_postgresql", lambda *a, **k: None)
+    conv = ConversationFactory()
+    errors: list[str] = []
+    barrier = threading.Barrier(6)
+    threads = [
+        threading.Thread(target=_append_at_random, args=(conv.pk, round_ * 10 + w, barrier, errors))
+        for w in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    conv.refresh_from_db()
+    first, last = leading_run(conv)
+    assert (conv.pinned_seq, conv.pinned_through or None, conv.has_system_prompt) == (
+        first,
+        last,
+        first is not None,
+    )
 
 
 # -- the budget -----------------------------------------------------------------------------------
@@ -460,6 +542,33 @@ def test_a_document_whose_run_disagrees_with_its_messages_is_refused(value: int)
     assert Conversation.objects.count() == 1
 
 
+@pytest.mark.django_db
+def test_a_document_whose_run_reaches_into_a_summary_is_refused() -> None:
+    """A hole after the run may be pinned, but not one inside a summary's span: the summary
+    would count what the run counts."""
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.system("one"), ChatMessage.ai("Welcome aboard! " * 3)])
+    add_turns(history, 12)
+    run_compaction(conv.pk, compactor_class=OfflineMemoryCompactor)
+    document = export_conversation(conv)
+    assert document["summaries"][0]["first_seq"] == 2  # the greeting is folded
+    # The greeting taken out (a hole at seq 2) and the run stretched over it.
+    greeting = next(m for m in document["messages"] if m["seq"] == 2)
+    document["messages"].remove(greeting)
+    document["conversation"]["message_count"] -= 1
+    document["conversation"]["stored_tokens"] -= greeting["token_count"]
+    document["summaries"][0]["tokens_covered"] -= greeting["token_count"]
+    assert import_conversation(document, new_uuid=True).pinned_last_seq == 1
+    document["conversation"]["pinned_last_seq"] = 2
+
+    with pytest.raises(InvalidConversationData) as caught:
+        import_conversation(document, new_uuid=True)
+
+    assert caught.value.path == "conversation.pinned_last_seq"
+    assert Conversation.objects.count() == 2
+
+
 # -- the admin ------------------------------------------------------------------------------------
 
 
@@ -565,6 +674,27 @@ def test_a_replayed_transcript_opening_with_two_system_messages_leaves_nothing_o
     assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 2)
 
 
+@pytest.mark.django_db
+def test_a_transcript_replayed_through_the_agent_with_a_developer_message_leaves_nothing_out() -> None:
+    """Through the agent, the transcript's first system message is the agent's prompt and the
+    developer message is stored into the empty conversation: pinned, replaced by the agent's
+    prompt like any stored run, so neither the window nor the replay counts it left out."""
+    from agentmemory.formats.transcripts import Transcript
+    from agentmemory.replay import replay_through_agent
+
+    transcript = Transcript(
+        title="developer message",
+        agent_key="demo",
+        messages=[from_openai(m) for m in OPENAI_HISTORY] + [ChatMessage.ai("Bien, merci.")],
+        metadata={},
+    )
+    report = replay_through_agent([transcript], max_tokens=1_000)
+    assert report.violation_count == 0 and report.left_out_messages == 0
+    conv = Conversation.objects.get(pk=report.conversation_ids[0])
+    assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 1)
+    assert Message.objects.get(conversation=conv, seq=1).content == DEVELOPER
+
+
 def test_the_window_checks_allow_a_pinned_run_and_refuse_a_second_summary() -> None:
     from agentmemory.context import ContextWindow
 
@@ -576,3 +706,55 @@ def test_the_window_checks_allow_a_pinned_run_and_refuse_a_second_summary() -> N
     assert any(p.startswith("C4") for p in window_violations(twice))
     out_of_order = ContextWindow(messages=[run[1], run[0], human], max_tokens=100)
     assert any(p.startswith("C4") for p in window_violations(out_of_order))
+
+
+# -- rows written by the previous release ---------------------------------------------------------
+# During a deployment, processes of the previous release go on appending after migration 0020
+# ran: they set ``pinned_seq`` and leave ``pinned_last_seq`` as it was. The model reads such a
+# row as pinning ``pinned_seq`` alone (``Conversation.pinned_through``); appends and exports
+# read it the same way.
+
+
+def previous_release_row(conv: Conversation, **values: Any) -> None:
+    Conversation.objects.filter(pk=conv.pk).update(**values)
+    conv.refresh_from_db()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", APPEND_PATHS)
+def test_a_prompt_pinned_by_the_previous_release_goes_on_growing(path: str, monkeypatch: Any) -> None:
+    conv, history = run_conversation(SYSTEM)
+    previous_release_row(conv, pinned_last_seq=None)  # as the previous release stored it
+    assert conv.pinned_through == 1
+
+    store(history, [ChatMessage.system(DEVELOPER)], path, monkeypatch)
+    store(history, [ChatMessage.human("Hi"), ChatMessage.ai("Bonjour")], path, monkeypatch)
+    conv.refresh_from_db()
+
+    assert (conv.pinned_seq, conv.pinned_last_seq) == (1, 2)
+    check_run_first(conv, ContextWindowBuilder(conv).build(2_000), [SYSTEM, DEVELOPER])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", APPEND_PATHS)
+def test_a_conversation_cleared_by_the_previous_release_exports_and_imports(
+    path: str, monkeypatch: Any
+) -> None:
+    conv, history = run_conversation("one", "two")
+    # The previous release's ``clear()``: ``pinned_seq`` reset, ``pinned_last_seq`` left as it was.
+    Message.objects.filter(conversation=conv).delete()
+    previous_release_row(conv, message_count=0, stored_tokens=0, has_system_prompt=False, pinned_seq=None)
+    assert conv.pinned_last_seq == conv.last_seq == 2
+
+    store(history, [ChatMessage.human("hi"), ChatMessage.ai("hello")], path, monkeypatch)
+    store(history, [ChatMessage.system("late")], path, monkeypatch)
+    conv.refresh_from_db()
+    assert conv.pinned_seq is None and conv.pinned_through == 0
+    document = export_conversation(conv)
+    assert document["conversation"]["pinned_last_seq"] is None
+
+    copy = import_conversation(document, new_uuid=True)
+
+    assert (copy.pinned_seq, copy.pinned_last_seq, copy.has_system_prompt) == (None, None, False)
+    window = ContextWindowBuilder(copy).build(2_000)
+    assert window.system_tokens == 0 and [m.text for m in window.history] == ["hi", "hello", "late"]
