@@ -154,7 +154,7 @@ def test_budget_errors_are_counted_and_the_replay_goes_on() -> None:
     assert report.windows_built + report.budget_error_count == humans
     assert report.messages == Message.objects.count()
     assert report.violation_count == 0
-    assert "needs" in report.budget_errors[0].text
+    assert "raise max_tokens" in report.budget_errors[0].text
 
 
 @replay_db
