@@ -6,8 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import IntegrityError, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
+from django.db import IntegrityError, transaction
+
+from tests.helpers_migrations import migrate_to, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -15,15 +16,8 @@ BEFORE = [("agentmemory", "0013_model_calls")]
 AFTER = [("agentmemory", "0014_fact_uuid")]
 
 
-def _migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_existing_facts_get_distinct_uuids() -> None:
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     try:
         User = apps.get_model("auth", "User")
         Fact = apps.get_model("agentmemory", "Fact")
@@ -37,7 +31,7 @@ def test_existing_facts_get_distinct_uuids() -> None:
             owner_id=owner.pk, content="Lives in Oslo", content_hash="a" * 64, superseded_by_id=new.pk
         )
 
-        apps = _migrate(AFTER)
+        apps = migrate_to(AFTER)
         Fact = apps.get_model("agentmemory", "Fact")
         uuids = list(Fact.objects.values_list("uuid", flat=True))
         assert len(uuids) == 1007 and None not in uuids and len(set(uuids)) == 1007
@@ -50,5 +44,4 @@ def test_existing_facts_get_distinct_uuids() -> None:
             Fact.objects.filter(pk=old.pk).update(uuid=None)
         assert Fact.objects.create(owner_id=owner.pk, content="new", content_hash="c" * 64).uuid not in uuids
     finally:
-        executor = MigrationExecutor(connection)
-        _migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest()

@@ -5,8 +5,8 @@ had joined are split, one per AI message."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.helpers_migrations import migrate_to, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -14,15 +14,8 @@ BEFORE = [("agentmemory", "0003_longterm_fulltext")]
 AFTER = [("agentmemory", "0004_pending_tool_calls")]
 
 
-def _migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_pending_calls_and_joined_exchanges_are_carried_over() -> None:
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     try:
         Conversation = apps.get_model("agentmemory", "Conversation")
         Message = apps.get_model("agentmemory", "Message")
@@ -56,7 +49,7 @@ def test_pending_calls_and_joined_exchanges_are_carried_over() -> None:
         message(joined, 6, "ai", calls=["z"], exchange=2)
         idle = Conversation.objects.create()
 
-        apps = _migrate(AFTER)
+        apps = migrate_to(AFTER)
         Conversation = apps.get_model("agentmemory", "Conversation")
         Message = apps.get_model("agentmemory", "Message")
         assert Conversation.objects.get(pk=waiting.pk).pending_tool_calls == {"b": 2}
@@ -73,10 +66,9 @@ def test_pending_calls_and_joined_exchanges_are_carried_over() -> None:
         }
 
         # and back: the old fields are rebuilt from the new one
-        apps = _migrate(BEFORE)
+        apps = migrate_to(BEFORE)
         Conversation = apps.get_model("agentmemory", "Conversation")
         old = Conversation.objects.get(pk=waiting.pk)
         assert (old.open_exchange_seq, old.pending_tool_call_ids) == (2, ["b"])
     finally:
-        executor = MigrationExecutor(connection)
-        _migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest()

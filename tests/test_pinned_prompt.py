@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory import history as history_module
@@ -23,6 +22,7 @@ from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation
 from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from tests.factories import ConversationFactory, conversation_with_turns
+from tests.helpers_migrations import migrate_to, migrate_to_latest
 from tests.test_context_gap_cost import gap_counts, stored_gap  # noqa: F401  (a fixture)
 
 PROMPT = "You are Captain Pirate, and you answer in rhyme."
@@ -333,16 +333,9 @@ BEFORE = [("agentmemory", "0015_fact_fts_fastupdate_off")]
 AFTER = [("agentmemory", "0016_pinned_seq")]
 
 
-def _migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_pins_seq_1_where_a_prompt_was_pinned() -> None:
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     try:
         Conversation_ = apps.get_model("agentmemory", "Conversation")
         Message_ = apps.get_model("agentmemory", "Message")
@@ -364,17 +357,16 @@ def test_the_migration_pins_seq_1_where_a_prompt_was_pinned() -> None:
         cleared = conversation("system", "human", pinned=False, last_seq=9)
         empty = Conversation_.objects.create()
 
-        apps = _migrate(AFTER)
+        apps = migrate_to(AFTER)
         Conversation_ = apps.get_model("agentmemory", "Conversation")
         rows = dict(Conversation_.objects.values_list("pk", "pinned_seq"))
         assert rows == {pinned.pk: 1, plain.pk: None, cleared.pk: None, empty.pk: None}
 
         # a prompt pinned past seq 1 under the new rule is not pinned by the old one
         Conversation_.objects.filter(pk=cleared.pk).update(has_system_prompt=True, pinned_seq=8)
-        apps = _migrate(BEFORE)
+        apps = migrate_to(BEFORE)
         Conversation_ = apps.get_model("agentmemory", "Conversation")
         flags = dict(Conversation_.objects.values_list("pk", "has_system_prompt"))
         assert flags == {pinned.pk: True, plain.pk: False, cleared.pk: False, empty.pk: False}
     finally:
-        executor = MigrationExecutor(connection)
-        _migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest()

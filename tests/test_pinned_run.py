@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from django.contrib.admin.sites import AdminSite
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory import history as history_module
@@ -35,6 +34,7 @@ from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
 from tests.factories import ConversationFactory
+from tests.helpers_migrations import migrate_to, migrate_to_latest
 from tests.test_context_gap_cost import gap_counts, stored_gap  # noqa: F401  (a fixture)
 from tests.test_pinned_prompt import APPEND_PATHS, store
 
@@ -587,16 +587,9 @@ BEFORE = [("agentmemory", "0019_conversation_updates_stay_hot")]
 AFTER = [("agentmemory", "0020_pinned_run")]
 
 
-def _migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_pins_the_leading_run_of_existing_conversations() -> None:
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     try:
         Conversation_ = apps.get_model("agentmemory", "Conversation")
         Message_ = apps.get_model("agentmemory", "Message")
@@ -637,7 +630,7 @@ def test_the_migration_pins_the_leading_run_of_existing_conversations() -> None:
             token_counter="len",
         )
 
-        apps = _migrate(AFTER)
+        apps = migrate_to(AFTER)
         Conversation_ = apps.get_model("agentmemory", "Conversation")
         rows = dict(Conversation_.objects.values_list("pk", "pinned_last_seq"))
         assert rows == {
@@ -650,8 +643,7 @@ def test_the_migration_pins_the_leading_run_of_existing_conversations() -> None:
             folded.pk: 1,
         }
     finally:
-        executor = MigrationExecutor(connection)
-        _migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest()
 
 
 # -- the replay and the window checks -------------------------------------------------------------
