@@ -62,6 +62,8 @@ IMPORT_RULES = (
     "human messages",  # human_messages_covered disagrees with the messages it covers
     "must name a summary that ends earlier",
     "names no summary in the document",
+    "is set but no message is pinned",  # pinned_last_seq without a pinned system message
+    "but the messages pin seqs",  # pinned_last_seq that is not where the leading run ends
 )
 
 
