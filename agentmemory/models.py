@@ -430,9 +430,11 @@ class MessageQuerySet(models.QuerySet["Message"]):
         first_rows: list[tuple[Any, ...]] | None = None,
         content_budget: int = 0,
         max_tool_result_tokens: int | None = None,
+        first_room: int | None = None,
     ) -> TailReader:
         """An iterator of ``RowMeta`` newest first above ``floor_seq``, one page (one
-        query) at a time, starting from ``first_rows`` (the head's page) when given."""
+        query) at a time, starting from ``first_rows`` (the head's page) when given, which
+        was trimmed to ``first_room`` tokens (``WindowHead.room``)."""
         from agentmemory.context.sql import TailReader
 
         return TailReader(
@@ -443,6 +445,7 @@ class MessageQuerySet(models.QuerySet["Message"]):
             content_budget=content_budget,
             max_tool_result_tokens=max_tool_result_tokens,
             using=self.db,
+            first_room=first_room,
         )
 
     def window_uncovered(

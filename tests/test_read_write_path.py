@@ -85,7 +85,47 @@ def test_the_head_page_is_the_newest_rows_newest_first() -> None:
     assert head is not None and [m.text for m in head.pinned] == ["pinned"]
     seqs = [row[1] for row in head.page]
     assert seqs == sorted(seqs, reverse=True) and seqs[0] == stored[-1].seq == head.newest_seq
-    assert len(head.page) == min(head.page_size, len(stored) + 1)
+    # The page: the rows that start inside the room (400 tokens: the running sum before
+    # them is within it), then on to the oldest AI message whose tool result is among
+    # those; nothing else the packer could use.
+    newest_first = sorted(history.get_messages(), key=lambda m: m.seq, reverse=True)[: head.page_size]
+    before, starts_inside = 0, []
+    for m in newest_first:
+        if before <= 400:
+            starts_inside.append(m)
+        before += m.token_count or 0
+    # (each result here answers the AI message stored just before it)
+    reach = min((m.seq - 1 for m in starts_inside if m.role is Role.TOOL), default=None)
+    expected = [m.seq for m in newest_first if m in starts_inside or (reach is not None and m.seq >= reach)]
+    assert seqs == expected and head.room == 400
+    assert len(seqs) < head.page_size  # trimmed: the rows past it are not sent
+
+
+def test_the_head_page_reaches_back_to_the_call_of_every_result_inside_the_room() -> None:
+    # A tool exchange whose results start inside the room but whose AI message starts past
+    # it: the page goes on to that AI message, so the packer can cost the unit.
+    conversation = ConversationFactory()
+    history = PersistentChatHistory(conversation)
+    history.add_message(ChatMessage.human("look it up"))
+    history.add_message(ChatMessage.ai(None, [ToolCall(id="c1", name="t", arguments={})]))
+    history.add_message(ChatMessage.tool("result " * 200, tool_call_id="c1"))
+    for i in range(3):
+        history.add_messages([ChatMessage.human(f"q{i}"), ChatMessage.ai(f"a{i}")])
+    stored = history.get_messages()
+    result = next(m for m in stored if m.role.value == "tool")
+    after = sum(m.token_count or 0 for m in stored if m.seq > result.seq)
+    head = read_head(
+        "default",
+        conversation.pk,
+        with_pinned=True,
+        budget=after + 1,  # the result starts inside the room and ends far past it
+        max_messages=None,
+        max_tool_result_tokens=None,
+    )
+    assert head is not None
+    assert [row[1] for row in head.page][-2:] == [result.seq, result.seq - 1]  # and its AI message
+    window = ContextWindowBuilder(conversation.pk).build(max_tokens=after + 1)
+    assert [m.seq for m in window.history] == [m.seq for m in stored if m.seq > result.seq]
 
 
 ROLE_CASES = [

@@ -823,6 +823,7 @@ class ContextWindowBuilder:
             floor_seq,
             head.page_size,
             first_rows=head.page,
+            first_room=head.room,
             content_budget=available,
             max_tool_result_tokens=self.max_tool_result_tokens,
         )

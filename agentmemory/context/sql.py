@@ -122,13 +122,20 @@ def _tail_select(
     before: str = "",
     after: str = "",
     ordered: bool = True,
+    trim: bool = False,
 ) -> str:
     """A page of the tail: rows newest first on the ``(conversation, seq)`` index, at most
     ``limit``. A running sum of the (capped) stored token counts, newest first, decides
     which rows also bring their content: those inside ``%(room)s``, so that text past the
     budget (a multi-megabyte tool output just too old to fit) is never read. The inner
     ``ORDER BY seq DESC LIMIT`` keeps the plan on the index even for a conversation that
-    holds a large share of the table. ``before`` and ``after`` are extra output columns."""
+    holds a large share of the table. ``before`` and ``after`` are extra output columns.
+
+    ``trim`` returns only the rows the packer can use: those that start inside
+    ``%(room)s`` (the running sum before them is within it: the rows inside and the first
+    row past it), and every row from the oldest AI message whose tool result is among them
+    (a unit is costed when its AI message is read). ``TailReader`` knows from the sum of
+    the rows it got that more may follow."""
     qn = connections[alias].ops.quote_name
     _, _, m = _names(alias)
     meta = [m(f) for f in _META_FIELDS]
@@ -141,14 +148,29 @@ def _tail_select(
     # neither sent nor parsed, and a row without thinking costs no JSON decoding here.
     thinking = _thinking_expression(alias, m("metadata"))
     metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {thinking} END"
+    page = (
+        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
+        f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running"
+        + (f", {tokens} AS tok" if trim else "")
+        + f" FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}"
+    )
+    if trim:
+        starts_inside = "running - tok <= %(room)s"
+        # The role is a literal: the statement has no %(tool)s parameter when uncapped.
+        reach = (
+            f"MIN(CASE WHEN {starts_inside} AND {m('role')} = '{Role.TOOL.value}' "
+            f"THEN {m('exchange_seq')} END) OVER () AS reach"
+        )
+        source = (
+            f"(SELECT page.*, {reach} FROM ({page}) page) tail WHERE {starts_inside} OR {m('seq')} >= reach"
+        )
+    else:
+        source = f"({page}) tail"
     return (
         f"SELECT {before}{', '.join(meta)}, {m('id')}, {m('name')}, "
         f"CASE WHEN running <= %(room)s THEN 1 ELSE 0 END, "
         f"CASE WHEN running <= %(room)s THEN {m('content')} END, "
-        f"CASE WHEN running <= %(room)s THEN {m('parts')} END, {metadata}{after} FROM ("
-        f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
-        f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running "
-        f"FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}) tail"
+        f"CASE WHEN running <= %(room)s THEN {m('parts')} END, {metadata}{after} FROM {source}"
         + (f" ORDER BY {m('seq')} DESC" if ordered else "")
     )
 
@@ -190,8 +212,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
 
     * the first page of the tail (``_tail_select``), whose LIMIT is the page size computed
       from the conversation row in a scalar sub-select (``first_page_size`` gives the same
-      number from the conversation row read alongside). Rows at or below the summary
-      boundary are dropped by the caller (newest first, they can only come last);
+      number from the conversation row read alongside), trimmed to the rows the packer can
+      use (``_tail_select(trim=True)``). Rows at or below the summary boundary are dropped
+      by the caller (newest first, they can only come last);
     * (``with_pinned``) the pinned system messages with their ``metadata``: the system
       messages from the conversation's ``pinned_seq`` through ``pinned_last_seq``, both
       read in scalar sub-selects on the conversation row, so the lookup stays a range on
@@ -233,6 +256,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
             limit=limit,
             before=f"{_TAIL}, ",
             ordered=False,
+            trim=True,
         )
     ]
     if with_pinned:
@@ -432,6 +456,8 @@ class WindowHead:
     pinned: tuple[ChatMessage, ...]
     page_size: int
     page: list[tuple[Any, ...]]
+    #: the tokens the page was trimmed to (``_tail_select(trim=True)``, ``TailReader``)
+    room: int = 0
 
     @property
     def newest_seq(self) -> int | None:
@@ -626,7 +652,7 @@ def read_head(
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
     page_size = first_page_size(budget, conv, max_messages)
     run = tuple(reversed(pinned)) if conv.has_system_prompt else ()
-    return WindowHead(conv=conv, summary=summary, pinned=run, page_size=page_size, page=page)
+    return WindowHead(conv=conv, summary=summary, pinned=run, page_size=page_size, page=page, room=budget)
 
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
@@ -678,6 +704,10 @@ class TailReader:
     ``contents`` by seq: in the usual case the window's messages come with the page that
     found them and no further read is needed. Rows at or below ``floor_seq`` are not
     yielded; ``rows_read`` counts every row read.
+
+    ``first_room``: the first page was trimmed to the rows that start within that many
+    tokens (the head statement's page, ``_tail_select(trim=True)``): when its rows hold more
+    tokens than that, rows may follow it whatever its length.
     """
 
     def __init__(
@@ -690,11 +720,13 @@ class TailReader:
         content_budget: int = 0,
         max_tool_result_tokens: int | None = None,
         using: str | None = None,
+        first_room: int | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.floor_seq = floor_seq
         self.page_size = first_page
         self.first_rows = first_rows
+        self.first_room = first_room
         self.content_budget = content_budget
         self.cap = max_tool_result_tokens
         self.using = using or router.db_for_read(Message)
@@ -729,6 +761,7 @@ class TailReader:
         size = self.page_size
         spent = 0  # (capped) tokens of the rows already yielded
         page = self.first_rows
+        first_room = self.first_room if page is not None else None
         while True:
             if page is None:
                 page = self._fetch(upper, size, self.content_budget - spent)
@@ -777,6 +810,12 @@ class TailReader:
                 )
                 seen(row)
                 yield row
+            else:
+                # Every row of the page is above the boundary. The head's page is trimmed
+                # after the first row past its room: one that got there may have more after it.
+                if first_room is not None and spent > first_room:
+                    complete = False
+            first_room = None  # later pages are whole
             if complete or not page:
                 return
             upper = page[-1][_SEQ]
