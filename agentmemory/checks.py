@@ -292,10 +292,6 @@ def check_llms(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     ]
 
 
-#: provider -> the package its model needs (``agentmemory.llm.config.PROVIDERS``)
-_PROVIDER_SDKS = {"openai": "openai", "anthropic": "anthropic"}
-
-
 @register(Tags.compatibility)
 def check_llm_sdks(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """A provider configured by the environment (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``,
@@ -315,13 +311,14 @@ def check_llm_sdks(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         configured = [v for v in PROVIDERS[provider][1] if os.environ.get(v)]
         if not configured:
             continue
-        package = _PROVIDER_SDKS[provider]
-        if importlib.util.find_spec(package) is not None:
+        # Each provider's SDK is the package of its name, installed by the extra of that
+        # name (``agentmemory.llm._sdk.import_sdk``).
+        if importlib.util.find_spec(provider) is not None:
             return []
         return [
             Warning(
                 f"{' and '.join(configured)} configure the {provider} provider, but the "
-                f"{package!r} package is not installed: summaries and agent turns that use it fail.",
+                f"{provider!r} package is not installed: summaries and agent turns that use it fail.",
                 hint=f"pip install 'django-agentmemory[{provider}]', or unset {' and '.join(configured)}.",
                 id="agentmemory.W006",
             )

@@ -148,6 +148,13 @@ def test_a_connection_finds_the_function_with_its_first_build_and_calls_it_after
     assert f"{conv.pk}::bigint" in second[0]["sql"]  # logged with its values
 
 
+def _called_function(conv: Conversation) -> bool:
+    """Whether this connection's next build calls a head function."""
+    with CaptureQueriesContext(connection) as queries:
+        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
+    return functions.PREFIX in queries[0]["sql"]
+
+
 def _drop_functions() -> None:
     with connection.cursor() as cursor:
         for key in functions.KEYS:
@@ -171,9 +178,7 @@ def test_without_the_function_the_statement_is_sent_as_text_until_migrate_instal
         call_command("migrate", "agentmemory", verbosity=0)  # post_migrate puts them back
     connection.close()
     _windows(conv)
-    with CaptureQueriesContext(connection) as queries:
-        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
-    assert functions.PREFIX in queries[0]["sql"]
+    assert _called_function(conv)
 
 
 @pytest.mark.postgres
@@ -196,13 +201,6 @@ def test_install_does_nothing_on_other_databases_and_the_builder_reads_as_before
     window = ContextWindowBuilder(conv.pk).build(max_tokens=400)
     assert window.messages[0].content == "You are terse."
     assert [m.role.value for m in window.messages[1:3]] == ["human", "ai"]
-
-
-def _called_function(conv: Conversation) -> bool:
-    """Whether this connection's next build calls a head function."""
-    with CaptureQueriesContext(connection) as queries:
-        ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
-    return functions.PREFIX in queries[0]["sql"]
 
 
 @pytest.mark.postgres

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,38 +28,9 @@ from hypothesis import strategies as st
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context import sql as read_path
 from agentmemory.history import PersistentChatHistory
-from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Summary
 from tests.conftest import TableTokenCounter
-
-
-@dataclass
-class Msg:
-    """One generated message; ``kind``: system, human, ai, call, result or orphan."""
-
-    seq: int
-    kind: str
-    tokens: int
-    call_ids: list[str] = field(default_factory=list)
-    call_id: str = ""
-
-    @property
-    def content(self) -> str:
-        return f"m{self.seq}"
-
-    def chat(self) -> ChatMessage:
-        if self.kind == "system":
-            return ChatMessage.system(self.content)
-        if self.kind == "human":
-            return ChatMessage.human(self.content)
-        if self.kind == "ai":
-            return ChatMessage.ai(self.content)
-        if self.kind == "call":
-            return ChatMessage.ai(
-                self.content, [ToolCall(id=c, name="t", arguments={}) for c in self.call_ids]
-            )
-        return ChatMessage.tool(self.content, tool_call_id=self.call_id, name="t")
-
+from tests.test_properties import Msg
 
 token_counts = st.one_of(st.integers(0, 30), st.integers(1, 30), st.just(0), st.integers(60, 400))
 
