@@ -87,6 +87,15 @@ class PendingToolCall:
     abandoned: bool
 
 
+def pinned_end(pinned_seq: int | None, pinned_last_seq: int | None) -> int:
+    """The seq through which a conversation's stored messages are pinned: the end of its
+    leading run of system messages, ``pinned_last_seq`` (``pinned_seq`` for a row written
+    before that column existed); 0 when nothing is pinned (``pinned_seq`` empty)."""
+    if pinned_seq is None:
+        return 0
+    return pinned_last_seq if pinned_last_seq is not None else pinned_seq
+
+
 class Conversation(models.Model):
     """One thread of messages for one agent, owned by a user or by nobody.
 
@@ -274,9 +283,7 @@ class Conversation(models.Model):
         """The seq through which stored messages are pinned: the end of the leading run of
         system messages (``pinned_last_seq``; ``pinned_seq`` for a row written before that
         column existed); 0 when nothing is pinned. No summary folds them."""
-        if self.pinned_seq is None:
-            return 0
-        return self.pinned_last_seq if self.pinned_last_seq is not None else self.pinned_seq
+        return pinned_end(self.pinned_seq, self.pinned_last_seq)
 
     @property
     def pinned_count(self) -> int:

@@ -27,7 +27,7 @@ from django.db.models.fields.json import KeyTransform
 from agentmemory.context.packing import _META_FIELDS, RowMeta
 from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
-from agentmemory.models import Conversation, Message
+from agentmemory.models import Conversation, Message, pinned_end
 
 # -- reading ---------------------------------------------------------------------------------
 #
@@ -65,11 +65,8 @@ class ConversationRow:
 
     @property
     def pinned_through(self) -> int:
-        """The seq through which the stored messages are pinned (the end of the leading run
-        of system messages; 0: none): no summary folds them, no history starts before."""
-        if self.pinned_seq is None:
-            return 0
-        return self.pinned_last_seq if self.pinned_last_seq is not None else self.pinned_seq
+        """``Conversation.pinned_through`` of this row (``pinned_end``)."""
+        return pinned_end(self.pinned_seq, self.pinned_last_seq)
 
 
 @dataclass(frozen=True, slots=True)
