@@ -5,8 +5,11 @@ validation."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -454,12 +457,71 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
 
 
 def test_rows_and_messages_built_for_speed_equal_the_dataclasses_own() -> None:
+    from agentmemory.context import packing
     from agentmemory.context.packing import RowMeta
     from agentmemory.context.sql import _new_chat, _new_row
 
     assert _new_row(3, "tool", 7, 2, "c1", ()) == RowMeta(3, "tool", 7, 2, "c1", ())
+    positions = {
+        "seq": packing._SEQ,
+        "role": packing._ROLE,
+        "token_count": packing._TOKENS,
+        "exchange_seq": packing._EXCHANGE,
+        "tool_call_id": packing._CALL_ID,
+        "tool_calls": packing._CALLS,
+        "placeholder": packing._PLACEHOLDER,
+    }
+    assert all(RowMeta._fields[index] == name for name, index in positions.items())
     made = _new_chat(Role.AI, "hi", (), "", "", 4, 9, 2, ())
     assert made == ChatMessage(role=Role.AI, content="hi", seq=4, id=9, token_count=2)
     assert (
         made.metadata == {} and made.metadata is not _new_chat(Role.AI, "", (), "", "", 1, 1, 1, ()).metadata
     )
+    # A made message is a frozen ``ChatMessage`` like any other: its type, its pickling.
+    assert type(made) is ChatMessage
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.content = "changed"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(made)) == made
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        [{"id": "c1", "name": "f", "arguments": {"q": [1, {"x": None}]}}],
+        [{"id": "c1", "name": "f"}, {"id": "c2", "name": "g", "arguments": None}],
+        [{"id": "c1", "name": "f", "arguments": [["k", "v"]]}],  # stored around validation
+    ],
+)
+def test_tool_calls_read_from_a_row_equal_from_dict(stored: list[dict[str, object]]) -> None:
+    from agentmemory.context.sql import _call_objects
+    from agentmemory.messages import ToolCall
+
+    made = _call_objects(json.loads(json.dumps(stored)))
+    assert made == tuple(ToolCall.from_dict(c) for c in stored)
+    assert all(type(call) is ToolCall for call in made)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"a": 1}]',
+        "  [1, 2]  ",
+        '{"k": "v"}',
+        "NaN",
+        '"text"',
+        "not json",
+        "[1] trailing",
+        "",
+        "[",
+        b'{"a": 1}',
+    ],
+)
+def test_json_columns_decode_as_json_loads_does(text: str | bytes) -> None:
+    from agentmemory.context.sql import _loads
+
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError:
+        expected = text  # what JSONField.from_db_value returns for text that is not JSON
+    got = _loads(text)
+    assert got == expected or (got != got and expected != expected)  # NaN

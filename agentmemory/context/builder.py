@@ -26,6 +26,9 @@ from asgiref.sync import sync_to_async
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
+    _PLACEHOLDER,
+    _ROLE,
+    _SEQ,
     RowMeta,
     _replace,
     marker_only_copy,
@@ -919,7 +922,7 @@ class ContextWindowBuilder:
 
         rows = packed.rows
         contents = reader.contents
-        missing = [r.seq for r in rows if r.seq not in contents and not r.placeholder]
+        missing = [r[_SEQ] for r in rows if r[_SEQ] not in contents and not r[_PLACEHOLDER]]
         if missing:
             # Rows past the running budget (skipped orphans before them, or the oversized
             # newest human message taken truncated) were read without their content.
@@ -928,13 +931,14 @@ class ContextWindowBuilder:
         history: list[ChatMessage] = []
         history_tokens = 0
         truncated: list[int] = []
+        # ``RowMeta`` fields by position, as in ``pack_history``: this runs for every message.
         for row in rows:
-            if row.placeholder:
+            if row[_PLACEHOLDER]:
                 placeholder = pending_placeholder(row.tool_call_id, row.name)
                 history.append(_replace(placeholder, token_count=row.token_count))
                 history_tokens += row.token_count
                 continue
-            chat = contents.get(row.seq)
+            chat = contents.get(row[_SEQ])
             if chat is None:  # deleted between the reads (conversation cleared)
                 continue
             tokens = chat.token_count or 0
@@ -946,7 +950,7 @@ class ContextWindowBuilder:
                 chat = marker_only_copy(chat)
                 tokens = counter.count_message(chat)
                 truncated.append(row.seq)
-            elif cap is not None and row.role == _TOOL and tokens > cap:
+            elif cap is not None and tokens > cap and row[_ROLE] == _TOOL:
                 chat = truncate_message(chat, cap, counter)
                 tokens = counter.count_message(chat)
                 truncated.append(row.seq)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import ChatMessage, Role
@@ -49,6 +49,17 @@ class RowMeta(NamedTuple):
     @property
     def is_orphan(self) -> bool:
         return self.role == _TOOL and self.exchange_seq is None and not self.placeholder
+
+
+#: positions of ``RowMeta``'s fields, for the loops that run for every row of every window
+#: (``tests/test_context_gaps.py`` checks them against ``RowMeta._fields``)
+_SEQ: Final = 0
+_ROLE: Final = 1
+_TOKENS: Final = 2
+_EXCHANGE: Final = 3
+_CALL_ID: Final = 4
+_CALLS: Final = 5
+_PLACEHOLDER: Final = 6
 
 
 @dataclass
@@ -173,23 +184,26 @@ def pack_history(
     """
     result = PackResult()
     count = 0
+    tokens = 0  # of the units taken so far
     # results read before their AI message, by the seq of that AI message
     held: dict[int, list[RowMeta]] = {}
     outside: list[RowMeta] = []  # results read whose exchange does not enter the window
 
     newest_first_units: list[list[RowMeta]] = []
     consumed = 0
+    # Fields are read by position (``_SEQ`` ...): a named field of a ``RowMeta`` costs a
+    # descriptor call on every access, and this loop runs for every row of every window.
     for row in rows_newest_first:
         consumed += 1
-        role = row.role
+        role = row[_ROLE]
         if role == _TOOL:
-            if row.exchange_seq is None and not row.placeholder:  # an orphan
-                result.skipped_orphans.append(row.seq)
+            if row[_EXCHANGE] is None and not row[_PLACEHOLDER]:  # an orphan
+                result.skipped_orphans.append(row[_SEQ])
             else:
-                held.setdefault(row.exchange_seq, []).append(row)  # type: ignore[arg-type]
+                held.setdefault(row[_EXCHANGE], []).append(row)  # type: ignore[arg-type]
             continue
-        if role == _AI and row.tool_calls:
-            results = held.pop(row.seq, [])
+        if role == _AI and row[_CALLS]:
+            results = held.pop(row[_SEQ], [])
             unit, unanswered = _canonical(row, results)
             # Results whose id the AI message does not hold: data written around validation.
             # (by identity: comparing rows field by field made an exchange of n calls cost n**2)
@@ -203,39 +217,40 @@ def pack_history(
             cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
         else:
             unit = [row]
-            cost = row.token_count  # not a tool result: never capped
+            cost = row[_TOKENS]  # not a tool result: never capped
         too_many = max_messages is not None and count + len(unit) > max_messages
-        if result.tokens + cost > budget or too_many:
+        if tokens + cost > budget or too_many:
             outside.extend(unit[1:])
             result.blocked = (min(r.seq for r in unit), cost)
-            result.blocked_by_count = too_many and result.tokens + cost <= budget
-            result.available_at_block = budget - result.tokens
+            result.blocked_by_count = too_many and tokens + cost <= budget
+            result.available_at_block = budget - tokens
             newest_human = unit[0].role == _HUMAN and not any(u[0].role == _HUMAN for u in newest_first_units)
-            room = budget - result.tokens
+            room = budget - tokens
             if truncate_oversized_human and newest_human and not too_many and len(unit) == 1 and room > 0:
                 newest_first_units.append(unit)
-                result.tokens += room
+                tokens += room
                 result.truncate = (unit[0].seq, room)
             break
         newest_first_units.append(unit)
-        result.tokens += cost
+        tokens += cost
         count += len(unit)
 
-    while newest_first_units and newest_first_units[-1][0].role != _HUMAN:
+    while newest_first_units and newest_first_units[-1][0][_ROLE] != _HUMAN:
         dropped = newest_first_units.pop()
         outside.extend(dropped[1:])
-        result.tokens -= sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in dropped)
+        tokens -= sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in dropped)
         result.dropped_leading.extend(r.seq for r in dropped if not r.placeholder)
+    result.tokens = tokens
     result.rows_consumed = consumed
     result.units = list(reversed(newest_first_units))
     chosen = result.rows
     # Results of exchanges older than the window that were stored after its start.
-    first = min((r.seq for r in chosen), default=0)
+    first = min([r[_SEQ] for r in chosen], default=0)
     outside.extend(r for rows in held.values() for r in rows)
     result.skipped_late = sorted(
         r.seq for r in outside if r.role == _TOOL and not r.placeholder and r.seq > first
     )
-    result.placeholders = [r.tool_call_id for r in chosen if r.placeholder]
+    result.placeholders = [r[_CALL_ID] for r in chosen if r[_PLACEHOLDER]]
     marked = marker_tokens or {}
     if marked:
         result.marker_only = [

@@ -326,11 +326,26 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
     return sql
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
 def _loads(value: Any) -> Any:
     """A JSON column as the model field returns it: the raw cursor gives text (PostgreSQL's
     ``jsonb`` too, as Django configures psycopg), decoded here as ``JSONField.from_db_value``
     decodes it (no field of the read path has a custom decoder), without its per-call
-    lookups: this runs for the JSON columns of every row of every window."""
+    lookups: this runs for the JSON columns of every row of every window.
+
+    Text that is one JSON value from its first character to its last (what both databases
+    return) goes through ``JSONDecoder.raw_decode``, the scanner ``json.loads`` ends in,
+    without the encoding detection and whitespace matching around it (half the cost of a
+    short array); anything else takes ``json.loads`` and gets the same value or error."""
+    if type(value) is str:
+        try:
+            decoded, end = _raw_decode(value)
+            if end == len(value):
+                return decoded
+        except json.JSONDecodeError:
+            pass  # leading whitespace, or not JSON: ``json.loads`` decides
     if isinstance(value, str | bytes):
         try:
             return json.loads(value)
@@ -357,29 +372,35 @@ _TOOL = Role.TOOL.value
 
 def _fast_init(cls: Any, names: tuple[str, ...]) -> Any:
     """A constructor of the frozen, slotted dataclass ``cls`` taking ``names`` positionally,
-    the other fields at their defaults: it sets the slots directly, about twice as fast as
-    the generated ``__init__`` (rows are built for every message of every window). Equal to
-    ``cls(**dict(zip(names, values)))``; ``tests/test_context_gaps.py`` checks it."""
+    the other fields at their defaults, equal to ``cls(**dict(zip(names, values)))``
+    (``tests/test_context_gaps.py`` checks it); rows are built for every message of every
+    window, and this costs half of the generated ``__init__``.
+
+    A frozen dataclass sets each field through ``object.__setattr__``. Here the fields are
+    stored as plain attributes on an instance of a twin class, which has the same slots and
+    no ``__setattr__`` of its own, and the instance then becomes a ``cls``: Python allows
+    assigning ``__class__`` between classes whose instances have the same layout (the same
+    slots, in the same order, on the same base). The object is a ``cls`` before it is
+    returned, frozen like any other."""
+    if cls.__bases__ != (object,) or "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass without bases")
     fields = dataclasses.fields(cls)
     known = {f.name for f in fields}
-    assert set(names) <= known, (cls, names)
-    given = [getattr(cls, name).__set__ for name in names]
-    rest = [
-        (getattr(cls, f.name).__set__, f.default, f.default_factory) for f in fields if f.name not in names
-    ]
-    # The body is generated, as dataclasses generate ``__init__``: one direct call per slot.
-    env: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    if not set(names) <= known:
+        raise TypeError(f"{cls.__name__} has no field(s) {sorted(set(names) - known)}")
+    twin = type(f"_{cls.__name__}Fields", (), {"__slots__": cls.__slots__})
+    env: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
     args = [f"a{i}" for i in range(len(names))]
-    lines = [f"def make({', '.join(args)}):", "    obj = new(cls)"]
-    for i, setter in enumerate(given):
-        env[f"s{i}"] = setter
-        lines.append(f"    s{i}(obj, a{i})")
-    for i, (setter, default, factory) in enumerate(rest):
-        env[f"r{i}"], env[f"d{i}"] = setter, factory if factory is not dataclasses.MISSING else default
-        lines.append(
-            f"    r{i}(obj, d{i}())" if factory is not dataclasses.MISSING else f"    r{i}(obj, d{i})"
-        )
-    lines.append("    return obj")
+    lines = [f"def make({', '.join(args)}):", "    obj = new(twin)"]
+    lines += [f"    obj.{name} = a{i}" for i, name in enumerate(names)]
+    for i, f in enumerate(f for f in fields if f.name not in names):
+        if f.default_factory is not dataclasses.MISSING:
+            env[f"d{i}"] = f.default_factory
+            lines.append(f"    obj.{f.name} = d{i}()")
+        else:
+            env[f"d{i}"] = f.default
+            lines.append(f"    obj.{f.name} = d{i}")
+    lines += ["    obj.__class__ = cls", "    return obj"]
     exec("\n".join(lines), env)  # generated from the dataclass's own fields
     make = env["make"]
     return make
@@ -400,6 +421,22 @@ _new_chat = _fast_init(
     ChatMessage,
     ("role", "content", "tool_calls", "tool_call_id", "name", "seq", "id", "token_count", "parts"),
 )
+
+
+_new_call = _fast_init(ToolCall, ("id", "name", "arguments"))
+
+
+def _call_objects(calls: Any) -> tuple[ToolCall, ...]:
+    """``tuple(ToolCall.from_dict(c) for c in calls)`` for calls just decoded from a row:
+    their ``arguments`` objects are fresh and kept rather than copied (a call stored around
+    validation, with arguments that are not a JSON object, is converted as ``from_dict``
+    converts it)."""
+    return tuple(
+        [
+            _new_call(c["id"], c["name"], a if type(a := c.get("arguments")) is dict else dict(a or {}))
+            for c in calls
+        ]
+    )
 
 
 #: sets the ``metadata`` slot of a ``ChatMessage`` the reader has just made (not yet shared)
@@ -431,7 +468,7 @@ def _chat(
     return _new_chat(  # type: ignore[no-any-return]
         _ROLES[role],
         content,
-        tuple(ToolCall.from_dict(c) for c in tool_calls) if tool_calls else (),
+        _call_objects(tool_calls) if tool_calls else (),
         tool_call_id,
         name,
         seq,
@@ -751,7 +788,13 @@ class TailReader:
     def __iter__(self) -> Iterator[RowMeta]:
         seen = self.seen.append
         contents = self.contents
-        new_tuple, row_type, new_chat, roles = _tuple_new, RowMeta, _new_chat, _ROLES
+        new_tuple, row_type, new_chat, roles, call_objects = (
+            _tuple_new,
+            RowMeta,
+            _new_chat,
+            _ROLES,
+            _call_objects,
+        )
         cap = self.cap
         floor = self.floor_seq
         upper: int | None = None
@@ -789,7 +832,7 @@ class TailReader:
                     contents[seq] = chat = new_chat(
                         roles[role],
                         content,
-                        tuple(ToolCall.from_dict(c) for c in tool_calls) if tool_calls else (),
+                        call_objects(tool_calls) if tool_calls else (),
                         tool_call_id,
                         name,
                         seq,
