@@ -928,34 +928,41 @@ class ContextWindowBuilder:
             # newest human message taken truncated) were read without their content.
             contents.update(messages_qs.window_contents(conv.pk, missing))
 
-        history: list[ChatMessage] = []
+        history: list[ChatMessage]
         history_tokens = 0
         truncated: list[int] = []
-        # ``RowMeta`` fields by position, as in ``pack_history``: this runs for every message.
-        for row in rows:
-            if row[_PLACEHOLDER]:
-                placeholder = pending_placeholder(row.tool_call_id, row.name)
-                history.append(_replace(placeholder, token_count=row.token_count))
-                history_tokens += row.token_count
-                continue
-            chat = contents.get(row[_SEQ])
-            if chat is None:  # deleted between the reads (conversation cleared)
-                continue
-            tokens = chat.token_count or 0
-            if truncate_newest and row.seq == truncate_newest[0]:
-                chat = truncate_message(chat, truncate_newest[1], counter)
-                tokens = counter.count_message(chat)
-                truncated.append(row.seq)
-            elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
-                chat = marker_only_copy(chat)
-                tokens = counter.count_message(chat)
-                truncated.append(row.seq)
-            elif cap is not None and tokens > cap and row[_ROLE] == _TOOL:
-                chat = truncate_message(chat, cap, counter)
-                tokens = counter.count_message(chat)
-                truncated.append(row.seq)
-            history.append(chat)
-            history_tokens += tokens
+        if not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped):
+            # The usual window: every message as stored, none cut, no placeholder, each read
+            # with the row the packer counted.
+            history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
+            history_tokens = sum([chat.token_count or 0 for chat in history])
+        else:
+            history = []
+            # ``RowMeta`` fields by position, as in ``pack_history``: this runs for every message.
+            for row in rows:
+                if row[_PLACEHOLDER]:
+                    placeholder = pending_placeholder(row.tool_call_id, row.name)
+                    history.append(_replace(placeholder, token_count=row.token_count))
+                    history_tokens += row.token_count
+                    continue
+                chat = contents.get(row[_SEQ])
+                if chat is None:  # deleted between the reads (conversation cleared)
+                    continue
+                tokens = chat.token_count or 0
+                if truncate_newest and row.seq == truncate_newest[0]:
+                    chat = truncate_message(chat, truncate_newest[1], counter)
+                    tokens = counter.count_message(chat)
+                    truncated.append(row.seq)
+                elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
+                    chat = marker_only_copy(chat)
+                    tokens = counter.count_message(chat)
+                    truncated.append(row.seq)
+                elif cap is not None and tokens > cap and row[_ROLE] == _TOOL:
+                    chat = truncate_message(chat, cap, counter)
+                    tokens = counter.count_message(chat)
+                    truncated.append(row.seq)
+                history.append(chat)
+                history_tokens += tokens
         messages.extend(history)
         seqs = [m.seq for m in history if m.seq is not None]
 
