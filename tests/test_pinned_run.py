@@ -649,17 +649,23 @@ def test_the_migration_pins_the_leading_run_of_existing_conversations() -> None:
 # -- the replay and the window checks -------------------------------------------------------------
 
 
-@pytest.mark.django_db
-def test_a_replayed_transcript_opening_with_two_system_messages_leaves_nothing_out() -> None:
+def _developer_transcript() -> Any:
+    """OpenAI's ``[system, developer, user]`` opening, answered, as a replay transcript."""
     from agentmemory.formats.transcripts import Transcript
-    from agentmemory.replay import replay_transcripts
 
-    transcript = Transcript(
+    return Transcript(
         title="developer message",
         agent_key="demo",
         messages=[from_openai(m) for m in OPENAI_HISTORY] + [ChatMessage.ai("Bien, merci.")],
         metadata={},
     )
+
+
+@pytest.mark.django_db
+def test_a_replayed_transcript_opening_with_two_system_messages_leaves_nothing_out() -> None:
+    from agentmemory.replay import replay_transcripts
+
+    transcript = _developer_transcript()
     report = replay_transcripts([transcript], max_tokens=1_000)
     assert report.violation_count == 0 and report.left_out_messages == 0
     conv = Conversation.objects.get(pk=report.conversation_ids[0])
@@ -671,15 +677,9 @@ def test_a_transcript_replayed_through_the_agent_with_a_developer_message_leaves
     """Through the agent, the transcript's first system message is the agent's prompt and the
     developer message is stored into the empty conversation: pinned, replaced by the agent's
     prompt like any stored run, so neither the window nor the replay counts it left out."""
-    from agentmemory.formats.transcripts import Transcript
     from agentmemory.replay import replay_through_agent
 
-    transcript = Transcript(
-        title="developer message",
-        agent_key="demo",
-        messages=[from_openai(m) for m in OPENAI_HISTORY] + [ChatMessage.ai("Bien, merci.")],
-        metadata={},
-    )
+    transcript = _developer_transcript()
     report = replay_through_agent([transcript], max_tokens=1_000)
     assert report.violation_count == 0 and report.left_out_messages == 0
     conv = Conversation.objects.get(pk=report.conversation_ids[0])

@@ -27,7 +27,6 @@ from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
     _PLACEHOLDER,
-    _ROLE,
     _SEQ,
     RowMeta,
     _replace,
@@ -933,19 +932,19 @@ class ContextWindowBuilder:
         truncated: list[int] = []
         if not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped):
             # The usual window: every message as stored, none cut, no placeholder, each read
-            # with the row the packer counted.
+            # with the row the packer counted (``RowMeta`` fields by position, as in
+            # ``pack_history``: this runs for every message of most windows).
             history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
             history_tokens = sum([chat.token_count or 0 for chat in history])
         else:
             history = []
-            # ``RowMeta`` fields by position, as in ``pack_history``: this runs for every message.
             for row in rows:
-                if row[_PLACEHOLDER]:
+                if row.placeholder:
                     placeholder = pending_placeholder(row.tool_call_id, row.name)
                     history.append(_replace(placeholder, token_count=row.token_count))
                     history_tokens += row.token_count
                     continue
-                chat = contents.get(row[_SEQ])
+                chat = contents.get(row.seq)
                 if chat is None:  # deleted between the reads (conversation cleared)
                     continue
                 tokens = chat.token_count or 0
@@ -957,7 +956,7 @@ class ContextWindowBuilder:
                     chat = marker_only_copy(chat)
                     tokens = counter.count_message(chat)
                     truncated.append(row.seq)
-                elif cap is not None and tokens > cap and row[_ROLE] == _TOOL:
+                elif cap is not None and row.role == _TOOL and tokens > cap:
                     chat = truncate_message(chat, cap, counter)
                     tokens = counter.count_message(chat)
                     truncated.append(row.seq)
