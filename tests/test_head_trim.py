@@ -130,6 +130,7 @@ def whole_first_page() -> Iterator[None]:
     the reader taking a short page as the end. Sent as text (the installed functions hold
     the trimmed statement)."""
     select, init, uses = read_path._tail_select, read_path.TailReader.__init__, read_path._uses_functions
+    exact = read_path._exact_page
 
     def untrimmed(*args: Any, **kwargs: Any) -> str:
         return select(*args, **{**kwargs, "trim": False})
@@ -142,9 +143,11 @@ def whole_first_page() -> Iterator[None]:
     read_path._tail_select = untrimmed  # type: ignore[assignment]
     read_path.TailReader.__init__ = untold  # type: ignore[method-assign]
     read_path._uses_functions = lambda alias: False  # type: ignore[assignment]
+    read_path._exact_page = lambda rows, room, cap: rows  # type: ignore[assignment]
     try:
         yield
     finally:
+        read_path._exact_page = exact
         read_path._tail_select = select
         read_path.TailReader.__init__ = init  # type: ignore[method-assign]
         read_path._uses_functions = uses
@@ -205,3 +208,87 @@ def test_the_trimmed_page_gives_the_windows_of_the_whole_page(case: Case) -> Non
     # A reader past a trimmed page reads at most one page more (its later pages double from
     # the same size); a build assembles at most three windows (``_with_summary_cut``).
     assert queries_before <= queries <= queries_before + 3
+
+
+def reference_page(whole: list[Any], room: int, cap: int | None) -> list[int]:
+    """The seqs the trimmed page must hold, from the whole page newest first, by the rule
+    as written (``_tail_select``): the rows that start inside ``room`` (capped) tokens, and
+    every row not older than the oldest AI message answered by a tool result among them."""
+    before, inside = 0, []
+    for row in whole:
+        if before <= room:
+            inside.append(row)
+        tokens = row[3]
+        before += cap if cap is not None and row[2] == "tool" and tokens > cap else tokens
+    answered = [row[4] for row in inside if row[2] == "tool" and row[4] is not None]
+    reach = min(answered, default=None)
+    return [row[1] for row in whole if row in inside or (reach is not None and row[1] >= reach)]
+
+
+def head_page(case: Case, conv: Conversation) -> list[Any]:
+    head = read_path.read_head(
+        "default",
+        conv.pk,
+        with_pinned=not case.system_prompt,
+        budget=case.max_tokens,
+        max_messages=case.max_messages,
+        max_tool_result_tokens=case.cap,
+    )
+    assert head is not None
+    return head.page
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=cases())
+def test_the_trimmed_page_holds_exactly_the_rows_the_rule_keeps(case: Case) -> None:
+    # The statement keeps a superset in one window; ``_exact_page`` cuts it to the rule. On
+    # PostgreSQL the trimmed page comes through the installed function.
+    conv = store(case, TableTokenCounter([m.content for m in case.msgs], [m.tokens for m in case.msgs]))
+    trimmed = [row[1] for row in head_page(case, conv)]
+    with whole_first_page():
+        whole = head_page(case, conv)
+    assert trimmed == reference_page(whole, case.max_tokens, case.cap)
+
+
+@pytest.mark.django_db
+def test_rows_the_single_window_keeps_past_the_rule_are_dropped() -> None:
+    # Past the room: tool exchanges separated by human messages. Each result keeps its own
+    # call in the statement's running minimum, so the statement returns those exchanges but
+    # not the human messages between them: rows with gaps, which the page must not hold.
+    msgs: list[Msg] = []
+    for i in range(6):
+        msgs.append(Msg(len(msgs) + 1, "human", 5))
+        call = Msg(len(msgs) + 1, "call", 5)
+        call.call_ids = [f"c{i}"]
+        msgs.append(call)
+        msgs.append(Msg(len(msgs) + 1, "result", 5, call_id=f"c{i}"))
+    msgs.append(Msg(len(msgs) + 1, "human", 5))
+    case = Case(msgs, 12, None, None, False, False, "omit", "report", None, 0, False)
+    conv = store(case, TableTokenCounter([m.content for m in msgs], [m.tokens for m in msgs]))
+    returned: list[list[int]] = []
+    exact = read_path._exact_page
+
+    def recording(rows: list[Any], room: int, cap: int | None) -> list[Any]:
+        returned.append([row[1] for row in rows])
+        return exact(rows, room, cap)
+
+    read_path._exact_page = recording  # type: ignore[assignment]
+    try:
+        page = [row[1] for row in head_page(case, conv)]
+    finally:
+        read_path._exact_page = exact
+    newest = len(msgs)
+    # the last human message, the result and call before it (the result starts inside
+    # 12 tokens), then the exchanges further back without the human messages between them
+    assert page == [newest, newest - 1, newest - 2]
+    assert returned[0][:3] == page and len(returned[0]) > len(page)
+    assert newest - 3 not in returned[0]  # a human message past the room: a gap
+    with whole_first_page():
+        whole = head_page(case, conv)
+    assert page == reference_page(whole, 12, None)

@@ -129,10 +129,10 @@ def _effective_tokens(row: RowMeta, cap: int | None, marker_tokens: Mapping[int,
 def _canonical(ai: RowMeta, results: list[RowMeta]) -> tuple[list[RowMeta], list[dict[str, Any]]]:
     """Order a tool exchange: the AI message, then its results in ``tool_calls`` order,
     wherever they were stored. Second value: the calls that have no result."""
-    by_id = {r.tool_call_id: r for r in results}
+    by_id = {r[_CALL_ID]: r for r in results}
     ordered = [ai]
     unanswered = []
-    for call in ai.tool_calls:
+    for call in ai[_CALLS]:
         result = by_id.pop(call["id"], None)
         if result is None:
             unanswered.append(call)
@@ -191,6 +191,8 @@ def pack_history(
 
     newest_first_units: list[list[RowMeta]] = []
     consumed = 0
+    # every row counts its stored tokens (``_effective_tokens`` without a cap or markers)
+    uncapped = max_tool_result_tokens is None and not marker_tokens
     # Fields are read by position (``_SEQ`` ...): a named field of a ``RowMeta`` costs a
     # descriptor call on every access, and this loop runs for every row of every window.
     for row in rows_newest_first:
@@ -206,15 +208,22 @@ def pack_history(
             results = held.pop(row[_SEQ], [])
             unit, unanswered = _canonical(row, results)
             # Results whose id the AI message does not hold: data written around validation.
-            # (by identity: comparing rows field by field made an exchange of n calls cost n**2)
-            placed = {id(r) for r in unit}
-            stray = [r.seq for r in results if id(r) not in placed]
+            # The unit holds distinct results only, so when it holds as many as were read,
+            # every one was placed. (By identity otherwise: comparing rows field by field
+            # made an exchange of n calls cost n**2.)
+            stray: list[int] = []
+            if len(unit) <= len(results):
+                placed = {id(r) for r in unit}
+                stray = [r.seq for r in results if id(r) not in placed]
             if unanswered or stray:
                 if placeholder_tokens is None or stray:
                     result.skipped_pending.extend(sorted([row.seq, *(r.seq for r in results)]))
                     continue
                 unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
-            cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
+            if uncapped:
+                cost = sum([r[_TOKENS] for r in unit])
+            else:
+                cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
         else:
             unit = [row]
             cost = row[_TOKENS]  # not a tool result: never capped

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
@@ -128,11 +130,17 @@ def _tail_select(
     ``ORDER BY seq DESC LIMIT`` keeps the plan on the index even for a conversation that
     holds a large share of the table. ``before`` and ``after`` are extra output columns.
 
-    ``trim`` returns only the rows the packer can use: those that start inside
-    ``%(room)s`` (the running sum before them is within it: the rows inside and the first
-    row past it), and every row from the oldest AI message whose tool result is among them
-    (a unit is costed when its AI message is read). ``TailReader`` knows from the sum of
-    the rows it got that more may follow."""
+    ``trim`` leaves out rows the packer cannot use, in one pass of one window: it keeps the
+    rows that start inside ``%(room)s`` (the running sum before them is within it: the
+    rows inside and the first row past it), and each row past them that is not older than
+    the oldest AI message answered by a tool result read so far (a running minimum over
+    the same window). That keeps every row from the oldest AI message whose tool result
+    starts inside the room (a unit is costed when its AI message is read), and may keep
+    a few more rows past it, not always contiguous: ``_exact_page`` drops those, so the
+    page is what a second window over the whole page would have kept. (That second
+    window buffered every row of the page with its content again: a third of the
+    statement's time.) ``TailReader`` knows from the sum of the rows it got that more
+    may follow."""
     qn = connections[alias].ops.quote_name
     _, _, m = _names(alias)
     meta = [m(f) for f in _META_FIELDS]
@@ -145,22 +153,25 @@ def _tail_select(
     # neither sent nor parsed, and a row without thinking costs no JSON decoding here.
     thinking = _thinking_expression(alias, m("metadata"))
     metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {thinking} END"
+    if trim:
+        # One window for both running values (seq is unique within a conversation, so ROWS
+        # and the default RANGE frame agree): a single WindowAgg, streamed into the LIMIT.
+        # The role is a literal: the statement has no %(tool)s parameter when uncapped.
+        window = f"WINDOW w AS (ORDER BY {m('seq')} DESC ROWS UNBOUNDED PRECEDING) "
+        running = (
+            f"SUM({tokens}) OVER w AS running, {tokens} AS tok, "
+            f"MIN(CASE WHEN {m('role')} = '{Role.TOOL.value}' THEN {m('exchange_seq')} END) OVER w AS reach"
+        )
+    else:
+        window = ""
+        running = f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running"
     page = (
         f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
-        f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running"
-        + (f", {tokens} AS tok" if trim else "")
-        + f" FROM {qn(Message._meta.db_table)} WHERE {where} ORDER BY {m('seq')} DESC LIMIT {limit}"
+        f"{running} FROM {qn(Message._meta.db_table)} WHERE {where} {window}"
+        f"ORDER BY {m('seq')} DESC LIMIT {limit}"
     )
     if trim:
-        starts_inside = "running - tok <= %(room)s"
-        # The role is a literal: the statement has no %(tool)s parameter when uncapped.
-        reach = (
-            f"MIN(CASE WHEN {starts_inside} AND {m('role')} = '{Role.TOOL.value}' "
-            f"THEN {m('exchange_seq')} END) OVER () AS reach"
-        )
-        source = (
-            f"(SELECT page.*, {reach} FROM ({page}) page) tail WHERE {starts_inside} OR {m('seq')} >= reach"
-        )
+        source = f"({page}) tail WHERE running - tok <= %(room)s OR {m('seq')} >= reach"
     else:
         source = f"({page}) tail"
     return (
@@ -606,6 +617,43 @@ def _probe_sql() -> str:
     )
 
 
+#: a row's stored token count (the tail row layout, ``kind`` first)
+_ROW_TOKENS = itemgetter(3)
+
+
+def _exact_page(rows: list[Any], room: int, cap: int | None) -> list[Any]:
+    """The head's page as the trim promises it (``_tail_select(trim=True)``), from the rows
+    the statement returned, newest first: the rows that start inside ``room`` tokens (the
+    running sum of the (capped) token counts before them is within it), then the rows past
+    them down to the oldest AI message answered by a tool result among those, and no other.
+
+    The statement keeps a superset, computed in one window: every row past the room that
+    is not older than the oldest call answered by a result read so far, including results
+    past the room. Its rows that start inside the room come first and complete, so the
+    running sum here (over the rows returned) is the statement's for them; the rows down to
+    the oldest answered call come next, all of them. What follows is dropped here (in
+    place; ``rows`` is returned): it may have gaps."""
+    if len(rows) < 2:
+        return rows
+    if cap is None:
+        tokens: Any = map(_ROW_TOKENS, rows)
+    else:
+        tokens = [cap if row[2] == _TOOL and row[3] > cap else row[3] for row in rows]
+    # Row i starts inside when the sum through row i - 1 is within the room (row 0 always):
+    # the sums never decrease (no count is negative), so the rows that start inside are
+    # the first ``bisect_right(sums, room) + 1``.
+    inside = bisect_right(list(accumulate(tokens)), room) + 1
+    if inside >= len(rows):
+        return rows
+    reach = min([row[4] for row in rows[:inside] if row[2] == _TOOL and row[4] is not None], default=None)
+    end = inside
+    if reach is not None:
+        while end < len(rows) and rows[end][_SEQ] >= reach:
+            end += 1
+    del rows[end:]
+    return rows
+
+
 def read_head(
     alias: str,
     conversation_id: int,
@@ -680,7 +728,7 @@ def read_head(
                 )
             )
     del rows[end:]
-    page = rows
+    page = _exact_page(rows, budget, max_tool_result_tokens)
     if conv is None:
         return None
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
