@@ -15,8 +15,7 @@ the cap is turned off (``max_tool_result_tokens=None``) because no peer caps too
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -63,20 +62,25 @@ def _setup_agentmemory(target: Target, budget: int) -> tuple[Callable[[], Any], 
     return build, _noop
 
 
-@contextmanager
-def statements_as_text() -> Iterator[None]:
+class statements_as_text:
     """agentmemory as Django leaves it by default: its statements sent as text
     (``DISABLE_SERVER_SIDE_CURSORS`` keeps them unprepared whatever ``PREPARED_STATEMENTS``
     says; a dict item set and restored, nothing else). The head statement and the gap probe
     then run through their server-side functions (``agentmemory.context.functions``), which
-    ``migrate`` installed: only the short call is parsed and planned on every build."""
-    settings_dict = connection.settings_dict
-    before = settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
-    settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
-    try:
-        yield
-    finally:
-        settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = before
+    ``migrate`` installed: only the short call is parsed and planned on every build.
+
+    A class rather than a generator context manager: it wraps every timed text-mode build
+    and append, and the harness should charge as little of its own to them as it can."""
+
+    __slots__ = ("before", "settings_dict")
+
+    def __enter__(self) -> None:
+        self.settings_dict = connection.settings_dict
+        self.before = self.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
+        self.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = self.before
 
 
 def _setup_agentmemory_text(target: Target, budget: int) -> tuple[Callable[[], Any], Callable[[], None]]:

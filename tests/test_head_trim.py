@@ -143,7 +143,7 @@ def whole_first_page() -> Iterator[None]:
     read_path._tail_select = untrimmed  # type: ignore[assignment]
     read_path.TailReader.__init__ = untold  # type: ignore[method-assign]
     read_path._uses_functions = lambda alias: False  # type: ignore[assignment]
-    read_path._exact_page = lambda rows, room, cap: rows  # type: ignore[assignment]
+    read_path._exact_page = lambda rows: rows  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -274,9 +274,9 @@ def test_rows_the_single_window_keeps_past_the_rule_are_dropped() -> None:
     returned: list[list[int]] = []
     exact = read_path._exact_page
 
-    def recording(rows: list[Any], room: int, cap: int | None) -> list[Any]:
+    def recording(rows: list[Any]) -> list[Any]:
         returned.append([row[1] for row in rows])
-        return exact(rows, room, cap)
+        return exact(rows)
 
     read_path._exact_page = recording  # type: ignore[assignment]
     try:

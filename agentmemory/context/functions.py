@@ -133,11 +133,18 @@ def signature(alias: str, key: tuple[Any, ...]) -> str:
     return f"{name}({','.join(kind for _, kind in _params(key))})"
 
 
+_calls: dict[tuple[Any, ...], str] = {}
+
+
 def call_sql(alias: str, key: tuple[Any, ...]) -> str:
-    """The statement that calls the function, with the statement's named parameters."""
-    name, _ = body(alias, key)
-    arguments = ", ".join(f"%({param})s::{kind}" for param, kind in _params(key))
-    return f"SELECT * FROM {name}({arguments})"
+    """The statement that calls the function, with the statement's named parameters (made
+    once per alias and key: it is sent for every window)."""
+    cached = _calls.get((alias, *key))
+    if cached is None:
+        name, _ = body(alias, key)
+        arguments = ", ".join(f"%({param})s::{kind}" for param, kind in _params(key))
+        cached = _calls[(alias, *key)] = f"SELECT * FROM {name}({arguments})"
+    return cached
 
 
 def known(raw_connection: Any, key: tuple[Any, ...]) -> bool | None:

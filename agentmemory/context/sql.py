@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import itemgetter
+from functools import partial
+from itertools import compress
+from operator import is_not, itemgetter
 from typing import Any
 
 from django.db import ProgrammingError, connections, router
@@ -617,35 +618,44 @@ def _probe_sql() -> str:
     )
 
 
-#: a row's stored token count (the tail row layout, ``kind`` first)
-_ROW_TOKENS = itemgetter(3)
+def _past_room(row: tuple[Any, ...]) -> bool:
+    """Whether a tail row ends past the room (the statement read it without its content)."""
+    return not row[_HAS_CONTENT]
 
 
-def _exact_page(rows: list[Any], room: int, cap: int | None) -> list[Any]:
+#: the exchange seq and role of a tail row (the row layout, ``kind`` first)
+_ROW_EXCHANGE, _ROW_ROLE = itemgetter(4), itemgetter(2)
+_HAS_CONTENT = 9
+_is_tool = Role.TOOL.value.__eq__
+_not_none = partial(is_not, None)
+
+
+def _exact_page(rows: list[Any]) -> list[Any]:
     """The head's page as the trim promises it (``_tail_select(trim=True)``), from the rows
-    the statement returned, newest first: the rows that start inside ``room`` tokens (the
-    running sum of the (capped) token counts before them is within it), then the rows past
-    them down to the oldest AI message answered by a tool result among those, and no other.
+    the statement returned, newest first: the rows that start inside the room (the running
+    sum of the (capped) token counts before them is within it), then the rows past them
+    down to the oldest AI message answered by a tool result among those, and no other.
 
     The statement keeps a superset, computed in one window: every row past the room that
     is not older than the oldest call answered by a result read so far, including results
-    past the room. Its rows that start inside the room come first and complete, so the
-    running sum here (over the rows returned) is the statement's for them; the rows down to
-    the oldest answered call come next, all of them. What follows is dropped here (in
-    place; ``rows`` is returned): it may have gaps."""
-    if len(rows) < 2:
-        return rows
-    if cap is None:
-        tokens: Any = map(_ROW_TOKENS, rows)
-    else:
-        tokens = [cap if row[2] == _TOOL and row[3] > cap else row[3] for row in rows]
-    # Row i starts inside when the sum through row i - 1 is within the room (row 0 always):
-    # the sums never decrease (no count is negative), so the rows that start inside are
-    # the first ``bisect_right(sums, room) + 1``.
-    inside = bisect_right(list(accumulate(tokens)), room) + 1
-    if inside >= len(rows):
-        return rows
-    reach = min([row[4] for row in rows[:inside] if row[2] == _TOOL and row[4] is not None], default=None)
+    past the room. Its rows that start inside the room come first and complete; the rows
+    down to the oldest call answered among them come next, all of them. What follows is
+    dropped here (in place; ``rows`` is returned): it may have gaps.
+
+    A row ends inside the room when it came with its content (the statement's running sum
+    through it is within the room, the same sum and room as the trim's), so the rows that
+    start inside are those up to the first row read without content. Those are a prefix
+    (no token count is negative), found by bisection."""
+    if not rows or not _past_room(rows[-1]):
+        return rows  # every row ends inside the room: none is past it
+    inside = bisect_left(rows, True, key=_past_room) + 1  # and the first row past it
+    prefix = rows[:inside]
+    # The oldest call answered by a result that starts inside (C iterators: this runs for
+    # most windows).
+    reach = min(
+        filter(_not_none, compress(map(_ROW_EXCHANGE, prefix), map(_is_tool, map(_ROW_ROLE, prefix)))),
+        default=None,
+    )
     end = inside
     if reach is not None:
         while end < len(rows) and rows[end][_SEQ] >= reach:
@@ -728,7 +738,7 @@ def read_head(
                 )
             )
     del rows[end:]
-    page = _exact_page(rows, budget, max_tool_result_tokens)
+    page = _exact_page(rows)
     if conv is None:
         return None
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
