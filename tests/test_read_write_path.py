@@ -101,6 +101,53 @@ def test_the_head_page_is_the_newest_rows_newest_first() -> None:
     assert len(seqs) < head.page_size  # trimmed: the rows past it are not sent
 
 
+@pytest.mark.django_db
+def test_the_head_rows_in_any_order_give_the_same_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    # UNION ALL promises no order: ``read_head`` puts the rows in order itself.
+    import random
+
+    from agentmemory.context import sql as read_path
+    from agentmemory.models import Summary
+
+    conversation = ConversationFactory()
+    history = PersistentChatHistory(conversation)
+    history.add_messages([ChatMessage.system("pinned"), ChatMessage.system("pinned too")])
+    history.add_messages([m for i in range(30) for m in turn(i, tool=i % 3 == 0)])
+    summary = Summary.objects.create(
+        conversation=conversation, text="so far", first_seq=1, through_seq=9, token_count=3
+    )
+    Conversation.objects.filter(pk=conversation.pk).update(summary=summary)
+    returned: list[list[Any]] = []
+    run_head = read_path._run_head
+
+    def recording(*args: Any, **kwargs: Any) -> list[Any]:
+        rows = run_head(*args, **kwargs)
+        returned.append(list(rows))
+        return rows
+
+    def head() -> Any:
+        return read_head(
+            "default",
+            conversation.pk,
+            with_pinned=True,
+            budget=300,
+            max_messages=None,
+            max_tool_result_tokens=None,
+        )
+
+    monkeypatch.setattr(read_path, "_run_head", recording)
+    expected = head()
+    assert expected is not None and expected.summary is not None
+    assert [m.text for m in expected.pinned] == ["pinned", "pinned too"]
+    rows = returned[0]
+    shuffler = random.Random(7)
+    for _ in range(20):
+        shuffled = list(rows)
+        shuffler.shuffle(shuffled)
+        monkeypatch.setattr(read_path, "_run_head", lambda *args, rows=shuffled, **kwargs: list(rows))
+        assert head() == expected
+
+
 def test_the_head_page_reaches_back_to_the_call_of_every_result_inside_the_room() -> None:
     # A tool exchange whose results start inside the room but whose AI message starts past
     # it: the page goes on to that AI message, so the packer can cost the unit.

@@ -18,9 +18,7 @@ import json
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
-from itertools import compress
-from operator import is_not, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from django.db import ProgrammingError, connections, router
@@ -618,16 +616,13 @@ def _probe_sql() -> str:
     )
 
 
+#: index of the content flag in a tail row (the row layout, ``kind`` first)
+_HAS_CONTENT = 9
+
+
 def _past_room(row: tuple[Any, ...]) -> bool:
     """Whether a tail row ends past the room (the statement read it without its content)."""
     return not row[_HAS_CONTENT]
-
-
-#: the exchange seq and role of a tail row (the row layout, ``kind`` first)
-_ROW_EXCHANGE, _ROW_ROLE = itemgetter(4), itemgetter(2)
-_HAS_CONTENT = 9
-_is_tool = Role.TOOL.value.__eq__
-_not_none = partial(is_not, None)
 
 
 def _exact_page(rows: list[Any]) -> list[Any]:
@@ -649,13 +644,8 @@ def _exact_page(rows: list[Any]) -> list[Any]:
     if not rows or not _past_room(rows[-1]):
         return rows  # every row ends inside the room: none is past it
     inside = bisect_left(rows, True, key=_past_room) + 1  # and the first row past it
-    prefix = rows[:inside]
-    # The oldest call answered by a result that starts inside (C iterators: this runs for
-    # most windows).
-    reach = min(
-        filter(_not_none, compress(map(_ROW_EXCHANGE, prefix), map(_is_tool, map(_ROW_ROLE, prefix)))),
-        default=None,
-    )
+    # the oldest call answered by a result that starts inside
+    reach = min([row[4] for row in rows[:inside] if row[2] == _TOOL and row[4] is not None], default=None)
     end = inside
     if reach is not None:
         while end < len(rows) and rows[end][_SEQ] >= reach:
