@@ -202,6 +202,50 @@ def test_close_reports_a_gap_compaction_could_not_close(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("budget", [5, 80])
+def test_a_summary_made_to_close_a_gap_is_fitted_like_any_other(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The compaction that closes the gap makes a summary larger than the room beside the
+    # turn. The window over it is then built as any window over a summary: cut to the room
+    # (80 tokens), or refused naming the sizes (5), the same answer as a moment later. Seen
+    # through the API at max_tokens=40: a 422 blaming "the system prompt and summary".
+    from agentmemory.exceptions import TurnTooLarge
+
+    # system prompt at seq 1, turn i: human at 2 + 2i, answer at 3 + 2i; 121 tokens in all
+    conv, _ = conversation_with_turns(60, token_counter=COUNTER, tool_every=0)
+    builder = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close")
+
+    def compact(max_tokens: int) -> FakeRequest:
+        summary = Summary.objects.create(
+            conversation=conv,
+            text="so far " * 200,
+            first_seq=2,
+            through_seq=119,
+            human_messages_covered=59,
+            token_count=100,
+            token_counter=COUNTER.id,
+        )
+        Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+        return FakeRequest(summary_id=summary.pk)
+
+    monkeypatch.setattr(builder, "_request_compaction", compact)
+    if budget == 5:
+        with pytest.raises(TurnTooLarge) as first:
+            builder.build(budget)
+        with pytest.raises(TurnTooLarge) as again:  # the summary is stored now
+            ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close").build(budget)
+        assert str(first.value) == str(again.value)
+        assert "shortest cut of the summary" in str(first.value)
+        return
+    window = builder.build(budget)
+    assert window.compaction is not None and window.summary_id is not None
+    assert window.messages[1].truncated and window.summary_tokens <= budget - 3
+    assert [m.seq for m in window.history] == [120, 121] and window.uncovered.count == 0
+    assert window.total_tokens <= budget
+
+
+@pytest.mark.django_db(transaction=True)
 def test_close_with_the_compactors_own_class(compaction_requests: Any) -> None:
     class KeepTwoTurns(LLMMemoryCompactor):
         pass

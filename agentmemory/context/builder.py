@@ -564,14 +564,7 @@ class ContextWindowBuilder:
         max_tokens = validate_max_tokens(max_tokens)
         if max_messages is not None:
             max_messages = whole_number(max_messages, "max_messages", minimum=0, unit="messages")
-        try:
-            window = self._assemble(max_tokens, max_messages)
-            summary_cut = False
-        except ContextBudgetExceeded as exc:
-            if not self.fit_newest_turn:
-                raise
-            window = self._with_summary_cut(max_tokens, max_messages, exc)
-            summary_cut = True
+        window, summary_cut = self._fitted(max_tokens, max_messages)
         reason = ""
         if window.uncovered:
             if summary_cut:
@@ -580,9 +573,16 @@ class ContextWindowBuilder:
                 reason = REASON_SUMMARY_CUT
             elif self.gap_policy == "close" and self._can_compact:
                 request = self._request_compaction(max_tokens)
-                window = replace(self._assemble(max_tokens, max_messages), compaction=request)
+                # Built as any window over the summary just made: one that leaves no room
+                # for the turn beside it is cut, or refused with the sizes, as it would be
+                # a moment later.
+                window, summary_cut = self._fitted(max_tokens, max_messages)
+                window = replace(window, compaction=request)
                 error = getattr(request, "error", None)
-                reason = f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
+                if summary_cut:
+                    reason = REASON_SUMMARY_CUT
+                else:
+                    reason = f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
             elif self.gap_policy == "close":
                 reason = REASON_NO_COMPACTOR
             else:
@@ -612,6 +612,20 @@ class ContextWindowBuilder:
                 },
             )
         return window
+
+    def _fitted(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
+        """The window, and whether the summary had to be cut or left out for the turn in
+        progress (``_with_summary_cut``, when ``fit_newest_turn``).
+
+        Raises:
+            ContextBudgetExceeded, TurnTooLarge: as ``build``.
+        """
+        try:
+            return self._assemble(max_tokens, max_messages), False
+        except ContextBudgetExceeded as exc:
+            if not self.fit_newest_turn:
+                raise
+            return self._with_summary_cut(max_tokens, max_messages, exc), True
 
     def _with_summary_cut(
         self, max_tokens: int, max_messages: int | None, error: ContextBudgetExceeded
