@@ -117,6 +117,13 @@ def test_conversation_search_by_uuid_and_title(admin_client, chat):  # type: ign
     assert list(by_uuid.context["cl"].result_list) == [chat]
     by_title = admin_client.get(url("conversation_changelist"), {"q": "unrel"})
     assert list(by_title.context["cl"].result_list) == [other]
+    # The digits every conversation's name shows ("Title (1a2b3c4d)"), and more of them.
+    short = chat.uuid.hex[:8]
+    assert f"({short})" in str(chat)
+    for digits in (short, short.upper(), str(chat.uuid)[:13], chat.uuid.hex[:31]):
+        found = admin_client.get(url("conversation_changelist"), {"q": digits})
+        assert list(found.context["cl"].result_list) == [chat], digits
+    assert list(admin_client.get(url("conversation_changelist"), {"q": "0" * 8}).context["cl"].result_list) == []
 
 
 def test_conversation_page_links_to_messages_summaries_and_context(admin_client, chat):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import router, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -352,14 +352,23 @@ class ConversationAdmin(CheckedQueryAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Conversation], search_term: str
     ) -> tuple[QuerySet[Conversation], bool]:
-        # "=uuid" only makes sense for a well-formed uuid; anything else searches titles.
+        # "=uuid" only makes sense for a well-formed uuid. The first hex digits of one, as
+        # every conversation's name shows them ("Refund (1a2b3c4d)"), find the uuids that
+        # start with them (a range on the uuid's index) and titles holding the text; anything
+        # else searches titles.
         term = search_term.strip()
         if not term:
             return queryset, False
         try:
             uuid.UUID(term)
         except ValueError:
-            return queryset.filter(title__icontains=term), False
+            titles = Q(title__icontains=term)
+            digits = term.replace("-", "").lower()
+            if 8 <= len(digits) < 32 and all(c in "0123456789abcdef" for c in digits):
+                low = uuid.UUID(digits.ljust(32, "0"))
+                high = uuid.UUID(digits.ljust(32, "f"))
+                return queryset.filter(titles | Q(uuid__range=(low, high))), False
+            return queryset.filter(titles), False
         return super().get_search_results(request, queryset, term)
 
     def get_deleted_objects(
