@@ -292,3 +292,18 @@ def test_rows_the_single_window_keeps_past_the_rule_are_dropped() -> None:
     with whole_first_page():
         whole = head_page(case, conv)
     assert page == reference_page(whole, 12, None)
+
+
+def test_the_cut_compares_only_numbers_like_the_database() -> None:
+    # SQLite keeps text written into ``exchange_seq`` around Django (raw SQL); its MIN and
+    # >= order numbers before text, so such a value reaches no row. Rows as the head
+    # statement returns them: kind, seq, role, tokens, exchange_seq, ..., has_content at 9.
+    def row(seq: int, role: str, exchange: Any, has_content: int) -> tuple[Any, ...]:
+        return (3, seq, role, 5, exchange, "", "[]", seq, "", has_content, None, None, None)
+
+    page = [row(6, "human", None, 1), row(5, "tool", "x", 0), row(4, "tool", 2, 0), row(3, "tool", 2, 0)]
+    assert [r[1] for r in read_path._exact_page(list(page))] == [6, 5]  # the text reaches nothing
+    page[1] = row(5, "tool", 2, 0)
+    assert [r[1] for r in read_path._exact_page(list(page))] == [6, 5, 4, 3]  # down to seq 2
+    page[1] = row(5, "tool", 2.0, 0)  # a REAL compares as the number it is
+    assert [r[1] for r in read_path._exact_page(list(page))] == [6, 5, 4, 3]

@@ -618,6 +618,8 @@ def _probe_sql() -> str:
 
 #: index of the content flag in a tail row (the row layout, ``kind`` first)
 _HAS_CONTENT = 9
+#: the types of a stored seq as the drivers return it
+_NUMBERS = (int, float)
 
 
 def _past_room(row: tuple[Any, ...]) -> bool:
@@ -644,8 +646,12 @@ def _exact_page(rows: list[Any]) -> list[Any]:
     if not rows or not _past_room(rows[-1]):
         return rows  # every row ends inside the room: none is past it
     inside = bisect_left(rows, True, key=_past_room) + 1  # and the first row past it
-    # the oldest call answered by a result that starts inside
-    reach = min([row[4] for row in rows[:inside] if row[2] == _TOOL and row[4] is not None], default=None)
+    # The oldest call answered by a result that starts inside. Only numbers: SQLite keeps
+    # text written into the integer column around Django, and its MIN and >= put numbers
+    # before text, so text there reaches no row (Python would refuse to compare them).
+    reach = min(
+        [row[4] for row in rows[:inside] if row[2] == _TOOL and type(row[4]) in _NUMBERS], default=None
+    )
     end = inside
     if reach is not None:
         while end < len(rows) and rows[end][_SEQ] >= reach:
