@@ -103,6 +103,15 @@ def cases(draw: Any) -> Case:
     )
 
 
+#: 300 random cases a test; they share its transaction, each storing its own conversation
+EXAMPLES = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
 def store(case: Case, counter: TableTokenCounter) -> Conversation:
     conv = Conversation.objects.create(agent_key="trim")
     history = PersistentChatHistory(conv, token_counter=counter, validate_tool_pairs=False)
@@ -193,12 +202,7 @@ def build(case: Case) -> tuple[Any, int]:
 
 
 @pytest.mark.django_db
-@settings(
-    max_examples=300,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@EXAMPLES
 @given(case=cases())
 def test_the_trimmed_page_gives_the_windows_of_the_whole_page(case: Case) -> None:
     trimmed, queries = build(case)
@@ -239,12 +243,7 @@ def head_page(case: Case, conv: Conversation) -> list[Any]:
 
 
 @pytest.mark.django_db
-@settings(
-    max_examples=300,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@EXAMPLES
 @given(case=cases())
 def test_the_trimmed_page_holds_exactly_the_rows_the_rule_keeps(case: Case) -> None:
     # The statement keeps a superset in one window; ``_exact_page`` cuts it to the rule. On
