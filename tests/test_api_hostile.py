@@ -482,3 +482,24 @@ def test_the_browsable_api_forms_remember_and_change_a_fact(api) -> None:  # typ
     }
     changed = api.patch(fact_url, {**example, "importance": 0.9}, format="json")
     assert changed.status_code == 200 and changed.json()["fact"]["importance"] == 0.9, changed.content
+
+
+def test_json_sent_as_a_form_is_a_400_that_names_the_content_type(api, conv) -> None:  # type: ignore[no-untyped-def]
+    # ``curl -d '{...}'`` without ``-H 'Content-Type: application/json'``: curl sends it as
+    # application/x-www-form-urlencoded, and the JSON became a field named ``{"role": ...``.
+    before = snapshot()
+    for body in (
+        '{"role": "human", "content": "x"}',
+        '{"content": "a=b&c", "role": "human"}',
+        '[{"role": "human"}]',
+    ):
+        reply = assert_error(
+            api.post(url(conv, "messages/"), body, content_type="application/x-www-form-urlencoded"), 400
+        )
+        assert "Content-Type: application/json" in reply["detail"]
+    assert snapshot() == before
+    # The same body with its content type is stored.
+    stored = api.post(
+        url(conv, "messages/"), '{"role": "human", "content": "x"}', content_type="application/json"
+    )
+    assert stored.status_code == 201, stored.content

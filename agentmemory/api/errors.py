@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import FormParser, JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -30,6 +30,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 __all__ = [
     "MAX_BODY_DEPTH",
     "BoundedJSONParser",
+    "JSONAwareFormParser",
     "PayloadTooLarge",
     "error_response",
     "exception_handler",
@@ -115,6 +116,23 @@ class BoundedJSONParser(JSONParser):
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
         if _depth_exceeds(data, MAX_BODY_DEPTH):
             raise exceptions.ParseError(f"JSON nested deeper than {MAX_BODY_DEPTH} levels.")
+        return data
+
+
+class JSONAwareFormParser(FormParser):
+    """DRF's form parser, refusing a form whose field name is JSON: what ``curl -d '{...}'``
+    sends without ``-H 'Content-Type: application/json'`` (curl's default content type is
+    ``application/x-www-form-urlencoded``). The JSON would otherwise reach the serializer as
+    a field named ``{"role": ...`` and be refused as an unknown key, which says nothing of
+    the cause. No field of the API's forms starts with ``{`` or ``[``."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        data = super().parse(stream, media_type, parser_context)
+        if any(key.lstrip()[:1] in ("{", "[") for key in data):
+            raise exceptions.ParseError(
+                "The body is JSON sent as a form (Content-Type: application/x-www-form-urlencoded, "
+                "curl's default for -d); send it with Content-Type: application/json."
+            )
         return data
 
 

@@ -20,7 +20,7 @@ from django.utils.safestring import mark_safe
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -38,6 +38,7 @@ from agentmemory.api.access import (
 )
 from agentmemory.api.errors import (
     BoundedJSONParser,
+    JSONAwareFormParser,
     error_response,
     exception_handler,
     reject_oversized_body,
@@ -211,7 +212,7 @@ class AppAPIView:
     bounds, a body-size check made before anything reads the body, and descriptions
     without raw docstring markup (``view_description``)."""
 
-    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+    parser_classes = [BoundedJSONParser, JSONAwareFormParser, MultiPartParser]
     content_negotiation_class = StrictContentNegotiation
     schema = view_schema()
     #: first part of the operation ids of the view's actions in the schema
