@@ -616,8 +616,9 @@ def _probe_sql() -> str:
     )
 
 
-#: index of the content flag in a tail row (the row layout, ``kind`` first)
-_HAS_CONTENT = 9
+#: indexes of the role, the exchange seq and the content flag in a tail row (the row layout,
+#: ``kind`` first; ``_SEQ`` is the seq)
+_ROLE_COL, _EXCHANGE_COL, _HAS_CONTENT = 2, 4, 9
 #: the types of a stored seq as the drivers return it
 _NUMBERS = (int, float)
 
@@ -650,7 +651,12 @@ def _exact_page(rows: list[Any]) -> list[Any]:
     # text written into the integer column around Django, and its MIN and >= put numbers
     # before text, so text there reaches no row (Python would refuse to compare them).
     reach = min(
-        [row[4] for row in rows[:inside] if row[2] == _TOOL and type(row[4]) in _NUMBERS], default=None
+        [
+            row[_EXCHANGE_COL]
+            for row in rows[:inside]
+            if row[_ROLE_COL] == _TOOL and type(row[_EXCHANGE_COL]) in _NUMBERS
+        ],
+        default=None,
     )
     end = inside
     if reach is not None:
