@@ -400,6 +400,86 @@ class PersistentChatHistory:
             Summary.objects.using(using).filter(conversation_id=self.conversation_id).delete()
             Message.objects.using(using).filter(conversation_id=self.conversation_id).delete()
 
+    def pop(self) -> ChatMessage | None:
+        """Delete the newest stored message and return it (``seq``, ``id`` and
+        ``token_count`` set), or ``None`` when the conversation holds none: the ``pop_item``
+        of session stores such as the OpenAI Agents SDK's, which undo the last item (a
+        retried turn, a corrected message).
+
+        The conversation's counters follow under its row lock: the message and token counts,
+        the pinned system prompt (popping the last pinned message shortens the run), and the
+        pending tool calls: popping an AI message withdraws its calls that still await a
+        result, popping a tool result makes the call it answered pending again. Summaries
+        that reach the popped message (only possible once every later message is gone:
+        compaction never folds the newest turn) are deleted, and the newest summary left
+        becomes the current one. Seqs are not reused (as after ``clear``): the next message
+        gets a seq above every one handed out, so a compaction that read the popped message
+        cannot attach to a new one.
+
+        Raises:
+            ConversationNotFound: the conversation does not exist (any more).
+        """
+        from agentmemory.models import Summary
+
+        using = router.db_for_write(Message)
+        with transaction.atomic(using=using):
+            try:
+                conv = (
+                    Conversation.objects.using(using)
+                    .select_for_update()
+                    .only(*_LOCK_FIELDS, "summary_id")
+                    .get(pk=self.conversation_id)
+                )
+            except Conversation.DoesNotExist as exc:
+                raise ConversationNotFound(f"conversation {self.conversation_id} does not exist") from exc
+            newest = list(Message.objects.using(using).filter(conversation_id=conv.pk).order_by("-seq")[:2])
+            if not newest:
+                return None
+            row = newest[0]
+            before = newest[1].seq if len(newest) > 1 else None
+            pending = dict(conv.pending_tool_calls or {})
+            if row.role == Role.AI:
+                for call in row.tool_calls or ():
+                    if pending.get(call.get("id")) == row.seq:
+                        del pending[call["id"]]
+            elif row.role == Role.TOOL and row.exchange_seq is not None:
+                # The call is unanswered again, unless a later call took over its id.
+                pending.setdefault(row.tool_call_id, row.exchange_seq)
+            pinned_seq, pinned_last_seq = conv.pinned_seq, conv.pinned_last_seq
+            if pinned_seq is not None and row.seq <= conv.pinned_through:
+                # The newest message is pinned, so every message is: the run ends before it.
+                if before is None or before < pinned_seq:
+                    pinned_seq = pinned_last_seq = None
+                else:
+                    pinned_last_seq = before
+            if conv.summary_id is not None:
+                reached = Summary.objects.using(using).filter(
+                    conversation_id=conv.pk, through_seq__gte=row.seq
+                )
+                if reached.exists():
+                    reached.delete()
+                    conv.summary_id = (
+                        Summary.objects.using(using)
+                        .filter(conversation_id=conv.pk)
+                        .order_by("-through_seq")
+                        .values_list("pk", flat=True)
+                        .first()
+                    )
+            message = row.to_chat_message()
+            Message.objects.using(using).filter(pk=row.pk).delete()
+            Conversation.objects.using(using).filter(pk=conv.pk).update(
+                message_count=max(conv.message_count - 1, 0),
+                human_message_count=max(conv.human_message_count - (row.role == Role.HUMAN), 0),
+                stored_tokens=max(conv.stored_tokens - row.token_count, 0),
+                has_system_prompt=pinned_seq is not None,
+                pinned_seq=pinned_seq,
+                pinned_last_seq=pinned_last_seq,
+                pending_tool_calls=pending,
+                summary_id=conv.summary_id,
+                updated_at=timezone.now(),
+            )
+        return message
+
     # -- reading ------------------------------------------------------------------------
 
     def get_messages(self, *, limit: int | None = None) -> list[ChatMessage]:
@@ -465,6 +545,9 @@ class PersistentChatHistory:
 
     async def aclear(self) -> None:
         await sync_to_async(self.clear)()
+
+    async def apop(self) -> ChatMessage | None:
+        return await sync_to_async(self.pop)()
 
 
 _PLAIN_APPEND_SQL = """
