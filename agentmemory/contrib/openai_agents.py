@@ -41,7 +41,8 @@ Differences from ``SQLiteSession``, all deliberate:
 - The conversation is owner-scoped: ``session_id`` names a conversation of ``owner`` for
   ``agent_key``; the same ``session_id`` of another owner (or agent key) is another
   conversation. Its public uuid is derived from the three (``session_uuid``), so concurrent
-  first writes create one conversation.
+  first writes create one conversation, which is not found by the uuid of another
+  framework's session of the same id.
 - Bad input is refused (``InvalidMessageError``) with nothing stored, as for every
   agentmemory write: text with NUL characters, content over ``MAX_MESSAGE_CHARS``, an item
   that is not a JSON object.
@@ -83,6 +84,7 @@ from django.db import router
 
 from agentmemory.compaction import request_compaction
 from agentmemory.context import ContextWindowBuilder
+from agentmemory.contrib import sessions
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url
 from agentmemory.history import PersistentChatHistory
@@ -103,8 +105,8 @@ logger = logging.getLogger("agentmemory.contrib.openai_agents")
 ITEM_KEY = "openai_item"
 #: metadata key of the session id on the conversation
 SESSION_KEY = "openai_agents_session_id"
-#: namespace of the conversations' uuids (``session_uuid``)
-SESSION_NAMESPACE = uuid.UUID("5d0b8a52-2f4c-4a8e-9a53-0c1f7e0a6b21")
+#: the framework's name in the conversations' uuids (``session_uuid``)
+FRAMEWORK = "openai-agents"
 
 Item = dict[str, Any]
 _T = TypeVar("_T")
@@ -399,13 +401,10 @@ def message_to_items(message: ChatMessage) -> list[Item]:
 
 
 def session_uuid(session_id: str, *, owner_id: Any = None, agent_key: str = "") -> uuid.UUID:
-    """The public uuid of the conversation holding a session: a name-based uuid (RFC 9562
-    version 5) of the owner's primary key, the agent key and the session id, so one
-    session of one owner is one conversation wherever it is opened. Another owner's (or
-    another agent key's) session of the same id is another conversation; every API read
-    is scoped to the requesting user, so knowing the uuid grants nothing."""
-    owner = None if owner_id is None else str(owner_id)
-    return uuid.uuid5(SESSION_NAMESPACE, json.dumps([owner, agent_key, session_id]))
+    """The public uuid of the conversation holding an Agents SDK session of ``owner_id``
+    (a user's primary key, or ``None``) for ``agent_key`` (see
+    ``agentmemory.contrib.sessions.session_uuid``)."""
+    return sessions.session_uuid(FRAMEWORK, session_id, owner_id=owner_id, agent_key=agent_key)
 
 
 async def _settled(awaitable: Awaitable[_T]) -> _T:

@@ -1,0 +1,64 @@
+"""Conversations named by a framework's session id (the OpenAI Agents SDK's ``session_id``,
+LangChain's ``session_id``), scoped to an owner and an agent key: shared by the framework
+integrations in ``agentmemory.contrib``, with no framework of its own."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.db import router
+
+from agentmemory.models import Conversation
+
+__all__ = [
+    "SESSION_NAMESPACE",
+    "find_session_conversation",
+    "get_or_create_session_conversation",
+    "session_uuid",
+]
+
+#: namespace of the conversations' uuids (``session_uuid``)
+SESSION_NAMESPACE = uuid.UUID("5d0b8a52-2f4c-4a8e-9a53-0c1f7e0a6b21")
+
+
+def session_uuid(framework: str, session_id: str, *, owner_id: Any = None, agent_key: str = "") -> uuid.UUID:
+    """The public uuid of the conversation holding a framework's session: a name-based uuid
+    (RFC 9562, version 5) of the framework's name, the owner's primary key, the agent key
+    and the session id. One session of one owner is one conversation wherever it is
+    opened, and concurrent first writes create one row (the uuid is unique). Another
+    owner's (or agent key's, or framework's) session of the same id is another
+    conversation; every API read is scoped to the requesting user, so knowing the uuid
+    grants nothing."""
+    owner = None if owner_id is None else str(owner_id)
+    return uuid.uuid5(SESSION_NAMESPACE, json.dumps([framework, owner, agent_key, session_id]))
+
+
+def find_session_conversation(conversation_uuid: uuid.UUID) -> int | None:
+    """The primary key of the conversation with this uuid, or ``None`` (one query)."""
+    pk: int | None = (
+        Conversation.objects.using(router.db_for_read(Conversation))
+        .filter(uuid=conversation_uuid)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return pk
+
+
+def get_or_create_session_conversation(
+    conversation_uuid: uuid.UUID, *, session_id: str, metadata_key: str, owner_id: Any, agent_key: str
+) -> int:
+    """The primary key of the conversation with this uuid, created when missing with the
+    owner, the agent key, the session id as its title (first 200 characters) and in its
+    metadata under ``metadata_key``."""
+    conversation, _ = Conversation.objects.db_manager(router.db_for_write(Conversation)).get_or_create(
+        uuid=conversation_uuid,
+        defaults={
+            "owner_id": owner_id,
+            "agent_key": agent_key,
+            "title": session_id[:200],
+            "metadata": {metadata_key: session_id},
+        },
+    )
+    return conversation.pk
