@@ -188,6 +188,6 @@ class Command(BaseCommand):
                 continue
             history = PersistentChatHistory(conversation)
             messages = history.get_messages()
-            uuid = Conversation.objects.filter(pk=history.conversation_id).values_list("uuid", flat=True).first()
+            uuid = Conversation.objects.values_list("uuid", flat=True).get(pk=history.conversation_id)
             self.stdout.write(f"{framework}: conversation {uuid}, {len(messages)} messages")
             self.stdout.write("\n".join(describe(messages)))
