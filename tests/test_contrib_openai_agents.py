@@ -232,7 +232,7 @@ ITEMS: dict[str, dict[str, Any]] = {
     "future_item": {"type": "some_future_item", "payload": {"nested": [1, 2.5, None, True]}},
 }
 
-# The tool exchanges among them: (call, output, the role each becomes).
+# The tool exchanges among them: (the call, the output answering it).
 EXCHANGES = [
     ("function_call", "function_call_output"),
     ("function_call_bad_arguments", "function_call_output_parts"),
