@@ -220,3 +220,19 @@ class InvalidSummaryError(AgentMemoryError):
     after condensing, an echo of the prompt, cut off at the model's output limit, or text no
     database can store. Retrying the same input would give the same kind of output, so tasks
     record it instead of retrying."""
+
+
+class StructuredOutputError(InvalidSummaryError):
+    """A structured summariser reply (the summary with the facts of its messages) that does
+    not match its schema: not one JSON object, a missing or extra key, a wrong type, a fact
+    citing a message outside the span. Nothing of it is stored, neither the summary nor any
+    fact; the compactor asks again once, then the run fails like any unusable summary
+    (recorded, retried later with the sweep's backoff).
+
+    Attributes:
+        problems: where the reply departs from the schema ("path: problem" lines).
+    """
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        self.problems = problems
+        super().__init__(message)

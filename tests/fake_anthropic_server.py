@@ -132,7 +132,7 @@ def validate_messages_request(body: Any) -> None:
       it; in that user message ``tool_result`` blocks come before any text; ``tool_use`` ids are
       unique;
     - ``tools`` entries have a ``name`` and an object ``input_schema``; ``temperature`` is in
-      ``[0, 1]``.
+      ``[0, 1]``; a ``tool_choice`` of type ``"tool"`` names one of the ``tools``.
     """
     if not isinstance(body, dict):
         raise InvalidRequest("Request body must be a JSON object")
@@ -239,6 +239,26 @@ def validate_messages_request(body: Any) -> None:
                 raise InvalidRequest(f"tools.{j}.custom.input_schema.type: Input should be 'object'")
             if "description" in tool and not isinstance(tool["description"], str):
                 raise InvalidRequest(f"tools.{j}.custom.description: Input should be a valid string")
+    _check_tool_choice(body.get("tool_choice"), tools)
+
+
+def _check_tool_choice(choice: Any, tools: Any) -> None:
+    """``tool_choice`` (tool-use guide, "Forcing tool use"): ``{"type": "auto" | "any" |
+    "none"}`` or ``{"type": "tool", "name": <one of the request's tools>}``; it needs ``tools``."""
+    if choice is None:
+        return
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+        raise InvalidRequest(
+            "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
+        )
+    if choice["type"] in ("any", "tool") and not tools:
+        raise InvalidRequest("tool_choice: tool_choice may only be specified while providing tools.")
+    if choice["type"] == "tool":
+        names = [tool.get("name") for tool in tools]
+        if choice.get("name") not in names:
+            raise InvalidRequest(
+                f"tool_choice.tool.name: Tool {choice.get('name')!r} not found in the provided tools"
+            )
 
 
 class FakeAnthropicServer(FakeHTTPServer):

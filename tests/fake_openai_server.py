@@ -16,6 +16,7 @@ The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/c
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -105,6 +106,7 @@ def validate_chat_request(body: Any) -> None:
             f"each 'tool_call_id'. The following tool_call_ids did not have response messages: "
             f"{', '.join(pending)}"
         )
+    _check_response_format(body.get("response_format"))
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -115,6 +117,57 @@ def validate_chat_request(body: Any) -> None:
             function = tool.get("function")
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise InvalidRequest(f"Missing required parameter: 'tools[{j}].function.name'.")
+
+
+_SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _check_response_format(response_format: Any) -> None:
+    """``response_format`` (chat completions reference; Structured Outputs guide): ``{"type":
+    "text" | "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict", "description"}}``; with ``strict: true`` every object of the schema lists all its
+    properties in ``required`` and sets ``additionalProperties: false`` (the API answers 400
+    otherwise, with the wording below)."""
+    if response_format is None:
+        return
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise InvalidRequest(
+            f"Invalid value for 'response_format.type': {kind!r}. Supported values are: 'text', "
+            "'json_object' and 'json_schema'."
+        )
+    if kind != "json_schema":
+        return
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        raise InvalidRequest("Missing required parameter: 'response_format.json_schema'.")
+    name = spec.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+        raise InvalidRequest("Invalid 'response_format.json_schema.name': string does not match pattern.")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise InvalidRequest("Invalid type for 'response_format.json_schema.schema': expected an object.")
+    if spec.get("strict") is True:
+        _check_strict_schema(schema, name, ())
+
+
+def _check_strict_schema(schema: dict[str, Any], name: str, context: tuple[str, ...]) -> None:
+    where = f"Invalid schema for response_format '{name}': In context={context}, "
+    if schema.get("type") == "object":
+        properties = schema.get("properties", {})
+        missing = [key for key in properties if key not in schema.get("required", [])]
+        if missing:
+            raise InvalidRequest(
+                where + "'required' is required to be supplied and to be an array including every key "
+                f"in properties. Missing '{missing[0]}'."
+            )
+        if schema.get("additionalProperties") is not False:
+            raise InvalidRequest(where + "'additionalProperties' is required to be supplied and to be false.")
+        for key, sub in properties.items():
+            _check_strict_schema(sub, name, (*context, "properties", key))
+    items = schema.get("items")
+    if isinstance(items, dict):
+        _check_strict_schema(items, name, (*context, "items"))
 
 
 def _validate_tool_calls(tool_calls: Any, i: int) -> list[str]:

@@ -1,5 +1,5 @@
 """Language model interface (``ChatModel``), adapters and test doubles."""
 
-from agentmemory.llm.base import ChatModel, ChatResponse, Usage
+from agentmemory.llm.base import ChatModel, ChatResponse, OutputSchema, StructuredChatModel, Usage
 
-__all__ = ["ChatModel", "ChatResponse", "Usage"]
+__all__ = ["ChatModel", "ChatResponse", "OutputSchema", "StructuredChatModel", "Usage"]

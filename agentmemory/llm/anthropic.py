@@ -9,6 +9,7 @@ connection errors itself (``max_retries``, exponential backoff honouring ``retry
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
 from agentmemory.formats.anthropic import from_anthropic_message, to_anthropic
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
-from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.messages import ChatMessage
 
 if TYPE_CHECKING:
@@ -235,6 +236,54 @@ class AnthropicChatModel:
             raise self._map_error(exc) from exc
         return self._to_response(response)
 
+    def _structured_request(self, messages: Sequence[ChatMessage], output: OutputSchema) -> dict[str, Any]:
+        tool: dict[str, Any] = {"name": output.name, "input_schema": dict(output.schema)}
+        if output.description:
+            tool["description"] = output.description
+        request = self._request(messages, None)
+        request["tools"] = [tool]
+        request["tool_choice"] = {"type": "tool", "name": output.name}
+        return request
+
+    def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:
+        """Ask for one JSON object of ``output``'s schema through forced tool use: one tool
+        named ``output.name`` whose ``input_schema`` is the schema, and ``tool_choice``
+        ``{"type": "tool", "name": ...}`` so the model must call it (Anthropic tool use
+        guide, "Forcing tool use"; "JSON output": the tool's input is the structured output).
+
+        Returns:
+            As ``invoke``; ``parsed`` is the ``input`` of the reply's ``tool_use`` block
+            for that tool, ``None`` when there is none (a refusal, or a reply cut at
+            ``max_tokens``: ``stop_reason`` ``"max_tokens"``, then ``cut_off`` is true).
+            The schema is not enforced by the API: check ``parsed``
+            (``agentmemory.llm.structured.schema_problems``). Give the model a ``max_tokens``
+            large enough for the whole object.
+
+        Raises:
+            InvalidMessageError, TransientLLMError, PermanentLLMError: as ``invoke``.
+        """
+        request = self._structured_request(messages, output)
+        client = self._clients.sync(functools.partial(self._new_client, "Anthropic"))
+        sdk = _import_anthropic()
+        try:
+            response = client.messages.create(**request)
+        except sdk.AnthropicError as exc:
+            raise self._map_error(exc) from exc
+        return _tool_input(self._to_response(response), output.name)
+
+    async def ainvoke_structured(
+        self, messages: Sequence[ChatMessage], *, output: OutputSchema
+    ) -> ChatResponse:
+        """Async ``invoke_structured``; same arguments, result and errors."""
+        request = self._structured_request(messages, output)
+        client = await self._clients.get_async(functools.partial(self._new_client, "AsyncAnthropic"))
+        sdk = _import_anthropic()
+        try:
+            response = await client.messages.create(**request)
+        except sdk.AnthropicError as exc:
+            raise self._map_error(exc) from exc
+        return _tool_input(self._to_response(response), output.name)
+
     def _to_response(self, response: Any) -> ChatResponse:
         raw = response.model_dump(mode="json", warnings=False)
         stop_reason = raw.get("stop_reason") or ""
@@ -264,6 +313,16 @@ class AnthropicChatModel:
             timeout=self.timeout,
             describe=_provider_text,
         )
+
+
+def _tool_input(response: ChatResponse, name: str) -> ChatResponse:
+    """``response`` with ``parsed`` set to the arguments of its call of the tool ``name``."""
+    if response.refused or response.cut_off:
+        return response
+    for call in response.message.tool_calls:
+        if call.name == name:
+            return dataclasses.replace(response, parsed=dict(call.arguments))
+    return response
 
 
 def anthropic_usage(usage: Mapping[str, Any] | None) -> Usage | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -57,6 +58,11 @@ class ChatResponse:
         raw: the provider payload, as a JSON-compatible dict, where useful.
         refusal: the provider's refusal text when it sends one apart from the content
             (OpenAI's ``message.refusal``), else ``""``.
+        parsed: for a structured call (``StructuredChatModel.invoke_structured``), the JSON
+            value the reply holds: OpenAI's message content decoded, the input of Anthropic's
+            forced tool call, LangChain's parsed output; ``None`` when the reply holds none
+            (refused, cut off, not JSON) and for plain calls. Checking it against the schema
+            is the caller's part (``agentmemory.llm.structured.schema_problems``).
     """
 
     message: ChatMessage
@@ -65,6 +71,7 @@ class ChatResponse:
     finish_reason: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)
     refusal: str = ""
+    parsed: Any = None
 
     @property
     def refused(self) -> bool:
@@ -83,6 +90,38 @@ class ChatResponse:
 REFUSAL_FINISH_REASONS = frozenset({"content_filter", "refusal"})
 #: finish reasons meaning the reply hit the output token limit (OpenAI, Anthropic)
 CUT_OFF_FINISH_REASONS = frozenset({"length", "max_tokens"})
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """The JSON object a structured call asks the model for.
+
+    Attributes:
+        name: names the output: OpenAI's ``response_format.json_schema.name``, the name of
+            the tool Anthropic is made to call; 1 to 64 letters, digits, ``_`` or ``-`` (the
+            pattern both APIs accept).
+        schema: a JSON Schema of an object, within what the providers' strict modes accept
+            (OpenAI Structured Outputs, "Supported schemas"): ``type``, ``properties``,
+            ``required`` naming every property, ``additionalProperties: false`` on every
+            object, ``items``, ``enum``, ``description``.
+        description: what the output is, sent to the model with the schema.
+
+    Raises:
+        ValueError: a name outside that pattern, or a schema that is not an object schema.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _SCHEMA_NAME.fullmatch(self.name):
+            raise ValueError(f"an output name is 1-64 letters, digits, '_' or '-', not {self.name!r}")
+        if not isinstance(self.schema, Mapping) or self.schema.get("type") != "object":
+            raise ValueError("an output schema must be a JSON Schema with type 'object'")
+
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @runtime_checkable
@@ -105,4 +144,26 @@ class ChatModel(Protocol):
 
     async def ainvoke(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse: ...
+
+
+@runtime_checkable
+class StructuredChatModel(ChatModel, Protocol):
+    """A ``ChatModel`` that can also be made to answer with one JSON object of a given schema,
+    through the provider's own structured-output contract: OpenAI's ``response_format``
+    of type ``json_schema`` with ``strict: true``, Anthropic's forced tool use
+    (``tool_choice`` naming the one tool whose ``input_schema`` is the schema), LangChain's
+    ``with_structured_output``. The adapters in ``agentmemory.llm`` implement it; for any
+    other ``ChatModel``, ``agentmemory.llm.structured.invoke_structured`` asks for the JSON
+    in the prompt instead.
+
+    The reply's JSON value is ``ChatResponse.parsed`` (``None`` when there is none); refusals
+    and replies cut at the output limit are reported as for ``invoke`` (``refused``,
+    ``cut_off``). Errors are those of ``invoke``.
+    """
+
+    def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse: ...
+
+    async def ainvoke_structured(
+        self, messages: Sequence[ChatMessage], *, output: OutputSchema
     ) -> ChatResponse: ...

@@ -6,13 +6,15 @@ of the model (``langchain-openai``, ``langchain-anthropic``, ``langchain-ollama`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError, TransientLLMError
 from agentmemory.formats.langchain import from_langchain_message, to_langchain
-from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
+from agentmemory.llm.structured import decode_json, json_only_instructions, prompted, with_instructions
 from agentmemory.messages import ChatMessage
 
 if TYPE_CHECKING:
@@ -168,6 +170,69 @@ class LangChainChatModel:
         except Exception as exc:
             raise self._map_error(exc) from exc
         return self._to_response(result)
+
+    def _structured_runnable(self, output: OutputSchema) -> Any | None:
+        """``with_structured_output`` of the schema (titled ``output.name``), or ``None`` for a
+        chat model that has none (``NotImplementedError``: no tool calling)."""
+        schema = {"title": output.name, **dict(output.schema)}
+        if output.description:
+            schema["description"] = output.description
+        try:
+            return self.chat_model.with_structured_output(schema, include_raw=True)
+        except NotImplementedError:
+            return None
+
+    def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:
+        """Ask for one JSON object of ``output``'s schema through the chat model's
+        ``with_structured_output(schema, include_raw=True)`` (each integration uses its
+        provider's contract: ``ChatOpenAI`` a JSON schema response format, ``ChatAnthropic``
+        a forced tool call); a model without it (no tool calling) is asked in the prompt
+        (``agentmemory.llm.structured.prompted``).
+
+        Returns:
+            As ``invoke``, built from the raw ``AIMessage``; ``parsed`` is LangChain's parsed
+            output (a dict), ``None`` when it could not parse one. Check it against the
+            schema (``agentmemory.llm.structured.schema_problems``).
+
+        Raises:
+            InvalidMessageError, TransientLLMError, PermanentLLMError: as ``invoke``.
+        """
+        runnable = self._structured_runnable(output)
+        if runnable is None:
+            return prompted(lambda sent: self.invoke(sent), messages, output)
+        lc_messages = to_langchain(messages)
+        try:
+            result = runnable.invoke(lc_messages)
+        except Exception as exc:
+            raise self._map_error(exc) from exc
+        return self._structured_response(result)
+
+    async def ainvoke_structured(
+        self, messages: Sequence[ChatMessage], *, output: OutputSchema
+    ) -> ChatResponse:
+        """Async ``invoke_structured``; same arguments, result and errors."""
+        runnable = self._structured_runnable(output)
+        if runnable is None:
+            response = await self.ainvoke(with_instructions(messages, json_only_instructions(output)))
+            return dataclasses.replace(response, parsed=decode_json(response.message.text))
+        lc_messages = to_langchain(messages)
+        try:
+            result = await runnable.ainvoke(lc_messages)
+        except Exception as exc:
+            raise self._map_error(exc) from exc
+        return self._structured_response(result)
+
+    def _structured_response(self, result: Any) -> ChatResponse:
+        if not isinstance(result, Mapping) or "raw" not in result:
+            raise PermanentLLMError(
+                f"LangChain chat model {self.model_name!r}: with_structured_output(include_raw=True) "
+                f"returned {type(result).__name__}, not {{'raw', 'parsed', 'parsing_error'}}"
+            )
+        response = self._to_response(result["raw"])
+        parsed: Any = result.get("parsed")
+        if parsed is not None and hasattr(parsed, "model_dump"):  # a Pydantic model
+            parsed = parsed.model_dump(mode="json")
+        return dataclasses.replace(response, parsed=parsed if isinstance(parsed, Mapping) else None)
 
     def _map_error(self, exc: Exception) -> LLMError:
         where = f"LangChain chat model {type(self.chat_model).__name__} ({self.model_name!r})"

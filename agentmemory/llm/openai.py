@@ -8,6 +8,7 @@ exhausted does this adapter raise ``TransientLLMError``, so callers (Celery task
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
 from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
-from agentmemory.llm.base import ChatResponse, Usage
+from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
+from agentmemory.llm.structured import decode_json
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage
 
 if TYPE_CHECKING:
@@ -203,6 +205,58 @@ class OpenAIChatModel:
         except sdk.OpenAIError as exc:
             raise self._map_error(exc) from exc
         return self._to_response(completion)
+
+    def _structured_request(self, messages: Sequence[ChatMessage], output: OutputSchema) -> dict[str, Any]:
+        request = self._request(messages, None)
+        json_schema: dict[str, Any] = {"name": output.name, "schema": dict(output.schema), "strict": True}
+        if output.description:
+            json_schema["description"] = output.description
+        request["response_format"] = {"type": "json_schema", "json_schema": json_schema}
+        return request
+
+    def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:
+        """Ask for one JSON object of ``output``'s schema through OpenAI's Structured Outputs:
+        ``response_format={"type": "json_schema", "json_schema": {"name", "description",
+        "schema", "strict": true}}`` (chat completions API reference, "response_format").
+
+        Returns:
+            As ``invoke``; ``parsed`` is the message content decoded as JSON, ``None`` when
+            the model refused (``refusal``, then ``refused`` is true), was cut off at its output
+            limit (``finish_reason`` ``"length"``) or sent no JSON value. Servers that only
+            claim OpenAI compatibility may ignore ``strict``: check ``parsed`` against the
+            schema (``agentmemory.llm.structured.schema_problems``).
+
+        Raises:
+            InvalidMessageError, TransientLLMError, PermanentLLMError: as ``invoke``; a server
+                that does not support ``response_format`` answers 400, a ``PermanentLLMError``.
+        """
+        request = self._structured_request(messages, output)
+        client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
+        sdk = _import_openai()
+        try:
+            completion = client.chat.completions.create(**request)
+        except sdk.OpenAIError as exc:
+            raise self._map_error(exc) from exc
+        return self._parsed(self._to_response(completion))
+
+    async def ainvoke_structured(
+        self, messages: Sequence[ChatMessage], *, output: OutputSchema
+    ) -> ChatResponse:
+        """Async ``invoke_structured``; same arguments, result and errors."""
+        request = self._structured_request(messages, output)
+        client = await self._clients.get_async(functools.partial(self._new_client, "AsyncOpenAI"))
+        sdk = _import_openai()
+        try:
+            completion = await client.chat.completions.create(**request)
+        except sdk.OpenAIError as exc:
+            raise self._map_error(exc) from exc
+        return self._parsed(self._to_response(completion))
+
+    @staticmethod
+    def _parsed(response: ChatResponse) -> ChatResponse:
+        if response.refused or response.cut_off:
+            return response
+        return dataclasses.replace(response, parsed=decode_json(response.message.content))
 
     def _to_response(self, completion: Any) -> ChatResponse:
         if not completion.choices:
