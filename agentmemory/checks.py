@@ -127,6 +127,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 id="agentmemory.E040",
             )
         )
+    if conf.MEMORY_FLUSH not in ("auto", "always", "off"):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['MEMORY_FLUSH'] is {conf.MEMORY_FLUSH!r}.",
+                hint="Use 'auto' (keep the facts of folded turns where the agent enables knowledge "
+                "memory), 'always' (in every conversation with an owner) or 'off'.",
+                id="agentmemory.E011",
+            )
+        )
     timeout = conf.PENDING_TOOL_CALL_TIMEOUT
     if timeout is not None and not _is_positive_int(timeout):
         problems.append(

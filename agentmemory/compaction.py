@@ -16,6 +16,7 @@ logged and recorded on the conversation, and the periodic sweep (``sweep_compact
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import threading
 import time
@@ -32,8 +33,11 @@ from django.utils import timezone
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError, TransientLLMError
+from agentmemory.flush import MemoryFlush
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
-from agentmemory.llm.base import ChatModel, ChatResponse, Usage
+from agentmemory.llm.base import ChatModel, ChatResponse, OutputSchema, Usage
+from agentmemory.llm.facts import FactDraft, said_at, speaker, with_stored_time
+from agentmemory.llm.structured import invoke_structured
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import TokenCounter, longest_fitting_prefix
@@ -41,18 +45,23 @@ from agentmemory.validation import text_problem, whole_number
 
 logger = logging.getLogger("agentmemory.compaction")
 
-PROMPT_VERSION = "summary-v2"
+PROMPT_VERSION = "summary-v3"
 
-SUMMARY_INSTRUCTIONS = (
+#: what a summary must keep and how it is written (``SUMMARY_INSTRUCTIONS`` and the
+#: structured call of the memory flush, ``agentmemory.flush``, share it)
+SUMMARY_RULES = (
     "You maintain the running summary of a conversation between a user and an AI assistant that "
     "can call tools. You are given the previous summary (possibly empty) and the messages that "
-    "came after it. Write the updated summary: keep every fact, name, number, date, decision, "
-    "preference, commitment and open question that later turns may need, and the outcome of tool "
-    "calls that matter. Drop small talk. Write plain prose or short bullet points in the third "
-    "person, at most {max_tokens} tokens, in the same language as the conversation (the language "
-    "the user writes in; do not translate it, keep names and identifiers as written). Output only "
-    "the summary."
+    "came after it, each headed by its number, the date it was written and who wrote it. Write the "
+    "updated summary: keep every fact, name, number, date, decision, preference, commitment and "
+    "open question that later turns may need, and the outcome of tool calls that matter. Say who "
+    "said or did what by name where the messages give names, and when: write dates as calendar "
+    "dates (turn 'yesterday' or 'last week' into the date it means, from the date of its "
+    "message). Drop small talk. Write plain prose or short bullet points in the third person, at "
+    "most {max_tokens} tokens, in the same language as the conversation (the language the user "
+    "writes in; do not translate it, keep names and identifiers as written)."
 )
+SUMMARY_INSTRUCTIONS = SUMMARY_RULES + " Output only the summary."
 CONDENSE_INSTRUCTIONS = (
     "Shorten the following conversation summary to at most {max_tokens} tokens. Keep facts, "
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
@@ -136,13 +145,16 @@ def retry_delay(failures: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class SummaryDraft:
-    """A validated summary text with what it cost to write (tokens, calls)."""
+    """A validated summary text with what it cost to write (tokens, calls), and the durable
+    facts the summariser found in the messages it folded (kept by the memory flush,
+    ``agentmemory.flush``; empty when no flush runs)."""
 
     text: str
     model: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
     llm_calls: int = 0
+    facts: tuple[FactDraft, ...] = ()
 
 
 #: ``CompactionRun.status`` values
@@ -376,6 +388,9 @@ class BaseMemoryCompactor:
         )
         #: the conversation row read by the last ``needs_compaction()`` (saves a query)
         self.last_checked: Conversation | None = None
+        #: the memory flush of the run in progress (``run()`` sets it; ``None``: no facts are
+        #: extracted, see ``agentmemory.flush``)
+        self.flush: MemoryFlush | None = None
 
     # -- reading ------------------------------------------------------------------------
 
@@ -702,6 +717,7 @@ class BaseMemoryCompactor:
                 _mark_done(self.conversation_id, lease.taken_at)
                 return CompactionRun(NOTHING, summary=conv.summary)
             self.max_summary_tokens = self.summary_budget(conv)
+            self.flush = MemoryFlush.for_conversation(conv, self)
             with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
                 run = self._compact(conv, target, lease, keeper)
             if run.status == STORED:
@@ -732,6 +748,8 @@ class BaseMemoryCompactor:
             if keeper.lost.is_set():
                 raise _LeaseLost
             draft = self.summarize(text, messages)
+            if self.flush is not None:
+                self.flush.collect(draft.facts, messages)
             text = draft.text
             model = draft.model or model
             input_tokens += draft.input_tokens
@@ -756,7 +774,7 @@ class BaseMemoryCompactor:
                     chunk, chunk_tokens = [], 0
                 if first is None:
                     first = row.seq
-                chunk.append(row.to_chat_message())
+                chunk.append(with_stored_time(row.to_chat_message(), row.created_at))
                 chunk_tokens += row.token_count
             else:
                 if chunk:
@@ -773,8 +791,12 @@ class BaseMemoryCompactor:
                 f"(MAX_SUMMARY_TOKENS={self.summary_token_cap}, and the window's share)"
             )
         token_count = self.summary_tokens(text)
+        if self.flush is not None:
+            self.flush.prepare()  # checks and embeds the facts: no lock is held yet
 
         with transaction.atomic(using=router.db_for_write(Conversation)):
+            if self.flush is not None:
+                self.flush.lock()  # the facts' scope first, as a request storing a fact would
             locked = (
                 Conversation.objects.select_for_update()
                 .filter(pk=self.conversation_id)
@@ -825,6 +847,8 @@ class BaseMemoryCompactor:
                     STORED if stop_at is None else PARTIAL, summary=existing, llm_calls=calls
                 )
             Conversation.objects.filter(pk=self.conversation_id).update(summary=summary)
+            if self.flush is not None:
+                self.flush.store(summary)  # with the summary or not at all; never fails it
         signals.summary_created.send(sender=Summary, conversation_id=self.conversation_id, summary=summary)
         if stop_at is not None:
             logger.info(
@@ -910,6 +934,12 @@ def render_transcript(
     their JSON arguments, long contents and long arguments cut (the stored messages stay
     whole): a call whose arguments carry a whole file cannot make the request overflow.
 
+    Each message is headed by its number (seq) and the date it was said, when known (the
+    date a transcript gave it, else the time it was stored: ``agentmemory.llm.facts.said_at``),
+    and names its writer where the message gives a name (``speaker``), else "User" or
+    "Assistant": ``[#12 | 1:56 pm on 8 May, 2023] Caroline: I went to ...``. A summary can
+    only keep the dates and names it is given.
+
     Args:
         messages: the span to render, oldest first.
         max_chars_per_message: cut of each content and each call's arguments (characters).
@@ -922,7 +952,6 @@ def render_transcript(
     Returns:
         The transcript; a cut line ends with ``[... N characters cut]``.
     """
-    import json
 
     def cut(text: str) -> str:
         if len(text) <= max_chars_per_message:
@@ -933,14 +962,16 @@ def render_transcript(
     for m in messages:
         text = cut(m.text)
         block = []
+        head = " | ".join(part for part in (f"#{m.seq}" if m.seq is not None else "", said_at(m)) if part)
+        name = speaker(m)
         if m.role is Role.HUMAN:
-            block.append(f"User: {text}")
+            block.append(f"{name or 'User'}: {text}")
         elif m.role is Role.AI:
             if text:
-                block.append(f"Assistant: {text}")
+                block.append(f"{name or 'Assistant'}: {text}")
             for call in m.tool_calls:
                 args = cut(json.dumps(dict(call.arguments), ensure_ascii=False))
-                block.append(f"Assistant called tool {call.name}({args})")
+                block.append(f"{name or 'Assistant'} called tool {call.name}({args})")
         elif m.role is Role.TOOL:
             block.append(f"Tool {m.name or m.tool_call_id} returned: {text}")
         else:
@@ -948,6 +979,8 @@ def render_transcript(
         if token_counter is not None and max_tokens_per_message is not None and block:
             share = max(1, max_tokens_per_message // len(block))
             block = [_cut_to_tokens(line, share, token_counter) for line in block]
+        if head and block:
+            block[0] = f"[{head}] {block[0]}"
         lines.extend(block)
     return "\n".join(lines)
 
@@ -974,18 +1007,41 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
     or a ``refusal``, Anthropic's ``stop_reason`` ``"refusal"``) raises ``LLMRefusalError``;
     a reply cut at the output token limit (``"length"``, ``"max_tokens"``) raises
     ``InvalidSummaryError``: its end, with the newest facts, is missing.
+
+    When the run keeps facts (the memory flush, ``agentmemory.flush``), one structured call
+    returns the summary and the facts together (``agentmemory.flush.summarize_with_facts``):
+    a reply that does not match the schema is asked again once (``max_format_attempts``),
+    then fails the run with ``StructuredOutputError`` (nothing stored).
     """
 
     max_condense_attempts = 2
+    #: structured calls per span before a malformed reply fails the run
+    max_format_attempts = 2
 
     def _call(
-        self, instructions: str, prompt: str, span: Sequence[ChatMessage] = ()
+        self,
+        instructions: str,
+        prompt: str,
+        span: Sequence[ChatMessage] = (),
+        *,
+        output: OutputSchema | None = None,
     ) -> tuple[str, ChatResponse]:
+        """One summariser call: plain, or structured when ``output`` is given
+        (``agentmemory.llm.structured.invoke_structured``); recorded, and checked for a
+        refusal or a cut-off reply.
+
+        Raises:
+            LLMRefusalError, InvalidSummaryError: as the class docstring says.
+            TransientLLMError, PermanentLLMError: from the model.
+        """
         if self.llm is None:
             raise PermanentLLMError("LLMMemoryCompactor needs an llm")
         messages = [ChatMessage.system(instructions), ChatMessage.human(prompt)]
         started = time.monotonic()
-        response = self.llm.invoke(messages)
+        if output is None:
+            response = self.llm.invoke(messages)
+        else:
+            response = invoke_structured(self.llm, messages, output)
         self._record(messages, response, time.monotonic() - started, span)
         if response.refused:
             raise LLMRefusalError(
@@ -1011,9 +1067,12 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         usage, source = response.usage, USAGE_PROVIDER
         if usage is None:
             counter = self.token_counter
+            reply = response.message.text
+            if not reply and response.parsed is not None:  # a forced tool call's input
+                reply = json.dumps(response.parsed, ensure_ascii=False)
             usage = Usage(
                 input_tokens=sum(counter.count_message(m) for m in sent),
-                output_tokens=counter.count_text(response.message.text),
+                output_tokens=counter.count_text(reply),
             )
             source = USAGE_COUNTED
         seqs = [m.seq for m in span if m.seq is not None]
@@ -1030,20 +1089,28 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
         )
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
-        # A message larger than the span's budget is a chunk of its own: cut to the budget.
-        transcript = render_transcript(
-            messages, token_counter=self.token_counter, max_tokens_per_message=self.max_input_tokens
-        )
-        prompt = (
-            f"Previous summary:\n{previous or '(none yet)'}\n\n"
-            f"New messages:\n{transcript}\n\n"
-            "Write the updated summary."
-        )
-        text, response = self._call(
-            SUMMARY_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), prompt, messages
-        )
-        usage = response.usage or Usage()
-        usage_in, usage_out, calls = usage.input_tokens, usage.output_tokens, 1
+        facts: tuple[FactDraft, ...] = ()
+        if self.flush is not None and self.flush.extract:
+            from agentmemory.flush import summarize_with_facts
+
+            text, facts, responses = summarize_with_facts(self, previous, messages)
+            response = responses[-1]
+        else:
+            # A message larger than the span's budget is a chunk of its own: cut to the budget.
+            transcript = render_transcript(
+                messages, token_counter=self.token_counter, max_tokens_per_message=self.max_input_tokens
+            )
+            prompt = (
+                f"Previous summary:\n{previous or '(none yet)'}\n\n"
+                f"New messages:\n{transcript}\n\n"
+                "Write the updated summary."
+            )
+            text, response = self._call(
+                SUMMARY_INSTRUCTIONS.format(max_tokens=self.max_summary_tokens), prompt, messages
+            )
+            responses = [response]
+        usage = sum((r.usage or Usage() for r in responses), Usage())
+        usage_in, usage_out, calls = usage.input_tokens, usage.output_tokens, len(responses)
         text = self.validate(text)
         attempts = 0
         while self.text_tokens(text) > self.max_summary_tokens and attempts < self.max_condense_attempts:
@@ -1066,6 +1133,7 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
             input_tokens=usage_in,
             output_tokens=usage_out,
             llm_calls=calls,
+            facts=facts,
         )
 
 
@@ -1074,19 +1142,22 @@ class OfflineMemoryCompactor(BaseMemoryCompactor):
 
     It calls no model: the summary starts with ``agentmemory.llm.offline.OFFLINE_LABEL`` and
     lists what the user asked, what the assistant said and which tools ran, one line each,
-    newest kept first when the list outgrows ``max_summary_tokens`` (counted with the
-    configured token counter). It lets compaction, storage and context windows be seen
+    with speakers' names and the dates they spoke, newest kept first when the list outgrows
+    ``max_summary_tokens`` (counted with the configured token counter). With the memory flush
+    it finds first-person facts by simple rules (``agentmemory.llm.offline.extract_facts``)
+    and marks them as found without a model. It lets compaction, storage and context windows be seen
     working on a machine without API keys; configure a model (``COMPACTION_LLM``, ``LLMS``,
     ``OPENAI_API_KEY``/``ANTHROPIC_API_KEY``) for real summaries.
     """
 
-    prompt_version = "offline-extractive-v1"
+    prompt_version = "offline-extractive-v2"
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
         from agentmemory.llm.offline import OFFLINE_MODEL, extractive_summary
 
         text = extractive_summary(previous, messages, max_tokens=self.max_summary_tokens)
-        return SummaryDraft(text=self.validate(text), model=OFFLINE_MODEL, llm_calls=1)
+        facts = self.flush.offline_facts(messages) if self.flush is not None and self.flush.extract else ()
+        return SummaryDraft(text=self.validate(text), model=OFFLINE_MODEL, llm_calls=1, facts=facts)
 
 
 # --------------------------------------------------------------------------- building

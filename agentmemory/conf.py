@@ -95,6 +95,11 @@ class AgentMemorySettings:
     COMPACTION_MAX_CALLS_PER_RUN: int = 20
     #: text put before the summary in the summary system message
     SUMMARY_MESSAGE_PREFIX: str = "Summary of the earlier conversation:\n"
+    #: the memory flush: before turns are folded into a summary, the durable facts they
+    #: state are stored in the owner's knowledge memory (``agentmemory.flush``). "auto": in
+    #: conversations whose agent (registered under the conversation's agent key) sets
+    #: KNOWLEDGE_MEMORY_ENABLED; "always": every conversation with an owner; "off": never
+    MEMORY_FLUSH: str = "auto"
     #: what a context window does with a tool exchange whose calls are not all answered yet:
     #: "omit" leaves it out (providers reject a call without its result), "placeholder" sends
     #: it with a marked placeholder result in the copy sent (storage is never changed)

@@ -52,6 +52,7 @@ __all__ = [
     "InvalidFactError",
     "KnowledgeMemory",
     "MemoryScopeError",
+    "PreparedFact",
     "RememberResult",
 ]
 
@@ -81,6 +82,24 @@ class RememberResult:
     fact: Fact
     action: Action
     superseded_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PreparedFact:
+    """A fact checked and embedded by ``KnowledgeMemory.prepare()``, ready for
+    ``store_prepared()``: its cleaned content and category, persistence, importance (as given,
+    and the value used), expiry, source message id, content hash, vector and metadata."""
+
+    content: str
+    category: str
+    persistent: bool
+    importance_given: float | None
+    importance: float
+    expires_at: datetime | None
+    source_id: int | None
+    digest: str
+    vector: list[float] | None
+    metadata: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -360,6 +379,97 @@ class KnowledgeMemory:
                 # content kept one; the retry reports it as the repeat it now is.
                 continue
         raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def prepare(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        metadata: dict[str, Any] | None = None,
+        embed: bool = True,
+        now: datetime | None = None,
+    ) -> PreparedFact:
+        """The part of ``store()`` that takes no lock: check the fact (same arguments and
+        errors as ``store()``) and embed it (a model call when an embedder is configured).
+        ``store_prepared()`` then writes it, inside the caller's transaction. A service that
+        writes facts together with rows of its own (compaction stores the facts of the turns
+        it folds in the transaction that stores the summary) prepares them first, so that no
+        model is called while it holds its locks.
+
+        ``metadata`` is kept on a fact this creates (``Fact.metadata``); a repeat of a live
+        fact keeps the live fact's metadata. ``embed=False`` leaves the vector out (an
+        embedder that failed: ``manage.py rebuild_recall_index`` adds the missing vectors
+        later; until then only the "key:" rule and exact repeats find what it supersedes).
+        """
+        now = _clock(now)
+        content, category, importance_value, ttl_seconds = self._validate(content, category, importance, ttl)
+        if not isinstance(persistent, bool):
+            raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidFactError(f"metadata must be a dict, not {type(metadata).__name__}")
+        self._check_owner()
+        return PreparedFact(
+            content=content,
+            category=category,
+            persistent=persistent,
+            importance_given=importance,
+            importance=importance_value,
+            expires_at=now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None,
+            source_id=self._source_id(source_message),
+            digest=content_hash(content),
+            vector=self._embed(content) if embed else None,
+            metadata=dict(metadata or {}),
+        )
+
+    def store_prepared(self, prepared: PreparedFact, *, now: datetime | None = None) -> RememberResult:
+        """Write a fact made by ``prepare()`` by the rules of ``store()`` (repeat, supersede),
+        in a savepoint of the caller's transaction (or a transaction of its own outside one),
+        after taking the scope's write lock (``lock_scope()``). Queries only: no model call.
+
+        Returns:
+            ``RememberResult``, as ``store()``.
+
+        Raises:
+            InvalidFactError: concurrent writers kept conflicting (three tries).
+        """
+        now = _clock(now)
+        for _attempt in range(3):
+            try:
+                with transaction.atomic(using=self.using):
+                    self._lock_scope()
+                    result = self._store(
+                        prepared.content,
+                        prepared.category,
+                        prepared.persistent,
+                        prepared.importance_given,
+                        prepared.importance,
+                        prepared.expires_at,
+                        prepared.source_id,
+                        None,
+                        prepared.digest,
+                        prepared.vector,
+                        now,
+                    )
+                    if prepared.metadata and result.action in ("created", "superseded"):
+                        Fact.objects.using(self.using).filter(pk=result.fact.pk).update(
+                            metadata=prepared.metadata
+                        )
+                        result.fact.metadata = dict(prepared.metadata)
+                    return result
+            except IntegrityError:
+                continue
+        raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def lock_scope(self) -> None:
+        """Take the scope's write lock for the rest of the caller's transaction (PostgreSQL;
+        see ``_lock_scope``). A service that also locks rows of its own takes this lock first,
+        so that it and ``store()`` called inside a request's transaction always lock in the
+        same order."""
+        self._lock_scope()
 
     def _check_owner(self) -> None:
         """Refuse an owner id that names no user, once per instance. The foreign key would
