@@ -436,9 +436,11 @@ def test_offline_summaries_are_labelled_and_bounded(monkeypatch) -> None:  # typ
         assert summary.model == "offline-extractive"
         assert counter.count_text(summary.text) <= 120
     newest = summaries[-1].text
-    # the newest folded question is listed; older items fell off first to respect the limit
-    assert max(int(n) for n in re.findall(r"question (\d+):", newest)) == 38
-    assert "User asked: question 38:" in newest and "question 0:" not in newest
+    # the newest folded turn is listed; older items fell off first to respect the limit, and
+    # one line says how many and on which day
+    assert max(int(n) for n in re.findall(r"(?:question|answer) (\d+):", newest)) == 38
+    assert "answer 38:" in newest and "question 0:" not in newest
+    assert newest.splitlines()[1].startswith("- Left out to fit: ")
 
 
 def test_offline_summaries_stay_bounded_for_dense_text(monkeypatch) -> None:  # type: ignore[no-untyped-def]

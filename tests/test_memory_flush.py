@@ -509,9 +509,9 @@ def test_the_offline_summary_keeps_dates_and_names() -> None:
     summary = offline(conv).run().summary
 
     assert summary.text.splitlines()[1:] == [
-        f"- [{MAY_8}] Caroline said: I moved to Lisbon in March.",
+        "- [8 May 2023] Caroline said: I moved to Lisbon in March.",
         "- Melanie said: Lisbon is lovely!",
-        f"- [{MAY_25}] Caroline said: My daughter Lea is allergic to peanuts.",
+        "- [25 May 2023] Caroline said: My daughter Lea is allergic to peanuts.",
         "- Melanie said: Thanks for telling me.",
     ]
 
@@ -523,3 +523,49 @@ def test_a_mistyped_setting_is_a_system_check_error() -> None:
         assert [p.id for p in check_settings()] == ["agentmemory.E011"]
     with override_settings(AGENTMEMORY={"MEMORY_FLUSH": "always"}):
         assert check_settings() == []
+
+
+# -- a real transcript: LoCoMo's session dates and speakers survive -------------------------------
+
+
+def locomo_conversation(shared_data: Any, owner: Any, sessions: int) -> tuple[Conversation, dict[int, str]]:
+    """The first ``sessions`` sessions of the first LoCoMo conversation, stored as the importer
+    stores them; returns the conversation and its session dates by number."""
+    from agentmemory.formats.transcripts import load_transcripts
+
+    [transcript] = load_transcripts(shared_data / "locomo6.json", "locomo", limit=1)
+    kept = [m for m in transcript.messages if m.metadata["session"] <= sessions]
+    conv = Conversation.objects.create(owner=owner, agent_key=AGENT)
+    PersistentChatHistory(conv).add_messages(kept)
+    dates = {int(k): v for k, v in transcript.metadata["session_date_times"].items() if int(k) <= sessions}
+    return conv, dates
+
+
+def test_a_locomo_offline_summary_keeps_every_session_date_and_both_names(shared_data) -> None:  # type: ignore[no-untyped-def]
+    user = UserFactory()
+    conv, dates = locomo_conversation(shared_data, user, sessions=3)
+
+    summary = offline(conv).run().summary
+
+    lines = summary.text.splitlines()
+    assert lines[0] == OFFLINE_LABEL
+    # the oldest lines did not fit the summary's 1,000 tokens; their dates did
+    assert lines[1].startswith("- Left out to fit: ") and ", said on 8 May 2023; 25 May 2023" in lines[1]
+    assert "[9 June 2023] " in summary.text and dates[3] == "7:55 pm on 9 June, 2023"
+    assert "Caroline said: " in summary.text and "Melanie said: " in summary.text
+    facts = list(scope(user).live_facts())
+    assert facts and all(f.metadata["extracted_by"] == OFFLINE_FACTS for f in facts)
+    assert {f.metadata["said_at"] for f in facts} <= set(dates.values())
+    support_group = [f for f in facts if "LGBTQ support group yesterday" in f.content]
+    assert [f.content.rsplit(" on ", 1)[1] for f in support_group] == ["8 May 2023."]
+
+
+def test_a_locomo_prompt_carries_the_session_dates_and_speakers(shared_data) -> None:  # type: ignore[no-untyped-def]
+    conv, dates = locomo_conversation(shared_data, UserFactory(), sessions=2)
+    llm = ScriptedChatModel([json.dumps({"summary": "Caroline and Melanie talked.", "facts": []})])
+
+    run_compaction(conv.pk, llm=llm)
+
+    prompt = llm.calls[0][0][-1].content
+    assert f"[#1 | {dates[1]}] Caroline: " in prompt
+    assert f" | {dates[2]}] Melanie: " in prompt

@@ -66,3 +66,100 @@ def test_offline_compactor_is_used_when_no_model_is_configured(monkeypatch) -> N
     assert Conversation.objects.get(pk=conv.pk).summary == summary
     with override_settings(AGENTMEMORY={"COMPACTION_LLM": "tests.helpers_concurrency.FixedSummaryModel"}):
         assert type(build_compactor(conv.pk)) is LLMMemoryCompactor
+
+
+# -- facts found without a model ------------------------------------------------------------------
+
+
+def _facts(text: str, **metadata: str) -> list[tuple[str, str]]:
+    from agentmemory.llm.offline import extract_facts
+
+    return [
+        (f.category, f.content) for f in extract_facts([ChatMessage.human(text, metadata=metadata, seq=7)])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        (
+            "I'm a nurse at the city hospital.",
+            [("personal", 'The user said "I\'m a nurse at the city hospital".')],
+        ),
+        ("My sister lives in Lisbon.", [("personal", 'The user said "My sister lives in Lisbon".')]),
+        (
+            "I really love hiking in the Alps.",
+            [("preferences", 'The user said "I really love hiking in the Alps".')],
+        ),
+        ("My favourite food is sushi!", [("preferences", 'The user said "My favourite food is sushi!".')]),
+        ("I don't eat meat at all.", [("preferences", 'The user said "I don\'t eat meat at all".')]),
+        ("Oh, I adopted a dog last week.", [("events", 'The user said "I adopted a dog last week".')]),
+        ("Hey Mel! We bought a house in Porto.", [("events", 'The user said "We bought a house in Porto".')]),
+        # no fact: a question, the listener, small talk, hedges, too short
+        ("Do I have a meeting today?", []),
+        ("I love that you remembered my birthday.", []),
+        ("I'm so glad to hear that.", []),
+        ("I think it might rain tomorrow.", []),
+        ("I'd love to visit Japan someday.", []),
+        ("I wanted to say thanks again.", []),
+        ("I agree.", []),
+        ("The weather is nice today.", []),
+    ],
+)
+def test_offline_rules_find_first_person_facts(text: str, found: list[tuple[str, str]]) -> None:
+    assert _facts(text) == found
+
+
+def test_offline_facts_name_the_speaker_and_date_events_not_states() -> None:
+    facts = _facts(
+        "I went to a support group yesterday. I have two kids. I moved to Berlin.",
+        speaker="Caroline",
+        session_date_time="1:56 pm on 8 May, 2023",
+    )
+    assert facts == [
+        ("events", 'Caroline said "I went to a support group yesterday" on 8 May 2023.'),
+        ("personal", 'Caroline said "I have two kids".'),
+        ("events", 'Caroline said "I moved to Berlin" on 8 May 2023.'),
+    ]
+
+
+def test_offline_facts_come_from_people_not_from_the_assistant() -> None:
+    from agentmemory.llm.offline import OFFLINE_FACTS, extract_facts
+
+    assistant = ChatMessage.ai("I moved your booking to Friday.", seq=2)
+    person = ChatMessage.ai("I moved to Berlin in May.", seq=3, metadata={"speaker": "Melanie"})
+    facts = extract_facts([assistant, person])
+    assert [(f.content, f.source_seq, f.extracted_by) for f in facts] == [
+        ('Melanie said "I moved to Berlin in May".', 3, OFFLINE_FACTS)
+    ]
+
+
+def test_offline_summary_lines_carry_speakers_and_a_date_when_it_changes() -> None:
+    day1 = {"speaker": "Caroline", "session_date_time": "1:56 pm on 8 May, 2023"}
+    day2 = {"speaker": "Caroline", "session_date_time": "1:14 pm on 25 May, 2023"}
+    first = _summarise(
+        None,
+        [
+            ChatMessage.human("We met in Lisbon.", metadata=day1),
+            ChatMessage.human("We went to the beach.", metadata=day1),
+        ],
+    )
+    second = _summarise(first, [ChatMessage.human("Then we flew home to Oslo.", metadata=day2)])
+    assert second.splitlines()[1:] == [
+        "- [8 May 2023] Caroline said: We met in Lisbon.",
+        "- Caroline said: We went to the beach.",
+        "- [25 May 2023] Caroline said: Then we flew home to Oslo.",
+    ]
+    # the oldest lines dropped to fit: one line keeps their count and day, and the newest
+    # line kept still shows its date
+    tight = _summarise(second, [], max_tokens=56)
+    assert tight.splitlines()[1:] == [
+        "- Left out to fit: 2 earlier lines, said on 8 May 2023",
+        "- [25 May 2023] Caroline said: Then we flew home to Oslo.",
+    ]
+    # folded again, what was left out adds up
+    again = _summarise(tight, [ChatMessage.human("Back at work.", metadata=day2)], max_tokens=56)
+    assert again.splitlines()[1:] == [
+        "- Left out to fit: 3 earlier lines, said on 8 May 2023; 25 May 2023",
+        "- [25 May 2023] Caroline said: Back at work.",
+    ]

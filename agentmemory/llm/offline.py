@@ -7,10 +7,11 @@ the conversation; it is labelled so.
 The summary starts with ``OFFLINE_LABEL``: it is a list of what was asked, what was answered
 and which tools ran, not a summary written by a language model. Each line names its speaker
 where the message gives one (a transcript's ``speaker``, a participant ``name``), and a line
-whose date differs from the line before it starts with that date in brackets (the date a
-transcript gave the message, such as a LoCoMo session date, else the time it was stored), so
-that names and dates survive into the summary. It is built from the messages themselves; no
-prompt is parsed.
+said on another day than the line before it starts with that day in brackets ("[8 May
+2023]": the date a transcript gave the message, such as a LoCoMo session date, else the day
+it was stored), so that names and dates survive into the summary. When the oldest lines are
+dropped to fit, one line keeps how many were dropped and the days they were said. It is built
+from the messages themselves; no prompt is parsed.
 
 ``extract_facts`` finds durable facts by these rules (English only), and marks each fact as
 found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
@@ -23,7 +24,8 @@ found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
    ("Hey Mel!", "Oh,", "Yeah,", "Thanks!") is dropped first.
 3. The sentence opens with a first-person subject ("I", "I'm", "I've", "My", "We", "Our")
    and, after at most two adverbs ("just", "really", ...), a verb of one of three kinds:
-   a preference (like, love, enjoy, prefer, hate, ..., or "my favourite ... is"): category
+   a preference (like, love, enjoy, prefer, hate, eat, drink, ..., also negated: "I don't
+   eat meat", or "my favourite ... is"): category
    "preferences"; a past event (a past tense: a regular "-ed" form or one of the common
    irregular ones, "went", "bought", ...): category "events"; a state ("I am", "I have",
    "I live", "I work", "my ... is", ...): category "personal". "I'm", "I am" and "I was"
@@ -82,10 +84,14 @@ def extractive_summary(previous: str | None, messages: Sequence[ChatMessage], *,
         max_tokens: the longest text returned (tokens).
 
     Returns:
-        ``OFFLINE_LABEL`` and one ``- item`` line per kept item; an item said on another date
-        than the line before it starts with ``[date]``.
+        ``OFFLINE_LABEL`` and one ``- item`` line per kept item; an item said on another day
+        than the line before it starts with ``[day]``. When items were dropped to fit, a
+        first line says how many and on which days they were said ("Left out to fit: 120
+        earlier lines, said on 8 May 2023; 25 May 2023"), so that no date of the
+        conversation is lost.
     """
-    return _fit(_previous_items(previous) + _dated_items(messages), max_tokens)
+    earlier, items = _previous_items(previous)
+    return _fit(items + _dated_items(messages), max_tokens, earlier)
 
 
 def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
@@ -99,7 +105,7 @@ def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
 def _dated_items(messages: Sequence[ChatMessage]) -> list[Item]:
     items: list[Item] = []
     for m in messages:
-        when = said_at(m)
+        when = _day(said_at(m))
         name = speaker(m)
         if m.role is Role.HUMAN and m.text.strip():
             items.append((when, (f"{name} said: " if name else "User asked: ") + _clip(m.text)))
@@ -116,53 +122,90 @@ def _clip(text: str) -> str:
 
 
 _DATED_LINE = re.compile(r"^\[([^\]\n]{1,80})\] (.*)$")
+_LEFT_OUT_LINE = re.compile(r"^Left out to fit: (\d+) earlier lines?(?:, said on (.+))?$")
+
+#: how many earlier lines were left out of an offline summary, and the days they were said
+LeftOut = tuple[int, tuple[str, ...]]
 
 
-def _previous_items(previous: str | None) -> list[Item]:
+def _previous_items(previous: str | None) -> tuple[LeftOut, list[Item]]:
     text = (previous or "").strip()
     if not text:
-        return []
+        return (0, ()), []
     if text.startswith(OFFLINE_LABEL):
         items: list[Item] = []
+        earlier: LeftOut = (0, ())
         when = ""
         for line in text.splitlines():
             if not line.startswith("- "):
                 continue
             body = line[2:]
+            if not items and (left := _LEFT_OUT_LINE.match(body)):
+                earlier = (
+                    int(left.group(1)),
+                    tuple((left.group(2) or "").split("; ")) if left.group(2) else (),
+                )
+                continue
             if match := _DATED_LINE.match(body):
                 when, body = match.group(1), match.group(2)
             items.append((when, body))
-        return items
+        return earlier, items
     # A summary written by a model (or by hand) before this one: carry it forward as one
     # item instead of dropping it (the summary accumulates).
-    return [("", "Earlier: " + " ".join(text.split())[: _ITEM_CHARS * 4])]
+    return (0, ()), [("", "Earlier: " + " ".join(text.split())[: _ITEM_CHARS * 4])]
 
 
-def _fit(items: list[Item], max_tokens: int) -> str:
+def _fit(items: list[Item], max_tokens: int, earlier: LeftOut = (0, ())) -> str:
     """The label and the newest items whose text stays within ``max_tokens`` by the
-    configured token counter (dense scripts cost more tokens per character)."""
+    configured token counter (dense scripts cost more tokens per character), after the line
+    saying what was left out (``earlier``: what earlier summaries had left out already)."""
     from agentmemory.conf import get_token_counter
 
     counter = get_token_counter()
-    total = counter.count_text(OFFLINE_LABEL) + 1
-    kept: list[Item] = []
+
+    def left_out(dropped: int) -> LeftOut:
+        days = dict.fromkeys(earlier[1])
+        days.update(dict.fromkeys(_day(when) for when, _text in items[:dropped] if when))
+        return earlier[0] + dropped, tuple(days)
+
+    whole = _render(items, earlier)
+    if counter.count_text(whole) <= max_tokens:
+        return whole
+    # The newest items while they and the line saying what is left out before them fit.
+    base = counter.count_text(OFFLINE_LABEL) + 1
+    kept_cost = 0
+    start = len(items)
     for index in range(len(items) - 1, -1, -1):
         when, text = items[index]
         dated = bool(when) and (index == 0 or items[index - 1][0] != when)
         cost = counter.count_text(f"- [{when}] {text}" if dated else f"- {text}") + 1  # +1: line break
-        if total + cost > max_tokens:
+        line = _left_out_line(left_out(index))
+        if base + kept_cost + cost + (counter.count_text(line) + 1 if line else 0) > max_tokens:
             break
-        kept.insert(0, items[index])
-        total += cost
+        start = index
+        kept_cost += cost
     # Counts are nearly additive across lines, and the oldest kept line may now need its
     # date: check the whole and trim if it does not fit.
-    while kept and counter.count_text(_render(kept)) > max_tokens:
-        kept.pop(0)
-    return _render(kept)
+    while start < len(items) and counter.count_text(_render(items[start:], left_out(start))) > max_tokens:
+        start += 1
+    text = _render(items[start:], left_out(start))
+    if start == len(items) and counter.count_text(text) > max_tokens:
+        text = _render([], (left_out(start)[0], ()))  # too many days for the room: the count alone
+    return text
 
 
-def _render(items: list[Item]) -> str:
+def _left_out_line(left_out: LeftOut) -> str:
+    count, days = left_out
+    if not count:
+        return ""
+    said = f", said on {'; '.join(days)}" if days else ""
+    return f"- Left out to fit: {count} earlier line{'' if count == 1 else 's'}{said}"
+
+
+def _render(items: list[Item], left_out: LeftOut = (0, ())) -> str:
     lines = [OFFLINE_LABEL]
+    if line := _left_out_line(left_out):
+        lines.append(line)
     last = ""
     for when, text in items:
         lines.append(f"- [{when}] {text}" if when and when != last else f"- {text}")
@@ -199,7 +242,8 @@ _ADVERBS = _words(
     "officially now even often sometimes definitely absolutely truly"
 )
 _PREFERENCES = _words(
-    "like likes love loves enjoy enjoys prefer prefers hate hates dislike dislikes adore adores"
+    "like likes love loves enjoy enjoys prefer prefers hate hates dislike dislikes adore adores "
+    "eat eats drink drinks smoke smokes"
 )
 _STATES = _words(
     "am was have has had live lives work works own owns study studies teach teaches play plays speak speaks "
