@@ -243,3 +243,21 @@ def test_schema_problems_are_strict() -> None:
     )
     assert schema_problems({**REPLY, "facts": [fact] * 41}, schema) == ["$.facts: more than 40 items"]
     assert schema_problems([REPLY], schema) == ["$: expected object, got array"]
+
+
+def test_openai_for_a_server_without_response_format_asks_in_the_prompt(fake_openai) -> None:  # type: ignore[no-untyped-def]
+    model = OpenAIChatModel(
+        model="local", base_url=fake_openai.base_url, api_key="sk", max_retries=0, structured_output="prompt"
+    )
+    fake_openai.enqueue_text(json.dumps(REPLY))
+    try:
+        response = model.invoke_structured(MESSAGES, output=SUMMARY_WITH_FACTS)
+    finally:
+        model.close()
+
+    assert response.parsed == REPLY
+    [request] = fake_openai.requests
+    assert "response_format" not in request
+    assert json.dumps(SUMMARY_WITH_FACTS.schema) in request["messages"][0]["content"]
+    with pytest.raises(ValueError, match="structured_output must be one of json_schema, prompt"):
+        OpenAIChatModel(model="local", structured_output="json")

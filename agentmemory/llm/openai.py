@@ -19,7 +19,7 @@ from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMEr
 from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
-from agentmemory.llm.structured import decode_json
+from agentmemory.llm.structured import decode_json, json_only_instructions, prompted, with_instructions
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage
 
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MODEL", "OpenAIChatModel", "from_env", "openai_usage"]
 
 DEFAULT_MODEL = "gpt-4o-mini"
+#: the values of ``OpenAIChatModel(structured_output=...)``
+STRUCTURED_OUTPUT_MODES = ("json_schema", "prompt")
 # Placeholder key for local OpenAI-compatible servers (Ollama, vLLM, LM Studio) that ignore it;
 # the SDK refuses to build a client without some key.
 LOCAL_API_KEY = "not-needed"
@@ -57,6 +59,10 @@ class OpenAIChatModel:
         max_retries: SDK retries on 408/409/429/5xx and connection errors (0 disables them).
         temperature: sampling temperature; ``None`` leaves the provider default.
         extra_body: extra JSON fields merged into every request body (vLLM/Ollama options).
+        structured_output: how ``invoke_structured`` asks for JSON: ``"json_schema"`` (the
+            ``response_format`` of OpenAI's Structured Outputs, which OpenAI, Azure, vLLM,
+            Ollama and LM Studio accept) or ``"prompt"`` (the schema in the system message,
+            for a server that refuses ``response_format``).
         client, async_client: pre-built ``openai.OpenAI`` / ``openai.AsyncOpenAI`` clients (tests,
             Azure, custom HTTP clients; the caller closes them); otherwise they are created on
             first use: one sync client, and one async client per event loop, closed when that
@@ -81,6 +87,7 @@ class OpenAIChatModel:
         max_retries: int = 2,
         temperature: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        structured_output: str = "json_schema",
         client: openai.OpenAI | None = None,
         async_client: openai.AsyncOpenAI | None = None,
     ) -> None:
@@ -95,6 +102,10 @@ class OpenAIChatModel:
         self.max_retries = max_retries
         self.temperature = temperature
         self.extra_body = dict(extra_body) if extra_body else None
+        if structured_output not in STRUCTURED_OUTPUT_MODES:
+            modes = ", ".join(STRUCTURED_OUTPUT_MODES)
+            raise ValueError(f"structured_output must be one of {modes}, not {structured_output!r}")
+        self.structured_output = structured_output
         self._clients: SDKClients[openai.OpenAI, openai.AsyncOpenAI] = SDKClients(
             client=client, async_client=async_client
         )
@@ -224,12 +235,16 @@ class OpenAIChatModel:
             the model refused (``refusal``, then ``refused`` is true), was cut off at its output
             limit (``finish_reason`` ``"length"``) or sent no JSON value. Servers that only
             claim OpenAI compatibility may ignore ``strict``: check ``parsed`` against the
-            schema (``agentmemory.llm.structured.schema_problems``).
+            schema (``agentmemory.llm.structured.schema_problems``). With
+            ``structured_output="prompt"`` the schema goes in the system message instead
+            (``agentmemory.llm.structured.prompted``).
 
         Raises:
             InvalidMessageError, TransientLLMError, PermanentLLMError: as ``invoke``; a server
                 that does not support ``response_format`` answers 400, a ``PermanentLLMError``.
         """
+        if self.structured_output == "prompt":
+            return prompted(lambda sent: self.invoke(sent), messages, output)
         request = self._structured_request(messages, output)
         client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
         sdk = _import_openai()
@@ -243,6 +258,9 @@ class OpenAIChatModel:
         self, messages: Sequence[ChatMessage], *, output: OutputSchema
     ) -> ChatResponse:
         """Async ``invoke_structured``; same arguments, result and errors."""
+        if self.structured_output == "prompt":
+            response = await self.ainvoke(with_instructions(messages, json_only_instructions(output)))
+            return dataclasses.replace(response, parsed=decode_json(response.message.text))
         request = self._structured_request(messages, output)
         client = await self._clients.get_async(functools.partial(self._new_client, "AsyncOpenAI"))
         sdk = _import_openai()
