@@ -717,7 +717,7 @@ class BaseMemoryCompactor:
                 _mark_done(self.conversation_id, lease.taken_at)
                 return CompactionRun(NOTHING, summary=conv.summary)
             self.max_summary_tokens = self.summary_budget(conv)
-            self.flush = MemoryFlush.for_conversation(conv, self)
+            self.flush = MemoryFlush.for_conversation(conv)
             with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
                 run = self._compact(conv, target, lease, keeper)
             if run.status == STORED:
@@ -749,7 +749,7 @@ class BaseMemoryCompactor:
                 raise _LeaseLost
             draft = self.summarize(text, messages)
             if self.flush is not None:
-                self.flush.collect(draft.facts, messages)
+                self.flush.collect(getattr(draft, "facts", ()), messages)
             text = draft.text
             model = draft.model or model
             input_tokens += draft.input_tokens

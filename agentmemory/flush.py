@@ -58,7 +58,7 @@ from agentmemory.llm.facts import SUMMARY_WITH_FACTS, FactDraft, read_summary_wi
 from agentmemory.messages import ChatMessage
 
 if TYPE_CHECKING:
-    from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
+    from agentmemory.compaction import LLMMemoryCompactor
     from agentmemory.knowledge import KnowledgeMemory, PreparedFact
     from agentmemory.llm.base import ChatResponse
     from agentmemory.models import Conversation, Summary
@@ -147,9 +147,7 @@ class MemoryFlush:
     # -- deciding ----------------------------------------------------------------------
 
     @classmethod
-    def for_conversation(
-        cls, conversation: Conversation, compactor: BaseMemoryCompactor
-    ) -> MemoryFlush | None:
+    def for_conversation(cls, conversation: Conversation) -> MemoryFlush | None:
         """The flush of a run over ``conversation``, or ``None`` when none runs: the setting
         is "off", the conversation has no owner, or ("auto") its agent does not enable
         knowledge memory. Never raises: a scope that cannot be built is logged and no flush
@@ -176,7 +174,7 @@ class MemoryFlush:
         if not extract:
             logger.warning(
                 "memory flush of conversation %s: the summariser's structured replies failed %s "
-                "runs in a row; this run writes a plain summary and keeps no facts of the turns it folds",
+                "runs in a row; this run writes a plain summary without facts",
                 conversation.pk,
                 conversation.compaction_failures,
             )
@@ -260,6 +258,15 @@ class MemoryFlush:
     def store(self, summary: Summary) -> FlushResult:
         """Write the prepared facts inside the transaction storing ``summary`` (a savepoint of
         it). A database error rolls back the facts only, is logged, and the summary stays."""
+        if not self.extract:
+            first = summary.previous.through_seq + 1 if summary.previous is not None else summary.first_seq
+            logger.warning(
+                "memory flush of conversation %s: the facts of messages #%s to #%s were not extracted "
+                "(a plain summary after failed structured replies)",
+                self.conversation_id,
+                first,
+                summary.through_seq,
+            )
         counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0}
         try:
             with transaction.atomic(using=self.memory.using):

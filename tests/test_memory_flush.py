@@ -252,14 +252,26 @@ def test_a_malformed_reply_then_a_good_one_stores_both_once(fake_openai, openai_
     assert scope(user).live_facts().count() == 2
 
 
-def test_structured_replies_that_keep_failing_do_not_hold_the_summary_back(fake_openai, openai_model) -> None:  # type: ignore[no-untyped-def]
+def test_structured_replies_that_keep_failing_do_not_hold_the_summary_back(
+    fake_openai, openai_model, caplog
+) -> None:  # type: ignore[no-untyped-def]
     user = UserFactory()
     conv = conversation(user)
+    for _ in range(DEGRADE_AFTER_FAILURES - 1):
+        record_compaction_failure(conv.pk, StructuredOutputError("bad"), failed_run=True)
+    fake_openai.enqueue_text(json.dumps(reply()))
+    assert run_compaction(conv.pk, llm=openai_model).status == STORED  # not yet: still asked for facts
+    Summary.objects.all().delete()
+    Fact.objects.all().delete()
     for _ in range(DEGRADE_AFTER_FAILURES):
         record_compaction_failure(conv.pk, StructuredOutputError("bad"), failed_run=True)
+    fake_openai.requests.clear()
     fake_openai.enqueue_text("Caroline moved to Lisbon; Lea is allergic to peanuts.")
 
-    run = run_compaction(conv.pk, llm=openai_model)
+    with caplog.at_level(logging.WARNING, "agentmemory.flush"):
+        run = run_compaction(conv.pk, llm=openai_model)
+
+    assert "the facts of messages #1 to #4 were not extracted" in caplog.text
 
     assert run.status == STORED and run.summary.text.startswith("Caroline moved")
     assert "response_format" not in fake_openai.requests[0]  # a plain summary call
@@ -426,8 +438,8 @@ def test_the_embedder_is_called_outside_the_summarys_transaction_and_its_failure
     conv = conversation(user)
     flush_for = MemoryFlush.for_conversation
 
-    def with_embedder(conversation: Conversation, compactor: Any) -> MemoryFlush | None:
-        flush = flush_for(conversation, compactor)
+    def with_embedder(conversation: Conversation) -> MemoryFlush | None:
+        flush = flush_for(conversation)
         assert flush is not None
         flush.memory.embedder = Embedder()
         return flush
