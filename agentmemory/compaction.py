@@ -693,7 +693,9 @@ class BaseMemoryCompactor:
         ``LeaseKeeper`` thread) keeps a second run from doing the same work, the lease token
         checked under the row lock keeps a run that lost its lease from storing, and the
         unique ``(conversation, through_seq)`` keeps the boundary from moving backwards.
-        Messages are never edited or deleted. At most ``max_calls_per_run`` summariser calls
+        Messages are never edited or deleted. With a memory flush (``agentmemory.flush``), the
+        facts the summariser found are checked and embedded before the transaction and stored
+        in the one that stores the summary. At most ``max_calls_per_run`` summariser calls
         are made (plus those needed to reach the next human-turn boundary): a longer backlog
         is stored as an intermediate summary at a human-turn boundary (``"partial"``) and
         the next run continues from there.
@@ -934,11 +936,12 @@ def render_transcript(
     their JSON arguments, long contents and long arguments cut (the stored messages stay
     whole): a call whose arguments carry a whole file cannot make the request overflow.
 
-    Each message is headed by its number (seq) and the date it was said, when known (the
-    date a transcript gave it, else the time it was stored: ``agentmemory.llm.facts.said_at``),
-    and names its writer where the message gives a name (``speaker``), else "User" or
-    "Assistant": ``[#12 | 1:56 pm on 8 May, 2023] Caroline: I went to ...``. A summary can
-    only keep the dates and names it is given.
+    Each message is headed by its number (seq) and, where it differs from the message before,
+    the date it was said (the date a transcript gave it, else the time it was stored:
+    ``agentmemory.llm.facts.said_at``), and names its writer where the message gives a name
+    (``speaker``), else "User" or "Assistant": ``[#12 | 1:56 pm on 8 May, 2023] Caroline: I
+    went to ...``, then ``[#13] Melanie: ...``. A summary can only keep the dates and names it
+    is given.
 
     Args:
         messages: the span to render, oldest first.
@@ -959,10 +962,18 @@ def render_transcript(
         return text[:max_chars_per_message] + f" [... {len(text) - max_chars_per_message} characters cut]"
 
     lines = []
+    last_said = ""
     for m in messages:
         text = cut(m.text)
         block = []
-        head = " | ".join(part for part in (f"#{m.seq}" if m.seq is not None else "", said_at(m)) if part)
+        said = said_at(m)
+        # the date only where it changes, as a chat log shows it: every line need not pay for it
+        head = " | ".join(
+            part
+            for part in (f"#{m.seq}" if m.seq is not None else "", said if said != last_said else "")
+            if part
+        )
+        last_said = said or last_said
         name = speaker(m)
         if m.role is Role.HUMAN:
             block.append(f"{name or 'User'}: {text}")

@@ -179,8 +179,9 @@ def test_the_prompt_gives_each_message_its_number_date_and_speaker(fake_openai, 
 
     [request] = fake_openai.requests
     system, prompt = (m["content"] for m in request["messages"])
-    assert f"[#1 | {MAY_8}] Caroline: I moved to Lisbon in March." in prompt
-    assert f"[#4 | {MAY_25}] Melanie: Thanks for telling me." in prompt
+    # the date where it changes, the speaker on every line
+    assert f"[#1 | {MAY_8}] Caroline: I moved to Lisbon in March.\n[#2] Melanie: Lisbon is" in prompt
+    assert f"[#3 | {MAY_25}] Caroline: My daughter Lea is allergic to peanuts.\n[#4] Melanie:" in prompt
     assert "What should I cook tonight?" not in prompt  # the newest turn stays verbatim (K6)
     assert "Say who said or did what by name" in system and "calendar dates" in system
     assert "'source' is the number (#N) of the message" in system
