@@ -74,6 +74,9 @@ class FactDraft:
     extracted_by: str = ""
 
 
+# Only the keywords every strict mode accepts: OpenAI's Structured Outputs took no numeric or
+# length bounds at first, and OpenAI-compatible servers still differ there; the importance's
+# range and the number of facts are checked by ``read_summary_with_facts`` instead.
 _FACT_ITEM = {
     "type": "object",
     "properties": {
@@ -88,7 +91,7 @@ _FACT_ITEM = {
             "type": "boolean",
             "description": "false for what will soon stop being true (a plan for this week), true otherwise",
         },
-        "importance": {"type": "number", "minimum": 0, "maximum": 1},
+        "importance": {"type": "number", "description": "from 0 (trivia) to 1 (health, family, identity)"},
     },
     "required": ["content", "category", "source", "persistent", "importance"],
     "additionalProperties": False,
@@ -105,7 +108,6 @@ SUMMARY_WITH_FACTS = OutputSchema(
                 "type": "array",
                 "description": "durable facts the new messages state; empty when there are none",
                 "items": _FACT_ITEM,
-                "maxItems": MAX_FACTS_PER_CALL,
             },
         },
         "required": ["summary", "facts"],
@@ -166,6 +168,8 @@ def _fact_problems(items: list[Mapping[str, Any]], sources: Collection[int], lim
 
         limit = app_settings().MAX_FACT_CHARS
     problems = []
+    if len(items) > MAX_FACTS_PER_CALL:
+        problems.append(f"$.facts: more than {MAX_FACTS_PER_CALL} items")
     for index, item in enumerate(items):
         where = f"$.facts[{index}]"
         content = item["content"]
@@ -175,6 +179,8 @@ def _fact_problems(items: list[Mapping[str, Any]], sources: Collection[int], lim
             problems.append(f"{where}.content: longer than {limit} characters")
         elif problem := text_problem(content):
             problems.append(f"{where}.content: {problem}")
+        if not 0 <= item["importance"] <= 1:
+            problems.append(f"{where}.importance: {item['importance']} is not from 0 to 1")
         if item["source"] not in sources:
             problems.append(f"{where}.source: #{item['source']} is not one of the messages sent")
     return problems[:5]

@@ -90,11 +90,11 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, problems: list[str]
     kind = schema.get("type")
     if isinstance(kind, str):
         types = _TYPES.get(kind, ())
-        wrong = not isinstance(value, types) or (isinstance(value, bool) and kind != "boolean")
-        if kind == "number" and isinstance(value, float) and not math.isfinite(value):
-            wrong = True
-        if wrong:
+        if not isinstance(value, types) or (isinstance(value, bool) and kind != "boolean"):
             problems.append(f"{path}: expected {kind}, got {_kind(value)}")
+            return
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{path}: {value} is not a JSON number")
             return
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{path}: {value!r} is not one of {list(schema['enum'])}")
