@@ -582,3 +582,42 @@ def test_a_locomo_prompt_carries_the_session_dates_and_speakers(shared_data) -> 
     prompt = llm.calls[0][0][-1].content
     assert f"[#1 | {dates[1]}] Caroline: " in prompt
     assert f" | {dates[2]}] Melanie: " in prompt
+
+
+def test_an_agent_meets_the_facts_of_its_folded_turns_in_a_new_conversation(
+    monkeypatch, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    """Through ``agent.run()``, with no model configured for summaries: the turns folded by
+    the inline compaction leave their facts, which the next conversation's system prompt holds."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+    class Assistant(FlushAgent, register=False):
+        MEMORY_COMPACTOR_ENABLED = True
+
+    user = UserFactory()
+    seen: list[str] = []
+
+    def answer(messages: list[ChatMessage]) -> str:
+        seen.append(messages[0].text)
+        return "Noted."
+
+    with override_settings(AGENTMEMORY={"SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 2, "COMPACTION_MODE": "inline"}):
+        agent = Assistant(ScriptedChatModel([answer] * 5))
+        first = agent.start_conversation(owner=user)
+        turns = (
+            "I moved to Lisbon in March.",
+            "My daughter Lea is allergic to peanuts.",
+            "What now?",
+            "Thanks.",
+        )
+        for text in turns:
+            with django_capture_on_commit_callbacks(execute=True):  # the turn commits: compaction runs
+                agent.run(first, text)
+        assert Summary.objects.filter(conversation=first).exists()
+        agent.run(agent.start_conversation(owner=user), "What should I cook tonight?")
+
+    assert "Long-term Memory" not in seen[0]
+    assert 'The user said "I moved to Lisbon in March".' not in seen[0]
+    assert 'The user said "My daughter Lea is allergic to peanuts".' in seen[-1]
+    assert 'The user said "I moved to Lisbon in March" on ' in seen[-1]
