@@ -163,3 +163,11 @@ def test_offline_summary_lines_carry_speakers_and_a_date_when_it_changes() -> No
         "- Left out to fit: 3 earlier lines, said on 8 May 2023; 25 May 2023",
         "- [25 May 2023] Caroline said: Back at work.",
     ]
+
+
+def test_offline_rules_skip_how_someone_has_been_but_keep_what_they_have_been_doing() -> None:
+    assert _facts("I've been doing great lately, really.") == []
+    assert _facts("I've been so stressed at work.") == []
+    assert _facts("I've been volunteering at the animal shelter.") == [
+        ("personal", 'The user said "I\'ve been volunteering at the animal shelter".')
+    ]

@@ -329,7 +329,10 @@ def _kind(words: list[str]) -> str | None:
         following = [w for w in following if w not in _ADVERBS and w != "very"]
         return None if not following or following[0] in _FEELINGS else "personal"
     if subject in ("i've", "we've"):
-        return "events" if _past(verb) and verb not in ("been", "had") else "personal"
+        if verb == "been":  # "I've been volunteering at the shelter", not "I've been doing great"
+            following = [w for w in rest[1:] if w not in _ADVERBS]
+            return None if not following or following[0] in _FEELINGS | {"doing", "feeling"} else "personal"
+        return "events" if _past(verb) and verb != "had" else "personal"
     if verb in ("don't", "do", "never", "no") and len(rest) > 1:
         verb = rest[2] if verb == "do" and len(rest) > 2 and rest[1] == "not" else rest[1]
     if verb in _PREFERENCES:
