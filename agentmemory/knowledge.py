@@ -797,9 +797,15 @@ class KnowledgeMemory:
         return out
 
     def get_recent_entries(self, days: int = 7, limit: int = 50) -> list[dict[str, Any]]:
-        """Live transient entries of the last ``days`` days, newest first, at most ``limit``:
-        dicts with ``id``, ``timestamp`` (ISO 8601, UTC, "Z"), ``category``, ``content``,
-        ``persistent`` (False), ``importance`` and ``expires_at`` (ISO 8601 or None)."""
+        """The daily log: live entries of the last ``days`` days, persistent and transient,
+        newest first, at most ``limit``: dicts with ``id``, ``timestamp`` (ISO 8601, UTC,
+        "Z"), ``category``, ``content``, ``persistent``, ``importance`` and ``expires_at``
+        (ISO 8601 or None).
+
+        The knowledge seed writes every entry to its daily log, a persistent one as well as
+        MEMORY.md, so a persistent fact stored in the last ``days`` days is listed here too
+        (``persistent`` True); ``build_context()`` names it once, under [Long-term Memory].
+        A fact replaced since (a changed "key: value" fact) is not listed."""
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise ValueError(f"days must be a non-negative integer, not {days!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -807,7 +813,7 @@ class KnowledgeMemory:
         now = timezone.now()
         rows = (
             self.live_facts(now)
-            .filter(persistent=False, created_at__gte=days_before(now, days))
+            .filter(in_daily_log=True, created_at__gte=days_before(now, days))
             .order_by("-created_at", "-pk")[:limit]
         )
         return [_entry(f) for f in rows]
@@ -919,23 +925,31 @@ class KnowledgeMemory:
         self.forget_all()
 
     def clear_logs(self) -> None:
-        """Forget the transient entries of this scope, keeping persistent facts."""
+        """Empty the daily log of this scope: forget the transient entries, and take the
+        persistent facts out of ``get_recent_entries()`` while keeping them (the seed's
+        MEMORY.md is kept)."""
         self._delete_ids(
             self.all_facts().filter(persistent=False).values_list("pk", flat=True), count_all=True
         )
+        self.all_facts().filter(persistent=True, in_daily_log=True).update(in_daily_log=False)
 
     def prune_logs(self, max_days: int | None = None) -> int:
         """Delete transient entries older than ``max_days`` (default ``max_log_days``) and
         expired facts of this scope; returns how many facts were deleted. With the default,
-        only facts that reads already hide are deleted."""
+        only facts that reads already hide are deleted. Persistent facts older than that
+        are kept and leave the daily log (``get_recent_entries()``)."""
         days = self.max_log_days if max_days is None else max_days
         if isinstance(days, bool) or not isinstance(days, int) or days < 0:
             raise ValueError(f"max_days must be a non-negative integer, not {max_days!r}")
         now = timezone.now()
-        stale = self.all_facts().filter(
-            Q(persistent=False, created_at__lt=days_before(now, days)) | Q(expires_at__lte=now)
+        cutoff = days_before(now, days)
+        stale = self.all_facts().filter(Q(persistent=False, created_at__lt=cutoff) | Q(expires_at__lte=now))
+        deleted = self._delete_ids(stale.values_list("pk", flat=True), count_all=True)
+        # the log entries of older persistent facts go too; the facts stay (MEMORY.md)
+        self.all_facts().filter(persistent=True, in_daily_log=True, created_at__lt=cutoff).update(
+            in_daily_log=False
         )
-        return self._delete_ids(stale.values_list("pk", flat=True), count_all=True)
+        return deleted
 
     def _delete_ids(self, ids: Any, count_all: bool = False) -> int:
         """Delete facts by id in batches (their history and embeddings cascade; the full-text

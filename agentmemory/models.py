@@ -712,6 +712,14 @@ class Fact(models.Model):
         default=False,
         help_text=_("Persistent facts are kept until forgotten; others are recent entries that age out."),
     )
+    in_daily_log = models.BooleanField(
+        _("in the daily log"),
+        default=True,
+        help_text=_(
+            "Listed among the recent entries (the knowledge seed's daily log) until the log is "
+            "cleared or pruned; a persistent fact stays a fact either way."
+        ),
+    )
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     source_message = models.ForeignKey(
         Message,
