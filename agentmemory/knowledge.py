@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import AgentMemoryError
-from agentmemory.models import Fact, FactEmbedding, Message
+from agentmemory.models import Fact, FactEmbedding, FactKind, Message
 from agentmemory.recall import boost, fulltext
 from agentmemory.recall.backends import (
     FullTextBackend,
@@ -186,12 +186,16 @@ class KnowledgeMemory:
             (default ``AGENTMEMORY["EMBEDDER"]``; none: only exact repeats and "key: value"
             facts are recognised).
         backend: the ``RecallBackend`` of ``recall()``; default ``AGENTMEMORY["RECALL_BACKEND"]``.
+        kind: which memory's facts this object reads and writes (``Fact.kind``):
+            ``"knowledge"`` (the default) or ``"semantic"`` (``SemanticMemory``'s store). The
+            two never see each other's facts: no repeat, supersession, recall or delete
+            crosses them.
 
     Raises:
         MemoryScopeError: no owner, or a scope value that is not a string.
         ValueError: a negative ``max_log_days``, a non-positive ``max_context_entries``,
-            ``max_entries`` or ``max_context_tokens``, or a ``supersede_similarity`` that is
-            not a cosine (-1.0 to 1.0).
+            ``max_entries`` or ``max_context_tokens``, a ``supersede_similarity`` that is
+            not a cosine (-1.0 to 1.0), or an unknown ``kind``.
     """
 
     def __init__(
@@ -208,8 +212,12 @@ class KnowledgeMemory:
         backend: RecallBackend | None = None,
         supersede_similarity: float | Literal["default"] | None = "default",
         using: str | None = None,
+        kind: str = FactKind.KNOWLEDGE,
     ) -> None:
         self.scope = MemoryScope.of(owner, agent_key, namespace)
+        if kind not in FactKind.values:
+            raise ValueError(f"kind must be one of {', '.join(FactKind.values)}, not {kind!r}")
+        self.kind = str(kind)
         for name, value, low in (
             ("max_log_days", max_log_days, 0),
             ("max_context_entries", max_context_entries, 1),
@@ -246,7 +254,10 @@ class KnowledgeMemory:
 
     def __repr__(self) -> str:
         s = self.scope
-        return f"KnowledgeMemory(owner={s.owner_id}, agent_key={s.agent_key!r}, namespace={s.namespace!r})"
+        kind = "" if self.kind == FactKind.KNOWLEDGE else f", kind={self.kind!r}"
+        return (
+            f"KnowledgeMemory(owner={s.owner_id}, agent_key={s.agent_key!r}, namespace={s.namespace!r}{kind})"
+        )
 
     # -- querysets -------------------------------------------------------------------------
 
@@ -258,7 +269,7 @@ class KnowledgeMemory:
 
     def all_facts(self) -> Any:
         """Every stored fact of the scope: live, superseded and expired (the history)."""
-        return Fact.objects.using(self.using).filter(**self.scope.filter())
+        return Fact.objects.using(self.using).filter(**self.scope.filter(), kind=self.kind)
 
     def live_facts(self, now: datetime | None = None) -> Any:
         """Facts in default recall at ``now`` (an aware datetime; default the current time):
@@ -632,6 +643,7 @@ class KnowledgeMemory:
             owner_id=self.scope.owner_id,
             agent_key=self.scope.agent_key,
             namespace=self.scope.namespace,
+            kind=self.kind,
             content=content,
             content_hash=digest,
             category=category,

@@ -665,6 +665,14 @@ class Summary(models.Model):
 # ---------------------------------------------------------------------------------------------
 
 
+class FactKind(models.TextChoices):
+    """Which memory a fact belongs to. The two share the table, scopes and rules, never rows:
+    one's reads, repeats, supersessions and deletes never reach the other's facts."""
+
+    KNOWLEDGE = "knowledge", _("knowledge memory")
+    SEMANTIC = "semantic", _("semantic memory")
+
+
 class FactQuerySet(models.QuerySet["Fact"]):
     def in_scope(self, owner_id: int, agent_key: str = "", namespace: str = "") -> FactQuerySet:
         """Facts of exactly this owner, agent key and namespace (equality, never a pattern:
@@ -698,6 +706,16 @@ class Fact(models.Model):
     )
     agent_key = models.CharField(_("agent key"), max_length=100, blank=True, default="")
     namespace = models.CharField(_("namespace"), max_length=200, blank=True, default="")
+    kind = models.CharField(
+        _("memory"),
+        max_length=16,
+        choices=FactKind.choices,
+        default=FactKind.KNOWLEDGE,
+        help_text=_(
+            "Knowledge memory (KnowledgeMemory, the agents' remember tool) or semantic memory "
+            "(SemanticMemory's default store); neither reads nor deletes the other's facts."
+        ),
+    )
     content = models.TextField(_("content"))
     content_hash = models.CharField(
         _("content hash"),
@@ -761,7 +779,7 @@ class Fact(models.Model):
                 name="agentmemory_fact_importance_range",
             ),
             models.UniqueConstraint(
-                fields=["owner", "agent_key", "namespace", "content_hash"],
+                fields=["owner", "agent_key", "namespace", "kind", "content_hash"],
                 condition=Q(superseded_by__isnull=True),
                 name="agentmemory_fact_live_content_uniq",
             ),

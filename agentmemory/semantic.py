@@ -19,7 +19,7 @@ from uuid import uuid4
 from django.db import transaction
 
 from agentmemory.knowledge import InvalidFactError, KnowledgeMemory
-from agentmemory.models import Fact
+from agentmemory.models import Fact, FactKind
 from agentmemory.recall.backends import RecallBackend
 from agentmemory.recall.embedders import Embedder
 from agentmemory.validation import json_problem
@@ -67,7 +67,10 @@ class MemoryStore(Protocol):
 
 
 class ORMMemoryStore:
-    """The default ``MemoryStore``: persistent ``Fact`` rows of one owner's scope.
+    """The default ``MemoryStore``: persistent ``Fact`` rows of one owner's scope, of the
+    semantic memory (``Fact.kind = "semantic"``): the knowledge memory of the same scope
+    (``KnowledgeMemory``, an agent's ``remember`` tool) keeps its facts apart, so ``clear()``
+    and ``list_all()`` reach this store's entries only.
 
     ``metadata["category"]`` (default "general") and ``metadata["importance"]`` (0.0-1.0)
     are stored in columns; the rest of ``metadata`` in ``Fact.metadata``.
@@ -86,7 +89,12 @@ class ORMMemoryStore:
         backend: RecallBackend | None = None,
     ) -> None:
         self.knowledge = KnowledgeMemory(
-            owner, agent_key=agent_key, namespace=namespace, embedder=embedder, backend=backend
+            owner,
+            agent_key=agent_key,
+            namespace=namespace,
+            embedder=embedder,
+            backend=backend,
+            kind=FactKind.SEMANTIC,
         )
 
     def add(self, entry: MemoryEntry) -> str:

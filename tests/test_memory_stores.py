@@ -9,9 +9,87 @@ import pytest
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.models import Fact
+from agentmemory.semantic import SemanticMemory
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
+
+
+# -- two memories of one user ------------------------------------------------------------------
+
+
+def test_semantic_memory_lists_and_clears_only_its_own_entries() -> None:
+    """``SemanticMemory(owner).clear()`` deleted the user's knowledge facts (the agent's
+    ``remember`` tool writes those) and ``list_all()`` returned them: the two memories shared
+    the rows of one scope."""
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Preferred language: Python", "preferences", persistent=True)
+    knowledge.remember("Working on Project Atlas this week", "context")
+    semantic = SemanticMemory(owner=user)
+    semantic.add("Customer prefers email communication.")
+    assert [e.content for e in semantic.list_all()] == ["Customer prefers email communication."]
+    assert semantic.search("Python language") == []
+    semantic.clear()
+    assert semantic.list_all() == []
+    assert knowledge.get_persistent_facts() == {"preferences": ["Preferred language: Python"]}
+    assert [e["content"] for e in knowledge.get_recent_entries()] == [
+        "Working on Project Atlas this week",
+        "Preferred language: Python",
+    ]
+
+
+def test_knowledge_memory_never_reads_or_deletes_semantic_entries() -> None:
+    user = UserFactory()
+    semantic = SemanticMemory(owner=user, agent_key="support", namespace="acme")
+    entry_id = semantic.add("Account is on the Enterprise plan since March 2021.")
+    knowledge = KnowledgeMemory(user, agent_key="support", namespace="acme")
+    assert knowledge.build_context() == ""
+    assert knowledge.recall("Enterprise plan") == []
+    assert knowledge.get_recent_entries() == []
+    assert knowledge.forget(int(entry_id)) == 0
+    knowledge.clear()
+    assert [e.id for e in semantic.list_all()] == [entry_id]
+    # the same text in both memories is one entry in each, not a repeat of the other
+    result = knowledge.store("Account is on the Enterprise plan since March 2021.", persistent=True)
+    assert result.action == "created"
+    assert semantic.add("Account is on the Enterprise plan since March 2021.") == entry_id
+    assert Fact.objects.filter(owner=user).count() == 2
+    semantic.clear()
+    plan = "Account is on the Enterprise plan since March 2021."
+    assert knowledge.get_persistent_facts() == {"general": [plan]}
+
+
+def test_a_changed_semantic_entry_supersedes_only_semantic_entries() -> None:
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Plan: Team", "general", persistent=True)
+    semantic = SemanticMemory(owner=user)
+    semantic.add("Plan: Enterprise")
+    assert knowledge.get_persistent_facts() == {"general": ["Plan: Team"]}
+    semantic.add("Plan: Business")
+    assert [e.content for e in semantic.list_all()] == ["Plan: Business"]
+    assert knowledge.get_persistent_facts() == {"general": ["Plan: Team"]}
+
+
+def test_the_api_shows_which_memory_a_fact_belongs_to_and_forgets_either() -> None:
+    from rest_framework.test import APIClient
+
+    user = UserFactory()
+    KnowledgeMemory(user).remember("Prefers dark mode", "preferences", persistent=True)
+    SemanticMemory(owner=user).add("Ships to Norway only")
+    client = APIClient()
+    client.force_authenticate(user)
+    rows = client.get("/api/facts/").json()["results"]
+    assert sorted((r["content"], r["kind"]) for r in rows) == [
+        ("Prefers dark mode", "knowledge"),
+        ("Ships to Norway only", "semantic"),
+    ]
+    semantic_row = next(r for r in rows if r["kind"] == "semantic")
+    assert client.delete(f"/api/facts/{semantic_row['id']}/").status_code == 204
+    assert SemanticMemory(owner=user).list_all() == []
+    assert KnowledgeMemory(user).get_persistent_facts() == {"preferences": ["Prefers dark mode"]}
 
 
 # -- the daily log ------------------------------------------------------------------------------

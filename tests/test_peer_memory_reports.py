@@ -351,7 +351,9 @@ def test_non_ascii_content_is_stored_and_returned_verbatim() -> None:
     assert created.json()["fact"]["content"] == text
     assert Fact.objects.get().content == text
     assert "\\u" not in KnowledgeMemory(user).build_context()
-    assert SemanticMemory(owner=user).list_all()[0].content == text
+    semantic = SemanticMemory(owner=user)
+    semantic.add(text)
+    assert semantic.list_all()[0].content == text
 
 
 def test_long_fact_is_indexed_to_its_end_and_an_overlong_one_refused_whole() -> None:
@@ -418,8 +420,9 @@ def test_forgotten_fact_leaves_no_index_entry_to_crowd_out_live_ones() -> None:
     assert km.forget(ghost.pk) == 1
     assert FactEmbedding.objects.filter(fact_id=ghost.pk).count() == 0
     assert [h.fact.pk for h in km.recall("JWT tokens expire", k=1)] == [live.pk]
-    semantic = SemanticMemory(owner=user, embedder=embedder, backend=EmbeddingBackend(embedder))
-    assert [e.content for e in semantic.search("JWT tokens expire thirty minutes", top_k=1)] == [live.content]
+    by_vector = KnowledgeMemory(user, embedder=embedder, backend=EmbeddingBackend(embedder))
+    hits = by_vector.recall("JWT tokens expire thirty minutes", k=1)
+    assert [h.fact.content for h in hits] == [live.content]
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
             cursor.execute(

@@ -154,7 +154,15 @@ class FactAdmin(CheckedQueryAdmin):
     )
     list_display_links = ("preview",)
     list_select_related = ("owner",)
-    list_filter = (OwnerFilter, AgentKeyFilter, NamespaceFilter, CategoryFilter, StatusFilter, "persistent")
+    list_filter = (
+        OwnerFilter,
+        AgentKeyFilter,
+        NamespaceFilter,
+        CategoryFilter,
+        StatusFilter,
+        "persistent",
+        "kind",
+    )
     show_facets = admin.ShowFacets.NEVER
     show_full_result_count = False
     paginator = BoundedCountPaginator
@@ -169,6 +177,7 @@ class FactAdmin(CheckedQueryAdmin):
         "owner",
         "agent_key",
         "namespace",
+        "kind",
         "category",
         "content_display",
         "importance",

@@ -1222,6 +1222,7 @@ class FactSerializer(serializers.ModelSerializer):
             "id",
             "agent_key",
             "namespace",
+            "kind",
             "content",
             "category",
             "importance",

@@ -853,7 +853,9 @@ class FactViewSet(
         body = s.FactUpdateSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        memory = KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace)
+        memory = KnowledgeMemory(
+            request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace, kind=fact.kind
+        )
         not_in_force = Response(
             {
                 "error": "not_in_force",
@@ -887,9 +889,9 @@ class FactViewSet(
         vectors and index entries. Forgetting a fact of the history forgets the fact that
         replaced it too."""
         fact = self.get_object()
-        KnowledgeMemory(request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace).forget(
-            fact.pk
-        )
+        KnowledgeMemory(
+            request_owner(request), agent_key=fact.agent_key, namespace=fact.namespace, kind=fact.kind
+        ).forget(fact.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
