@@ -18,6 +18,7 @@ for real, in batches with no cap, and never anything of another owner (mem0ai/me
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 import time
@@ -60,7 +61,10 @@ Action = Literal["created", "duplicate", "updated", "superseded"]
 
 #: rows deleted per statement when forgetting (no cap on the total)
 DELETE_BATCH = 500
-_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s*\S")
+#: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
+#: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
+#: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
+_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
 
 
 class InvalidFactError(AgentMemoryError, ValueError):
@@ -123,11 +127,92 @@ def content_hash(content: str) -> str:
 def fact_key(content: str) -> str | None:
     """The key of a "key: value" fact ("Preferred language: Python" has the key
     "preferred language"), or None. A new fact with the key of a live fact of the same scope
-    and category supersedes it."""
+    and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
+    for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
+    as a key made "Pickup at 8:40 for Tom" replace Lea's pickup)."""
     match = _KEY.match(content)
     if not match:
         return None
     return " ".join(match.group(1).split()).casefold()
+
+
+#: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
+#: elision kept whole ("alice's", "o'neil")
+_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+#: words that lead a subject without naming it: articles, possessive and demonstrative
+#: determiners ("my sister", "the dentist", "this laptop")
+_DETERMINERS_TEXT = "a an the my your his her its our their this that these those"
+_DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
+#: subjects of one word: personal pronouns, and "user" as facts about a user write it
+_PRONOUNS_TEXT = "i we you he she they it user"
+_PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
+#: verbs that a suffix does not show (auxiliaries, common irregular past forms): after a first
+#: word, they make it a named subject ("Lea is 7", "Tom went to Oslo")
+_VERBS_TEXT = """
+    is are was were am be been has have had does do did can could will would should may might
+    must shall went got made took left came saw said told gave kept bought sold began became
+    ran met wrote drove flew lost won paid
+"""
+_VERBS = frozenset(_VERBS_TEXT.split())
+#: a replaced span of at most this many words on each side is a slot of a shared template
+_SLOT_WORDS = 2
+
+
+def _verb_like(word: str) -> bool:
+    """A word written like an English verb form: a known one, or a third-person "-s" or a
+    past "-ed" of three letters or more ("likes", "joined"; not "as", "bus", "class")."""
+    if word in _VERBS:
+        return True
+    if len(word) < 3 or not word.isalpha():
+        return False
+    return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
+
+
+def fact_subject(content: str) -> tuple[str, ...]:
+    """The leading words that name what a fact is about, case-folded, or ``()`` when it
+    names none (a fact about the user written without a subject: "Likes spicy food",
+    "Works at Northwind"). Named: determiners and the word after them ("my sister", "the
+    dentist"), a pronoun ("i", "user"), a possessive and the word after it ("alice's
+    birthday"), or a first word followed by a verb ("alice" in "Alice works at Google").
+    A rule of thumb for English word order (subject first), not a parser: both facts
+    compared go through the same rule."""
+    words = _SUBJECT_WORD.findall(content.casefold())
+    if not words:
+        return ()
+    end = 0
+    if words[0] in _PRONOUNS:
+        end = 1
+    elif words[0] in _DETERMINERS:
+        while end < len(words) - 1 and words[end] in _DETERMINERS:
+            end += 1
+        end += 1
+    elif words[0].endswith(("'s", "\u2019s")) or (len(words) > 1 and _verb_like(words[1])):
+        end = 1
+    while 0 < end < len(words) and words[end - 1].endswith(("'s", "\u2019s")):
+        end += 1
+    return tuple(words[:end])
+
+
+def same_subject(old: str, new: str) -> bool:
+    """Whether ``new`` says something new about what ``old`` is about, the condition for a
+    fact found similar by its embedding to supersede another. Both must name the same
+    subject (``fact_subject``; none named counts as the same: the user), and the rest must
+    not be the same sentence with two or more of its slots filled differently ("Pickup at
+    8:40 for Tom" after "Pickup at 8:15 for Lea" is another pickup, "Favourite food is sushi"
+    after "Favourite colour is blue" another favourite). "My sister now lives in Porto"
+    after "My sister lives in Lisbon", "Dislikes spicy food" after "Likes spicy food" and
+    "Started a new job at Contoso" after "Works at Northwind" are changes; "My brother
+    lives in Lisbon" is a fact about someone else. Embedding similarity alone replaced such
+    facts: sentences that differ in one name embed above a cosine of 0.85."""
+    subject = fact_subject(old)
+    if subject != fact_subject(new):
+        return False
+    old_rest = _SUBJECT_WORD.findall(old.casefold())[len(subject) :]
+    new_rest = _SUBJECT_WORD.findall(new.casefold())[len(subject) :]
+    matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
+    replaced = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op == "replace"]
+    slots = len(replaced) >= 2 and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    return not slots
 
 
 #: the ASCII letters and digits a fact starts with: every fact with its key starts with them
@@ -707,14 +792,20 @@ class KnowledgeMemory:
             FactEmbedding.objects.using(self.using)
             # vectors of another length (the model's dimensions changed) do not compare
             .filter(model=self.embedder.model, dimensions=len(vector), fact__in=same_category.values("pk"))
-            .values_list("fact_id", "vector")
+            .values_list("fact_id", "vector", "fact__content")
         )
         if not rows:
             return []
         xp = numpy()
-        scores = cosine_scores(vector, xp.vstack([from_bytes(v) for _, v in rows]))
-        best = int(xp.argmax(scores))
-        return [rows[best][0]] if scores[best] >= threshold else []
+        scores = cosine_scores(vector, xp.vstack([from_bytes(v) for _, v, _text in rows]))
+        # the most similar fact about the same subject: similar words alone (another person,
+        # another appointment) do not make a fact out of date
+        for index in (int(i) for i in xp.argsort(-scores, kind="stable")):
+            if scores[index] < threshold:
+                break
+            if same_subject(rows[index][2], content):
+                return [rows[index][0]]
+        return []
 
     def _evict(self, now: datetime, keep: int) -> int:
         if self.max_entries is None:
