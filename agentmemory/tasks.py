@@ -1,7 +1,11 @@
 """Celery tasks: ids in, services called.
 
 ``compact_conversation`` runs one bounded compaction of a conversation; ``sweep_compactions``
-(for Celery beat) re-enqueues compactions that were requested and never ran.
+(for Celery beat) re-enqueues compactions that were requested and never ran;
+``purge_expired`` applies retention. ``embed_messages`` (defined in
+``agentmemory.recall.tasks``) is imported here: a worker finds an app's tasks through
+``autodiscover_tasks()``, which imports the ``tasks`` module of each installed app and no
+other, so every task of the app must be reachable from this module.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import random
 from celery import shared_task
 
 from agentmemory.exceptions import TransientLLMError
+from agentmemory.recall.tasks import embed_messages
+
+__all__ = ["compact_conversation", "embed_messages", "purge_expired", "sweep_compactions"]
 
 logger = logging.getLogger("agentmemory.tasks")
 

@@ -377,12 +377,12 @@ def embeddings_wanted() -> bool:
 
 def index_new_messages(messages: Sequence[Any], *, using: str) -> bool:
     """Called by ``PersistentChatHistory.add_messages`` with the messages it stored on the
-    database ``using``: with an embedding or hybrid backend, their embedding is enqueued
-    after that database's transaction commits (``embed_messages`` Celery task, in-process
-    when no broker is configured), so no model call runs inside the append. Full-text needs
-    nothing: the database indexes rows as they are written. Returns whether anything was
-    scheduled. A broker that cannot take the task never fails the append (logged;
-    ``rebuild_recall_index`` embeds what was missed)."""
+    database ``using``: with an embedding or hybrid backend, their embedding is scheduled
+    for after that database's transaction commits (``enqueue_message_embedding``), so no
+    model call runs inside the append. Full-text needs nothing: the database indexes rows
+    as they are written. Returns whether anything was scheduled. A broker that cannot take
+    the task never fails the append (logged; ``rebuild_recall_index`` embeds what was
+    missed)."""
     if not embeddings_wanted():
         return False
     ids = [m.id for m in messages if m.id is not None and str(m.role) in SEARCHED_ROLES and m.content]
@@ -393,9 +393,20 @@ def index_new_messages(messages: Sequence[Any], *, using: str) -> bool:
 
 
 def enqueue_message_embedding(message_ids: list[int]) -> None:
-    """Send ``embed_messages`` for ``message_ids``; a broker error is logged, never raised."""
+    """Embed ``message_ids`` where compaction's ``"auto"`` mode would run: with a Celery
+    broker configured (and tasks not run eagerly), the ``embed_messages`` task is sent to
+    it; otherwise it runs here, in process (an embedding error is logged as a warning and
+    left for ``rebuild_recall_index``). A host without Celery settings has no broker: sending
+    the task there tried Celery's default one (``amqp://guest@localhost//``), logged an
+    ERROR and held every append for about 0.8 s, and nothing was embedded. A broker error is
+    logged, never raised."""
+    from agentmemory.compaction import celery_broker  # the mode rule compaction follows
     from agentmemory.recall.tasks import embed_messages
 
+    broker, eager = celery_broker()
+    if not broker or eager:
+        embed_messages.apply(args=(message_ids,))
+        return
     try:
         embed_messages.delay(message_ids)
     except Exception:  # a broker that is down must not break the caller (logged, caught up later)
