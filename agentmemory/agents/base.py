@@ -70,7 +70,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.llm.config import DEFAULT_LLM, get_llm
-from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation
 from agentmemory.validation import json_problem, safe_str, storable_json, storable_text, text_problem
 
@@ -102,6 +102,53 @@ def resolve_llm(spec: Any) -> ChatModel | None:
     if not isinstance(spec, str):
         return spec
     return get_llm(spec)
+
+
+def declared_system_prompt(agent_cls: type[BaseToolCallingAgent]) -> Any:
+    """``SYSTEM_PROMPT`` as the class declares it: text, or a function (a staticmethod or
+    classmethod unwrapped; a plain function is not bound to the agent)."""
+    prompt = inspect.getattr_static(agent_cls, "SYSTEM_PROMPT")
+    if isinstance(prompt, staticmethod | classmethod):
+        prompt = prompt.__get__(None, agent_cls)
+    return prompt
+
+
+def _prompt_arguments(prompt: Any) -> int | None:
+    """How many arguments to call a ``SYSTEM_PROMPT`` function with: 1 (the injector) when
+    it takes one, 0 when it takes none, ``None`` when it can take neither (or is not a
+    function)."""
+    if not callable(prompt):
+        return None
+    try:
+        signature = inspect.signature(prompt)
+    except (TypeError, ValueError):  # a callable whose signature cannot be read: as before
+        return 1
+    for arguments in (1, 0):
+        try:
+            signature.bind(*([None] * arguments))
+        except TypeError:
+            continue
+        return arguments
+    return None
+
+
+def system_prompt_problem(agent_cls: type[BaseToolCallingAgent]) -> str | None:
+    """Why ``agent_cls.SYSTEM_PROMPT`` cannot make a system prompt, or ``None`` if it can."""
+    prompt = declared_system_prompt(agent_cls)
+    if isinstance(prompt, str):
+        return None
+    label = f"{agent_cls.__module__}.{agent_cls.__qualname__}.SYSTEM_PROMPT"
+    if not callable(prompt):
+        return f"{label} is {type(prompt).__name__} {prompt!r}, neither text nor a function"
+    if _prompt_arguments(prompt) is None:
+        return f"{label} is a function that takes neither one argument (the AgentInjector) nor none"
+    return None
+
+
+SYSTEM_PROMPT_HINT = (
+    "Set SYSTEM_PROMPT to text, or to a function returning text that takes the AgentInjector "
+    "(def prompt(injector): ...) or nothing (def prompt(): ...)."
+)
 
 
 def compactor_problem(agent_cls: type[BaseToolCallingAgent], config: AgentConfig) -> str | None:
@@ -282,11 +329,25 @@ class BaseToolCallingAgent:
         return found.memory if found is not None else MemoryPolicy.REPLAY
 
     def get_system_prompt(self, injector: AgentInjector) -> str:
-        """``SYSTEM_PROMPT`` as text (calling it with the injector when it is callable)."""
-        prompt = inspect.getattr_static(type(self), "SYSTEM_PROMPT")
-        if isinstance(prompt, staticmethod | classmethod):
-            prompt = prompt.__get__(None, type(self))
-        return with_knowledge(self, injector, str(prompt(injector)) if callable(prompt) else str(prompt))
+        """``SYSTEM_PROMPT`` as text, with the owner's long-term memory block when
+        ``KNOWLEDGE_MEMORY_ENABLED``. A function is called with the injector when it takes an
+        argument, with none when it takes none (seed 003's ``build_instructions()``). Called
+        before the turn stores anything: an error here leaves no unanswered message.
+
+        Raises:
+            ImproperlyConfigured: ``SYSTEM_PROMPT`` is neither text nor a function callable
+                with the injector or with nothing (also the system check
+                ``agentmemory.E105``).
+        """
+        cls = type(self)
+        prompt = declared_system_prompt(cls)
+        if isinstance(prompt, str):
+            return with_knowledge(self, injector, prompt)
+        arguments = _prompt_arguments(prompt)
+        if arguments is None:
+            raise ImproperlyConfigured(f"{system_prompt_problem(cls)}. {SYSTEM_PROMPT_HINT}")
+        text = prompt(injector) if arguments else prompt()
+        return with_knowledge(self, injector, str(text))
 
     # -- conversations ------------------------------------------------------------------
 
@@ -402,16 +463,18 @@ class BaseToolCallingAgent:
 
     def _turn(self, injector: AgentInjector, user_input: str) -> Iterator[AgentEvent]:
         turn = _Turn(injector.conversation_id)
+        # before anything is stored: a prompt that cannot be made leaves no unanswered message
+        prompt = self.get_system_prompt(injector)
         [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
-        prompt = self.get_system_prompt(injector)
         injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
-            shaped = self._shape(self.build_window(builder, injector), human.seq or 0)
+            window = self._with_system_prompt(self.build_window(builder, injector), prompt)
+            shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
             response = self.llm.invoke(shaped.window.messages, tools=schemas)
@@ -461,17 +524,18 @@ class BaseToolCallingAgent:
 
     async def _aturn(self, injector: AgentInjector, user_input: str) -> AsyncIterator[AgentEvent]:
         turn = _Turn(injector.conversation_id)
+        # before anything is stored: a prompt that cannot be made leaves no unanswered message
+        prompt = await sync_to_async(self.get_system_prompt)(injector)
         [human] = await injector.chat_history.aadd_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
-        prompt = await sync_to_async(self.get_system_prompt)(injector)
         injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             window = await sync_to_async(self.build_window)(builder, injector)
-            shaped = self._shape(window, human.seq or 0)
+            shaped = self._shape(self._with_system_prompt(window, prompt), human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
             response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
@@ -507,8 +571,33 @@ class BaseToolCallingAgent:
 
     def build_window(self, builder: ContextWindowBuilder, injector: AgentInjector) -> ContextWindow:
         """The window of one model call, within ``token_limit`` tokens (a compactor's own
-        ``get_summary()`` text counts against it)."""
+        ``get_summary()`` text counts against it). An override may build its own window
+        (docs/agents.md, the seed's window code): the agent's system prompt is then put first
+        when the window has none of its own (``_with_system_prompt``)."""
         return builder.build(self.token_limit)
+
+    def _with_system_prompt(self, window: ContextWindow, prompt: str) -> ContextWindow:
+        """``window`` with the turn's system prompt first. A window built by an overridden
+        ``build_window`` as the seed writes it (``ContextWindowBuilder(chat_history=...,
+        memory_compactor=...)``, no ``system_prompt=``) has none, or the conversation's stored
+        pinned prompt; the seed's agent sends its system prompt apart from the history, so it
+        goes first here, in place of a stored one (as in the agent's own windows), and counts
+        in ``system_tokens`` (the window's budget then held the summary and history only, as
+        the seed's history limit does). A window whose builder was given a system prompt
+        (the agent's own builder, or an override that chose one) is returned as it is."""
+        messages = window.messages
+        if not prompt or (window.system_tokens and messages and messages[0].seq is None):
+            return window
+        pinned = 0
+        while (
+            pinned < len(messages)
+            and messages[pinned].role is Role.SYSTEM
+            and messages[pinned].seq is not None
+        ):
+            pinned += 1
+        message = ChatMessage.system(prompt)
+        tokens = self.token_counter.count_message(message)
+        return dataclasses.replace(window, messages=[message, *messages[pinned:]], system_tokens=tokens)
 
     def compact_if_needed(self, injector: AgentInjector) -> bool:
         """After a turn: let a compaction run when one is due. Returns whether one was

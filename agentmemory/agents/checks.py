@@ -6,6 +6,8 @@
 - ``E103``: ``TOOLS`` is invalid (two tools with one name, an entry that is not a function,
   a parameter type without a JSON Schema).
 - ``E104``: an ``agents`` module of an installed app failed to import.
+- ``E105``: ``SYSTEM_PROMPT`` is neither text nor a function callable with the injector or
+  with nothing (a turn would fail on it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from django.core.exceptions import ImproperlyConfigured
 def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Report misconfigured agents of the registry before the first request needs them."""
     from agentmemory.agents import registry
-    from agentmemory.agents.base import COMPACTOR_HINT, compactor_problem
+    from agentmemory.agents.base import (
+        COMPACTOR_HINT,
+        SYSTEM_PROMPT_HINT,
+        compactor_problem,
+        system_prompt_problem,
+    )
 
     errors: list[Error] = []
     try:
@@ -50,6 +57,11 @@ def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         problem = compactor_problem(agent_cls, config)
         if problem:
             errors.append(Error(problem, hint=COMPACTOR_HINT, obj=agent_cls, id="agentmemory.E101"))
+        prompt_problem = system_prompt_problem(agent_cls)
+        if prompt_problem:
+            errors.append(
+                Error(prompt_problem, hint=SYSTEM_PROMPT_HINT, obj=agent_cls, id="agentmemory.E105")
+            )
         try:
             agent_cls.get_tools()
         except (ImproperlyConfigured, TypeError) as exc:
