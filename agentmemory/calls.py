@@ -456,6 +456,7 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         summary_through_seq=call.summary.through_seq if call.summary_id and call.summary else None,
         placeholders=tuple(changes.get("placeholders") or ()),
         truncated=tuple(sorted(int(seq) for seq in (changes.get("truncated") or {}))),
+        summary_truncated=bool(changes.get("summary_truncated")),
     )
 
 

@@ -1096,7 +1096,14 @@ class ContextWindowSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="Ids of tool calls sent with a placeholder result (never stored).",
     )
-    truncated = serializers.ListField(child=serializers.IntegerField())
+    truncated = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Seqs of stored messages sent as truncated copies (storage keeps them whole).",
+    )
+    summary_truncated = serializers.BooleanField(
+        help_text="The summary was sent as a truncated copy (to leave the turn in progress, or the "
+        "messages after it, their room); the stored summary is whole."
+    )
     uncovered = serializers.SerializerMethodField(
         help_text="Stored messages in neither the window nor the summary (count 0 when none): a "
         "compaction is due and could not run first, or the window is smaller than the summary "

@@ -800,6 +800,7 @@ class ContextWindowBuilder:
         coverage_unknown = custom_text is not None
         summary_tokens = 0
         summary_message: ChatMessage | None = None
+        summary_cut = False
         if custom_text is not None:
             summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
             summary_tokens = counter.count_message(summary_message)
@@ -821,6 +822,7 @@ class ContextWindowBuilder:
             if summary_limit is not None and summary_tokens > summary_limit:
                 summary_message = truncate_message(summary_message, summary_limit, counter)
                 summary_tokens = counter.count_message(summary_message)
+                summary_cut = True
             messages.append(summary_message)
 
         floor_seq = max(summary.through_seq if summary else 0, conv.pinned_through)
@@ -996,6 +998,7 @@ class ContextWindowBuilder:
             placeholders=tuple(packed.placeholders),
             truncated=tuple(truncated),
             rows_read=reader.rows_read,
+            summary_truncated=summary_cut,
         )
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.

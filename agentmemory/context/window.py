@@ -116,6 +116,8 @@ class ContextWindow:
         placeholders: ids of the tool calls sent with a placeholder result (never stored).
         truncated: seqs of messages sent as truncated copies (storage keeps them whole),
             those holding only the truncation marker included (``marker_only_copy``).
+        summary_truncated: the summary message was sent as a truncated copy (it has no seq,
+            so it is not in ``truncated``; the stored summary is whole).
         rows_read: metadata rows read from the message table.
         uncovered: stored messages in neither the window nor the summary
             (``UncoveredMessages``; empty when the builder's gap policy is "ignore" or
@@ -144,6 +146,7 @@ class ContextWindow:
     rows_read: int = 0
     uncovered: UncoveredMessages = NO_UNCOVERED
     compaction: Any = None
+    summary_truncated: bool = False
 
     def __iter__(self) -> Iterator[ChatMessage]:
         return iter(self.messages)
