@@ -440,11 +440,13 @@ class BaseMemoryCompactor:
             return True
         if humans_after == self.keep_recent_human_turns:
             return False
-        conf = app_settings()
-        budget = max_tokens or self.window_tokens or conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        budget, stored_system = self._window(conv, max_tokens or self.window_tokens)
         pinned = self._pinned_tokens(conv)
         if system_tokens is None:
-            system_tokens = self.system_tokens if self.system_tokens is not None else pinned
+            system_tokens = self.system_tokens if self.system_tokens is not None else stored_system
+        if system_tokens is None:
+            system_tokens = pinned
+        conf = app_settings()
         # The pinned prompt is in ``stored_tokens`` but no summary can fold it.
         uncovered = conv.stored_tokens - pinned - (summary.tokens_covered if summary else 0)
         room = budget - system_tokens
@@ -499,13 +501,27 @@ class BaseMemoryCompactor:
         self.window_tokens = max_tokens
         self.system_tokens = system_tokens
 
+    @staticmethod
+    def _window(conv: Conversation, max_tokens: int | None) -> tuple[int, int | None]:
+        """``(window budget, system prompt tokens or None)`` a summary is made for: the
+        budget given, else the one the conversation's last compaction request named
+        (``Conversation.summary_window_tokens``, with its system prompt), else
+        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``. A request without a budget (an API
+        append, the sweep) made summaries for 10,000 tokens, which then filled most of the
+        smaller windows they were sent in."""
+        if max_tokens:
+            return max_tokens, None
+        if conv.summary_window_tokens:
+            return conv.summary_window_tokens, conv.summary_system_tokens
+        return app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT, None
+
     def summary_budget(self, conv: Conversation) -> int:
         """The limit of the summary made now (tokens of text): ``summary_token_budget`` for
         the window set by ``fit_to_window`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
         the system prompt given there or the stored pinned one, capped by
         ``summary_token_cap``. Reads the pinned prompt's count (one query) when it is needed."""
-        window = self.window_tokens or app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        system = self.system_tokens
+        window, stored_system = self._window(conv, self.window_tokens)
+        system = self.system_tokens if self.system_tokens is not None else stored_system
         if system is None:
             system = self._pinned_tokens(conv)
         return summary_token_budget(
@@ -1318,8 +1334,11 @@ def request_compaction(
     Args:
         conversation_id: primary key of the conversation.
         max_tokens: the window budget (tokens): the "no longer fits" trigger is checked
-            against it, and the summary is made to fit it (``summary_token_budget``);
-            default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+            against it, and the summary is made to fit it (``summary_token_budget``). It is
+            remembered on the conversation (``summary_window_tokens``, with
+            ``system_tokens``); default: the budget a request named before, else
+            ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``. Pass the budget your windows are
+            built with: a summary made for a larger window is sent cut in a smaller one.
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
@@ -1411,13 +1430,18 @@ def _request(
         return CompactionRequest(conversation_id, due=True, mode=mode, enqueued=True, reason=reason)
     # Claim the request only if nobody did since it was read (two appends that both see the
     # threshold must not enqueue two tasks, bug case BUG-33).
+    # A request naming its window is remembered: later ones naming none (an API append,
+    # the sweep) make summaries for the same window.
+    named = {"summary_window_tokens": window[0], "summary_system_tokens": window[1]} if window[0] else {}
     claimed = Conversation.objects.filter(
         pk=conversation_id, compaction_requested_at=conv.compaction_requested_at
-    ).update(compaction_requested_at=timezone.now())
+    ).update(compaction_requested_at=timezone.now(), **named)
     if not claimed and mode == "celery" and not force and wait <= 0:
         return CompactionRequest(conversation_id, due=True, mode=mode, enqueued=True, reason=reason)
     if not claimed:
-        Conversation.objects.filter(pk=conversation_id).update(compaction_requested_at=timezone.now())
+        Conversation.objects.filter(pk=conversation_id).update(
+            compaction_requested_at=timezone.now(), **named
+        )
     if mode == "inline":
         return _request_inline(conversation_id, compactor_class, window, force, wait, reason)
     if wait > 0 and _worker_missing(conv):

@@ -224,6 +224,26 @@ class Conversation(models.Model):
             "longer before each retry."
         ),
     )
+    summary_window_tokens = models.PositiveIntegerField(
+        _("summary window (tokens)"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The window budget the last compaction request named (an agent's limit, a window "
+            "that closed a gap); a request naming none makes summaries fit it. Empty: "
+            "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT."
+        ),
+    )
+    summary_system_tokens = models.PositiveIntegerField(
+        _("system prompt beside the summary (tokens)"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The system prompt sent in that window when it is not stored (an agent's); empty: the stored one."
+        ),
+    )
     retention_days = models.PositiveIntegerField(
         _("retention (days)"),
         null=True,

@@ -74,3 +74,83 @@ def test_a_recorded_model_call_gives_back_that_the_summary_was_cut() -> None:
     from agentmemory.calls import recorded_context_window
 
     assert recorded_context_window(result.calls[0].record).summary_truncated
+
+
+# -- a summary made for another window --------------------------------------------------------
+
+
+class FullSummaryModel:
+    """A summariser that writes as long a summary as it is allowed: the limit its prompt
+    states, less a little (``FULL_SUMMARY``, named in ``COMPACTION_LLM``)."""
+
+    model_name = "full-summary"
+
+    def invoke(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
+        import re
+
+        from agentmemory.llm.base import ChatResponse, Usage
+
+        limit = int(re.search(r"at most (\d+) tokens", str(messages[0].content)).group(1))
+        text = "Summary: " + " ".join(["fact"] * max(limit - 20, 10))
+        return ChatResponse(message=ChatMessage.ai(text), usage=Usage(10, 10), model=self.model_name)
+
+    async def ainvoke(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
+        return self.invoke(messages, tools=tools)
+
+
+FULL_SUMMARY = "tests.test_summary_in_window.FullSummaryModel"
+
+
+def add_turns(conv: Conversation, start: int, count: int, words: int = 30) -> None:
+    history = PersistentChatHistory(conv)
+    for i in range(start, start + count):
+        filler = " ".join(f"w{i}x{k}" for k in range(words))
+        history.add_messages(
+            [ChatMessage.human(f"question {i}: {filler}"), ChatMessage.ai(f"answer {i}: {filler}")]
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_without_a_budget_sizes_the_summary_for_the_windows_asked_before(settings) -> None:
+    """``request_compaction(pk)`` (an API append, the sweep, the admin) sized every summary
+    for a 10,000-token window; a conversation read in windows of 1,500 tokens got summaries
+    of 1,000 and its recent messages fell out of the window."""
+    from agentmemory.compaction import request_compaction, summary_token_budget
+
+    settings.AGENTMEMORY = {"COMPACTION_LLM": FULL_SUMMARY, "COMPACTION_MODE": "inline"}
+    conv = Conversation.objects.create(agent_key="t")
+    add_turns(conv, 0, 12)
+    first = request_compaction(conv.pk, max_tokens=1_500, force=True, wait=5)
+    share = summary_token_budget(1_500)
+    summary = Summary.objects.get(pk=first.summary_id)
+    assert summary.token_count <= share
+    add_turns(conv, 12, 12)
+    later = request_compaction(conv.pk)  # no budget given: the one asked before holds
+    assert later.due and later.summary_id is not None
+    assert Summary.objects.get(pk=later.summary_id).token_count <= share
+    window = ContextWindowBuilder(conv).build(1_500)
+    assert window.uncovered.count == 0 and not window.summary_truncated
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_summary_made_for_a_larger_window_is_cut_to_its_share_rather_than_leave_messages_out(
+    settings, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.compaction import request_compaction, summary_token_budget
+
+    settings.AGENTMEMORY = {"COMPACTION_LLM": FULL_SUMMARY, "COMPACTION_MODE": "inline"}
+    conv = Conversation.objects.create(agent_key="t")
+    add_turns(conv, 0, 12)
+    made = request_compaction(conv.pk, force=True, wait=5)  # sized for 10,000 tokens
+    summary = Summary.objects.get(pk=made.summary_id)
+    assert summary.token_count > 900
+    add_turns(conv, 12, 3)  # with the turn kept verbatim, about 1,000 tokens after the summary
+    with caplog.at_level("WARNING", logger="agentmemory.context"):
+        window = ContextWindowBuilder(conv).build(1_500)
+    assert window.uncovered.count == 0
+    assert window.summary_truncated and window.summary_tokens <= summary_token_budget(1_500)
+    assert window.total_tokens <= 1_500
+    assert "made for a larger window" in caplog.text and "max_tokens=1500" in caplog.text
+    # a window with room for the whole summary and what follows sends it whole
+    roomy = ContextWindowBuilder(conv).build(4_000)
+    assert not roomy.summary_truncated and roomy.summary_tokens == summary.token_count

@@ -621,11 +621,48 @@ class ContextWindowBuilder:
             ContextBudgetExceeded, TurnTooLarge: as ``build``.
         """
         try:
-            return self._assemble(max_tokens, max_messages), False
+            window = self._assemble(max_tokens, max_messages)
         except ContextBudgetExceeded as exc:
             if not self.fit_newest_turn:
                 raise
             return self._with_summary_cut(max_tokens, max_messages, exc), True
+        if window.uncovered and window.summary_id is not None:
+            window = self._summary_fitted_to_window(window, max_tokens, max_messages)
+        return window, False
+
+    def _summary_fitted_to_window(
+        self, window: ContextWindow, max_tokens: int, max_messages: int | None
+    ) -> ContextWindow:
+        """``window`` with its summary sent cut to the share a summary may take of it
+        (``summary_token_budget``) when the summary is longer and stored messages after it
+        are left out: such a summary was made for a larger window (``request_compaction``
+        without the budget the windows are built with) and took the room of the messages it
+        does not cover. Kept as it is when cutting leaves as many messages out. Logged as a
+        warning naming the budget to pass."""
+        from agentmemory.compaction import summary_token_budget  # the rule summaries are made by
+
+        share = summary_token_budget(max_tokens, system_tokens=window.system_tokens)
+        if window.summary_tokens <= share:
+            return window
+        try:
+            cut = self._assemble(max_tokens, max_messages, summary_limit=share)
+        except ContextBudgetExceeded:
+            return window
+        if cut.uncovered.count >= window.uncovered.count:
+            return self._assemble(max_tokens, max_messages)  # the state of the window returned
+        logger.warning(
+            "the summary of conversation %s (%d tokens) was made for a larger window than this one "
+            "(max_tokens %d, where a summary may take %d): it is sent cut so that %d more stored "
+            "messages fit. Pass max_tokens=%d to request_compaction() so that summaries are made "
+            "for this window.",
+            self.conversation_id,
+            window.summary_tokens,
+            max_tokens,
+            share,
+            window.uncovered.count - cut.uncovered.count,
+            max_tokens,
+        )
+        return cut
 
     def _with_summary_cut(
         self, max_tokens: int, max_messages: int | None, error: ContextBudgetExceeded
