@@ -240,6 +240,7 @@ def validate_messages_request(body: Any) -> None:
             if "description" in tool and not isinstance(tool["description"], str):
                 raise InvalidRequest(f"tools.{j}.custom.description: Input should be a valid string")
     _check_tool_choice(body.get("tool_choice"), tools)
+    _validate_request_limits(body)
 
 
 def _check_tool_choice(choice: Any, tools: Any) -> None:
@@ -259,6 +260,73 @@ def _check_tool_choice(choice: Any, tools: Any) -> None:
             raise InvalidRequest(
                 f"tool_choice.tool.name: Tool {choice.get('name')!r} not found in the provided tools"
             )
+
+
+def _cache_marked(blocks: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, block)`` of the blocks carrying ``cache_control``, tool results' content too."""
+    if not isinstance(blocks, list):
+        return
+    for j, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        if "cache_control" in block:
+            yield f"{where}.{j}", block
+        if block.get("type") == "tool_result":
+            yield from _cache_marked(block.get("content"), f"{where}.{j}.content")
+
+
+def _media(blocks: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(blocks, list):
+        return
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") in ("image", "document"):
+            yield block
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            yield from _media(block.get("content"))
+
+
+def _validate_request_limits(body: Mapping[str, Any]) -> None:
+    """The Messages API's per-request limits, with its wording: at most 4 ``cache_control``
+    breakpoints (tools, system, messages), no ``ttl`` of "1h" after a shorter one, none on a
+    thinking block; at most 100 images and documents; above 20 images, none over 2000 px on
+    a side."""
+    marked = list(_cache_marked(body.get("tools"), "tools"))
+    marked += _cache_marked(body.get("system"), "system")
+    for i, message in enumerate(body["messages"]):
+        marked += _cache_marked(message.get("content"), f"messages.{i}.content")
+    for where, block in marked:
+        if block.get("type") in ("thinking", "redacted_thinking"):
+            raise InvalidRequest(f"{where}.{block['type']}.cache_control: Extra inputs are not permitted")
+    if len(marked) > 4:
+        raise InvalidRequest(
+            f"A maximum of 4 blocks with cache_control may be provided. Found {len(marked)}."
+        )
+    shorter = False
+    for where, block in marked:
+        ttl = block["cache_control"].get("ttl") if isinstance(block["cache_control"], dict) else None
+        if ttl == "1h" and shorter:
+            raise InvalidRequest(
+                f"{where}.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
+                "ttl='5m' cache_control block. Note that blocks are processed in the following order: "
+                "`tools`, `system`, `messages`."
+            )
+        shorter = shorter or ttl != "1h"
+    media = [block for message in body["messages"] for block in _media(message.get("content"))]
+    images = [block for block in media if block.get("type") == "image"]
+    documents = len(media) - len(images)
+    if len(media) > 100:
+        raise InvalidRequest(f"Too much media: {documents} document pages + {len(images)} images > 100")
+    if len(images) > 20:
+        from agentmemory.formats.media import image_size
+
+        for block in images:
+            source = block.get("source") or {}
+            size = image_size(source["data"]) if source.get("type") == "base64" else None
+            if size is not None and max(size) > 2000:
+                raise InvalidRequest(
+                    "image.source.base64.data: At least one of the image dimensions exceed max allowed "
+                    "size for many-image requests: 2000 pixels"
+                )
 
 
 class FakeAnthropicServer(FakeHTTPServer):

@@ -111,12 +111,49 @@ def validate_chat_request(body: Any) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise InvalidRequest("Invalid type for 'tools': expected an array.")
+        if len(tools) > 128:
+            raise InvalidRequest(
+                "Invalid 'tools': array too long. Expected an array with maximum length 128, but got an "
+                f"array with length {len(tools)} instead."
+            )
         for j, tool in enumerate(tools):
             if not isinstance(tool, dict) or tool.get("type") != "function":
                 raise InvalidRequest(f"Invalid value for 'tools[{j}].type': expected 'function'.")
             function = tool.get("function")
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise InvalidRequest(f"Missing required parameter: 'tools[{j}].function.name'.")
+            _check_pattern(function["name"], f"tools[{j}].function.name", 64)
+    for i, message in enumerate(messages):
+        if isinstance(message.get("name"), str):
+            _check_pattern(message["name"], f"messages[{i}].name", None)
+    images = sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+    if images > 500:
+        raise InvalidRequest(
+            f"Invalid 'messages': too many images in the request ({images}); the maximum is 500."
+        )
+
+
+_FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _check_pattern(value: str, where: str, max_length: int | None) -> None:
+    """OpenAI's checks of a name: the pattern ``^[a-zA-Z0-9_-]+$`` and a maximum length."""
+    if max_length is not None and len(value) > max_length:
+        raise InvalidRequest(
+            f"Invalid '{where}': string too long. Expected a string with maximum length {max_length}, "
+            f"but got a string with length {len(value)} instead."
+        )
+    if not _FUNCTION_NAME.match(value):
+        raise InvalidRequest(
+            f"Invalid '{where}': string does not match pattern. Expected a string that matches the "
+            "pattern '^[a-zA-Z0-9_-]+$'."
+        )
 
 
 _SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -187,6 +224,12 @@ def _validate_tool_calls(tool_calls: Any, i: int) -> list[str]:
             raise InvalidRequest(f"Missing required parameter: '{where}.function.name'.")
         if not isinstance(function.get("arguments"), str):
             raise InvalidRequest(f"Invalid type for '{where}.function.arguments': expected a string.")
+        if len(call["id"]) > 40:
+            raise InvalidRequest(
+                f"Invalid '{where}.id': string too long. Expected a string with maximum length 40, but got a "
+                f"string with length {len(call['id'])} instead."
+            )
+        _check_pattern(function["name"], f"{where}.function.name", 64)
         if call["id"] in ids:
             raise InvalidRequest(f"Duplicate tool call id {call['id']!r} in 'messages[{i}].tool_calls'.")
         ids.append(call["id"])

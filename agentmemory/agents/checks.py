@@ -8,18 +8,23 @@
 - ``E104``: an ``agents`` module of an installed app failed to import.
 - ``E105``: ``SYSTEM_PROMPT`` is neither text nor a function callable with the injector or
   with nothing (a turn would fail on it).
+- ``W101``: more tools than OpenAI's Chat Completions API takes in one request (128).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+
+#: most tools one Chat Completions request may declare (400 "Invalid 'tools': array too long.
+#: Expected an array with maximum length 128")
+MAX_TOOLS_PER_REQUEST = 128
 
 
 @register()
-def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_agents(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report misconfigured agents of the registry before the first request needs them."""
     from agentmemory.agents import registry
     from agentmemory.agents.base import (
@@ -29,7 +34,7 @@ def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         system_prompt_problem,
     )
 
-    errors: list[Error] = []
+    errors: list[CheckMessage] = []
     try:
         agents = registry.all()
     except Exception as exc:
@@ -63,7 +68,7 @@ def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 Error(prompt_problem, hint=SYSTEM_PROMPT_HINT, obj=agent_cls, id="agentmemory.E105")
             )
         try:
-            agent_cls.get_tools()
+            tools = agent_cls.get_tools()
         except (ImproperlyConfigured, TypeError) as exc:
             errors.append(
                 Error(
@@ -71,6 +76,19 @@ def check_agents(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     hint="Declare each tool once with @tool, with JSON-describable parameter types.",
                     obj=agent_cls,
                     id="agentmemory.E103",
+                )
+            )
+            continue
+        if len(tools) > MAX_TOOLS_PER_REQUEST:
+            errors.append(
+                Warning(
+                    f"{label} declares {len(tools)} tools (its memory tools included); OpenAI's Chat "
+                    f"Completions API refuses a request with more than {MAX_TOOLS_PER_REQUEST} "
+                    "(\"Invalid 'tools': array too long\"), so every model call of this agent would "
+                    "fail there.",
+                    hint="Split the tools between agents, or use a provider that takes more.",
+                    obj=agent_cls,
+                    id="agentmemory.W101",
                 )
             )
     return errors

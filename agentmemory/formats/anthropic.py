@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats.media import image_size, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
@@ -54,6 +55,20 @@ _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 #: fields of a part's ``extra`` that are copied onto its block (and read back)
 _BLOCK_EXTRAS = ("cache_control", "title", "context", "citations")
+
+# Per-request limits of the Messages API that a stored history, replayed into every later
+# request, would otherwise break for good (each request refused whole, with a 400):
+#: prompt-cache breakpoints: "A maximum of 4 blocks with cache_control may be provided"
+MAX_CACHE_BREAKPOINTS = 4
+#: images and documents: "Too much media: 0 document pages + 102 images > 100" (vision
+#: guide: 100 images per API request for models with a 200k-token context window; a PDF's
+#: pages count, and a document is counted here as one)
+MAX_MEDIA_PER_REQUEST = 100
+#: in a request with more than this many images, each may be at most
+#: ``MANY_IMAGES_MAX_PIXELS`` on its longer side ("At least one of the image dimensions exceed
+#: max allowed size for many-image requests: 2000 pixels")
+MANY_IMAGES = 20
+MANY_IMAGES_MAX_PIXELS = 2000
 
 
 def _text_block(text: str) -> dict[str, Any]:
@@ -288,7 +303,8 @@ def to_anthropic(
         (``"\\n\\n"``), or as text blocks; ``None`` when there is no non-empty system text.
         ``messages`` alternates ``user``/``assistant`` (runs of one role are merged into one
         message, tool results before text in a user turn, results ordered like the calls they
-        answer); a message whose only content is a single text block is sent as a plain string.
+        answer); a message whose only content is a single text block (without
+        ``cache_control`` or another field) is sent as a plain string.
         Empty and whitespace-only text is dropped (the API refuses such text blocks, and a
         stored blank would be refused on every later request), so an ``ai`` message with
         neither text nor tool calls disappears, and so does a blank ``human`` message, except
@@ -306,6 +322,14 @@ def to_anthropic(
         on a tool message becomes ``"is_error": true``. The list is empty when there are no
         human, ai or tool messages.
 
+        The request keeps within the API's per-request limits, which a stored history would
+        otherwise break on every later call: at most ``MAX_CACHE_BREAKPOINTS`` (4) blocks
+        with ``cache_control``, the newest kept, and no ``ttl`` of "1h" after a shorter one
+        (``limit_cache_breakpoints``); at most ``MAX_MEDIA_PER_REQUEST`` (100) images and
+        documents, the newest kept and the older sent as their placeholder text
+        (``[image]``); and with more than ``MANY_IMAGES`` (20) of them, images over
+        ``MANY_IMAGES_MAX_PIXELS`` (2000) on a side (their size known) sent as placeholders.
+
     Raises:
         InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
             ``tool`` (Anthropic requires a ``user`` first turn; the context window builder always
@@ -317,6 +341,9 @@ def to_anthropic(
     system_texts: list[str] = []
     turns: list[dict[str, Any]] = []
     first_index: list[int] = []  # position in ``messages`` of the first message of each turn
+    messages = with_media_limit(
+        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large_for_many
+    )
     blank_last = None  # position of the newest non-system message when it is a blank human one
     for index, message in enumerate(messages):
         try:
@@ -369,8 +396,9 @@ def to_anthropic(
     _check_tool_pairs(turns, first_index)
     for turn in turns:
         content = turn["content"]
-        if len(content) == 1 and content[0]["type"] == "text":
+        if len(content) == 1 and content[0].keys() == {"type", "text"}:
             turn["content"] = content[0]["text"]
+    limit_cache_breakpoints(None, None, turns)
 
     system: str | list[dict[str, Any]] | None
     if not system_texts:
@@ -380,6 +408,85 @@ def to_anthropic(
     else:
         system = "\n\n".join(system_texts)
     return system, turns
+
+
+def _sent_as_media(message: ChatMessage, part: ContentPart) -> bool:
+    """Whether ``part`` goes as an image or document block (what the media count takes):
+    images of user and tool messages, documents of user messages (a tool result sends them
+    as text)."""
+    if message.role not in (Role.HUMAN, Role.TOOL):
+        return False
+    if part.kind is PartKind.IMAGE:
+        return True
+    if part.kind is not PartKind.FILE or message.role is not Role.HUMAN:
+        return False
+    return bool(part.text or part.url or part.file_id or part.mime_type == "application/pdf")
+
+
+def _too_large_for_many(part: ContentPart, sent: int) -> bool:
+    """An image over ``MANY_IMAGES_MAX_PIXELS`` on a side, in a request of more than
+    ``MANY_IMAGES`` media parts (its size from the part or its inline data's header)."""
+    if sent <= MANY_IMAGES or part.kind is not PartKind.IMAGE:
+        return False
+    size = (part.width, part.height) if part.width and part.height else None
+    if size is None and part.data:
+        size = image_size(part.data)
+    return size is not None and max(size) > MANY_IMAGES_MAX_PIXELS
+
+
+def _marked(blocks: Iterable[Any]) -> Iterable[dict[str, Any]]:
+    """The blocks of ``blocks`` (and of the content of its ``tool_result`` blocks) that
+    carry ``cache_control``, in request order."""
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if "cache_control" in block:
+            yield block
+        if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            yield from _marked(block["content"])
+
+
+def limit_cache_breakpoints(
+    tools: list[dict[str, Any]] | None,
+    system: str | list[dict[str, Any]] | None,
+    turns: list[dict[str, Any]],
+) -> None:
+    """Keep a request within the Messages API's prompt-cache rules, in place: at most
+    ``MAX_CACHE_BREAKPOINTS`` (4) blocks carry ``cache_control``, and a ``ttl`` of ``"1h"``
+    never comes after a shorter one (400 "a ttl='1h' cache_control block must not come after
+    a ttl='5m' cache_control block"; blocks count in the order tools, system, messages).
+
+    Markers stored with a history's parts are sent back on every later request, so a long
+    conversation gathers more than four. The breakpoints of ``tools`` and ``system`` (set for
+    this request) are kept first, then the newest of the messages (a later breakpoint caches
+    the longer prefix); the others are left out of the request. Thinking blocks never carry
+    one (the API refuses it there). A ``"1h"`` breakpoint after a shorter one is sent with
+    the default lifetime. Storage is not changed (the blocks are the request's own)."""
+    fixed = [*_marked(tools or ()), *_marked(system if isinstance(system, list) else ())]
+    replayed = []
+    for turn in turns:
+        if isinstance(turn.get("content"), list):
+            for block in _marked(turn["content"]):
+                if block.get("type") in _THINKING_BLOCKS:
+                    del block["cache_control"]
+                else:
+                    replayed.append(block)
+    kept = fixed[-MAX_CACHE_BREAKPOINTS:]
+    room = MAX_CACHE_BREAKPOINTS - len(kept)
+    kept += replayed[-room:] if room else []
+    keep = {id(block) for block in kept}
+    shorter_seen = False
+    for block in [*fixed, *replayed]:
+        if id(block) not in keep:
+            del block["cache_control"]
+            continue
+        control = block["cache_control"]
+        if not isinstance(control, Mapping):
+            continue
+        if control.get("ttl") != "1h":
+            shorter_seen = True
+        elif shorter_seen:
+            block["cache_control"] = {key: value for key, value in control.items() if key != "ttl"}
 
 
 # -- Anthropic -> ChatMessage -------------------------------------------------------------------

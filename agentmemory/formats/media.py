@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 import struct
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-__all__ = ["AUDIO_FORMATS", "data_url", "image_size", "parse_data_url"]
+if TYPE_CHECKING:
+    from agentmemory.messages import ChatMessage, ContentPart
+
+__all__ = ["AUDIO_FORMATS", "data_url", "image_size", "parse_data_url", "with_media_limit"]
 
 _DATA_URL = re.compile(
     r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*);base64,", re.ASCII
@@ -115,3 +121,43 @@ def _webp_size(head: bytes) -> tuple[int, int] | None:
         height = int.from_bytes(head[27:30], "little") + 1
         return width, height
     return None
+
+
+def with_media_limit(
+    messages: Sequence[ChatMessage],
+    is_media: Callable[[ChatMessage, ContentPart], bool],
+    limit: int,
+    *,
+    also_placeholder: Callable[[ContentPart, int], bool] | None = None,
+) -> list[ChatMessage]:
+    """``messages`` with the media parts a provider takes only so many of per request
+    (``is_media``) kept for the newest ``limit`` of them; older ones are sent as their
+    placeholder text (``[image]``), in copies: storage keeps them whole. Stored histories
+    carry their images into every later request, and a provider refuses the whole request
+    once they pass its count. ``also_placeholder(part, kept)``, told how many media parts are
+    sent, may name more parts to send as placeholders (Anthropic's size limit on images in a
+    request holding many). Returns the list unchanged (the same objects) when nothing goes."""
+    from agentmemory.messages import ContentPart, PartKind
+
+    found = [
+        (i, j, part)
+        for i, message in enumerate(messages)
+        if message.parts and not message.truncated
+        for j, part in enumerate(message.parts)
+        if is_media(message, part)
+    ]
+    dropped = {(i, j) for i, j, _part in found[: max(len(found) - limit, 0)]}
+    kept = [(i, j, part) for i, j, part in found if (i, j) not in dropped]
+    if also_placeholder is not None:
+        dropped |= {(i, j) for i, j, part in kept if also_placeholder(part, len(kept))}
+    if not dropped:
+        return list(messages)
+    result = list(messages)
+    for i in sorted({i for i, _j in dropped}):
+        message = result[i]
+        parts = tuple(
+            ContentPart(PartKind.TEXT, text=part.placeholder) if (i, j) in dropped else part
+            for j, part in enumerate(message.parts)
+        )
+        result[i] = dataclasses.replace(message, parts=parts)
+    return result

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url
+from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
 __all__ = ["from_openai", "from_openai_messages", "to_openai", "to_openai_messages"]
@@ -54,6 +54,29 @@ _NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
 #: too long. Expected a string with maximum length 40" (ids made by other providers and
 #: gateways run longer: ``ws_...`` of 51 characters, ``portkey-<uuid>`` of 44)
 MAX_TOOL_CALL_ID_CHARS = 40
+
+
+#: longest function name the API accepts: 400 "Invalid 'tools[0].function.name': string too
+#: long. Expected a string with maximum length 64"; the name must also match
+#: ``^[a-zA-Z0-9_-]+$``, in the declarations and in the calls of earlier assistant messages
+#: ("Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern")
+MAX_FUNCTION_NAME_CHARS = 64
+#: images one request may carry (OpenAI's vision guide: up to 500 image inputs per request)
+MAX_IMAGES_PER_REQUEST = 500
+
+
+def request_function_name(name: str) -> str:
+    """A stored tool call's function name as sent to the API: itself when it matches
+    ``^[a-zA-Z0-9_-]{1,64}$``, else with each other character sent as ``_`` and, past 64
+    characters, its first 55, ``_`` and 8 hex digits of its SHA-256. Histories hold names
+    the API never declared (a tool of another provider or an MCP server, ``"files.read"``,
+    ``"lookup order"``); a pure function of the name, so a name is sent the same way in
+    every message."""
+    sent = _NAME_REFUSED.sub("_", name) or "_"
+    if len(sent) <= MAX_FUNCTION_NAME_CHARS:
+        return sent
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{sent[: MAX_FUNCTION_NAME_CHARS - 9]}_{digest}"
 
 
 def request_call_id(call_id: str) -> str:
@@ -376,6 +399,12 @@ def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[ChatMess
     return result
 
 
+def _sent_as_image(message: ChatMessage, part: ContentPart) -> bool:
+    """An image part sent as an ``image_url`` (user messages; an image by file id, and the
+    images of other roles, go as text)."""
+    return message.role is Role.HUMAN and part.kind is PartKind.IMAGE and not part.file_id
+
+
 def _arguments_json(call: ToolCall) -> str:
     try:
         return json.dumps(dict(call.arguments), ensure_ascii=False)
@@ -401,7 +430,8 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
       the tool message param has no ``name``, so a tool name is not sent).
 
     Tool-call ids longer than the API's 40 characters are sent shortened
-    (``request_call_id``), the same for a call and its result.
+    (``request_call_id``), the same for a call and its result; function names outside
+    ``^[a-zA-Z0-9_-]{1,64}$`` are sent made to fit it (``request_function_name``).
 
     A message with ``parts`` sends them as a list of content parts (``part_to_openai``);
     roles other than ``user`` take only text parts, so their images, audio and files are
@@ -434,7 +464,10 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
                 {
                     "id": request_call_id(call.id),
                     "type": "function",
-                    "function": {"name": call.name, "arguments": _arguments_json(call)},
+                    "function": {
+                        "name": request_function_name(call.name),
+                        "arguments": _arguments_json(call),
+                    },
                 }
                 for call in message.tool_calls
             ]
@@ -450,12 +483,17 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
 def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """Convert ``ChatMessage``s into the OpenAI ``messages`` request parameter.
 
+    At most ``MAX_IMAGES_PER_REQUEST`` (500) images are sent, the newest; older ones go as
+    their placeholder text (``[image]``): a stored history brings its images into every
+    later request, and the API refuses a request with more.
+
     Raises:
         InvalidMessageError: as ``to_openai``, with ``index`` set to the 0-based position of the
             offending message.
     """
     result: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
+    sent = with_media_limit(list(messages), _sent_as_image, MAX_IMAGES_PER_REQUEST)
+    for index, message in enumerate(sent):
         try:
             result.append(to_openai(message))
         except InvalidMessageError as exc:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
-from agentmemory.formats.anthropic import from_anthropic_message, to_anthropic
+from agentmemory.formats.anthropic import from_anthropic_message, limit_cache_breakpoints, to_anthropic
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.messages import ChatMessage
@@ -188,6 +188,8 @@ class AnthropicChatModel:
             request["system"] = system
         if tools:
             request["tools"] = [tool_param(tool) for tool in tools]
+            # the tools' breakpoints count toward the request's four, ahead of the history's
+            limit_cache_breakpoints(request["tools"], system, turns)
         if self.temperature is not None:
             request["extra_body"] = {"temperature": self.temperature}
         return request
