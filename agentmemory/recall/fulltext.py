@@ -10,6 +10,13 @@
   same transaction. A table rebuilt by a later migration loses its triggers; a ``post_migrate``
   receiver puts them back and rebuilds the index (``ensure_sqlite_fulltext``).
 - Any other database: a word match over the content (correct, not indexed).
+
+Every index sees the content in the normal form of ``agentmemory.recall.text.search_text``
+(compatibility forms unfolded, optional marks such as diacritics and Arabic vowel marks left
+out), and queries are made of words in the same form: PostgreSQL computes it in
+``agentmemory_tsvector``; SQLite's triggers call the function ``agentmemory_search_text``,
+registered on every connection Django opens (``register_sqlite_functions``), and its tokenizer
+keeps combining marks inside words (``categories 'L* N* Co M*'``), as PostgreSQL's parser does.
 """
 
 from __future__ import annotations
@@ -21,7 +28,13 @@ from typing import Any
 from django.db import connections
 from django.db.models import F, Q, QuerySet
 
-from agentmemory.recall.text import query_words, unspaced_terms
+from agentmemory.recall.text import (
+    OPTIONAL_MARKS_CLASS,
+    literal_words,
+    query_words,
+    search_text,
+    unspaced_terms,
+)
 
 PG_CONFIG = "english"
 
@@ -32,18 +45,50 @@ SQLITE_TABLES = (
 )
 
 
-def _sqlite_statements(fts: str, table: str) -> list[str]:
+#: the SQLite function the FTS5 triggers call: ``search_text`` of a content (NULL stays NULL)
+SQLITE_SEARCH_TEXT = "agentmemory_search_text"
+
+
+def _sqlite_statements(fts: str, table: str, *, normal_form: bool = True) -> list[str]:
+    """The FTS5 table of ``table`` and its triggers. ``normal_form``: the index holds
+    ``search_text`` of the content and keeps combining marks in words (migration 0025);
+    without it, the content as stored, marks splitting words (before 0025)."""
+    if normal_form:
+        tokenize = "\"porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'\""
+        new, old = f"{SQLITE_SEARCH_TEXT}(new.content)", f"{SQLITE_SEARCH_TEXT}(old.content)"
+    else:
+        tokenize, new, old = "'porter unicode61 remove_diacritics 2'", "new.content", "old.content"
     return [
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(content, content='{table}', "
-        f"content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
+        f"content_rowid='id', tokenize={tokenize})",
         f"CREATE TRIGGER IF NOT EXISTS {fts}_ai AFTER INSERT ON {table} BEGIN "
-        f"INSERT INTO {fts}(rowid, content) VALUES (new.id, new.content); END",
+        f"INSERT INTO {fts}(rowid, content) VALUES (new.id, {new}); END",
         f"CREATE TRIGGER IF NOT EXISTS {fts}_ad AFTER DELETE ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, content) VALUES ('delete', old.id, old.content); END",
+        f"INSERT INTO {fts}({fts}, rowid, content) VALUES ('delete', old.id, {old}); END",
         f"CREATE TRIGGER IF NOT EXISTS {fts}_au AFTER UPDATE OF content ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, content) VALUES ('delete', old.id, old.content); "
-        f"INSERT INTO {fts}(rowid, content) VALUES (new.id, new.content); END",
+        f"INSERT INTO {fts}({fts}, rowid, content) VALUES ('delete', old.id, {old}); "
+        f"INSERT INTO {fts}(rowid, content) VALUES (new.id, {new}); END",
     ]
+
+
+def _sqlite_fill(execute: Any, fts: str, table: str) -> None:
+    """Index every row of ``table`` anew in its normal form. FTS5's own ``'rebuild'`` reads
+    the content table as stored, so it would index the rows not in that form."""
+    execute(f"INSERT INTO {fts}({fts}) VALUES ('delete-all')")
+    execute(f"INSERT INTO {fts}(rowid, content) SELECT id, {SQLITE_SEARCH_TEXT}(content) FROM {table}")
+
+
+def _sqlite_search_text(content: str | None) -> str | None:
+    return None if content is None else search_text(content)
+
+
+def register_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created`` receiver: give every SQLite connection Django opens the
+    function ``agentmemory_search_text`` the FTS5 triggers call (deterministic, so SQLite
+    may use it in indexes and triggers). A connection that Django does not open (the
+    ``sqlite3`` shell) cannot write to the fact and message tables: their triggers need it."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(SQLITE_SEARCH_TEXT, 1, _sqlite_search_text, deterministic=True)
 
 
 def _pg_statements(concurrently: bool = False) -> list[str]:
@@ -66,7 +111,7 @@ def install(schema_editor: Any) -> None:
         for fts, table in SQLITE_TABLES:
             for sql in _sqlite_statements(fts, table):
                 schema_editor.execute(sql)
-            schema_editor.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+            _sqlite_fill(schema_editor.execute, fts, table)
 
 
 def uninstall(schema_editor: Any) -> None:
@@ -99,7 +144,7 @@ def ensure_sqlite_fulltext(using: str = "default") -> bool:
                 continue
             for sql in _sqlite_statements(fts, table):
                 cursor.execute(sql)
-            cursor.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+            _sqlite_fill(cursor.execute, fts, table)
             repaired = True
     return repaired
 
@@ -143,13 +188,28 @@ PG_LONG_TEXT_CHARS = 100_000
 PG_TSVECTOR_FUNCTION = "agentmemory_tsvector"
 
 
-def _pg_long_text_statements() -> list[str]:
+def _pg_normal_form(expression: str) -> str:
+    """SQL for ``search_text`` of ``expression``: what Python's ``unicodedata`` does,
+    with PostgreSQL's ``normalize`` (UTF-8 databases). ASCII text is its own normal form and
+    skips the work (about a third of the cost of indexing an English message)."""
+    unfolded = f"regexp_replace(normalize({expression}, NFKD), '{OPTIONAL_MARKS_CLASS}', '', 'g')"
+    return f"CASE WHEN {expression} ~ '^[[:ascii:]]*$' THEN {expression} ELSE normalize({unfolded}, NFC) END"
+
+
+def _pg_long_text_statements(*, normal_form: bool = False) -> list[str]:
+    """The ``agentmemory_tsvector`` function and the stored columns computed by it.
+    ``normal_form``: the text indexed is ``search_text`` of the content (migration 0025; on a
+    UTF-8 database only, the only encoding ``normalize`` works in); without it the content as
+    stored (migration 0017)."""
+    body, head = "COALESCE(body, '')", f"left(body, {PG_LONG_TEXT_CHARS})"
+    if normal_form:
+        body, head = _pg_normal_form(body), _pg_normal_form(head)
     function = (
         f"CREATE OR REPLACE FUNCTION {PG_TSVECTOR_FUNCTION}(body text) RETURNS tsvector "
         "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$ "
-        f"BEGIN RETURN to_tsvector('{PG_CONFIG}'::regconfig, COALESCE(body, '')); "
+        f"BEGIN RETURN to_tsvector('{PG_CONFIG}'::regconfig, {body}); "
         "EXCEPTION WHEN program_limit_exceeded THEN "
-        f"RETURN to_tsvector('{PG_CONFIG}'::regconfig, left(body, {PG_LONG_TEXT_CHARS})); END $$"
+        f"RETURN to_tsvector('{PG_CONFIG}'::regconfig, {head}); END $$"
     )
     statements = [function]
     for table, index, options in (
@@ -187,14 +247,65 @@ def uninstall_long_text_vectors(schema_editor: Any) -> None:
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {PG_TSVECTOR_FUNCTION}(text)")
 
 
+def install_normal_form(schema_editor: Any) -> None:
+    """Index every fact and message in the normal form of ``search_text`` (migration 0025).
+    PostgreSQL: ``agentmemory_tsvector`` computes it and the stored ``search_vector`` columns
+    are computed again (both tables are rewritten once; on a database whose encoding is not
+    UTF-8 nothing changes). SQLite: the FTS5 tables are made again with the tokenizer that
+    keeps combining marks in words, their triggers index the normal form, and every row is
+    indexed anew. Words with combining marks were lost to recall: the parser or tokenizer
+    split them at the mark (Indic scripts, Arabic with vowel marks), and a word stored
+    decomposed ("Zu\u0308rich") never matched the same word typed composed."""
+    connection = schema_editor.connection
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_encoding")
+            utf8 = cursor.fetchone()[0].upper().replace("-", "") == "UTF8"
+        if utf8:
+            for sql in _pg_long_text_statements(normal_form=True):
+                schema_editor.execute(sql)
+    elif connection.vendor == "sqlite":
+        _remake_sqlite_tables(schema_editor, normal_form=True)
+
+
+def uninstall_normal_form(schema_editor: Any) -> None:
+    """Undo ``install_normal_form``: index the content as stored, as migration 0017 left it."""
+    connection = schema_editor.connection
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_encoding")
+            utf8 = cursor.fetchone()[0].upper().replace("-", "") == "UTF8"
+        if utf8:
+            for sql in _pg_long_text_statements():
+                schema_editor.execute(sql)
+    elif connection.vendor == "sqlite":
+        _remake_sqlite_tables(schema_editor, normal_form=False)
+
+
+def _remake_sqlite_tables(schema_editor: Any, *, normal_form: bool) -> None:
+    for fts, table in SQLITE_TABLES:
+        for suffix in ("ai", "ad", "au"):
+            schema_editor.execute(f"DROP TRIGGER IF EXISTS {fts}_{suffix}")
+        schema_editor.execute(f"DROP TABLE IF EXISTS {fts}")
+        for sql in _sqlite_statements(fts, table, normal_form=normal_form):
+            schema_editor.execute(sql)
+        if normal_form:
+            _sqlite_fill(schema_editor.execute, fts, table)
+        else:
+            schema_editor.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+
+
 def rebuild(using: str = "default") -> None:
-    """Rebuild the full-text indexes from the stored rows (``rebuild_recall_index`` command)."""
+    """Rebuild the full-text indexes from the stored rows (``rebuild_recall_index`` command):
+    on SQLite every row is indexed anew in its normal form, on PostgreSQL the GIN indexes
+    are rebuilt (the stored ``search_vector`` columns are computed by the database on every
+    write)."""
     connection = connections[using]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             ensure_sqlite_fulltext(using)
-            for fts, _table in SQLITE_TABLES:
-                cursor.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+            for fts, table in SQLITE_TABLES:
+                _sqlite_fill(cursor.execute, fts, table)
         elif connection.vendor == "postgresql":
             cursor.execute("REINDEX INDEX agentmemory_fact_fts_idx")
             cursor.execute("REINDEX INDEX agentmemory_msg_fts_idx")
@@ -215,7 +326,8 @@ def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, f
     words = query_words(query)
     if not words or limit <= 0:
         return []
-    terms = unspaced_terms(words)
+    # the substring match reads the stored text, which is not in the normal form
+    terms = unspaced_terms(literal_words(query))
     found = _indexed(queryset, words, limit)
     if terms:
         found = _with_unspaced(found, _unspaced(queryset, terms), limit)
@@ -460,7 +572,7 @@ def recall_facts(
     words = query_words(query)
     if not words or candidates <= 0:
         return []
-    if unspaced_terms(words):
+    if unspaced_terms(literal_words(query)):
         return None  # the substring match of ``search`` is not in the one statement
     from agentmemory.conf import app_settings
 

@@ -1,13 +1,24 @@
-"""Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: upkeep of the
-SQLite full-text tables after migrations. Indexing new messages is not a receiver: the append
-service calls ``agentmemory.recall.index_new_messages`` itself."""
+"""Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: the SQL function
+the SQLite full-text triggers call, and upkeep of those tables after migrations. Indexing new
+messages is not a receiver: the append service calls
+``agentmemory.recall.index_new_messages`` itself."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 from django.dispatch import receiver
+
+
+@receiver(connection_created)
+def add_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Every SQLite connection gets ``agentmemory_search_text``, which the FTS5 triggers call
+    (``agentmemory.recall.fulltext.register_sqlite_functions``)."""
+    from agentmemory.recall.fulltext import register_sqlite_functions
+
+    register_sqlite_functions(sender, connection, **kwargs)
 
 
 @receiver(post_migrate)

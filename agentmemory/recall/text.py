@@ -1,8 +1,11 @@
-"""Query words for full-text recall: the same words on every database, stop words left out."""
+"""Query words for full-text recall: the same words on every database, stop words left out,
+and the one normal form of text that the indexes and the queries both see (``search_text``)."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterator
 
 #: common English function words; a query made only of them keeps them (better than nothing)
 _STOP_WORDS_TEXT = """
@@ -23,14 +26,97 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 #: most words taken from one query (a pasted document is not a query)
 MAX_QUERY_WORDS = 32
 
+#: Combining marks that decorate a letter without making another one, left out of the text
+#: the indexes and the queries see: Latin, Greek and Cyrillic diacritics (the Combining
+#: Diacritical Marks blocks), Hebrew points and cantillation, Arabic vowel marks (harakat),
+#: Quranic annotation and the tatweel (a stretching stroke). People write these words with
+#: and without them ("Zürich" and "Zurich", "الطَّالِبُ" and "الطالب"). The marks of Indic and
+#: other Brahmic scripts are vowels and viramas, letters of the word: they are kept.
+OPTIONAL_MARK_RANGES = (
+    (0x0300, 0x036F),
+    (0x0591, 0x05BD),
+    (0x05BF, 0x05BF),
+    (0x05C1, 0x05C2),
+    (0x05C4, 0x05C5),
+    (0x05C7, 0x05C7),
+    (0x0610, 0x061A),
+    (0x0640, 0x0640),
+    (0x064B, 0x065F),
+    (0x0670, 0x0670),
+    (0x06D6, 0x06DC),
+    (0x06DF, 0x06E4),
+    (0x06E7, 0x06E8),
+    (0x06EA, 0x06ED),
+    (0x08D3, 0x08E1),
+    (0x08E3, 0x08FF),
+    (0x1AB0, 0x1AFF),
+    (0x1DC0, 0x1DFF),
+    (0x20D0, 0x20FF),
+    (0xFE20, 0xFE2F),
+)
+#: ``OPTIONAL_MARK_RANGES`` as a bracket expression that Python's ``re`` and PostgreSQL's
+#: regular expressions read alike (``\uXXXX`` escapes)
+OPTIONAL_MARKS_CLASS = (
+    "["
+    + "".join(
+        f"\\u{low:04x}" if low == high else f"\\u{low:04x}-\\u{high:04x}"
+        for low, high in OPTIONAL_MARK_RANGES
+    )
+    + "]"
+)
+_OPTIONAL_MARKS = re.compile(OPTIONAL_MARKS_CLASS)
+
+
+def search_text(text: str) -> str:
+    """``text`` in the form the full-text indexes of both databases and the query words see
+    it: compatibility forms unfolded (NFKD: full-width letters, ligatures, superscripts),
+    the ``OPTIONAL_MARK_RANGES`` marks left out, then composed again (NFC). "Zu\u0308rich"
+    (decomposed), "Zürich" and "Zurich" become "Zurich"; "الطَّالِبُ" becomes "الطالب";
+    "full" in full-width letters becomes "full"; "हिन्दी" stays as it is. Case is kept. The same rule runs in
+    PostgreSQL (``agentmemory_tsvector``) and SQLite (the ``agentmemory_search_text``
+    function of the FTS5 triggers), so a word stored in one form is found in any other."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", _OPTIONAL_MARKS.sub("", unicodedata.normalize("NFKD", text)))
+
+
+def _words(text: str) -> Iterator[str]:
+    """Runs of letters, digits and combining marks: a mark inside a word (a vowel sign, a
+    virama, a diacritic) never splits it, as Python's ``\\w`` alone would ("हिन्दी" was
+    cut into "ह", "न", "द")."""
+    if text.isascii():
+        yield from _WORD.findall(text)
+        return
+    start = -1
+    for index, char in enumerate(text):
+        if char.isalnum() or unicodedata.category(char)[0] == "M":
+            if start < 0:
+                start = index
+        elif start >= 0:
+            yield text[start:index]
+            start = -1
+    if start >= 0:
+        yield text[start:]
+
 
 def query_words(query: str) -> list[str]:
-    """The distinct lower-cased words of ``query`` in order, stop words removed unless the
-    query has nothing else; at most ``MAX_QUERY_WORDS``."""
+    """The distinct lower-cased words of ``query`` in its normal form (``search_text``), in
+    order, stop words removed unless the query has nothing else; at most
+    ``MAX_QUERY_WORDS``."""
+    return _distinct(_words(search_text(query).lower()))
+
+
+def literal_words(query: str) -> list[str]:
+    """The words of ``query`` as written (only composed, NFC), lower-cased, stop words
+    removed as in ``query_words``: what a substring match against stored text compares
+    (``unspaced_terms``), since the stored text is not in the normal form."""
+    return _distinct(_words(unicodedata.normalize("NFC", query).lower()))
+
+
+def _distinct(found: Iterator[str]) -> list[str]:
     words: list[str] = []
     seen: set[str] = set()
-    for match in _WORD.finditer(query.lower()):
-        word = match.group(0)
+    for word in found:
         if word not in seen:
             seen.add(word)
             words.append(word)
