@@ -441,6 +441,7 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         WindowUnavailable: as ``recorded_window``.
     """
     from agentmemory.context import ContextWindow
+    from agentmemory.context.window import SUMMARY_CUT
 
     messages = recorded_window(call)
     changes = call.window_changes or {}
@@ -455,8 +456,10 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         summary_id=call.summary_id,
         summary_through_seq=call.summary.through_seq if call.summary_id and call.summary else None,
         placeholders=tuple(changes.get("placeholders") or ()),
-        truncated=tuple(sorted(int(seq) for seq in (changes.get("truncated") or {}))),
-        summary_truncated=bool(changes.get("summary_truncated")),
+        truncated=(
+            *((SUMMARY_CUT,) if changes.get("summary_truncated") else ()),
+            *sorted(int(seq) for seq in (changes.get("truncated") or {})),
+        ),
     )
 
 

@@ -342,7 +342,7 @@ def test_a_turn_that_fits_only_with_marker_only_copies_is_sent_with_them_and_its
         assert counter.count_message(message) <= MIN_FITTED_TOOL_RESULT_TOKENS
     # Every copy is reported as one (a recorded call keeps 0 characters of the marker-only
     # ones); storage keeps every message whole.
-    assert window.truncated == tuple(m.seq for m in results) and all(m.truncated for m in results)
+    assert window.truncated == ("summary", *(m.seq for m in results)) and all(m.truncated for m in results)
     kept = window_changes(window)["truncated"]
     assert [kept[str(m.seq)] for m in results[:2]] == [0, 0] and all(
         kept[str(m.seq)] > 0 for m in results[2:]

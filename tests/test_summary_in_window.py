@@ -1,5 +1,5 @@
 """A summary in the window it is sent in: a copy sent cut says so in the window's accounting
-(``summary_truncated``, the API, the admin, a recorded call)."""
+(``"summary"`` in ``truncated``, the API, the admin, a recorded call)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,11 @@ def test_a_summary_sent_cut_is_listed_as_truncated() -> None:
     conv, summary = summarised()
     assert summary.token_count > 300
     whole = ContextWindowBuilder(conv).build(2_000)
-    assert not whole.summary_truncated and whole.summary_tokens == summary.token_count
+    assert whole.truncated == () and whole.summary_tokens == summary.token_count
     cut = ContextWindowBuilder(conv).build(120)
     assert cut.summary_id == summary.pk and cut.messages[0].truncated
     assert cut.summary_tokens < summary.token_count
-    assert cut.summary_truncated
-    assert cut.truncated == ()  # seqs of stored messages only: none was cut
+    assert cut.truncated == ("summary",)  # and no stored message was cut
 
 
 def test_the_api_and_the_admin_say_the_summary_was_sent_cut(admin_client) -> None:  # type: ignore[no-untyped-def]
@@ -49,13 +48,13 @@ def test_the_api_and_the_admin_say_the_summary_was_sent_cut(admin_client) -> Non
     api = APIClient()
     api.force_authenticate(user)
     body = api.get(f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 120}).json()
-    assert body["summary_truncated"] is True and body["truncated"] == []
+    assert body["truncated"] == ["summary"]
     assert body["messages"][0]["part"] == "summary" and body["messages"][0]["truncated"] is True
     body = api.get(f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 2_000}).json()
-    assert body["summary_truncated"] is False
+    assert body["truncated"] == []
     page = admin_client.get(f"/admin/agentmemory/conversation/{conv.pk}/context/", {"max_tokens": 120})
     assert page.status_code == 200
-    assert "summary (cut)" in page.content.decode()
+    assert "<dd>summary</dd>" in page.content.decode()
 
 
 def test_a_recorded_model_call_gives_back_that_the_summary_was_cut() -> None:
@@ -70,10 +69,10 @@ def test_a_recorded_model_call_gives_back_that_the_summary_was_cut() -> None:
     agent = Agent(llm=ScriptedChatModel(["Fine."]))
     result = agent.run(conv, "One more?")
     window = result.windows[0]
-    assert window.summary_id == summary.pk and window.summary_truncated
+    assert window.summary_id == summary.pk and "summary" in window.truncated
     from agentmemory.calls import recorded_context_window
 
-    assert recorded_context_window(result.calls[0].record).summary_truncated
+    assert "summary" in recorded_context_window(result.calls[0].record).truncated
 
 
 # -- a summary made for another window --------------------------------------------------------
@@ -129,7 +128,7 @@ def test_a_request_without_a_budget_sizes_the_summary_for_the_windows_asked_befo
     assert later.due and later.summary_id is not None
     assert Summary.objects.get(pk=later.summary_id).token_count <= share
     window = ContextWindowBuilder(conv).build(1_500)
-    assert window.uncovered.count == 0 and not window.summary_truncated
+    assert window.uncovered.count == 0 and "summary" not in window.truncated
 
 
 @pytest.mark.django_db(transaction=True)
@@ -148,9 +147,9 @@ def test_a_summary_made_for_a_larger_window_is_cut_to_its_share_rather_than_leav
     with caplog.at_level("WARNING", logger="agentmemory.context"):
         window = ContextWindowBuilder(conv).build(1_500)
     assert window.uncovered.count == 0
-    assert window.summary_truncated and window.summary_tokens <= summary_token_budget(1_500)
+    assert "summary" in window.truncated and window.summary_tokens <= summary_token_budget(1_500)
     assert window.total_tokens <= 1_500
     assert "made for a larger window" in caplog.text and "max_tokens=1500" in caplog.text
     # a window with room for the whole summary and what follows sends it whole
     roomy = ContextWindowBuilder(conv).build(4_000)
-    assert not roomy.summary_truncated and roomy.summary_tokens == summary.token_count
+    assert "summary" not in roomy.truncated and roomy.summary_tokens == summary.token_count

@@ -1096,13 +1096,10 @@ class ContextWindowSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="Ids of tool calls sent with a placeholder result (never stored).",
     )
-    truncated = serializers.ListField(
-        child=serializers.IntegerField(),
-        help_text="Seqs of stored messages sent as truncated copies (storage keeps them whole).",
-    )
-    summary_truncated = serializers.BooleanField(
-        help_text="The summary was sent as a truncated copy (to leave the turn in progress, or the "
-        "messages after it, their room); the stored summary is whole."
+    truncated = serializers.SerializerMethodField(
+        help_text='What was sent as truncated copies (storage keeps it whole): "summary" first when '
+        "the summary was cut (to leave the turn in progress, or the messages after it, their room), "
+        "then the seqs of the messages sent cut."
     )
     uncovered = serializers.SerializerMethodField(
         help_text="Stored messages in neither the window nor the summary (count 0 when none): a "
@@ -1117,6 +1114,12 @@ class ContextWindowSerializer(serializers.Serializer):
 
     def get_format(self, window: ContextWindow) -> str:
         return self.context.get("message_format", NATIVE)
+
+    @extend_schema_field(
+        {"type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string", "enum": ["summary"]}]}}
+    )
+    def get_truncated(self, window: ContextWindow) -> list[int | str]:
+        return list(window.truncated)
 
     @extend_schema_field(UncoveredMessagesSerializer)
     def get_uncovered(self, window: ContextWindow) -> dict[str, Any]:

@@ -36,7 +36,13 @@ from agentmemory.context.packing import (
     truncate_message,
 )
 from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
-from agentmemory.context.window import MAX_LISTED_SEQS, NO_UNCOVERED, ContextWindow, UncoveredMessages
+from agentmemory.context.window import (
+    MAX_LISTED_SEQS,
+    NO_UNCOVERED,
+    SUMMARY_CUT,
+    ContextWindow,
+    UncoveredMessages,
+)
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, TurnTooLarge
 from agentmemory.history import resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
@@ -1033,9 +1039,8 @@ class ContextWindowBuilder:
             skipped_pending=tuple(sorted(packed.skipped_pending)),
             skipped_late=tuple(packed.skipped_late),
             placeholders=tuple(packed.placeholders),
-            truncated=tuple(truncated),
+            truncated=(SUMMARY_CUT, *truncated) if summary_cut else tuple(truncated),
             rows_read=reader.rows_read,
-            summary_truncated=summary_cut,
         )
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.

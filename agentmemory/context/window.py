@@ -11,6 +11,8 @@ from agentmemory.messages import ChatMessage, Role
 #: at most this many seqs are listed in ``UncoveredMessages.seqs`` (the newest); the count
 #: and the tokens are always exact
 MAX_LISTED_SEQS = 1_000
+#: how ``ContextWindow.truncated`` names the summary message when it was sent cut
+SUMMARY_CUT = "summary"
 
 
 class UncoveredMessages:
@@ -114,10 +116,10 @@ class ContextWindow:
         skipped_late: seqs of tool results not sent because the exchange they answer is
             older than the window or folded into the summary.
         placeholders: ids of the tool calls sent with a placeholder result (never stored).
-        truncated: seqs of messages sent as truncated copies (storage keeps them whole),
-            those holding only the truncation marker included (``marker_only_copy``).
-        summary_truncated: the summary message was sent as a truncated copy (it has no seq,
-            so it is not in ``truncated``; the stored summary is whole).
+        truncated: what was sent as truncated copies (storage keeps it whole): ``"summary"``
+            first when the summary message was cut (it has no seq), then the seqs of the
+            messages sent cut, those holding only the truncation marker included
+            (``marker_only_copy``).
         rows_read: metadata rows read from the message table.
         uncovered: stored messages in neither the window nor the summary
             (``UncoveredMessages``; empty when the builder's gap policy is "ignore" or
@@ -142,11 +144,10 @@ class ContextWindow:
     skipped_pending: tuple[int, ...] = ()
     skipped_late: tuple[int, ...] = ()
     placeholders: tuple[str, ...] = ()
-    truncated: tuple[int, ...] = ()
+    truncated: tuple[int | str, ...] = ()
     rows_read: int = 0
     uncovered: UncoveredMessages = NO_UNCOVERED
     compaction: Any = None
-    summary_truncated: bool = False
 
     def __iter__(self) -> Iterator[ChatMessage]:
         return iter(self.messages)
