@@ -372,6 +372,9 @@ def _importable(module: str) -> bool:
 #: most places on each side of a message that ``RECALL_NEIGHBOUR_WEIGHTS`` may reach (each
 #: one more reads about two more rows per candidate)
 MAX_NEIGHBOUR_DISTANCE = 5
+#: largest recall weight or half-life (days) accepted: a boost that size already swamps the
+#: relevance, and a bound keeps the ranking's products finite (NaN and infinity are refused)
+MAX_RECALL_SETTING = 1_000_000
 
 
 @register(Tags.compatibility)
@@ -454,13 +457,13 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         if (
             not isinstance(value, int | float)
             or isinstance(value, bool)
-            or value < 0
+            or not 0 <= value <= MAX_RECALL_SETTING
             or (positive and value == 0)
         ):
             problems.append(
                 Error(
-                    f"AGENTMEMORY['{name}'] must be a {'positive' if positive else 'non-negative'} number, "
-                    f"not {value!r}.",
+                    f"AGENTMEMORY['{name}'] must be a {'positive' if positive else 'non-negative'} number "
+                    f"of at most {MAX_RECALL_SETTING:,}, not {value!r}.",
                     hint="See docs/longterm.md for how the ranking uses it.",
                     id="agentmemory.E206",
                 )

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, Literal
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, PositiveIntegerField, Q, When
 from django.utils import timezone
 
 from agentmemory.conf import app_settings, get_token_counter
@@ -1138,19 +1138,35 @@ def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = Fa
     shares that transaction.
     """
     connection = connections[using]
+    most = max_recall_count(using)
     if connection.vendor != "postgresql" or durable:
         Fact.objects.using(using).filter(pk__in=ids).update(
-            last_recalled_at=now, recall_count=F("recall_count") + 1
+            last_recalled_at=now,
+            recall_count=Case(
+                When(recall_count__lt=most, then=F("recall_count") + 1),
+                default=F("recall_count"),
+                output_field=PositiveIntegerField(),
+            ),
         )
         return
     table = connection.ops.quote_name(Fact._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
-            f"UPDATE {table} SET last_recalled_at = %s, recall_count = recall_count + 1 "
+            f"UPDATE {table} SET last_recalled_at = %s, recall_count = "
+            "CASE WHEN recall_count < %s THEN recall_count + 1 ELSE recall_count END "
             "WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM async)",
-            [now, list(ids)],
+            [now, most, list(ids)],
         )
+
+
+def max_recall_count(using: str) -> int:
+    """The largest ``Fact.recall_count`` the database ``using`` holds (2,147,483,647 on
+    PostgreSQL): the counter stops there. Counting past it raised "integer out of range" on
+    PostgreSQL, failing the recall that counted, and turned the column into a float on
+    SQLite."""
+    field = Fact._meta.get_field("recall_count")
+    return int(connections[using].ops.integer_field_range(field.get_internal_type())[1])
 
 
 def _indented(content: str) -> str:

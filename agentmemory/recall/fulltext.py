@@ -22,6 +22,7 @@ keeps combining marks inside words (``categories 'L* N* Co M*'``), as PostgreSQL
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -550,6 +551,30 @@ def _pg_fact_ids(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> l
         return [(pk, float(score)) for pk, score in cursor.fetchall()]
 
 
+def boost_bounds(conf: Any) -> tuple[float, float, float, float, float]:
+    """``(importance weight, importance floor, recency weight, recency span, half-life)``:
+    the settings of ``agentmemory.recall.boost`` with the bounds that keep its arithmetic in
+    SQL where a double holds it, whatever the stored values.
+
+    PostgreSQL raises "value out of range: underflow" where a product or a power of doubles
+    comes to 0 from non-zero operands, where Python gives 0: a fact of importance 5e-324 (a
+    valid value of the column, 0.0-1.0) times a weight, or ``power(0.5, age / half-life)``
+    for a fact a few centuries old at a 30-day half-life (a reported ``GET /api/search/``
+    500). So an importance below the floor counts 0 and a recency decay is 0 past the span
+    (days): there ``weight * importance`` and ``weight * 0.5 ** (age / half-life)`` are below
+    the smallest normal double (2.2e-308), so ``1 + ...`` is 1 either way and the score is
+    Python's to the last bit.
+    """
+    tiny = sys.float_info.min
+    importance_weight = float(conf.RECALL_IMPORTANCE_WEIGHT)
+    recency_weight = float(conf.RECALL_RECENCY_WEIGHT)
+    half_life = float(conf.RECALL_RECENCY_HALF_LIFE_DAYS)
+    floor = tiny / importance_weight if importance_weight > 0 else math.inf
+    # 0.5 ** (age / half_life) >= tiny / weight  <=>  age <= half_life * log2(weight / tiny)
+    span = half_life * (math.log2(recency_weight) - math.log2(tiny)) if recency_weight > 0 else -1.0
+    return importance_weight, floor, recency_weight, span, half_life
+
+
 def recall_facts(
     queryset: QuerySet[Any], query: str, *, candidates: int, k: int, now: Any, record: bool = False
 ) -> list[tuple[Any, float, float]] | None:
@@ -585,13 +610,16 @@ def recall_facts(
     fields = model._meta.concrete_fields
     columns = ", ".join(f"f.{quote(f.column)}" for f in fields)
     # the same arithmetic as agentmemory.recall.boost, which scores the returned rows
-    # (date_part gives a double, as Python's float; extract would give a numeric)
+    # (date_part gives a double, as Python's float; extract would give a numeric), with each
+    # product kept where a double holds it (see ``boost_bounds``)
+    importance_weight, floor, recency_weight, span, half_life = boost_bounds(conf)
+    age = "greatest(0, date_part('epoch', %s - top.created_at) / 86400)"
     boosted = (
-        "(top.relevance / b.best) * (1 + %s * top.importance) * (1 + %s * power(0.5, "
-        "greatest(0, date_part('epoch', %s - top.created_at) / 86400) / %s))"
+        "(CASE WHEN b.best > 0 THEN top.relevance / b.best ELSE 0 END) "
+        "* (1 + %s * CASE WHEN top.importance >= %s THEN top.importance ELSE 0 END) "
+        f"* (1 + %s * CASE WHEN {age} <= %s THEN power(0.5, {age} / %s) ELSE 0 END)"
     )
-    params += [conf.RECALL_IMPORTANCE_WEIGHT, conf.RECALL_RECENCY_WEIGHT, now]
-    params += [conf.RECALL_RECENCY_HALF_LIFE_DAYS, k]
+    params += [importance_weight, floor, recency_weight, now, span, now, half_life, k]
     sql = (
         f"{ranking}, b AS (SELECT max(relevance) AS best FROM top), "
         f"chosen AS MATERIALIZED (SELECT top.id, top.relevance, b.best, "
@@ -601,12 +629,14 @@ def recall_facts(
         f"FROM chosen JOIN {table} AS f ON f.id = chosen.id)"
     )
     if record:
+        from agentmemory.knowledge import max_recall_count
+
         sql += (
-            f", recorded AS (UPDATE {table} AS f SET last_recalled_at = %s, "
-            "recall_count = f.recall_count + 1 FROM hits WHERE f.id = hits.id "
-            "AND set_config('synchronous_commit', 'off', true) = 'off')"
+            f", recorded AS (UPDATE {table} AS f SET last_recalled_at = %s, recall_count = "
+            "CASE WHEN f.recall_count < %s THEN f.recall_count + 1 ELSE f.recall_count END "
+            "FROM hits WHERE f.id = hits.id AND set_config('synchronous_commit', 'off', true) = 'off')"
         )
-        params.append(now)
+        params += [now, max_recall_count(queryset.db)]
     sql += " SELECT * FROM hits ORDER BY position"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
