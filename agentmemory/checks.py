@@ -271,6 +271,17 @@ def _context_problems(conf: Any) -> list[Error | Warning]:
                 id="agentmemory.E022",
             )
         )
+    enqueue = conf.ENQUEUE_TIMEOUT_SECONDS
+    if isinstance(enqueue, bool) or not isinstance(enqueue, int | float) or not 0 < enqueue <= 60:
+        problems.append(
+            Error(
+                "AGENTMEMORY['ENQUEUE_TIMEOUT_SECONDS'] must be seconds above 0 and at most 60, "
+                f"not {enqueue!r}.",
+                hint="0.1 suits a broker on the same network; raise it for a broker farther away. "
+                "An append waits this long at most when the broker does not answer.",
+                id="agentmemory.E025",
+            )
+        )
     if conf.PREPARED_STATEMENTS is not None and not isinstance(conf.PREPARED_STATEMENTS, bool):
         problems.append(
             Error(

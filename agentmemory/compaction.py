@@ -30,7 +30,7 @@ from django.db import IntegrityError, OperationalError, connections, router, tra
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from agentmemory import signals
+from agentmemory import broker, signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, PermanentLLMError, TransientLLMError
 from agentmemory.flush import MemoryFlush
@@ -116,10 +116,10 @@ _Window = tuple[int | None, int | None]
 #: the values of ``AGENTMEMORY["COMPACTION_MODE"]``
 COMPACTION_MODES = ("auto", "celery", "inline", "off")
 
-#: How long publishing a task may keep trying when the broker does not answer: one retry
-#: 0.1 s later, so a dead broker costs an append a fraction of a second, not Celery's
-#: default of several seconds of reconnecting.
-ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2}
+#: How publishing a task retries: once, at once, within ``ENQUEUE_TIMEOUT_SECONDS``
+#: (``agentmemory.broker``), so a dead or frozen broker costs an append a fraction of a
+#: second, not Celery's default of several seconds of reconnecting.
+ENQUEUE_RETRY_POLICY = broker.ENQUEUE_RETRY_POLICY
 
 #: The longest pause of the sweep before it retries a conversation whose compaction runs keep
 #: failing (seconds); see ``retry_delay``.
@@ -1624,7 +1624,8 @@ def enqueue_compaction(
     countdown: float | None = None,
     system_tokens: int | None = None,
 ) -> str | None:
-    """Hand ``compact_conversation`` to the broker now, with ``ENQUEUE_RETRY_POLICY``.
+    """Hand ``compact_conversation`` to the broker now, waiting at most
+    ``ENQUEUE_TIMEOUT_SECONDS`` for it (``agentmemory.broker.publish``).
 
     Returns:
         ``None`` when published; otherwise the error text, which is logged and recorded on
@@ -1634,16 +1635,11 @@ def enqueue_compaction(
     from agentmemory.tasks import compact_conversation
 
     try:
-        compact_conversation.apply_async(
-            args=(conversation_id, compactor_class),
-            kwargs={
-                "max_tokens": max_tokens,
-                "only_if_needed": only_if_needed,
-                "system_tokens": system_tokens,
-            },
+        broker.publish(
+            compact_conversation,
+            (conversation_id, compactor_class),
+            {"max_tokens": max_tokens, "only_if_needed": only_if_needed, "system_tokens": system_tokens},
             countdown=countdown,
-            retry=True,
-            retry_policy=ENQUEUE_RETRY_POLICY,
         )
     except Exception as exc:
         logger.warning(

@@ -84,6 +84,10 @@ class AgentMemorySettings:
     #: how long a window build waits for a compaction it asked for, when a Celery worker
     #: runs compactions (seconds); inline compactions are always waited for
     COMPACTION_WAIT_SECONDS: float = 30.0
+    #: the longest an append or a turn waits for the Celery broker to take a task it
+    #: enqueues (a compaction, an embedding), refused, frozen or slow alike (seconds); the
+    #: task is then recorded as not enqueued and picked up later (``agentmemory.broker``)
+    ENQUEUE_TIMEOUT_SECONDS: float = 0.1
     #: how compactions run: "auto" (Celery when a broker is configured, else inline),
     #: "celery", "inline" (in process, after the caller's commit) or "off"
     COMPACTION_MODE: str = "auto"

@@ -107,7 +107,7 @@ def test_a_broker_that_cannot_take_the_task_never_fails_the_append(
     def down(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ConnectionRefusedError("broker down")
 
-    monkeypatch.setattr(tasks.embed_messages, "delay", down)
+    monkeypatch.setattr("agentmemory.broker.publish", down)
     # a broker is configured (tasks are sent to it, not run here), and it refuses
     monkeypatch.setattr("agentmemory.compaction.celery_broker", lambda: ("redis://127.0.0.1:1/0", False))
     conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")

@@ -399,7 +399,9 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
     left for ``rebuild_recall_index``). A host without Celery settings has no broker: sending
     the task there tried Celery's default one (``amqp://guest@localhost//``), logged an
     ERROR and held every append for about 0.8 s, and nothing was embedded. A broker error is
-    logged, never raised."""
+    logged, never raised; a broker that does not answer costs at most
+    ``ENQUEUE_TIMEOUT_SECONDS`` (``agentmemory.broker``)."""
+    from agentmemory.broker import publish
     from agentmemory.compaction import celery_broker  # the mode rule compaction follows
     from agentmemory.recall.tasks import embed_messages
 
@@ -408,7 +410,7 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
         embed_messages.apply(args=(message_ids,))
         return
     try:
-        embed_messages.delay(message_ids)
+        publish(embed_messages, (message_ids,))
     except Exception:  # a broker that is down must not break the caller (logged, caught up later)
         logger.exception("could not enqueue embedding of %d message(s)", len(message_ids))
 

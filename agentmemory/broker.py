@@ -1,0 +1,113 @@
+"""Handing tasks to the Celery broker within a time bound.
+
+Appends and agent turns enqueue tasks (a compaction that became due, the embedding of new
+messages) after they commit, in the request that made them. A broker that refuses the
+connection fails fast, but one that accepts it and never answers (a frozen Redis, a stuck
+load balancer, a half-open connection) held such a request for as long as it hung: kombu's
+Redis transport waits forever for a reply by default (``socket_timeout`` None), and Celery
+waits 4 seconds (``broker_connection_timeout``) for an AMQP handshake and again for each retry
+(an API append took 94 s).
+
+``publish`` sends through connections of its own, made by the Celery app the task binds to
+(its broker URL, its ``broker_transport_options``, pooled per process), with every socket
+operation bounded by ``AGENTMEMORY["ENQUEUE_TIMEOUT_SECONDS"]``: kombu's Redis transport
+options ``socket_connect_timeout`` and ``socket_timeout``, py-amqp's ``connect_timeout``,
+``read_timeout`` and ``write_timeout``, and kombu's ``connect_retries_timeout`` for its
+reconnection loop. A publish gives up once that time has passed (``ENQUEUE_RETRY_POLICY``
+retries at once, while time is left: a pooled connection the broker dropped is made again).
+The app's own connection pool, which its workers and your code use, is left as configured.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+#: Celery's ``retry_policy`` of a publish: one more try at once (a pooled connection the
+#: broker closed is opened again), within the time bound (``publish``).
+ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.05, "interval_max": 0.05}
+
+_pools: dict[tuple[Any, ...], Any] = {}
+_pools_lock = threading.Lock()
+
+
+def enqueue_timeout() -> float:
+    """``AGENTMEMORY["ENQUEUE_TIMEOUT_SECONDS"]`` (seconds)."""
+    from agentmemory.conf import app_settings
+
+    return float(app_settings().ENQUEUE_TIMEOUT_SECONDS)
+
+
+def bounded_transport_options(timeout: float) -> dict[str, Any]:
+    """Transport options bounding each socket operation of a broker connection to
+    ``timeout`` seconds, for kombu's Redis transport (``socket_connect_timeout``,
+    ``socket_timeout``) and for py-amqp (``read_timeout``, ``write_timeout``; each
+    transport ignores the other's), with kombu's reconnection loop bounded to the same time
+    (``connect_retries_timeout``, ``max_retries``)."""
+    return {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "read_timeout": timeout,
+        "write_timeout": timeout,
+        "connect_retries_timeout": timeout,
+        "max_retries": ENQUEUE_RETRY_POLICY["max_retries"],
+        "interval_start": ENQUEUE_RETRY_POLICY["interval_start"],
+        "interval_step": ENQUEUE_RETRY_POLICY["interval_step"],
+        "interval_max": ENQUEUE_RETRY_POLICY["interval_max"],
+    }
+
+
+def _producer_pool(app: Any, timeout: float) -> Any:
+    """A pool of producers on connections with bounded timeouts to ``app``'s broker, one per
+    process, broker URL, transport options and timeout."""
+    from kombu.pools import ProducerPool
+
+    conf = app.conf
+    url = conf.broker_write_url or conf.broker_url
+    key = (os.getpid(), id(app), str(url), repr(conf.broker_transport_options), timeout)
+    pool = _pools.get(key)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(key)
+            if pool is None:
+                connection = app.connection_for_write(
+                    connect_timeout=timeout, transport_options=bounded_transport_options(timeout)
+                )
+                limit = conf.broker_pool_limit
+                pool = _pools[key] = ProducerPool(connection.Pool(limit=limit), limit=limit)
+    return pool
+
+
+def publish(
+    task: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, **options: Any
+) -> Any:
+    """``task.apply_async(args, kwargs, **options)``, waiting at most about
+    ``AGENTMEMORY["ENQUEUE_TIMEOUT_SECONDS"]`` for the broker, whether it refuses the
+    connection, accepts it and never answers, or answers slowly. With ``task_always_eager``
+    the task runs in this process, as ``apply_async`` does.
+
+    Returns:
+        The ``AsyncResult`` of ``apply_async``.
+
+    Raises:
+        Whatever ``apply_async`` raises when the broker cannot take the task in time
+        (kombu's ``OperationalError`` for a refused or timed-out connection, a
+        ``LimitExceeded`` when every pooled connection is busy): callers log it and record
+        the failure; nothing is retried later by this function.
+    """
+    app = task.app
+    if app.conf.task_always_eager:
+        return task.apply_async(args, kwargs, **options)
+    timeout = enqueue_timeout()
+    deadline = time.monotonic() + timeout
+
+    def give_up_at_the_deadline(exc: BaseException, interval: float) -> None:
+        # kombu calls this before each reconnection, with the pause it will make first
+        if time.monotonic() + interval >= deadline:
+            raise exc
+
+    policy = dict(ENQUEUE_RETRY_POLICY, errback=give_up_at_the_deadline)
+    with _producer_pool(app, timeout).acquire(block=True, timeout=timeout) as producer:
+        return task.apply_async(args, kwargs, producer=producer, retry=True, retry_policy=policy, **options)

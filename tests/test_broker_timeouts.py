@@ -1,0 +1,212 @@
+"""A broker that accepts the connection and never answers costs an append no more than one
+that refuses it.
+
+A frozen Redis or a stuck load balancer accepts TCP connections and then says nothing. kombu's
+Redis transport waited forever for the reply to its publish, and Celery's AMQP handshake 4
+seconds per try, while the append that made a compaction due (its messages long committed)
+waited with it: 94 s for an API append. Every publish of the app (``agentmemory.broker``) is
+bounded by ``AGENTMEMORY["ENQUEUE_TIMEOUT_SECONDS"]``. The servers here listen on 127.0.0.1,
+accept every connection and never send a byte.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentmemory import broker
+from agentmemory.compaction import enqueue_compaction
+from agentmemory.models import Conversation
+from tests.factories import conversation_with_turns
+
+# the publishes run in threads of their own, which must see the test's rows
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: far above what a bounded publish takes (0.1 s, plus starting the transport on a loaded
+#: machine), far below what an unbounded one does (4 s a try for AMQP, forever for Redis)
+BOUND = 1.5
+
+
+class FrozenBroker:
+    """A TCP port that accepts connections and never answers (nor closes them)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def url(self, scheme: str) -> str:
+        if scheme == "redis":
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def _refused_url(scheme: str) -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now: connections are refused
+    return f"redis://127.0.0.1:{port}/0" if scheme == "redis" else f"amqp://guest:guest@127.0.0.1:{port}//"
+
+
+@pytest.fixture
+def frozen() -> Iterator[FrozenBroker]:
+    server = FrozenBroker()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def point_celery_at() -> Iterator[Callable[[str], None]]:
+    """Point the project's Celery app at a broker URL (not eager) for the test."""
+    from project.celery import app
+
+    saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
+
+    def use(url: str) -> None:
+        app._pool = None
+        app.amqp._producer_pool = None
+        app.conf.update(broker_url=url, task_always_eager=False)
+
+    yield use
+    app._pool = None
+    app.amqp._producer_pool = None
+    app.conf.update(**saved)
+
+
+def _timed(call: Callable[[], Any], limit: float = 10.0) -> tuple[float, Any]:
+    """Run ``call`` in a thread: (seconds it took, its result), or (inf, None) when it has
+    not returned after ``limit`` seconds (an unbounded publish never does, with Redis)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            out["result"] = call()
+        finally:
+            connection.close()
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        return float("inf"), None
+    return time.monotonic() - started, out.get("result")
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_a_frozen_broker_costs_an_enqueue_no_more_than_a_refused_one(
+    scheme, frozen, point_celery_at, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {}
+    conv, _ = conversation_with_turns(2)
+    point_celery_at(_refused_url(scheme))
+    refused, refused_error = _timed(lambda: enqueue_compaction(conv.pk))
+    point_celery_at(frozen.url(scheme))
+    hung, hung_error = _timed(lambda: enqueue_compaction(conv.pk))
+    assert frozen.held, "the frozen broker was never reached"
+    assert "enqueue failed" in (refused_error or "") and "enqueue failed" in (hung_error or "")
+    assert hung < BOUND, f"a frozen {scheme} broker held the enqueue {hung:.2f} s"
+    assert hung <= refused + 0.5, (hung, refused)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_an_api_append_that_makes_compaction_due_is_not_held_by_a_frozen_broker(
+    scheme, frozen, point_celery_at, settings, django_user_model
+) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 1}
+    point_celery_at(frozen.url(scheme))
+    user = django_user_model.objects.create_user(f"frozen-{scheme}", password="pw")
+    conv = Conversation.objects.create(owner=user)
+    client = APIClient()
+    client.force_authenticate(user)
+    url = f"/api/conversations/{conv.uuid}/messages/"
+    body = {"messages": [{"role": "human", "content": "hello"}, {"role": "ai", "content": "hi"}]}
+    took, response = _timed(lambda: client.post(url, body, format="json"))
+    assert took < BOUND, f"the append waited {took:.2f} s for a frozen {scheme} broker"
+    assert response.status_code == 201
+    conv.refresh_from_db()
+    assert conv.message_count == 2 and "enqueue failed" in conv.compaction_error
+    assert conv.compaction_requested_at is not None  # the sweep picks it up later
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_the_embedding_enqueue_is_bounded_too(scheme, frozen, point_celery_at, settings, caplog) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.recall import enqueue_message_embedding
+
+    settings.AGENTMEMORY = {}
+    point_celery_at(frozen.url(scheme))
+    took, _ = _timed(lambda: enqueue_message_embedding([1, 2, 3]))
+    assert took < BOUND, f"the embedding enqueue waited {took:.2f} s for a frozen {scheme} broker"
+    assert "could not enqueue embedding of 3 message(s)" in caplog.text
+
+
+def test_the_bound_is_the_setting(frozen, point_celery_at, settings) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.tasks import compact_conversation
+
+    point_celery_at(frozen.url("redis"))
+    settings.AGENTMEMORY = {"ENQUEUE_TIMEOUT_SECONDS": 0.6}
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Timeout reading"):
+        broker.publish(compact_conversation, (1,))
+    took = time.monotonic() - started
+    assert 0.6 <= took < 0.6 + BOUND
+
+
+def test_a_broker_that_answers_takes_the_task(broker_url, point_celery_at, settings) -> None:  # type: ignore[no-untyped-def]
+    import redis
+
+    from agentmemory.tasks import compact_conversation
+
+    settings.AGENTMEMORY = {}
+    point_celery_at(broker_url)
+    queue = f"agentmemory-test-{uuid.uuid4().hex}"
+    for _ in range(3):  # the second and third reuse the pooled connection
+        broker.publish(compact_conversation, (1,), queue=queue)
+    client = redis.Redis.from_url(broker_url)
+    try:
+        assert client.llen(queue) == 3
+    finally:
+        client.delete(queue)
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(0, True), (-1, True), (61, True), (True, True), ("1", True), (0.1, False), (5, False)],
+)
+def test_the_setting_is_checked(settings, value, problem) -> None:  # type: ignore[no-untyped-def]
+    from django.core.checks import run_checks
+
+    settings.AGENTMEMORY = {"ENQUEUE_TIMEOUT_SECONDS": value}
+    assert any(m.id == "agentmemory.E025" for m in run_checks()) is problem
