@@ -150,13 +150,35 @@ def test_recall_search_needs_an_owner_and_finds_only_theirs(admin_client, memori
     assert response.status_code == 200
     assert [f.pk for f, _score in response.context["facts"]] == [second.pk]  # in force only
     hits = response.context["hits"]
-    assert [hit.content for hit, _url in hits] == ["I prefer the window seat on <long> flights"]
+    assert [hit.content for hit, *_links in hits] == ["I prefer the window seat on <long> flights"]
     body = response.content.decode()
     assert "&lt;long&gt;" in body and "for me too" not in body  # escaped; nothing of john-doe
     assert hits[0][1].endswith("?page=1#msg-1")
     assert Fact.objects.get(pk=second.pk).recall_count == recalled_before  # reading changes nothing
     by_id = admin_client.get(recall, {"owner": str(other.pk), "q": "window seat"})
-    assert [hit.content for hit, _url in by_id.context["hits"]] == ["window seat for me too"]
+    assert [hit.content for hit, *_links in by_id.context["hits"]] == ["window seat for me too"]
+
+
+def test_recall_search_says_which_conversation_a_hit_is_in(  # type: ignore[no-untyped-def]
+    admin_client, memories, django_assert_max_num_queries
+) -> None:
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation
+
+    john = memories[0]
+    conversations = []
+    for title in ("Trip to <Oslo>", ""):
+        conv = Conversation.objects.create(owner=john, agent_key="travel", title=title)
+        PersistentChatHistory(conv).add_messages([ChatMessage.human(f"the window seat, {conv.pk}")])
+        conversations.append(conv)
+    with django_assert_max_num_queries(12):
+        response = admin_client.get(url("fact_recall"), {"owner": "john_doe", "q": "window seat"})
+    body = response.content.decode()
+    for conv in conversations:
+        assert f'href="{url("conversation_change", conv.pk)}"' in body
+    assert "Trip to &lt;Oslo&gt;" in body  # the title, escaped
+    assert str(conversations[1].uuid) in body  # no title: its uuid names it
 
 
 def test_recall_search_needs_view_permissions(client, django_user_model, memories):  # type: ignore[no-untyped-def]

@@ -69,6 +69,12 @@ class ConversationAdminForm(forms.ModelForm):
         model = Conversation
         fields = ("title", "agent_key", "owner", "metadata")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "agent_key" in self.fields:
+            # a scope string is kept exactly, as the API and the Python API keep it
+            self.fields["agent_key"].strip = False  # type: ignore[attr-defined]
+
     def clean_metadata(self) -> dict[str, Any]:
         value = self.cleaned_data.get("metadata")
         raw = self.data.get(self.add_prefix("metadata"), "")

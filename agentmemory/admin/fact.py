@@ -343,7 +343,7 @@ class FactAdmin(CheckedQueryAdmin):
         messages."""
         from django.contrib.auth import get_user_model
 
-        from agentmemory.models import Message
+        from agentmemory.models import Conversation, Message
         from agentmemory.recall import MAX_K, get_backend, search_messages
 
         if not (
@@ -356,7 +356,7 @@ class FactAdmin(CheckedQueryAdmin):
             return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
         owner_text = request.GET.get("owner", "").strip()
         query = request.GET.get("q", "").strip()
-        agent_key = request.GET.get("agent_key", "").strip()
+        agent_key = request.GET.get("agent_key", "")  # exact, as every scope string
         errors: list[Any] = []
         owner = None
         if owner_text:
@@ -378,9 +378,17 @@ class FactAdmin(CheckedQueryAdmin):
             ranked = get_backend().rank(live, query, MAX_K)
             by_id = {f.pk: f for f in Fact.objects.filter(pk__in=[pk for pk, _score in ranked])}
             facts = [(by_id[pk], score) for pk, score in ranked if pk in by_id][:20]
-            for hit in search_messages(query, owner=owner.pk, agent_key=agent_key or None, k=20):
+            found = search_messages(query, owner=owner.pk, agent_key=agent_key or None, k=20)
+            # which conversation each hit is in: its title (or uuid), linked to its page
+            titles = dict(
+                Conversation.objects.filter(pk__in={hit.conversation_id for hit in found}).values_list(
+                    "pk", "title"
+                )
+            )
+            for hit in found:
                 change_url = reverse("admin:agentmemory_conversation_change", args=[hit.conversation_id])
-                hits.append((hit, reverse_page(change_url, hit.seq)))
+                name = titles.get(hit.conversation_id) or str(hit.conversation_uuid)
+                hits.append((hit, reverse_page(change_url, hit.seq), change_url, name))
         context = {
             **self.admin_site.each_context(request),
             "title": _("Recall search"),

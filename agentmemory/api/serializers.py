@@ -1280,8 +1280,10 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
         allow_null=True,
         help_text="Seconds until the fact expires, at most 100 years; null: no expiry.",
     )
-    agent_key = StorableTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
-    namespace = StorableTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
+    # scope strings are kept as sent, as everywhere else (white space included): look-alike
+    # scopes are different scopes
+    agent_key = StrictTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
+    namespace = StrictTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
     supersedes = serializers.UUIDField(
         required=False,
         allow_null=True,

@@ -908,15 +908,19 @@ class SearchQuerySerializer(serializers.Serializer):
         help_text="What to search (repeat the parameter); default both.",
     )
     conversation = serializers.UUIDField(required=False, help_text="Only messages of this conversation.")
-    agent_key = s.StorableTextField(
+    # exact, white space included, as the scope of every write and read
+    agent_key = s.StrictTextField(
         max_length=100,
         required=False,
         allow_blank=True,
         help_text="Messages: only conversations of this agent key. Facts: the agent key of their "
-        "scope (default: none).",
+        "scope (default: none). Exact: white space counts.",
     )
-    namespace = s.StorableTextField(
-        max_length=200, required=False, allow_blank=True, help_text="Facts: the namespace of their scope."
+    namespace = s.StrictTextField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="Facts: the namespace of their scope. Exact: white space counts.",
     )
     category = s.StorableTextField(
         max_length=100,
