@@ -506,7 +506,8 @@ def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
             message = _replace(message, content=stubbed[seq], truncated=True)
         elif seq in truncated:
             text = message.text
-            keep = truncated[seq]
+            # at most the text stored now: blanking (purge_conversations) empties it
+            keep = min(truncated[seq], len(text))
             marker = TRUNCATION_MARKER.format(omitted=len(text) - keep, total=len(text))
             message = _replace(message, content=text[:keep] + marker, truncated=True)
         if role == Role.TOOL:

@@ -24,7 +24,7 @@ from django.db.models import Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from agentmemory.conf import app_settings
-from agentmemory.models import Conversation, Fact, Message, MessageEmbedding, Summary
+from agentmemory.models import Conversation, Fact, Message, MessageEmbedding, ModelCall, PromptText, Summary
 
 __all__ = ["PurgeReport", "expired_conversations", "parse_period", "purge_conversations"]
 
@@ -32,8 +32,11 @@ __all__ = ["PurgeReport", "expired_conversations", "parse_period", "purge_conver
 CONVERSATION_BATCH = 50
 #: ... and at most about this many messages (a larger single conversation is one batch)
 MESSAGE_BATCH = 20_000
-#: messages with tool calls rewritten per statement when blanking
+#: messages with tool calls (or thinking blocks) rewritten per statement when blanking
 TOOL_CALL_PAGE = 1_000
+#: the metadata key of an AI message's Anthropic thinking blocks (the model's own words),
+#: which blanking removes (``agentmemory.formats.anthropic``)
+THINKING_KEY = "thinking"
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "": "days"}
@@ -244,6 +247,33 @@ def _add(counts: dict[str, int], more: dict[str, int]) -> None:
         counts[key] += n
 
 
+def _blank_recorded_texts(alias: str, batch: list[int]) -> None:
+    """Blank the texts model calls of the conversations in ``batch`` sent that are not stored
+    messages (``PromptText``: the system prompt with the owner's knowledge block, the summary
+    message as sent): their calls then name the empty text, whose window reads back blanked.
+    The blanked texts are deleted, not emptied under the digest of what they held, so a text
+    sent again later is recorded anew. Tool declarations stay: they are the agent's, not
+    what was said."""
+    from agentmemory.calls import text_digest
+
+    empty = text_digest("")
+    calls = ModelCall.objects.using(alias).filter(conversation_id__in=batch)
+    tools = calls.exclude(tools_digest="").values("tools_digest")
+    named = set(
+        calls.filter(~Q(system_prompt_digest="") | ~Q(summary_digest=""))
+        .order_by()
+        .values_list("conversation_id", flat=True)
+        .distinct()
+    )
+    calls.exclude(system_prompt_digest="").update(system_prompt_digest=empty)
+    calls.exclude(summary_digest="").update(summary_digest=empty)
+    texts = PromptText.objects.using(alias).filter(conversation_id__in=batch)
+    texts.exclude(digest__in=tools).exclude(digest=empty).delete()
+    PromptText.objects.using(alias).bulk_create(
+        [PromptText(conversation_id=pk, digest=empty, text="") for pk in sorted(named)], ignore_conflicts=True
+    )
+
+
 def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
     """Blank the content of the conversations in ``batch`` (locked by the caller)."""
     messages = Message.objects.using(alias).filter(conversation_id__in=batch)
@@ -251,17 +281,21 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
     blanked = messages.update(
         content=Case(When(content__isnull=True, then=Value(None)), default=Value("")), parts=None
     )
-    with_calls = messages.exclude(tool_calls=[]).order_by("pk")
+    # tool call arguments, and the model's words kept in metadata (Anthropic thinking blocks)
+    with_words = messages.filter(~Q(tool_calls=[]) | Q(metadata__has_key=THINKING_KEY)).order_by("pk")
     last = 0
     while True:
-        page = list(with_calls.filter(pk__gt=last).only("pk", "tool_calls")[:TOOL_CALL_PAGE])
+        page = list(with_words.filter(pk__gt=last).only("pk", "tool_calls", "metadata")[:TOOL_CALL_PAGE])
         if not page:
             break
         for message in page:
             message.tool_calls = [{**call, "arguments": {}} for call in message.tool_calls or ()]
-        Message.objects.using(alias).bulk_update(page, ["tool_calls"])
+            if isinstance(message.metadata, dict):
+                message.metadata.pop(THINKING_KEY, None)
+        Message.objects.using(alias).bulk_update(page, ["tool_calls", "metadata"])
         last = page[-1].pk
     summaries = Summary.objects.using(alias).filter(conversation_id__in=batch).update(text="")
+    _blank_recorded_texts(alias, batch)
     # ``update()`` leaves ``updated_at`` alone: blanking is not activity.
     conversations = Conversation.objects.using(alias).filter(pk__in=batch).update(content_purged_at=now)
     return {
