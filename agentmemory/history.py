@@ -48,12 +48,29 @@ def leading_system_messages(batch: list[ChatMessage]) -> int:
     return lead
 
 
+def check_conversation_argument(conversation: Any) -> None:
+    """Refuse what cannot name a conversation: anything but a ``Conversation``, an integer
+    primary key, a uuid or its text.
+
+    Raises:
+        TypeError: a bool (``True`` is an ``int`` to Python, and opened conversation 1), a
+            float, None or any other type.
+    """
+    if isinstance(conversation, bool) or not isinstance(conversation, Conversation | int | str | UUID):
+        raise TypeError(
+            "a conversation is a Conversation, its primary key or its uuid, "
+            f"not {type(conversation).__name__} {conversation!r}"
+        )
+
+
 def resolve_conversation_id(conversation: Conversation | int | str | UUID) -> int:
     """The primary key of a conversation given as an instance, a pk or its public uuid.
 
     Raises:
         ConversationNotFound: a uuid that matches no conversation.
+        TypeError: what cannot name a conversation (``check_conversation_argument``).
     """
+    check_conversation_argument(conversation)
     if isinstance(conversation, Conversation):
         return conversation.pk
     if isinstance(conversation, int):
@@ -167,6 +184,7 @@ class PersistentChatHistory:
         token_counter: TokenCounter | None = None,
         validate_tool_pairs: bool = True,
     ) -> None:
+        check_conversation_argument(conversation)
         self._conversation = conversation
         self._conversation_id: int | None = None
         if isinstance(conversation, Conversation | int) or not running_in_event_loop():

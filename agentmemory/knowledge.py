@@ -46,6 +46,7 @@ from agentmemory.recall.backends import (
 )
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError
+from agentmemory.recall.text import bounded_query
 from agentmemory.validation import MAX_ID, text_problem
 
 __all__ = [
@@ -853,6 +854,7 @@ class KnowledgeMemory:
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
+        query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
         now = _clock(now)
         facts = self.live_facts(now)
         if category is not None:

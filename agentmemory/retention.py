@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import router, transaction
@@ -46,12 +46,33 @@ def parse_period(text: str) -> timedelta:
     """``"90d"`` → 90 days. Units: ``s``, ``m``, ``h``, ``d`` (the default), ``w``.
 
     Raises:
-        ValueError: not a positive whole number with one of those units.
+        ValueError: not a positive whole number with one of those units, or a period that
+            reaches back from now past the first day of year 1, where the calendar Python
+            and the databases count in ends (``--older-than 800000d`` raised
+            ``OverflowError``).
     """
     match = _PERIOD.match(text or "")
     if not match or int(match.group(1)) < 1:
         raise ValueError(f"{text!r} is not a period such as 90d, 12h or 2w")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        period = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:
+        period = None
+    if period is None or cutoff(timezone.now(), period) is None:
+        most = (timezone.now() - datetime.min.replace(tzinfo=UTC)).days
+        raise ValueError(f"{text!r} reaches back past the first day of year 1: at most {most:,} days")
+    return period
+
+
+def cutoff(now: datetime, period: timedelta | float) -> datetime | None:
+    """``now - period`` (a period in days when a number), or ``None`` when that is before
+    the first day of year 1: nothing was active that long ago, so nothing expires by it (a
+    legal hold of a million days is a valid ``retention_days``; subtracting it raised
+    ``OverflowError`` and stopped every purge)."""
+    try:
+        return now - (period if isinstance(period, timedelta) else timedelta(days=period))
+    except OverflowError:
+        return None
 
 
 def expired_conversations(
@@ -79,25 +100,23 @@ def expired_conversations(
     if agent_key is not None:
         qs = qs.filter(agent_key=agent_key)
     expired = Q(pk__in=[])
-    # Each distinct per-conversation period is one condition: a handful in practice.
+    # Each distinct per-conversation period is one condition: a handful in practice. A
+    # period reaching back past year 1 (``cutoff`` is None) expires nothing.
     own = qs.exclude(retention_days=None).order_by().values_list("retention_days", flat=True).distinct()
     for days in own:
-        if days is not None:
-            expired |= Q(retention_days=days, updated_at__lt=now - timedelta(days=days))
+        if days is not None and (before := cutoff(now, days)) is not None:
+            expired |= Q(retention_days=days, updated_at__lt=before)
     default = Q(retention_days=None)
     if older_than is not None:
-        expired |= default & Q(updated_at__lt=now - older_than)
+        if (before := cutoff(now, older_than)) is not None:
+            expired |= default & Q(updated_at__lt=before)
     else:
         by_agent = conf.RETENTION_DAYS_BY_AGENT
         for key, days in by_agent.items():
-            if days is not None:
-                expired |= default & Q(agent_key=key, updated_at__lt=now - timedelta(days=days))
-        if conf.RETENTION_DAYS is not None:
-            expired |= (
-                default
-                & ~Q(agent_key__in=list(by_agent))
-                & Q(updated_at__lt=now - timedelta(days=conf.RETENTION_DAYS))
-            )
+            if days is not None and (before := cutoff(now, days)) is not None:
+                expired |= default & Q(agent_key=key, updated_at__lt=before)
+        if conf.RETENTION_DAYS is not None and (before := cutoff(now, conf.RETENTION_DAYS)) is not None:
+            expired |= default & ~Q(agent_key__in=list(by_agent)) & Q(updated_at__lt=before)
     return qs.filter(expired)
 
 

@@ -68,6 +68,7 @@ from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, ChatCallRecorder, c
 from agentmemory.compaction import BaseMemoryCompactor
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
+from agentmemory.context.builder import check_system_prompt
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.llm.config import DEFAULT_LLM, get_llm
 from agentmemory.messages import ChatMessage, Role, ToolCall
@@ -465,6 +466,7 @@ class BaseToolCallingAgent:
         turn = _Turn(injector.conversation_id)
         # before anything is stored: a prompt that cannot be made leaves no unanswered message
         prompt = self.get_system_prompt(injector)
+        check_system_prompt(prompt)  # before anything counts it, and before the turn stores anything
         [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
@@ -526,6 +528,7 @@ class BaseToolCallingAgent:
         turn = _Turn(injector.conversation_id)
         # before anything is stored: a prompt that cannot be made leaves no unanswered message
         prompt = await sync_to_async(self.get_system_prompt)(injector)
+        check_system_prompt(prompt)  # before anything counts it, and before the turn stores anything
         [human] = await injector.chat_history.aadd_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)

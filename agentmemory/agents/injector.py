@@ -9,6 +9,7 @@ from uuid import UUID
 from django.core.exceptions import ValidationError
 
 from agentmemory.exceptions import ConversationNotFound
+from agentmemory.history import check_conversation_argument
 from agentmemory.models import Conversation
 
 if TYPE_CHECKING:
@@ -86,7 +87,9 @@ def load_conversation(conversation: Conversation | int | str | UUID | Any) -> Co
 
     Raises:
         ConversationNotFound: no such conversation.
+        TypeError: what cannot name a conversation (a bool, None, a float...).
     """
+    check_conversation_argument(conversation)
     if isinstance(conversation, Conversation):
         return conversation
     try:

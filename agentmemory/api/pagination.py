@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
+from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
@@ -13,6 +15,8 @@ from rest_framework.request import Request
 
 _INTEGER = re.compile(r"-?\d{1,18}")
 _WHOLE = re.compile(r"[0-9]+")
+#: the keys of the query string DRF encodes in a cursor: offset, reverse, position
+_CURSOR_KEYS = frozenset({"o", "r", "p"})
 
 
 class CheckedCursorPagination(CursorPagination):
@@ -51,6 +55,9 @@ class CheckedCursorPagination(CursorPagination):
         return parameters
 
     def decode_cursor(self, request: Request) -> Cursor | None:
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is not None and not self.made_by_the_api(encoded):
+            raise NotFound(self.invalid_cursor_message)
         cursor = super().decode_cursor(request)
         if cursor is None or cursor.position is None:
             return cursor
@@ -58,6 +65,19 @@ class CheckedCursorPagination(CursorPagination):
         if not self.position_is_valid(field, cursor.position):
             raise NotFound(self.invalid_cursor_message)
         return cursor
+
+    @staticmethod
+    def made_by_the_api(encoded: str) -> bool:
+        """Whether ``encoded`` can be a cursor this pagination wrote: strict base64 (DRF's
+        decoder drops the characters outside base64, so ``!!!!`` decoded to nothing, the
+        first page) of a query string of the keys DRF writes (``o``, ``r``, ``p``), each at
+        most once."""
+        try:
+            text = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+            tokens = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
+        except (ValueError, UnicodeError):
+            return False
+        return set(tokens) <= _CURSOR_KEYS and all(len(values) == 1 for values in tokens.values())
 
     @staticmethod
     def position_is_valid(field: str, position: Any) -> bool:

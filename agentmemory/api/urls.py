@@ -6,7 +6,12 @@ Names (namespace ``agentmemory``): ``conversation-list``, ``conversation-detail`
 ``model-calls-window``, ``model-calls-usage``, ``usage``.
 """
 
-from django.urls import path
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseRedirectBase
+from django.urls import Resolver404, path, re_path, resolve
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import APIRootView, DefaultRouter
 
 from agentmemory.api.calls import ModelCallViewSet, UsageView
@@ -55,8 +60,35 @@ router.register(
 
 router.register("facts", FactViewSet, basename="fact")
 
+
+@csrf_exempt  # it changes nothing: a POST is sent on, with its body, to the URL with the slash
+def without_trailing_slash(request: HttpRequest, rest: str) -> HttpResponse:
+    """A URL of the API without its trailing slash: ``308 Permanent Redirect`` to the URL with
+    it (the method and the body go with a 308, where Django's ``APPEND_SLASH`` answers a POST
+    with an HTML error page under ``DEBUG`` and a 301 otherwise, which clients follow with a
+    GET), or the API's JSON 404 when that is no URL of the API either."""
+    try:
+        resolve(request.path_info + "/", urlconf=getattr(request, "urlconf", None))
+    except Resolver404:
+        return JsonResponse({"error": "not_found", "detail": "No such URL in the API."}, status=404)
+    location = request.path + "/"
+    if request.META.get("QUERY_STRING"):
+        location += "?" + request.META["QUERY_STRING"]
+    body = {"error": "trailing_slash", "detail": f"The API's URLs end in a slash: {location}"}
+    return _PermanentRedirect(location, content=json.dumps(body), content_type="application/json")
+
+
+class _PermanentRedirect(HttpResponseRedirectBase):
+    """308: the client repeats the request, method and body, at ``Location`` (RFC 9110)."""
+
+    status_code = 308
+
+
 urlpatterns = [
     *router.urls,
     path("search/", SearchView.as_view(), name="search"),
     path("usage/", UsageView.as_view(), name="usage"),
+    # last: only what matched nothing above, and only under the API's own first segments, so
+    # the host's URLs beside the API are never taken
+    re_path(r"^(?P<rest>(?:conversations|facts|search|usage)(?:/.*)?)(?<!/)$", without_trailing_slash),
 ]

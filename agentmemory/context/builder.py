@@ -43,8 +43,13 @@ from agentmemory.context.window import (
     ContextWindow,
     UncoveredMessages,
 )
-from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, TurnTooLarge
-from agentmemory.history import resolve_conversation_id, running_in_event_loop
+from agentmemory.exceptions import (
+    ContextBudgetExceeded,
+    ConversationNotFound,
+    InvalidMessageError,
+    TurnTooLarge,
+)
+from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.tokens import TokenCounter
@@ -370,6 +375,25 @@ def _tool_result_cap(cap: Any) -> int | None:
     return min(cap, app_settings().MAX_CONTEXT_TOKENS)
 
 
+def check_system_prompt(prompt: str | None) -> None:
+    """Refuse a system prompt longer than any message may be, before anything counts or
+    copies it: a 10-million-character prompt took 25 s of token counting and 491 MB before
+    the window's budget refused it.
+
+    Raises:
+        InvalidMessageError: ``prompt`` holds more than ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``
+            characters.
+    """
+    if prompt is None:
+        return
+    limit = app_settings().MAX_MESSAGE_CHARS
+    if len(prompt) > limit:
+        raise InvalidMessageError(
+            f"the system prompt has {len(prompt):,} characters, over the maximum of {limit:,} "
+            "(AGENTMEMORY['MAX_MESSAGE_CHARS'])"
+        )
+
+
 class ContextWindowBuilder:
     """Builds ``ContextWindow``s for one conversation.
 
@@ -466,6 +490,8 @@ class ContextWindowBuilder:
         conf = app_settings()
         if conversation is None and chat_history is None:
             raise TypeError("ContextWindowBuilder needs a conversation or chat_history=")
+        if conversation is not None:
+            check_conversation_argument(conversation)
         self.chat_history = chat_history
         self._conversation = conversation
         self._conversation_id: int | None = None
@@ -479,6 +505,7 @@ class ContextWindowBuilder:
             self._conversation_id = self._resolve_conversation()
         self.memory_compactor = None if memory_compactor is self._UNSET else memory_compactor
         self.token_counter: TokenCounter = token_counter or get_token_counter()
+        check_system_prompt(system_prompt)
         self.system_prompt = system_prompt
         self.max_tool_result_tokens = _tool_result_cap(
             conf.MAX_TOOL_RESULT_TOKENS if max_tool_result_tokens is self._UNSET else max_tool_result_tokens

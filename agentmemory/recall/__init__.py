@@ -33,7 +33,7 @@ from agentmemory.recall.backends import (
 )
 from agentmemory.recall.dates import Period, periods_in, without_dates
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
-from agentmemory.recall.text import query_words
+from agentmemory.recall.text import bounded_query, query_words
 from agentmemory.validation import MAX_ID
 
 logger = logging.getLogger("agentmemory.recall")
@@ -169,6 +169,7 @@ def search_messages(
 
     owner_id = owner_id_of(owner)
     _check_query(query, k)
+    query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
     messages = Message.objects.filter(conversation__owner_id=owner_id, role__in=SEARCHED_ROLES)
     if using:
         messages = messages.using(using)

@@ -25,6 +25,16 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: most words taken from one query (a pasted document is not a query)
 MAX_QUERY_WORDS = 32
+#: characters of a query that are read (``search_messages``, ``KnowledgeMemory.recall``):
+#: its words and dates are found in them, and an embedding backend embeds them. A whole
+#: message passed as a query (up to ``MAX_MESSAGE_CHARS``) cost seconds of CPU for words
+#: past the first ``MAX_QUERY_WORDS``, which are not used.
+MAX_QUERY_CHARS = 10_000
+
+
+def bounded_query(query: str) -> str:
+    """The part of ``query`` recall reads: its first ``MAX_QUERY_CHARS`` characters."""
+    return query[:MAX_QUERY_CHARS]
 
 #: Combining marks that decorate a letter without making another one, left out of the text
 #: the indexes and the queries see: Latin, Greek and Cyrillic diacritics (the Combining
