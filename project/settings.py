@@ -142,6 +142,22 @@ if os.environ.get("AGENTMEMORY_RECALL_BACKEND"):
 if os.environ.get("AGENTMEMORY_COMPACTION_LEASE_SECONDS"):
     AGENTMEMORY["COMPACTION_LEASE_SECONDS"] = int(os.environ["AGENTMEMORY_COMPACTION_LEASE_SECONDS"])
 
+# A worker that dies with a task in hand (docs/operations.md, "Deployment"). A pool process
+# killed (SIGKILL, the OOM killer): the worker gives the task back to the broker at once
+# instead of acknowledging it. A worker killed whole: RabbitMQ requeues its unacknowledged
+# tasks when the connection drops; Redis gives them to another worker once they have been
+# out for visibility_timeout (kombu's default: an hour), found by a live worker's sweep every
+# unacked_restore_interval seconds. The timeout must stay above the longest countdown of the
+# app's tasks (a compaction waiting out a lease: the lease plus 6 s; an embedding retry: 16 s),
+# or a task waiting for its time is handed out twice (harmless here, wasted elsewhere).
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+_LEASE = int(os.environ.get("AGENTMEMORY_COMPACTION_LEASE_SECONDS") or 60)  # COMPACTION_LEASE_SECONDS
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(5 * _LEASE, 20),  # seconds: 300 with the default lease
+    "unacked_restore_interval": max(_LEASE, 1),
+    "unacked_restore_throttle": 1,  # every sweep looks (kombu's default: every tenth)
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -6,6 +6,7 @@ They are configured through the environment the test gives the worker:
 - ``DRILL_DELAY``: seconds each call takes (a slow model, to kill a worker mid-call).
 - ``DRILL_FAIL_FLAG``: a file; while it exists every call fails with a timeout
   (``TransientLLMError``, as the adapters report one).
+- ``DRILL_PIDS``: a file; each call appends the id of the process making it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class DrillModel:
         if calls:
             with open(calls, "a") as f:
                 f.write(f"{time.time()}\n")
+        pids = os.environ.get("DRILL_PIDS")
+        if pids:
+            with open(pids, "a") as f:
+                f.write(f"{os.getpid()}\n")
         time.sleep(float(os.environ.get("DRILL_DELAY", "0")))
         flag = os.environ.get("DRILL_FAIL_FLAG")
         if flag and Path(flag).exists():

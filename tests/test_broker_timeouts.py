@@ -210,3 +210,19 @@ def test_the_setting_is_checked(settings, value, problem) -> None:  # type: igno
 
     settings.AGENTMEMORY = {"ENQUEUE_TIMEOUT_SECONDS": value}
     assert any(m.id == "agentmemory.E025" for m in run_checks()) is problem
+
+
+def test_the_example_project_has_tasks_of_dead_workers_handed_out_again() -> None:
+    """docs/operations.md: a pool process killed gives its task back at once; a worker killed
+    whole has Redis hand its task out again after the visibility timeout, which stays above
+    the longest countdown of the app's tasks (a compaction waiting out a lease: the lease plus
+    6 s; an embedding retry: 16 s). tests/test_drills_worker.py kills real workers."""
+    from agentmemory.conf import app_settings
+    from project.celery import app
+
+    assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
+    options = app.conf.broker_transport_options
+    lease = app_settings().COMPACTION_LEASE_SECONDS
+    assert lease + 6 < options["visibility_timeout"] <= 5 * lease  # kombu's default: 3,600 s
+    assert options["visibility_timeout"] > 16
+    assert options["unacked_restore_throttle"] == 1 and options["unacked_restore_interval"] <= lease

@@ -4,6 +4,11 @@
   sweep (what Celery beat runs every minute) hands it to a new worker once the dead worker's
   lease has expired, and exactly one summary results, within a bounded time; nothing
   half-written (no summary, no lease left behind).
+- A worker killed whole (SIGKILL of the worker itself) with a task in hand: Redis gives the
+  unacknowledged task to the next worker after the example project's ``visibility_timeout``
+  (five leases, at least 20 s; kombu's default is an hour), with no sweep.
+- A pool process killed (SIGKILL, as the OOM killer does): the worker gives the task back at
+  once (``task_reject_on_worker_lost``) and runs it again, with no sweep.
 - The summariser fails on every try: the task retries with exponential backoff, then the
   failure is recorded on the conversation, the previous summary stays in force, and the next
   trigger (the sweep) tries again and succeeds once the model answers.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,13 +52,14 @@ def drill(broker_url, tmp_path: Path, settings):  # type: ignore[no-untyped-def]
     calls = tmp_path / "calls"
     fail_flag = tmp_path / "fail"
 
-    def start(name: str, *, delay: float = 0.0) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(name: str, *, delay: float = 0.0, pool: str = "solo") -> tuple[subprocess.Popen[bytes], Path]:
         env = {
             **child_env(),
             "CELERY_BROKER_URL": broker_url,
             "AGENTMEMORY_COMPACTION_LLM": "tests.drill_models.DrillModel",
             "AGENTMEMORY_COMPACTION_LEASE_SECONDS": str(LEASE),
             "DRILL_CALLS": str(calls),
+            "DRILL_PIDS": str(tmp_path / "pids"),
             "DRILL_DELAY": str(delay),
             "DRILL_FAIL_FLAG": str(fail_flag),
         }
@@ -68,7 +75,9 @@ def drill(broker_url, tmp_path: Path, settings):  # type: ignore[no-untyped-def]
                 "project",
                 "worker",
                 "--pool",
-                "solo",
+                pool,
+                "--concurrency",
+                "1",
                 "--loglevel",
                 "INFO",
                 "--without-gossip",
@@ -143,6 +152,47 @@ def test_worker_killed_mid_compaction_one_summary_after_the_sweep(celery_app, dr
     assert conv.compaction_error == ""
     assert recovered < 4 * LEASE + 60
     print(f"\nworker killed mid-compaction: one summary {recovered:.1f} s after the kill (lease {LEASE} s)")
+
+
+def test_worker_killed_whole_the_broker_hands_its_task_to_the_next_worker(celery_app, drill) -> None:  # type: ignore[no-untyped-def]
+    start, calls, _fail = drill
+    conv, _history = conversation_with_turns(12)
+    first, first_log = start("whole", delay=30)
+    assert request_compaction(conv.pk, force=True).enqueued
+    _wait(lambda: len(_calls(calls)) == 1, 60, "the first worker calling the model", first_log)
+    os.kill(first.pid, signal.SIGKILL)  # the worker itself: nothing acknowledges or gives back
+    first.wait(10)
+    killed_at = time.monotonic()
+    _second, second_log = start("next")
+    # No sweep: the task itself comes back once it has been out for the visibility timeout
+    # (20 s here, 300 s with the default lease; kombu's default, an hour, fails this).
+    _wait(lambda: Summary.objects.filter(conversation=conv).exists(), 60, "a summary", second_log)
+    recovered = time.monotonic() - killed_at
+    assert len(_calls(calls)) == 2 and Summary.objects.filter(conversation=conv).count() == 1
+    task_ids = [
+        set(re.findall(r"compact_conversation\[([0-9a-f-]+)\] received", log.read_text()))
+        for log in (first_log, second_log)
+    ]
+    assert task_ids[0] and task_ids[0] == task_ids[1]  # the same task, handed out again
+    print(f"\nworker killed whole: the task ran again {recovered:.1f} s after the kill (visibility 20 s)")
+
+
+def test_pool_process_killed_the_worker_gives_the_task_back(celery_app, drill) -> None:  # type: ignore[no-untyped-def]
+    start, calls, _fail = drill
+    pids = calls.parent / "pids"
+    conv, _history = conversation_with_turns(12)
+    worker, log = start("prefork", delay=30, pool="prefork")
+    assert request_compaction(conv.pk, force=True).enqueued
+    _wait(lambda: len(_calls(calls)) == 1, 60, "the pool process calling the model", log)
+    child = int(pids.read_text().split()[0])
+    assert child != worker.pid
+    os.kill(child, signal.SIGKILL)  # what the OOM killer does to one pool process
+    killed_at = time.monotonic()
+    _wait(lambda: len(_calls(calls)) == 2, 4 * LEASE + 30, "the task running again", log)
+    assert "WorkerLostError" in log.read_text()
+    # the model is slow in the new pool process too; the lease of the killed one had expired
+    assert Conversation.objects.filter(pk=conv.pk, compaction_requested_at__isnull=False).exists()
+    print(f"\npool process killed: the task ran again {time.monotonic() - killed_at:.1f} s after the kill")
 
 
 def test_llm_failing_on_every_try_retries_with_backoff_then_records_and_tries_again(
