@@ -205,7 +205,9 @@ def _with_size(part: ContentPart) -> ContentPart:
 IMAGE_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 _IMAGE_DETAILS = frozenset({"", "low", "high", "auto"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
-_URL = re.compile(r"https?://\S+", re.IGNORECASE)
+# ASCII letters only in the scheme: IGNORECASE took "http" + U+017F (long s, folded to "s"), which
+# the schema's pattern (agentmemory.api.serializers.URL_PATTERN) refuses
+_URL = re.compile(r"[hH][tT][tT][pP][sS]?://[^\x00\s]+")
 #: parts on roles other than human and tool may only be text: OpenAI takes only text parts
 #: in system and assistant messages, Anthropic only text (and tool use) in assistant turns
 _ANY_PART_ROLES = frozenset({Role.HUMAN, Role.TOOL})

@@ -98,11 +98,12 @@ if SPECTACULAR:
 
         def get_operation_id(self) -> str:
             prefix = getattr(self.view, "operation_prefix", None)
+            if prefix and getattr(self.view, "operation_single", False):
+                # a view of one operation (search, usage): no action, and it needs no verb
+                return str(prefix)
             action = getattr(self.view, "action", None)
             if not prefix or not action:
                 return str(super().get_operation_id())
-            if getattr(self.view, "operation_single", False):
-                return str(prefix)
             return f"{prefix}_{_ACTION_VERBS.get(action, action).rstrip('_')}"
 
         def map_parsers(self) -> list[Any]:

@@ -385,7 +385,14 @@ class StrictInputMixin:
 #: base64 as ``validate_parts`` accepts it: whole 4-character groups, ``=`` padding at the end
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _BASE64_BODY = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
-_HTTP_URL = "[hH][tT][tT][pP][sS]?://\\S+"
+#: white space as Python's ``str.strip`` and ``str.isspace`` see it, in a regex character
+#: class (JSON Schema's ``\\s`` is ECMAScript's: it leaves out U+001C-U+001F and U+0085 and
+#: holds U+FEFF, so it cannot be used to say what the server trims)
+_SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+#: an http(s) address as ``agentmemory.validation`` takes one: the scheme in ASCII letters of
+#: any case, then no white space (Python's, ``_SPACE``: ECMAScript's ``\\S`` would let
+#: U+001C-U+001F through, which the server refuses)
+_HTTP_URL = f"[hH][tT][tT][pP][sS]?://[^\\x00{_SPACE}]+"
 _MIME = "[A-Za-z0-9_.+-]+/[A-Za-z0-9_.+-]+"
 #: a part's ``url``: an http(s) address, or a base64 data URL (stored as data and MIME type)
 URL_PATTERN = f"^(?:{_HTTP_URL}|data:{_MIME};base64,{_BASE64_BODY})$"
@@ -405,6 +412,12 @@ class StorableTextField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             raise serializers.ValidationError(f"must be a string, not {_json_type(data)}.")
+        if self.max_length is not None and len(data) > self.max_length:
+            # the length as sent, before any trimming: the schema's maxLength is of the value
+            # sent (a fact of 10,001 characters with a leading space was taken); the field's
+            # own validators say it, naming the setting where there is one
+            self.run_validators(data)
+            self.fail("max_length", max_length=self.max_length)
         value: str = super().to_internal_value(data)
         if problem := text_problem(value):
             raise serializers.ValidationError(f"The value {problem}.")
@@ -419,10 +432,6 @@ class StrictTextField(StorableTextField):
         super().__init__(**kwargs)
 
 
-#: white space as Python's ``str.strip`` and ``str.isspace`` see it, in a regex character
-#: class (JSON Schema's ``\\s`` is ECMAScript's: it leaves out U+001C-U+001F and U+0085 and
-#: holds U+FEFF, so it cannot be used to say what the server trims)
-_SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 #: a line break as ``str.splitlines`` sees one
 _LINE_BREAKS = "\\n\\r\\x0b\\x0c\\x1c-\\x1e\\x85\\u2028\\u2029"
 
@@ -1194,6 +1203,19 @@ class InvalidMessageErrorSerializer(serializers.Serializer):
 # -- long-term memory ----------------------------------------------------------------------
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A ``BooleanField`` that takes JSON's ``true`` and ``false`` only, as the schema says
+    (``type: boolean``): DRF's also takes 0, 1, "yes", "off"... in a JSON body. A form (the
+    browsable API's) sends text, which DRF's rules read as before."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        if isinstance(data, str) and hasattr(getattr(self.parent, "initial_data", None), "getlist"):
+            return bool(super().to_internal_value(data))
+        raise serializers.ValidationError(f"Must be true or false, not {_json_type(data)}.")
+
+
 class FiniteFloatField(serializers.FloatField):
     """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)
     and JSON booleans (DRF's field reads ``true`` as 1.0; the schema says a number)."""
@@ -1267,7 +1289,7 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
 
     content = NonBlankTextField(help_text="The fact, 1 to AGENTMEMORY['MAX_FACT_CHARS'] characters.")
     category = SingleLineTextField(max_length=100, default="general", initial="general")
-    persistent = serializers.BooleanField(
+    persistent = StrictBooleanField(
         default=False, help_text="Kept until forgotten (true) or a recent entry that ages out (false)."
     )
     importance = FiniteFloatField(

@@ -246,7 +246,43 @@ class AppAPIView:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         reject_oversized_body(request)
+        reject_repeated_parameters(request)
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
+
+
+#: the API's query parameters that hold one value; ``include`` (search) takes several
+SINGLE_VALUE_PARAMETERS = frozenset(
+    {
+        "after_seq",
+        "agent_key",
+        "category",
+        "conversation",
+        "cursor",
+        "format",
+        "history",
+        "k",
+        "max_messages",
+        "max_tokens",
+        "message_format",
+        "namespace",
+        "page_size",
+        "q",
+        "since",
+        "until",
+    }
+)
+
+
+def reject_repeated_parameters(request: Request) -> None:
+    """Refuse a query parameter of the API given more than once (``?k=5&k=50``): the schema
+    gives it one value, and Django's ``QueryDict`` would quietly take the last.
+
+    Raises:
+        ValidationError: a 400 naming each such parameter.
+    """
+    repeated = sorted(name for name in SINGLE_VALUE_PARAMETERS if len(request._request.GET.getlist(name)) > 1)
+    if repeated:
+        raise serializers.ValidationError({name: ["Give this parameter once."] for name in repeated})
 
 
 def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Response:
@@ -657,10 +693,16 @@ def _fact_error(exc: Exception) -> serializers.ValidationError:
 
 
 def _bool_param(request: Request, name: str) -> bool:
+    """A boolean query parameter: ``true`` or ``false``, as the schema's ``type: boolean``
+    says (absent: false).
+
+    Raises:
+        ValidationError: any other value (``1``, ``0`` and the empty value included).
+    """
     raw = request.query_params.get(name)
-    if raw in (None, "false", "0"):
+    if raw in (None, "false"):
         return False
-    if raw in ("true", "1"):
+    if raw == "true":
         return True
     raise serializers.ValidationError({name: ["Must be true or false."]})
 
@@ -947,7 +989,14 @@ class SearchView(AppAPIView, GenericAPIView):  # type: ignore[misc]
         (``agentmemory.recall.search_messages``), and facts in force of the requested scope
         (``KnowledgeMemory.recall``, which records that they were recalled). Another user's
         conversation given as ``conversation`` finds nothing."""
-        params = SearchQuerySerializer(data=request.query_params)
+        # A plain dict, not the QueryDict: DRF reads an empty value of a form field as "not
+        # given" (``k=`` gave the default), where the schema says an integer or a uuid.
+        params = SearchQuerySerializer(
+            data={
+                name: request.query_params.getlist(name) if name == "include" else value
+                for name, value in request.query_params.items()
+            }
+        )
         params.is_valid(raise_exception=True)
         data = params.validated_data
         owner = request_owner(request)

@@ -1,0 +1,202 @@
+"""What plain ``schemathesis run`` (every default check) found the schema and the server to
+disagree on, each fixed where the schema could state the rule:
+
+- ``persistent: 0`` (and 1, "yes", "off") was taken as a boolean where the schema says
+  ``type: boolean``;
+- ``k=`` (empty) gave the default and ``?k=5&k=50`` the last value, where the schema gives
+  one integer; ``history=1`` was true;
+- a fact whose content was over ``maxLength`` with white space around it was taken (the
+  length was checked after trimming);
+- a part's ``url`` holding U+001C-U+001F was refused while the schema's pattern (ECMAScript's
+  ``\\S``) allowed it, and "http" + U+017F + "://" was taken (Python's case folding) while the pattern
+  refused it;
+- the operation ids of search and usage were ``search_retrieve`` and ``usage_retrieve``, not
+  what docs/api.md names.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentmemory.api.serializers import IMAGE_URL_PATTERN, URL_PATTERN
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Fact
+
+pytestmark = pytest.mark.django_db
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+
+@pytest.fixture
+def owner(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("fuzzed")
+
+
+@pytest.fixture
+def api(owner) -> APIClient:  # type: ignore[no-untyped-def]
+    client = APIClient()
+    client.force_authenticate(owner)
+    return client
+
+
+@pytest.fixture
+def conv(owner) -> Conversation:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=owner, agent_key="support")
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("where is order 7"), ChatMessage.ai("shipped")]
+    )
+    return conv
+
+
+@pytest.fixture(scope="module")
+def openapi() -> dict[str, Any]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)  # type: ignore[no-any-return]
+
+
+# -- operation ids ------------------------------------------------------------------------------
+
+
+def _documented_operations() -> dict[str, tuple[str, str]]:
+    """``{operation id: (method, path with its parameters as {})}`` from docs/api.md's table."""
+    rows = re.findall(
+        r"^\| `(GET|POST|PATCH|DELETE) (/api/[^`?]*)[^`]*` \| `([a-z_]+)` \|", DOCS.read_text(), re.M
+    )
+    return {op: (method.lower(), re.sub(r"\{[^}]+\}", "{}", path)) for method, path, op in rows}
+
+
+def test_the_operation_ids_are_the_ones_docs_api_md_names(openapi) -> None:  # type: ignore[no-untyped-def]
+    schema = {
+        operation["operationId"]: (method, re.sub(r"\{[^}]+\}", "{}", path))
+        for path, operations in openapi["paths"].items()
+        for method, operation in operations.items()
+        if path.startswith("/api/") and path != "/api/schema/"
+    }
+    assert schema["search"] == ("get", "/api/search/") and schema["usage"] == ("get", "/api/usage/")
+    assert _documented_operations() == schema
+
+
+# -- booleans ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 1, "true", "yes", "off", None, [], {}])
+def test_persistent_is_true_or_false(api, value) -> None:  # type: ignore[no-untyped-def]
+    response = api.post("/api/facts/", {"content": "Likes tea", "persistent": value}, format="json")
+    assert response.status_code == 400 and "persistent" in response.json()["fields"]
+    assert not Fact.objects.exists()
+
+
+def test_persistent_true_false_and_the_browsable_api_form(api) -> None:  # type: ignore[no-untyped-def]
+    assert (
+        api.post("/api/facts/", {"content": "Likes tea", "persistent": True}, format="json").status_code
+        == 201
+    )
+    assert (
+        api.post("/api/facts/", {"content": "Likes jam", "persistent": False}, format="json").status_code
+        == 201
+    )
+    # the browsable API's form sends text
+    form = api.post("/api/facts/", {"content": "Likes figs", "persistent": "true"}, format="multipart")
+    assert form.status_code == 201 and form.json()["fact"]["persistent"] is True
+    fact = Fact.objects.get(content="Likes tea")
+    changed = api.patch(f"/api/facts/{fact.uuid}/", {"persistent": 1}, format="json")
+    assert changed.status_code == 400 and "persistent" in changed.json()["fields"]
+
+
+@pytest.mark.parametrize("value", ["1", "0", "", "yes", "True"])
+def test_history_is_true_or_false(api, value) -> None:  # type: ignore[no-untyped-def]
+    assert api.get("/api/facts/", {"history": value}).status_code == 400
+    assert api.get("/api/facts/", {"history": "true"}).status_code == 200
+    assert api.get("/api/facts/", {"history": "false"}).status_code == 200
+
+
+# -- one value per query parameter ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/search/", "q=order&k=5&k=50"),
+        ("/api/search/", "q=order&q=tea"),
+        ("/api/search/", "q=order&k=false&k="),
+        ("/api/facts/", "agent_key=a&agent_key=b"),
+        ("/api/facts/", "history=true&history=false"),
+        ("/api/conversations/", "page_size=1&page_size=2"),
+        ("{conv}messages/", "after_seq=1&after_seq=2"),
+        ("{conv}context/", "max_tokens=100&max_tokens=200"),
+        ("/api/usage/", "since=2026-01-01T00:00:00Z&since=2026-02-01T00:00:00Z"),
+    ],
+)
+def test_a_parameter_given_twice_is_a_400(api, conv, path, query) -> None:  # type: ignore[no-untyped-def]
+    url = path.format(conv=f"/api/conversations/{conv.uuid}/") + "?" + query
+    response = api.get(url)
+    assert response.status_code == 400, (url, response.content[:200])
+    name = query.split("&")[-1].split("=")[0]
+    assert response.json()["fields"][name] == ["Give this parameter once."]
+
+
+def test_include_may_be_repeated(api, conv) -> None:  # type: ignore[no-untyped-def]
+    response = api.get("/api/search/?q=order&include=messages&include=facts")
+    assert response.status_code == 200 and response.json()["messages"]
+
+
+@pytest.mark.parametrize("query", ["q=order&k=", "q=order&conversation=", "q=order&k=x"])
+def test_an_empty_or_malformed_search_parameter_is_a_400(api, conv, query) -> None:  # type: ignore[no-untyped-def]
+    response = api.get("/api/search/?" + query)
+    assert response.status_code == 400
+    name = query.split("&")[-1].split("=")[0]
+    assert name in response.json()["fields"]
+
+
+def test_search_parameters_still_default(api, conv) -> None:  # type: ignore[no-untyped-def]
+    assert api.get("/api/search/?q=order").status_code == 200
+    assert api.get("/api/search/?q=order&k=3&agent_key=&category=").status_code == 200
+
+
+# -- lengths as sent -------------------------------------------------------------------------------
+
+
+def test_a_length_is_checked_as_sent_not_after_trimming(api, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MAX_FACT_CHARS": 50}
+    padded = " " + "x" * 50  # 51 characters sent, 50 once trimmed
+    response = api.post("/api/facts/", {"content": padded}, format="json")
+    assert response.status_code == 400 and "content" in response.json()["fields"]
+    category = api.post("/api/facts/", {"content": "Likes tea", "category": " " + "c" * 100}, format="json")
+    assert category.status_code == 400 and "category" in category.json()["fields"]
+    assert api.post("/api/facts/", {"content": " " + "x" * 49}, format="json").status_code == 201
+    search = api.get("/api/search/", {"q": " " + "w" * 1000})
+    assert search.status_code == 400 and "q" in search.json()["fields"]
+
+
+# -- part urls -----------------------------------------------------------------------------------
+
+
+URLS = {
+    "https://example.com/a.png": True,
+    "HttPS://example.com/a.png": True,
+    "http://example.com/a b.png": False,
+    "https://example.com/\x1ea.png": False,  # white space to Python, not to ECMAScript's \S
+    "https://example.com/\x85a.png": False,
+    "https://example.com/\ufeffa.png": True,  # white space to ECMAScript, not to Python
+    "http\u017f://example.com/a.png": False,  # U+017F (long s) folds to "s" in Python's IGNORECASE
+    "ftp://example.com/a.png": False,
+}
+
+
+@pytest.mark.parametrize(("url", "valid"), list(URLS.items()))
+def test_a_part_url_is_refused_exactly_when_the_schema_refuses_it(api, conv, url, valid) -> None:  # type: ignore[no-untyped-def]
+    # The patterns use no class shorthand (\s, \S, \w, \d), whose meaning differs between
+    # ECMAScript (JSON Schema) and Python, so Python's re reads them as a validator would.
+    for pattern in (URL_PATTERN, IMAGE_URL_PATTERN):
+        assert not re.search(r"(?<!\\)\\[sSwWdD]", pattern)
+        assert bool(re.fullmatch(pattern, url)) is valid
+    body = {"role": "human", "parts": [{"type": "image", "url": url}]}
+    response = api.post(f"/api/conversations/{conv.uuid}/messages/", body, format="json")
+    assert response.status_code == (201 if valid else 400), response.content[:300]
