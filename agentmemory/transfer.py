@@ -43,7 +43,13 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError, InvalidMessageError
 from agentmemory.messages import PartKind, Role
 from agentmemory.models import Conversation, Message, Summary
-from agentmemory.validation import TEXT_PATTERN, json_problem, text_problem, validate_message
+from agentmemory.validation import (
+    TEXT_PATTERN,
+    WHITE_SPACE_CLASS,
+    json_problem,
+    text_problem,
+    validate_message,
+)
 
 __all__ = [
     "FORMAT",
@@ -292,6 +298,12 @@ def row_schema(kind: str) -> dict[str, Any]:
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
         properties["pinned_seq"].update(minimum=1, maximum=MAX_SEQ)  # a message's seq, or null
         properties["pinned_last_seq"].update(minimum=1, maximum=MAX_SEQ)
+        # ``_document``: each pending tool call id names the seq of the AI message that made it
+        properties["pending_tool_calls"]["additionalProperties"] = {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_SEQ,
+        }
     if kind == "message":
         # ``_check_stored_shape``: tool calls are objects with a text id and name, content
         # parts objects with a type (what each holds beyond that is the message rules')
@@ -308,7 +320,7 @@ def row_schema(kind: str) -> dict[str, Any]:
     if kind == "summary":
         # import refuses a summary without text (``_summaries``): at least one character
         # other than white space
-        properties["text"].update(minLength=1, allOf=[{"pattern": r"\S"}])
+        properties["text"].update(minLength=1, allOf=[{"pattern": f"[^{WHITE_SPACE_CLASS}]"}])
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         schema["required"] = sorted(set(required))

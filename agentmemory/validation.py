@@ -22,6 +22,12 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 #: ``text_problem`` as a JSON schema pattern: no NUL character (a lone UTF-16 surrogate has no
 #: pattern: JSON text holds none but as an escape)
 TEXT_PATTERN = "^[^\\x00]*$"
+#: white space as Python's ``str.strip`` and ``str.isspace`` see it, in a regex character
+#: class for the OpenAPI schema: JSON Schema's ``\\s`` is ECMAScript's, which leaves out
+#: U+001C-U+001F and U+0085 and holds U+FEFF, so it cannot say what the server strips
+WHITE_SPACE_CLASS = (
+    "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+)
 
 
 #: largest primary key a 64-bit integer column holds (PostgreSQL ``bigint``, SQLite ``INTEGER``)

@@ -200,3 +200,55 @@ def test_a_part_url_is_refused_exactly_when_the_schema_refuses_it(api, conv, url
     body = {"role": "human", "parts": [{"type": "image", "url": url}]}
     response = api.post(f"/api/conversations/{conv.uuid}/messages/", body, format="json")
     assert response.status_code == (201 if valid else 400), response.content[:300]
+
+
+# -- import documents -----------------------------------------------------------------------------
+
+
+def _document(**conversation: Any) -> dict[str, Any]:
+    return {
+        "format": "agentmemory.conversation",
+        "version": 1,
+        "conversation": {"agent_key": "support", "title": "imported", "metadata": {}, **conversation},
+        "messages": [
+            {
+                "seq": 1,
+                "role": "human",
+                "content": "hi",
+                "tool_call_id": "",
+                "name": "",
+                "token_count": 1,
+                "token_counter": "approx",
+            },
+        ],
+        "summaries": [],
+    }
+
+
+@pytest.mark.parametrize("pending", [{"c1": "one"}, {"c1": [1]}, {"c1": 0}, {"c1": True}])
+def test_pending_tool_calls_of_an_import_are_seqs_in_the_schema_too(api, pending) -> None:  # type: ignore[no-untyped-def]
+    from jsonschema import Draft202012Validator
+
+    from agentmemory.transfer import row_schema
+
+    row = {"agent_key": "support", "title": "imported", "metadata": {}, "pending_tool_calls": pending}
+    assert list(Draft202012Validator(row_schema("conversation")).iter_errors(row))
+    response = api.post("/api/conversations/import/", _document(pending_tool_calls=pending), format="json")
+    assert response.status_code == 400 and "pending_tool_calls" in response.json()["path"]
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"), [("\x1e", False), ("\x85 ", False), ("\ufeff", True), (" a ", True)]
+)
+def test_a_summary_without_text_is_refused_by_the_schema_too(text, valid) -> None:
+    from jsonschema import Draft202012Validator
+
+    from agentmemory.transfer import row_schema
+
+    schema = row_schema("summary")
+    pattern = schema["properties"]["text"]["allOf"][0]["pattern"]
+    assert not re.search(r"(?<!\\)\\[sSwWdD]", pattern)  # no shorthand: Python reads it as ECMAScript does
+    row = {"text": text, "first_seq": 1, "through_seq": 1}
+    errors = [e for e in Draft202012Validator(schema).iter_errors(row) if "text" in list(e.absolute_path)]
+    assert (not errors) is valid
+    assert bool(text.strip()) is valid  # what import keeps (a summary of white space is refused)

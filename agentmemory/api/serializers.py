@@ -45,7 +45,13 @@ from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolC
 from agentmemory.models import Conversation, Fact, Message, Summary
 from agentmemory.tokens import TokenCounter
 from agentmemory.transfer import row_schema
-from agentmemory.validation import IMAGE_MIME_TYPES, TEXT_PATTERN, json_problem, text_problem
+from agentmemory.validation import (
+    IMAGE_MIME_TYPES,
+    TEXT_PATTERN,
+    WHITE_SPACE_CLASS,
+    json_problem,
+    text_problem,
+)
 
 NATIVE = "native"
 OPENAI = "openai"
@@ -385,10 +391,8 @@ class StrictInputMixin:
 #: base64 as ``validate_parts`` accepts it: whole 4-character groups, ``=`` padding at the end
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _BASE64_BODY = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
-#: white space as Python's ``str.strip`` and ``str.isspace`` see it, in a regex character
-#: class (JSON Schema's ``\\s`` is ECMAScript's: it leaves out U+001C-U+001F and U+0085 and
-#: holds U+FEFF, so it cannot be used to say what the server trims)
-_SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+#: white space as Python's ``str.strip`` and ``str.isspace`` see it (``WHITE_SPACE_CLASS``)
+_SPACE = WHITE_SPACE_CLASS
 #: an http(s) address as ``agentmemory.validation`` takes one: the scheme in ASCII letters of
 #: any case, then no white space (Python's, ``_SPACE``: ECMAScript's ``\\S`` would let
 #: U+001C-U+001F through, which the server refuses)
