@@ -386,6 +386,8 @@ MAX_NEIGHBOUR_DISTANCE = 5
 #: largest recall weight or half-life (days) accepted: a boost that size already swamps the
 #: relevance, and a bound keeps the ranking's products finite (NaN and infinity are refused)
 MAX_RECALL_SETTING = 1_000_000
+#: smallest API_MAX_RESPONSE_BYTES accepted: room for a page's links and a few items
+MIN_RESPONSE_BYTES = 16_384
 
 
 @register(Tags.compatibility)
@@ -512,6 +514,17 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 f"not {conf.API_STAFF_SEES_ALL_CONVERSATIONS!r}.",
                 hint="True lets active staff users reach every conversation through the API.",
                 id="agentmemory.E301",
+            )
+        )
+    largest = conf.API_MAX_RESPONSE_BYTES
+    if not _is_positive_int(largest) or largest < MIN_RESPONSE_BYTES:
+        problems.append(
+            Error(
+                f"AGENTMEMORY['API_MAX_RESPONSE_BYTES'] must be a whole number of at least "
+                f"{MIN_RESPONSE_BYTES:,} bytes, not {largest!r}.",
+                hint="10,000,000 (10 MB) keeps answers under common gateways' limits; a page "
+                "holds the items that fit, always at least one.",
+                id="agentmemory.E302",
             )
         )
     return problems

@@ -146,6 +146,9 @@ class AgentMemorySettings:
     KNOWLEDGE_CONTEXT_MAX_TOKENS: int = 2_000
     #: longest fact accepted (characters)
     MAX_FACT_CHARS: int = 10_000
+    #: the largest answer of the API's lists and search (bytes): a page holds the items that
+    #: fit (at least one), search the hits that fit; exports are streamed
+    API_MAX_RESPONSE_BYTES: int = 10_000_000
     #: the API lets active staff users read and change every conversation (every owner's and
     #: those without an owner), not only their own; facts and search stay the requester's own
     API_STAFF_SEES_ALL_CONVERSATIONS: bool = False

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import json
 import uuid as uuid_lib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db import IntegrityError, models, router, transaction
@@ -57,6 +58,7 @@ __all__ = [
     "ConversationExists",
     "InvalidConversationData",
     "export_conversation",
+    "export_json",
     "import_conversation",
 ]
 
@@ -123,8 +125,40 @@ def export_conversation(conversation: Conversation, *, using: str | None = None)
 
     Returns:
         A dict of JSON types only (``json.dumps`` needs no encoder). Messages are read in
-        ``seq`` order a batch at a time.
+        ``seq`` order a batch at a time. ``export_json`` writes the same document a message
+        at a time, without holding it.
     """
+    head, messages, summaries = _export_parts(conversation, using)
+    return {**head, "messages": list(messages), "summaries": list(summaries)}
+
+
+def export_json(conversation: Conversation, *, using: str | None = None) -> Iterator[bytes]:
+    """The document of ``export_conversation`` as UTF-8 JSON, in pieces: the conversation,
+    then each message as it is read (``_BATCH`` rows at a time), then the summaries. Memory
+    stays that of one batch, whatever the length of the conversation (four exports of a
+    conversation of 2 MB messages at once took one server process to 2.19 GB). The
+    conversation row is read at once, the messages as the pieces are taken.
+
+    Raises:
+        Conversation.DoesNotExist: the conversation is gone (before the first piece).
+    """
+    head, messages, summaries = _export_parts(conversation, using)
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+    def pieces() -> Iterator[bytes]:
+        yield encode(head)[:-1].encode() + b',"messages":['
+        for i, row in enumerate(messages):
+            yield (b"," if i else b"") + encode(row).encode()
+        yield b'],"summaries":' + encode(list(summaries)).encode() + b"}"
+
+    return pieces()
+
+
+def _export_parts(
+    conversation: Conversation, using: str | None
+) -> tuple[dict[str, Any], Iterator[dict[str, Any]], Iterator[dict[str, Any]]]:
+    """The document's head (format, version, time, conversation row) read now, and its
+    message and summary rows read as they are iterated."""
     alias = using or router.db_for_read(Conversation, instance=conversation)
     conv = Conversation.objects.using(alias).select_related("summary").get(pk=conversation.pk)
     data = _row(conv, _fields(Conversation, _CONVERSATION_SKIP))
@@ -133,30 +167,31 @@ def export_conversation(conversation: Conversation, *, using: str | None = None)
         # Nothing is pinned: a value here is one the previous release's ``clear()`` left
         # behind (it reset ``pinned_seq`` only), which no reader uses and an import refuses.
         data["pinned_last_seq"] = None
-    message_fields = _fields(Message, _MESSAGE_SKIP)
-    messages = [
-        _row(m, message_fields)
-        for m in Message.objects.using(alias).filter(conversation_id=conv.pk).order_by("seq").iterator(_BATCH)
-    ]
-    summary_fields = _fields(Summary, _SUMMARY_SKIP)
-    summaries = []
-    for s in (
-        Summary.objects.using(alias)
-        .filter(conversation_id=conv.pk)
-        .select_related("previous")
-        .order_by("through_seq")
-    ):
-        row = _row(s, summary_fields)
-        row["previous_through_seq"] = s.previous.through_seq if s.previous else None
-        summaries.append(row)
-    return {
+    head = {
         "format": FORMAT,
         "version": VERSION,
         "exported_at": timezone.now().isoformat(),
         "conversation": data,
-        "messages": messages,
-        "summaries": summaries,
     }
+    message_fields = _fields(Message, _MESSAGE_SKIP)
+    messages = (
+        _row(m, message_fields)
+        for m in Message.objects.using(alias).filter(conversation_id=conv.pk).order_by("seq").iterator(_BATCH)
+    )
+
+    def summaries() -> Iterator[dict[str, Any]]:
+        summary_fields = _fields(Summary, _SUMMARY_SKIP)
+        for s in (
+            Summary.objects.using(alias)
+            .filter(conversation_id=conv.pk)
+            .select_related("previous")
+            .order_by("through_seq")
+        ):
+            row = _row(s, summary_fields)
+            row["previous_through_seq"] = s.previous.through_seq if s.previous else None
+            yield row
+
+    return head, messages, summaries()
 
 
 # -- import ------------------------------------------------------------------------------------

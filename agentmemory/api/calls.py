@@ -41,6 +41,7 @@ from agentmemory.api.views import (
     FORMAT_PARAMETER,
     MESSAGE_FORMAT_PARAMETER,
     AppAPIView,
+    BoundedListMixin,
     _ConversationScoped,
     message_format,
 )
@@ -156,7 +157,7 @@ class ModelCallPagination(CheckedCursorPagination):
 
 @extend_schema(tags=["model calls"])
 class ModelCallViewSet(
-    AppAPIView, _ConversationScoped, mixins.ListModelMixin, mixins.RetrieveModelMixin, GenericViewSet
+    AppAPIView, _ConversationScoped, BoundedListMixin, mixins.RetrieveModelMixin, GenericViewSet
 ):
     """Recorded model calls of one conversation, oldest first."""
 

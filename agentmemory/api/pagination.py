@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -12,6 +14,9 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+from rest_framework.utils import encoders
+
+from agentmemory.conf import app_settings
 
 _INTEGER = re.compile(r"-?\d{1,18}")
 _WHOLE = re.compile(r"[0-9]+")
@@ -19,11 +24,85 @@ _WHOLE = re.compile(r"[0-9]+")
 _CURSOR_KEYS = frozenset({"o", "r", "p"})
 
 
+def json_size(item: Any) -> int:
+    """Bytes of ``item`` as DRF's JSON renderer writes it by default (compact, UTF-8)."""
+    text = json.dumps(item, cls=encoders.JSONEncoder, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def response_budget(request: Request | None = None) -> int:
+    """Bytes the items of one answer may take: ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` less
+    room for the answer's own keys and links (a page's ``next`` and ``previous`` URLs)."""
+    url = len(request.build_absolute_uri()) if request is not None else 0
+    return app_settings().API_MAX_RESPONSE_BYTES - ENVELOPE_BYTES - 2 * (url + CURSOR_BYTES)
+
+
+def items_that_fit(sizes: list[int], budget: int, *, from_end: bool = False) -> int:
+    """How many of the items of ``sizes`` (bytes), from the start (or from the end), fit in
+    ``budget`` bytes with the commas between them; at least one, so that paging goes on."""
+    total = 0
+    kept = 0
+    for size in reversed(sizes) if from_end else sizes:
+        total += size + (1 if kept else 0)
+        if kept and total > budget:
+            break
+        kept += 1
+    return kept
+
+
+#: bytes kept for an answer's keys and brackets beside its items and links
+ENVELOPE_BYTES = 1_024
+#: bytes a cursor adds to a link beside the request's own URL
+CURSOR_BYTES = 256
+
+
 class CheckedCursorPagination(CursorPagination):
     """A cursor pagination that refuses a crafted cursor (404 "Invalid cursor", as DRF does
     for an undecodable one) instead of passing its position to the database: a position must
     be an integer of at most 18 digits for integer orderings, a date and time for ``created_at``
-    (with its UTC offset when ``USE_TZ`` is on)."""
+    (with its UTC offset when ``USE_TZ`` is on).
+
+    A page is also bounded in bytes (``paginate_bounded``): it holds as many items as fit in
+    ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, at most ``page_size``, and at least one."""
+
+    #: a page size set for one request by ``paginate_bounded``
+    _bounded_size: int | None = None
+
+    def paginate_bounded(
+        self, queryset: Any, request: Request, view: Any, serialize: Callable[[list[Any]], list[Any]]
+    ) -> list[Any]:
+        """The serialized items of the requested page, as many as fit in the byte bound.
+
+        The page is read and serialized at ``page_size``; when its items are over the bound,
+        it is read again at the number that fits (counted from the cursor's side: from the
+        end when paging backwards), so that DRF makes the links of that smaller page and no
+        item is skipped. Messages of 2 MB made a page of 50 take 99.5 MB.
+        """
+        rows = self.paginate_queryset(queryset, request, view) or []
+        data = list(serialize(rows))
+        backwards = bool(self.cursor is not None and self.cursor.reverse)
+        sizes = [json_size(item) for item in data]
+        keep = items_that_fit(sizes, response_budget(request), from_end=backwards)
+        if keep >= len(data):
+            return data
+        self._bounded_size = keep
+        try:
+            rows = self.paginate_queryset(queryset, request, view) or []
+        finally:
+            self._bounded_size = None
+        return list(serialize(rows))
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        paginated: dict[str, Any] = super().get_paginated_response_schema(schema)
+        paginated["properties"]["results"] = {
+            **schema,
+            "description": (
+                "At most page_size items, and as many as fit in AGENTMEMORY['API_MAX_RESPONSE_BYTES'] "
+                f"({app_settings().API_MAX_RESPONSE_BYTES:,} bytes) for the whole answer; at least "
+                "one (an item larger than that alone is sent alone). Follow next for the rest."
+            ),
+        }
+        return paginated
 
     def get_page_size(self, request: Request) -> int:
         """``?page_size=``: a whole number of at least 1 (values over ``max_page_size`` are
@@ -33,6 +112,8 @@ class CheckedCursorPagination(CursorPagination):
             ValidationError: any other value, a 400 naming the parameter (DRF's default
                 silently falls back to the default size).
         """
+        if self._bounded_size is not None:
+            return self._bounded_size
         name = self.page_size_query_param
         raw = request.query_params.get(name) if name else None
         if raw is None:

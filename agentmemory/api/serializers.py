@@ -1366,13 +1366,26 @@ class FactHitSerializer(FactSerializer):
         read_only_fields = fields
 
 
+class LeftOutSerializer(serializers.Serializer):
+    """Hits of each kind left out to keep the answer within the byte bound."""
+
+    messages = serializers.IntegerField(min_value=0)
+    facts = serializers.IntegerField(min_value=0)
+
+
 class SearchResultSerializer(serializers.Serializer):
     """Hits of one search, best first: messages of the requester's conversations and facts of
-    the requested scope."""
+    the requested scope. The answer holds as many hits as fit in
+    ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, taken best first of each kind in turn (at least
+    one); ``left_out`` counts the hits of each kind that did not fit."""
 
     query = serializers.CharField()
     messages = MessageHitSerializer(many=True)
     facts = FactHitSerializer(many=True)
+    left_out = LeftOutSerializer(
+        help_text="Hits found but left out, the worst of each kind, to keep the answer within "
+        "AGENTMEMORY['API_MAX_RESPONSE_BYTES'] (ask for fewer with k, or narrow the search)."
+    )
 
 
 # -- messages of a request -------------------------------------------------------------------

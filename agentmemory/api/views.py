@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import router, transaction
 from django.db.models import F, Q, QuerySet
-from django.http import Http404, QueryDict
+from django.http import Http404, QueryDict, StreamingHttpResponse
 from django.utils import timezone
 from django.utils.encoding import smart_str
 from django.utils.html import escape
@@ -44,10 +44,13 @@ from agentmemory.api.errors import (
     reject_oversized_body,
 )
 from agentmemory.api.pagination import (
+    CheckedCursorPagination,
     ConversationCursorPagination,
     FactCursorPagination,
     MessageCursorPagination,
     SummaryCursorPagination,
+    json_size,
+    response_budget,
 )
 from agentmemory.api.schema import (
     OpenApiExample,
@@ -68,7 +71,7 @@ from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberRes
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, ConversationQuerySet, Fact, Message, Summary
 from agentmemory.recall import MAX_K, MemoryScopeError, search_messages
-from agentmemory.transfer import InvalidConversationData, export_conversation, import_conversation
+from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
 from agentmemory.validation import text_problem
 
 #: most messages one append request may carry
@@ -285,6 +288,49 @@ def reject_repeated_parameters(request: Request) -> None:
         raise serializers.ValidationError({name: ["Give this parameter once."] for name in repeated})
 
 
+def bounded_hits(found: dict[str, list[Any]], budget: int) -> tuple[dict[str, list[Any]], dict[str, int]]:
+    """The serialized hits of ``found`` (``{kind: hits, best first}``) that fit in
+    ``budget`` bytes, taken best first of each kind in turn, so that neither kind crowds the
+    other out; at least one. Returns ``(kept, {kind: how many were left out})``: a search of
+    100 hits of 2 MB each answered 200 MB."""
+    kinds = list(found)
+    kept: dict[str, list[Any]] = {kind: [] for kind in kinds}
+    total = 0
+    taken = 0
+    full = False
+    for rank in range(max((len(hits) for hits in found.values()), default=0)):
+        for kind in kinds:
+            if full or rank >= len(found[kind]):
+                continue
+            size = json_size(found[kind][rank]) + 1
+            if taken and total + size > budget:
+                full = True
+                continue
+            kept[kind].append(found[kind][rank])
+            total += size
+            taken += 1
+    return kept, {kind: len(found[kind]) - len(kept[kind]) for kind in kinds}
+
+
+class BoundedListMixin(mixins.ListModelMixin):
+    """``list`` with a page bounded in bytes as well as in items: the page holds as many
+    items as fit in ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, at least one
+    (``CheckedCursorPagination.paginate_bounded``)."""
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())  # type: ignore[attr-defined]
+        paginator = self.paginator  # type: ignore[attr-defined]
+        if not isinstance(paginator, CheckedCursorPagination):
+            return super().list(request, *args, **kwargs)
+        data = paginator.paginate_bounded(
+            queryset,
+            request,
+            self,
+            lambda rows: self.get_serializer(rows, many=True).data,  # type: ignore[attr-defined]
+        )
+        return self.get_paginated_response(data)  # type: ignore[attr-defined,no-any-return]
+
+
 def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Response:
     """The 400 for a batch body with keys beside ``messages``, such as a whole provider
     request copied as it is (``model``, ``tools``, Anthropic's top-level ``system``): those
@@ -371,7 +417,7 @@ class _ConversationScoped:
 class ConversationViewSet(
     AppAPIView,
     mixins.CreateModelMixin,
-    mixins.ListModelMixin,
+    BoundedListMixin,
     mixins.RetrieveModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
@@ -494,15 +540,22 @@ class ConversationViewSet(
         return Response(data)
 
     @extend_schema(
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="The export document (version 1).")},
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="The export document (version 1), streamed: written a message at a "
+                "time as it is read, so its size has no bound but the conversation's, and the "
+                "server holds one batch of messages at a time. No Content-Length.",
+            )
+        },
     )
     @action(detail=True, methods=["get"], pagination_class=None)
-    def export(self, request: Request, uuid: str | None = None) -> Response:
+    def export(self, request: Request, uuid: str | None = None) -> StreamingHttpResponse:
         """The conversation as a JSON document that the import endpoint restores exactly:
         messages with seqs, tool calls, metadata and token counts, summaries with their spans,
-        counters and pending tool calls (``agentmemory.transfer.export_conversation``)."""
+        counters and pending tool calls (``agentmemory.transfer.export_json``), streamed."""
         conversation = self.get_object()
-        return Response(export_conversation(conversation))
+        return StreamingHttpResponse(export_json(conversation), content_type="application/json")
 
     @extend_schema(
         request=s.ImportDocumentSerializer,
@@ -562,7 +615,7 @@ class ConversationViewSet(
 
 
 @extend_schema(tags=["messages"])
-class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericViewSet):
     """Messages of one conversation, in ``seq`` order; appending goes through
     ``PersistentChatHistory`` (bad input refused with nothing stored, atomic batches, seq under a row
     lock)."""
@@ -664,7 +717,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, Gen
 
 
 @extend_schema(tags=["summaries"])
-class SummaryViewSet(AppAPIView, _ConversationScoped, mixins.ListModelMixin, GenericViewSet):
+class SummaryViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericViewSet):
     """Summaries of one conversation, newest first (the first is the current one)."""
 
     pagination_class = SummaryCursorPagination
@@ -775,7 +828,7 @@ FACT_ID_PARAMETER = OpenApiParameter(
 )
 class FactViewSet(
     AppAPIView,
-    mixins.ListModelMixin,
+    BoundedListMixin,
     mixins.RetrieveModelMixin,
     GenericViewSet,
 ):
@@ -1016,5 +1069,9 @@ class SearchView(AppAPIView, GenericAPIView):  # type: ignore[misc]
             for hit in memory.recall(data["q"], k=data["k"], category=data.get("category") or None):
                 hit.fact.score = hit.score  # type: ignore[attr-defined]
                 facts.append(hit.fact)
-        body = {"query": data["q"], "messages": messages, "facts": facts}
-        return Response(s.SearchResultSerializer(body).data)
+        found = {
+            "messages": list(s.MessageHitSerializer(messages, many=True).data),
+            "facts": list(s.FactHitSerializer(facts, many=True).data),
+        }
+        kept, left_out = bounded_hits(found, response_budget(request) - json_size(data["q"]))
+        return Response({"query": data["q"], **kept, "left_out": left_out})
