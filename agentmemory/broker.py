@@ -98,8 +98,10 @@ def publish(
         the failure; nothing is retried later by this function.
     """
     app = task.app
-    if app.conf.task_always_eager:
-        return task.apply_async(args, kwargs, **options)
+    if app.conf.task_always_eager:  # runs here: no broker to wait for
+        if not options:
+            return task.delay(*args, **(kwargs or {}))
+        return task.apply_async(args=args, kwargs=kwargs, **options)
     timeout = enqueue_timeout()
     deadline = time.monotonic() + timeout
 
@@ -110,4 +112,6 @@ def publish(
 
     policy = dict(ENQUEUE_RETRY_POLICY, errback=give_up_at_the_deadline)
     with _producer_pool(app, timeout).acquire(block=True, timeout=timeout) as producer:
-        return task.apply_async(args, kwargs, producer=producer, retry=True, retry_policy=policy, **options)
+        return task.apply_async(
+            args=args, kwargs=kwargs, producer=producer, retry=True, retry_policy=policy, **options
+        )
