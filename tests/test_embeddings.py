@@ -100,7 +100,6 @@ def test_new_messages_are_embedded_after_commit_and_found_by_meaning(
 def test_a_broker_that_cannot_take_the_task_never_fails_the_append(
     settings, django_capture_on_commit_callbacks, monkeypatch, caplog
 ) -> None:  # type: ignore[no-untyped-def]
-    from agentmemory.recall import tasks
 
     settings.AGENTMEMORY = {"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "embedding"}
 

@@ -36,6 +36,7 @@ def bounded_query(query: str) -> str:
     """The part of ``query`` recall reads: its first ``MAX_QUERY_CHARS`` characters."""
     return query[:MAX_QUERY_CHARS]
 
+
 #: Combining marks that decorate a letter without making another one, left out of the text
 #: the indexes and the queries see: Latin, Greek and Cyrillic diacritics (the Combining
 #: Diacritical Marks blocks), Hebrew points and cantillation, Arabic vowel marks (harakat),
