@@ -144,7 +144,12 @@ def test_with_a_broker_the_embedding_is_handed_to_celery(
 
     settings.AGENTMEMORY = EMBEDDER_SETTINGS
     sent: list[list[int]] = []
-    monkeypatch.setattr(tasks.embed_messages, "delay", lambda ids: sent.append(ids))
+
+    def publish(task, args):  # type: ignore[no-untyped-def]  # agentmemory.broker.publish
+        assert task is tasks.embed_messages
+        sent.append(*args)
+
+    monkeypatch.setattr("agentmemory.broker.publish", publish)
     conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
     with django_capture_on_commit_callbacks(execute=True):
         stored = PersistentChatHistory(conv).add_messages([ChatMessage.human("hello")])
