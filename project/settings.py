@@ -4,6 +4,7 @@
 unset, Celery tasks run eagerly in-process.
 """
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -34,6 +35,10 @@ INSTALLED_APPS = [
 # pgvector columns and HNSW indexes (PostgreSQL with the vector extension only; see docs/longterm.md)
 if os.environ.get("AGENTMEMORY_PGVECTOR", "").lower() in ("1", "true", "yes"):
     INSTALLED_APPS.append("agentmemory.contrib.pgvector")
+# LangGraph checkpointer, store and conversation mirroring (docs/langgraph.md): installed when
+# the langgraph extra is (the dev extra holds it; `make demo` runs without it)
+if importlib.util.find_spec("langgraph") is not None:
+    INSTALLED_APPS.append("agentmemory.contrib.langgraph")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
