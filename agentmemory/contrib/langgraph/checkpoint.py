@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
+from agentmemory.contrib.langgraph.connections import tidy, tidy_method
 from agentmemory.contrib.langgraph.models import Checkpoint, CheckpointBlob, CheckpointWrite, MirroredThread
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
 
     # -- reading -----------------------------------------------------------------------
 
+    @tidy_method
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``thread_id``, ``checkpoint_ns``, and
         ``checkpoint_id``: without it the thread's latest in that namespace), with its
@@ -243,11 +245,12 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                 page_rows = rows.filter(
                     Q(checkpoint_id__lt=after[0]) | Q(checkpoint_id=after[0], pk__lt=after[1])
                 )
-            found = list(page_rows.values(*_CHECKPOINT_FIELDS)[:PAGE_SIZE])
-            if not found:
-                return
+            with tidy(self.db):
+                found = list(page_rows.values(*_CHECKPOINT_FIELDS)[:PAGE_SIZE])
+                if not found:
+                    return
+                page = self._tuples(found)
             after = (found[-1]["checkpoint_id"], found[-1]["pk"])
-            page = self._tuples(found)
             if filter:
                 page = [t for t in page if all(v == t.metadata.get(k) for k, v in filter.items())]
             if page:
@@ -346,6 +349,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
 
     # -- writing -----------------------------------------------------------------------
 
+    @tidy_method
     def put(
         self,
         config: RunnableConfig,
@@ -420,9 +424,10 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                 ],
             )
             if self.mirror is not None and checkpoint_ns == "":
-                self.mirror.mirror(db, config, values, new_versions)
+                self.mirror.mirror(config, values, new_versions)
         return _config(thread_id, checkpoint_ns, str(checkpoint["id"]))
 
+    @tidy_method
     def put_writes(
         self,
         config: RunnableConfig,
@@ -468,6 +473,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
 
     # -- deleting and copying ----------------------------------------------------------
 
+    @tidy_method
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and pending write of the thread (all namespaces),
         and its link to a mirrored conversation (the conversation itself stays: delete it
@@ -481,6 +487,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                 model._default_manager.using(db).filter(thread_id__in=thread_ids).delete()
             MirroredThread.objects.using(db).filter(thread_id__in=thread_ids).delete()
 
+    @tidy_method
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints made by the runs ``run_ids`` (``metadata["run_id"]``), in
         every thread and namespace, with their pending writes and the values no other
@@ -566,6 +573,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                 thread_id=thread_id, checkpoint_ns=checkpoint_ns, channel=channel, version__in=versions
             ).delete()
 
+    @tidy_method
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (all namespaces, the whole parent chain), channel value and
         pending write of one thread to another, in one transaction. The copy is a new
@@ -626,6 +634,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                         row.pop("pk", None)
                     manager.bulk_create([model(thread_id=target, **row) for row in batch])  # type: ignore[misc]
 
+    @tidy_method
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune the checkpoints of the threads ``thread_ids``.
 

@@ -30,6 +30,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 
 from agentmemory.compaction import request_compaction
+from agentmemory.contrib.langgraph.connections import tidy
 from agentmemory.contrib.langgraph.models import MirroredMessage, MirroredThread
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.formats.langchain import from_langchain_message
@@ -90,11 +91,7 @@ class ConversationMirror:
     # -- called by DjangoSaver.put -----------------------------------------------------
 
     def mirror(
-        self,
-        saver_db: str,
-        config: RunnableConfig,
-        values: Mapping[str, Any],
-        new_versions: Mapping[str, Any],
+        self, config: RunnableConfig, values: Mapping[str, Any], new_versions: Mapping[str, Any]
     ) -> None:
         """Append the messages of ``values[channel]`` that the thread's conversation lacks.
 
@@ -116,6 +113,10 @@ class ConversationMirror:
             return
         thread_id = str(config["configurable"]["thread_id"])
         db = router.db_for_write(Conversation)
+        with tidy(db):
+            self._mirror(db, thread_id, config, messages)
+
+    def _mirror(self, db: str, thread_id: str, config: RunnableConfig, messages: list[BaseMessage]) -> None:
         with transaction.atomic(using=db):
             thread = self._thread(db, thread_id, config)
             fresh = self._unmirrored(db, thread, messages)

@@ -57,6 +57,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from agentmemory.contrib.langgraph.connections import tidy_method
 from agentmemory.contrib.langgraph.models import StoreItem, StoreVector
 from agentmemory.recall.backends import FullTextBackend, RecallBackend
 
@@ -323,6 +324,7 @@ class DjangoStore(BaseStore):
         queries = {q: await self.embeddings.aembed_query(q) for q in sorted(plan.queries)}
         return documents, queries
 
+    @tidy_method
     def _run(
         self,
         ops: list[Op],
@@ -567,6 +569,7 @@ class DjangoStore(BaseStore):
 
     # -- TTL ---------------------------------------------------------------------------
 
+    @tidy_method
     def sweep_ttl(self) -> int:
         """Delete the expired items (with their vectors); returns how many. Run it from a
         periodic task (``agentmemory.contrib.langgraph.tasks.sweep_store_ttl`` with Celery

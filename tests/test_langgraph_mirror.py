@@ -1,0 +1,229 @@
+"""A LangGraph chat graph mirrored into an agentmemory conversation (``ConversationMirror``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.contrib.langgraph import ConversationMirror, DjangoSaver
+from agentmemory.contrib.langgraph.models import MirroredMessage, MirroredThread
+from agentmemory.models import Conversation, Message, Summary
+from agentmemory.recall import search_messages
+
+pytestmark = pytest.mark.django_db
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"Sunny and 24 degrees in {city}"
+
+
+SCRIPT = [
+    AIMessage("", tool_calls=[{"id": "call_paris", "name": "get_weather", "args": {"city": "Paris"}}]),
+    AIMessage("It is sunny in Paris."),
+    AIMessage("", tool_calls=[{"id": "call_rome", "name": "get_weather", "args": {"city": "Rome"}}]),
+    AIMessage("Rome is sunny too."),
+]
+
+
+def chat_graph(saver: DjangoSaver, script: list[AIMessage]):  # type: ignore[no-untyped-def]
+    """agent -> tools -> agent ..., the agent a fake chat model answering with ``script``."""
+    model = GenericFakeChatModel(messages=iter(script))
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([get_weather]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def _two_turns(graph: Any, config: dict[str, Any], run_async: bool) -> dict[str, Any]:
+    if run_async:
+
+        async def turns() -> dict[str, Any]:
+            await graph.ainvoke({"messages": [HumanMessage("Weather in Paris?")]}, config)
+            return await graph.ainvoke({"messages": [HumanMessage("And in Rome?")]}, config)
+
+        return async_to_sync(turns)()
+    graph.invoke({"messages": [HumanMessage("Weather in Paris?")]}, config)
+    return graph.invoke({"messages": [HumanMessage("And in Rome?")]}, config)
+
+
+def _check_mirrored(state: dict[str, Any], owner: Any) -> Conversation:
+    conversation = ConversationMirror().conversation_for("weather-1")
+    assert conversation is not None
+    assert (conversation.owner_id, conversation.agent_key) == (owner.pk, "langgraph")
+    rows = list(Message.objects.filter(conversation=conversation).order_by("seq"))
+    # every message once, in the graph's order, tool calls and their results linked
+    assert [m.metadata["langgraph_message_id"] for m in rows] == [m.id for m in state["messages"]]
+    assert [(m.role, m.content) for m in rows] == [
+        ("human", "Weather in Paris?"),
+        ("ai", None),
+        ("tool", "Sunny and 24 degrees in Paris"),
+        ("ai", "It is sunny in Paris."),
+        ("human", "And in Rome?"),
+        ("ai", None),
+        ("tool", "Sunny and 24 degrees in Rome"),
+        ("ai", "Rome is sunny too."),
+    ]
+    assert rows[1].tool_calls == [{"id": "call_paris", "name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert (rows[2].tool_call_id, rows[6].tool_call_id) == ("call_paris", "call_rome")
+    assert MirroredMessage.objects.filter(thread__conversation=conversation).count() == 8
+    return conversation
+
+
+def test_a_chat_graph_is_mirrored_in_order_with_tool_calls_and_no_duplicates(django_user_model) -> None:  # type: ignore[no-untyped-def]
+    owner = django_user_model.objects.create_user("graph-owner")
+    saver = DjangoSaver(mirror=ConversationMirror(owner=lambda config: config["configurable"]["user_id"]))
+    config = {"configurable": {"thread_id": "weather-1", "user_id": owner.pk}}
+    state = _two_turns(chat_graph(saver, SCRIPT), config, run_async=True)
+    conversation = _check_mirrored(state, owner)
+    # the conversation works like any other: search, context windows
+    hits = search_messages("Rome", owner=owner)
+    assert hits and {h.conversation_id for h in hits} == {conversation.pk}
+    window = ContextWindowBuilder(conversation).build(max_tokens=2000)
+    assert [m.role.value for m in window.messages][:3] == ["human", "ai", "tool"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_chat_graph_is_mirrored_the_same_way(django_user_model) -> None:  # type: ignore[no-untyped-def]
+    owner = django_user_model.objects.create_user("graph-owner")
+    saver = DjangoSaver(mirror=ConversationMirror(owner=owner))
+    state = _two_turns(
+        chat_graph(saver, SCRIPT), {"configurable": {"thread_id": "weather-1"}}, run_async=False
+    )
+    _check_mirrored(state, owner)
+
+
+def test_compaction_runs_on_the_mirrored_conversation(settings, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 1, "COMPACTION_MODE": "inline"}
+    saver = DjangoSaver(mirror=ConversationMirror())
+    with django_capture_on_commit_callbacks(execute=True):
+        _two_turns(chat_graph(saver, SCRIPT), {"configurable": {"thread_id": "weather-1"}}, run_async=True)
+    conversation = ConversationMirror().conversation_for("weather-1")
+    summary = Summary.objects.filter(conversation=conversation).order_by("-through_seq").first()
+    assert summary is not None and summary.through_seq >= 4  # the first turn is folded
+
+
+def test_removed_and_replaced_messages_stay_and_new_ones_are_appended() -> None:
+    saver = DjangoSaver(mirror=ConversationMirror())
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        if len(state["messages"]) == 1:
+            return {"messages": [AIMessage("first answer", id="a1")]}
+        # drop the first answer, add a new one
+        return {"messages": [RemoveMessage(id="a1"), AIMessage("second answer", id="a2")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "edits"}}
+
+    async def turns() -> dict[str, Any]:
+        await graph.ainvoke({"messages": [HumanMessage("hi", id="h1")]}, config)
+        return await graph.ainvoke({"messages": [HumanMessage("again", id="h2")]}, config)
+
+    state = async_to_sync(turns)()
+    assert [m.id for m in state["messages"]] == ["h1", "h2", "a2"]
+    conversation = ConversationMirror().conversation_for("edits")
+    stored = list(
+        Message.objects.filter(conversation=conversation).order_by("seq").values_list("content", flat=True)
+    )
+    assert stored == ["hi", "first answer", "again", "second answer"]
+
+
+def test_a_message_the_conversation_refuses_is_skipped_logged_and_recorded(caplog) -> None:  # type: ignore[no-untyped-def]
+    saver = DjangoSaver(mirror=ConversationMirror())
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        # a tool result answering no call: a conversation refuses it
+        return {
+            "messages": [ToolMessage("orphan", tool_call_id="nowhere", id="t1"), AIMessage("done", id="a1")]
+        }
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "refused"}}
+    with caplog.at_level(logging.WARNING, logger="agentmemory.contrib.langgraph"):
+        state = async_to_sync(graph.ainvoke)({"messages": [HumanMessage("go", id="h1")]}, config)
+    assert [m.id for m in state["messages"]] == ["h1", "t1", "a1"]  # the graph ran on
+    assert graph.get_state(config).values["messages"][-1].content == "done"  # and was saved
+    conversation = ConversationMirror().conversation_for("refused")
+    stored = list(
+        Message.objects.filter(conversation=conversation).order_by("seq").values_list("content", flat=True)
+    )
+    assert stored == ["go", "done"]
+    link = MirroredThread.objects.get(thread_id="refused")
+    assert "message t1" in link.last_error and "nowhere" in link.last_error
+    assert "t1" in caplog.text
+    # not tried again on the next checkpoint
+    assert MirroredMessage.objects.filter(thread=link, message_id="t1").exists()
+
+
+def test_threads_get_their_own_conversations_and_delete_thread_keeps_the_record() -> None:
+    saver = DjangoSaver(mirror=ConversationMirror())
+    for thread in ("t-a", "t-b"):
+        graph = chat_graph(saver, [AIMessage("hello")])
+        async_to_sync(graph.ainvoke)(
+            {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": thread}}
+        )
+    a, b = (ConversationMirror().conversation_for(t) for t in ("t-a", "t-b"))
+    assert a is not None and b is not None and a.pk != b.pk
+    saver.delete_thread("t-a")
+    assert ConversationMirror().conversation_for("t-a") is None
+    assert Message.objects.filter(conversation=a).count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_checkpoints_of_a_new_thread_mirror_each_message_once() -> None:
+    import threading
+
+    from django.db import connection
+
+    mirror = ConversationMirror()
+    messages = [HumanMessage("hello", id="h1"), AIMessage("hi there", id="a1")]
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            barrier.wait()
+            mirror.mirror({"configurable": {"thread_id": "raced"}}, {"messages": messages}, {"messages": "2"})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=put) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors
+    assert MirroredThread.objects.filter(thread_id="raced").count() == 1
+    assert Conversation.objects.filter(metadata__langgraph_thread_id="raced").count() == 1
+    conversation = ConversationMirror().conversation_for("raced")
+    assert list(Message.objects.filter(conversation=conversation).values_list("content", flat=True)) == [
+        "hello",
+        "hi there",
+    ]
