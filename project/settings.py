@@ -39,6 +39,9 @@ if os.environ.get("AGENTMEMORY_PGVECTOR", "").lower() in ("1", "true", "yes"):
 # the langgraph extra is (the dev extra holds it; `make demo` runs without it)
 if importlib.util.find_spec("langgraph") is not None:
     INSTALLED_APPS.append("agentmemory.contrib.langgraph")
+# the MCP memory server: manage.py mcp_server and project/asgi.py (docs/mcp.md), with the mcp extra
+if importlib.util.find_spec("mcp") is not None:
+    INSTALLED_APPS.append("agentmemory.contrib.mcp")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
