@@ -23,6 +23,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Fact
+from tests.helpers_child_db import child_env
 
 pytestmark = pytest.mark.django_db
 
@@ -330,38 +331,9 @@ def test_other_paths_go_to_the_wrapped_django_application(alice) -> None:  # typ
 # -- stdio: manage.py mcp_server -------------------------------------------------------
 
 
-def _database_url(tmp_path: Any) -> str:
-    """A URL of the test database that a child process can open: on SQLite a file copy of
-    the in-memory test database (the child's writes stay in the copy), on PostgreSQL the
-    test database itself."""
-    import sqlite3
-
-    from django.db import connection
-
-    from tests.helpers_concurrency import database_url
-
-    if connection.vendor != "sqlite":
-        return database_url()
-    target = tmp_path / "mcp.sqlite3"
-    connection.ensure_connection()
-    with sqlite3.connect(target) as copy:
-        connection.connection.backup(copy)
-    copy.close()
-    return f"sqlite:///{target}"
-
-
 def _server_env(tmp_path: Any) -> dict[str, str]:
-    import os
-
-    from tests.helpers_concurrency import ROOT
-
-    return {
-        "DATABASE_URL": _database_url(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "PYTHONPATH": str(ROOT),
-        "AGENTMEMORY_LOG_LEVEL": "DEBUG",  # logs must go to stderr, never to the protocol
-        "PATH": os.environ.get("PATH", ""),
-    }
+    # DEBUG logs: they must go to stderr, never into the protocol
+    return child_env(tmp_path, AGENTMEMORY_LOG_LEVEL="DEBUG")
 
 
 @pytest.mark.django_db(transaction=True)
