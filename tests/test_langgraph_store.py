@@ -274,3 +274,14 @@ def test_async_methods() -> None:
     got, found, namespaces, gone = async_to_sync(scenario)()
     assert got.value == {"text": "river"} and [i.key for i in found] == ["k"]
     assert namespaces == [("docs",)] and gone is None
+
+
+def test_the_sweep_task_deletes_expired_items() -> None:
+    from agentmemory.contrib.langgraph.tasks import sweep_store_ttl
+
+    store = DjangoStore()
+    store.put(("docs",), "old", {"v": 1}, ttl=1)
+    store.put(("docs",), "new", {"v": 2}, ttl=60)
+    _expire(("docs",), "old")
+    assert sweep_store_ttl.apply().get() == 1
+    assert list(StoreItem.objects.values_list("key", flat=True)) == ["new"]
