@@ -15,7 +15,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.contrib.langgraph import ConversationMirror, DjangoSaver
-from agentmemory.contrib.langgraph.models import MirroredMessage, MirroredThread
+from agentmemory.contrib.langgraph.models import Checkpoint, MirroredMessage, MirroredThread
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.recall import search_messages
 
@@ -227,3 +227,24 @@ def test_concurrent_checkpoints_of_a_new_thread_mirror_each_message_once() -> No
         "hello",
         "hi there",
     ]
+
+
+def test_the_admin_shows_checkpoints_store_items_and_mirrored_threads(admin_client) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.contrib.langgraph import DjangoStore
+
+    graph = chat_graph(DjangoSaver(mirror=ConversationMirror()), [AIMessage("hello")])
+    async_to_sync(graph.ainvoke)({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "shown"}})
+    DjangoStore().put(("users", "1"), "note", {"text": "likes tea"})
+    link = MirroredThread.objects.get(thread_id="shown")
+    for url in (
+        "/admin/agentmemory_langgraph/checkpoint/?q=shown",
+        "/admin/agentmemory_langgraph/storeitem/",
+        "/admin/agentmemory_langgraph/mirroredthread/",
+        f"/admin/agentmemory_langgraph/mirroredthread/{link.pk}/change/",
+        f"/admin/agentmemory_langgraph/checkpoint/{Checkpoint.objects.filter(thread_id='shown').first().pk}/change/",
+    ):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+    page = admin_client.get(f"/admin/agentmemory_langgraph/mirroredthread/{link.pk}/change/").content.decode()
+    assert f"/admin/agentmemory/conversation/{link.conversation_id}/change/" in page
+    assert admin_client.get("/admin/agentmemory_langgraph/checkpoint/add/").status_code == 403
