@@ -224,3 +224,25 @@ def test_a_saver_on_another_database_alias() -> None:
     assert Checkpoint.objects.using("secondary").filter(thread_id="elsewhere").exists()
     assert not Checkpoint.objects.using("default").filter(thread_id="elsewhere").exists()
     assert saver.get_tuple(stored).checkpoint["channel_values"] == {"v": "x"}
+
+
+def test_a_short_listing_loads_only_what_it_returns() -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Counting(JsonPlusSerializer):
+        loads = 0
+
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            Counting.loads += 1
+            return super().loads_typed(data)
+
+    saver = DjangoSaver(serde=Counting())
+    parent = None
+    for i in range(120):
+        parent = _put(saver, "long", parent, v=i)
+    Counting.loads = 0
+    assert [
+        t.checkpoint["channel_values"]["v"]
+        for t in saver.list({"configurable": {"thread_id": "long"}}, limit=2)
+    ] == [119, 118]
+    assert Counting.loads == 4  # two checkpoints and their two values, not a page of 100

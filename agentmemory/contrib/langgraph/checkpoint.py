@@ -224,7 +224,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         if limit is not None and limit <= 0:
             return
-        for page in self._pages(config, filter, before):
+        for page in self._pages(config, filter, before, limit):
             for item in page:
                 yield item
                 if limit is not None:
@@ -233,20 +233,27 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                         return
 
     def _pages(
-        self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None = None,
     ) -> Iterator[builtins.list[CheckpointTuple]]:
         """The matching checkpoints, newest first, a page at a time (keyset pagination on
-        checkpoint id, then primary key)."""
+        checkpoint id, then primary key); pages are no larger than what ``limit`` leaves, so
+        a short listing reads and loads only what it returns."""
         rows = self._list_queryset(config, filter, before).order_by("-checkpoint_id", "-pk")
         after: tuple[str, int] | None = None
+        remaining = limit
         while True:
+            size = PAGE_SIZE if remaining is None else max(1, min(PAGE_SIZE, remaining))
             page_rows = rows
             if after is not None:
                 page_rows = rows.filter(
                     Q(checkpoint_id__lt=after[0]) | Q(checkpoint_id=after[0], pk__lt=after[1])
                 )
             with tidy(self.db):
-                found = list(page_rows.values(*_CHECKPOINT_FIELDS)[:PAGE_SIZE])
+                found = list(page_rows.values(*_CHECKPOINT_FIELDS)[:size])
                 if not found:
                     return
                 page = self._tuples(found)
@@ -255,7 +262,11 @@ class DjangoSaver(BaseCheckpointSaver[str]):
                 page = [t for t in page if all(v == t.metadata.get(k) for k, v in filter.items())]
             if page:
                 yield page
-            if len(found) < PAGE_SIZE:
+                if remaining is not None:
+                    remaining -= len(page)
+                    if remaining <= 0:
+                        return
+            if len(found) < size:
                 return
 
     def _tuples(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[CheckpointTuple]:
@@ -775,7 +786,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         """Async ``list``: reads a page of checkpoints at a time in a worker thread."""
         if limit is not None and limit <= 0:
             return
-        pages = self._pages(config, filter, before)
+        pages = self._pages(config, filter, before, limit)
         done = object()
         while True:
             page = await sync_to_async(next)(pages, done)  # type: ignore[call-arg]
