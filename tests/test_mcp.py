@@ -456,3 +456,14 @@ def test_mcp_server_refuses_an_unknown_user() -> None:
 
     with pytest.raises(CommandError, match="no user 'nobody'"):
         call_command("mcp_server", "--user", "nobody")
+
+
+def test_http_answers_only_post(alice) -> None:  # type: ignore[no-untyped-def]
+    async def others(http: Any) -> list[Any]:
+        return [
+            await http.get("/mcp", headers={"accept": "text/event-stream"}),
+            await http.delete("/mcp"),
+        ]
+
+    for response in over_http(MemoryMCPApp(), _token(alice), others):
+        assert response.status_code == 405 and response.headers["allow"] == "POST"

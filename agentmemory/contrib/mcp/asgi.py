@@ -22,7 +22,9 @@ which also guards against DNS rebinding). Every tool call acts for the authentic
 
 The transport runs stateless with JSON responses (the MCP SDK's ``stateless`` and
 ``json_response`` modes): no session is kept between requests, so any worker process of the
-host can answer any request, and every POST gets one JSON answer.
+host can answer any request, and every POST gets one JSON answer. Other methods get 405: there
+is no stream of server-initiated messages to open (GET) and no session to end (DELETE), the
+answer the protocol gives a server that offers neither.
 """
 
 from __future__ import annotations
@@ -105,6 +107,13 @@ class MemoryMCPApp:
                 return
 
     async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["method"] != "POST":
+            # stateless: no stream of server-initiated messages (GET) and no session to end
+            # (DELETE); the protocol's answer for a server that offers neither is 405
+            await _respond(
+                send, 405, {"detail": f'Method "{scope["method"]}" not allowed.'}, [(b"allow", b"POST")]
+            )
+            return
         try:
             owner_id = await sync_to_async(self._authenticate)(scope)
         except _Refused as refused:
