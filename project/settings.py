@@ -35,12 +35,22 @@ INSTALLED_APPS = [
 # pgvector columns and HNSW indexes (PostgreSQL with the vector extension only; see docs/longterm.md)
 if os.environ.get("AGENTMEMORY_PGVECTOR", "").lower() in ("1", "true", "yes"):
     INSTALLED_APPS.append("agentmemory.contrib.pgvector")
+
+
+def _importable(name: str) -> bool:
+    """Whether the module ``name`` is installed (a missing parent package means no)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 # LangGraph checkpointer, store and conversation mirroring (docs/langgraph.md): installed when
 # the langgraph extra is (the dev extra holds it; `make demo` runs without it)
-if importlib.util.find_spec("langgraph") is not None:
+if _importable("langgraph.graph"):
     INSTALLED_APPS.append("agentmemory.contrib.langgraph")
 # the MCP memory server: manage.py mcp_server and project/asgi.py (docs/mcp.md), with the mcp extra
-if importlib.util.find_spec("mcp") is not None:
+if _importable("mcp"):
     INSTALLED_APPS.append("agentmemory.contrib.mcp")
 
 MIDDLEWARE = [

@@ -16,15 +16,23 @@ raises ``ImportError`` with that hint. See ``docs/langgraph.md``.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-try:
-    import langgraph.checkpoint.base
-    import langgraph.store.base  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the package
+
+def _missing(name: str) -> bool:
+    try:
+        return find_spec(name) is None
+    except ModuleNotFoundError:
+        return True
+
+
+# Found, not imported: Django imports this module while it loads INSTALLED_APPS, for every
+# management command, and the modules that use LangGraph import it.
+if _missing("langgraph.checkpoint.base") or _missing("langgraph.store.base"):
     raise ImportError(
         "agentmemory.contrib.langgraph needs LangGraph: pip install 'django-agentmemory[langgraph]'"
-    ) from exc
+    )
 
 if TYPE_CHECKING:
     from agentmemory.contrib.langgraph.checkpoint import DjangoSaver

@@ -18,9 +18,13 @@ without it raises ``ImportError`` with that hint. See ``docs/mcp.md``.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
+# Found, not imported: Django imports this module while it loads INSTALLED_APPS, for every
+# management command, and importing the MCP SDK takes a while.
 try:
-    import mcp.server.lowlevel  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the package
-    raise ImportError(
-        "agentmemory.contrib.mcp needs the MCP SDK: pip install 'django-agentmemory[mcp]'"
-    ) from exc
+    _found = find_spec("mcp") is not None
+except ModuleNotFoundError:  # pragma: no cover - a broken installation
+    _found = False
+if not _found:
+    raise ImportError("agentmemory.contrib.mcp needs the MCP SDK: pip install 'django-agentmemory[mcp]'")
