@@ -1,2 +1,3 @@
 """Optional add-ons of agentmemory, each with its own extra (see pyproject.toml): apps that you
-add to ``INSTALLED_APPS`` (``pgvector``) and modules you call (``prometheus``)."""
+add to ``INSTALLED_APPS`` (``pgvector``, ``langgraph``, ``mcp``) and modules you call
+(``prometheus``, the framework integrations)."""
