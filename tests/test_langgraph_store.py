@@ -285,3 +285,13 @@ def test_the_sweep_task_deletes_expired_items() -> None:
     _expire(("docs",), "old")
     assert sweep_store_ttl.apply().get() == 1
     assert list(StoreItem.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_full_text_finds_words_with_combining_marks_as_recall_does() -> None:
+    # the store's index holds the text in recall's normal form (agentmemory.recall.text.search_text)
+    store = DjangoStore()
+    store.put(("docs",), "zurich", {"text": "Moving to Zu\u0308rich in May"})  # decomposed
+    store.put(("docs",), "hindi", {"text": "उसने नमस्ते कहा"})
+    store.put(("docs",), "other", {"text": "Staying in Basel"})
+    assert [i.key for i in store.search(("docs",), query="Zürich")] == ["zurich"]
+    assert [i.key for i in store.search(("docs",), query="नमस्ते")] == ["hindi"]

@@ -1,9 +1,13 @@
 """The full-text index of ``StoreItem.content``, made the way agentmemory indexes facts and
 messages (``agentmemory.recall.fulltext``), so that its ``FullTextBackend`` ranks store
-items too: a stored ``search_vector`` column with a GIN index on PostgreSQL (computed by the
-``agentmemory_tsvector`` function of agentmemory's migration 0017), an FTS5 table kept in step
-by triggers on SQLite (Porter stemming). Other databases rank by a word match over
-``content`` (correct, not indexed).
+items too, on the same normal form of text (``agentmemory.recall.text.search_text``):
+
+- PostgreSQL: a stored ``search_vector`` column computed by ``agentmemory_tsvector`` (the
+  function of agentmemory's migrations 0017 and 0025), with a GIN index;
+- SQLite: an FTS5 table kept in step by triggers that index ``agentmemory_search_text`` of the
+  content (the function agentmemory registers on every connection Django opens), with the
+  tokenizer of the fact and message indexes (Porter stemming, combining marks kept in words);
+- other databases: a word match over ``content`` (correct, not indexed).
 
 A later migration that rebuilds the table on SQLite (most ``AlterField``) drops the triggers:
 it must run ``install`` again.
@@ -13,23 +17,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentmemory.recall.fulltext import SQLITE_SEARCH_TEXT
+
 TABLE = "agentmemory_langgraph_storeitem"
 FTS = f"{TABLE}_fts"
 PG_INDEX = "agentmemory_lg_store_fts_idx"
+#: the tokenizer of agentmemory's fact and message indexes (migration 0025)
+TOKENIZER = "\"porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'\""
 
 
 def _sqlite_statements() -> list[str]:
+    new, old = f"{SQLITE_SEARCH_TEXT}(new.content)", f"{SQLITE_SEARCH_TEXT}(old.content)"
     return [
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS} USING fts5(content, content='{TABLE}', "
-        f"content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')",
+        f"content_rowid='id', tokenize={TOKENIZER})",
         f"CREATE TRIGGER IF NOT EXISTS {FTS}_ai AFTER INSERT ON {TABLE} BEGIN "
-        f"INSERT INTO {FTS}(rowid, content) VALUES (new.id, new.content); END",
+        f"INSERT INTO {FTS}(rowid, content) VALUES (new.id, {new}); END",
         f"CREATE TRIGGER IF NOT EXISTS {FTS}_ad AFTER DELETE ON {TABLE} BEGIN "
-        f"INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, old.content); END",
+        f"INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, {old}); END",
         f"CREATE TRIGGER IF NOT EXISTS {FTS}_au AFTER UPDATE OF content ON {TABLE} BEGIN "
-        f"INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, old.content); "
-        f"INSERT INTO {FTS}(rowid, content) VALUES (new.id, new.content); END",
-        f"INSERT INTO {FTS}({FTS}) VALUES ('rebuild')",
+        f"INSERT INTO {FTS}({FTS}, rowid, content) VALUES ('delete', old.id, {old}); "
+        f"INSERT INTO {FTS}(rowid, content) VALUES (new.id, {new}); END",
+        # index what the table holds already, in the normal form (FTS5's 'rebuild' would
+        # index the content as stored)
+        f"INSERT INTO {FTS}({FTS}) VALUES ('delete-all')",
+        f"INSERT INTO {FTS}(rowid, content) SELECT id, {SQLITE_SEARCH_TEXT}(content) FROM {TABLE}",
     ]
 
 

@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ("agentmemory", "0021_window_read_functions"),
+        ("agentmemory", "0025_fulltext_normal_form"),
     ]
 
     operations = [
