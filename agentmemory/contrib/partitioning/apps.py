@@ -1,0 +1,13 @@
+"""App configuration of ``agentmemory.contrib.partitioning``."""
+
+from django.apps import AppConfig
+
+
+class PartitioningConfig(AppConfig):
+    name = "agentmemory.contrib.partitioning"
+    label = "agentmemory_partitioning"
+    verbose_name = "Agent memory: partitioned history"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from agentmemory.contrib.partitioning import checks  # noqa: F401  (registers the checks)
