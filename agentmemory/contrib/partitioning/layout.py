@@ -156,6 +156,9 @@ def _rebuild(
     started = time.perf_counter()
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {TABLE} IN EXCLUSIVE MODE")
+        # deferred foreign key checks still pending in this transaction are made now: a table
+        # with pending trigger events cannot be altered
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         constraints = _constraints(cursor)
         indexes = _indexes(cursor)
         if count:
