@@ -28,7 +28,8 @@ PARTITIONS = 4
 #: one of the window's server-side functions, which read it
 _MESSAGES = re.compile(r'"?agentmemory_message"?(?![a-z_])')
 _FUNCTION_CALL = re.compile(r"FROM (agentmemory_window_\w+)\((.*)\)\s*$", re.S)
-_PARTITION = re.compile(rf"^{layout.TABLE}_p(\d+)(?:_|$)")
+#: a partition (``agentmemory_message_p3``) or an index of one (``agentmemory_msg_fts_idx_p3``)
+_PARTITION = re.compile(r"^agentmemory_\w+_p(\d+)$")
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -141,10 +142,19 @@ def others(db: Any) -> list[Conversation]:
 
 @pytest.fixture
 def partitioned(others: list[Conversation]) -> layout.LayoutChange:
-    """The messages table rebuilt as ``PARTITIONS`` hash partitions (rolled back with the test)."""
+    """The messages table rebuilt as ``PARTITIONS`` hash partitions (rolled back with the test;
+    as it is where the app is installed, as in ``.ci/partitions``)."""
     change = layout.partition_messages(connection, PARTITIONS)
     assert layout.partitions(connection) == PARTITIONS
     return change
+
+
+@pytest.fixture
+def plain(others: list[Conversation]) -> None:
+    """The plain messages table (rebuilt from the partitioned one where the app is installed;
+    rolled back with the test)."""
+    layout.unpartition_messages(connection)
+    assert layout.partitions(connection) == 0
 
 
 @pytest.fixture
@@ -197,7 +207,7 @@ def _schema() -> dict[str, list[Any]]:
 
 @pytest.mark.postgres
 def test_partitioning_keeps_every_row_and_the_way_back_restores_the_plain_schema(
-    others: list[Conversation], owner: Any
+    plain: None, owner: Any
 ) -> None:
     conversation, history = _conversation(owner, turns=3)
     source = Message.objects.filter(conversation=conversation).order_by("seq").first()
@@ -284,7 +294,7 @@ def test_orm_deletes_still_apply_on_delete_without_foreign_keys(
 
 
 @pytest.mark.postgres
-def test_partition_counts_out_of_range_are_refused(db: Any) -> None:
+def test_partition_counts_out_of_range_are_refused(plain: None) -> None:
     for bad in (0, 1, 1025, "16", True, None):
         with pytest.raises(layout.PartitioningError, match="AGENTMEMORY_PARTITIONS"):
             layout.partition_messages(connection, bad)  # type: ignore[arg-type]

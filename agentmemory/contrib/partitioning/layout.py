@@ -204,6 +204,8 @@ def _rebuild(
             cursor.execute(f'ALTER TABLE {TABLE} ADD CONSTRAINT "{name}" {definition}')
         for _name, definition in indexes:
             cursor.execute(definition.replace(" ON ONLY ", " ON ", 1))
+        if count:
+            _name_partition_indexes(cursor)
         cursor.execute(f"DROP TABLE {OLD_TABLE}")
         made: list[str] = []
         if not count:
@@ -216,6 +218,22 @@ def _rebuild(
     seconds = time.perf_counter() - started
     dropped = tuple(f"{table}.{name}" for table, name in incoming)
     return LayoutChange(count, rows, seconds, dropped or tuple(made))
+
+
+def _name_partition_indexes(cursor: Any) -> None:
+    """Name each partition's index after the table's (``agentmemory_msg_fts_idx_p3``) rather
+    than PostgreSQL's ``agentmemory_message_p3_search_vector_idx``: plans then say which of
+    agentmemory's indexes they use."""
+    cursor.execute(
+        "SELECT parent.relname, child.relname, tbl.relname FROM pg_inherits i "
+        "JOIN pg_class parent ON parent.oid = i.inhparent JOIN pg_class child ON child.oid = i.inhrelid "
+        "JOIN pg_index x ON x.indexrelid = child.oid JOIN pg_class tbl ON tbl.oid = x.indrelid "
+        "JOIN pg_index p ON p.indexrelid = parent.oid WHERE p.indrelid = %s::regclass",
+        [TABLE],
+    )
+    for parent, child, table in cursor.fetchall():
+        suffix = table[len(TABLE) + 1 :]
+        cursor.execute(f'ALTER INDEX "{child}" RENAME TO "{parent[: 62 - len(suffix)]}_{suffix}"')
 
 
 def _constraints(cursor: Any) -> list[tuple[str, str, str]]:
