@@ -4,10 +4,12 @@ pruned to the conversation's partition (EXPLAIN of the statements actually sent)
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
@@ -383,10 +385,41 @@ def test_the_check_refuses_a_bad_partition_count() -> None:
     assert len(errors) == 1 and "from 2 to 1024" in errors[0].msg
 
 
+@pytest.mark.sqlite
 def test_the_rebuild_is_refused_on_sqlite(db: Any) -> None:
-    if connection.vendor == "postgresql":
-        pytest.skip("the refusal is SQLite's; PostgreSQL runs the rebuild above")
     with pytest.raises(layout.PartitioningError, match="needs PostgreSQL"):
         layout.partition_messages(connection, PARTITIONS)
     with pytest.raises(layout.PartitioningError, match="needs PostgreSQL"):
         layout.unpartition_messages(connection)
+    migration = importlib.import_module("agentmemory.contrib.partitioning.migrations.0001_partition_messages")
+    with pytest.raises(layout.PartitioningError, match="needs PostgreSQL"):
+        migration.partition(django_apps, _Editor(connection))
+
+
+class _Editor:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+
+@pytest.mark.postgres
+def test_the_migration_uses_the_configured_count_and_goes_back(plain: None) -> None:
+    migration = importlib.import_module("agentmemory.contrib.partitioning.migrations.0001_partition_messages")
+    rows = Message.objects.count()
+    with override_settings(AGENTMEMORY_PARTITIONS=3), connection.schema_editor() as editor:
+        migration.partition(django_apps, editor)
+    assert layout.partitions(connection) == 3
+    assert Message.objects.count() == rows
+    with override_settings(AGENTMEMORY_PARTITIONS=5), connection.schema_editor() as editor:
+        migration.partition(django_apps, editor)  # partitioned already: nothing to do
+    assert layout.partitions(connection) == 3
+    with connection.schema_editor() as editor:
+        migration.unpartition(django_apps, editor)
+    assert layout.partitions(connection) == 0
+    assert Message.objects.count() == rows
+    with (
+        override_settings(AGENTMEMORY_PARTITIONS=0),
+        connection.schema_editor() as editor,
+        pytest.raises(layout.PartitioningError, match="from 2 to 1024"),
+    ):
+        migration.partition(django_apps, editor)
+    assert layout.partitions(connection) == 0
