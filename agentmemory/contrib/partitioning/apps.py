@@ -10,4 +10,8 @@ class PartitioningConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agentmemory.contrib.partitioning import checks  # noqa: F401  (registers the checks)
+        from django.core.checks import register
+
+        from agentmemory.contrib.partitioning.checks import check_partitioning
+
+        register(check_partitioning)

@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error
 from django.db import connections, router
 
 from agentmemory.contrib.partitioning.layout import PartitioningError, check_partitions, configured_partitions
 
 
-@register()
 def check_partitioning(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E001: a database agentmemory migrates to is not PostgreSQL (declarative partitioning
     is PostgreSQL's). E002: ``AGENTMEMORY_PARTITIONS`` is not an allowed partition count.
-    Reads no database: the vendor comes from the configured backend."""
+    Reads no database: the vendor comes from the configured backend. Registered by the app's
+    ``ready()``, so it runs only where the app is installed."""
     from agentmemory.models import Message
 
     errors: list[CheckMessage] = []
