@@ -319,7 +319,7 @@ def message_bytes() -> dict[str, float]:
         for name, oid in cursor.fetchall():
             cursor.execute(f"SELECT sum(pg_relation_size(r)) FROM unnest(({leaves})) r", [oid, oid])
             indexes[name] = int(cursor.fetchone()[0])
-    out = {"heap": heap / rows, "toast": toast / rows}
+    out = {"heap": float(heap) / rows, "toast": float(toast) / rows}
     out.update({name: size / rows for name, size in indexes.items()})
     out["total"] = (heap + toast + sum(indexes.values())) / rows
     return out
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run(args)
         report(results)
         if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
+            args.json.write_text(json.dumps(results, indent=2, default=float))
     finally:
         from django.db import connections
 
