@@ -52,13 +52,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
 
+from agentmemory.compaction.prompts import SUMMARY_RULES, render_transcript
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import StructuredOutputError
 from agentmemory.llm.facts import SUMMARY_WITH_FACTS, FactDraft, read_summary_with_facts, said_at
 from agentmemory.messages import ChatMessage
 
 if TYPE_CHECKING:
-    from agentmemory.compaction import LLMMemoryCompactor
+    from agentmemory.compaction.summarisers import LLMMemoryCompactor
     from agentmemory.knowledge import KnowledgeMemory, PreparedFact
     from agentmemory.llm.base import ChatResponse
     from agentmemory.models import Conversation, Summary
@@ -361,8 +362,6 @@ def summarize_with_facts(
         LLMRefusalError, InvalidSummaryError, TransientLLMError, PermanentLLMError: as the
             compactor's other calls.
     """
-    from agentmemory.compaction import SUMMARY_RULES, render_transcript
-
     transcript = render_transcript(
         messages, token_counter=compactor.token_counter, max_tokens_per_message=compactor.max_input_tokens
     )

@@ -15,7 +15,10 @@ import random
 
 from celery import shared_task
 
-from agentmemory.exceptions import TransientLLMError
+from agentmemory.compaction.dispatch import enqueue_compaction, sweep
+from agentmemory.compaction.runs import run_compaction
+from agentmemory.compaction.state import BUSY, PARTIAL
+from agentmemory.exceptions import InvalidSummaryError, PermanentLLMError, TransientLLMError
 from agentmemory.recall.tasks import embed_messages
 
 __all__ = ["compact_conversation", "embed_messages", "purge_expired", "sweep_compactions"]
@@ -46,7 +49,7 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     system_tokens: int | None = None,
 ) -> int | None:
     """Write the next summary of a conversation (one bounded run, see
-    ``agentmemory.compaction.run_compaction``).
+    ``agentmemory.compaction.runs.run_compaction``).
 
     Transient model errors (rate limits, 5xx, timeouts) are retried with exponential backoff
     and jitter, at most 5 times; the previous summary stays in force meanwhile. A rejected
@@ -68,9 +71,6 @@ def compact_conversation(  # type: ignore[no-untyped-def]
     Returns:
         The id of the current summary after the run, or ``None``.
     """
-    from agentmemory.compaction import BUSY, PARTIAL, enqueue_compaction, run_compaction
-    from agentmemory.exceptions import InvalidSummaryError, PermanentLLMError
-
     # A transient error this task retries is one failure of the sweep's count, not one per try.
     request = self.request
     last_try = request.is_eager or request.called_directly or request.retries >= self.max_retries
@@ -131,8 +131,6 @@ def sweep_compactions(limit: int = 500) -> dict[str, int]:
     Returns:
         Counts by outcome (``{"enqueued": n}``, ``{"stored": n, "failed": n}``...).
     """
-    from agentmemory.compaction import sweep
-
     counts = sweep(limit=limit)
     if counts:
         logger.info("compaction sweep: %s", counts)
