@@ -461,7 +461,7 @@ class BaseMemoryCompactor:
         finally:
             self._release(lease)
 
-    # Long (134 lines) on purpose: the fold loop's running totals are what the storing
+    # Long on purpose: the fold loop's running totals are what the storing
     # transaction writes, and the checks under the row lock read them all; halves would
     # hand a dozen values across.
     def _compact(self, conv: Conversation, target: int, lease: Lease, keeper: LeaseKeeper) -> CompactionRun:
