@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from agentmemory import broker
+from agentmemory.compaction import tasks as compaction_tasks
 from agentmemory.compaction.compactors import BaseMemoryCompactor
 from agentmemory.compaction.runs import _resolve_class, compact_backlog, run_compaction
 from agentmemory.compaction.state import (
@@ -422,11 +423,9 @@ def enqueue_compaction(
         the conversation (any exception from ``apply_async``: kombu's ``OperationalError``,
         a refused connection, a serialisation error). Never raises.
     """
-    from agentmemory.tasks import compact_conversation
-
     try:
         broker.publish(
-            compact_conversation,
+            compaction_tasks.compact_conversation,
             (conversation_id, compactor_class),
             {"max_tokens": max_tokens, "only_if_needed": only_if_needed, "system_tokens": system_tokens},
             countdown=countdown,
