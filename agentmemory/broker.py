@@ -30,7 +30,8 @@ from typing import Any
 #: broker closed is opened again), within the time bound (``publish``).
 ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.05, "interval_max": 0.05}
 
-logger = logging.getLogger("agentmemory.broker")
+#: ``celery_broker`` decides compaction's mode, and logs where compaction does
+logger = logging.getLogger("agentmemory.compaction")
 
 _pools: dict[tuple[Any, ...], Any] = {}
 _pools_lock = threading.Lock()
