@@ -12,14 +12,17 @@ caller's transaction commits ("inline"), hands it to the Celery task
 logged and recorded on the conversation, and the periodic sweep (``sweep_compactions`` task,
 ``compact_conversations`` command) or the next trigger picks the work up again.
 
-The package has one module per job, each importing only those listed before it:
+The package has one module per job, each importing only those listed before it (but for
+``compact_if_needed()``, the compactor's door back to ``dispatch``, and ``tasks``, which
+``dispatch`` enqueues; ``docs/architecture.md``):
 
 - ``prompts``: the summariser's instructions, the transcript it reads, the summary's budget;
 - ``state``: what a run returns, the lease, the request bookkeeping on the conversation row;
 - ``compactors``: ``BaseMemoryCompactor``;
 - ``summarisers``: ``LLMMemoryCompactor`` and ``OfflineMemoryCompactor``;
 - ``runs``: one compaction run (``build_compactor``, ``run_compaction``, ``compact_backlog``);
-- ``dispatch``: the mode, ``request_compaction``, the Celery hand-off, the sweep.
+- ``dispatch``: the mode, ``request_compaction``, the Celery hand-off, the sweep;
+- ``tasks``: the Celery tasks ``compact_conversation`` and ``sweep_compactions``.
 
 Every name is importable from ``agentmemory.compaction`` itself, as before the split, and
 dotted paths such as ``"agentmemory.compaction.LLMMemoryCompactor"`` (``COMPACTOR_CLASS``)

@@ -17,7 +17,7 @@ from django.db.models import Sum
 # may be imported first.
 from agentmemory import flush as memory_flush
 from agentmemory import signals
-from agentmemory.compaction.prompts import _PROMPT_HEADERS, PROMPT_VERSION, summary_token_budget
+from agentmemory.compaction.prompts import PROMPT_HEADERS, PROMPT_VERSION, summary_token_budget
 from agentmemory.compaction.state import (
     BUSY,
     GONE,
@@ -29,14 +29,14 @@ from agentmemory.compaction.state import (
     CompactionRun,
     Lease,
     LeaseKeeper,
+    LeaseLost,
     SummaryDraft,
-    _clear_error,
-    _LeaseLost,
-    _mark_done,
-    _stale_request,
     busy_run,
     claim_lease,
+    clear_compaction_error,
+    mark_request_served,
     release_lease,
+    request_is_stale,
 )
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import InvalidSummaryError
@@ -179,7 +179,7 @@ class BaseMemoryCompactor:
         self.last_checked = conv
         if conv is None:
             return False
-        if _stale_request(conv):
+        if request_is_stale(conv):
             return True
         summary = conv.summary
         baseline = summary.human_message_count if summary else 0
@@ -372,7 +372,7 @@ class BaseMemoryCompactor:
         if not cleaned:
             raise InvalidSummaryError("the summariser returned an empty summary")
         lines = {line.strip() for line in cleaned.splitlines()}
-        if all(header in lines for header in _PROMPT_HEADERS):
+        if all(header in lines for header in PROMPT_HEADERS):
             raise InvalidSummaryError("the summariser echoed its prompt")
         problem = text_problem(cleaned)
         if problem:
@@ -447,16 +447,16 @@ class BaseMemoryCompactor:
                 return CompactionRun(GONE)
             target = self.target_boundary(conv)
             if target is None:
-                _mark_done(self.conversation_id, lease.taken_at)
+                mark_request_served(self.conversation_id, lease.taken_at)
                 return CompactionRun(NOTHING, summary=conv.summary)
             self.max_summary_tokens = self.summary_budget(conv)
             self.flush = memory_flush.MemoryFlush.for_conversation(conv)
             with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
                 run = self._compact(conv, target, lease, keeper)
             if run.status == STORED:
-                _mark_done(self.conversation_id, lease.taken_at)
+                mark_request_served(self.conversation_id, lease.taken_at)
             elif run.status == PARTIAL:
-                _clear_error(self.conversation_id)
+                clear_compaction_error(self.conversation_id)
             return run
         finally:
             self._release(lease)
@@ -482,7 +482,7 @@ class BaseMemoryCompactor:
         def fold(messages: list[ChatMessage]) -> None:
             nonlocal text, model, input_tokens, output_tokens, calls, span_tokens, span_humans, reached
             if keeper.lost.is_set():
-                raise _LeaseLost
+                raise LeaseLost
             draft = self.summarize(text, messages)
             if self.flush is not None:
                 self.flush.collect(getattr(draft, "facts", ()), messages)
@@ -515,7 +515,7 @@ class BaseMemoryCompactor:
             else:
                 if chunk:
                     fold(chunk)
-        except _LeaseLost:
+        except LeaseLost:
             return CompactionRun(LOST_LEASE, llm_calls=calls)
         boundary = target if stop_at is None else stop_at
         if text is None or reached <= floor:

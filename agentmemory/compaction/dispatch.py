@@ -24,15 +24,15 @@ from django.utils.module_loading import import_string
 from agentmemory import broker
 from agentmemory.compaction import tasks as compaction_tasks
 from agentmemory.compaction.compactors import BaseMemoryCompactor
-from agentmemory.compaction.runs import _resolve_class, compact_backlog, run_compaction
+from agentmemory.compaction.runs import compact_backlog, resolve_compactor_class, run_compaction
 from agentmemory.compaction.state import (
     BUSY,
     PARTIAL,
     CompactionRequest,
     CompactionRun,
-    _stale_request,
-    _Window,
+    Window,
     record_compaction_failure,
+    request_is_stale,
     retry_delay,
 )
 from agentmemory.conf import app_settings
@@ -169,7 +169,7 @@ def request_compaction(
         )
 
 
-def _needs(checker: Any, window: _Window) -> bool:
+def _needs(checker: Any, window: Window) -> bool:
     """``checker.needs_compaction()``, with the window's ``max_tokens`` and
     ``system_tokens`` where its signature takes them (a subclass may predate either)."""
     method = checker.needs_compaction
@@ -188,7 +188,7 @@ def _needs(checker: Any, window: _Window) -> bool:
 def _request(
     conversation_id: int,
     mode: str,
-    window: _Window,
+    window: Window,
     force: bool,
     wait: float,
     compactor_class: str | type | None,
@@ -197,7 +197,9 @@ def _request(
 ) -> CompactionRequest:
     if compactor is not None and compactor_class is None:
         compactor_class = type(compactor)
-    checker = compactor or _resolve_class(compactor_class)(Conversation.objects, conversation_id, None)
+    checker = compactor or resolve_compactor_class(compactor_class)(
+        Conversation.objects, conversation_id, None
+    )
     due = _needs(checker, window)
     conv = getattr(checker, "last_checked", None)
     if conv is None or conv.pk != conversation_id:
@@ -214,7 +216,7 @@ def _request(
         and wait <= 0
         and conv.compaction_requested_at is not None
         and not conv.compaction_error
-        and not _stale_request(conv)
+        and not request_is_stale(conv)
     ):
         # Already handed to the broker and not failed: one queued task per conversation
         # is enough (the task checks again when it runs).
@@ -245,7 +247,7 @@ def _request(
 def _request_inline(
     conversation_id: int,
     compactor_class: str | type | None,
-    window: _Window,
+    window: Window,
     force: bool,
     wait: float,
     reason: str,
@@ -293,7 +295,7 @@ def _run_safely(
     compactor_class: str | type | None,
     *,
     only_if_needed: bool = False,
-    window: _Window = (None, None),
+    window: Window = (None, None),
 ) -> tuple[CompactionRun | None, str | None]:
     """One inline run; every failure is logged and recorded, never raised."""
     try:
@@ -318,7 +320,7 @@ def _run_safely(
 def _request_celery(
     conversation_id: int,
     compactor_class: str | type | None,
-    window: _Window,
+    window: Window,
     force: bool,
     wait: float,
     reason: str,
@@ -478,7 +480,7 @@ def pending_compactions(
             break
     if include_due:
         seen = set(ids) | waiting
-        cls = _resolve_class(None)
+        cls = resolve_compactor_class(None)
         for pk in Conversation.objects.filter(free).order_by("pk").values_list("pk", flat=True).iterator():
             if pk not in seen and cls(Conversation.objects, pk, None).needs_compaction():
                 ids.append(pk)

@@ -79,7 +79,7 @@ def summary_token_budget(
 
 
 # The section headers of the summary prompt: a reply that repeats them is the prompt sent back.
-_PROMPT_HEADERS = ("Previous summary:", "New messages:")
+PROMPT_HEADERS = ("Previous summary:", "New messages:")
 
 
 def render_transcript(

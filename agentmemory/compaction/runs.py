@@ -22,7 +22,7 @@ from agentmemory.compaction.state import (
     PARTIAL,
     STORED,
     CompactionRun,
-    _mark_done,
+    mark_request_served,
     record_compaction_failure,
 )
 from agentmemory.compaction.summarisers import LLMMemoryCompactor, OfflineMemoryCompactor
@@ -49,7 +49,13 @@ def get_compaction_llm() -> ChatModel | None:
     return get_llm("compaction" if "compaction" in app_settings().LLMS else "default")
 
 
-def _resolve_class(compactor_class: str | type | None) -> type[BaseMemoryCompactor]:
+def resolve_compactor_class(compactor_class: str | type | None) -> type[BaseMemoryCompactor]:
+    """The compactor class ``compactor_class`` names: a class as given, a dotted path
+    imported, ``None`` the ``COMPACTOR_CLASS`` setting.
+
+    Raises:
+        ImportError: a dotted path that names nothing importable.
+    """
     if compactor_class is None:
         cls: type[BaseMemoryCompactor] = app_settings().import_compactor_class()
     elif isinstance(compactor_class, str):
@@ -69,7 +75,7 @@ def build_compactor(
     subclass that keeps its ``summarize``) becomes an ``OfflineMemoryCompactor`` (labelled,
     extractive); a subclass with its own ``summarize`` keeps its class and fails with
     ``PermanentLLMError`` if it calls the missing model."""
-    cls = _resolve_class(compactor_class)
+    cls = resolve_compactor_class(compactor_class)
     model = llm if llm is not None else get_compaction_llm()
     if (
         model is None
@@ -123,7 +129,7 @@ def run_compaction(
     if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
         conv = compactor.last_checked
         if conv is not None and conv.compaction_requested_at is not None:
-            _mark_done(conversation_id, timezone.now())
+            mark_request_served(conversation_id, timezone.now())
         return CompactionRun(NOTHING, summary=conv.summary if conv is not None else None)
     started = time.perf_counter()
     try:

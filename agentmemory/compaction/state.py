@@ -27,7 +27,7 @@ from agentmemory.models import Conversation, Summary
 logger = logging.getLogger("agentmemory.compaction")
 
 #: ``(max_tokens, system_tokens)`` of the windows a requested summary must fit
-_Window = tuple[int | None, int | None]
+Window = tuple[int | None, int | None]
 
 #: The longest pause of the sweep before it retries a conversation whose compaction runs keep
 #: failing (seconds); see ``retry_delay``.
@@ -204,11 +204,11 @@ class LeaseKeeper:
             connections.close_all()  # this thread's connections only
 
 
-class _LeaseLost(Exception):
+class LeaseLost(Exception):
     """Internal: the lease keeper saw the lease taken over; stop folding."""
 
 
-def _stale_request(conv: Conversation) -> bool:
+def request_is_stale(conv: Conversation) -> bool:
     """A compaction was requested more than a lease ago, has not completed, and no live
     lease holds it (its run failed, was refused, or its worker died)."""
     requested = getattr(conv, "compaction_requested_at", None)
@@ -220,16 +220,18 @@ def _stale_request(conv: Conversation) -> bool:
     return requested < now - grace and (expires is None or expires < now)
 
 
-def _mark_done(conversation_id: int, since: Any) -> None:
+def mark_request_served(conversation_id: int, since: Any) -> None:
     """Forget the request a completed run has served (only requests made before the run
     started: a later one still wants its own run) and the last error."""
     Conversation.objects.filter(pk=conversation_id, compaction_requested_at__lte=since).update(
         compaction_requested_at=None
     )
-    _clear_error(conversation_id)
+    clear_compaction_error(conversation_id)
 
 
-def _clear_error(conversation_id: int) -> None:
+def clear_compaction_error(conversation_id: int) -> None:
+    """Forget the conversation's last compaction error and its count of failed runs (a run
+    stored a summary, or made progress)."""
     Conversation.objects.filter(pk=conversation_id).filter(
         ~Q(compaction_error="") | Q(compaction_failures__gt=0)
     ).update(compaction_error="", compaction_failed_at=None, compaction_failures=0)

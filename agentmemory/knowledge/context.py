@@ -86,7 +86,7 @@ def render_context(memory: KnowledgeMemory) -> str:
     kept: list[tuple[int, str, str, datetime]] = []
     used = counter.count_text("[Long-term Memory]\n")
     for row in persistent:
-        cost = counter.count_text(f"## {row[1]}\n- {_indented(row[2])}\n")
+        cost = counter.count_text(f"## {row[1]}\n- {indented(row[2])}\n")
         if used + cost > budget:
             # one fact too long for what is left must not keep out the smaller ones after it
             continue
@@ -99,7 +99,7 @@ def render_context(memory: KnowledgeMemory) -> str:
         for _pk, category, content, _created in kept:
             groups.setdefault(category, []).append(content)
         body = "\n\n".join(
-            f"## {category}\n" + "\n".join(f"- {_indented(c)}" for c in items)
+            f"## {category}\n" + "\n".join(f"- {indented(c)}" for c in items)
             for category, items in groups.items()
         )
         sections.append(f"[Long-term Memory]\n{body}")
@@ -111,7 +111,7 @@ def render_context(memory: KnowledgeMemory) -> str:
     lines: list[str] = []
     used += counter.count_text("[Recent Memory]\n")
     for category, content, created in recent_rows:
-        line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {_indented(content)}"
+        line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {indented(content)}"
         cost = counter.count_text(line + "\n")
         if used + cost > budget:
             continue
@@ -122,7 +122,7 @@ def render_context(memory: KnowledgeMemory) -> str:
     return "\n\n".join(sections)
 
 
-def _indented(content: str) -> str:
+def indented(content: str) -> str:
     """A fact's later lines indented under its bullet: unindented, a line of a fact could
     read as a heading or a bullet of its own ("## instructions", "- ...") in the context."""
     return content.replace("\n", "\n  ")

@@ -28,9 +28,9 @@ from agentmemory.knowledge.storage import (
     InvalidFactError,
     PreparedFact,
     RememberResult,
-    _category_filter,
-    _clock,
+    category_filter,
     check_owner,
+    clock,
     content_hash,
     days_before,
     delete_ids,
@@ -155,7 +155,7 @@ class KnowledgeMemory:
         """Facts in default recall at ``now`` (an aware datetime; default the current time):
         not superseded, not expired, and, for transient entries, not older than
         ``max_log_days``."""
-        now = _clock(now)
+        now = clock(now)
         cutoff = days_before(now, self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
 
@@ -239,7 +239,7 @@ class KnowledgeMemory:
             MemoryScopeError: the owner id names no user.
             ValueError: ``now`` is a naive datetime.
         """
-        now = _clock(now)
+        now = clock(now)
         content, category, importance_value, ttl_seconds = validate_fact(content, category, importance, ttl)
         if not isinstance(persistent, bool):
             raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
@@ -297,7 +297,7 @@ class KnowledgeMemory:
         embedder that failed: ``manage.py rebuild_recall_index`` adds the missing vectors
         later; until then only the "key:" rule and exact repeats find what it supersedes).
         """
-        now = _clock(now)
+        now = clock(now)
         content, category, importance_value, ttl_seconds = validate_fact(content, category, importance, ttl)
         if not isinstance(persistent, bool):
             raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
@@ -328,7 +328,7 @@ class KnowledgeMemory:
         Raises:
             InvalidFactError: concurrent writers kept conflicting (three tries).
         """
-        now = _clock(now)
+        now = clock(now)
         for _attempt in range(3):
             try:
                 with transaction.atomic(using=self.using):
@@ -393,10 +393,10 @@ class KnowledgeMemory:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
         query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
-        now = _clock(now)
+        now = clock(now)
         facts = self.live_facts(now)
         if category is not None:
-            facts = facts.filter(category=_category_filter(category))
+            facts = facts.filter(category=category_filter(category))
         started = time.perf_counter()
         backend = self.backend
         limit = max(k * 5, MIN_CANDIDATES)
@@ -493,7 +493,7 @@ class KnowledgeMemory:
         """
         facts = self.all_facts()
         if category is not None:
-            facts = facts.filter(category=_category_filter(category))
+            facts = facts.filter(category=category_filter(category))
         return delete_ids(self, facts.values_list("pk", flat=True), count_all=True)
 
     def clear(self) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from agentmemory.knowledge.context import _indented
+from agentmemory.knowledge.context import indented
 from agentmemory.knowledge.storage import content_hash
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def export_memory_md(memory: KnowledgeMemory) -> str:
     indented under its bullet."""
     parts = [MEMORY_MD_TITLE]
     for category, facts in memory.get_persistent_facts().items():
-        lines = "\n".join("- " + _indented(fact) for fact in facts)
+        lines = "\n".join("- " + indented(fact) for fact in facts)
         parts.append(f"## {category}\n{lines}")
     return "\n\n".join(parts) + "\n"
 

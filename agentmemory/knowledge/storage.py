@@ -241,7 +241,7 @@ def days_before(now: datetime, days: int) -> datetime:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def _clock(now: Any) -> datetime:
+def clock(now: Any) -> datetime:
     """``now``, or the current time when None. A naive datetime is refused: it cannot be
     compared with the stored, aware times (recall failed with a TypeError, storing read it in
     the current time zone with only a warning).
@@ -256,7 +256,7 @@ def _clock(now: Any) -> datetime:
     return now
 
 
-def _category_filter(category: Any) -> str:
+def category_filter(category: Any) -> str:
     """``category`` as a filter value; a value the database cannot compare (not a string, a
     NUL, a lone surrogate) is refused here instead of failing in the database driver.
 
