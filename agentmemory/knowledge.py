@@ -924,7 +924,12 @@ class KnowledgeMemory:
         return [_entry(f) for f in rows]
 
     def build_context(self) -> str:
-        """The block put into the system prompt::
+        """``build_context_with_ids()``'s text."""
+        return self.build_context_with_ids()[0]
+
+    def build_context_with_ids(self) -> tuple[str, tuple[int, ...]]:
+        """The block put into the system prompt, and the ids of the facts it shows (so that
+        a memory block recalled beside it does not repeat them)::
 
             [Long-term Memory]
             ## preferences
@@ -973,11 +978,12 @@ class KnowledgeMemory:
         recent_rows = list(
             live.filter(persistent=False)
             .order_by("-created_at", "-pk")
-            .values_list("category", "content", "created_at")[: self.max_context_entries]
+            .values_list("category", "content", "created_at", "pk")[: self.max_context_entries]
         )
         lines: list[str] = []
         used += counter.count_text("[Recent Memory]\n")
-        for category, content, created in recent_rows:
+        shown = [row[0] for row in kept]
+        for category, content, created, pk in recent_rows:
             line = (
                 f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {_indented(content)}"
             )
@@ -985,10 +991,11 @@ class KnowledgeMemory:
             if used + cost > budget:
                 continue
             lines.append(line)
+            shown.append(pk)
             used += cost
         if lines:
             sections.append("[Recent Memory]\n" + "\n".join(reversed(lines)))
-        return "\n\n".join(sections)
+        return "\n\n".join(sections), tuple(shown)
 
     # -- deleting --------------------------------------------------------------------------
 
