@@ -352,8 +352,8 @@ def _read_lines(
     quote = connections[using].ops.quote_name
     meta = Message._meta
     table = quote(meta.db_table)
-    conversation_column = f"{table}.{quote(meta.get_field('conversation').column)}"
-    seq_column = f"{table}.{quote(meta.get_field('seq').column)}"
+    conversation_column = f"{table}.{quote(str(meta.get_field('conversation').column))}"
+    seq_column = f"{table}.{quote(str(meta.get_field('seq').column))}"
     terms, params = [], []
     for conversation_id, seqs in wanted.items():
         terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
