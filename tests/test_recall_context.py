@@ -585,3 +585,50 @@ def test_context_endpoint_of_another_user_is_a_404(api, user) -> None:  # type: 
     theirs = stored(UserFactory(), ["My secret is 1234."])
     response = api.get(f"/api/conversations/{theirs.uuid}/context/?memory_recall=true")
     assert response.status_code == 404
+
+
+# -- the docs ---------------------------------------------------------------------------------
+
+
+def _doc_block(path: str, marker: str) -> str:
+    """The ```text block of ``path`` that follows the first line holding ``marker``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / path).read_text()
+    after = text[text.index(marker) :]
+    start = after.index("```text\n") + len("```text\n")
+    return after[start : after.index("\n```", start)]
+
+
+def test_the_docs_show_the_memory_block_the_model_receives(user) -> None:
+    from datetime import UTC, datetime
+
+    from agentmemory.models import Message
+
+    past = Conversation.objects.create(owner=user, agent_key="concierge", title="Trip planning")
+    PersistentChatHistory(past).add_messages(
+        [
+            ChatMessage.human("We land in Lisbon on the 14th, can you book a table for two?"),
+            ChatMessage.ai("Done: Taberna da Rua, 20:00 on 14 March, for two."),
+            ChatMessage.human("My wife is vegetarian, by the way."),
+            ChatMessage.ai("Noted, I told the restaurant."),
+        ]
+    )
+    Message.objects.filter(conversation=past).update(created_at=datetime(2026, 3, 2, 18, 5, tzinfo=UTC))
+
+    class Concierge(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "concierge"
+        SYSTEM_PROMPT = "You are a travel concierge."
+        MEMORY_RECALL_ENABLED = True
+
+    llm = ScriptedChatModel(["Taberna da Rua."])
+    new = Conversation.objects.create(owner=user, agent_key="concierge")
+    Concierge(llm).run(new, "Which restaurant did you book for our Lisbon dinner?")
+    sent = llm.calls[0][0]
+    assert [m.text for m in sent[::2]] == [
+        "You are a travel concierge.",
+        "Which restaurant did you book for our Lisbon dinner?",
+    ]
+    block = memory_messages(sent)[0].text
+    assert block == _doc_block("README.md", "In a new conversation of the same user the model receives")
+    assert block == _doc_block("docs/longterm.md", "where the memory block reads")
