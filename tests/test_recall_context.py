@@ -500,6 +500,31 @@ def test_facts_in_the_knowledge_block_are_not_repeated(user) -> None:
     assert "wedding is in Porto" not in block.text
 
 
+def test_compaction_is_sized_for_the_history_part(user, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.compaction import BaseMemoryCompactor
+
+    settings.AGENTMEMORY = {"COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor"}
+    asked = []
+
+    def compact_if_needed(self, *, max_tokens=None, system_tokens=None):  # type: ignore[no-untyped-def]
+        asked.append(max_tokens)
+        return False
+
+    monkeypatch.setattr(BaseMemoryCompactor, "compact_if_needed", compact_if_needed)
+
+    class Compacting(RecallingAgent, register=False):
+        MEMORY_COMPACTOR_ENABLED = True
+        CONVERSATION_HISTORY_TOKEN_LIMIT = 4_000
+
+    class Plain(Compacting, register=False):
+        MEMORY_RECALL_ENABLED = False
+
+    for agent_cls in (Compacting, Plain):
+        conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+        agent_cls(ScriptedChatModel(["ok"])).run(conv, "hello")
+    assert asked == [3_000, 4_000]
+
+
 def test_the_class_variable_is_checked(settings) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.agents import registry
 
@@ -563,6 +588,18 @@ def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: i
     anthropic = api.get(url + "?memory_recall=true&message_format=anthropic").json()
     assert "flowerpot" in anthropic["system"]
     assert [m["role"] for m in anthropic["messages"]] == ["user"]
+    langchain = api.get(url + "?memory_recall=true&message_format=langchain").json()
+    assert [m["type"] for m in langchain["messages"]] == ["system", "human"]
+    assert "flowerpot" in langchain["messages"][0]["data"]["content"]
+
+
+def test_the_admin_context_page_labels_the_block(admin_client, user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "memory block" in body and "Memory block" in body and "flowerpot" in body
 
 
 def test_context_endpoint_default_follows_the_setting(api, user, past, settings) -> None:  # type: ignore[no-untyped-def]

@@ -632,7 +632,9 @@ class BaseToolCallingAgent:
         enqueued or run; ``False`` when the compactor is disabled.
 
         agentmemory's own compactors are asked through their ``compact_if_needed(max_tokens=,
-        system_tokens=)`` with the agent's budget and this turn's system prompt, so the "no
+        system_tokens=)`` with the agent's budget (less the memory block's share,
+        ``MEMORY_RECALL_SHARE``, with ``MEMORY_RECALL_ENABLED``: the history's windows are
+        built within that) and this turn's system prompt, so the "no
         longer fits" trigger uses the agent's limit and the summary leaves the turn room
         beside the prompt (``summary_token_budget``). A
         compactor that overrides ``compact_if_needed`` is called the way the seed's contract
@@ -644,11 +646,16 @@ class BaseToolCallingAgent:
         if compactor is None:
             return False
         method = compactor.compact_if_needed
+        # With memory recall the history's windows are built within the budget less the
+        # memory block's share: compaction is sized for those.
+        limit = self.token_limit
+        if self.MEMORY_RECALL_ENABLED:
+            limit = max(limit - int(limit * app_settings().MEMORY_RECALL_SHARE), 1)
         try:
             if _is_own(compactor, "compact_if_needed"):
-                return bool(method(max_tokens=self.token_limit, system_tokens=injector.system_tokens))
+                return bool(method(max_tokens=limit, system_tokens=injector.system_tokens))
             if _takes_max_tokens(method):
-                return bool(method(max_tokens=self.token_limit))
+                return bool(method(max_tokens=limit))
             return bool(method())
         except Exception:
             logger.exception(
