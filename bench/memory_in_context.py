@@ -177,7 +177,7 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
     from agentmemory.conf import get_token_counter
     from agentmemory.history import PersistentChatHistory
     from agentmemory.messages import ChatMessage
-    from agentmemory.models import Conversation, Message
+    from agentmemory.models import Conversation
     from bench.qa import Case, store
 
     limits = [int(x) for x in args.limits.split(",")]
@@ -187,7 +187,8 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
     results: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     counter = get_token_counter()
     log(
-        f"locomo: {len(cases)} conversation(s), {sum(len(c.questions) for c in cases)} questions on {connection.vendor}"
+        f"locomo: {len(cases)} conversation(s), {sum(len(c.questions) for c in cases)} questions "
+        f"on {connection.vendor}"
     )
     settings = {"COMPACTION_MODE": "inline", "MEMORY_FLUSH": "always", "COMPACTOR_CLASS": OFFLINE_COMPACTOR}
     try:
@@ -338,7 +339,8 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
             Conversation.objects.filter(owner=owner).delete()
             if (number + 1) % 25 == 0:
                 log(
-                    f"  {number + 1} questions: any@5 {statistics.fmean(any5):.3f} all@5 {statistics.fmean(all5):.3f}"
+                    f"  {number + 1} questions: any@5 {statistics.fmean(any5):.3f} "
+                    f"all@5 {statistics.fmean(all5):.3f}"
                 )
     finally:
         owners = users.filter(username__startswith=scratch)
@@ -359,11 +361,47 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
     return {"dataset": "longmemeval", "database": connection.vendor, **row}
 
 
-WORDS = (
-    "garden kayak violin recipe marathon camera hiking painting lisbon tokyo sister brother dog cat "
-    "birthday concert novel chess pottery yoga salary interview vacation guitar museum coffee tea "
-    "bakery soccer doctor dentist apartment neighbour wedding graduation puppy bicycle train flight"
-).split()
+WORDS = [
+    "garden",
+    "kayak",
+    "violin",
+    "recipe",
+    "marathon",
+    "camera",
+    "hiking",
+    "painting",
+    "lisbon",
+    "tokyo",
+    "sister",
+    "brother",
+    "dog",
+    "cat",
+    "birthday",
+    "concert",
+    "novel",
+    "chess",
+    "pottery",
+    "yoga",
+    "salary",
+    "interview",
+    "vacation",
+    "guitar",
+    "museum",
+    "coffee",
+    "tea",
+    "bakery",
+    "soccer",
+    "doctor",
+    "dentist",
+    "apartment",
+    "neighbour",
+    "wedding",
+    "graduation",
+    "puppy",
+    "bicycle",
+    "train",
+    "flight",
+]
 
 
 def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -414,7 +452,8 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
     }
     log(f"{'database':10} {'messages':>9} {'queries':>7} {'p50 ms':>7} {'p95 ms':>7}")
     log(
-        f"{connection.vendor:10} {row['messages']:>9} {row['queries']:>7} {row['p50_ms']:>7.1f} {row['p95_ms']:>7.1f}"
+        f"{connection.vendor:10} {row['messages']:>9} {row['queries']:>7} "
+        f"{row['p50_ms']:>7.1f} {row['p95_ms']:>7.1f}"
     )
     return {"dataset": "latency", "database": connection.vendor, **row}
 
