@@ -40,7 +40,7 @@ from django.utils import timezone
 
 from agentmemory.recall.text import query_words
 
-__all__ = ["MemoryBlock", "RecalledItem", "recall_memory"]
+__all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
 #: the line that opens the block and the one that closes it
 BLOCK_OPEN = "<memory>"
@@ -235,7 +235,6 @@ def recall_memory(
     from agentmemory.conf import get_token_counter
     from agentmemory.messages import ChatMessage
     from agentmemory.models import Message
-    from agentmemory.recall import search_messages
     from agentmemory.recall.scope import owner_id_of
 
     owner_id = owner_id_of(owner)
@@ -262,8 +261,15 @@ def recall_memory(
 
     # 1. candidates: messages (with their scores) and facts
     k = max(10, min(MAX_HITS, budget // 25))
-    hits = search_messages(query, owner=owner_id, agent_key=agent_key, k=k, using=using)
-    hits = [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
+    hits = rank_messages(
+        owner=owner_id,
+        query=query,
+        k=k,
+        agent_key=agent_key,
+        using=using,
+        conversation_id=conversation_id,
+        exclude_seqs=excluded,
+    )
     fact_hits: list[Any] = []
     if facts:
         from agentmemory.knowledge import KnowledgeMemory
@@ -329,6 +335,27 @@ def recall_memory(
     return MemoryBlock(
         text=text, tokens=block_cost([item.text for item in items]), items=tuple(items), query=query
     )
+
+
+def rank_messages(
+    *,
+    owner: Any,
+    query: str,
+    k: int,
+    agent_key: str | None = None,
+    conversation_id: int | None = None,
+    exclude_seqs: Collection[int] = (),
+    using: str | None = None,
+) -> list[Any]:
+    """The stored messages of ``owner``'s conversations that ``recall_memory`` considers for
+    ``query``, best first (``MessageHit``, at most ``k``), less ``exclude_seqs`` of
+    ``conversation_id``. The ranking of the memory block, also measured on its own by
+    ``bench.memory_in_context``."""
+    from agentmemory.recall import search_messages
+
+    excluded = set(exclude_seqs) if conversation_id is not None else set()
+    hits = search_messages(query, owner=owner, agent_key=agent_key, k=min(MAX_HITS, k), using=using)
+    return [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
 
 
 def render(bodies: Sequence[str]) -> str:
