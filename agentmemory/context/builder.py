@@ -823,7 +823,9 @@ class ContextWindowBuilder:
         if block is None or not block.text:
             return window
         message = memory_message(block.text, len(block.items))
-        tokens = self.token_counter.count_message(message)
+        # ``block.tokens`` is this message's count by the builder's counter (recall_memory
+        # counts it so): not counted again (2.5 ms for a 3,000-token block).
+        tokens = block.tokens
         if tokens > room:
             logger.warning(
                 "the memory block of conversation %s (%d tokens) is over the %d tokens left for it; "
