@@ -54,7 +54,9 @@ TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
 #: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
 #: a message longer than this (characters) is cut to its relevant sentences
-LONG_MESSAGE_CHARS = 360
+LONG_MESSAGE_CHARS = 240
+#: a message shown for a hit next to it is cut from this length (characters)
+NEIGHBOUR_MESSAGE_CHARS = 160
 #: the opening of a long message that is always kept (characters, whole sentences)
 OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
@@ -69,6 +71,9 @@ NEIGHBOUR_SHARE = 0.5
 #: its messages above a lone match elsewhere
 CONVERSATION_WEIGHT = 0.5
 CONVERSATION_DECAY = 0.5
+#: a message said by someone the query names (the transcript's ``speaker``, one of the
+#: words of the name among the query's) scores this share more
+SPEAKER_WEIGHT = 0.3
 #: most facts recalled per block
 MAX_FACTS = 10
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -169,18 +174,18 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def trimmed(text: str, words: Sequence[str]) -> str:
+def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
     """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its
     opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
     about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
     by their first five letters, a rough stem), in their order, "…" where sentences are left
     out."""
     text = " ".join(text.split())
-    if len(text) <= LONG_MESSAGE_CHARS:
+    if len(text) <= longest:
         return text
     sentences = _SENTENCE.split(text)
     if len(sentences) <= 1:
-        return text[:LONG_MESSAGE_CHARS].rstrip() + " …"
+        return text[:longest].rstrip() + " …"
     keep = set()
     length = 0
     for index, sentence in enumerate(sentences):
@@ -311,12 +316,11 @@ def recall_memory(
     later: list[_Unit] = []
     wanted: dict[int, set[int]] = {}
     for hit in hits:
-        seqs = [hit.seq]
-        if hit.relevance <= 0 or hit.role == "ai":
-            seqs.insert(0, hit.seq - 1)
-        elif hit.content.rstrip().endswith("?"):
-            seqs.append(hit.seq + 1)
-        around = [s for s in (hit.seq - 1, hit.seq + 1) if s not in seqs]
+        # the message before (the question an answer needs, or what a question answers) and the
+        # one after (the reply): measured on LoCoMo, both beat bringing only the one a
+        # message's role suggests
+        seqs = [hit.seq - 1, hit.seq, hit.seq + 1]
+        around = [s for s in (hit.seq - 2, hit.seq + 2)]
         keep = [
             s
             for s in [*seqs, *around]
@@ -331,7 +335,8 @@ def recall_memory(
     units.sort(key=lambda u: -u.score)
     units += later
 
-    lines = _read_lines(owner_id, wanted, using, words)
+    hit_keys = {(h.conversation_id, h.seq) for h in hits}
+    lines = _read_lines(owner_id, wanted, using, words, hit_keys)
     for unit in units:
         if unit.fact is None:
             unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
@@ -415,12 +420,28 @@ def rank_messages(
         for conv, scores in found.items()
     }
     top = max(weight.values()) or 1.0
+    named = set(query_words(query))
     ranked = [
-        replace(hit, score=hit.score / best * (1.0 + CONVERSATION_WEIGHT * weight[hit.conversation_id] / top))
+        replace(
+            hit,
+            score=hit.score
+            / best
+            * (1.0 + CONVERSATION_WEIGHT * weight[hit.conversation_id] / top)
+            * (1.0 + SPEAKER_WEIGHT * _named(hit.metadata, named)),
+        )
         for hit in hits
     ]
     ranked.sort(key=lambda h: (-h.score, -h.message_id))
     return ranked[: min(MAX_HITS, k)]
+
+
+def _named(metadata: Any, words: set[str]) -> float:
+    """1.0 when the speaker a transcript gave a message (``metadata["speaker"]``) is named
+    among the query's ``words`` (one of the words of the name), else 0.0."""
+    name = metadata.get("speaker") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        return 0.0
+    return 1.0 if set(query_words(name)) & words else 0.0
 
 
 def render(bodies: Sequence[str]) -> str:
@@ -429,7 +450,11 @@ def render(bodies: Sequence[str]) -> str:
 
 
 def _read_lines(
-    owner_id: int, wanted: dict[int, set[int]], using: str, words: Sequence[str]
+    owner_id: int,
+    wanted: dict[int, set[int]],
+    using: str,
+    words: Sequence[str],
+    hit_keys: Collection[tuple[int, int]] = (),
 ) -> dict[tuple[int, int], _Line]:
     """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
     their conversations' titles: one query."""
@@ -476,7 +501,11 @@ def _read_lines(
             seq=seq,
             role=role,
             speaker=_speaker(role, metadata),
-            text=trimmed(content or "", words),
+            text=trimmed(
+                content or "",
+                words,
+                LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
+            ),
             said_at=session_date(metadata, created_at) or created_at,
             score=0.0,
             title=f'"{title}"' if title else f"conversation {str(uuid)[:8]}",
