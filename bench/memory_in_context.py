@@ -181,6 +181,7 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
     from bench.qa import Case, store
 
     limits = [int(x) for x in args.limits.split(",")]
+    rows_wanted = {int(x) for x in args.rows.split(",")}
     cases = list(locomo_cases(Path(args.data or DEFAULT_LOCOMO), args.conversations, args.every))
     users = get_user_model().objects
     scratch = f"bench-memory-{os.getpid()}-{time.time_ns()}"
@@ -206,8 +207,10 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
                     history.add_messages([ChatMessage.human(question.text)])
                     try:
                         for where, conversation in (("new", fresh), ("same", stored)):
+                            if where not in args.asked_in.split(","):
+                                continue
                             for limit in limits:
-                                for row in ROWS:
+                                for row in [r for r in ROWS if ROWS.index(r) in rows_wanted]:
                                     messages = compose(
                                         row, owner, conversation, question.text, limit, counter
                                     )
@@ -269,15 +272,76 @@ def longmemeval_files(folder: Path, limit: int | None) -> list[Path]:
     return found[:limit] if limit else found
 
 
+def store_longmemeval(
+    item: dict[str, Any], owner: Any
+) -> tuple[dict[int, str], set[tuple[int, int]], set[str]]:
+    """Store a question's haystack sessions as conversations of ``owner`` (each message dated
+    its session's date, in the metadata and as ``created_at``). Returns {conversation id:
+    session id}, the (conversation id, seq) of the turns marked ``has_answer``, and the
+    answer sessions stored."""
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation, Message
+    from bench.qa import session_time
+
+    session_of: dict[int, str] = {}
+    evidence: set[tuple[int, int]] = set()
+    for index, (session, date, session_id) in enumerate(
+        zip(item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"], strict=False)
+    ):
+        turns = [t for t in session if t.get("content")]
+        if not turns:
+            continue
+        conv = Conversation.objects.create(owner=owner, agent_key=AGENT_KEY, title=f"session {index + 1}")
+        messages = [
+            (ChatMessage.human if t["role"] == "user" else ChatMessage.ai)(
+                t["content"], metadata={"session_date_time": date}
+            )
+            for t in turns
+        ]
+        stored = PersistentChatHistory(conv).add_messages(messages)
+        when = session_time(date)
+        if when is not None:
+            Message.objects.filter(conversation=conv).update(created_at=when)
+        session_of[conv.pk] = str(session_id)
+        for turn, message in zip(turns, stored, strict=True):
+            if turn.get("has_answer"):
+                evidence.add((conv.pk, int(message.seq or 0)))
+    answers = {str(s) for s in item.get("answer_session_ids") or ()} & set(session_of.values())
+    return session_of, evidence, answers
+
+
+def rank_longmemeval(
+    item: dict[str, Any],
+    owner: Any,
+    session_of: dict[int, str],
+    evidence: set[tuple[int, int]],
+    answers: set[str],
+) -> tuple[float, float, float | None, float]:
+    """recall_any@5, recall_all@5, turn recall@10 (None without evidence turns) and the
+    seconds the ranking took, for one stored question."""
+    from agentmemory.recall.memory import rank_messages
+
+    started = time.perf_counter()
+    hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY)
+    elapsed = time.perf_counter() - started
+    sessions: list[str] = []
+    for hit in hits:
+        if session_of[hit.conversation_id] not in sessions:
+            sessions.append(session_of[hit.conversation_id])
+    top = set(sessions[:5])
+    turns = None
+    if evidence:
+        first = {(h.conversation_id, h.seq) for h in hits[:10]}
+        turns = len(first & evidence) / len(evidence)
+    return float(bool(top & answers)), float(answers <= top), turns, elapsed
+
+
 def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from agentmemory.history import PersistentChatHistory
-    from agentmemory.messages import ChatMessage
-    from agentmemory.models import Conversation, Message
-    from agentmemory.recall.memory import rank_messages
-    from bench.qa import session_time
+    from agentmemory.models import Conversation
 
     if not args.data:
         raise SystemExit("longmemeval needs --data DIR (a folder of <sessions>_<question_id>.json files)")
@@ -290,54 +354,18 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
         for number, path in enumerate(files):
             item = json.loads(path.read_text())
             owner = users.create(username=f"{scratch}-{number}")
-            session_of: dict[int, str] = {}
-            evidence: set[tuple[int, int]] = set()
-            for index, (session, date, session_id) in enumerate(
-                zip(
-                    item["haystack_sessions"],
-                    item["haystack_dates"],
-                    item["haystack_session_ids"],
-                    strict=False,
+            session_of, evidence, answers = store_longmemeval(item, owner)
+            if answers:
+                hit_any, hit_all, turns, elapsed = rank_longmemeval(
+                    item, owner, session_of, evidence, answers
                 )
-            ):
-                turns = [t for t in session if t.get("content")]
-                if not turns:
-                    continue
-                conv = Conversation.objects.create(
-                    owner=owner, agent_key=AGENT_KEY, title=f"session {index + 1}"
-                )
-                messages = [
-                    (ChatMessage.human if t["role"] == "user" else ChatMessage.ai)(
-                        t["content"], metadata={"session_date_time": date}
-                    )
-                    for t in turns
-                ]
-                stored = PersistentChatHistory(conv).add_messages(messages)
-                when = session_time(date)
-                if when is not None:
-                    Message.objects.filter(conversation=conv).update(created_at=when)
-                session_of[conv.pk] = str(session_id)
-                for turn, message in zip(turns, stored, strict=True):
-                    if turn.get("has_answer"):
-                        evidence.add((conv.pk, int(message.seq or 0)))
-            answers = {str(s) for s in item.get("answer_session_ids") or ()} & set(session_of.values())
-            if not answers:
-                continue
-            started = time.perf_counter()
-            hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY)
-            durations.append(time.perf_counter() - started)
-            sessions: list[str] = []
-            for hit in hits:
-                if session_of[hit.conversation_id] not in sessions:
-                    sessions.append(session_of[hit.conversation_id])
-            top = set(sessions[:5])
-            any5.append(float(bool(top & answers)))
-            all5.append(float(answers <= top))
-            if evidence:
-                first = {(h.conversation_id, h.seq) for h in hits[:10]}
-                turns10.append(len(first & evidence) / len(evidence))
+                any5.append(hit_any)
+                all5.append(hit_all)
+                durations.append(elapsed)
+                if turns is not None:
+                    turns10.append(turns)
             Conversation.objects.filter(owner=owner).delete()
-            if (number + 1) % 25 == 0:
+            if (number + 1) % 25 == 0 and any5:
                 log(
                     f"  {number + 1} questions: any@5 {statistics.fmean(any5):.3f} "
                     f"all@5 {statistics.fmean(all5):.3f}"
@@ -429,7 +457,7 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
                     content=" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))),
                     token_count=30,
                 )
-                for seq in range(n)
+                for seq in range(1, n + 1)
             )
             remaining -= n
         log(f"stored {args.messages} messages in {time.perf_counter() - started:.1f}s on {connection.vendor}")
@@ -465,6 +493,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("what", choices=("locomo", "longmemeval", "latency"))
     parser.add_argument("--data", help="LoCoMo's JSON file, or LongMemEval's folder (required there)")
     parser.add_argument("--limits", default="2000,4000", help="request budgets (tokens), comma-separated")
+    parser.add_argument(
+        "--rows", default="0,1,2", help="LoCoMo: the rows measured (0 plain, 1 naive, 2 memory)"
+    )
+    parser.add_argument("--asked-in", default="new,same", help="LoCoMo: where questions are asked")
     parser.add_argument("--conversations", type=int, help="LoCoMo: the first N conversations")
     parser.add_argument("--every", type=int, default=1, help="LoCoMo: every N-th question")
     parser.add_argument("--questions", type=int, help="LongMemEval: the first N questions")

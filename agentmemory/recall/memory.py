@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,11 +54,26 @@ TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
 #: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
 #: a message longer than this (characters) is cut to its relevant sentences
-LONG_MESSAGE_CHARS = 360
+LONG_MESSAGE_CHARS = 240
+#: a message shown for a hit next to it is cut from this length (characters)
+NEIGHBOUR_MESSAGE_CHARS = 160
+#: the opening of a long message that is always kept (characters, whole sentences)
+OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
 MAX_KEPT_SENTENCES = 2
 #: most messages searched for per block, whatever the budget
 MAX_HITS = 100
+#: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
+NEIGHBOUR_SHARE = 0.5
+#: a message's score is raised by up to this share for the weight of its conversation (its
+#: hits' scores summed, each next one counting ``CONVERSATION_DECAY`` of the one before,
+#: scaled to the heaviest conversation's): a session that matches in several places ranks
+#: its messages above a lone match elsewhere
+CONVERSATION_WEIGHT = 0.5
+CONVERSATION_DECAY = 0.5
+#: a message said by someone the query names (the transcript's ``speaker``, one of the
+#: words of the name among the query's) scores this share more
+SPEAKER_WEIGHT = 0.3
 #: most facts recalled per block
 MAX_FACTS = 10
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -155,23 +170,38 @@ def date_text(when: datetime | None) -> str:
     return f"{when:%a} {when.day} {when:%B %Y}"
 
 
-def trimmed(text: str, words: Sequence[str]) -> str:
-    """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its first
-    sentence and the ``MAX_KEPT_SENTENCES`` sentences holding most of ``words``, in their
-    order, "…" where sentences are left out."""
+def _stem(word: str) -> str:
+    return word[:5]
+
+
+def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
+    """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its
+    opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
+    about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
+    by their first five letters, a rough stem), in their order, "…" where sentences are left
+    out."""
     text = " ".join(text.split())
-    if len(text) <= LONG_MESSAGE_CHARS:
+    if len(text) <= longest:
         return text
     sentences = _SENTENCE.split(text)
     if len(sentences) <= 1:
-        return text[:LONG_MESSAGE_CHARS].rstrip() + " …"
-    wanted = set(words)
+        return text[:longest].rstrip() + " …"
+    keep = set()
+    length = 0
+    for index, sentence in enumerate(sentences):
+        if length >= OPENING_CHARS:
+            break
+        keep.add(index)
+        length += len(sentence) + 1
+    wanted = {_stem(word) for word in words}
     scored = []
-    for index, sentence in enumerate(sentences[1:], start=1):
-        found = set(query_words(sentence)) & wanted
+    for index, sentence in enumerate(sentences):
+        if index in keep:
+            continue
+        found = {_stem(word) for word in query_words(sentence)} & wanted
         if found:
             scored.append((-len(found), index))
-    keep = {0} | {index for _n, index in sorted(scored)[:MAX_KEPT_SENTENCES]}
+    keep |= {index for _n, index in sorted(scored)[:MAX_KEPT_SENTENCES]}
     parts: list[str] = []
     previous = -1
     for index in sorted(keep):
@@ -260,11 +290,10 @@ def recall_memory(
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
 
     # 1. candidates: messages (with their scores) and facts
-    k = max(10, min(MAX_HITS, budget // 25))
     hits = rank_messages(
         owner=owner_id,
         query=query,
-        k=k,
+        k=MAX_HITS,
         agent_key=agent_key,
         using=using,
         conversation_id=conversation_id,
@@ -281,24 +310,33 @@ def recall_memory(
         return None
 
     # 2. what each hit brings along: the message before an answer found through it, the reply
-    # after a matching question
+    # after a matching question; then, while the budget lasts, the messages next to the hits
     best = max((h.score for h in hits), default=0.0) or 1.0
     units: list[_Unit] = []
+    later: list[_Unit] = []
     wanted: dict[int, set[int]] = {}
     for hit in hits:
-        seqs = [hit.seq]
-        if hit.relevance <= 0 or hit.role == "ai":
-            seqs.insert(0, hit.seq - 1)
-        elif hit.content.rstrip().endswith("?"):
-            seqs.append(hit.seq + 1)
-        seqs = [s for s in seqs if s >= 0 and not (hit.conversation_id == conversation_id and s in excluded)]
-        units.append(_Unit(hit.score / best, hit.conversation_id, seqs))
-        wanted.setdefault(hit.conversation_id, set()).update(seqs)
+        # the message before (the question an answer needs, or what a question answers) and the
+        # one after (the reply): measured on LoCoMo, both beat bringing only the one a
+        # message's role suggests
+        seqs = [hit.seq - 1, hit.seq, hit.seq + 1]
+        around = [s for s in (hit.seq - 2, hit.seq + 2)]
+        keep = [
+            s
+            for s in [*seqs, *around]
+            if s >= 0 and not (hit.conversation_id == conversation_id and s in excluded)
+        ]
+        score = hit.score / best
+        units.append(_Unit(score, hit.conversation_id, [s for s in seqs if s in keep]))
+        later.append(_Unit(score * NEIGHBOUR_SHARE, hit.conversation_id, [s for s in around if s in keep]))
+        wanted.setdefault(hit.conversation_id, set()).update(keep)
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
     units += [_Unit(h.score / fact_best, fact=h.fact) for h in fact_hits]
     units.sort(key=lambda u: -u.score)
+    units += later
 
-    lines = _read_lines(owner_id, wanted, using, words)
+    hit_keys = {(h.conversation_id, h.seq) for h in hits}
+    lines = _read_lines(owner_id, wanted, using, words, hit_keys)
     for unit in units:
         if unit.fact is None:
             unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
@@ -308,11 +346,12 @@ def recall_memory(
 
     # 3. packing: best units first while the rendered block fits
     chosen: set[tuple[int, int]] = set()
+    groups: set[tuple[int, str]] = set()
     chosen_facts: list[Any] = []
     estimate = 0
     for unit in units:
         if unit.fact is not None:
-            cost = counter.count_text(_fact_text(unit.fact, unit.score)) + 1
+            cost = counter.count_text(_fact_text(unit.fact)) + 1
             if estimate + cost <= budget:
                 chosen_facts.append((unit.fact, unit.score))
                 estimate += cost
@@ -320,15 +359,28 @@ def recall_memory(
         new = [(unit.conversation_id, s) for s in unit.seqs if (unit.conversation_id, s) not in chosen]
         if not new:
             continue
-        cost = sum(counter.count_text(_line_text(lines[key], with_head=True)) + 1 for key in new)  # type: ignore[index]
+        cost = 0
+        heads = set()
+        for key in new:
+            line = lines[key]  # type: ignore[index]
+            cost += counter.count_text(_line_text(line)) + 2  # the line and a possible gap mark
+            group = (line.conversation_id, date_text(line.said_at))
+            if group not in groups and group not in heads:
+                heads.add(group)
+                cost += counter.count_text(_head(line)) + 1
         if estimate + cost > budget:
             continue
         chosen.update(new)  # type: ignore[arg-type]
+        groups |= heads
         estimate += cost
     items = _items(lines, chosen, chosen_facts, counter)
     while items and block_cost([item.text for item in items]) > max_tokens:
-        weakest = min(range(len(items)), key=lambda i: items[i].score)
-        items.pop(weakest)
+        weakest = min(chosen, key=lambda key: lines[key].score, default=None)
+        if weakest is not None:
+            chosen.discard(weakest)
+        elif chosen_facts:
+            chosen_facts.pop()
+        items = _items(lines, chosen, chosen_facts, counter)
     if not items:
         return None
     text = render([item.text for item in items])
@@ -354,8 +406,42 @@ def rank_messages(
     from agentmemory.recall import search_messages
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
-    hits = search_messages(query, owner=owner, agent_key=agent_key, k=min(MAX_HITS, k), using=using)
-    return [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
+    hits = search_messages(query, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
+    hits = [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
+    if not hits:
+        return []
+    best = max(h.score for h in hits) or 1.0
+    # a conversation's weight: its hits' scores, each next one counting half the one before
+    found: dict[int, list[float]] = {}
+    for hit in hits:
+        found.setdefault(hit.conversation_id, []).append(hit.score / best)
+    weight = {
+        conv: sum(score * CONVERSATION_DECAY**i for i, score in enumerate(sorted(scores, reverse=True)))
+        for conv, scores in found.items()
+    }
+    top = max(weight.values()) or 1.0
+    named = set(query_words(query))
+    ranked = [
+        replace(
+            hit,
+            score=hit.score
+            / best
+            * (1.0 + CONVERSATION_WEIGHT * weight[hit.conversation_id] / top)
+            * (1.0 + SPEAKER_WEIGHT * _named(hit.metadata, named)),
+        )
+        for hit in hits
+    ]
+    ranked.sort(key=lambda h: (-h.score, -h.message_id))
+    return ranked[: min(MAX_HITS, k)]
+
+
+def _named(metadata: Any, words: set[str]) -> float:
+    """1.0 when the speaker a transcript gave a message (``metadata["speaker"]``) is named
+    among the query's ``words`` (one of the words of the name), else 0.0."""
+    name = metadata.get("speaker") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        return 0.0
+    return 1.0 if set(query_words(name)) & words else 0.0
 
 
 def render(bodies: Sequence[str]) -> str:
@@ -364,7 +450,11 @@ def render(bodies: Sequence[str]) -> str:
 
 
 def _read_lines(
-    owner_id: int, wanted: dict[int, set[int]], using: str, words: Sequence[str]
+    owner_id: int,
+    wanted: dict[int, set[int]],
+    using: str,
+    words: Sequence[str],
+    hit_keys: Collection[tuple[int, int]] = (),
 ) -> dict[tuple[int, int], _Line]:
     """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
     their conversations' titles: one query."""
@@ -411,7 +501,11 @@ def _read_lines(
             seq=seq,
             role=role,
             speaker=_speaker(role, metadata),
-            text=trimmed(content or "", words),
+            text=trimmed(
+                content or "",
+                words,
+                LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
+            ),
             said_at=session_date(metadata, created_at) or created_at,
             score=0.0,
             title=f'"{title}"' if title else f"conversation {str(uuid)[:8]}",
@@ -423,9 +517,8 @@ def _head(line: _Line) -> str:
     return f"[{date_text(line.said_at)} · {line.title}]"
 
 
-def _line_text(line: _Line, *, with_head: bool) -> str:
-    said = f"{line.speaker}: {line.text}"
-    return f"{_head(line)} {said}" if with_head else f"  {said}"
+def _line_text(line: _Line) -> str:
+    return f"{line.speaker}: {line.text}"
 
 
 def _fact_said(fact: Any) -> datetime | None:
@@ -438,22 +531,27 @@ def _fact_said(fact: Any) -> datetime | None:
     return fact.created_at
 
 
-def _fact_text(fact: Any, score: float) -> str:
+def _fact_text(fact: Any) -> str:
     return f"[{date_text(_fact_said(fact))} · saved fact] {' '.join(fact.content.split())}"
 
 
 def _items(
     lines: dict[tuple[int, int], _Line], chosen: set[tuple[int, int]], chosen_facts: list[Any], counter: Any
 ) -> list[RecalledItem]:
-    """The chosen messages grouped into runs of consecutive seqs of one conversation (and one
-    date), and the chosen facts, oldest first."""
+    """The chosen messages grouped by conversation and date (one item each: a provenance line,
+    then the messages in order, "…" where messages between them are left out), and the chosen
+    facts, oldest first."""
     items: list[RecalledItem] = []
-    run: list[_Line] = []
-
-    def close() -> None:
-        if not run:
-            return
-        texts = [_line_text(run[0], with_head=True)] + [_line_text(line, with_head=False) for line in run[1:]]
+    groups: dict[tuple[int, str], list[_Line]] = {}
+    for key in sorted(chosen):
+        line = lines[key]
+        groups.setdefault((line.conversation_id, date_text(line.said_at)), []).append(line)
+    for run in groups.values():
+        texts = [_head(run[0])]
+        for index, line in enumerate(run):
+            if index and line.seq != run[index - 1].seq + 1:
+                texts.append("…")
+            texts.append(_line_text(line))
         text = "\n".join(texts)
         items.append(
             RecalledItem(
@@ -467,21 +565,8 @@ def _items(
                 said_at=run[0].said_at,
             )
         )
-        run.clear()
-
-    for key in sorted(chosen):
-        line = lines[key]
-        if run and (
-            line.conversation_id != run[-1].conversation_id
-            or line.seq != run[-1].seq + 1
-            or date_text(line.said_at) != date_text(run[-1].said_at)
-        ):
-            close()
-        run.append(line)
-    close()
     for fact, score in chosen_facts:
-        text = _fact_text(fact, score)
-        said = _fact_said(fact)
+        text = _fact_text(fact)
         items.append(
             RecalledItem(
                 kind="fact",
@@ -491,7 +576,7 @@ def _items(
                 conversation_id=None,
                 seqs=(),
                 fact_id=fact.pk,
-                said_at=said,
+                said_at=_fact_said(fact),
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)
