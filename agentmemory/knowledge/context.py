@@ -56,8 +56,9 @@ def recent_entries(memory: KnowledgeMemory, days: int = 7, limit: int = 50) -> l
     return [_entry(f) for f in rows]
 
 
-def render_context(memory: KnowledgeMemory) -> str:
-    """The block put into the system prompt::
+def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
+    """The block put into the system prompt, and the ids of the facts it shows (so that a
+    memory block recalled beside it does not repeat them)::
 
         [Long-term Memory]
         ## preferences
@@ -106,20 +107,22 @@ def render_context(memory: KnowledgeMemory) -> str:
     recent_rows = list(
         live.filter(persistent=False)
         .order_by("-created_at", "-pk")
-        .values_list("category", "content", "created_at")[: memory.max_context_entries]
+        .values_list("category", "content", "created_at", "pk")[: memory.max_context_entries]
     )
     lines: list[str] = []
     used += counter.count_text("[Recent Memory]\n")
-    for category, content, created in recent_rows:
+    shown = [row[0] for row in kept]
+    for category, content, created, pk in recent_rows:
         line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {indented(content)}"
         cost = counter.count_text(line + "\n")
         if used + cost > budget:
             continue
         lines.append(line)
+        shown.append(pk)
         used += cost
     if lines:
         sections.append("[Recent Memory]\n" + "\n".join(reversed(lines)))
-    return "\n\n".join(sections)
+    return "\n\n".join(sections), tuple(shown)
 
 
 def indented(content: str) -> str:

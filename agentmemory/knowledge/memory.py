@@ -442,7 +442,12 @@ class KnowledgeMemory:
         return recent_entries(self, days, limit)
 
     def build_context(self) -> str:
-        """The block put into the system prompt::
+        """``build_context_with_ids()``'s text: the block put into the system prompt."""
+        return self.build_context_with_ids()[0]
+
+    def build_context_with_ids(self) -> tuple[str, tuple[int, ...]]:
+        """The block put into the system prompt, and the ids of the facts it shows (so that
+        a memory block recalled beside it does not repeat them)::
 
             [Long-term Memory]
             ## preferences
