@@ -336,3 +336,6 @@ def test_promoting_the_standby_mid_run_loses_no_acknowledged_message(client, rou
     seqs = list(Message.objects.filter(conversation__uuid=conv).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     assert Conversation.objects.get(uuid=conv).last_seq == len(seqs)
+    # the promoted server is no replica any more: a replica scope reads the primary alias
+    assert routers.measure_lag(REPLICA) is None
+    assert client.get("/api/usage/")["Agentmemory-Read-Database"] == "default"
