@@ -12,8 +12,10 @@ out) and from the first enqueue to the last summary, and the invariants checked 
   the trigger folds), and no lease, request or error is left on any conversation (the run
   ends when that holds: a worker killed between storing a summary and releasing its lease
   leaves the request until its task comes back);
-- no lease was stolen from a live worker: each conversation was summarised by one model call of
-  a worker that was not killed (calls overlapping on one conversation would show a stolen lease),
+- no lease was stolen from a live worker (``--slow-every N``: every Nth conversation's model call
+  outlasts the lease, which the worker's lease keeper must renew): each conversation was
+  summarised by one model call of a worker that was not killed (calls overlapping on one
+  conversation would show a stolen lease),
   and no worker logged a lost lease;
 - with ``--kill-after N``: one worker is killed with SIGKILL once N summaries are stored; its
   task in hand and the one it had reserved come back to the others after the broker's
@@ -48,7 +50,9 @@ _TAG = re.compile(r"\[c(\d+)\]")
 
 class PoolModel:
     """A slow summariser for the pool: sleeps ``POOL_DELAY`` seconds, then answers a fixed
-    summary. Appends two lines per call to the file ``POOL_CALLS``, ``start`` and ``end``, each
+    summary; the conversations whose id is a multiple of ``POOL_SLOW_EVERY`` take
+    ``POOL_SLOW_DELAY`` seconds instead (longer than the lease: its keeper must renew it).
+    Appends two lines per call to the file ``POOL_CALLS``, ``start`` and ``end``, each
     with the worker's pid, the conversation tag found in the messages and the time (epoch
     seconds); a call cut short by a kill has no ``end``."""
 
@@ -65,7 +69,11 @@ class PoolModel:
         if calls:
             with open(calls, "a") as f:
                 f.write(f"start {os.getpid()} {tag} {time.time()}\n")
-        time.sleep(float(os.environ.get("POOL_DELAY", "0")))
+        delay = float(os.environ.get("POOL_DELAY", "0"))
+        every = int(os.environ.get("POOL_SLOW_EVERY", "0"))
+        if every and tag.isdigit() and int(tag) % every == 0:
+            delay = float(os.environ.get("POOL_SLOW_DELAY", "0"))  # longer than the lease
+        time.sleep(delay)
         if calls:
             with open(calls, "a") as f:
                 f.write(f"end {os.getpid()} {tag} {time.time()}\n")
@@ -183,11 +191,13 @@ def run_pool(
     env: Mapping[str, str],
     scratch: Path,
     kill_after: int | None = None,
+    slow_every: int = 0,
     timeout: float = 600.0,
 ) -> PoolRun:
     """Seed, enqueue and compact ``conversations`` with ``workers`` workers, in this process's
     database (whose URL ``env["DATABASE_URL"]`` must name for the workers) and on the broker
-    ``env["CELERY_BROKER_URL"]``; kill one worker once ``kill_after`` summaries exist. Checks
+    ``env["CELERY_BROKER_URL"]``; kill one worker once ``kill_after`` summaries exist; with
+    ``slow_every``, every such conversation's model call takes 2.5 leases. Checks
     the invariants of the module docstring and returns them in ``PoolRun.problems``. Raises
     ``TimeoutError`` when the summaries are not all stored within ``timeout`` seconds."""
     from django.test import override_settings
@@ -205,6 +215,8 @@ def run_pool(
         "AGENTMEMORY_COMPACTION_LEASE_SECONDS": str(lease),
         "POOL_CALLS": str(calls),
         "POOL_DELAY": str(delay),
+        "POOL_SLOW_EVERY": str(slow_every),
+        "POOL_SLOW_DELAY": str(2.5 * lease),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
         "DJANGO_SETTINGS_MODULE": "project.settings",
     }
@@ -314,6 +326,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.1, help="seconds per model call")
     parser.add_argument("--lease", type=int, default=5, help="COMPACTION_LEASE_SECONDS of the workers")
     parser.add_argument("--kill-after", type=int, default=None, help="SIGKILL one worker after N summaries")
+    parser.add_argument(
+        "--slow-every", type=int, default=0, help="every Nth conversation's call takes 2.5 leases"
+    )
     parser.add_argument("--scratch", default="/tmp/agentmemory-worker-pool")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -346,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
             env=os.environ,
             scratch=scratch,
             kill_after=args.kill_after,
+            slow_every=args.slow_every,
         )
         Conversation.objects.filter(agent_key="pool").delete()
         results.append(run)

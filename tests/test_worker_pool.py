@@ -1,6 +1,7 @@
 """A pool of real Celery workers compacting many due conversations at once, one of them killed
 with SIGKILL mid-run (``bench.worker_pool`` at a smaller size): every conversation gets exactly
-one summary at its boundary, no lease is taken from a live worker, and the killed worker's
+one summary at its boundary, no lease is taken from a live worker (a tenth of the model calls
+outlast the lease, which the worker's keeper renews), and the killed worker's
 conversations are compacted by the others once the broker hands its unacknowledged tasks back
 (``acks_late``; visibility timeout five leases, at least 20 s). Figures printed with ``-s``."""
 
@@ -27,6 +28,7 @@ def test_three_workers_one_killed_compact_every_conversation_once(
         env={**child_env(), "CELERY_BROKER_URL": broker_url},
         scratch=tmp_path,
         kill_after=20,
+        slow_every=10,  # ten calls of 7.5 s, each longer than the 3 s lease
         timeout=180,
     )
     print("\n" + run.line())
