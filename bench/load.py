@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
                 break
             except OSError:
                 time.sleep(0.2)
-        asyncio.run(run_clients(base, token, uuids, args.clients, args.warmup))
+        warmup = asyncio.run(run_clients(base, token, uuids, args.clients, args.warmup))
         workers = _workers(server.pid)
         rss_start = {pid: _rss_mb(pid) for pid in workers}
         stats = asyncio.run(run_clients(base, token, uuids, args.clients, args.duration))
@@ -271,9 +271,12 @@ def main(argv: list[str] | None = None) -> None:
     for error, n in Counter(stats["errors"]).most_common(5):
         print(f"  error x{n}: {error}")
     connection.connect()
-    problems = check_messages(uuids, stats["acked"], stats["unknown"])
+    acked = warmup["acked"] + stats["acked"]
+    problems = check_messages(uuids, acked, warmup["unknown"] + stats["unknown"])
+    if warmup["errors"]:
+        problems.append(f"{len(warmup['errors'])} errors in the warm-up, e.g. {warmup['errors'][:2]}")
     print(
-        f"appends acknowledged: {len(stats['acked'])}; counted after the run: "
+        f"appends acknowledged (warm-up included): {len(acked)}; counted after the run: "
         + ("each stored exactly once, seqs without a gap" if not problems else "; ".join(problems))
     )
     growth = []
