@@ -12,13 +12,16 @@ Configuration (the host's settings; see docs/operations.md, "Read replicas")::
         "MAX_LAG_SECONDS": 5.0,        # a replica further behind than this is not read
         "LAG_CACHE_SECONDS": 1.0,      # how long a measured lag is trusted
         "ON_LAG": "primary",           # "primary": fall back; "replica": read it, say so
+        "APPS": ["agentmemory"],       # app labels whose models may be read from a replica
     }
 
 Rules (why: appends, context windows and compaction must see their own writes, and a
 standby refuses writes):
 
 - Writes always go to the primary; migrations run on the primary only.
-- Reads go to the primary unless a ``replica_reads()`` scope is open, and also inside it once
+- Reads go to the primary unless a ``replica_reads()`` scope is open and the model belongs to
+  one of ``APPS`` (default ``agentmemory``: sessions, users and tokens stay on the primary, so
+  a login is seen at once), and also inside a scope once
   the scope has written (a request that writes then reads sees its write) or while a
   transaction is open on the primary.
 - In a scope, the first read picks a replica whose replay lag is at most ``MAX_LAG_SECONDS``;
@@ -84,9 +87,10 @@ class ReplicaSettings:
     lag_cache_seconds: float = 1.0
     on_lag: str = "primary"
     views: tuple[str, ...] = DEFAULT_VIEWS
+    apps: tuple[str, ...] = ("agentmemory",)
 
 
-_KEYS = {"PRIMARY", "REPLICAS", "MAX_LAG_SECONDS", "LAG_CACHE_SECONDS", "ON_LAG", "VIEWS"}
+_KEYS = {"PRIMARY", "REPLICAS", "MAX_LAG_SECONDS", "LAG_CACHE_SECONDS", "ON_LAG", "VIEWS", "APPS"}
 _settings_cache: ReplicaSettings | None = None
 
 
@@ -105,6 +109,7 @@ def replica_settings() -> ReplicaSettings:
             lag_cache_seconds=float(raw.get("LAG_CACHE_SECONDS", 1.0)),
             on_lag=str(raw.get("ON_LAG", "primary")),
             views=tuple(raw.get("VIEWS", DEFAULT_VIEWS)),
+            apps=tuple(raw.get("APPS", ("agentmemory",))),
         )
         for alias in (conf.primary, *conf.replicas):
             if alias not in settings.DATABASES:
@@ -241,7 +246,9 @@ class ReplicaRouter:
     def db_for_read(self, model: type, **hints: Any) -> str:
         conf = replica_settings()
         scope = _scope.get()
-        if scope is None or scope.wrote or not conf.replicas or connections[conf.primary].in_atomic_block:
+        if scope is None or scope.wrote or not conf.replicas or model._meta.app_label not in conf.apps:  # type: ignore[attr-defined]
+            return conf.primary
+        if connections[conf.primary].in_atomic_block:
             return conf.primary
         return scope.read_from or _choose(conf, scope)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError
 
@@ -50,6 +51,7 @@ def test_reads_outside_a_scope_and_all_writes_go_to_the_primary(replica_settings
 def test_a_scope_reads_a_fresh_replica_until_it_writes(replica_settings):  # type: ignore[no-untyped-def]
     router = routers.ReplicaRouter()
     with mock.patch.object(routers, "measure_lag", return_value=0.2), routers.replica_reads() as scope:
+        assert router.db_for_read(get_user_model()) == "default"  # a login is seen at once
         assert router.db_for_read(Conversation) == "secondary"
         assert (scope.read_from, scope.lag, scope.stale) == ("secondary", 0.2, False)
         router.db_for_write(Conversation)
