@@ -478,7 +478,13 @@ def _read_lines(
     near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
     rows = (
         Message.objects.using(using)
-        .filter(near, conversation__owner_id=owner_id, role__in=SEARCHED_ROLES, content__gt="")
+        .filter(
+            near,
+            conversation_id__in=list(wanted),
+            conversation__owner_id=owner_id,
+            role__in=SEARCHED_ROLES,
+            content__gt="",
+        )
         .order_by()
         .values_list(
             "conversation_id",
