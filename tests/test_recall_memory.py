@@ -55,7 +55,7 @@ def test_block_shows_the_matching_turn_with_date_conversation_and_speaker() -> N
     item = next(i for i in block.items if "Pixel" in i.text)
     assert item.kind == "message" and item.conversation_id == conv.pk
     assert "Caroline: I adopted a greyhound called Pixel" in item.text
-    assert item.text.startswith("[Mon 8 May 2023 · \"Weekend chat\"]\n")
+    assert item.text.startswith('[Mon 8 May 2023 · "Weekend chat"]\n')
     assert "8 May 2023" in item.text and '"Weekend chat"' in item.text
     assert item.said_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert item.text in block.text
