@@ -25,8 +25,9 @@
   recall@10 (the share of the turns marked ``has_answer`` among the first ten messages), for
   the questions that have evidence (abstention questions have none).
 - ``latency`` (PostgreSQL; ``DATABASE_URL``): ``--messages`` stored messages (100,000 by
-  default) in conversations of one user, then the time ``recall_memory`` adds to a turn,
-  p50 and p95 over ``--queries`` questions, at a 4,000-token budget.
+  default: the LoCoMo turns of ``--data`` again and again, each with a running number) in
+  conversations of 200 messages of one user; then the time ``recall_memory`` adds to a turn,
+  p50 and p95 over ``--queries`` of LoCoMo's questions, at a 4,000-token budget.
 
 Runs on the database of ``DATABASE_URL`` (SQLite by default) in scratch users' rows, deleted
 at the end.
@@ -432,6 +433,36 @@ WORDS = [
 ]
 
 
+def latency_texts(path: Path, rng: random.Random) -> tuple[Iterator[str], list[str]]:
+    """Message texts without end (the LoCoMo turns, each with a running number so that none
+    is a repeat) and the questions timed (LoCoMo's); without the data, sentences of
+    ``WORDS`` and questions about them."""
+    if path.exists():
+        data = json.loads(path.read_text())
+        turns = [
+            turn["text"]
+            for sample in data
+            for key, value in sample["conversation"].items()
+            if key.startswith("session_") and isinstance(value, list)
+            for turn in value
+        ]
+        questions = [qa["question"] for sample in data for qa in sample["qa"]]
+    else:
+        turns = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))) for _ in range(5000)]
+        questions = [
+            f"what did I say about the {rng.choice(WORDS)} and the {rng.choice(WORDS)}?" for _ in range(50)
+        ]
+
+    def endless() -> Iterator[str]:
+        number = 0
+        while True:
+            for text in turns:
+                number += 1
+                yield f"{text} ({number})"
+
+    return endless(), questions
+
+
 def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -443,6 +474,7 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
     users = get_user_model().objects
     owner = users.create(username=f"bench-memory-latency-{os.getpid()}-{time.time_ns()}")
     per_conversation = 200
+    texts, questions = latency_texts(Path(args.data or DEFAULT_LOCOMO), rng)
     try:
         started = time.perf_counter()
         remaining = args.messages
@@ -454,7 +486,7 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
                     conversation=conv,
                     seq=seq,
                     role="human" if seq % 2 == 0 else "ai",
-                    content=" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))),
+                    content=next(texts),
                     token_count=30,
                 )
                 for seq in range(1, n + 1)
@@ -463,7 +495,7 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
         log(f"stored {args.messages} messages in {time.perf_counter() - started:.1f}s on {connection.vendor}")
         durations = []
         for i in range(args.queries + 5):
-            query = f"what did I say about the {rng.choice(WORDS)} and the {rng.choice(WORDS)}?"
+            query = rng.choice(questions)
             started = time.perf_counter()
             recall_memory(owner=owner, query=query, max_tokens=4000, agent_key=AGENT_KEY)
             if i >= 5:  # warm-up

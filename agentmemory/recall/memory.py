@@ -10,9 +10,10 @@ into one delimited message of at most a given number of tokens.
    user's rows are never read. In the conversation being answered (``conversation_id``),
    the messages the window already sends (``exclude_seqs``) are left out; its older
    messages, folded into a summary, are recallable like every past conversation's.
-2. **What comes along.** A message whose own words do not match (found through the message
-   before it) brings that message: an answer comes with its question. A question that
-   matches brings the reply after it.
+2. **What comes along.** Each message found brings the message before it (the question an
+   answer needs) and the one after it (the reply); while the budget lasts, the messages two
+   places away follow. Messages are raised for the weight of their conversation
+   (``CONVERSATION_WEIGHT``) and for a speaker the query names (``SPEAKER_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
@@ -478,7 +479,13 @@ def _read_lines(
     near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
     rows = (
         Message.objects.using(using)
-        .filter(near, conversation__owner_id=owner_id, role__in=SEARCHED_ROLES, content__gt="")
+        .filter(
+            near,
+            conversation_id__in=list(wanted),
+            conversation__owner_id=owner_id,
+            role__in=SEARCHED_ROLES,
+            content__gt="",
+        )
         .order_by()
         .values_list(
             "conversation_id",
