@@ -225,6 +225,54 @@ def test_staff_see_every_conversation_only_when_the_setting_says_so(user, django
     assert client.get("/api/conversations/").json()["results"] == []
 
 
+def test_a_host_overrides_permissions_throttles_renderers_and_pagination_by_subclassing(user, settings):  # type: ignore[no-untyped-def]
+    from rest_framework.permissions import IsAdminUser
+    from rest_framework.renderers import JSONRenderer
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from agentmemory.api.pagination import ConversationCursorPagination
+    from agentmemory.api.views import ConversationViewSet, SearchView
+
+    class OneAPage(ConversationCursorPagination):
+        page_size = 1
+        max_page_size = 1
+
+    class StaffOnlySearch(SearchView):
+        permission_classes = [IsAdminUser]
+
+    class SmallPages(ConversationViewSet):
+        pagination_class = OneAPage
+        renderer_classes = [JSONRenderer]
+        throttle_classes = []
+
+    cache.clear()
+    Conversation.objects.create(owner=user, title="one")
+    Conversation.objects.create(owner=user, title="two")
+    # Throttles from the settings on the app's view: two requests a minute on the family.
+    _rest_framework(settings, DEFAULT_THROTTLE_RATES={"agentmemory.conversations": "2/min"})
+    factory = APIRequestFactory()
+
+    def call(view, path):  # type: ignore[no-untyped-def]
+        request = factory.get(path)
+        force_authenticate(request, user=user)
+        return view(request)
+
+    try:
+        search = call(StaffOnlySearch.as_view(), "/api/search/?q=one")
+        assert search.status_code == 403 and search.data["error"] == "permission_denied"
+        assert call(SearchView.as_view(), "/api/search/?q=one").status_code == 200
+
+        listed = SmallPages.as_view({"get": "list"})
+        pages = [call(listed, "/api/conversations/") for _ in range(3)]
+        assert [p.status_code for p in pages] == [200, 200, 200]  # no throttle on the subclass
+        assert len(pages[0].data["results"]) == 1 and pages[0].data["next"]
+        assert call(listed, "/api/conversations/?format=api").status_code == 404  # JSON only
+        app_view = ConversationViewSet.as_view({"get": "list"})
+        assert [call(app_view, "/api/conversations/").status_code for _ in range(3)] == [200, 200, 429]
+    finally:
+        cache.clear()
+
+
 # -- throttles -------------------------------------------------------------------------------
 
 

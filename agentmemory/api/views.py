@@ -23,24 +23,24 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.utils import formatting
 from rest_framework.viewsets import GenericViewSet
 
+from agentmemory.api import access
 from agentmemory.api import serializers as s
 from agentmemory.api.access import (
+    FromSettings,
     OpenAIFormatRenderer,
     StrictContentNegotiation,
-    permission_classes,
     request_owner,
     staff_sees_all,
-    throttles,
 )
 from agentmemory.api.errors import (
     BoundedJSONParser,
     JSONAwareFormParser,
     error_response,
     exception_handler,
+    flatten_errors,
     reject_oversized_body,
 )
 from agentmemory.api.pagination import (
@@ -225,19 +225,18 @@ class AppAPIView:
     #: actions that take ``message_format``: only they offer ``?format=openai``
     #: (``OpenAIFormatRenderer``), which means the same; other actions answer it with a 404
     message_shape_actions: tuple[str, ...] = ()
+    #: DRF's attributes, read from the host's ``REST_FRAMEWORK`` setting when a request reads
+    #: them (``agentmemory.api.access``); a subclass may set its own (docs/api.md)
+    permission_classes: Any = FromSettings(access.permission_classes)
+    throttle_classes: Any = FromSettings(access.throttle_classes)
+    renderer_classes: Any = FromSettings(access.renderer_classes)
     request: Request
 
     def get_view_description(self, html: bool = False) -> str:
         return view_description(self, html)
 
-    def get_permissions(self) -> list[Any]:
-        return [permission() for permission in permission_classes()]
-
-    def get_throttles(self) -> list[Any]:
-        return throttles()
-
     def get_renderers(self) -> list[Any]:
-        renderers = [renderer() for renderer in api_settings.DEFAULT_RENDERER_CLASSES]
+        renderers = [renderer() for renderer in self.renderer_classes]
         if getattr(self, "action", None) in self.message_shape_actions and not any(
             renderer.format == OpenAIFormatRenderer.format for renderer in renderers
         ):
@@ -368,7 +367,7 @@ def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Respon
     if exc.index is None:
         fields = {"messages" if batch else "non_field_errors": [exc.reason]}
     else:
-        own = getattr(exc, "fields", None) or {s.message_error_field(exc.reason): [exc.reason]}
+        own = exc.field_errors()
         prefix = f"messages.{exc.index}." if batch else ""
         fields = {
             (f"messages.{exc.index}" if batch and name == "non_field_errors" else prefix + name): texts
@@ -572,7 +571,7 @@ class ConversationViewSet(
         document writes nothing and answers 400 with ``path`` naming the offending part."""
         document = s.ImportDocumentSerializer(data=request.data)
         if not document.is_valid():
-            fields = s.flatten_errors(document.errors)
+            fields = flatten_errors(document.errors)
             field, texts = next(iter(fields.items()))
             path = s.ImportDocumentSerializer.error_path("" if field == "non_field_errors" else field)
             return error_response(
