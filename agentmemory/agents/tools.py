@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 import json
 import re
@@ -281,10 +282,29 @@ def _schema_leaf(hint: Any) -> Any:
 
 def _adapter(hint: Any) -> TypeAdapter[Any]:
     """A strict ``TypeAdapter`` of ``hint``, fed the arguments as JSON: a string is not a number
-    nor a number a string, and JSON values become enum members, tuples and sets."""
+    nor a number a string, and JSON values become enum members, tuples and sets. Adapters are
+    shared by the parameters of one type (building one takes milliseconds)."""
     if hint in _EMPTY:
         hint = Any
+    try:
+        return _cached_adapter(hint)
+    except TypeError:  # a hint with unhashable metadata
+        return _cached_adapter.__wrapped__(hint)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_adapter(hint: Any) -> TypeAdapter[Any]:
     return TypeAdapter(_rewritten(hint, _validation_leaf), config=ConfigDict(strict=True))
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_schema(hint: Any) -> str:
+    """pydantic's schema of ``hint``, normalised, as JSON text (a copy per caller)."""
+    schema = TypeAdapter(_rewritten(hint, _schema_leaf)).json_schema()
+    schema = _normalised(_inlined(schema, schema.pop("$defs", {})))
+    if hint in _ARRAYS:  # a bare list: no items schema, as a bare dict has no value schema
+        schema.pop("items", None)
+    return json.dumps(schema)
 
 
 #: keys of a schema, in the order the model is sent them
@@ -350,10 +370,11 @@ def schema_for(hint: Any, where: str) -> dict[str, Any]:
     _check_supported(hint, where)
     if hint in _EMPTY:
         return {}
-    schema = TypeAdapter(_rewritten(hint, _schema_leaf)).json_schema()
-    schema = _normalised(_inlined(schema, schema.pop("$defs", {})))
-    if hint in _ARRAYS:  # a bare list: no items schema, as a bare dict has no value schema
-        schema.pop("items", None)
+    try:
+        text = _cached_schema(hint)
+    except TypeError:  # a hint with unhashable metadata
+        text = _cached_schema.__wrapped__(hint)
+    schema: dict[str, Any] = json.loads(text)
     return schema
 
 
