@@ -34,6 +34,7 @@ from agentmemory.api.views import (
     UUID_REGEX,
     AppAPIView,
     BoundedListMixin,
+    _bool_param,
     _text_param,
     bounded_hits,
 )
@@ -53,21 +54,6 @@ def _fact_error(exc: Exception) -> serializers.ValidationError:
     if text.startswith("fact "):  # "fact <uuid> is not a live fact of this scope"
         field = "supersedes"
     return serializers.ValidationError({field: [text]})
-
-
-def _bool_param(request: Request, name: str) -> bool:
-    """A boolean query parameter: ``true`` or ``false``, as the schema's ``type: boolean``
-    says (absent: false).
-
-    Raises:
-        ValidationError: any other value (``1``, ``0`` and the empty value included).
-    """
-    raw = request.query_params.get(name)
-    if raw in (None, "false"):
-        return False
-    if raw == "true":
-        return True
-    raise serializers.ValidationError({name: ["Must be true or false."]})
 
 
 def _scope_params(request: Request) -> dict[str, str | None]:

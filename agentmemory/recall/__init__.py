@@ -402,8 +402,7 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
     ERROR and held every append for about 0.8 s, and nothing was embedded. A broker error is
     logged, never raised; a broker that does not answer costs at most
     ``ENQUEUE_TIMEOUT_SECONDS`` (``agentmemory.broker``)."""
-    from agentmemory.broker import publish
-    from agentmemory.compaction import celery_broker  # the mode rule compaction follows
+    from agentmemory.broker import celery_broker, publish  # the mode rule compaction follows
     from agentmemory.recall.tasks import embed_messages
 
     broker, eager = celery_broker()

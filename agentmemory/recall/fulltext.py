@@ -629,14 +629,12 @@ def recall_facts(
         f"FROM chosen JOIN {table} AS f ON f.id = chosen.id)"
     )
     if record:
-        from agentmemory.knowledge import max_recall_count
-
         sql += (
             f", recorded AS (UPDATE {table} AS f SET last_recalled_at = %s, recall_count = "
             "CASE WHEN f.recall_count < %s THEN f.recall_count + 1 ELSE f.recall_count END "
             "FROM hits WHERE f.id = hits.id AND set_config('synchronous_commit', 'off', true) = 'off')"
         )
-        params += [now, max_recall_count(queryset.db)]
+        params += [now, column_max(queryset.model, "recall_count", queryset.db)]
     sql += " SELECT * FROM hits ORDER BY position"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -650,3 +648,11 @@ def recall_facts(
     n = len(names)
     db = queryset.db
     return [(model.from_db(db, names, row[:n]), float(row[n]), float(row[n + 1])) for row in rows]
+
+
+def column_max(model: Any, field_name: str, using: str) -> int:
+    """The largest value the integer column ``field_name`` of ``model`` holds on the database
+    ``using`` (2,147,483,647 for a ``PositiveIntegerField`` on PostgreSQL): a counter stops
+    there (``agentmemory.knowledge.max_recall_count``)."""
+    field = model._meta.get_field(field_name)
+    return int(connections[using].ops.integer_field_range(field.get_internal_type())[1])
