@@ -18,8 +18,8 @@ from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message, Summary
-from tests.conftest import TableTokenCounter
 from tests.factories import ConversationFactory
+from tests.helpers import TableTokenCounter
 from tests.test_properties import Scenario, scenarios
 
 pytestmark = pytest.mark.django_db
