@@ -6,8 +6,8 @@ the newest contiguous run of history that fits, starting on a human message, wit
 exchange whole. Before a window that would leave stored messages in neither itself nor
 the summary is returned, the builder asks for a compaction and builds again (the gap
 policy); what still cannot be covered is reported on the window, by the
-``messages_left_out`` signal and in the log. The reads go through ``Message.objects.window_head()`` and
-``window_tail()`` (hand-written SQL in ``agentmemory.context.sql``): a constant number of
+``messages_left_out`` signal and in the log. The reads go through ``read_head()`` and
+``TailReader`` (hand-written SQL in ``agentmemory.store.window``): a constant number of
 queries, whatever the length of the conversation. What a window leaves uncovered is worked
 out from the conversation's counters and one statement of index lookups, not by reading
 the messages left out (see ``ContextWindowBuilder._gap``).
@@ -22,6 +22,7 @@ from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.db import router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
@@ -35,7 +36,6 @@ from agentmemory.context.packing import (
     pending_placeholder,
     truncate_message,
 )
-from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
 from agentmemory.context.window import (
     MAX_LISTED_SEQS,
     NO_UNCOVERED,
@@ -52,6 +52,17 @@ from agentmemory.exceptions import (
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.store.window import (
+    MAX_READ,
+    ConversationRow,
+    GapProbe,
+    SummaryRow,
+    TailReader,
+    read_contents,
+    read_gap_probe,
+    read_head,
+    read_uncovered,
+)
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import whole_number
 
@@ -592,36 +603,70 @@ class ContextWindowBuilder:
                 shortest cut of the summary (see ``fit_newest_turn``). A
                 ``ContextBudgetExceeded``.
         """
+        max_tokens, max_messages = self.limits(max_tokens, max_messages)
+        if self.gap_policy == "close" and self._can_compact:
+            # The read path never asks for a compaction itself: "close" is the caller's
+            # step (``agentmemory.closing``), taken here for callers that pass it.
+            from agentmemory.closing import build_closing_gap
+
+            return build_closing_gap(self, max_tokens, max_messages=max_messages)
+        window, summary_cut = self.fit(max_tokens, max_messages)
+        return self.finish(window, self.left_out_reason(window, summary_cut=summary_cut))
+
+    def limits(self, max_tokens: int | None, max_messages: int | None) -> tuple[int, int | None]:
+        """``(max_tokens, max_messages)`` checked, the default budget filled in (see ``build``).
+
+        Raises:
+            TypeError, ValueError: as ``build``.
+        """
         if max_tokens is None:
             max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         max_tokens = validate_max_tokens(max_tokens)
         if max_messages is not None:
             max_messages = whole_number(max_messages, "max_messages", minimum=0, unit="messages")
-        window, summary_cut = self._fitted(max_tokens, max_messages)
-        reason = ""
+        return max_tokens, max_messages
+
+    @property
+    def can_compact(self) -> bool:
+        """Whether a compaction could cover what a window leaves out: the configured
+        compactor, or a ``BaseMemoryCompactor`` given as ``memory_compactor``."""
+        return bool(self._can_compact)
+
+    @property
+    def compactor_class(self) -> Any:
+        """The class of the compactor given as ``memory_compactor`` (``None``: the configured one)."""
+        return self._compactor_class
+
+    @property
+    def system_tokens(self) -> int:
+        """Tokens of the system prompt sent by the last window read (the explicit or the
+        pinned one; 0 before the first)."""
+        return self._system_tokens
+
+    def left_out_reason(self, window: ContextWindow, *, summary_cut: bool, compaction: Any = None) -> str:
+        """Why ``window`` leaves stored messages in neither itself nor the summary (the
+        ``reason`` of ``messages_left_out``; ``""`` when it leaves none): the summary cut
+        for the turn in progress, a compaction asked for (``compaction``, the
+        ``request_compaction`` result) that did not cover them, no compactor for policy
+        "close", or policy "report"."""
+        if not window.uncovered:
+            return ""
+        if summary_cut:
+            # Left out beside the turn in progress: compaction cannot help, it never folds
+            # the newest turn.
+            return REASON_SUMMARY_CUT
+        if compaction is not None:
+            error = getattr(compaction, "error", None)
+            return f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
+        if self.gap_policy == "close":
+            return REASON_NO_COMPACTOR
+        return REASON_NOT_REQUESTED
+
+    def finish(self, window: ContextWindow, reason: str) -> ContextWindow:
+        """Report what ``window`` leaves out (``reason``: ``left_out_reason``; the log and
+        ``messages_left_out``), send ``context_built`` and return ``window``."""
         if window.uncovered:
-            if summary_cut:
-                # Left out beside the turn in progress: compaction cannot help, it never
-                # folds the newest turn.
-                reason = REASON_SUMMARY_CUT
-            elif self.gap_policy == "close" and self._can_compact:
-                request = self._request_compaction(max_tokens)
-                # Built as any window over the summary just made: one that leaves no room
-                # for the turn beside it is cut, or refused with the sizes, as it would be
-                # a moment later.
-                window, summary_cut = self._fitted(max_tokens, max_messages)
-                window = replace(window, compaction=request)
-                error = getattr(request, "error", None)
-                if summary_cut:
-                    reason = REASON_SUMMARY_CUT
-                else:
-                    reason = f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
-            elif self.gap_policy == "close":
-                reason = REASON_NO_COMPACTOR
-            else:
-                reason = REASON_NOT_REQUESTED
-            if window.uncovered:
-                self._report_left_out(window, reason)
+            self._report_left_out(window, reason)
         signals.context_built.send(
             sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
         )
@@ -645,6 +690,16 @@ class ContextWindowBuilder:
                 },
             )
         return window
+
+    def fit(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
+        """One window read and fitted to ``max_tokens`` (checked: ``limits``), nothing
+        reported: the window, and whether the summary had to be cut or left out for the
+        turn in progress.
+
+        Raises:
+            ContextBudgetExceeded, TurnTooLarge: as ``build``.
+        """
+        return self._fitted(max_tokens, max_messages)
 
     def _fitted(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
         """The window, and whether the summary had to be cut or left out for the turn in
@@ -761,25 +816,12 @@ class ContextWindowBuilder:
         if self.gap_policy == "ignore" or window.summary_through_seq is None:
             return replace(window, summary_id=None, summary_through_seq=None)
         uncovered = self._gap(
-            Message.objects.all(),
+            router.db_for_read(Message),
             after=self._pinned_floor,
             before=window.first_seq if window.first_seq is not None else _NO_SEQ,
             pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
         )
         return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
-
-    def _request_compaction(self, max_tokens: int) -> Any:
-        from agentmemory.compaction import request_compaction
-
-        return request_compaction(
-            self.conversation_id,
-            max_tokens=max_tokens,
-            system_tokens=self._system_tokens,
-            force=True,
-            wait=app_settings().COMPACTION_WAIT_SECONDS,
-            compactor_class=self._compactor_class,
-            reason="context window gap",
-        )
 
     def _report_left_out(self, window: ContextWindow, reason: str) -> None:
         uncovered = window.uncovered
@@ -846,10 +888,11 @@ class ContextWindowBuilder:
         if self.system_prompt is not None:
             pinned_message, system_tokens = self._system_prompt_message()
             messages.append(pinned_message)
-        messages_qs = Message.objects.all()
+        using = router.db_for_read(Message)
         # The first page is sized, and its content read, for the budget before the summary
         # and a stored system prompt are taken off: never less than the history can use.
-        head = messages_qs.window_head(
+        head = read_head(
+            using,
             self.conversation_id,
             with_pinned=self.system_prompt is None,
             # Clamped: no window holds 2**31 tokens, and the page-size arithmetic in SQL
@@ -906,7 +949,7 @@ class ContextWindowBuilder:
                 available=max_tokens,
                 what="the system prompt and summary",
             )
-        reader = messages_qs.window_tail(
+        reader = TailReader(
             conv.pk,
             floor_seq,
             head.page_size,
@@ -914,6 +957,7 @@ class ContextWindowBuilder:
             first_room=head.room,
             content_budget=available,
             max_tool_result_tokens=self.max_tool_result_tokens,
+            using=using,
         )
         placeholder_tokens = self._placeholder_tokens = (
             (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
@@ -1011,7 +1055,7 @@ class ContextWindowBuilder:
         if missing:
             # Rows past the running budget (skipped orphans before them, or the oversized
             # newest human message taken truncated) were read without their content.
-            contents.update(messages_qs.window_contents(conv.pk, missing))
+            contents.update(read_contents(using, conv.pk, missing))
 
         history: list[ChatMessage]
         history_tokens = 0
@@ -1079,7 +1123,7 @@ class ContextWindowBuilder:
                 # and it dropped nothing older than the window but waiting exchanges and
                 # orphans: nothing is left out and no query is needed.
                 uncovered = self._gap(
-                    messages_qs, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges
+                    using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges
                 )
                 if uncovered.count:
                     window = replace(window, uncovered=uncovered)
@@ -1094,14 +1138,14 @@ class ContextWindowBuilder:
         seqs = [row.seq for row in turn if row.role == _TOOL and not row.placeholder]
         missing = [seq for seq in seqs if seq not in contents]
         if missing:
-            contents.update(Message.objects.all().window_contents(conv_pk, missing))
+            contents.update(read_contents(router.db_for_read(Message), conv_pk, missing))
         counter = self.token_counter
         return {
             seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
         }
 
     def _gap(
-        self, messages_qs: Any, *, after: int, before: int, pending_exchanges: tuple[int, ...]
+        self, using: str, *, after: int, before: int, pending_exchanges: tuple[int, ...]
     ) -> UncoveredMessages:
         """The stored messages with ``after < seq < before`` (``before``: the window's
         oldest history seq), less orphaned tool results and the messages of the tool
@@ -1110,15 +1154,16 @@ class ContextWindowBuilder:
 
         Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
         the summary's ``tokens_covered`` and the rows the window read, with one statement
-        of index lookups (``window_gap_probe``): the cost does not grow with the number of
+        of index lookups (``read_gap_probe``): the cost does not grow with the number of
         messages left out. Where the counters cannot say (seqs with holes, which only an
         imported document can leave; a summary whose span does not start the conversation;
         a waiting tool exchange in the gap that already has results), one statement counts
-        the gap instead (``window_uncovered``), reading it."""
+        the gap instead (``read_uncovered``), reading it."""
         state = self._gap_state
         assert state is not None  # set by ``_assemble`` before it asks
         relevant = [seq for seq in pending_exchanges if seq < before]
-        probe = messages_qs.window_gap_probe(
+        probe = read_gap_probe(
+            using,
             self.conversation_id,
             before=before,
             summary_id=state.summary.pk if state.summary is not None else None,
@@ -1129,7 +1174,8 @@ class ContextWindowBuilder:
         derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
         if derived is not None:
             return derived
-        count, tokens, seqs = messages_qs.window_uncovered(
+        count, tokens, seqs = read_uncovered(
+            using,
             self.conversation_id,
             after=after,
             before=before,
