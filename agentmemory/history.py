@@ -19,7 +19,6 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
-from agentmemory.recall import index_new_messages
 from agentmemory.store.append import (
     _append_one_postgresql,
     _append_postgresql,
@@ -256,9 +255,10 @@ class PersistentChatHistory:
                 )
         if stored is None:
             stored = self._append_locked(using, batch, counts, strict=strict)
-        index_new_messages(stored, using=using)
+        # Recall schedules the embedding of new messages from this signal
+        # (``agentmemory.recall.receivers``).
         signals.message_appended.send(
-            sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored
+            sender=PersistentChatHistory, conversation_id=self.conversation_id, messages=stored, using=using
         )
         return stored
 

@@ -1,7 +1,9 @@
 """Signals sent by agentmemory's services: extension points, never needed by the app itself.
 
-- ``message_appended(sender=PersistentChatHistory, conversation_id: int, messages: list[ChatMessage])``
-  after messages are stored (inside the caller's transaction, if any).
+- ``message_appended(sender=PersistentChatHistory, conversation_id: int, messages: list[ChatMessage],
+  using: str)`` after messages are stored on the database ``using`` (inside the caller's
+  transaction, if any). Recall schedules their embedding from it
+  (``agentmemory.recall.receivers.index_appended_messages``).
 - ``summary_created(sender=Summary, conversation_id: int, summary: Summary)`` after a
   compaction stored a new summary.
 - ``context_built(sender=ContextWindowBuilder, conversation_id: int, window: ContextWindow)``
@@ -24,6 +26,11 @@
   duration_s: float)`` after ``search_messages`` (``kind`` "messages") or
   ``KnowledgeMemory.recall`` (``kind`` "facts") answered.
 
+- ``vectors_stored(sender=EmbeddingBackend, using: str, objects: list[Fact | Message],
+  embedding_model: str, vectors: list[list[float]])`` after embeddings were stored for
+  ``objects`` on the database ``using`` (``agentmemory.contrib.pgvector`` mirrors them into
+  its ``vector`` tables).
+
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the
 same values in ``extra``).
@@ -37,3 +44,4 @@ context_built = Signal()
 messages_left_out = Signal()
 compaction_finished = Signal()
 recall_searched = Signal()
+vectors_stored = Signal()

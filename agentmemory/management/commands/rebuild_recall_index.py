@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agentmemory.models import Fact, Message
 from agentmemory.recall import SEARCHED_ROLES, fulltext
-from agentmemory.recall.backends import PgVectorBackend, get_embedder
+from agentmemory.recall.backends import EmbeddingBackend, get_embedder
 from agentmemory.recall.embedders import EmbeddingError
 
 
@@ -41,7 +41,8 @@ class Command(BaseCommand):
         embedder = None if options["skip_embeddings"] else get_embedder()
         if embedder is None:
             return
-        backend = PgVectorBackend(embedder)
+        # Stores the embeddings, and the pgvector app mirrors them where it is installed.
+        backend = EmbeddingBackend(embedder)
         sources: list[tuple[str, Any]] = [
             ("Fact", Fact.objects.using(using).exclude(content="")),
             (
