@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -29,6 +29,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context.packing import (
     _PLACEHOLDER,
     _SEQ,
+    PackResult,
     RowMeta,
     _replace,
     marker_only_copy,
@@ -911,31 +912,8 @@ class ContextWindowBuilder:
 
         summary, custom_text = self._summary(summary)
         coverage_unknown = custom_text is not None
-        summary_tokens = 0
-        summary_message: ChatMessage | None = None
-        summary_cut = False
-        if custom_text is not None:
-            summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
-            summary_tokens = counter.count_message(summary_message)
-        elif summary is not None:
-            summary_message = ChatMessage.system(
-                app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
-            )
-            summary_tokens = (
-                summary.token_count
-                if summary.token_counter == counter.id
-                else counter.count_message(summary_message)
-            )
-        if summary_message is not None and summary_limit == 0:
-            # Not sent: kept aside for ``_with_summary_cut``, which sends it cut if room is
-            # left. The history still starts after what it covers.
-            self._summary_message = summary_message
-            summary_tokens = 0
-        elif summary_message is not None:
-            if summary_limit is not None and summary_tokens > summary_limit:
-                summary_message = truncate_message(summary_message, summary_limit, counter)
-                summary_tokens = counter.count_message(summary_message)
-                summary_cut = True
+        summary_message, summary_tokens, summary_cut = self._summary_part(summary, custom_text, summary_limit)
+        if summary_message is not None and summary_limit != 0:
             messages.append(summary_message)
 
         floor_seq = max(summary.through_seq if summary else 0, conv.pinned_through)
@@ -976,68 +954,28 @@ class ContextWindowBuilder:
             placeholder_tokens=placeholder_tokens,
         )
 
-        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
-        turn: list[RowMeta] = []
-        marker_tokens: dict[int, int] | None = None
-        marks: dict[int, int] | None = None  # what each result costs as the marker alone
         # Marker-only copies come after the summary's own cut: not while it is sent whole.
         markers_allowed = summary_message is None or summary_limit is not None
-        if (
-            self.fit_newest_turn
-            and not has_human
-            and humans_after_floor > 0
-            and cap is not None
-            and not packed.blocked_by_count
-        ):
-            # The newest turn does not fit: in a tool loop its results pile up after the
-            # human message. Send its tool results as shorter truncated copies, all cut to
-            # one size, rather than fail the model call (the turn stays whole and in order).
-            turn = _newest_turn(source, rows_seen)
-            # The room left once the placeholders sent for unanswered calls are paid for.
-            room = available - _placeholders_cost(turn, placeholder_tokens)
-            fitted = _fitting_cap(turn, room, cap) if turn else None
-            if fitted is None and turn and markers_allowed:
-                # Not even the shortest cut copies fit (and the summary, if any, is already
-                # cut or left out): the last step before refusing sends the oldest results
-                # as copies holding only the truncation marker.
-                marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                floor = _turn_floor(turn, cap, marks, placeholder_tokens)
-                plan = floor.marker_plan(available)
-                if plan is not None:  # ``{}``: the shortest cut copies fit without markers
-                    fitted, marker_tokens = floor.floor, plan or None
-            if fitted is not None:
-                refit = pack_history(
-                    turn,
-                    budget=available,
-                    max_messages=max_messages,
-                    max_tool_result_tokens=fitted,
-                    truncate_oversized_human=self.oversized_message_policy == "truncate",
-                    placeholder_tokens=placeholder_tokens,
-                    marker_tokens=marker_tokens,
-                )
-                if any(unit[0].role == _HUMAN for unit in refit.units):
-                    refit.blocked = refit.blocked or packed.blocked  # older rows were not read
-                    packed, cap, has_human = refit, fitted, True
-                else:
-                    marker_tokens = None
+        packed, cap, has_human, turn, marks, marker_tokens = self._fit_newest_turn(
+            packed,
+            source,
+            reader,
+            humans_after_floor=humans_after_floor,
+            available=available,
+            max_messages=max_messages,
+            markers_allowed=markers_allowed,
+        )
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
-            blocked_seq, blocked_tokens = packed.blocked or (None, 0)
-            if packed.blocked_by_count:
-                raise ContextBudgetExceeded(
-                    seq=blocked_seq,
-                    tokens=blocked_tokens,
-                    available=packed.available_at_block,
-                    message=f"the newest turn needs more than max_messages={max_messages} messages "
-                    f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
-                )
-            if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-                if marks is None and cap is not None and markers_allowed:
-                    marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                raise _turn_floor(turn, self.max_tool_result_tokens, marks, placeholder_tokens).error(
-                    summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
-                )
-            raise ContextBudgetExceeded(
-                seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
+            self._refuse_turn(
+                packed,
+                turn,
+                marks,
+                reader,
+                max_messages=max_messages,
+                markers_allowed=markers_allowed and cap is not None,
+                summary_tokens=summary_tokens,
+                system_tokens=system_tokens,
+                max_tokens=max_tokens,
             )
         truncate_newest = packed.truncate
         self._system_tokens = system_tokens
@@ -1057,41 +995,15 @@ class ContextWindowBuilder:
             # newest human message taken truncated) were read without their content.
             contents.update(read_contents(using, conv.pk, missing))
 
-        history: list[ChatMessage]
-        history_tokens = 0
-        truncated: list[int] = []
-        if not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped):
-            # The usual window: every message as stored, none cut, no placeholder, each read
-            # with the row the packer counted (``RowMeta`` fields by position, as in
-            # ``pack_history``: this runs for every message of most windows).
-            history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
-            history_tokens = sum([chat.token_count or 0 for chat in history])
-        else:
-            history = []
-            for row in rows:
-                if row.placeholder:
-                    placeholder = pending_placeholder(row.tool_call_id, row.name)
-                    history.append(_replace(placeholder, token_count=row.token_count))
-                    history_tokens += row.token_count
-                    continue
-                chat = contents.get(row.seq)
-                if chat is None:  # deleted between the reads (conversation cleared)
-                    continue
-                tokens = chat.token_count or 0
-                if truncate_newest and row.seq == truncate_newest[0]:
-                    chat = truncate_message(chat, truncate_newest[1], counter)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
-                    chat = marker_only_copy(chat)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                elif cap is not None and row.role == _TOOL and tokens > cap:
-                    chat = truncate_message(chat, cap, counter)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                history.append(chat)
-                history_tokens += tokens
+        history, history_tokens, truncated = _sent_history(
+            rows,
+            contents,
+            counter,
+            plain=not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped),
+            truncate_newest=truncate_newest,
+            marker_tokens=marker_tokens,
+            cap=cap,
+        )
         messages.extend(history)
         seqs = [m.seq for m in history if m.seq is not None]
 
@@ -1116,18 +1028,162 @@ class ContextWindowBuilder:
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.
         self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
-        if self.gap_policy != "ignore" and not coverage_unknown:
-            before = window.first_seq if window.first_seq is not None else _NO_SEQ
-            if packed.blocked is not None or any(seq < before for seq in packed.dropped_leading):
-                # Otherwise nothing blocked packing, so it read every row down to the floor,
-                # and it dropped nothing older than the window but waiting exchanges and
-                # orphans: nothing is left out and no query is needed.
-                uncovered = self._gap(
-                    using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges
-                )
-                if uncovered.count:
-                    window = replace(window, uncovered=uncovered)
-        return window
+        if self.gap_policy == "ignore" or coverage_unknown:
+            return window
+        return self._account_gap(window, packed, using, floor_seq=floor_seq, conv=conv)
+
+    def _summary_part(
+        self, summary: SummaryRow | None, custom_text: str | None, summary_limit: int | None
+    ) -> tuple[ChatMessage | None, int, bool]:
+        """The summary message to send, its tokens, and whether it was cut to
+        ``summary_limit`` (see ``_assemble``). ``summary_limit == 0``: not sent (0 tokens),
+        kept aside in ``_summary_message`` for ``_with_summary_cut``."""
+        counter = self.token_counter
+        summary_message: ChatMessage | None = None
+        summary_tokens = 0
+        summary_cut = False
+        if custom_text is not None:
+            summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
+            summary_tokens = counter.count_message(summary_message)
+        elif summary is not None:
+            summary_message = ChatMessage.system(
+                app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
+            )
+            summary_tokens = (
+                summary.token_count
+                if summary.token_counter == counter.id
+                else counter.count_message(summary_message)
+            )
+        if summary_message is not None and summary_limit == 0:
+            # Not sent: kept aside for ``_with_summary_cut``, which sends it cut if room is
+            # left. The history still starts after what it covers.
+            self._summary_message = summary_message
+            summary_tokens = 0
+        elif summary_message is not None and summary_limit is not None and summary_tokens > summary_limit:
+            summary_message = truncate_message(summary_message, summary_limit, counter)
+            summary_tokens = counter.count_message(summary_message)
+            summary_cut = True
+        return summary_message, summary_tokens, summary_cut
+
+    def _fit_newest_turn(
+        self,
+        packed: PackResult,
+        source: Iterator[RowMeta],
+        reader: TailReader,
+        *,
+        humans_after_floor: int,
+        available: int,
+        max_messages: int | None,
+        markers_allowed: bool,
+    ) -> tuple[PackResult, int | None, bool, list[RowMeta], dict[int, int] | None, dict[int, int] | None]:
+        """Fit the turn in progress when the packing ``packed`` left it out (a tool loop
+        whose results pile up after the human message; see ``fit_newest_turn``): its tool
+        results as copies cut to one size, and as a last step (``markers_allowed``: the
+        summary is already cut or left out) the oldest as the truncation marker alone.
+
+        Returns ``(packed, cap, has_human, turn, marks, marker_tokens)``: the packing to
+        send (the refit one when the turn now fits), the tool-result cap it used (tokens),
+        whether it holds a human message, the turn's rows (empty: not looked at), what each
+        result costs as the marker alone where that was counted, and the results sent so.
+        """
+        cap = self.max_tool_result_tokens
+        placeholder_tokens = self._placeholder_tokens
+        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
+        turn: list[RowMeta] = []
+        marker_tokens: dict[int, int] | None = None
+        marks: dict[int, int] | None = None  # what each result costs as the marker alone
+        if (
+            not self.fit_newest_turn
+            or has_human
+            or humans_after_floor <= 0
+            or cap is None
+            or packed.blocked_by_count
+        ):
+            return packed, cap, has_human, turn, marks, marker_tokens
+        # The newest turn does not fit: in a tool loop its results pile up after the
+        # human message. Send its tool results as shorter truncated copies, all cut to
+        # one size, rather than fail the model call (the turn stays whole and in order).
+        turn = _newest_turn(source, reader.seen)
+        # The room left once the placeholders sent for unanswered calls are paid for.
+        room = available - _placeholders_cost(turn, placeholder_tokens)
+        fitted = _fitting_cap(turn, room, cap) if turn else None
+        if fitted is None and turn and markers_allowed:
+            # Not even the shortest cut copies fit (and the summary, if any, is already
+            # cut or left out): the last step before refusing sends the oldest results
+            # as copies holding only the truncation marker.
+            marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
+            floor = _turn_floor(turn, cap, marks, placeholder_tokens)
+            plan = floor.marker_plan(available)
+            if plan is not None:  # ``{}``: the shortest cut copies fit without markers
+                fitted, marker_tokens = floor.floor, plan or None
+        if fitted is not None:
+            refit = pack_history(
+                turn,
+                budget=available,
+                max_messages=max_messages,
+                max_tool_result_tokens=fitted,
+                truncate_oversized_human=self.oversized_message_policy == "truncate",
+                placeholder_tokens=placeholder_tokens,
+                marker_tokens=marker_tokens,
+            )
+            if any(unit[0].role == _HUMAN for unit in refit.units):
+                refit.blocked = refit.blocked or packed.blocked  # older rows were not read
+                return refit, fitted, True, turn, marks, marker_tokens
+            marker_tokens = None
+        return packed, cap, has_human, turn, marks, marker_tokens
+
+    def _refuse_turn(
+        self,
+        packed: PackResult,
+        turn: list[RowMeta],
+        marks: dict[int, int] | None,
+        reader: TailReader,
+        *,
+        max_messages: int | None,
+        markers_allowed: bool,
+        summary_tokens: int,
+        system_tokens: int,
+        max_tokens: int,
+    ) -> NoReturn:
+        """Refuse a window whose packing holds no human message though the conversation
+        has one after the summary: the turn in progress does not fit.
+
+        Raises:
+            ContextBudgetExceeded: ``max_messages`` is too small for the turn, or its human
+                message does not fit.
+            TurnTooLarge: a tool loop that does not fit, naming its parts and sizes.
+        """
+        blocked_seq, blocked_tokens = packed.blocked or (None, 0)
+        if packed.blocked_by_count:
+            raise ContextBudgetExceeded(
+                seq=blocked_seq,
+                tokens=blocked_tokens,
+                available=packed.available_at_block,
+                message=f"the newest turn needs more than max_messages={max_messages} messages "
+                f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
+            )
+        if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
+            if marks is None and markers_allowed:
+                marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
+            raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
+                summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
+            )
+        raise ContextBudgetExceeded(
+            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
+        )
+
+    def _account_gap(
+        self, window: ContextWindow, packed: PackResult, using: str, *, floor_seq: int, conv: ConversationRow
+    ) -> ContextWindow:
+        """``window`` with what it leaves in neither itself nor the summary
+        (``uncovered``): nothing to look up when packing read every row down to the floor
+        (nothing blocked it) and dropped nothing older than the window but waiting
+        exchanges and orphans; otherwise ``_gap`` works it out."""
+        before = window.first_seq if window.first_seq is not None else _NO_SEQ
+        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
+            return window
+        uncovered = self._gap(using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges)
+        return replace(window, uncovered=uncovered) if uncovered.count else window
 
     def _marker_tokens(
         self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
@@ -1207,3 +1263,54 @@ class ContextWindowBuilder:
         """``build`` for async code: the ORM work runs in a worker thread, never on the event
         loop (bug report langchain-ai/langchain#23716)."""
         return await sync_to_async(self.build)(max_tokens, max_messages=max_messages)
+
+
+def _sent_history(
+    rows: list[RowMeta],
+    contents: dict[int, ChatMessage],
+    counter: TokenCounter,
+    *,
+    plain: bool,
+    truncate_newest: tuple[int, int] | None,
+    marker_tokens: dict[int, int] | None,
+    cap: int | None,
+) -> tuple[list[ChatMessage], int, list[int]]:
+    """The history messages sent for the packed ``rows`` (oldest first), their tokens, and
+    the seqs sent as truncated copies: the newest human message cut to
+    ``truncate_newest`` ``(seq, tokens)``, the results of ``marker_tokens`` as the marker
+    alone, results over ``cap`` tokens cut to it, and a placeholder for each unanswered
+    call. ``plain``: none of that applies and every row's content was read."""
+    if plain:
+        # The usual window: every message as stored, none cut, no placeholder, each read
+        # with the row the packer counted (``RowMeta`` fields by position, as in
+        # ``pack_history``: this runs for every message of most windows).
+        history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
+        return history, sum([chat.token_count or 0 for chat in history]), []
+    history = []
+    history_tokens = 0
+    truncated: list[int] = []
+    for row in rows:
+        if row.placeholder:
+            placeholder = pending_placeholder(row.tool_call_id, row.name)
+            history.append(_replace(placeholder, token_count=row.token_count))
+            history_tokens += row.token_count
+            continue
+        chat = contents.get(row.seq)
+        if chat is None:  # deleted between the reads (conversation cleared)
+            continue
+        tokens = chat.token_count or 0
+        if truncate_newest and row.seq == truncate_newest[0]:
+            chat = truncate_message(chat, truncate_newest[1], counter)
+            tokens = counter.count_message(chat)
+            truncated.append(row.seq)
+        elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
+            chat = marker_only_copy(chat)
+            tokens = counter.count_message(chat)
+            truncated.append(row.seq)
+        elif cap is not None and row.role == _TOOL and tokens > cap:
+            chat = truncate_message(chat, cap, counter)
+            tokens = counter.count_message(chat)
+            truncated.append(row.seq)
+        history.append(chat)
+        history_tokens += tokens
+    return history, history_tokens, truncated
