@@ -31,6 +31,11 @@
   ``objects`` on the database ``using`` (``agentmemory.contrib.pgvector`` mirrors them into
   its ``vector`` tables).
 
+- ``recall_index_rebuilt(sender=Command, using: str, embedding_model: str, batch_size: int,
+  write: Callable[[str], None])`` at the end of ``manage.py rebuild_recall_index`` with an
+  embedder: ``agentmemory.contrib.pgvector`` copies the vectors stored before it was
+  installed and reports with ``write``.
+
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the
 same values in ``extra``).
@@ -45,3 +50,4 @@ messages_left_out = Signal()
 compaction_finished = Signal()
 recall_searched = Signal()
 vectors_stored = Signal()
+recall_index_rebuilt = Signal()

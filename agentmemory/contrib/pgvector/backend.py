@@ -20,7 +20,7 @@ from django.db.models import Model, QuerySet
 from agentmemory.contrib.pgvector import indexes
 from agentmemory.recall.backends import EmbeddingBackend, EmbeddingRanking, Ranking
 
-__all__ = ["PgVectorBackend", "PgVectorRanking", "store_mirrored_vectors"]
+__all__ = ["PgVectorBackend", "PgVectorRanking", "copy_vectors_after_rebuild", "store_mirrored_vectors"]
 
 
 def store_mirrored_vectors(
@@ -38,6 +38,17 @@ def store_mirrored_vectors(
     later finds every row."""
     if objects and indexes.available(using):
         indexes.store_vectors(using, objects, embedding_model, vectors)
+
+
+def copy_vectors_after_rebuild(
+    sender: Any, *, using: str, embedding_model: str, batch_size: int, write: Any, **kwargs: Any
+) -> None:
+    """Receiver of ``recall_index_rebuilt``: copy the vectors of ``embedding_model`` stored
+    before this app was installed into its tables (``batch_size`` rows at a time), and
+    report the count with ``write``. Nothing happens on a database other than PostgreSQL."""
+    if indexes.available(using):
+        copied = indexes.copy_stored_vectors(using, embedding_model, batch_size=batch_size)
+        write(f"pgvector: {copied} vectors copied ({embedding_model})")
 
 
 class PgVectorBackend(EmbeddingBackend):
