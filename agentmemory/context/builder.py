@@ -3,10 +3,11 @@
 A window is the pinned system prompt (the leading run of stored system messages, in stored
 order, or the agent's own prompt), the current summary (a system message after it), then
 the newest contiguous run of history that fits, starting on a human message, with every tool
-exchange whole. Before a window that would leave stored messages in neither itself nor
-the summary is returned, the builder asks for a compaction and builds again (the gap
-policy); what still cannot be covered is reported on the window, by the
-``messages_left_out`` signal and in the log. The reads go through ``read_head()`` and
+exchange whole. The builder only reads: what a window leaves in neither itself nor the
+summary is reported on the window, by the ``messages_left_out`` signal and in the log. With
+gap policy "close", a compaction is asked for first and the window built again by
+``agentmemory.closing.build_closing_gap``, which the agent loop and the API call (and
+``build()`` calls for a builder made with that policy). The reads go through ``read_head()`` and
 ``TailReader`` (hand-written SQL in ``agentmemory.store.window``): a constant number of
 queries, whatever the length of the conversation. What a window leaves uncovered is worked
 out from the conversation's counters and one statement of index lookups, not by reading
@@ -445,7 +446,8 @@ class ContextWindowBuilder:
             summary. ``"close"``: ask for a compaction (``request_compaction(force=True,
             wait=AGENTMEMORY['COMPACTION_WAIT_SECONDS'])``: inline where compaction runs
             inline, else enqueued and awaited) and build once more, then report what is
-            still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
+            still left out; that step is ``agentmemory.closing.build_closing_gap``, which
+            ``build()`` calls for this policy (the reading itself never enqueues or waits); ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
             extra query. Reporting costs one more statement of index lookups when the
             window leaves messages out, whatever their number. Defaults to "report": a
