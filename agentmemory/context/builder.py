@@ -447,7 +447,8 @@ class ContextWindowBuilder:
             wait=AGENTMEMORY['COMPACTION_WAIT_SECONDS'])``: inline where compaction runs
             inline, else enqueued and awaited) and build once more, then report what is
             still left out; that step is ``agentmemory.closing.build_closing_gap``, which
-            ``build()`` calls for this policy (the reading itself never enqueues or waits); ``"report"``: only report it (``ContextWindow.uncovered``, the
+            ``build()`` calls for this policy (the reading itself never enqueues or
+            waits); ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
             extra query. Reporting costs one more statement of index lookups when the
             window leaves messages out, whatever their number. Defaults to "report": a
