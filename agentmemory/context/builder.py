@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NoReturn
 from uuid import UUID
 
@@ -27,12 +27,25 @@ from django.db import router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context.fitting import (
+    MIN_CUT_SUMMARY_TOKENS,
+    _fitting_cap,
+    _newest_turn,
+    _placeholders_cost,
+    _sent_history,
+    _turn_floor,
+    _turn_rows,
+    _TurnFloor,
+)
+from agentmemory.context.fitting import (
+    MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
+)
+from agentmemory.context.gaps import _NO_SEQ, _derive_gap, _GapState
 from agentmemory.context.packing import (
     _PLACEHOLDER,
     _SEQ,
     PackResult,
     RowMeta,
-    _replace,
     marker_only_copy,
     pack_history,
     pending_placeholder,
@@ -57,7 +70,6 @@ from agentmemory.models import Conversation, Message
 from agentmemory.store.window import (
     MAX_READ,
     ConversationRow,
-    GapProbe,
     SummaryRow,
     TailReader,
     read_contents,
@@ -70,6 +82,8 @@ from agentmemory.validation import whole_number
 
 logger = logging.getLogger("agentmemory.context")
 
+_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
+
 #: what a builder does about stored messages left in neither the window nor the summary
 GAP_POLICIES = ("close", "report", "ignore")
 
@@ -78,284 +92,6 @@ REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
 REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
-
-
-#: the shortest truncated copy of a tool result sent to fit a tool loop into the window
-#: (tokens): below it the marker alone would be most of the copy (a bare marked copy of a
-#: tau-bench result costs 45 to 49 tokens by the cl100k tokenizer, id and name included)
-MIN_FITTED_TOOL_RESULT_TOKENS = 64
-
-#: the shortest cut of the summary sent beside a turn in progress (tokens): below it the
-#: prefix and the marker would be most of it
-MIN_CUT_SUMMARY_TOKENS = 64
-
-
-def _newest_turn(source: Iterator[RowMeta], seen: list[RowMeta]) -> list[RowMeta]:
-    """The rows of the newest turn, newest first: what packing read, then more from
-    ``source`` until the newest human message; empty when there is none."""
-    for index, row in enumerate(seen):
-        if row.role == Role.HUMAN:
-            return seen[: index + 1]
-    for row in source:
-        if row.role == Role.HUMAN:
-            return seen
-    return []
-
-
-def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
-    """The largest size (tokens, at most ``cap``) to cut the turn's tool results to so that
-    the whole turn fits ``budget``, by water-filling: results smaller than the size are
-    sent whole. ``None`` when the size would be under ``MIN_FITTED_TOOL_RESULT_TOKENS``."""
-    results = sorted(min(r.token_count, cap) for r in turn if r.role == Role.TOOL and not r.is_orphan)
-    if not results:
-        return None
-    room = budget - sum(r.token_count for r in turn if r.role != Role.TOOL)
-    for index, tokens in enumerate(results):
-        left = len(results) - index
-        if tokens * left > room:
-            size = room // left
-            return size if size >= MIN_FITTED_TOOL_RESULT_TOKENS else None
-        room -= tokens
-    return None  # everything fits at the current cap: something else blocks
-
-
-def _placeholders_cost(turn: list[RowMeta], cost: Callable[[dict[str, Any]], int] | None) -> int:
-    """Tokens of the placeholder results sent for the turn's unanswered calls (0 when
-    ``cost`` is ``None``: such exchanges are left out). Rows are those of ``_newest_turn``."""
-    if cost is None:
-        return 0
-    answered = {(r.exchange_seq, r.tool_call_id) for r in turn if r.role == _TOOL}
-    return sum(
-        cost(call)
-        for r in turn
-        if r.role == _AI and r.tool_calls
-        for call in r.tool_calls
-        if (r.seq, call["id"]) not in answered
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _TurnFloor:
-    """What the turn in progress costs at its shortest (tokens).
-
-    ``messages``: its human and AI messages (never cut). ``results``: its tool results,
-    oldest first (by exchange, then seq), as ``(seq, stored tokens, tokens of its
-    marker-only copy)``; the last is ``None`` when unknown (no cap: no copies are made).
-    ``floor``: the shortest cut copy of a result (``MIN_FITTED_TOOL_RESULT_TOKENS``, or the
-    cap when smaller); ``capped``: whether results may be cut at all."""
-
-    first_seq: int
-    last_seq: int
-    messages: int
-    results: tuple[tuple[int, int, int | None], ...]
-    floor: int
-    capped: bool
-
-    def _at_floor(self, tokens: int) -> int:
-        return min(tokens, self.floor) if self.capped else tokens
-
-    @property
-    def tokens(self) -> int:
-        """The turn with every tool result at its shortest cut copy, none marker-only."""
-        return self.messages + sum(self._at_floor(tokens) for _, tokens, _ in self.results)
-
-    def tokens_with(self, plan: dict[int, int]) -> int:
-        """``tokens`` with the results of ``plan`` (a ``marker_plan``) as marker-only copies."""
-        return self.messages + sum(
-            plan[seq] if seq in plan else self._at_floor(tokens) for seq, tokens, _ in self.results
-        )
-
-    def marker_plan(self, room: int) -> dict[int, int] | None:
-        """The tool results to send as marker-only copies so that the turn costs at most
-        ``room`` tokens, the others at their shortest cut copies: ``{seq: tokens of the
-        copy}``, the oldest results first and no more than needed (the newest results are
-        what the model is answering, so they keep their text longest). ``{}`` when none is
-        needed; ``None`` when the turn does not fit even with every one."""
-        need = self.tokens - room
-        if need <= 0:
-            return {}
-        plan: dict[int, int] = {}
-        for seq, tokens, marker in self.results:
-            if marker is None:
-                continue
-            saving = self._at_floor(tokens) - marker
-            if saving <= 0:
-                continue  # a short result costs less whole than as a marker
-            plan[seq] = marker
-            need -= saving
-            if need <= 0:
-                return plan
-        return None
-
-    def error(self, *, summary_tokens: int, system_tokens: int, max_tokens: int) -> TurnTooLarge:
-        """The ``TurnTooLarge`` naming the least the turn costs: each tool result whole,
-        cut to ``floor`` or as a marker-only copy, whichever is shortest."""
-        short = short_tokens = cut = marked = marked_tokens = 0
-        for _, tokens, marker in self.results:
-            least = self._at_floor(tokens)
-            if marker is not None and marker < least:
-                marked += 1
-                marked_tokens += marker
-            elif least < tokens:
-                cut += 1
-            else:
-                short += 1
-                short_tokens += tokens
-        return TurnTooLarge(
-            first_seq=self.first_seq,
-            last_seq=self.last_seq,
-            message_tokens=self.messages,
-            short_results=short,
-            short_result_tokens=short_tokens,
-            cut_results=cut,
-            tool_result_floor=self.floor,
-            marker_results=marked,
-            marker_result_tokens=marked_tokens,
-            summary_tokens=summary_tokens,
-            system_tokens=system_tokens,
-            max_tokens=max_tokens,
-        )
-
-
-def _turn_floor(
-    turn: list[RowMeta],
-    cap: int | None,
-    marker_tokens: dict[int, int] | None = None,
-    placeholder_tokens: Callable[[dict[str, Any]], int] | None = None,
-) -> _TurnFloor:
-    """What the turn ``turn`` (rows newest first, its human message last) costs with every
-    tool result cut to its shortest copy (``MIN_FITTED_TOOL_RESULT_TOKENS``, or ``cap`` when
-    smaller; not cut when ``cap`` is ``None``), and what each would cost as a marker-only
-    copy (``marker_tokens``, by seq; results not in it are never sent so). AI and human
-    messages are never cut: an AI message's tool-call arguments are what the tools ran with.
-    Orphaned results, exchanges still waiting for all their results and results of
-    exchanges older than the turn are left out of a window, so out of this; with
-    ``placeholder_tokens`` (the cost of a call's placeholder result) an exchange still
-    waiting is sent, with a placeholder for each unanswered call, and counts so."""
-    floor = MIN_FITTED_TOOL_RESULT_TOKENS if cap is None else min(cap, MIN_FITTED_TOOL_RESULT_TOKENS)
-    answered: dict[int, int] = {}
-    for row in turn:
-        if row.role == _TOOL and row.exchange_seq is not None:
-            answered[row.exchange_seq] = answered.get(row.exchange_seq, 0) + 1
-    sent: set[int] = set()  # the exchanges the window sends
-    messages = _placeholders_cost(turn, placeholder_tokens)
-    for row in turn:
-        if row.role == _TOOL:
-            continue
-        if row.role == _AI and row.tool_calls:
-            if answered.get(row.seq, 0) < len(row.tool_calls) and placeholder_tokens is None:
-                continue  # a call still waits for its result: the exchange is left out
-            sent.add(row.seq)
-        messages += row.token_count
-    marks = marker_tokens if cap is not None and marker_tokens else {}
-    results = sorted(
-        (row.exchange_seq, row.seq, row.token_count, marks.get(row.seq))
-        for row in turn
-        if row.role == _TOOL and row.exchange_seq in sent
-    )
-    seqs = [row.seq for row in turn]
-    return _TurnFloor(
-        min(seqs),
-        max(seqs),
-        messages,
-        tuple((seq, tokens, marker) for _, seq, tokens, marker in results),
-        floor,
-        cap is not None,
-    )
-
-
-def _turn_rows(units: list[list[RowMeta]]) -> list[RowMeta]:
-    """The rows of the newest turn among packed ``units`` (oldest first)."""
-    start = max((i for i, unit in enumerate(units) if unit[0].role == _HUMAN), default=None)
-    if start is None:
-        return []
-    return [row for unit in reversed(units[start:]) for row in reversed(unit)]
-
-
-_HUMAN, _TOOL, _AI = Role.HUMAN.value, Role.TOOL.value, Role.AI.value
-
-#: a seq above every stored one: ``before`` of an empty window
-_NO_SEQ = 2**62
-
-
-@dataclass(frozen=True, slots=True)
-class _GapState:
-    """What a build read that the gap accounting needs: the conversation's counters, the
-    summary, the newest stored seq and every tail row read (newest first)."""
-
-    conv: ConversationRow
-    summary: SummaryRow | None
-    newest_seq: int | None
-    rows_seen: list[RowMeta]
-
-
-def _derive_gap(
-    state: _GapState, probe: GapProbe, *, after: int, before: int, pending_exchanges: list[int]
-) -> UncoveredMessages | None:
-    """The uncovered messages with ``after < seq < before`` from counters and the probe, or
-    ``None`` when the counters cannot tell them (the caller then counts the rows).
-
-    The messages present hold the seqs ``probe.first_seq..newest_seq`` without a hole when
-    their number is ``message_count`` (appends hand out consecutive seqs, and ``clear()``
-    deletes every message); then the gap holds every seq of its span. Its tokens are
-    ``stored_tokens`` less those at or below ``after`` (the pinned run's, and the
-    summary's ``tokens_covered``) and those from ``before`` on (rows the window read).
-    """
-    conv, newest, first = state.conv, state.newest_seq, probe.first_seq
-    if newest is None or first is None or newest - first + 1 != conv.message_count:
-        return None
-    pinned_tokens = probe.pinned_tokens if conv.has_system_prompt else None
-    if conv.has_system_prompt and pinned_tokens is None:
-        return None  # the flag and the rows disagree
-    summary = state.summary
-    pinned_floor = conv.pinned_through
-    # Tokens of the messages at or below ``after``.
-    if after <= 0:
-        below = 0
-    elif after == pinned_floor:
-        below = pinned_tokens or 0  # the pinned run alone
-    elif summary is not None and after == summary.through_seq and probe.summary_first_seq is not None:
-        start = probe.summary_first_seq
-        if start > max(first, pinned_floor + 1):
-            return None  # messages before the summary's span that it does not count
-        if any(start <= seq <= after for seq, _ in probe.orphans):
-            # Compaction leaves orphans out of ``tokens_covered``, ``recount_tokens``
-            # counts them in: which one made this figure cannot be told.
-            return None
-        below = probe.summary_tokens_covered or 0
-        if pinned_tokens is not None and start > pinned_floor:
-            below += pinned_tokens
-    else:
-        return None
-    lo, hi = max(after + 1, first), min(before - 1, newest)
-    if hi < lo:
-        return NO_UNCOVERED
-    count = hi - lo + 1
-    # The window read every row from ``before`` on (the reader goes newest first).
-    tokens = conv.stored_tokens - below - sum(r.token_count for r in state.rows_seen if r.seq >= before)
-    excluded: set[int] = set()
-    for seq, row_tokens in probe.orphans:
-        if seq > after:
-            excluded.add(seq)
-            tokens -= row_tokens
-    if pending_exchanges:
-        found = {seq: (row_tokens, calls) for seq, row_tokens, calls in probe.pending}
-        waiting = conv.pending_call_seqs
-        for seq in pending_exchanges:
-            if seq not in found:
-                return None  # pending calls name an AI message that is not stored
-            row_tokens, calls = found[seq]
-            if calls > waiting.count(seq) and max(seq, after) + 1 < before:
-                return None  # some of its results are stored, maybe inside the gap
-            if lo <= seq <= hi:
-                excluded.add(seq)
-                tokens -= row_tokens
-    count -= len(excluded)
-    if count < 0 or tokens < 0:
-        return None  # counters changed under the read (a concurrent append or clear)
-    if count == 0:
-        return NO_UNCOVERED
-    return UncoveredMessages.from_span(count, tokens, lo, hi, frozenset(excluded))
 
 
 def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
@@ -698,16 +434,7 @@ class ContextWindowBuilder:
     def fit(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
         """One window read and fitted to ``max_tokens`` (checked: ``limits``), nothing
         reported: the window, and whether the summary had to be cut or left out for the
-        turn in progress.
-
-        Raises:
-            ContextBudgetExceeded, TurnTooLarge: as ``build``.
-        """
-        return self._fitted(max_tokens, max_messages)
-
-    def _fitted(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
-        """The window, and whether the summary had to be cut or left out for the turn in
-        progress (``_with_summary_cut``, when ``fit_newest_turn``).
+        turn in progress (``_with_summary_cut``, when ``fit_newest_turn``).
 
         Raises:
             ContextBudgetExceeded, TurnTooLarge: as ``build``.
@@ -1266,54 +993,3 @@ class ContextWindowBuilder:
         """``build`` for async code: the ORM work runs in a worker thread, never on the event
         loop (bug report langchain-ai/langchain#23716)."""
         return await sync_to_async(self.build)(max_tokens, max_messages=max_messages)
-
-
-def _sent_history(
-    rows: list[RowMeta],
-    contents: dict[int, ChatMessage],
-    counter: TokenCounter,
-    *,
-    plain: bool,
-    truncate_newest: tuple[int, int] | None,
-    marker_tokens: dict[int, int] | None,
-    cap: int | None,
-) -> tuple[list[ChatMessage], int, list[int]]:
-    """The history messages sent for the packed ``rows`` (oldest first), their tokens, and
-    the seqs sent as truncated copies: the newest human message cut to
-    ``truncate_newest`` ``(seq, tokens)``, the results of ``marker_tokens`` as the marker
-    alone, results over ``cap`` tokens cut to it, and a placeholder for each unanswered
-    call. ``plain``: none of that applies and every row's content was read."""
-    if plain:
-        # The usual window: every message as stored, none cut, no placeholder, each read
-        # with the row the packer counted (``RowMeta`` fields by position, as in
-        # ``pack_history``: this runs for every message of most windows).
-        history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
-        return history, sum([chat.token_count or 0 for chat in history]), []
-    history = []
-    history_tokens = 0
-    truncated: list[int] = []
-    for row in rows:
-        if row.placeholder:
-            placeholder = pending_placeholder(row.tool_call_id, row.name)
-            history.append(_replace(placeholder, token_count=row.token_count))
-            history_tokens += row.token_count
-            continue
-        chat = contents.get(row.seq)
-        if chat is None:  # deleted between the reads (conversation cleared)
-            continue
-        tokens = chat.token_count or 0
-        if truncate_newest and row.seq == truncate_newest[0]:
-            chat = truncate_message(chat, truncate_newest[1], counter)
-            tokens = counter.count_message(chat)
-            truncated.append(row.seq)
-        elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
-            chat = marker_only_copy(chat)
-            tokens = counter.count_message(chat)
-            truncated.append(row.seq)
-        elif cap is not None and row.role == _TOOL and tokens > cap:
-            chat = truncate_message(chat, cap, counter)
-            tokens = counter.count_message(chat)
-            truncated.append(row.seq)
-        history.append(chat)
-        history_tokens += tokens
-    return history, history_tokens, truncated
