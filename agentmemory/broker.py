@@ -20,6 +20,7 @@ The app's own connection pool, which its workers and your code use, is left as c
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -28,6 +29,9 @@ from typing import Any
 #: Celery's ``retry_policy`` of a publish: one more try at once (a pooled connection the
 #: broker closed is opened again), within the time bound (``publish``).
 ENQUEUE_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.05, "interval_max": 0.05}
+
+#: ``celery_broker`` decides compaction's mode, and logs where compaction does
+logger = logging.getLogger("agentmemory.compaction")
 
 _pools: dict[tuple[Any, ...], Any] = {}
 _pools_lock = threading.Lock()
@@ -115,3 +119,19 @@ def publish(
         return task.apply_async(
             args=args, kwargs=kwargs, producer=producer, retry=True, retry_policy=policy, **options
         )
+
+
+def celery_broker() -> tuple[str, bool]:
+    """``(broker_url, always_eager)`` of the Celery app tasks bind to (the current app;
+    the default app reads only the ``CELERY_BROKER_URL`` environment variable). The broker
+    URL is ``""`` when none was set. Compaction's mode (``agentmemory.compaction.
+    compaction_mode``) and the embedding of new messages follow it."""
+    try:
+        from celery import current_app
+
+        conf = current_app.conf
+        broker = conf.broker_write_url or conf.broker_url or ""
+        return str(broker), bool(conf.task_always_eager)
+    except Exception:  # a broken Celery configuration must not break an append
+        logger.exception("cannot read the Celery configuration")
+        return "", False

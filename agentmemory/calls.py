@@ -5,8 +5,9 @@ never edited, so the history part of a window is its seq range ``first_seq..last
 back in window order (each tool result right after the AI message that called it, in
 ``tool_calls`` order), less what the row lists as changed. Texts sent that are not stored
 messages (the system prompt with the owner's knowledge block, the summary message as sent,
-the tool declarations) are kept once per conversation in ``PromptText``, named by their
-SHA-256 digest. ``recorded_window(call)`` (``ModelCall.window()``) returns the messages
+the memory block, the tool declarations) are kept once per conversation in ``PromptText``,
+named by their SHA-256 digest; the memory block's digest and tokens are in the row's
+``window_changes["memory"]``. ``recorded_window(call)`` (``ModelCall.window()``) returns the messages
 exactly as the model received them.
 
 Recording costs one ``INSERT`` per model call, plus one more (``INSERT ... ON CONFLICT DO
@@ -29,7 +30,9 @@ from django.db.models import Subquery, Value
 from django.db.models.functions import Coalesce
 
 from agentmemory.conf import app_settings
+from agentmemory.context.builder import memory_message
 from agentmemory.context.packing import TRUNCATION_MARKER, _replace, pending_placeholder
+from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.llm.base import Usage
 from agentmemory.messages import ChatMessage, ContentPart, Role
 from agentmemory.models import Message, ModelCall, ModelCallKind, PromptText, UsageSource
@@ -282,16 +285,27 @@ class ChatCallRecorder:
         window = call.window
         history = window.history
         leading = window.messages[: len(window.messages) - len(history)]
-        summary_digest = ""
+        memory = next((m for m in leading if MEMORY_BLOCK_KEY in m.metadata), None)
+        leading = [m for m in leading if m is not memory]
+        summary_digest = memory_digest = ""
         changes: dict[str, Any] = {}
         if len(leading) > 1:
             summary_message = leading[1]
             summary_digest = self._text(summary_message.text)
             if summary_message.truncated:
                 changes["summary_truncated"] = True
+        if memory is not None:
+            memory_digest = self._text(memory.text)
+            changes["memory"] = {
+                "digest": memory_digest,
+                "tokens": window.memory_tokens,
+                "items": memory.metadata[MEMORY_BLOCK_KEY],
+            }
         changes.update(window_changes(window, stubbed=call.stubbed, omitted=call.omitted))
         new = [
-            d for d in (self.system_digest, summary_digest, self.tools_digest) if d and d not in self.written
+            d
+            for d in dict.fromkeys((self.system_digest, summary_digest, memory_digest, self.tools_digest))
+            if d and d not in self.written
         ]
         texts = [
             PromptText(conversation_id=self.conversation_id, digest=d, text=storable_text(self.texts[d]))
@@ -403,8 +417,8 @@ def recorded_tools(call: ModelCall) -> list[dict[str, Any]]:
 def recorded_window(call: ModelCall) -> list[ChatMessage]:
     """The messages chat call ``call`` sent, rebuilt from storage, equal to the
     ``ChatMessage``s the model received (``ContextWindow.messages`` after the tools' memory
-    policy): system prompt, summary message, then the history in window order with the
-    recorded changes applied. Three queries: the texts, the messages of the seq range, and
+    policy): system prompt, summary message, memory block, then the history in window order
+    with the recorded changes applied. Three queries: the texts, the messages of the seq range, and
     nothing more.
 
     Raises:
@@ -415,8 +429,9 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
         raise WindowUnavailable(f"model call {call.pk} is a {call.kind} call: it sent no context window")
     if call.conversation_id is None:
         raise WindowUnavailable(f"model call {call.pk}: its conversation was deleted")
-    texts = _texts(call, [call.system_prompt_digest, call.summary_digest])
     changes = call.window_changes or {}
+    memory = changes.get("memory") or {}
+    texts = _texts(call, [call.system_prompt_digest, call.summary_digest, memory.get("digest", "")])
     messages: list[ChatMessage] = []
     if call.system_prompt_digest:
         messages.append(ChatMessage.system(texts[call.system_prompt_digest]))
@@ -427,6 +442,8 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
         if changes.get("summary_truncated"):
             summary = replace(summary, truncated=True)
         messages.append(summary)
+    if memory.get("digest"):
+        messages.append(memory_message(texts[memory["digest"]], int(memory.get("items") or 0)))
     if call.first_seq is not None and call.last_seq is not None:
         messages.extend(_history(call, changes))
     return messages
@@ -450,6 +467,7 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         max_tokens=call.max_tokens or 0,
         system_tokens=call.system_tokens + call.knowledge_tokens,
         summary_tokens=call.summary_tokens,
+        memory_tokens=recorded_memory_tokens(call),
         history_tokens=call.history_tokens,
         first_seq=call.first_seq,
         last_seq=call.last_seq,
@@ -461,6 +479,12 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
             *sorted(int(seq) for seq in (changes.get("truncated") or {})),
         ),
     )
+
+
+def recorded_memory_tokens(call: ModelCall) -> int:
+    """Tokens of the memory block ``call`` sent (0 when it sent none)."""
+    memory = (call.window_changes or {}).get("memory")
+    return int(memory.get("tokens") or 0) if isinstance(memory, Mapping) else 0
 
 
 def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:

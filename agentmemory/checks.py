@@ -670,3 +670,32 @@ def check_model_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_memory_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """``AGENTMEMORY['MEMORY_RECALL_ENABLED']`` is a bool and ``MEMORY_RECALL_SHARE`` a
+    share above 0 and below 1 (agentmemory.E070, E071)."""
+    conf = app_settings()
+    errors: list[Error] = []
+    if not isinstance(conf.MEMORY_RECALL_ENABLED, bool):
+        errors.append(
+            Error(
+                "AGENTMEMORY['MEMORY_RECALL_ENABLED'] must be True or False, "
+                f"not {conf.MEMORY_RECALL_ENABLED!r}.",
+                hint="True puts a memory block into every context window built without memory_recall=; "
+                "agents choose with their MEMORY_RECALL_ENABLED class variable.",
+                id="agentmemory.E070",
+            )
+        )
+    share = conf.MEMORY_RECALL_SHARE
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
+        errors.append(
+            Error(
+                f"AGENTMEMORY['MEMORY_RECALL_SHARE'] must be a share above 0 and below 1, not {share!r}.",
+                hint="0.25 keeps a quarter of each window's budget for the memory block; the history "
+                "keeps the rest.",
+                id="agentmemory.E071",
+            )
+        )
+    return errors

@@ -15,6 +15,7 @@ that build such a window themselves get the same result.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -46,6 +47,12 @@ def build_closing_gap(
             as ``ContextWindowBuilder.build``.
     """
     max_tokens, max_messages = builder.limits(max_tokens, max_messages)
+    return builder.complete(max_tokens, max_messages, partial(_closed_window, builder))
+
+
+def _closed_window(builder: ContextWindowBuilder, max_tokens: int, max_messages: int | None) -> ContextWindow:
+    """The window of ``builder`` after a compaction where it leaves a gap (see
+    ``build_closing_gap``), what it still leaves out reported."""
     window, summary_cut = builder.fit(max_tokens, max_messages)
     request = None
     if window.uncovered and not summary_cut and builder.gap_policy == "close" and builder.can_compact:
@@ -54,7 +61,7 @@ def build_closing_gap(
         # turn beside it is cut, or refused with the sizes, as it would be a moment later.
         window, summary_cut = builder.fit(max_tokens, max_messages)
         window = replace(window, compaction=request)
-    return builder.finish(
+    return builder.report(
         window, builder.left_out_reason(window, summary_cut=summary_cut, compaction=request)
     )
 

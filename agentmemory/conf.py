@@ -104,6 +104,16 @@ class AgentMemorySettings:
     #: conversations whose agent (registered under the conversation's agent key) sets
     #: KNOWLEDGE_MEMORY_ENABLED; "always": every conversation with an owner; "off": never
     MEMORY_FLUSH: str = "auto"
+    #: memory recall: ``ContextWindowBuilder`` (and the API's context endpoint) put a memory
+    #: block into each window, recalled from the owner's past conversations and facts about
+    #: the turn (``agentmemory.recall.memory``), when not told otherwise; agents decide with
+    #: their own MEMORY_RECALL_ENABLED class variable
+    MEMORY_RECALL_ENABLED: bool = False
+    #: share of a window's budget kept for the memory block (above 0, below 1): the window is
+    #: built within the rest, and the block gets what the system prompt, the summary and the
+    #: history leave, so at least this share when the history fills its part, and more when
+    #: it does not (after a compaction)
+    MEMORY_RECALL_SHARE: float = 0.25
     #: what a context window does with a tool exchange whose calls are not all answered yet:
     #: "omit" leaves it out (providers reject a call without its result), "placeholder" sends
     #: it with a marked placeholder result in the copy sent (storage is never changed)

@@ -52,14 +52,17 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
 
+from agentmemory.compaction.prompts import SUMMARY_RULES, render_transcript
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import StructuredOutputError
+from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, PreparedFact
 from agentmemory.llm.facts import SUMMARY_WITH_FACTS, FactDraft, read_summary_with_facts, said_at
+from agentmemory.llm.offline import extract_facts
 from agentmemory.messages import ChatMessage
+from agentmemory.recall.embedders import EmbeddingError
 
 if TYPE_CHECKING:
-    from agentmemory.compaction import LLMMemoryCompactor
-    from agentmemory.knowledge import KnowledgeMemory, PreparedFact
+    from agentmemory.compaction.summarisers import LLMMemoryCompactor
     from agentmemory.llm.base import ChatResponse
     from agentmemory.models import Conversation, Summary
 
@@ -185,8 +188,6 @@ class MemoryFlush:
     def offline_facts(self, messages: Sequence[ChatMessage]) -> tuple[FactDraft, ...]:
         """The facts the offline rules find in ``messages`` (``extract_facts``); an error in
         the rules is logged and gives none: the summary does not depend on them."""
-        from agentmemory.llm.offline import extract_facts
-
         try:
             return tuple(extract_facts(messages))
         except Exception:
@@ -207,9 +208,6 @@ class MemoryFlush:
         """Check and embed the collected facts, before the compactor takes any lock (the
         embedder is a model call). A fact that cannot be stored is dropped and logged; when
         the embedder fails, the fact is kept without a vector."""
-        from agentmemory.knowledge import InvalidFactError
-        from agentmemory.recall.embedders import EmbeddingError
-
         for draft, source in self.drafts:
             options: dict[str, Any] = {
                 "importance": draft.importance,
@@ -361,8 +359,6 @@ def summarize_with_facts(
         LLMRefusalError, InvalidSummaryError, TransientLLMError, PermanentLLMError: as the
             compactor's other calls.
     """
-    from agentmemory.compaction import SUMMARY_RULES, render_transcript
-
     transcript = render_transcript(
         messages, token_counter=compactor.token_counter, max_tokens_per_message=compactor.max_input_tokens
     )

@@ -24,12 +24,15 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
     pgvector tests wherever ``agentmemory.contrib.pgvector`` is not installed on PostgreSQL
     (``.ci/pgvector`` runs them): they have nothing to run there, and each pass runs what its
     database has. Browser tests run only when the marker expression names them
-    (``-m browser``, as ``.ci/browser`` does): they need Chromium."""
+    (``-m browser``, as ``.ci/browser`` does): they need Chromium; replica tests likewise
+    (``-m replica``, as ``.ci/replica`` does): they need a primary and its standby."""
     from django.apps import apps
 
     drop = []
     if "browser" not in (config.getoption("markexpr", "") or ""):
         drop.append("browser")
+    if "replica" not in (config.getoption("markexpr", "") or ""):
+        drop.append("replica")
     if connection.vendor != "sqlite":
         drop.append("sqlite")
     if connection.vendor != "postgresql" or not apps.is_installed("agentmemory.contrib.pgvector"):

@@ -453,8 +453,7 @@ def test_bug33_two_tabs_appending_at_once_lose_nothing_and_request_one_compactio
     it before either inserts (a barrier forces the overlap), repeated as the case says: both
     appends succeed with distinct, gap-free seqs, the counters are exact, and exactly one
     compaction is requested, by whichever append stored the third human message."""
-    from agentmemory import compaction
-    from agentmemory.compaction import request_compaction
+    from agentmemory.compaction import dispatch, request_compaction
 
     c = case("BUG-33")
     messages = from_openai_messages(c["input"])
@@ -467,7 +466,7 @@ def test_bug33_two_tabs_appending_at_once_lose_nothing_and_request_one_compactio
         with lock:
             enqueued.append(conversation_id)
 
-    monkeypatch.setattr(compaction, "enqueue_compaction", enqueue)
+    monkeypatch.setattr(dispatch, "enqueue_compaction", enqueue)
 
     def append(conversation_id: int, message, ready: threading.Event | None, go: threading.Barrier) -> int:  # type: ignore[no-untyped-def]
         with transaction.atomic():
@@ -520,8 +519,7 @@ def test_bug33_two_tabs_appending_at_once_lose_nothing_and_request_one_compactio
 def test_bug33_requests_made_after_both_appends_committed_enqueue_one_task(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """As the API does it: each request appends (committed at once), then asks for a
     compaction; both may see the third human message, but one task is enqueued."""
-    from agentmemory import compaction
-    from agentmemory.compaction import request_compaction
+    from agentmemory.compaction import dispatch, request_compaction
 
     c = case("BUG-33")
     messages = from_openai_messages(c["input"])
@@ -533,7 +531,7 @@ def test_bug33_requests_made_after_both_appends_committed_enqueue_one_task(monke
         with lock:
             enqueued.append(conversation_id)
 
-    monkeypatch.setattr(compaction, "enqueue_compaction", enqueue)
+    monkeypatch.setattr(dispatch, "enqueue_compaction", enqueue)
 
     def request(conversation_id: int, message, appended: threading.Barrier) -> None:  # type: ignore[no-untyped-def]
         PersistentChatHistory(conversation_id, token_counter=counter).add_message(message)

@@ -451,14 +451,14 @@ def test_a_backlog_is_folded_over_several_bounded_runs(scripted) -> None:  # typ
 
 
 def test_the_task_enqueues_the_next_run_of_a_backlog(scripted, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from agentmemory import compaction
+    from agentmemory.compaction import dispatch
     from agentmemory.tasks import compact_conversation
 
     conv, _ = conversation_with_turns(12, tool_every=0, words=20)
     for i in range(5):
         scripted.add(f"Part {i}.")
     queued = []
-    monkeypatch.setattr(compaction, "enqueue_compaction", lambda pk, **kwargs: queued.append(pk))
+    monkeypatch.setattr(dispatch, "enqueue_compaction", lambda pk, **kwargs: queued.append(pk))
     settings = {**SCRIPTED, "SUMMARIZER_MAX_INPUT_TOKENS": 60, "COMPACTION_MAX_CALLS_PER_RUN": 2}
     compact_conversation.push_request(is_eager=False, retries=0)
     try:

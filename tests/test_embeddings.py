@@ -108,7 +108,7 @@ def test_a_broker_that_cannot_take_the_task_never_fails_the_append(
 
     monkeypatch.setattr("agentmemory.broker.publish", down)
     # a broker is configured (tasks are sent to it, not run here), and it refuses
-    monkeypatch.setattr("agentmemory.compaction.celery_broker", lambda: ("redis://127.0.0.1:1/0", False))
+    monkeypatch.setattr("agentmemory.broker.celery_broker", lambda: ("redis://127.0.0.1:1/0", False))
     conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
     with django_capture_on_commit_callbacks(execute=True):
         stored = PersistentChatHistory(conv).add_messages([ChatMessage.human("hello")])

@@ -26,7 +26,8 @@ from agentmemory.admin.utils import (
     short_conversation,
     short_datetime,
 )
-from agentmemory.calls import WindowUnavailable
+from agentmemory.calls import WindowUnavailable, recorded_memory_tokens
+from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.models import ModelCall, ModelCallKind, UsageSource
 from agentmemory.usage import usage_totals
 
@@ -81,6 +82,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
         "system_tokens",
         "knowledge_tokens",
         "summary_tokens",
+        "memory_tokens",
         "history_tokens",
         "tools_tokens",
         "changes_display",
@@ -132,6 +134,10 @@ class ModelCallAdmin(ReadOnlyAdmin):
         totals = usage_totals(ModelCall.objects.filter(pk=obj.pk))
         return str(totals.cost) if totals.cost is not None else str(_("no price for this model"))
 
+    @admin.display(description=_("memory block tokens"))
+    def memory_tokens(self, obj: ModelCall) -> int:
+        return recorded_memory_tokens(obj)
+
     @admin.display(description=_("window changes"))
     def changes_display(self, obj: ModelCall) -> str:
         return pretty_json(obj.window_changes) if obj.window_changes else "-"
@@ -181,7 +187,9 @@ class ModelCallAdmin(ReadOnlyAdmin):
         leading = 1 + (1 if obj.summary_digest else 0) if obj.system_prompt_digest else 0
         for index, message in enumerate(messages):
             part = "history"
-            if index < leading:
+            if MEMORY_BLOCK_KEY in message.metadata:
+                part = "memory block"
+            elif index < leading:
                 part = "system" if index == 0 and obj.system_prompt_digest else "summary"
             entries.append(
                 {
@@ -208,9 +216,11 @@ class ModelCallAdmin(ReadOnlyAdmin):
             "entries": entries,
             "error": error,
             "tools": json.dumps(tools, indent=2, ensure_ascii=False) if tools else "",
+            "memory_tokens": recorded_memory_tokens(obj),
             "window_tokens": obj.system_tokens
             + obj.knowledge_tokens
             + obj.summary_tokens
+            + recorded_memory_tokens(obj)
             + obj.history_tokens,
         }
         request.current_app = self.admin_site.name

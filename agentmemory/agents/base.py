@@ -200,6 +200,13 @@ class BaseToolCallingAgent:
         TOOLS: ``@tool`` functions (plain functions are wrapped with default options).
         MEMORY_COMPACTOR_ENABLED: build a compactor and call ``compact_if_needed()`` after
             each turn (off by default).
+        MEMORY_RECALL_ENABLED: every model call of a turn carries a memory block: what the
+            owner's past conversations and facts hold about the newest human message and
+            the turn so far (``ContextWindowBuilder(memory_recall=True)``), within the
+            window's budget. Scoped by ``KNOWLEDGE_MEMORY_AGENT_KEY`` and
+            ``KNOWLEDGE_MEMORY_NAMESPACE``; facts already in the system prompt's knowledge
+            block are not repeated. A conversation without an owner gets none, and a recall
+            that fails is logged and the call sent without the block (off by default).
         CONVERSATION_HISTORY_TOKEN_LIMIT: budget of each context window (tokens); ``None``
             uses ``AGENTMEMORY['DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT']`` (10,000).
         MAX_TOOL_ROUNDS: tool rounds per turn; when the model still calls tools after that,
@@ -223,6 +230,9 @@ class BaseToolCallingAgent:
     #: registers the ``remember`` and ``recall`` tools and puts the owner's long-term memory
     #: into the system prompt (``agentmemory.agents.memory_tools``)
     KNOWLEDGE_MEMORY_ENABLED: ClassVar[bool] = False
+    #: puts a memory block recalled from the owner's past into every model call
+    #: (``ContextWindowBuilder(memory_recall=True)``)
+    MEMORY_RECALL_ENABLED: ClassVar[bool] = False
     CONVERSATION_HISTORY_TOKEN_LIMIT: ClassVar[int | None] = None
     MAX_TOOL_ROUNDS: ClassVar[int] = 8
 
@@ -379,20 +389,35 @@ class BaseToolCallingAgent:
         the summary and a window that would leave stored messages in neither itself nor the
         summary first gets a compaction (``AGENTMEMORY['CONTEXT_GAP_POLICY']``, "close" by
         default). Without one, the stored summary is sent and what trimming leaves out is
-        only reported."""
+        only reported. With ``MEMORY_RECALL_ENABLED`` each window carries the memory block
+        (``memory_recall=True``, scoped by ``KNOWLEDGE_MEMORY_AGENT_KEY`` and
+        ``KNOWLEDGE_MEMORY_NAMESPACE``, leaving out the facts of the system prompt's knowledge
+        block)."""
+        memory: dict[str, Any] = {"memory_recall": False}
+        if self.MEMORY_RECALL_ENABLED:
+            memory = {
+                "memory_recall": True,
+                "memory_agent_key": getattr(self, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
+                "memory_namespace": getattr(self, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+                "memory_exclude_fact_ids": injector.knowledge_fact_ids,
+            }
         if injector.memory_compactor is None:
             return ContextWindowBuilder(
                 injector.conversation,
                 system_prompt=system_prompt,
                 token_counter=injector.token_counter,
                 gap_policy="report",
+                **memory,
             )
         return ContextWindowBuilder(
+            # the row, when recall needs its owner: read from it, not queried
+            injector.conversation if self.MEMORY_RECALL_ENABLED else None,
             chat_history=injector.chat_history,
             memory_compactor=injector.memory_compactor,
             system_prompt=system_prompt,
             token_counter=injector.token_counter,
             gap_policy=app_settings().CONTEXT_GAP_POLICY,
+            **memory,
         )
 
     # -- tools --------------------------------------------------------------------------
@@ -612,7 +637,9 @@ class BaseToolCallingAgent:
         enqueued or run; ``False`` when the compactor is disabled.
 
         agentmemory's own compactors are asked through their ``compact_if_needed(max_tokens=,
-        system_tokens=)`` with the agent's budget and this turn's system prompt, so the "no
+        system_tokens=)`` with the agent's budget (less the memory block's share,
+        ``MEMORY_RECALL_SHARE``, with ``MEMORY_RECALL_ENABLED``: the history's windows are
+        built within that) and this turn's system prompt, so the "no
         longer fits" trigger uses the agent's limit and the summary leaves the turn room
         beside the prompt (``summary_token_budget``). A
         compactor that overrides ``compact_if_needed`` is called the way the seed's contract
@@ -624,11 +651,16 @@ class BaseToolCallingAgent:
         if compactor is None:
             return False
         method = compactor.compact_if_needed
+        # With memory recall the history's windows are built within the budget less the
+        # memory block's share: compaction is sized for those.
+        limit = self.token_limit
+        if self.MEMORY_RECALL_ENABLED:
+            limit = max(limit - int(limit * app_settings().MEMORY_RECALL_SHARE), 1)
         try:
             if _is_own(compactor, "compact_if_needed"):
-                return bool(method(max_tokens=self.token_limit, system_tokens=injector.system_tokens))
+                return bool(method(max_tokens=limit, system_tokens=injector.system_tokens))
             if _takes_max_tokens(method):
-                return bool(method(max_tokens=self.token_limit))
+                return bool(method(max_tokens=limit))
             return bool(method())
         except Exception:
             logger.exception(

@@ -8,6 +8,7 @@
 - ``E104``: an ``agents`` module of an installed app failed to import.
 - ``E105``: ``SYSTEM_PROMPT`` is neither text nor a function callable with the injector or
   with nothing (a turn would fail on it).
+- ``E106``: ``MEMORY_RECALL_ENABLED`` is not ``True`` or ``False``.
 - ``W101``: more tools than OpenAI's Chat Completions API takes in one request (128).
 """
 
@@ -66,6 +67,16 @@ def check_agents(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         if prompt_problem:
             errors.append(
                 Error(prompt_problem, hint=SYSTEM_PROMPT_HINT, obj=agent_cls, id="agentmemory.E105")
+            )
+        recall = getattr(agent_cls, "MEMORY_RECALL_ENABLED", False)
+        if not isinstance(recall, bool):
+            errors.append(
+                Error(
+                    f"{label}: MEMORY_RECALL_ENABLED must be True or False, not {recall!r}",
+                    hint="Set MEMORY_RECALL_ENABLED = True to send a memory block on every model call.",
+                    obj=agent_cls,
+                    id="agentmemory.E106",
+                )
             )
         try:
             tools = agent_cls.get_tools()

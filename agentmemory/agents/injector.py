@@ -36,6 +36,8 @@ class AgentInjector:
         token_counter: the counter used for storage and windows.
         knowledge_context: the owner's long-term memory block put into this turn's system
             prompt (``with_knowledge``), ``""`` when none.
+        knowledge_fact_ids: ids of the facts that block shows (the memory block leaves them
+            out).
         system_tokens: tokens of this turn's system prompt as sent (framing included), set
             once the prompt is known; the compactor leaves room for it in the window
             (``agentmemory.compaction.summary_token_budget``). ``None`` before.
@@ -48,6 +50,7 @@ class AgentInjector:
     memory_compactor: BaseMemoryCompactor | None
     token_counter: TokenCounter
     knowledge_context: str = ""
+    knowledge_fact_ids: tuple[int, ...] = ()
     system_tokens: int | None = None
 
     @property

@@ -141,6 +141,7 @@ def with_knowledge(agent: Any, injector: AgentInjector, prompt: str) -> str:
     if not getattr(type(agent), "KNOWLEDGE_MEMORY_ENABLED", False):
         return prompt
     memory = knowledge_memory_for(agent, injector.conversation)
-    block = memory.build_context() if memory is not None else ""
+    block, fact_ids = memory.build_context_with_ids() if memory is not None else ("", ())
     injector.knowledge_context = block  # the call records split the system tokens by it
+    injector.knowledge_fact_ids = fact_ids  # the memory block does not repeat them
     return f"{prompt}\n\n{block}" if block else prompt

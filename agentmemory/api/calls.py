@@ -45,7 +45,7 @@ from agentmemory.api.views import (
     _ConversationScoped,
     message_format,
 )
-from agentmemory.calls import WindowUnavailable, recorded_context_window
+from agentmemory.calls import WindowUnavailable, recorded_context_window, recorded_memory_tokens
 from agentmemory.conf import get_token_counter
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
@@ -61,6 +61,7 @@ class ModelCallSerializer(serializers.ModelSerializer):
     id = serializers.UUIDField(source="uuid", read_only=True)
     message_seq = serializers.SerializerMethodField()
     summary_through_seq = serializers.SerializerMethodField()
+    memory_tokens = serializers.SerializerMethodField()
 
     class Meta:
         model = ModelCall
@@ -81,6 +82,7 @@ class ModelCallSerializer(serializers.ModelSerializer):
             "system_tokens",
             "knowledge_tokens",
             "summary_tokens",
+            "memory_tokens",
             "history_tokens",
             "tools_tokens",
             "input_tokens",
@@ -95,6 +97,10 @@ class ModelCallSerializer(serializers.ModelSerializer):
     def get_message_seq(self, obj: ModelCall) -> int | None:
         """Seq of the AI message the call produced (chat calls)."""
         return obj.message.seq if obj.message_id and obj.message else None
+
+    def get_memory_tokens(self, obj: ModelCall) -> int:
+        """Tokens of the memory block the call sent (0 when none)."""
+        return recorded_memory_tokens(obj)
 
     def get_summary_through_seq(self, obj: ModelCall) -> int | None:
         """Last seq covered by the summary the call sent."""

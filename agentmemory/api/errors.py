@@ -3,8 +3,8 @@
 Every error the API answers is a JSON object ``{"error": code, "detail": text, ...}``:
 ``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
 ``not_authenticated``, ``permission_denied``, ``method_not_allowed``, ``invalid_message``,
-``context_budget_exceeded``...), ``detail`` a sentence for people. Validation errors add
-``fields``: ``{field name: [messages]}``, a nested field named by its dotted path
+``context_budget_exceeded``, ``database_unavailable``...), ``detail`` a sentence for people.
+Validation errors add ``fields``: ``{field name: [messages]}``, a nested field named by its dotted path
 (``tool_calls.0.id``). The handler is used by agentmemory's views only
 (``get_exception_handler``), so a host project's ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` keeps
 governing its own views.
@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError, connections
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.parsers import FormParser, JSONParser
@@ -30,6 +31,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 __all__ = [
     "MAX_BODY_DEPTH",
     "BoundedJSONParser",
+    "DatabaseUnavailable",
     "JSONAwareFormParser",
     "PayloadTooLarge",
     "error_response",
@@ -40,6 +42,18 @@ __all__ = [
 
 #: deepest nesting of objects and arrays accepted in a request body
 MAX_BODY_DEPTH = 100
+
+
+class DatabaseUnavailable(exceptions.APIException):
+    """503: the database could not be reached or gave up on the statement (connection refused
+    or lost, server shutting down, a standby being promoted, a timeout); the request may be
+    retried after ``Retry-After`` seconds. Nothing the request tried to write was committed
+    unless it had already been answered."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "The database is unavailable; retry shortly."
+    retry_after_seconds = 1
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -192,10 +206,26 @@ def _not_found_text(exc: Http404) -> str:
     return text or "Not found."
 
 
+def _close_broken_connections() -> None:
+    """Close the connections of this thread that a failed server left unusable, outside a
+    transaction, so the next request connects again (to a promoted standby, say) even where no
+    request signal closes them (threads, test clients)."""
+    for connection in connections.all(initialized_only=True):
+        if (
+            connection.connection is not None
+            and not connection.in_atomic_block
+            and not connection.is_usable()
+        ):
+            connection.close()
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, answering in the API's error shape; also turns Django's
-    ``RequestDataTooBig`` into a 413 and a Django ``ValidationError`` into a 400. Anything
-    else unhandled stays a server error (returns ``None``), so real bugs are not hidden."""
+    ``RequestDataTooBig`` into a 413, a Django ``ValidationError`` into a 400 and a database
+    that cannot be reached (``OperationalError``, ``InterfaceError``) into a 503
+    ``database_unavailable`` with ``Retry-After``. Anything else unhandled stays a server
+    error (returns ``None``), so real bugs are not hidden."""
+    unavailable = isinstance(exc, (OperationalError, InterfaceError))
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(_not_found_text(exc))
     elif isinstance(exc, PermissionDenied):
@@ -204,6 +234,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = _too_large(_body_limit() or 0)
     elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.messages)
+    elif unavailable:
+        _close_broken_connections()
+        exc = DatabaseUnavailable()
     response = drf_exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response
@@ -217,4 +250,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         text = data.get("detail", detail) if isinstance(data, dict) else detail
         body = {"error": str(code), "detail": " ".join(_flatten(text))}
     response.data = body
+    if unavailable:
+        response["Retry-After"] = str(DatabaseUnavailable.retry_after_seconds)
     return response

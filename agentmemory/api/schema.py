@@ -177,6 +177,7 @@ if SPECTACULAR:
                 "404": "Not found for this user (or an invalid cursor).",
                 "406": "No renderer for the Accept header or ?format= value.",
                 "429": "Throttled (the host's throttle rates; Retry-After says when to retry).",
+                "503": "The database is unavailable (database_unavailable; Retry-After says when to retry).",
             }
             if self.method in ("POST", "PUT", "PATCH"):
                 errors["413"] = "The body is over DATA_UPLOAD_MAX_MEMORY_SIZE."

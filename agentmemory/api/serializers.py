@@ -36,6 +36,7 @@ from rest_framework import serializers
 from agentmemory.api.errors import flatten_errors
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.context import ContextWindow
+from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.formats.anthropic import from_anthropic, to_anthropic
 from agentmemory.formats.media import parse_data_url
@@ -261,16 +262,18 @@ def message_to_native(message: ChatMessage) -> dict[str, Any]:
 
 SYSTEM_PROMPT_PART = "system_prompt"
 SUMMARY_PART = "summary"
+MEMORY_PART = "memory"
 HISTORY_PART = "history"
 
 
 def window_entries(window: ContextWindow, counter: TokenCounter) -> list[tuple[str, ChatMessage, int]]:
     """The window's messages as ``(part, message, tokens)``, oldest first.
 
-    ``part`` is ``"system_prompt"``, ``"summary"`` or ``"history"``; ``tokens`` is what the
-    message costs as sent (tokens): the stored count for the pinned system messages and
-    history messages, the part's accounted size for a system prompt given to the builder
-    and the summary, and a fresh count by ``counter`` for truncated copies. The history
+    ``part`` is ``"system_prompt"``, ``"summary"``, ``"memory"`` (the memory block) or
+    ``"history"``; ``tokens`` is what the message costs as sent (tokens): the stored count
+    for the pinned system messages and history messages, the part's accounted size for a
+    system prompt given to the builder, the summary and the memory block, and a fresh count
+    by ``counter`` for truncated copies. The history
     entries add up to ``window.history_tokens``, the system prompt entries to
     ``window.system_tokens``.
     """
@@ -285,6 +288,8 @@ def window_entries(window: ContextWindow, counter: TokenCounter) -> list[tuple[s
             entries.append((HISTORY_PART, message, tokens))
         elif "summary_id" in (message.metadata or {}):
             entries.append((SUMMARY_PART, message, window.summary_tokens))
+        elif MEMORY_BLOCK_KEY in (message.metadata or {}):
+            entries.append((MEMORY_PART, message, window.memory_tokens))
         elif message.seq is not None and message.token_count is not None:
             entries.append((SYSTEM_PROMPT_PART, message, message.token_count))  # one pinned message
         else:
@@ -1055,7 +1060,7 @@ CONTEXT_MESSAGES_SCHEMA: dict[str, Any] = {
             "content": {"description": "Text, a list of content parts or blocks, or null."},
             "part": {
                 "type": "string",
-                "enum": [SYSTEM_PROMPT_PART, SUMMARY_PART, HISTORY_PART],
+                "enum": [SYSTEM_PROMPT_PART, SUMMARY_PART, MEMORY_PART, HISTORY_PART],
                 "description": "native: which part of the window the message belongs to.",
             },
             "seq": {"type": "integer", "nullable": True, "description": "native: stored seq."},
@@ -1083,6 +1088,31 @@ class UncoveredMessagesSerializer(serializers.Serializer):
     )
 
 
+class RecalledItemSerializer(serializers.Serializer):
+    """One item of a memory block."""
+
+    kind = serializers.ChoiceField(choices=["message", "fact"])
+    text = serializers.CharField(help_text="What the block shows for it, provenance included.")
+    tokens = serializers.IntegerField(help_text="Its share of the block (tokens).")
+    score = serializers.FloatField(help_text="Its relevance to the query; orders the packing.")
+    seqs = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Seqs of the stored messages it shows (none for a fact)."
+    )
+    said_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it was said: the date a transcript gave, else when it was stored."
+    )
+
+
+class MemoryBlockSerializer(serializers.Serializer):
+    """The memory block sent with a window: what the owner's past conversations and facts
+    hold about the turn."""
+
+    text = serializers.CharField(help_text="The block as the model reads it (one system message).")
+    tokens = serializers.IntegerField(help_text="What its message costs (tokens).")
+    query = serializers.CharField(help_text="What was recalled for.")
+    items = RecalledItemSerializer(many=True)
+
+
 class ContextWindowSerializer(serializers.Serializer):
     """A context window: the messages to send, oldest first, and its accounting (tokens)."""
 
@@ -1093,6 +1123,11 @@ class ContextWindowSerializer(serializers.Serializer):
     system_tokens = serializers.IntegerField()
     summary_tokens = serializers.IntegerField()
     history_tokens = serializers.IntegerField()
+    memory_tokens = serializers.IntegerField(help_text="Tokens of the memory block (0 without one).")
+    memory = serializers.SerializerMethodField(
+        help_text="The memory block sent after the summary (memory_recall=true), or null: recall "
+        "off, nothing recalled, no room, or a conversation without an owner."
+    )
     first_seq = serializers.IntegerField(allow_null=True)
     last_seq = serializers.IntegerField(allow_null=True)
     summary_through_seq = serializers.IntegerField(allow_null=True)
@@ -1121,9 +1156,32 @@ class ContextWindowSerializer(serializers.Serializer):
     )
 
     system = serializers.SerializerMethodField(
-        help_text="message_format=anthropic: the request's `system` parameter (the system prompt "
-        "and the summary, which Anthropic takes apart from `messages`); null in other formats."
+        help_text="message_format=anthropic: the request's `system` parameter (the system prompt, "
+        "the summary and the memory block, which Anthropic takes apart from `messages`); null in "
+        "other formats."
     )
+
+    @extend_schema_field(MemoryBlockSerializer(allow_null=True))
+    def get_memory(self, window: ContextWindow) -> dict[str, Any] | None:
+        block = window.memory
+        if block is None:
+            return None
+        return {
+            "text": block.text,
+            "tokens": window.memory_tokens,
+            "query": block.query,
+            "items": [
+                {
+                    "kind": item.kind,
+                    "text": item.text,
+                    "tokens": item.tokens,
+                    "score": item.score,
+                    "seqs": list(item.seqs),
+                    "said_at": item.said_at.isoformat() if item.said_at is not None else None,
+                }
+                for item in block.items
+            ],
+        }
 
     def get_format(self, window: ContextWindow) -> str:
         return self.context.get("message_format", NATIVE)

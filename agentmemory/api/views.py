@@ -482,6 +482,13 @@ class ConversationViewSet(
                 {"type": "integer", "minimum": 0, "maximum": MAX_QUERY_INT},
                 description="Cap on history messages.",
             ),
+            OpenApiParameter(
+                "memory_recall",
+                bool,
+                description="Send a memory block recalled from the owner's past conversations and "
+                "facts about the newest human message (true or false; default: "
+                "AGENTMEMORY['MEMORY_RECALL_ENABLED']).",
+            ),
             MESSAGE_FORMAT_PARAMETER,
             FORMAT_PARAMETER,
         ],
@@ -498,19 +505,28 @@ class ConversationViewSet(
         newest contiguous history that fits ``max_tokens``: within the budget, tool exchanges whole,
         starting on a human message. A window that would leave stored messages in neither
         itself nor the summary gets a compaction first (``CONTEXT_GAP_POLICY``, "close" by
-        default), as an agent's model call does; what it could not close is in ``uncovered``."""
+        default), as an agent's model call does; what it could not close is in ``uncovered``.
+        With ``memory_recall=true`` the owner's memory block follows the summary (``memory``)."""
         conversation = self.get_object()
         shape = message_format(request)
         max_tokens = _positive_int_param(
             request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         )
         max_messages = _positive_int_param(request, "max_messages", default=None)
+        memory_recall = (
+            _bool_param(request, "memory_recall")
+            if "memory_recall" in request.query_params
+            else app_settings().MEMORY_RECALL_ENABLED
+        )
         counter = get_token_counter()
         try:
             # As for an agent's model call: a window that would leave stored messages in
             # neither itself nor the summary gets a compaction first ("close", the default).
             builder = ContextWindowBuilder(
-                conversation, token_counter=counter, gap_policy=app_settings().CONTEXT_GAP_POLICY
+                conversation,
+                token_counter=counter,
+                gap_policy=app_settings().CONTEXT_GAP_POLICY,
+                memory_recall=memory_recall,
             )
             window = build_closing_gap(builder, max_tokens, max_messages=max_messages)
         except ContextBudgetExceeded as exc:

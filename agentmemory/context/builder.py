@@ -16,14 +16,16 @@ the messages left out (see ``ContextWindowBuilder._gap``).
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any, NoReturn
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
-from django.db import router
+from django.db import connections, router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
@@ -53,6 +55,7 @@ from agentmemory.context.packing import (
 )
 from agentmemory.context.window import (
     MAX_LISTED_SEQS,
+    MEMORY_BLOCK_KEY,
     NO_UNCOVERED,
     SUMMARY_CUT,
     ContextWindow,
@@ -92,6 +95,56 @@ REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
 REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
+
+
+#: longest recall query made from the turn (characters): the newest human message comes
+#: first and is kept whole up to this length; the turn's tool calls and results after it
+#: fill the rest, each result cut to ``MEMORY_QUERY_PART_CHARS``
+MEMORY_QUERY_MAX_CHARS = 2_000
+MEMORY_QUERY_PART_CHARS = 300
+
+
+def turn_query(history: Sequence[ChatMessage]) -> str:
+    """The recall query of a window: the text of its newest human message, then what the
+    turn did after it (the AI messages' text, the names and arguments of their tool calls,
+    the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
+    history holds no human message. Pure: reads nothing.
+
+    Args:
+        history: ``ContextWindow.history`` (oldest first).
+    """
+    start = None
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].role is Role.HUMAN:
+            start = index
+            break
+    if start is None:
+        return ""
+    parts = [history[start].text.strip()]
+    for message in history[start + 1 :]:
+        if message.role is Role.AI:
+            if message.text.strip():
+                parts.append(message.text.strip()[:MEMORY_QUERY_PART_CHARS])
+            for call in message.tool_calls:
+                arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+                parts.append(f"{call.name} {arguments}"[:MEMORY_QUERY_PART_CHARS])
+        elif message.role is Role.TOOL and message.text.strip():
+            parts.append(message.text.strip()[:MEMORY_QUERY_PART_CHARS])
+    return "\n".join(part for part in parts if part)[:MEMORY_QUERY_MAX_CHARS]
+
+
+def transaction_savepoint(alias: str) -> Any:
+    """A savepoint on ``alias`` when a transaction is open there (a failed statement then
+    rolls back to it and the transaction goes on), else nothing: no statement is added."""
+    from django.db import transaction
+
+    return transaction.atomic(using=alias) if connections[alias].in_atomic_block else nullcontext()
+
+
+def memory_message(text: str, items: int) -> ChatMessage:
+    """The system message that carries a memory block's ``text``, marked with
+    ``MEMORY_BLOCK_KEY`` (its value: the number of recalled ``items``)."""
+    return ChatMessage.system(text, metadata={MEMORY_BLOCK_KEY: items})
 
 
 def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
@@ -209,6 +262,25 @@ class ContextWindowBuilder:
             marker alone, raises ``TurnTooLarge``. Every copy is listed in
             ``ContextWindow.truncated``; storage keeps the messages whole. ``False`` keeps
             plain packing (``ContextBudgetExceeded``). Default ``True``.
+        memory_recall: put a memory block into each window: what the conversation owner's
+            past conversations and facts hold about the turn, recalled by
+            ``agentmemory.recall.memory.recall_memory`` and sent as one system message right
+            after the summary (``ContextWindow.memory``, ``memory_tokens``). The window is
+            built within the budget less ``AGENTMEMORY['MEMORY_RECALL_SHARE']`` (0.25), or
+            within the whole budget when the turn in progress needs it; the block gets what
+            the system prompt, the summary and the history leave, so the whole stays within
+            ``max_tokens``. Items the window already sends (its seqs, and
+            ``memory_exclude_fact_ids``) are left out. A conversation without an owner gets
+            no block; a recall that fails (a database error) is logged and the window is
+            sent without a block. ``None``: ``AGENTMEMORY['MEMORY_RECALL_ENABLED']`` (False).
+        memory_query: what to recall; defaults to the newest human message and the turn so far
+            (``turn_query``).
+        memory_agent_key, memory_namespace: the scope besides the owner: ``memory_agent_key``
+            limits the conversations searched to that agent key and the facts to those stored
+            with it (``None``: every conversation of the owner, and the facts stored without
+            an agent key); ``memory_namespace`` is the facts' namespace.
+        memory_exclude_fact_ids: facts the request already holds (an agent's knowledge block
+            in its system prompt): never repeated in the memory block.
 
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
@@ -237,8 +309,25 @@ class ContextWindowBuilder:
         pending_tool_calls: str | None = None,
         gap_policy: str | None = None,
         fit_newest_turn: bool = True,
+        memory_recall: bool | None = None,
+        memory_query: str | None = None,
+        memory_agent_key: str | None = None,
+        memory_namespace: str | None = None,
+        memory_exclude_fact_ids: Iterable[int] = (),
     ) -> None:
         conf = app_settings()
+        if memory_recall is None:
+            memory_recall = conf.MEMORY_RECALL_ENABLED
+        if not isinstance(memory_recall, bool):
+            raise TypeError(f"memory_recall must be True, False or None, not {memory_recall!r}")
+        if memory_query is not None and not isinstance(memory_query, str):
+            raise TypeError(f"memory_query must be text or None, not {type(memory_query).__name__}")
+        self.memory_recall = memory_recall
+        self.memory_query = memory_query
+        self.memory_agent_key = memory_agent_key
+        self.memory_namespace = memory_namespace
+        self.memory_exclude_fact_ids = tuple(memory_exclude_fact_ids)
+        self._memory_owner: Any = self._UNSET
         if conversation is None and chat_history is None:
             raise TypeError("ContextWindowBuilder needs a conversation or chat_history=")
         if conversation is not None:
@@ -350,8 +439,50 @@ class ContextWindowBuilder:
             from agentmemory.closing import build_closing_gap
 
             return build_closing_gap(self, max_tokens, max_messages=max_messages)
+        return self.complete(max_tokens, max_messages, self._window)
+
+    def _window(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
+        """The window without a memory block, what it leaves out reported (``build``)."""
         window, summary_cut = self.fit(max_tokens, max_messages)
-        return self.finish(window, self.left_out_reason(window, summary_cut=summary_cut))
+        return self.report(window, self.left_out_reason(window, summary_cut=summary_cut))
+
+    def complete(
+        self, max_tokens: int, max_messages: int | None, window_of: Callable[[int, int | None], ContextWindow]
+    ) -> ContextWindow:
+        """The window ``window_of(max_tokens, max_messages)`` makes (``_window``, or the
+        closing step's), with the memory block when ``memory_recall``; sends
+        ``context_built``."""
+        if self.memory_recall:
+            window = self._with_memory(max_tokens, max_messages, window_of)
+        else:
+            window = window_of(max_tokens, max_messages)
+        signals.context_built.send(
+            sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
+        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "context window of conversation %s: %s tokens (%s of memory), %s rows read, "
+                "%s messages uncovered",
+                self.conversation_id,
+                window.total_tokens,
+                window.memory_tokens,
+                window.rows_read,
+                window.uncovered.count,
+                extra={
+                    "context": {
+                        "conversation_id": self.conversation_id,
+                        "tokens": window.total_tokens,
+                        "max_tokens": window.max_tokens,
+                        "messages": len(window.messages),
+                        "rows_read": window.rows_read,
+                        "uncovered": window.uncovered.count,
+                        "uncovered_tokens": window.uncovered.tokens,
+                        "memory_tokens": window.memory_tokens,
+                        "memory_items": len(window.memory.items) if window.memory is not None else 0,
+                    }
+                },
+            )
+        return window
 
     def limits(self, max_tokens: int | None, max_messages: int | None) -> tuple[int, int | None]:
         """``(max_tokens, max_messages)`` checked, the default budget filled in (see ``build``).
@@ -402,34 +533,110 @@ class ContextWindowBuilder:
             return REASON_NO_COMPACTOR
         return REASON_NOT_REQUESTED
 
-    def finish(self, window: ContextWindow, reason: str) -> ContextWindow:
+    def report(self, window: ContextWindow, reason: str) -> ContextWindow:
         """Report what ``window`` leaves out (``reason``: ``left_out_reason``; the log and
-        ``messages_left_out``), send ``context_built`` and return ``window``."""
+        ``messages_left_out``) and return ``window``."""
         if window.uncovered:
             self._report_left_out(window, reason)
-        signals.context_built.send(
-            sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
-        )
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "context window of conversation %s: %s tokens, %s rows read, %s messages uncovered",
-                self.conversation_id,
-                window.total_tokens,
-                window.rows_read,
-                window.uncovered.count,
-                extra={
-                    "context": {
-                        "conversation_id": self.conversation_id,
-                        "tokens": window.total_tokens,
-                        "max_tokens": window.max_tokens,
-                        "messages": len(window.messages),
-                        "rows_read": window.rows_read,
-                        "uncovered": window.uncovered.count,
-                        "uncovered_tokens": window.uncovered.tokens,
-                    }
-                },
-            )
         return window
+
+    def _with_memory(
+        self, max_tokens: int, max_messages: int | None, window_of: Callable[[int, int | None], ContextWindow]
+    ) -> ContextWindow:
+        """The window built within ``max_tokens`` less the memory block's share
+        (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
+        not fit in less, then the memory block in what is left (``_add_memory``)."""
+        reserved = int(max_tokens * app_settings().MEMORY_RECALL_SHARE)
+        window = None
+        if 0 < reserved < max_tokens:
+            try:
+                window = window_of(max_tokens - reserved, max_messages)
+            except ContextBudgetExceeded:
+                window = None  # the turn needs the block's share too: the block gets what is left
+        if window is None:
+            window = window_of(max_tokens, max_messages)
+        return self._add_memory(replace(window, max_tokens=max_tokens))
+
+    def _owner_id(self) -> Any:
+        """Primary key of the conversation's owner (``None``: no owner), read once per
+        builder: from the ``Conversation`` given, else with one query."""
+        if self._memory_owner is self._UNSET:
+            conversation = self._conversation
+            if isinstance(conversation, Conversation):
+                self._memory_owner = conversation.owner_id
+            else:
+                self._memory_owner = (
+                    Conversation.objects.using(router.db_for_read(Conversation))
+                    .filter(pk=self.conversation_id)
+                    .values_list("owner_id", flat=True)
+                    .first()
+                )
+        return self._memory_owner
+
+    def _add_memory(self, window: ContextWindow) -> ContextWindow:
+        """``window`` with the memory block after its summary, within the tokens the window
+        leaves of its ``max_tokens``; ``window`` itself when there is no room, no query, no
+        owner, nothing recalled, or the recall failed (logged: the model call goes on without
+        the block rather than fail the turn)."""
+        room = window.max_tokens - window.total_tokens
+        if room <= 0:
+            return window
+        query = self.memory_query if self.memory_query is not None else turn_query(window.history)
+        if not query.strip():
+            return window
+        owner = self._owner_id()
+        if owner is None:
+            return window
+        from agentmemory.recall.memory import recall_memory  # recall sits above the window's reads
+
+        seqs = tuple(m.seq for m in window.messages if m.seq is not None)
+        alias = router.db_for_read(Message)
+        # Inside a transaction a failed statement would abort it: recall in a savepoint.
+        guard = transaction_savepoint(alias)
+        try:
+            with guard:
+                block = recall_memory(
+                    owner=owner,
+                    query=query,
+                    max_tokens=room,
+                    token_counter=self.token_counter,
+                    agent_key=self.memory_agent_key,
+                    fact_agent_key=self.memory_agent_key,
+                    namespace=self.memory_namespace,
+                    conversation_id=self.conversation_id,
+                    exclude_seqs=seqs,
+                    exclude_fact_ids=self.memory_exclude_fact_ids,
+                    using=alias,
+                )
+        except Exception:
+            logger.exception(
+                "memory recall failed for conversation %s; the window is sent without a memory block",
+                self.conversation_id,
+            )
+            return window
+        if block is None or not block.text:
+            return window
+        message = memory_message(block.text, len(block.items))
+        # ``block.tokens`` is this message's count by the builder's counter (recall_memory
+        # counts it so): not counted again (2.5 ms for a 3,000-token block).
+        tokens = block.tokens
+        if tokens > room:
+            logger.warning(
+                "the memory block of conversation %s (%d tokens) is over the %d tokens left for it; "
+                "the window is sent without it",
+                self.conversation_id,
+                tokens,
+                room,
+            )
+            return window
+        messages = window.messages
+        position = len(messages) - len(window.history)
+        return replace(
+            window,
+            messages=[*messages[:position], message, *messages[position:]],
+            memory=block,
+            memory_tokens=tokens,
+        )
 
     def fit(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
         """One window read and fitted to ``max_tokens`` (checked: ``limits``), nothing

@@ -13,6 +13,9 @@ from agentmemory.messages import ChatMessage, Role
 MAX_LISTED_SEQS = 1_000
 #: how ``ContextWindow.truncated`` names the summary message when it was sent cut
 SUMMARY_CUT = "summary"
+#: the metadata key that marks the memory block's message (``ContextWindow.memory``); its
+#: value is the number of recalled items in the block
+MEMORY_BLOCK_KEY = "memory_block"
 
 
 class UncoveredMessages:
@@ -126,6 +129,12 @@ class ContextWindow:
             the summary comes from a custom compactor whose coverage is unknown).
         compaction: the ``CompactionRequest`` the builder made to close a gap before
             building this window, or ``None``.
+        memory: the memory block sent (``agentmemory.recall.memory.MemoryBlock``: its text,
+            tokens and recalled items), or ``None`` when recall is off, found nothing, had no
+            room or failed. Its message is the system message right after the summary (after
+            the system prompt when there is no summary), marked with ``MEMORY_BLOCK_KEY`` in
+            its metadata.
+        memory_tokens: tokens of that message (0 without one).
 
     A window iterates, indexes and measures (``len``) as its ``messages``, so it can be
     passed wherever a list of messages is expected.
@@ -148,6 +157,8 @@ class ContextWindow:
     rows_read: int = 0
     uncovered: UncoveredMessages = NO_UNCOVERED
     compaction: Any = None
+    memory: Any = None
+    memory_tokens: int = 0
 
     def __iter__(self) -> Iterator[ChatMessage]:
         return iter(self.messages)
@@ -167,16 +178,17 @@ class ContextWindow:
 
     @property
     def total_tokens(self) -> int:
-        return self.system_tokens + self.summary_tokens + self.history_tokens
+        return self.system_tokens + self.summary_tokens + self.memory_tokens + self.history_tokens
 
     @property
     def history(self) -> list[ChatMessage]:
-        """The history part: every message but the system prompt and the summary (stored
+        """The history part: every message but the system prompt, the summary and the memory
+        block (stored
         messages, and the placeholder results of pending calls, which carry no seq).
 
         The system prompt is the leading run of system messages (the stored pinned ones, at
-        whatever seqs, or one given to the builder, without a seq), then the summary, a
-        system message without a seq. A stored system message inside the history is never
+        whatever seqs, or one given to the builder, without a seq), then the summary and the
+        memory block, system messages without a seq. A stored system message inside the history is never
         among them: the history starts on a human message."""
         messages = self.messages
         start = 0

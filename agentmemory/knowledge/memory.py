@@ -1,0 +1,584 @@
+"""``KnowledgeMemory``: the knowledge memory's public face.
+
+``KnowledgeMemory(owner)`` follows the knowledge-memory contract of the seed design
+(``remember()``, categories, persistent facts, recent entries, ``build_context()``, pruning)
+with the storage in the host's database instead of files. Its methods check their arguments
+and hand the work to ``agentmemory.knowledge.storage`` (writing, repeats, supersession,
+deletion) and ``agentmemory.knowledge.context`` (the context block, the daily log); recall
+ranks through the configured ``RecallBackend``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, Literal
+
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import Case, F, PositiveIntegerField, Q, When
+from django.utils import timezone
+
+from agentmemory.calls import usage_scope
+from agentmemory.conf import app_settings
+from agentmemory.knowledge.context import persistent_facts, recent_entries, render_context
+from agentmemory.knowledge.storage import (
+    FactHit,
+    InvalidFactError,
+    PreparedFact,
+    RememberResult,
+    category_filter,
+    check_owner,
+    clock,
+    content_hash,
+    days_before,
+    delete_ids,
+    embed_content,
+    source_message_id,
+    store_fact,
+    take_scope_lock,
+    validate_fact,
+)
+from agentmemory.models import Fact, FactKind, Message
+from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_recall
+from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
+from agentmemory.recall.embedders import Embedder
+from agentmemory.recall.scope import MemoryScope
+from agentmemory.recall.text import bounded_query
+
+
+class KnowledgeMemory:
+    """Long-term facts of one owner, for one agent key and namespace.
+
+    Args:
+        owner: a saved user or a user id (required).
+        agent_key: an agent's key; facts of other agent keys are not seen (exact match).
+            None means the facts stored without an agent key.
+        namespace: a further exact partition (a project, a tenant); None means none.
+        max_log_days: transient entries older than this are hidden and pruned (days).
+        max_context_entries: most recent entries in ``build_context()``.
+        max_entries: most live facts kept in the scope; the least important (then transient,
+            then oldest) are deleted when a new fact goes over it. None: no limit.
+        max_context_tokens: token bound of ``build_context()``; default
+            ``AGENTMEMORY["KNOWLEDGE_CONTEXT_MAX_TOKENS"]``.
+        embedder: an ``Embedder`` used to find near-duplicates that a new fact supersedes
+            (default ``AGENTMEMORY["EMBEDDER"]``; none: only exact repeats and "key: value"
+            facts are recognised).
+        backend: the ``RecallBackend`` of ``recall()``; default ``AGENTMEMORY["RECALL_BACKEND"]``.
+        kind: which memory's facts this object reads and writes (``Fact.kind``):
+            ``"knowledge"`` (the default) or ``"semantic"`` (``SemanticMemory``'s store). The
+            two never see each other's facts: no repeat, supersession, recall or delete
+            crosses them.
+
+    Raises:
+        MemoryScopeError: no owner, or a scope value that is not a string.
+        ValueError: a negative ``max_log_days``, a non-positive ``max_context_entries``,
+            ``max_entries`` or ``max_context_tokens``, a ``supersede_similarity`` that is
+            not a cosine (-1.0 to 1.0), or an unknown ``kind``.
+    """
+
+    def __init__(
+        self,
+        owner: Any,
+        *,
+        agent_key: str | None = None,
+        namespace: str | None = None,
+        max_log_days: int = 30,
+        max_context_entries: int = 50,
+        max_entries: int | None = None,
+        max_context_tokens: int | None = None,
+        embedder: Embedder | None = None,
+        backend: RecallBackend | None = None,
+        supersede_similarity: float | Literal["default"] | None = "default",
+        using: str | None = None,
+        kind: str = FactKind.KNOWLEDGE,
+    ) -> None:
+        self.scope = MemoryScope.of(owner, agent_key, namespace)
+        if kind not in FactKind.values:
+            raise ValueError(f"kind must be one of {', '.join(FactKind.values)}, not {kind!r}")
+        self.kind = str(kind)
+        for name, value, low in (
+            ("max_log_days", max_log_days, 0),
+            ("max_context_entries", max_context_entries, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
+        for name, bound in (("max_entries", max_entries), ("max_context_tokens", max_context_tokens)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+                # 0 used to mean the default and a string failed only in build_context()
+                raise ValueError(f"{name} must be a positive integer or None, not {bound!r}")
+        if supersede_similarity not in (None, "default") and (
+            isinstance(supersede_similarity, bool)
+            or not isinstance(supersede_similarity, int | float)
+            or not -1.0 <= supersede_similarity <= 1.0  # also refuses NaN
+        ):
+            raise ValueError(
+                f"supersede_similarity must be a cosine from -1.0 to 1.0, None or 'default', "
+                f"not {supersede_similarity!r}"
+            )
+        conf = app_settings()
+        self.max_log_days = max_log_days
+        self.max_context_entries = max_context_entries
+        self.max_entries = max_entries
+        self.max_context_tokens = (
+            conf.KNOWLEDGE_CONTEXT_MAX_TOKENS if max_context_tokens is None else max_context_tokens
+        )
+        self.embedder = embedder if embedder is not None else get_embedder()
+        self._backend = backend
+        self.supersede_similarity = (
+            conf.FACT_SUPERSEDE_SIMILARITY if supersede_similarity == "default" else supersede_similarity
+        )
+        self.using = using or router.db_for_write(Fact)
+        self._owner_checked = False
+
+    def __repr__(self) -> str:
+        s = self.scope
+        kind = "" if self.kind == FactKind.KNOWLEDGE else f", kind={self.kind!r}"
+        return (
+            f"KnowledgeMemory(owner={s.owner_id}, agent_key={s.agent_key!r}, namespace={s.namespace!r}{kind})"
+        )
+
+    # -- querysets -------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> RecallBackend:
+        if self._backend is None:
+            self._backend = get_backend(embedder=self.embedder)
+        return self._backend
+
+    def all_facts(self) -> Any:
+        """Every stored fact of the scope: live, superseded and expired (the history)."""
+        return Fact.objects.using(self.using).filter(**self.scope.filter(), kind=self.kind)
+
+    def live_facts(self, now: datetime | None = None) -> Any:
+        """Facts in default recall at ``now`` (an aware datetime; default the current time):
+        not superseded, not expired, and, for transient entries, not older than
+        ``max_log_days``."""
+        now = clock(now)
+        cutoff = days_before(now, self.max_log_days)
+        return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def remember(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        supersedes: int | uuid.UUID | None = None,
+    ) -> str:
+        """Store a fact and return a one-line confirmation for the model or the user, such as
+        ``"Remembered (preferences, persistent): Prefers dark mode"``. See ``store()`` for
+        the arguments and errors."""
+        result = self.store(
+            content,
+            category,
+            persistent,
+            importance=importance,
+            ttl=ttl,
+            source_message=source_message,
+            supersedes=supersedes,
+        )
+        fact = result.fact
+        kind = "persistent" if fact.persistent else "recent"
+        if result.action == "duplicate":
+            return f"Already remembered ({fact.category}): {fact.content}"
+        if result.action == "updated":
+            return f"Updated memory ({fact.category}, {kind}): {fact.content}"
+        if result.action == "superseded":
+            return f"Remembered ({fact.category}, {kind}), replacing an older fact: {fact.content}"
+        return f"Remembered ({fact.category}, {kind}): {fact.content}"
+
+    def store(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        supersedes: int | uuid.UUID | None = None,
+        now: datetime | None = None,
+    ) -> RememberResult:
+        """Store a fact and say what happened (see ``RememberResult``).
+
+        Args:
+            content: the fact, 1 to ``AGENTMEMORY["MAX_FACT_CHARS"]`` characters, no NUL.
+            category: a label such as "preferences" (1-100 characters).
+            persistent: kept until forgotten (True) or a recent entry that ages out after
+                ``max_log_days`` (False).
+            importance: 0.0-1.0 (default 0.5); ranks recall and decides eviction.
+            ttl: seconds (or a timedelta) until the fact expires, at most ``MAX_TTL_SECONDS``
+                (100 years); None: no expiry.
+            source_message: the stored message the fact came from (a message of one of the
+                owner's conversations).
+            supersedes: a live fact of this scope that the new one replaces: its id (primary
+                key) or its public ``uuid``. Checked even when the content is a repeat: then
+                the named fact becomes history of the fact already in force ("updated"). A
+                fact naming itself is changed in place (its persistence is set either way),
+                or, with another category, replaced by a new fact in that category.
+            now: the clock (tests and imports); default the current time.
+
+        Returns:
+            ``RememberResult``. A live fact of the same scope with the same content (up to
+            whitespace) is a repeat: nothing new is stored. Otherwise a new fact is stored and
+            supersedes ``supersedes``, a live fact of the same category with the same
+            "key:" prefix, or the most similar live fact of the same category at or above
+            ``AGENTMEMORY["FACT_SUPERSEDE_SIMILARITY"]`` when an embedder is configured.
+            The new content is always stored.
+
+        Raises:
+            InvalidFactError: bad content, category, importance, ttl, ``source_message`` or
+                ``supersedes``.
+            MemoryScopeError: the owner id names no user.
+            ValueError: ``now`` is a naive datetime.
+        """
+        now = clock(now)
+        content, category, importance_value, ttl_seconds = validate_fact(content, category, importance, ttl)
+        if not isinstance(persistent, bool):
+            raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
+        digest = content_hash(content)
+        expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
+        check_owner(self)
+        source_id = source_message_id(self, source_message)
+        vector = embed_content(self, content)
+        for _attempt in range(3):
+            try:
+                with transaction.atomic(using=self.using):
+                    take_scope_lock(self)
+                    return store_fact(
+                        self,
+                        content,
+                        category,
+                        persistent,
+                        importance,
+                        importance_value,
+                        expires_at,
+                        source_id,
+                        supersedes,
+                        digest,
+                        vector,
+                        now,
+                    )
+            except IntegrityError:
+                # Two writers stored the same content at once: the unique constraint on live
+                # content kept one; the retry reports it as the repeat it now is.
+                continue
+        raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def prepare(
+        self,
+        content: str,
+        category: str = "general",
+        persistent: bool = False,
+        *,
+        importance: float | None = None,
+        ttl: float | timedelta | None = None,
+        source_message: Message | int | None = None,
+        metadata: dict[str, Any] | None = None,
+        embed: bool = True,
+        now: datetime | None = None,
+    ) -> PreparedFact:
+        """The part of ``store()`` that takes no lock: check the fact (same arguments and
+        errors as ``store()``) and embed it (a model call when an embedder is configured).
+        ``store_prepared()`` then writes it, inside the caller's transaction. A service that
+        writes facts together with rows of its own (compaction stores the facts of the turns
+        it folds in the transaction that stores the summary) prepares them first, so that no
+        model is called while it holds its locks.
+
+        ``metadata`` is kept on a fact this creates (``Fact.metadata``); a repeat of a live
+        fact keeps the live fact's metadata. ``embed=False`` leaves the vector out (an
+        embedder that failed: ``manage.py rebuild_recall_index`` adds the missing vectors
+        later; until then only the "key:" rule and exact repeats find what it supersedes).
+        """
+        now = clock(now)
+        content, category, importance_value, ttl_seconds = validate_fact(content, category, importance, ttl)
+        if not isinstance(persistent, bool):
+            raise InvalidFactError(f"persistent must be a bool, not {persistent!r}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidFactError(f"metadata must be a dict, not {type(metadata).__name__}")
+        check_owner(self)
+        return PreparedFact(
+            content=content,
+            category=category,
+            persistent=persistent,
+            importance_given=importance,
+            importance=importance_value,
+            expires_at=now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None,
+            source_id=source_message_id(self, source_message),
+            digest=content_hash(content),
+            vector=embed_content(self, content) if embed else None,
+            metadata=dict(metadata or {}),
+        )
+
+    def store_prepared(self, prepared: PreparedFact, *, now: datetime | None = None) -> RememberResult:
+        """Write a fact made by ``prepare()`` by the rules of ``store()`` (repeat, supersede),
+        in a savepoint of the caller's transaction (or a transaction of its own outside one),
+        after taking the scope's write lock (``lock_scope()``). Queries only: no model call.
+
+        Returns:
+            ``RememberResult``, as ``store()``.
+
+        Raises:
+            InvalidFactError: concurrent writers kept conflicting (three tries).
+        """
+        now = clock(now)
+        for _attempt in range(3):
+            try:
+                with transaction.atomic(using=self.using):
+                    take_scope_lock(self)
+                    result = store_fact(
+                        self,
+                        prepared.content,
+                        prepared.category,
+                        prepared.persistent,
+                        prepared.importance_given,
+                        prepared.importance,
+                        prepared.expires_at,
+                        prepared.source_id,
+                        None,
+                        prepared.digest,
+                        prepared.vector,
+                        now,
+                    )
+                    if prepared.metadata and result.action in ("created", "superseded"):
+                        Fact.objects.using(self.using).filter(pk=result.fact.pk).update(
+                            metadata=prepared.metadata
+                        )
+                        result.fact.metadata = dict(prepared.metadata)
+                    return result
+            except IntegrityError:
+                continue
+        raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
+
+    def lock_scope(self) -> None:
+        """Take the scope's write lock for the rest of the caller's transaction (PostgreSQL;
+        see ``agentmemory.knowledge.storage.take_scope_lock``). A service that also locks rows
+        of its own takes this lock first, so that it and ``store()`` called inside a
+        request's transaction always lock in the same order."""
+        take_scope_lock(self)
+
+    def recall(
+        self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
+    ) -> list[FactHit]:
+        """Live facts of the scope that match ``query``, best first: the backend's relevance
+        times importance and recency boosts (see ``agentmemory.recall.boost``). Never changes
+        an expiry.
+
+        The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
+        ``recall_count`` raised by one) when the caller's transaction commits, or at once
+        outside a transaction; a transaction rolled back records nothing. On PostgreSQL that
+        small update commits without waiting for the write-ahead log to reach the disk
+        (``synchronous_commit = off`` for that transaction alone): a crash of the database
+        server may lose the counters of the last recalls, never a fact. The ``FactHit`` facts
+        show the values read, before this recall.
+
+        Queries: with the full-text backend on PostgreSQL, one statement ranks, reads and (in
+        autocommit mode) records the facts (``agentmemory.recall.fulltext.recall_facts``);
+        inside a transaction the update is one more statement after the commit. Elsewhere:
+        the backend's ranking, a read of the hits and the update.
+
+        Raises:
+            ValueError: ``k`` not from 1 to 100, a naive ``now``, or a ``category`` that is
+                not text the database can compare (``InvalidFactError``). TypeError: ``query`` not a string.
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
+        query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
+        now = clock(now)
+        facts = self.live_facts(now)
+        if category is not None:
+            facts = facts.filter(category=category_filter(category))
+        started = time.perf_counter()
+        backend = self.backend
+        limit = max(k * 5, MIN_CANDIDATES)
+        found: list[tuple[Fact, float, float]] | None = None
+        recorded = False
+        with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
+            connection = connections[self.using]
+            # outside a transaction the ranking statement records the recall itself
+            record_now = connection.get_autocommit() and not connection.in_atomic_block
+            if type(backend) is FullTextBackend:  # a subclass may rank its own way
+                found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
+                recorded = record_now and found is not None
+            if found is None:
+                ranked = backend.rank(facts, query, limit)
+                rows = Fact.objects.using(self.using).in_bulk([pk for pk, _score in ranked]) if ranked else {}
+                top = max((score for _pk, score in ranked), default=0.0)
+                found = [(rows[pk], score, top) for pk, score in ranked if pk in rows]
+        if not found:
+            report_recall("facts", self.scope.owner_id, backend, 0, started)
+            return []
+        hits = [FactHit(f, boost(score, best, f.created_at, f.importance, now)) for f, score, best in found]
+        hits.sort(key=lambda h: (-h.score, -h.fact.pk))
+        hits = hits[:k]
+        if not recorded:
+            _record_recall(self.using, [h.fact.pk for h in hits], now)
+        report_recall("facts", self.scope.owner_id, backend, len(hits), started)
+        return hits
+
+    def get_persistent_facts(self) -> dict[str, list[str]]:
+        """Live persistent facts by category (categories and facts in the order stored)."""
+        return persistent_facts(self)
+
+    def get_recent_entries(self, days: int = 7, limit: int = 50) -> list[dict[str, Any]]:
+        """The daily log: live entries of the last ``days`` days, persistent and transient,
+        newest first, at most ``limit``: dicts with ``id``, ``timestamp`` (ISO 8601, UTC,
+        "Z"), ``category``, ``content``, ``persistent``, ``importance`` and ``expires_at``
+        (ISO 8601 or None).
+
+        The knowledge seed writes every entry to its daily log, a persistent one as well as
+        MEMORY.md, so a persistent fact stored in the last ``days`` days is listed here too
+        (``persistent`` True); ``build_context()`` names it once, under [Long-term Memory].
+        A fact replaced since (a changed "key: value" fact) is not listed."""
+        return recent_entries(self, days, limit)
+
+    def build_context(self) -> str:
+        """``build_context_with_ids()``'s text: the block put into the system prompt."""
+        return self.build_context_with_ids()[0]
+
+    def build_context_with_ids(self) -> tuple[str, tuple[int, ...]]:
+        """The block put into the system prompt, and the ids of the facts it shows (so that
+        a memory block recalled beside it does not repeat them)::
+
+            [Long-term Memory]
+            ## preferences
+            - Preferred language: Python
+
+            [Recent Memory]
+            - [2026-03-13 10:16] (context) Working on Project Atlas this week
+
+        Long-term memory holds the live persistent facts grouped by category (most important
+        first when they do not all fit); recent memory the newest ``max_context_entries``
+        transient entries, oldest first. The whole block stays within ``max_context_tokens``
+        by the configured token counter: an entry too long for the tokens left is skipped and
+        the next ones still fill the rest (one long fact never empties the block). A section
+        with nothing in it is left out, and an empty memory gives "". Reading never changes a
+        fact.
+        """
+        return render_context(self)
+
+    # -- deleting --------------------------------------------------------------------------
+
+    def forget(self, fact_id: int | uuid.UUID) -> int:
+        """Delete one fact of this scope with its history (the facts it superseded) and its
+        embeddings and index entries; returns the number of facts deleted (0 when the id is
+        not a fact of this scope). ``fact_id`` is its id (primary key) or its public ``uuid``.
+
+        Raises:
+            TypeError: ``fact_id`` is neither an int nor a ``uuid.UUID``.
+        """
+        if isinstance(fact_id, uuid.UUID):
+            head = self.all_facts().filter(uuid=fact_id).first()
+        elif isinstance(fact_id, bool) or not isinstance(fact_id, int):
+            raise TypeError(f"fact_id must be an int or a uuid.UUID, not {type(fact_id).__name__}")
+        else:
+            head = self.all_facts().filter(pk=fact_id).first()
+        if head is None:
+            return 0
+        while head.superseded_by_id is not None:  # forgetting history forgets the fact it led to
+            head = Fact.objects.using(self.using).get(pk=head.superseded_by_id)
+        return delete_ids(self, [head.pk])
+
+    def forget_all(self, *, category: str | None = None) -> int:
+        """Delete every fact of this scope (or of one category), history included; returns how
+        many facts were deleted. Deletes in batches of ``DELETE_BATCH`` until none is left,
+        so no page size limits it; other owners' rows are never touched.
+
+        Raises:
+            InvalidFactError: ``category`` is not text the database can compare.
+        """
+        facts = self.all_facts()
+        if category is not None:
+            facts = facts.filter(category=category_filter(category))
+        return delete_ids(self, facts.values_list("pk", flat=True), count_all=True)
+
+    def clear(self) -> None:
+        """Forget every fact of this scope (the seed's "remove all knowledge")."""
+        self.forget_all()
+
+    def clear_logs(self) -> None:
+        """Empty the daily log of this scope: forget the transient entries, and take the
+        persistent facts out of ``get_recent_entries()`` while keeping them (the seed's
+        MEMORY.md is kept)."""
+        delete_ids(
+            self, self.all_facts().filter(persistent=False).values_list("pk", flat=True), count_all=True
+        )
+        self.all_facts().filter(persistent=True, in_daily_log=True).update(in_daily_log=False)
+
+    def prune_logs(self, max_days: int | None = None) -> int:
+        """Delete transient entries older than ``max_days`` (default ``max_log_days``) and
+        expired facts of this scope; returns how many facts were deleted. With the default,
+        only facts that reads already hide are deleted. Persistent facts older than that
+        are kept and leave the daily log (``get_recent_entries()``)."""
+        days = self.max_log_days if max_days is None else max_days
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ValueError(f"max_days must be a non-negative integer, not {max_days!r}")
+        now = timezone.now()
+        cutoff = days_before(now, days)
+        stale = self.all_facts().filter(Q(persistent=False, created_at__lt=cutoff) | Q(expires_at__lte=now))
+        deleted = delete_ids(self, stale.values_list("pk", flat=True), count_all=True)
+        # the log entries of older persistent facts go too; the facts stay (MEMORY.md)
+        self.all_facts().filter(persistent=True, in_daily_log=True, created_at__lt=cutoff).update(
+            in_daily_log=False
+        )
+        return deleted
+
+
+def _record_recall(using: str, ids: list[int], now: datetime) -> None:
+    """Mark the facts ``ids`` as recalled at ``now`` when the current transaction commits (at
+    once in autocommit mode; in a transaction managed by hand, inside it)."""
+    connection = connections[using]
+    if connection.in_atomic_block or connection.get_autocommit():
+        transaction.on_commit(partial(_mark_recalled, using, ids, now), using=using, robust=True)
+    else:
+        _mark_recalled(using, ids, now, durable=True)
+
+
+def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = False) -> None:
+    """``last_recalled_at = now``, ``recall_count + 1`` for the facts ``ids``: one statement.
+
+    On PostgreSQL, unless ``durable``, its transaction commits without waiting for the
+    write-ahead log to reach the disk (``synchronous_commit`` off for that transaction only,
+    set by ``set_config(..., true)`` inside the statement): a counter is not worth a wait for
+    the disk, which took 8-18 ms a recall on a loaded machine (docs/benchmarks.md, "Facts at
+    scale"). It runs after the caller's commit or in autocommit mode, so no other write
+    shares that transaction.
+    """
+    connection = connections[using]
+    most = max_recall_count(using)
+    if connection.vendor != "postgresql" or durable:
+        Fact.objects.using(using).filter(pk__in=ids).update(
+            last_recalled_at=now,
+            recall_count=Case(
+                When(recall_count__lt=most, then=F("recall_count") + 1),
+                default=F("recall_count"),
+                output_field=PositiveIntegerField(),
+            ),
+        )
+        return
+    table = connection.ops.quote_name(Fact._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
+            f"UPDATE {table} SET last_recalled_at = %s, recall_count = "
+            "CASE WHEN recall_count < %s THEN recall_count + 1 ELSE recall_count END "
+            "WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM async)",
+            [now, most, list(ids)],
+        )
+
+
+def max_recall_count(using: str) -> int:
+    """The largest ``Fact.recall_count`` the database ``using`` holds (2,147,483,647 on
+    PostgreSQL): the counter stops there. Counting past it raised "integer out of range" on
+    PostgreSQL, failing the recall that counted, and turned the column into a float on
+    SQLite."""
+    return fulltext.column_max(Fact, "recall_count", using)

@@ -1,0 +1,579 @@
+"""Storing facts: the checks, exact repeats, supersession and eviction, and deletion.
+
+The rules a fact is written by (design invariant R3; pinned by ``tests/test_knowledge.py``):
+an exact repeat of a live fact adds nothing (``content_hash``), a changed "key: value" fact
+(``fact_key``) or, with an embedder, the most similar live fact about the same subject
+(``same_subject``) is superseded and stays as history, and the least important live facts
+leave a full scope (``max_entries``). The functions take the ``KnowledgeMemory`` whose scope
+they write (``agentmemory.knowledge.memory``); callers use that facade.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from django.contrib.auth import get_user_model
+from django.db import connections, transaction
+from django.utils import timezone
+
+from agentmemory.calls import usage_scope
+from agentmemory.conf import app_settings
+from agentmemory.exceptions import AgentMemoryError
+from agentmemory.models import Fact, FactEmbedding, Message
+from agentmemory.recall.backends import mirror_vectors
+from agentmemory.recall.embedders import cosine_scores, from_bytes, numpy, to_bytes
+from agentmemory.recall.scope import MemoryScopeError
+from agentmemory.validation import MAX_ID, text_problem
+
+if TYPE_CHECKING:
+    from agentmemory.knowledge.memory import KnowledgeMemory
+
+Action = Literal["created", "duplicate", "updated", "superseded"]
+
+#: rows deleted per statement when forgetting (no cap on the total)
+DELETE_BATCH = 500
+#: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
+#: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
+#: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
+_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+
+
+class InvalidFactError(AgentMemoryError, ValueError):
+    """A fact that cannot be stored: empty or over-long content, NUL bytes, a bad category,
+    importance outside 0.0-1.0, a non-positive ttl, or a ``supersedes`` id outside the scope."""
+
+
+@dataclass(frozen=True)
+class RememberResult:
+    """What ``KnowledgeMemory.store()`` did.
+
+    ``action``: "created" (a new fact), "duplicate" (the same content was already live in the
+    scope; nothing was written), "updated" (the same content was live and its persistence,
+    importance or expiry changed, or the fact named by ``supersedes`` became its history:
+    then ``superseded_ids`` names it), "superseded" (a new fact replaced ``superseded_ids``,
+    which stay as history).
+    """
+
+    fact: Fact
+    action: Action
+    superseded_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PreparedFact:
+    """A fact checked and embedded by ``KnowledgeMemory.prepare()``, ready for
+    ``store_prepared()``: its cleaned content and category, persistence, importance (as given,
+    and the value used), expiry, source message id, content hash, vector and metadata."""
+
+    content: str
+    category: str
+    persistent: bool
+    importance_given: float | None
+    importance: float
+    expires_at: datetime | None
+    source_id: int | None
+    digest: str
+    vector: list[float] | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FactHit:
+    """One fact found by ``KnowledgeMemory.recall()``; ``score`` orders one call's hits."""
+
+    fact: Fact
+    score: float
+
+
+def normalize(content: str) -> str:
+    """Content with every run of whitespace made one space and the ends stripped: the form
+    compared for exact repeats. Case and punctuation are kept (they may be the change)."""
+    return " ".join(content.split())
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(normalize(content).encode()).hexdigest()
+
+
+def fact_key(content: str) -> str | None:
+    """The key of a "key: value" fact ("Preferred language: Python" has the key
+    "preferred language"), or None. A new fact with the key of a live fact of the same scope
+    and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
+    for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
+    as a key made "Pickup at 8:40 for Tom" replace Lea's pickup)."""
+    match = _KEY.match(content)
+    if not match:
+        return None
+    return " ".join(match.group(1).split()).casefold()
+
+
+#: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
+#: elision kept whole ("alice's", "o'neil")
+_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+#: words that lead a subject without naming it: articles, possessive and demonstrative
+#: determiners ("my sister", "the dentist", "this laptop")
+_DETERMINERS_TEXT = "a an the my your his her its our their this that these those"
+_DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
+#: subjects of one word: personal pronouns, and "user" as facts about a user write it
+_PRONOUNS_TEXT = "i we you he she they it user"
+_PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
+#: verbs that a suffix does not show (auxiliaries, common irregular past forms): after a first
+#: word, they make it a named subject ("Lea is 7", "Tom went to Oslo")
+_VERBS_TEXT = """
+    is are was were am be been has have had does do did can could will would should may might
+    must shall went got made took left came saw said told gave kept bought sold began became
+    ran met wrote drove flew lost won paid
+"""
+_VERBS = frozenset(_VERBS_TEXT.split())
+#: a replaced span of at most this many words on each side is a slot of a shared template
+_SLOT_WORDS = 2
+
+
+def _verb_like(word: str) -> bool:
+    """A word written like an English verb form: a known one, or a third-person "-s" or a
+    past "-ed" of three letters or more ("likes", "joined"; not "as", "bus", "class")."""
+    if word in _VERBS:
+        return True
+    if len(word) < 3 or not word.isalpha():
+        return False
+    return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
+
+
+def fact_subject(content: str) -> tuple[str, ...]:
+    """The leading words that name what a fact is about, case-folded, or ``()`` when it
+    names none (a fact about the user written without a subject: "Likes spicy food",
+    "Works at Northwind"). Named: determiners and the word after them ("my sister", "the
+    dentist"), a pronoun ("i", "user"), a possessive and the word after it ("alice's
+    birthday"), or a first word followed by a verb ("alice" in "Alice works at Google").
+    A rule of thumb for English word order (subject first), not a parser: both facts
+    compared go through the same rule."""
+    words = _SUBJECT_WORD.findall(content.casefold())
+    if not words:
+        return ()
+    end = 0
+    if words[0] in _PRONOUNS:
+        end = 1
+    elif words[0] in _DETERMINERS:
+        while end < len(words) - 1 and words[end] in _DETERMINERS:
+            end += 1
+        end += 1
+    elif words[0].endswith(("'s", "\u2019s")) or (len(words) > 1 and _verb_like(words[1])):
+        end = 1
+    while 0 < end < len(words) and words[end - 1].endswith(("'s", "\u2019s")):
+        end += 1
+    return tuple(words[:end])
+
+
+def same_subject(old: str, new: str) -> bool:
+    """Whether ``new`` says something new about what ``old`` is about, the condition for a
+    fact found similar by its embedding to supersede another. Both must name the same
+    subject (``fact_subject``; none named counts as the same: the user), and the rest must
+    not be the same sentence with two or more of its slots filled differently ("Pickup at
+    8:40 for Tom" after "Pickup at 8:15 for Lea" is another pickup, "Favourite food is sushi"
+    after "Favourite colour is blue" another favourite). "My sister now lives in Porto"
+    after "My sister lives in Lisbon", "Dislikes spicy food" after "Likes spicy food" and
+    "Started a new job at Contoso" after "Works at Northwind" are changes; "My brother
+    lives in Lisbon" is a fact about someone else. Embedding similarity alone replaced such
+    facts: sentences that differ in one name embed above a cosine of 0.85."""
+    subject = fact_subject(old)
+    if subject != fact_subject(new):
+        return False
+    old_rest = _SUBJECT_WORD.findall(old.casefold())[len(subject) :]
+    new_rest = _SUBJECT_WORD.findall(new.casefold())[len(subject) :]
+    matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
+    replaced = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op == "replace"]
+    slots = len(replaced) >= 2 and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    return not slots
+
+
+#: the ASCII letters and digits a fact starts with: every fact with its key starts with them
+#: too, in any case (stored content is stripped), which both databases' ``LIKE`` can fold
+_KEY_HEAD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _key_pattern(content: str) -> str:
+    """A case-insensitive regular expression (``iregex``) that every stored fact with the key
+    of ``content`` matches: its key's words with any run of whitespace between them, then the
+    colon. It only narrows the rows read; ``fact_key`` decides. A plain ``istartswith`` of the
+    key missed the same key with other spacing ("Preferred  language:"), and on SQLite, whose
+    ``LIKE`` folds only ASCII, one with another case of a non-ASCII letter ("Ärger:" and
+    "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
+    ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
+    in PostgreSQL's regular expressions too."""
+    words = content.split(":", 1)[0].split()
+    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + r"\s*:"
+
+
+#: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
+
+
+def _seconds(ttl: Any) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise InvalidFactError(f"ttl must be seconds or a timedelta, not {ttl!r}")
+    if not seconds > 0:
+        raise InvalidFactError(f"ttl must be positive, not {ttl!r}")
+    if not seconds <= MAX_TTL_SECONDS:  # also refuses inf and NaN
+        raise InvalidFactError(f"ttl must be at most {MAX_TTL_SECONDS} seconds (100 years), not {ttl!r}")
+    return seconds
+
+
+def days_before(now: datetime, days: int) -> datetime:
+    """``now`` minus ``days`` days, or the earliest time a ``datetime`` holds when that is
+    further back: a bound such as ``max_log_days=10**6`` (meaning "keep everything") made
+    every read fail with OverflowError."""
+    try:
+        return now - timedelta(days=days)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def clock(now: Any) -> datetime:
+    """``now``, or the current time when None. A naive datetime is refused: it cannot be
+    compared with the stored, aware times (recall failed with a TypeError, storing read it in
+    the current time zone with only a warning).
+
+    Raises:
+        ValueError: ``now`` is not an aware ``datetime``.
+    """
+    if now is None:
+        return timezone.now()
+    if not isinstance(now, datetime) or timezone.is_naive(now):
+        raise ValueError(f"now must be an aware datetime, not {now!r}")
+    return now
+
+
+def category_filter(category: Any) -> str:
+    """``category`` as a filter value; a value the database cannot compare (not a string, a
+    NUL, a lone surrogate) is refused here instead of failing in the database driver.
+
+    Raises:
+        InvalidFactError: (a ``ValueError``) ``category`` is not storable text.
+    """
+    if not isinstance(category, str) or text_problem(category):
+        raise InvalidFactError(f"category must be text without NUL or lone surrogates, not {category!r}")
+    return category
+
+
+def check_owner(memory: KnowledgeMemory) -> None:
+    """Refuse an owner id that names no user, once per instance. The foreign key would
+    refuse the fact anyway, but late: at the commit, or, in autocommit mode, as an
+    ``IntegrityError`` that ``store()`` took for a race of writers of the same content
+    (three retries, then "concurrent writers kept conflicting").
+
+    Raises:
+        MemoryScopeError: no user has the owner id.
+    """
+    if memory._owner_checked:
+        return
+    users = get_user_model()._default_manager.using(memory.using)
+    if not users.filter(pk=memory.scope.owner_id).exists():
+        raise MemoryScopeError(f"no user with id {memory.scope.owner_id}")
+    memory._owner_checked = True
+
+
+def source_message_id(memory: KnowledgeMemory, source_message: Any) -> int | None:
+    """The id of ``source_message`` (a ``Message`` or its id), checked to be a stored
+    message of one of the owner's conversations: a fact shows its source conversation, so
+    another user's message (or none at all: a foreign key error taken for a write race)
+    is refused.
+
+    Raises:
+        InvalidFactError: not a message of the owner's conversations.
+    """
+    if source_message is None:
+        return None
+    pk = source_message.pk if isinstance(source_message, Message) else source_message
+    if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
+        raise InvalidFactError(f"source_message must be a stored message or its id, not {pk!r}")
+    owned = Message.objects.using(memory.using).filter(pk=pk, conversation__owner_id=memory.scope.owner_id)
+    if not owned.exists():
+        raise InvalidFactError(f"source_message {pk} is not a message of this owner's conversations")
+    return pk
+
+
+def take_scope_lock(memory: KnowledgeMemory) -> None:
+    """Serialise the writers of one scope until the transaction ends.
+
+    Storing reads the scope's live facts (repeats, the "key:" fact or the similar fact to
+    supersede, eviction) and then writes. Two writers reading at once would each supersede
+    the same old fact and both new facts would stay live (two "Hometown:" facts in force).
+    PostgreSQL: a transaction-level advisory lock on a 64-bit hash of the scope
+    (``pg_advisory_xact_lock``), so writers of other scopes never wait. SQLite writes one
+    transaction at a time; with ``"transaction_mode": "IMMEDIATE"`` (check
+    ``agentmemory.W003``) the second writer waits at the start of its transaction and
+    reads the first one's fact.
+    """
+    connection = connections[memory.using]
+    if connection.vendor != "postgresql":
+        return
+    scope = f"agentmemory.fact\0{memory.scope.owner_id}\0{memory.scope.agent_key}\0{memory.scope.namespace}"
+    key = int.from_bytes(hashlib.blake2b(scope.encode(), digest_size=8).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def validate_fact(
+    content: Any, category: Any, importance: Any, ttl: Any
+) -> tuple[str, str, float, float | None]:
+    """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
+    of 1 to ``MAX_FACT_CHARS`` characters, a one-line category of at most 100, importance
+    0.0-1.0 (default 0.5), ttl as ``_seconds`` reads it.
+
+    Raises:
+        InvalidFactError: any of them out of bounds, or text a database refuses.
+    """
+    limit = app_settings().MAX_FACT_CHARS
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidFactError("content must be a non-empty string")
+    if len(content) > limit:
+        raise InvalidFactError(f"content must be at most {limit} characters")
+    if problem := text_problem(content):
+        raise InvalidFactError(f"content {problem}")
+    if (
+        not isinstance(category, str)
+        or not category.strip()
+        or len(category) > 100
+        or text_problem(category)
+        or len(category.splitlines()) > 1
+    ):
+        # one line: a category is a "## category" heading in the context and in MEMORY.md
+        raise InvalidFactError("category must be a non-empty line of at most 100 characters")
+    if importance is None:
+        value = 0.5
+    elif isinstance(importance, bool) or not isinstance(importance, int | float):
+        raise InvalidFactError(f"importance must be a number from 0.0 to 1.0, not {importance!r}")
+    else:
+        value = float(importance)
+        if not 0.0 <= value <= 1.0:
+            raise InvalidFactError(f"importance must be from 0.0 to 1.0, not {importance!r}")
+    return content.strip(), category.strip(), value, _seconds(ttl)
+
+
+def embed_content(memory: KnowledgeMemory, content: str) -> list[float] | None:
+    """The vector of ``content`` by ``memory``'s embedder (one model call, its usage counted
+    for the scope's owner and agent key), or ``None`` without an embedder."""
+    if memory.embedder is None:
+        return None
+    with usage_scope(owner_id=memory.scope.owner_id, agent_key=memory.scope.agent_key):
+        (vector,) = memory.embedder.embed([content])
+    return vector
+
+
+# Long on purpose: one decision read top to bottom (repeat, moved category,
+# update in place, or a new fact and what it supersedes) under the scope's lock.
+def store_fact(
+    memory: KnowledgeMemory,
+    content: str,
+    category: str,
+    persistent: bool,
+    importance_given: float | None,
+    importance: float,
+    expires_at: datetime | None,
+    source_id: int | None,
+    supersedes: int | uuid.UUID | None,
+    digest: str,
+    vector: list[float] | None,
+    now: datetime,
+) -> RememberResult:
+    """Write a checked fact by the knowledge rules, under the scope's lock (the caller holds
+    it, ``take_scope_lock``): a live repeat is reported or updated, an expired copy and
+    ``supersedes`` become history, else a new fact is created and supersedes what
+    ``superseded_candidates`` names; then ``evict``. Returns the ``RememberResult``.
+
+    Raises:
+        InvalidFactError: ``supersedes`` names no live fact of the scope.
+    """
+    live = memory.live_facts(now)
+    # ``supersedes`` is checked first: a repeat does not make a bad id acceptable
+    target = supersede_target(live, supersedes) if supersedes is not None else None
+    same = memory.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
+    replaced: list[int] = []
+    old_ids: list[int] | None = None
+    if same is not None and not live.filter(pk=same.pk).exists():
+        # An expired or aged-out copy is out of recall: the new fact replaces it, and it
+        # stays, with the history behind it, as history of the new fact. Until the new
+        # fact exists it points at itself, which takes it out of the live-content
+        # uniqueness (one transaction: nobody sees that).
+        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk)
+        replaced = [same.pk]
+        same = None
+    if same is not None and target == same.pk and category != same.category:
+        # The fact itself, moved to another category: a change like new content, stored as
+        # a new fact that supersedes it (out of the live-content uniqueness first, as above).
+        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk)
+        old_ids, same = [same.pk], None
+    if same is not None:
+        changed: list[str] = []
+        # a repeat only makes a fact persistent; a change of the fact itself (it names the
+        # fact it supersedes) sets its persistence either way
+        if persistent != same.persistent and (persistent or target == same.pk):
+            same.persistent = persistent
+            changed.append("persistent")
+        if importance_given is not None and importance != same.importance:
+            same.importance = importance
+            changed.append("importance")
+        if expires_at is not None and expires_at != same.expires_at:
+            same.expires_at = expires_at
+            changed.append("expires_at")
+        if target is not None and target != same.pk:
+            # Another fact replaced by content already in force: that fact becomes history
+            # of the one in force (ignoring it left both in force).
+            chain(memory, target, head=same)
+            changed.append("superseded")
+        if not changed:
+            return RememberResult(same, "duplicate")
+        if fields := [name for name in changed if name != "superseded"]:
+            same.save(update_fields=[*fields, "updated_at"])
+        superseded = (target,) if target is not None and target != same.pk else ()
+        return RememberResult(same, "updated", superseded)
+
+    if old_ids is None and target is not None:
+        old_ids = [target]
+    elif old_ids is None:
+        old_ids = superseded_candidates(memory, live, content, category, vector)
+    fact = Fact.objects.using(memory.using).create(
+        owner_id=memory.scope.owner_id,
+        agent_key=memory.scope.agent_key,
+        namespace=memory.scope.namespace,
+        kind=memory.kind,
+        content=content,
+        content_hash=digest,
+        category=category,
+        importance=importance,
+        persistent=persistent,
+        expires_at=expires_at,
+        source_message_id=source_id,
+        created_at=now,
+    )
+    if vector is not None and memory.embedder is not None:
+        FactEmbedding.objects.using(memory.using).create(
+            fact=fact, model=memory.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
+        )
+        mirror_vectors(memory.using, [fact], memory.embedder.model, [vector])
+    chain(memory, *old_ids, *replaced, head=fact)
+    evict(memory, now, keep=fact.pk)
+    return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
+
+
+def chain(memory: KnowledgeMemory, *ids: int, head: Fact) -> None:
+    """Make the facts ``ids`` and their history history of ``head``: deleting the head
+    deletes the whole chain."""
+    if ids:
+        Fact.objects.using(memory.using).filter(superseded_by_id__in=ids).update(superseded_by=head)
+        Fact.objects.using(memory.using).filter(pk__in=ids).update(superseded_by=head)
+
+
+def supersede_target(live: Any, supersedes: Any) -> int:
+    """The primary key of the live fact ``supersedes`` names (id or uuid).
+
+    Raises:
+        InvalidFactError: not an id or uuid, or not a live fact of the scope.
+    """
+    if isinstance(supersedes, uuid.UUID):
+        found = live.filter(uuid=supersedes).values_list("pk", flat=True).first()
+    elif isinstance(supersedes, bool) or not isinstance(supersedes, int):
+        raise InvalidFactError(f"supersedes must be a fact id or uuid, not {supersedes!r}")
+    else:
+        found = supersedes if live.filter(pk=supersedes).exists() else None
+    if found is None:
+        raise InvalidFactError(f"fact {supersedes} is not a live fact of this scope")
+    return int(found)
+
+
+def superseded_candidates(
+    memory: KnowledgeMemory, live: Any, content: str, category: str, vector: list[float] | None
+) -> list[int]:
+    """Ids of the live facts (``live``) a new fact supersedes: those of its category with its
+    "key:" (``fact_key``), else the most similar one about the same subject at or above
+    ``memory.supersede_similarity`` (with an embedder and ``vector``), else none."""
+    same_category = live.filter(category=category)
+    key = fact_key(content)
+    if key is not None:
+        rows = same_category
+        if head := _KEY_HEAD.match(content):
+            # a cheap condition first: SQLite runs REGEXP in Python, row by row
+            rows = rows.filter(content__istartswith=head.group(0))
+        rows = rows.filter(content__iregex=_key_pattern(content))
+        ids = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
+        if ids:
+            return ids
+    threshold = memory.supersede_similarity
+    if vector is None or threshold is None or memory.embedder is None:
+        return []
+    rows = list(
+        FactEmbedding.objects.using(memory.using)
+        # vectors of another length (the model's dimensions changed) do not compare
+        .filter(model=memory.embedder.model, dimensions=len(vector), fact__in=same_category.values("pk"))
+        .values_list("fact_id", "vector", "fact__content")
+    )
+    if not rows:
+        return []
+    xp = numpy()
+    scores = cosine_scores(vector, xp.vstack([from_bytes(v) for _, v, _text in rows]))
+    # the most similar fact about the same subject: similar words alone (another person,
+    # another appointment) do not make a fact out of date
+    for index in (int(i) for i in xp.argsort(-scores, kind="stable")):
+        if scores[index] < threshold:
+            break
+        if same_subject(rows[index][2], content):
+            return [rows[index][0]]
+    return []
+
+
+def evict(memory: KnowledgeMemory, now: datetime, keep: int) -> int:
+    """Delete the live facts over ``memory.max_entries`` (least important, then transient,
+    then oldest first), never ``keep``; returns how many facts were deleted."""
+    if memory.max_entries is None:
+        return 0
+    live = memory.live_facts(now)
+    excess = live.count() - memory.max_entries
+    if excess <= 0:
+        return 0
+    victims = list(
+        live.exclude(pk=keep)
+        .order_by("importance", "persistent", "created_at", "pk")
+        .values_list("pk", flat=True)[:excess]
+    )
+    return delete_ids(memory, victims)
+
+
+def delete_ids(memory: KnowledgeMemory, ids: Any, count_all: bool = False) -> int:
+    """Delete facts by id in batches (their history and embeddings cascade; the full-text
+    index follows in the same transaction); returns the facts deleted."""
+    deleted = 0
+    if not count_all:
+        ids = list(ids)
+        for start in range(0, len(ids), DELETE_BATCH):
+            deleted += delete_batch(memory, ids[start : start + DELETE_BATCH])
+        return deleted
+    while True:
+        batch = list(ids[:DELETE_BATCH])
+        if not batch:
+            return deleted
+        removed = delete_batch(memory, batch)
+        if not removed:
+            return deleted
+        deleted += removed
+
+
+def delete_batch(memory: KnowledgeMemory, ids: Sequence[int]) -> int:
+    """Delete the facts ``ids`` of the scope's owner in one transaction; returns how many."""
+    with transaction.atomic(using=memory.using):
+        _total, per_model = (
+            Fact.objects.using(memory.using).filter(owner_id=memory.scope.owner_id, pk__in=ids).delete()
+        )
+    return per_model.get(Fact._meta.label, 0)

@@ -1,0 +1,591 @@
+"""The memory block: what a user's past conversations and facts hold about a query, packed
+into one delimited message of at most a given number of tokens.
+
+``recall_memory(owner=..., query=..., max_tokens=...)`` returns a ``MemoryBlock`` (or None):
+
+1. **What is searched.** The stored messages of the owner's conversations (of ``agent_key``
+   when given) through ``agentmemory.recall.search_messages`` (its neighbour scoring and
+   dates named in the query included), and the owner's live facts through
+   ``KnowledgeMemory.recall`` in the scope ``fact_agent_key`` / ``namespace``. Another
+   user's rows are never read. In the conversation being answered (``conversation_id``),
+   the messages the window already sends (``exclude_seqs``) are left out; its older
+   messages, folded into a summary, are recallable like every past conversation's.
+2. **What comes along.** Each message found brings the message before it (the question an
+   answer needs) and the one after it (the reply); while the budget lasts, the messages two
+   places away follow. Messages are raised for the weight of their conversation
+   (``CONVERSATION_WEIGHT``) and for a speaker the query names (``SPEAKER_WEIGHT``).
+3. **How it is packed.** Messages are taken best first until the budget is spent; a long
+   message is cut to its first sentence and the sentences holding the query's words
+   (``…`` marks a cut). Messages next to each other in one conversation become one item.
+4. **How it is rendered.** One ``<memory>`` ... ``</memory>`` block with a one-line header;
+   items oldest first, each opening with its provenance: the date it was said (the session
+   date a transcript gave in the message metadata, else the time it was stored), the
+   conversation (its title, else the first 8 characters of its public id) and, on each
+   line, who said it (the transcript's speaker name, else "user" / "assistant").
+
+Cost: the queries of ``search_messages`` and ``KnowledgeMemory.recall`` and one query
+reading the messages shown with their conversations: a number independent of the history's
+length (pinned in ``tests/test_recall_memory.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections, router
+from django.utils import timezone
+
+from agentmemory.recall.text import query_words
+
+__all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
+
+#: the line that opens the block and the one that closes it
+BLOCK_OPEN = "<memory>"
+BLOCK_CLOSE = "</memory>"
+BLOCK_HEADER = (
+    "Recalled from the user's past conversations and saved facts, oldest first; each item "
+    "gives the date it was said, the conversation and the speaker."
+)
+#: message metadata keys holding the date a transcript gave a message, first found wins
+TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
+#: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
+#: a message longer than this (characters) is cut to its relevant sentences
+LONG_MESSAGE_CHARS = 240
+#: a message shown for a hit next to it is cut from this length (characters)
+NEIGHBOUR_MESSAGE_CHARS = 160
+#: the opening of a long message that is always kept (characters, whole sentences)
+OPENING_CHARS = 100
+#: most sentences kept from a long message beside its first one
+MAX_KEPT_SENTENCES = 2
+#: most messages searched for per block, whatever the budget
+MAX_HITS = 100
+#: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
+NEIGHBOUR_SHARE = 0.5
+#: a message's score is raised by up to this share for the weight of its conversation (its
+#: hits' scores summed, each next one counting ``CONVERSATION_DECAY`` of the one before,
+#: scaled to the heaviest conversation's): a session that matches in several places ranks
+#: its messages above a lone match elsewhere
+CONVERSATION_WEIGHT = 0.5
+CONVERSATION_DECAY = 0.5
+#: a message said by someone the query names (the transcript's ``speaker``, one of the
+#: words of the name among the query's) scores this share more
+SPEAKER_WEIGHT = 0.3
+#: most facts recalled per block
+MAX_FACTS = 10
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+@dataclass(frozen=True)
+class RecalledItem:
+    """One item of a memory block.
+
+    Attributes:
+        kind: ``"message"`` (stored messages of one conversation, next to each other) or
+            ``"fact"``.
+        text: exactly what the block shows for this item, provenance included.
+        tokens: the token counter's count of ``text`` (its share of the block).
+        score: its relevance (the best of its messages'); orders the packing, not the block.
+        conversation_id: the conversation of the messages (None for a fact).
+        seqs: the ``seq`` of the stored messages it shows (empty for a fact).
+        fact_id: the fact's id (None for messages).
+        said_at: the session date a transcript gave (message metadata), else ``created_at``.
+    """
+
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    conversation_id: int | None
+    seqs: tuple[int, ...]
+    fact_id: int | None
+    said_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """A memory block as sent: ``text`` is one message's content, ``tokens`` what that
+    message costs (``token_counter.count_message`` of a system message holding it, as the
+    context builder counts the summary message it makes), ``items`` what it shows in block
+    order, ``query`` the query it answers."""
+
+    text: str
+    tokens: int
+    items: tuple[RecalledItem, ...]
+    query: str
+
+
+@dataclass
+class _Line:
+    conversation_id: int
+    seq: int
+    role: str
+    speaker: str
+    text: str
+    said_at: datetime
+    score: float
+    title: str
+
+
+@dataclass
+class _Unit:
+    score: float
+    conversation_id: int | None = None
+    seqs: list[int] = field(default_factory=list)
+    fact: Any = None
+
+
+def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
+    """When a message was said: the session date a transcript gave in its metadata
+    (``TRANSCRIPT_DATE_KEYS``; LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's
+    "2023/05/21 (Sun) 19:50" or ISO 8601; read as UTC when it names no zone), else
+    ``created_at``."""
+    if isinstance(metadata, dict):
+        for key in TRANSCRIPT_DATE_KEYS:
+            value = metadata.get(key)
+            if isinstance(value, str) and value.strip():
+                text = " ".join(value.split())
+                for fmt in _DATE_FORMATS:
+                    try:
+                        return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+                    except ValueError:
+                        continue
+                try:
+                    parsed = datetime.fromisoformat(text)
+                except ValueError:
+                    continue
+                return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return created_at
+
+
+def date_text(when: datetime | None) -> str:
+    """``when`` as an absolute date a reader cannot misread: "Mon 8 May 2023"; "" for None."""
+    if when is None:
+        return ""
+    if timezone.is_aware(when) and when.tzinfo is not UTC:
+        when = timezone.localtime(when)
+    return f"{when:%a} {when.day} {when:%B %Y}"
+
+
+def _stem(word: str) -> str:
+    return word[:5]
+
+
+def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
+    """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its
+    opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
+    about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
+    by their first five letters, a rough stem), in their order, "…" where sentences are left
+    out."""
+    text = " ".join(text.split())
+    if len(text) <= longest:
+        return text
+    sentences = _SENTENCE.split(text)
+    if len(sentences) <= 1:
+        return text[:longest].rstrip() + " …"
+    keep = set()
+    length = 0
+    for index, sentence in enumerate(sentences):
+        if length >= OPENING_CHARS:
+            break
+        keep.add(index)
+        length += len(sentence) + 1
+    wanted = {_stem(word) for word in words}
+    scored = []
+    for index, sentence in enumerate(sentences):
+        if index in keep:
+            continue
+        found = {_stem(word) for word in query_words(sentence)} & wanted
+        if found:
+            scored.append((-len(found), index))
+    keep |= {index for _n, index in sorted(scored)[:MAX_KEPT_SENTENCES]}
+    parts: list[str] = []
+    previous = -1
+    for index in sorted(keep):
+        if previous >= 0 and index != previous + 1:
+            parts.append("…")
+        parts.append(sentences[index])
+        previous = index
+    if previous != len(sentences) - 1:
+        parts.append("…")
+    return " ".join(parts)
+
+
+def _speaker(role: str, metadata: Any) -> str:
+    if isinstance(metadata, dict):
+        name = metadata.get("speaker")
+        if isinstance(name, str) and name.strip():
+            return " ".join(name.split())[:60]
+    return {"human": "user", "ai": "assistant"}.get(role, role)
+
+
+def recall_memory(
+    *,
+    owner: Any,
+    query: str,
+    max_tokens: int,
+    token_counter: Any = None,
+    agent_key: str | None = None,
+    namespace: str | None = None,
+    conversation_id: int | None = None,
+    exclude_seqs: Collection[int] = (),
+    exclude_fact_ids: Collection[int] = (),
+    facts: bool = True,
+    using: str | None = None,
+    fact_agent_key: str | None = None,
+) -> MemoryBlock | None:
+    """The memory block of ``owner`` for ``query`` in at most ``max_tokens`` tokens.
+
+    Args:
+        owner: a saved user or a user id (required).
+        query: what to recall for: the newest human message, with the turn so far.
+        max_tokens: the most the block may cost as a message (tokens).
+        token_counter: counts the block; default the configured one.
+        agent_key: only conversations of this agent key (exact match); None: all of the owner's.
+        namespace: the facts' namespace (``KnowledgeMemory``'s).
+        conversation_id: the conversation being answered; its ``exclude_seqs`` are left out.
+        exclude_seqs: seqs of ``conversation_id`` the window already sends.
+        exclude_fact_ids: facts already sent (by ``build_context()`` for instance).
+        facts: whether facts are recalled too.
+        using: the database alias; default the router's choice for reading messages.
+        fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
+            None: the facts stored without one).
+
+    Returns:
+        A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
+        the budget holds no item.
+
+    Raises:
+        MemoryScopeError: no owner. TypeError / ValueError: ``query`` not a string,
+            ``max_tokens`` not an integer, a bad ``agent_key`` or ``conversation_id``.
+    """
+    from agentmemory.conf import get_token_counter
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Message
+    from agentmemory.recall.scope import owner_id_of
+
+    owner_id = owner_id_of(owner)
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, not {type(query).__name__}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise TypeError(f"max_tokens must be an integer, not {type(max_tokens).__name__}")
+    if conversation_id is not None and (
+        isinstance(conversation_id, bool) or not isinstance(conversation_id, int)
+    ):
+        raise TypeError("conversation_id must be an integer or None")
+    counter = token_counter or get_token_counter()
+    using = using or router.db_for_read(Message)
+
+    def block_cost(body: list[str]) -> int:
+        return int(counter.count_message(ChatMessage.system(render(body))))
+
+    empty = block_cost([])
+    if max_tokens <= empty or not query_words(query):
+        return None
+    budget = max_tokens - empty
+    words = query_words(query)
+    excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
+
+    # 1. candidates: messages (with their scores) and facts
+    hits = rank_messages(
+        owner=owner_id,
+        query=query,
+        k=MAX_HITS,
+        agent_key=agent_key,
+        using=using,
+        conversation_id=conversation_id,
+        exclude_seqs=excluded,
+    )
+    fact_hits: list[Any] = []
+    if facts:
+        from agentmemory.knowledge import KnowledgeMemory
+
+        memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
+        skip = {int(pk) for pk in exclude_fact_ids}
+        fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
+    if not hits and not fact_hits:
+        return None
+
+    # 2. what each hit brings along: the message before an answer found through it, the reply
+    # after a matching question; then, while the budget lasts, the messages next to the hits
+    best = max((h.score for h in hits), default=0.0) or 1.0
+    units: list[_Unit] = []
+    later: list[_Unit] = []
+    wanted: dict[int, set[int]] = {}
+    for hit in hits:
+        # the message before (the question an answer needs, or what a question answers) and the
+        # one after (the reply): measured on LoCoMo, both beat bringing only the one a
+        # message's role suggests
+        seqs = [hit.seq - 1, hit.seq, hit.seq + 1]
+        around = [s for s in (hit.seq - 2, hit.seq + 2)]
+        keep = [
+            s
+            for s in [*seqs, *around]
+            if s >= 0 and not (hit.conversation_id == conversation_id and s in excluded)
+        ]
+        score = hit.score / best
+        units.append(_Unit(score, hit.conversation_id, [s for s in seqs if s in keep]))
+        later.append(_Unit(score * NEIGHBOUR_SHARE, hit.conversation_id, [s for s in around if s in keep]))
+        wanted.setdefault(hit.conversation_id, set()).update(keep)
+    fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
+    units += [_Unit(h.score / fact_best, fact=h.fact) for h in fact_hits]
+    units.sort(key=lambda u: -u.score)
+    units += later
+
+    hit_keys = {(h.conversation_id, h.seq) for h in hits}
+    lines = _read_lines(owner_id, wanted, using, words, hit_keys)
+    for unit in units:
+        if unit.fact is None:
+            unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
+            for seq in unit.seqs:
+                line = lines[(unit.conversation_id, seq)]  # type: ignore[index]
+                line.score = max(line.score, unit.score)
+
+    # 3. packing: best units first while the rendered block fits
+    chosen: set[tuple[int, int]] = set()
+    groups: set[tuple[int, str]] = set()
+    chosen_facts: list[Any] = []
+    estimate = 0
+    for unit in units:
+        if unit.fact is not None:
+            cost = counter.count_text(_fact_text(unit.fact)) + 1
+            if estimate + cost <= budget:
+                chosen_facts.append((unit.fact, unit.score))
+                estimate += cost
+            continue
+        new = [(unit.conversation_id, s) for s in unit.seqs if (unit.conversation_id, s) not in chosen]
+        if not new:
+            continue
+        cost = 0
+        heads = set()
+        for key in new:
+            line = lines[key]  # type: ignore[index]
+            cost += counter.count_text(_line_text(line)) + 2  # the line and a possible gap mark
+            group = (line.conversation_id, date_text(line.said_at))
+            if group not in groups and group not in heads:
+                heads.add(group)
+                cost += counter.count_text(_head(line)) + 1
+        if estimate + cost > budget:
+            continue
+        chosen.update(new)  # type: ignore[arg-type]
+        groups |= heads
+        estimate += cost
+    items = _items(lines, chosen, chosen_facts, counter)
+    while items and block_cost([item.text for item in items]) > max_tokens:
+        weakest = min(chosen, key=lambda key: lines[key].score, default=None)
+        if weakest is not None:
+            chosen.discard(weakest)
+        elif chosen_facts:
+            chosen_facts.pop()
+        items = _items(lines, chosen, chosen_facts, counter)
+    if not items:
+        return None
+    text = render([item.text for item in items])
+    return MemoryBlock(
+        text=text, tokens=block_cost([item.text for item in items]), items=tuple(items), query=query
+    )
+
+
+def rank_messages(
+    *,
+    owner: Any,
+    query: str,
+    k: int,
+    agent_key: str | None = None,
+    conversation_id: int | None = None,
+    exclude_seqs: Collection[int] = (),
+    using: str | None = None,
+) -> list[Any]:
+    """The stored messages of ``owner``'s conversations that ``recall_memory`` considers for
+    ``query``, best first (``MessageHit``, at most ``k``), less ``exclude_seqs`` of
+    ``conversation_id``. The ranking of the memory block, also measured on its own by
+    ``bench.memory_in_context``."""
+    from agentmemory.recall import search_messages
+
+    excluded = set(exclude_seqs) if conversation_id is not None else set()
+    hits = search_messages(query, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
+    hits = [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
+    if not hits:
+        return []
+    best = max(h.score for h in hits) or 1.0
+    # a conversation's weight: its hits' scores, each next one counting half the one before
+    found: dict[int, list[float]] = {}
+    for hit in hits:
+        found.setdefault(hit.conversation_id, []).append(hit.score / best)
+    weight = {
+        conv: sum(score * CONVERSATION_DECAY**i for i, score in enumerate(sorted(scores, reverse=True)))
+        for conv, scores in found.items()
+    }
+    top = max(weight.values()) or 1.0
+    named = set(query_words(query))
+    ranked = [
+        replace(
+            hit,
+            score=hit.score
+            / best
+            * (1.0 + CONVERSATION_WEIGHT * weight[hit.conversation_id] / top)
+            * (1.0 + SPEAKER_WEIGHT * _named(hit.metadata, named)),
+        )
+        for hit in hits
+    ]
+    ranked.sort(key=lambda h: (-h.score, -h.message_id))
+    return ranked[: min(MAX_HITS, k)]
+
+
+def _named(metadata: Any, words: set[str]) -> float:
+    """1.0 when the speaker a transcript gave a message (``metadata["speaker"]``) is named
+    among the query's ``words`` (one of the words of the name), else 0.0."""
+    name = metadata.get("speaker") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        return 0.0
+    return 1.0 if set(query_words(name)) & words else 0.0
+
+
+def render(bodies: Sequence[str]) -> str:
+    """The block's text around the items' texts."""
+    return "\n".join([BLOCK_OPEN, BLOCK_HEADER, *bodies, BLOCK_CLOSE])
+
+
+def _read_lines(
+    owner_id: int,
+    wanted: dict[int, set[int]],
+    using: str,
+    words: Sequence[str],
+    hit_keys: Collection[tuple[int, int]] = (),
+) -> dict[tuple[int, int], _Line]:
+    """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
+    their conversations' titles: one query."""
+    from django.db.models import BooleanField
+    from django.db.models.expressions import RawSQL
+
+    from agentmemory.models import Message
+    from agentmemory.recall import SEARCHED_ROLES
+
+    if not wanted:
+        return {}
+    quote = connections[using].ops.quote_name
+    meta = Message._meta
+    table = quote(meta.db_table)
+    conversation_column = f"{table}.{quote(str(meta.get_field('conversation').column))}"
+    seq_column = f"{table}.{quote(str(meta.get_field('seq').column))}"
+    terms, params = [], []
+    for conversation_id, seqs in wanted.items():
+        terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
+        params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
+    near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
+    rows = (
+        Message.objects.using(using)
+        .filter(
+            near,
+            conversation_id__in=list(wanted),
+            conversation__owner_id=owner_id,
+            role__in=SEARCHED_ROLES,
+            content__gt="",
+        )
+        .order_by()
+        .values_list(
+            "conversation_id",
+            "seq",
+            "role",
+            "content",
+            "metadata",
+            "created_at",
+            "conversation__title",
+            "conversation__uuid",
+        )
+    )
+    lines = {}
+    for conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
+        title = " ".join((title or "").split())
+        if len(title) > 48:
+            title = title[:47].rstrip() + "…"
+        lines[(conversation_id, seq)] = _Line(
+            conversation_id=conversation_id,
+            seq=seq,
+            role=role,
+            speaker=_speaker(role, metadata),
+            text=trimmed(
+                content or "",
+                words,
+                LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
+            ),
+            said_at=session_date(metadata, created_at) or created_at,
+            score=0.0,
+            title=f'"{title}"' if title else f"conversation {str(uuid)[:8]}",
+        )
+    return lines
+
+
+def _head(line: _Line) -> str:
+    return f"[{date_text(line.said_at)} · {line.title}]"
+
+
+def _line_text(line: _Line) -> str:
+    return f"{line.speaker}: {line.text}"
+
+
+def _fact_said(fact: Any) -> datetime | None:
+    """When a fact was said: the date of its source message the flush kept
+    (``metadata["said_at"]``), else when it was stored."""
+    metadata = fact.metadata if isinstance(fact.metadata, dict) else {}
+    said = metadata.get("said_at")
+    if isinstance(said, str):
+        return session_date({"session_date_time": said}, fact.created_at)
+    return fact.created_at
+
+
+def _fact_text(fact: Any) -> str:
+    return f"[{date_text(_fact_said(fact))} · saved fact] {' '.join(fact.content.split())}"
+
+
+def _items(
+    lines: dict[tuple[int, int], _Line], chosen: set[tuple[int, int]], chosen_facts: list[Any], counter: Any
+) -> list[RecalledItem]:
+    """The chosen messages grouped by conversation and date (one item each: a provenance line,
+    then the messages in order, "…" where messages between them are left out), and the chosen
+    facts, oldest first."""
+    items: list[RecalledItem] = []
+    groups: dict[tuple[int, str], list[_Line]] = {}
+    for key in sorted(chosen):
+        line = lines[key]
+        groups.setdefault((line.conversation_id, date_text(line.said_at)), []).append(line)
+    for run in groups.values():
+        texts = [_head(run[0])]
+        for index, line in enumerate(run):
+            if index and line.seq != run[index - 1].seq + 1:
+                texts.append("…")
+            texts.append(_line_text(line))
+        text = "\n".join(texts)
+        items.append(
+            RecalledItem(
+                kind="message",
+                text=text,
+                tokens=int(counter.count_text(text)),
+                score=max(line.score for line in run),
+                conversation_id=run[0].conversation_id,
+                seqs=tuple(line.seq for line in run),
+                fact_id=None,
+                said_at=run[0].said_at,
+            )
+        )
+    for fact, score in chosen_facts:
+        text = _fact_text(fact)
+        items.append(
+            RecalledItem(
+                kind="fact",
+                text=text,
+                tokens=int(counter.count_text(text)),
+                score=score,
+                conversation_id=None,
+                seqs=(),
+                fact_id=fact.pk,
+                said_at=_fact_said(fact),
+            )
+        )
+    epoch = datetime.min.replace(tzinfo=UTC)
+    items.sort(key=lambda item: (item.said_at or epoch, item.conversation_id or 0, item.seqs))
+    return items

@@ -1,0 +1,116 @@
+"""The plumbing of ``python -m bench.memory_in_context`` on tiny inputs, so that it keeps
+working: the LoCoMo table (every row, both places, each budget), the LongMemEval ranking
+figures and the latency run. The figures of the real data are in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from agentmemory.models import Conversation
+from bench.memory_in_context import ROWS, parse_args, run
+
+pytestmark = pytest.mark.django_db
+
+TOPICS = ["kayak", "violin", "pottery", "marathon", "sourdough", "chess", "orchids", "telescope"]
+
+
+def locomo_file(tmp_path: Path) -> Path:
+    turns = []
+    for i, topic in enumerate(TOPICS):
+        turns.append(
+            {"speaker": "Ann", "dia_id": f"D1:{2 * i + 1}", "text": f"Did you try the {topic} club?"}
+        )
+        turns.append(
+            {
+                "speaker": "Bob",
+                "dia_id": f"D1:{2 * i + 2}",
+                "text": f"Yes, the {topic} club meets on day {i}.",
+            }
+        )
+    sample = {
+        "sample_id": "tiny",
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_1": turns,
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+        },
+        "qa": [
+            {
+                "question": f"When does the {topic} club meet?",
+                "answer": f"day {i}",
+                "evidence": [f"D1:{2 * i + 2}"],
+                "category": 4,
+            }
+            for i, topic in enumerate(TOPICS)
+        ],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_locomo_table_has_every_row_and_recall_beats_the_plain_window(tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = run(
+        parse_args(["locomo", "--data", str(locomo_file(tmp_path)), "--limits", "300,600"]), lines.append
+    )
+    rows = {(r["request"], r["asked_in"], r["budget"]): r for r in result["rows"]}
+    assert set(rows) == {
+        (row, where, limit) for row in ROWS for where in ("new", "same") for limit in (300, 600)
+    }
+    for where in ("new", "same"):
+        for limit in (300, 600):
+            for row in ROWS:
+                assert rows[(row, where, limit)]["median_tokens"] <= limit
+    # asked in a new conversation, only recall brings the evidence
+    assert rows[("plain window", "new", 600)]["evidence"] == 0.0
+    assert rows[("memory block", "new", 600)]["evidence"] == 1.0
+    assert any("memory block" in line for line in lines)
+    assert not get_user_model().objects.filter(username__startswith="bench-memory").exists()
+
+
+def test_longmemeval_ranks_the_answer_session_first(tmp_path: Path) -> None:
+    question_id = next(
+        f"q{i}" for i in range(100) if hashlib.md5(f"q{i}".encode()).hexdigest()[0] in "01234567"
+    )
+    sessions = [
+        [
+            {"role": "user", "content": f"Let us talk about {topic} today."},
+            {"role": "assistant", "content": "Sure."},
+        ]
+        for topic in TOPICS * 3
+    ]
+    sessions[5] = [
+        {"role": "user", "content": "My new bike is a blue Cannondale.", "has_answer": True},
+        {"role": "assistant", "content": "Nice bike!"},
+    ]
+    item = {
+        "question_id": question_id,
+        "question_type": "single-session-user",
+        "question": "What brand is my new bike?",
+        "question_date": "2023/06/01 (Thu) 10:00",
+        "answer": "Cannondale",
+        "answer_session_ids": ["s5"],
+        "haystack_dates": ["2023/05/20 (Sat) 00:31"] * len(sessions),
+        "haystack_session_ids": [f"s{i}" for i in range(len(sessions))],
+        "haystack_sessions": sessions,
+    }
+    (tmp_path / f"{len(sessions)}_{question_id}.json").write_text(json.dumps(item))
+    (tmp_path / f"5_{question_id}x.json").write_text(json.dumps(item))  # too few sessions: not used
+    result = run(parse_args(["longmemeval", "--data", str(tmp_path)]), lambda line: None)
+    assert result["questions"] == 1
+    assert result["recall_any@5"] == result["recall_all@5"] == result["turn_recall@10"] == 1.0
+    assert not Conversation.objects.exists()
+
+
+def test_latency_runs_and_cleans_up() -> None:
+    result = run(parse_args(["latency", "--messages", "300", "--queries", "5"]), lambda line: None)
+    assert result["messages"] == 300 and result["queries"] == 5
+    assert 0 < result["p50_ms"] <= result["p95_ms"]
+    assert not Conversation.objects.exists()

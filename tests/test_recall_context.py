@@ -1,0 +1,671 @@
+"""The memory block in context windows: ``ContextWindowBuilder(memory_recall=True)``, agents
+with ``MEMORY_RECALL_ENABLED``, the context endpoint's ``memory_recall`` parameter, and the
+model call records; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.checks import run_checks
+from django.db import DatabaseError, connection, connections
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from agentmemory.agents import BaseToolCallingAgent, tool
+from agentmemory.calls import recorded_context_window, recorded_window
+from agentmemory.conf import get_token_counter
+from agentmemory.context import ContextWindowBuilder
+from agentmemory.context.builder import turn_query
+from agentmemory.context.window import MEMORY_BLOCK_KEY
+from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.models import Conversation, ModelCall, Summary
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def stored(owner, texts, *, agent_key="support", title=""):  # type: ignore[no-untyped-def]
+    """A conversation of ``owner`` holding ``texts`` as human and AI messages in turn."""
+    conv = Conversation.objects.create(owner=owner, agent_key=agent_key, title=title)
+    make = (ChatMessage.human, ChatMessage.ai)
+    PersistentChatHistory(conv).add_messages([make[i % 2](text) for i, text in enumerate(texts)])
+    conv.refresh_from_db()
+    return conv
+
+
+def memory_messages(messages):  # type: ignore[no-untyped-def]
+    return [m for m in messages if MEMORY_BLOCK_KEY in (m.metadata or {})]
+
+
+FILLER = [f"Small talk number {i} about the weather and nothing else." for i in range(6)]
+
+
+@pytest.fixture
+def user():  # type: ignore[no-untyped-def]
+    return UserFactory()
+
+
+@pytest.fixture
+def past(user):  # type: ignore[no-untyped-def]
+    """A past conversation of ``user`` that says where the spare key is."""
+    return stored(
+        user,
+        [
+            *FILLER,
+            "Where did I leave the spare key to the boathouse?",
+            "Under the blue flowerpot by the door.",
+        ],
+        title="House notes",
+    )
+
+
+def ask(user, text, *, before=(), agent_key="support"):  # type: ignore[no-untyped-def]
+    return stored(user, [*before, text], agent_key=agent_key)
+
+
+# -- the builder ------------------------------------------------------------------------------
+
+
+def test_the_block_follows_the_summary_and_precedes_the_history(user, past) -> None:
+    conv = ask(
+        user, "Where is the spare key to the boathouse?", before=["Hello there.", "Hi! How can I help?"]
+    )
+    summary = Summary.objects.create(
+        conversation=conv, text="The user said hello.", first_seq=1, through_seq=2, token_count=8
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    window = ContextWindowBuilder(conv, system_prompt="You are helpful.", memory_recall=True).build(2_000)
+
+    roles = [m.role for m in window.messages]
+    assert roles == [Role.SYSTEM, Role.SYSTEM, Role.SYSTEM, Role.HUMAN]
+    prompt, summary_message, block, question = window.messages
+    assert prompt.text == "You are helpful."
+    assert summary_message.metadata["summary_id"] == summary.pk
+    assert block.metadata[MEMORY_BLOCK_KEY] == len(window.memory.items)
+    assert "Under the blue flowerpot" in block.text
+    assert question.text == "Where is the spare key to the boathouse?"
+    assert window.history == [question]
+    counter = get_token_counter()
+    assert window.memory_tokens == counter.count_message(block)
+    assert window.total_tokens == (
+        window.system_tokens + window.summary_tokens + window.memory_tokens + window.history_tokens
+    )
+    assert window.memory.query == "Where is the spare key to the boathouse?"
+
+
+def test_without_a_summary_the_block_comes_right_after_the_system_prompt(user, past) -> None:
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    window = ContextWindowBuilder(conv, system_prompt="Be brief.", memory_recall=True).build(2_000)
+    assert [m.role for m in window.messages] == [Role.SYSTEM, Role.SYSTEM, Role.HUMAN]
+    assert memory_messages(window.messages) == [window.messages[1]]
+
+
+def test_off_by_default_and_by_setting(user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    window = ContextWindowBuilder(conv).build(2_000)
+    assert window.memory is None and window.memory_tokens == 0 and not memory_messages(window.messages)
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    assert ContextWindowBuilder(conv).build(2_000).memory is not None
+    assert ContextWindowBuilder(conv, memory_recall=False).build(2_000).memory is None
+
+
+def test_what_the_window_sends_is_not_repeated(user) -> None:
+    # The same words in an older part of this conversation (outside the window) and in the
+    # window itself: only the older one is recalled.
+    texts = [
+        "My locker code at the gym is 4417.",
+        "Noted.",
+        *(f"Filler turn {i} with unrelated chatter about trains." for i in range(40)),
+        "What was my locker code at the gym again? Not 9921, that is the bike lock.",
+    ]
+    conv = stored(user, texts)
+    window = ContextWindowBuilder(conv, memory_recall=True).build(300)
+    assert window.memory is not None
+    sent = {m.seq for m in window.history}
+    recalled = {seq for item in window.memory.items if item.conversation_id == conv.pk for seq in item.seqs}
+    assert recalled and not recalled & sent
+    assert "4417" in window.memory.text
+    assert "9921" not in window.memory.text
+
+
+@pytest.mark.parametrize("max_tokens", [60, 120, 250, 500, 1_000, 4_000])
+def test_never_over_the_budget(user, max_tokens) -> None:  # type: ignore[no-untyped-def]
+    for i in range(12):
+        stored(
+            user,
+            [f"Tell me about lighthouse number {i}.", f"Lighthouse {i} stands on rock {i} since 18{i:02}."],
+        )
+    conv = ask(user, "Which lighthouse stands on a rock?", before=[f"Earlier remark {i}." for i in range(10)])
+    window = ContextWindowBuilder(conv, system_prompt="You know lighthouses.", memory_recall=True).build(
+        max_tokens
+    )
+    counter = get_token_counter()
+    assert window.total_tokens <= max_tokens
+    sent = sum(m.token_count if m.seq is not None else counter.count_message(m) for m in window.messages)
+    assert sent == window.total_tokens
+    assert window.max_tokens == max_tokens
+    if max_tokens >= 250:
+        assert window.memory is not None
+
+
+def test_after_a_compaction_the_request_uses_its_budget(user) -> None:
+    for i in range(80):
+        stored(
+            user,
+            [
+                f"Tell me about the harbour festival plan {i}.",
+                f"Harbour festival plan {i}: stall {i} sells smoked fish, rye bread, goat cheese, "
+                f"cider and honey cakes from the farm at the end of lane {i}, next to the ferry pier.",
+            ],
+        )
+    conv = ask(
+        user, "What did we plan for the harbour festival?", before=[f"Old turn {i}." for i in range(20)]
+    )
+    last = conv.last_seq
+    summary = Summary.objects.create(
+        conversation=conv,
+        text="Twenty turns of small talk.",
+        first_seq=1,
+        through_seq=last - 1,
+        token_count=10,
+        human_messages_covered=10,
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    budget = 2_000
+    plain = ContextWindowBuilder(conv, system_prompt="You plan festivals.").build(budget)
+    assert plain.total_tokens < budget / 10  # the window alone leaves most of the budget empty
+    window = ContextWindowBuilder(conv, system_prompt="You plan festivals.", memory_recall=True).build(budget)
+    assert window.memory is not None
+    assert 0.75 * budget <= window.total_tokens <= budget
+    assert window.memory_tokens > budget * 0.25  # more than its reserved share
+
+
+def test_the_history_keeps_all_but_the_reserved_share(user, settings) -> None:  # type: ignore[no-untyped-def]
+    stored(user, ["Tell me about the orchard.", "The orchard has forty apple trees."])
+    conv = stored(
+        user, [f"Turn {i} says nothing much at all, really nothing." for i in range(200)] + ["orchard?"]
+    )
+    settings.AGENTMEMORY = {"MEMORY_RECALL_SHARE": 0.4}
+    window = ContextWindowBuilder(conv, memory_recall=True).build(1_000)
+    assert window.history_tokens <= 600
+    assert window.history_tokens > 500  # the history filled its part
+    assert window.memory is not None and window.total_tokens <= 1_000
+
+
+def test_a_turn_too_large_for_the_rest_gets_the_whole_budget(user, past) -> None:
+    question = "Where is the spare key to the boathouse? " + "Please answer carefully. " * 60
+    conv = ask(user, question)
+    counter = get_token_counter()
+    need = counter.count_message(ChatMessage.human(question))
+    window = ContextWindowBuilder(conv, memory_recall=True).build(need + 5)
+    assert [m.text for m in window.history] == [question]
+    assert window.total_tokens <= need + 5
+
+
+def test_a_conversation_without_an_owner_gets_no_block(user, past) -> None:
+    conv = Conversation.objects.create(owner=None, agent_key="support")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("Where is the spare key to the boathouse?")])
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is None and not memory_messages(window.messages)
+    assert [m.role for m in window.messages] == [Role.HUMAN]
+
+
+def test_another_users_memory_never_appears(user, past) -> None:
+    other = UserFactory()
+    stored(other, ["Where is the spare key to the boathouse?", "Taped under the mailbox of number 12."])
+    KnowledgeMemory(other).remember("The boathouse spare key is with the neighbour Greta.", "home", True)
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    window = ContextWindowBuilder(conv, memory_recall=True).build(4_000)
+    assert window.memory is not None
+    assert "flowerpot" in window.memory.text
+    assert "mailbox" not in window.memory.text and "Greta" not in window.memory.text
+    own = set(Conversation.objects.filter(owner=user).values_list("pk", flat=True))
+    assert all(item.conversation_id in own for item in window.memory.items if item.kind == "message")
+
+
+def test_scope_by_agent_key_and_facts_already_sent(user) -> None:
+    stored(user, ["Which seat do I like on trains?", "You like window seats."], agent_key="travel")
+    stored(user, ["Which seat do I like at the cinema?", "You like the aisle seats."], agent_key="films")
+    memory = KnowledgeMemory(user, agent_key="travel")
+    shown = memory.remember("Prefers seats facing forward on trains", "preferences", True)
+    conv = ask(user, "Which seat do I like on trains?", agent_key="travel")
+    builder = ContextWindowBuilder(conv, memory_recall=True, memory_agent_key="travel")
+    window = builder.build(2_000)
+    assert window.memory is not None
+    assert "window seats" in window.memory.text and "aisle" not in window.memory.text
+    assert "facing forward" in window.memory.text
+    fact_ids = [item.fact_id for item in window.memory.items if item.kind == "fact"]
+    hidden = ContextWindowBuilder(
+        conv, memory_recall=True, memory_agent_key="travel", memory_exclude_fact_ids=fact_ids
+    ).build(2_000)
+    assert "facing forward" not in (hidden.memory.text if hidden.memory else "")
+    assert shown  # stored
+
+
+def test_memory_query_replaces_the_turn(user, past) -> None:
+    conv = ask(user, "Hello!")
+    assert ContextWindowBuilder(conv, memory_recall=True).build(2_000).memory is None
+    window = ContextWindowBuilder(conv, memory_recall=True, memory_query="boathouse spare key").build(2_000)
+    assert window.memory is not None and "flowerpot" in window.memory.text
+    assert window.memory.query == "boathouse spare key"
+
+
+def test_turn_query_is_the_newest_human_message_and_the_turn_so_far() -> None:
+    call = ToolCall(id="c1", name="lookup_order", arguments={"order": 7})
+    history = [
+        ChatMessage.human("older question", seq=1),
+        ChatMessage.ai("older answer", seq=2),
+        ChatMessage.human("Where is my lamp?", seq=3),
+        ChatMessage.ai(None, [call], seq=4),
+        ChatMessage.tool("shipped to Oslo " * 100, tool_call_id="c1", name="lookup_order", seq=5),
+    ]
+    query = turn_query(history)
+    assert query.startswith('Where is my lamp?\nlookup_order {"order": 7}\nshipped to Oslo')
+    assert "older" not in query
+    assert len(query) <= 2_000
+    assert turn_query([ChatMessage.ai("no question")]) == ""
+
+
+def test_bad_arguments_are_refused(user) -> None:
+    conv = ask(user, "hi")
+    with pytest.raises(TypeError):
+        ContextWindowBuilder(conv, memory_recall="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ContextWindowBuilder(conv, memory_query=42)  # type: ignore[arg-type]
+
+
+def test_a_failed_recall_sends_the_window_without_the_block(user, past, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    def broken(**kwargs):  # type: ignore[no-untyped-def]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM agentmemory_no_such_table")
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    with caplog.at_level(logging.ERROR, logger="agentmemory.context"):
+        window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is None and [m.role for m in window.history] == [Role.HUMAN]
+    assert "memory recall failed" in caplog.text
+    # The test's transaction is still usable (the failed statement ran in a savepoint).
+    assert Conversation.objects.filter(pk=conv.pk).exists()
+
+
+def test_queries_with_recall_on_are_pinned(user, past, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?", before=["Hello.", "Hi."])
+    with CaptureQueriesContext(connection) as off:
+        ContextWindowBuilder(conv).build(2_000)
+    with CaptureQueriesContext(connection) as recall_only:
+        from agentmemory.recall.memory import recall_memory
+
+        recall_memory(
+            owner=user.pk,
+            query="Where is the spare key to the boathouse?",
+            max_tokens=1_500,
+            conversation_id=conv.pk,
+            exclude_seqs=(3,),
+            fact_agent_key=None,
+        )
+    # The window's own queries, the recall's, and a savepoint around the recall (the test
+    # runs inside a transaction; in autocommit there is none); the owner comes from the row.
+    assert len(off) == 1
+    expected = len(off) + len(recall_only) + 2
+    with django_assert_num_queries(expected):
+        window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is not None
+    # given a primary key, the owner is read once per builder
+    builder = ContextWindowBuilder(conv.pk, memory_recall=True)
+    with django_assert_num_queries(expected + 1):
+        builder.build(2_000)
+    with django_assert_num_queries(expected):
+        builder.build(2_000)
+
+
+def test_recall_off_costs_no_query(user, past) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    with CaptureQueriesContext(connection) as plain:
+        ContextWindowBuilder(conv, memory_recall=False).build(2_000)
+    assert len(plain) == 1  # the window's one statement: no recall, no owner read
+
+
+def test_context_built_signal_carries_the_block(user, past) -> None:
+    from agentmemory import signals
+
+    seen = []
+
+    def receiver(sender, window, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(window)
+
+    signals.context_built.connect(receiver)
+    try:
+        conv = ask(user, "Where is the spare key to the boathouse?")
+        ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    finally:
+        signals.context_built.disconnect(receiver)
+    assert seen and seen[0].memory is not None and seen[0].memory_tokens > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_paths_send_the_block_too() -> None:
+    """``abuild`` and ``arun`` from an event loop, the conversation named by its uuid: the
+    owner and the recall are read in the worker thread."""
+    user = UserFactory()
+    wedding_memories(user)
+    conv = ask(user, "When is my sister's wedding?")
+    agent_conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    llm = ScriptedChatModel(["12 June."])
+
+    async def view():  # type: ignore[no-untyped-def]
+        try:
+            window = await ContextWindowBuilder(conv.uuid, memory_recall=True).abuild(2_000)
+            result = await RecallingAgent(llm).arun(agent_conv.uuid, "When is my sister's wedding?")
+            return window, result
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    window, result = asyncio.run(view())
+    assert window.memory is not None and "12 June in Porto" in window.memory.text
+    assert result.answer == "12 June."
+    assert "12 June in Porto" in memory_messages(llm.calls[0][0])[0].text
+
+
+# -- agents -----------------------------------------------------------------------------------
+
+
+@tool
+def find_booking(name: str) -> str:
+    """Look up a booking.
+
+    Args:
+        name: who booked.
+    """
+    return "Booking found: the venue is the Bolsa palace."
+
+
+class RecallingAgent(BaseToolCallingAgent, register=False):
+    AGENT_KEY = "recalling-test"
+    SYSTEM_PROMPT = "You answer from memory."
+    TOOLS = (find_booking,)
+    MEMORY_RECALL_ENABLED = True
+
+
+def wedding_memories(user):  # type: ignore[no-untyped-def]
+    stored(user, [*FILLER, "My sister's wedding is on 12 June in Porto.", "How wonderful!"], agent_key="x")
+    stored(user, [*FILLER, "Note the Bolsa palace booking reference XK-42.", "Saved."], agent_key="y")
+
+
+def test_an_agent_sends_the_block_on_every_model_call_of_a_turn(user) -> None:
+    wedding_memories(user)
+    conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    call = ToolCall(id="c1", name="find_booking", arguments={"name": "sister"})
+    llm = ScriptedChatModel([ChatMessage.ai(None, [call]), "12 June, at the Bolsa palace (XK-42)."])
+    result = RecallingAgent(llm).run(conv, "When is my sister's wedding?")
+    assert result.answer.startswith("12 June")
+    assert len(llm.calls) == 2
+    for messages, _tools in llm.calls:
+        blocks = memory_messages(messages)
+        assert len(blocks) == 1
+        assert messages[0].text == "You answer from memory." and messages[1] is blocks[0]
+        assert messages[2].role is Role.HUMAN
+        assert "12 June in Porto" in blocks[0].text
+    # The second call recalls for the turn so far: the tool result names the palace.
+    assert "XK-42" not in memory_messages(llm.calls[0][0])[0].text
+    assert "XK-42" in memory_messages(llm.calls[1][0])[0].text
+    for accounting in result.calls:
+        assert accounting.window.memory is not None
+        assert accounting.window.total_tokens <= RecallingAgent(llm).token_limit
+
+
+def test_the_recorded_window_holds_the_block_as_sent(user, admin_client) -> None:  # type: ignore[no-untyped-def]
+    wedding_memories(user)
+    conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    llm = ScriptedChatModel(["12 June."])
+    RecallingAgent(llm).run(conv, "When is my sister's wedding?")
+    row = ModelCall.objects.get(conversation=conv)
+    sent = llm.calls[0][0]
+    assert recorded_window(row) == sent
+    rebuilt = recorded_context_window(row)
+    assert rebuilt.memory_tokens == row.window_changes["memory"]["tokens"] > 0
+    parts = row.system_tokens + row.summary_tokens + rebuilt.memory_tokens + row.history_tokens
+    assert rebuilt.total_tokens == parts
+    page = admin_client.get(reverse("admin:agentmemory_modelcall_window", args=[row.pk]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "memory block" in body and "12 June in Porto" in body
+    api = APIClient()
+    api.force_login(user)
+    listed = api.get(f"/api/conversations/{conv.uuid}/model-calls/").json()["results"]
+    assert listed[0]["memory_tokens"] == rebuilt.memory_tokens
+    window = api.get(f"/api/conversations/{conv.uuid}/model-calls/{listed[0]['id']}/window/").json()
+    assert [m["part"] for m in window["messages"]] == ["system_prompt", "memory", "history"]
+    assert window["memory_tokens"] == rebuilt.memory_tokens
+
+
+def test_an_agent_without_recall_sends_no_block(user) -> None:
+    wedding_memories(user)
+
+    class Plain(RecallingAgent, register=False):
+        MEMORY_RECALL_ENABLED = False
+
+    conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    llm = ScriptedChatModel(["ok"])
+    Plain(llm).run(conv, "When is my sister's wedding?")
+    assert not memory_messages(llm.calls[0][0])
+
+
+def test_an_agent_in_an_ownerless_conversation_answers_without_a_block(user) -> None:
+    wedding_memories(user)
+    conv = Conversation.objects.create(owner=None, agent_key="recalling-test")
+    llm = ScriptedChatModel(["I do not know."])
+    result = RecallingAgent(llm).run(conv, "When is my sister's wedding?")
+    assert result.answer == "I do not know."
+    assert not memory_messages(llm.calls[0][0])
+
+
+def test_an_agent_answers_when_recall_fails(user, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    wedding_memories(user)
+
+    def broken(**kwargs):  # type: ignore[no-untyped-def]
+        raise DatabaseError("connection lost")
+
+    monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
+    conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    llm = ScriptedChatModel(["Sorry, I cannot remember."])
+    with caplog.at_level(logging.ERROR, logger="agentmemory.context"):
+        result = RecallingAgent(llm).run(conv, "When is my sister's wedding?")
+    assert result.answer == "Sorry, I cannot remember."
+    assert not memory_messages(llm.calls[0][0])
+    assert "memory recall failed" in caplog.text
+
+
+def test_facts_in_the_knowledge_block_are_not_repeated(user) -> None:
+    class Knowing(RecallingAgent, register=False):
+        KNOWLEDGE_MEMORY_ENABLED = True
+
+    KnowledgeMemory(user).remember("The sister's wedding is in Porto", "family", True)
+    stored(user, [*FILLER, "My sister's wedding is on 12 June.", "Lovely!"])
+    conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+    llm = ScriptedChatModel(["12 June."])
+    Knowing(llm).run(conv, "When is my sister's wedding?")
+    messages = llm.calls[0][0]
+    assert "The sister's wedding is in Porto" in messages[0].text  # the knowledge block
+    block = memory_messages(messages)[0]
+    assert "12 June" in block.text
+    assert "wedding is in Porto" not in block.text
+
+
+def test_compaction_is_sized_for_the_history_part(user, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.compaction import BaseMemoryCompactor
+
+    settings.AGENTMEMORY = {"COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor"}
+    asked = []
+
+    def compact_if_needed(self, *, max_tokens=None, system_tokens=None):  # type: ignore[no-untyped-def]
+        asked.append(max_tokens)
+        return False
+
+    monkeypatch.setattr(BaseMemoryCompactor, "compact_if_needed", compact_if_needed)
+
+    class Compacting(RecallingAgent, register=False):
+        MEMORY_COMPACTOR_ENABLED = True
+        CONVERSATION_HISTORY_TOKEN_LIMIT = 4_000
+
+    class Plain(Compacting, register=False):
+        MEMORY_RECALL_ENABLED = False
+
+    for agent_cls in (Compacting, Plain):
+        conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
+        agent_cls(ScriptedChatModel(["ok"])).run(conv, "hello")
+    assert asked == [3_000, 4_000]
+
+
+def test_the_class_variable_is_checked(settings) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.agents import registry
+
+    class Wrong(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "recall-check-test"
+        MEMORY_RECALL_ENABLED = "yes"  # type: ignore[assignment]
+
+    registry.register(Wrong)
+    try:
+        ids = {m.id for m in run_checks()}
+    finally:
+        registry.unregister("recall-check-test")
+    assert "agentmemory.E106" in ids
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "check_id"),
+    [
+        ("MEMORY_RECALL_ENABLED", "yes", "agentmemory.E070"),
+        ("MEMORY_RECALL_SHARE", 0, "agentmemory.E071"),
+        ("MEMORY_RECALL_SHARE", 1, "agentmemory.E071"),
+        ("MEMORY_RECALL_SHARE", "0.3", "agentmemory.E071"),
+        ("MEMORY_RECALL_SHARE", True, "agentmemory.E071"),
+    ],
+)
+def test_settings_are_checked(settings, setting, value, check_id) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {setting: value}
+    assert check_id in {m.id for m in run_checks()}
+
+
+def test_good_settings_pass_the_checks(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True, "MEMORY_RECALL_SHARE": 0.3}
+    assert not {m.id for m in run_checks()} & {"agentmemory.E070", "agentmemory.E071"}
+
+
+# -- the API ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(user):  # type: ignore[no-untyped-def]
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    url = f"/api/conversations/{conv.uuid}/context/"
+    off = api.get(url + "?max_tokens=2000").json()
+    assert off["memory"] is None and off["memory_tokens"] == 0
+    body = api.get(url + "?max_tokens=2000&memory_recall=true").json()
+    assert body["memory_tokens"] > 0
+    assert "flowerpot" in body["memory"]["text"]
+    assert body["memory"]["tokens"] == body["memory_tokens"]
+    assert body["memory"]["items"][0]["kind"] in ("message", "fact")
+    assert [m["part"] for m in body["messages"]] == ["memory", "history"]
+    assert body["messages"][0]["token_count"] == body["memory_tokens"]
+    assert body["total_tokens"] == body["memory_tokens"] + body["history_tokens"] <= 2_000
+    openai = api.get(url + "?memory_recall=true&message_format=openai").json()
+    assert openai["messages"][0]["role"] == "system" and "flowerpot" in openai["messages"][0]["content"]
+    anthropic = api.get(url + "?memory_recall=true&message_format=anthropic").json()
+    assert "flowerpot" in anthropic["system"]
+    assert [m["role"] for m in anthropic["messages"]] == ["user"]
+    langchain = api.get(url + "?memory_recall=true&message_format=langchain").json()
+    assert [m["type"] for m in langchain["messages"]] == ["system", "human"]
+    assert "flowerpot" in langchain["messages"][0]["data"]["content"]
+
+
+def test_the_admin_context_page_labels_the_block(admin_client, user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "memory block" in body and "Memory block" in body and "flowerpot" in body
+
+
+def test_context_endpoint_default_follows_the_setting(api, user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    url = f"/api/conversations/{conv.uuid}/context/"
+    assert api.get(url).json()["memory"] is not None
+    assert api.get(url + "?memory_recall=false").json()["memory"] is None
+
+
+@pytest.mark.parametrize("value", ["", "1", "0", "yes", "True", "maybe", "true\x00"])
+def test_context_endpoint_refuses_bad_values(api, user, value) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "hi")
+    response = api.get(f"/api/conversations/{conv.uuid}/context/", {"memory_recall": value})
+    assert response.status_code == 400
+    assert "memory_recall" in response.json()["fields"]
+
+
+def test_context_endpoint_of_another_user_is_a_404(api, user) -> None:  # type: ignore[no-untyped-def]
+    theirs = stored(UserFactory(), ["My secret is 1234."])
+    response = api.get(f"/api/conversations/{theirs.uuid}/context/?memory_recall=true")
+    assert response.status_code == 404
+
+
+# -- the docs ---------------------------------------------------------------------------------
+
+
+def _doc_block(path: str, marker: str) -> str:
+    """The ```text block of ``path`` that follows the first line holding ``marker``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / path).read_text()
+    after = text[text.index(marker) :]
+    start = after.index("```text\n") + len("```text\n")
+    return after[start : after.index("\n```", start)]
+
+
+def test_the_docs_show_the_memory_block_the_model_receives(user) -> None:
+    from datetime import UTC, datetime
+
+    from agentmemory.models import Message
+
+    past = Conversation.objects.create(owner=user, agent_key="concierge", title="Trip planning")
+    PersistentChatHistory(past).add_messages(
+        [
+            ChatMessage.human("We land in Lisbon on the 14th, can you book a table for two?"),
+            ChatMessage.ai("Done: Taberna da Rua, 20:00 on 14 March, for two."),
+            ChatMessage.human("My wife is vegetarian, by the way."),
+            ChatMessage.ai("Noted, I told the restaurant."),
+        ]
+    )
+    Message.objects.filter(conversation=past).update(created_at=datetime(2026, 3, 2, 18, 5, tzinfo=UTC))
+
+    class Concierge(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "concierge"
+        SYSTEM_PROMPT = "You are a travel concierge."
+        MEMORY_RECALL_ENABLED = True
+
+    llm = ScriptedChatModel(["Taberna da Rua."])
+    new = Conversation.objects.create(owner=user, agent_key="concierge")
+    Concierge(llm).run(new, "Which restaurant did you book for our Lisbon dinner?")
+    sent = llm.calls[0][0]
+    assert [m.text for m in sent[::2]] == [
+        "You are a travel concierge.",
+        "Which restaurant did you book for our Lisbon dinner?",
+    ]
+    block = memory_messages(sent)[0].text
+    assert block == _doc_block("README.md", "In a new conversation of the same user the model receives")
+    assert block == _doc_block("docs/longterm.md", "where the memory block reads")

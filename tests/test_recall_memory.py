@@ -1,0 +1,188 @@
+"""The memory block (``agentmemory.recall.memory.recall_memory``): scope, provenance,
+neighbours, the budget and its cost in queries, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agentmemory.conf import get_token_counter
+from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Message
+from agentmemory.recall import MemoryScopeError
+from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory, trimmed
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def stored(owner, turns, *, agent_key="support", title="", date=None):  # type: ignore[no-untyped-def]
+    """A conversation of ``owner`` holding ``turns`` ((speaker or None, text) pairs, human and
+    AI in turn), each message dated ``date`` (a transcript's session date) when given."""
+    conv = Conversation.objects.create(owner=owner, agent_key=agent_key, title=title)
+    messages = []
+    for i, (speaker, text) in enumerate(turns):
+        metadata = {}
+        if speaker:
+            metadata["speaker"] = speaker
+        if date:
+            metadata["session_date_time"] = date
+        make = ChatMessage.human if i % 2 == 0 else ChatMessage.ai
+        messages.append(make(text, metadata=metadata))
+    PersistentChatHistory(conv).add_messages(messages)
+    return conv
+
+
+FILLER = [(None, f"Small talk number {i} about the weather and nothing else.") for i in range(6)]
+
+
+def test_block_shows_the_matching_turn_with_date_conversation_and_speaker() -> None:
+    user = UserFactory()
+    conv = stored(
+        user,
+        [*FILLER, ("Caroline", "I adopted a greyhound called Pixel last week."), ("Mel", "How lovely!")],
+        title="Weekend chat",
+        date="1:56 pm on 8 May, 2023",
+    )
+    block = recall_memory(owner=user, query="What is the name of Caroline's greyhound?", max_tokens=500)
+    assert block is not None
+    assert block.text.startswith(BLOCK_OPEN) and block.text.endswith(BLOCK_CLOSE)
+    item = next(i for i in block.items if "Pixel" in i.text)
+    assert item.kind == "message" and item.conversation_id == conv.pk
+    assert "Caroline: I adopted a greyhound called Pixel" in item.text
+    assert item.text.startswith('[Mon 8 May 2023 · "Weekend chat"]\n')
+    assert "8 May 2023" in item.text and '"Weekend chat"' in item.text
+    assert item.said_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert item.text in block.text
+    counter = get_token_counter()
+    assert block.tokens == counter.count_message(ChatMessage.system(block.text))
+    assert item.tokens == counter.count_text(item.text)
+
+
+def test_without_a_transcript_date_the_stored_time_and_role_names_are_shown() -> None:
+    user = UserFactory()
+    conv = stored(user, [(None, "My locker code is 4417."), (None, "Noted, I will keep it.")])
+    Message.objects.filter(conversation=conv).update(created_at=datetime(2024, 2, 29, 9, 0, tzinfo=UTC))
+    block = recall_memory(owner=user, query="locker code", max_tokens=400)
+    assert block is not None
+    text = block.items[0].text
+    assert "29 February 2024" in text and "user: My locker code is 4417." in text
+    assert f"conversation {str(conv.uuid)[:8]}" in text
+
+
+def test_an_answer_comes_with_its_question() -> None:
+    user = UserFactory()
+    stored(
+        user,
+        [
+            *FILLER,
+            ("Ann", "Which city did your sister move to in the spring?"),
+            ("Bob", "Lisbon, she loves it."),
+            *FILLER,
+        ],
+    )
+    block = recall_memory(owner=user, query="Which city did the sister move to?", max_tokens=600)
+    assert block is not None
+    item = next(i for i in block.items if "sister" in i.text)
+    assert "Lisbon, she loves it." in item.text  # the reply comes along
+    assert len(item.seqs) >= 2 and list(item.seqs) == sorted(item.seqs)
+
+
+def test_scope_other_users_other_agent_keys_and_excluded_seqs_never_appear() -> None:
+    user, other = UserFactory(), UserFactory()
+    stored(other, [(None, "The zeppelin password is walrus.")])
+    stored(user, [(None, "The zeppelin hangar opens at noon.")], agent_key="other-agent")
+    mine = stored(user, [(None, "The zeppelin leaves from pier 9."), (None, "Got it.")], agent_key="support")
+    block = recall_memory(owner=user, query="zeppelin", max_tokens=800, agent_key="support")
+    assert block is not None
+    assert "pier 9" in block.text
+    assert "walrus" not in block.text and "hangar" not in block.text
+    # the conversation being answered: what the window already sends is left out
+    first, second = Message.objects.filter(conversation=mine).order_by("seq").values_list("seq", flat=True)
+    assert (
+        recall_memory(
+            owner=user,
+            query="zeppelin",
+            max_tokens=800,
+            agent_key="support",
+            conversation_id=mine.pk,
+            exclude_seqs=[first, second],
+        )
+        is None
+    )
+    # its other messages stay recallable
+    block = recall_memory(
+        owner=user,
+        query="zeppelin",
+        max_tokens=800,
+        agent_key="support",
+        conversation_id=mine.pk,
+        exclude_seqs=[second],
+    )
+    assert block is not None and "pier 9" in block.text and "Got it." not in block.text
+    with pytest.raises(MemoryScopeError):
+        recall_memory(owner=None, query="zeppelin", max_tokens=800)
+
+
+def test_facts_of_the_scope_are_recalled_and_excluded_facts_are_not() -> None:
+    user, other = UserFactory(), UserFactory()
+    mine = KnowledgeMemory(user).store("The user's favourite tea is oolong.").fact
+    KnowledgeMemory(user, namespace="work").remember("The user's work tea is sencha.")
+    KnowledgeMemory(other).remember("The user's favourite tea is rooibos.")
+    block = recall_memory(owner=user, query="favourite tea", max_tokens=400)
+    assert block is not None
+    assert [i.fact_id for i in block.items if i.kind == "fact"] == [mine.pk]
+    assert "saved fact" in block.text and "oolong" in block.text
+    assert "rooibos" not in block.text and "sencha" not in block.text
+    assert (
+        recall_memory(owner=user, query="favourite tea", max_tokens=400, exclude_fact_ids=[mine.pk]) is None
+    )
+    assert recall_memory(owner=user, query="favourite tea", max_tokens=400, facts=False) is None
+
+
+def test_none_when_nothing_matches_or_no_room() -> None:
+    user = UserFactory()
+    stored(user, FILLER)
+    assert recall_memory(owner=user, query="quantum chromodynamics", max_tokens=1000) is None
+    assert recall_memory(owner=user, query="weather", max_tokens=5) is None
+    assert recall_memory(owner=user, query="", max_tokens=1000) is None
+
+
+@pytest.mark.parametrize("max_tokens", [40, 60, 90, 150, 400, 1200])
+def test_budget_is_never_exceeded(max_tokens: int) -> None:
+    user = UserFactory()
+    long = "The weather was sunny. " + " ".join(f"Sentence {i} about weather in town." for i in range(40))
+    stored(user, [(None, f"weather report {i}: rain, wind and weather.") for i in range(40)] + [(None, long)])
+    block = recall_memory(owner=user, query="weather", max_tokens=max_tokens)
+    if block is not None:
+        assert block.tokens <= max_tokens
+        assert block.tokens == get_token_counter().count_message(ChatMessage.system(block.text))
+
+
+def test_long_messages_are_cut_to_their_relevant_sentences() -> None:
+    text = "I went out today. " + " ".join(f"Filler sentence {i}." for i in range(40)) + " The kayak was red."
+    cut = trimmed(text, ["kayak"])
+    assert cut.startswith("I went out today.") and "The kayak was red." in cut and "…" in cut
+    assert len(cut) < len(text) / 3
+
+
+def test_query_count_does_not_grow_with_history_or_hits() -> None:
+    user = UserFactory()
+    KnowledgeMemory(user).remember("The user likes weather reports.")
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert recall_memory(owner=user, query="weather reports", max_tokens=3000) is not None
+        return len(ctx.captured_queries)
+
+    stored(user, [(None, f"weather reports {i}") for i in range(4)])
+    few = queries()
+    for _ in range(3):
+        stored(user, [(None, f"weather reports again {i}") for i in range(30)], agent_key="x")
+    assert queries() == few
+    assert few <= 12
