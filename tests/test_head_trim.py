@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.context import sql as read_path
 from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation, Summary
+from agentmemory.store import window as read_path
 from tests.helpers import TableTokenCounter
 from tests.test_properties import Msg
 

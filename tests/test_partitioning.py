@@ -176,7 +176,7 @@ def _conversation(owner: Any, turns: int = 30) -> tuple[Conversation, Persistent
 
 def _forget_window_functions() -> None:
     """Make the next window statement go as text with its probe for the server-side
-    functions, as on a new connection (``agentmemory.context.functions``)."""
+    functions, as on a new connection (``agentmemory.store.functions``)."""
     from agentmemory.context import functions
 
     connection.ensure_connection()

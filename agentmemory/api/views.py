@@ -60,6 +60,7 @@ from agentmemory.api.schema import (
     extend_schema_view,
     view_schema,
 )
+from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
@@ -531,12 +532,13 @@ class ConversationViewSet(
         try:
             # As for an agent's model call: a window that would leave stored messages in
             # neither itself nor the summary gets a compaction first ("close", the default).
-            window = ContextWindowBuilder(
+            builder = ContextWindowBuilder(
                 conversation,
                 token_counter=counter,
                 gap_policy=app_settings().CONTEXT_GAP_POLICY,
                 memory_recall=memory_recall,
-            ).build(max_tokens, max_messages=max_messages)
+            )
+            window = build_closing_gap(builder, max_tokens, max_messages=max_messages)
         except ContextBudgetExceeded as exc:
             return Response(
                 {

@@ -26,7 +26,6 @@ from agentmemory.recall.backends import (
     EmbeddingBackend,
     FullTextBackend,
     HybridBackend,
-    PgVectorBackend,
     RecallBackend,
     get_backend,
     get_embedder,
@@ -46,7 +45,6 @@ __all__ = [
     "MemoryScope",
     "MemoryScopeError",
     "MessageHit",
-    "PgVectorBackend",
     "RecallBackend",
     "boost",
     "get_backend",
@@ -54,6 +52,20 @@ __all__ = [
     "index_new_messages",
     "search_messages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PgVectorBackend`` lives in ``agentmemory.contrib.pgvector.backend``; importing it
+    from here still works, loaded on first use (the core never imports the integration
+    when it loads)."""
+    if name == "PgVectorBackend":
+        from django.utils.module_loading import import_string
+
+        from agentmemory.recall.backends import PGVECTOR_BACKEND
+
+        return import_string(PGVECTOR_BACKEND)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: candidates read from the backend per result wanted, before recency and importance re-rank
 CANDIDATES_PER_RESULT = 5
