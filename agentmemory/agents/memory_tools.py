@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import router
 
 from agentmemory.agents.tools import Tool, ToolContext, ToolError, tool
+from agentmemory.knowledge import knowledge_memory_for
 
 if TYPE_CHECKING:
     from agentmemory.agents.injector import AgentInjector
@@ -29,20 +30,6 @@ __all__ = [
     "search_conversations",
     "with_knowledge",
 ]
-
-
-def knowledge_memory_for(agent: Any, conversation: Any) -> KnowledgeMemory | None:
-    """The ``KnowledgeMemory`` of the conversation's owner in the agent's scope, or None
-    when the conversation has no owner."""
-    from agentmemory.knowledge import KnowledgeMemory
-
-    if conversation is None or conversation.owner_id is None:
-        return None
-    return KnowledgeMemory(
-        conversation.owner_id,
-        agent_key=getattr(agent, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
-        namespace=getattr(agent, "KNOWLEDGE_MEMORY_NAMESPACE", None),
-    )
 
 
 def _memory(context: ToolContext) -> KnowledgeMemory:

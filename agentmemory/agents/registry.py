@@ -1,100 +1,13 @@
-"""The agent registry, keyed by ``AGENT_KEY``.
+"""The agent registry, keyed by ``AGENT_KEY`` (``agentmemory.agent_registry``, which lower
+layers read; this module is its public name beside the agents)."""
 
-Subclasses of ``BaseToolCallingAgent`` that set ``AGENT_KEY`` register themselves when their
-class is created (``class MyAgent(BaseToolCallingAgent, register=False)`` opts out). On the
-first lookup, the ``agents`` module of every installed app is imported
-(``django.utils.module_loading.autodiscover_modules``, the pattern of ``admin.py``), so agents
-defined there are found without importing them by hand.
-"""
-
-from __future__ import annotations
-
-import threading
-from typing import TYPE_CHECKING
-
-from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import autodiscover_modules
-
-if TYPE_CHECKING:
-    from agentmemory.agents.base import BaseToolCallingAgent
+from agentmemory.agent_registry import (
+    AgentNotRegistered,
+    all,
+    autodiscover,
+    get,
+    register,
+    unregister,
+)
 
 __all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "register", "unregister"]
-
-_agents: dict[str, type[BaseToolCallingAgent]] = {}
-_lock = threading.RLock()
-_discovered = False
-
-
-class AgentNotRegistered(LookupError):
-    """No agent is registered under that key."""
-
-
-def _identity(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def register(agent_cls: type[BaseToolCallingAgent]) -> type[BaseToolCallingAgent]:
-    """Register ``agent_cls`` under its ``AGENT_KEY``; usable as a class decorator.
-
-    Re-registering a class of the same module and name (a reloaded module) replaces it.
-
-    Raises:
-        ImproperlyConfigured: the class has no ``AGENT_KEY``, or another class already holds it.
-    """
-    key = getattr(agent_cls, "AGENT_KEY", "")
-    if not key:
-        raise ImproperlyConfigured(f"{_identity(agent_cls)} has no AGENT_KEY; set one to register it")
-    with _lock:
-        current = _agents.get(key)
-        if current is not None and current is not agent_cls and _identity(current) != _identity(agent_cls):
-            raise ImproperlyConfigured(
-                f"AGENT_KEY {key!r} of {_identity(agent_cls)} is already used by {_identity(current)}; "
-                "agent keys must be unique"
-            )
-        _agents[key] = agent_cls
-    return agent_cls
-
-
-def unregister(agent_key: str) -> None:
-    """Remove the agent registered under ``agent_key`` (no error if there is none)."""
-    with _lock:
-        _agents.pop(agent_key, None)
-
-
-def autodiscover(*, force: bool = False) -> None:
-    """Import the ``agents`` module of every installed app, once (again with ``force``,
-    e.g. after ``INSTALLED_APPS`` changed in a test)."""
-    global _discovered
-    with _lock:
-        if _discovered and not force:
-            return
-        _discovered = True
-        try:
-            autodiscover_modules("agents")
-        except Exception:
-            _discovered = False  # let the next lookup report the import error again
-            raise
-
-
-def get(agent_key: str) -> type[BaseToolCallingAgent]:
-    """The agent class registered under ``agent_key``.
-
-    Raises:
-        AgentNotRegistered: no such key (the message lists the known keys).
-    """
-    autodiscover()
-    with _lock:
-        try:
-            return _agents[agent_key]
-        except KeyError:
-            known = ", ".join(sorted(_agents)) or "none"
-            raise AgentNotRegistered(
-                f"no agent registered under {agent_key!r} (registered: {known})"
-            ) from None
-
-
-def all() -> dict[str, type[BaseToolCallingAgent]]:
-    """A copy of the registry: ``{AGENT_KEY: class}``, sorted by key."""
-    autodiscover()
-    with _lock:
-        return dict(sorted(_agents.items()))

@@ -7,8 +7,7 @@ import json
 import time
 from collections.abc import Sequence
 
-from agentmemory import flush as memory_flush
-from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, record_call
+from agentmemory.compaction import flush as memory_flush
 from agentmemory.compaction.compactors import BaseMemoryCompactor
 from agentmemory.compaction.prompts import CONDENSE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS, render_transcript
 from agentmemory.compaction.state import SummaryDraft
@@ -19,6 +18,7 @@ from agentmemory.llm.offline import OFFLINE_MODEL, extractive_summary
 from agentmemory.llm.structured import invoke_structured
 from agentmemory.messages import ChatMessage
 from agentmemory.models import ModelCallKind
+from agentmemory.recording import USAGE_COUNTED, USAGE_PROVIDER, record_call
 
 
 class LLMMemoryCompactor(BaseMemoryCompactor):

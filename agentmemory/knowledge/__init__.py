@@ -23,7 +23,7 @@ is importable from ``agentmemory.knowledge`` itself, as before the split.
 
 # Re-exported beyond ``__all__`` for code that imported them from the module this package
 # replaced.
-from agentmemory.knowledge.memory import KnowledgeMemory, max_recall_count  # noqa: F401
+from agentmemory.knowledge.memory import KnowledgeMemory, knowledge_memory_for, max_recall_count  # noqa: F401
 from agentmemory.knowledge.memory_md import (  # noqa: F401
     MEMORY_MD_TITLE,
     ImportReport,
@@ -54,4 +54,5 @@ __all__ = [
     "MemoryScopeError",
     "PreparedFact",
     "RememberResult",
+    "knowledge_memory_for",
 ]

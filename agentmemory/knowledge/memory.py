@@ -20,7 +20,6 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, PositiveIntegerField, Q, When
 from django.utils import timezone
 
-from agentmemory.calls import usage_scope
 from agentmemory.conf import app_settings
 from agentmemory.knowledge.context import persistent_facts, recent_entries, render_context
 from agentmemory.knowledge.storage import (
@@ -46,6 +45,7 @@ from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_back
 from agentmemory.recall.embedders import Embedder
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
+from agentmemory.recording import usage_scope
 
 
 class KnowledgeMemory:
@@ -582,3 +582,17 @@ def max_recall_count(using: str) -> int:
     PostgreSQL, failing the recall that counted, and turned the column into a float on
     SQLite."""
     return fulltext.column_max(Fact, "recall_count", using)
+
+
+def knowledge_memory_for(agent: Any, conversation: Any) -> KnowledgeMemory | None:
+    """The ``KnowledgeMemory`` of the conversation's owner in the agent's scope (its
+    ``KNOWLEDGE_MEMORY_AGENT_KEY`` and ``KNOWLEDGE_MEMORY_NAMESPACE``, ``None`` for each it
+    does not set), or ``None`` when the conversation has no owner. The scope the agent's
+    memory tools and the memory flush both write to."""
+    if conversation is None or conversation.owner_id is None:
+        return None
+    return KnowledgeMemory(
+        conversation.owner_id,
+        agent_key=getattr(agent, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
+        namespace=getattr(agent, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+    )
