@@ -1,4 +1,7 @@
-"""App configuration: ``ready()`` only wires system checks and signal receivers."""
+"""App configuration: ``ready()`` wires system checks, signal receivers, and the steps lower
+layers hand to higher ones (docs/architecture.md): the builder's gap closer and memory
+recall (``agentmemory.context.hooks``) and the rebuild of a recorded call's window
+(``ModelCall.window()``)."""
 
 from django.apps import AppConfig
 
@@ -12,11 +15,24 @@ class AgentMemoryConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_migrate, pre_delete
 
-        from agentmemory import checks, conf  # noqa: F401  (registers checks and receivers)
+        from agentmemory import calls, checks, closing, conf  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
+        from agentmemory.context import hooks
         from agentmemory.deletion import delete_owned_conversations
-        from agentmemory.recall import receivers  # noqa: F401  (full-text index upkeep)
+        from agentmemory.models import ModelCall
+        from agentmemory.recall import (
+            memory,
+            receivers,  # noqa: F401  (full-text index upkeep)
+        )
         from agentmemory.store.functions import install_after_migrate
+
+        def recall_memory(**arguments):  # type: ignore[no-untyped-def]
+            # looked up at each call, so a replaced ``recall_memory`` is the one used
+            return memory.recall_memory(**arguments)
+
+        hooks.connect_gap_closer(closing.build_closing_gap)
+        hooks.connect_memory_recall(recall_memory)
+        ModelCall.window_reader = calls.recorded_window
 
         # A user's conversations go first, under their row locks, so appends running while
         # the user is deleted cannot make the delete fail.

@@ -245,3 +245,9 @@ class StructuredOutputError(InvalidSummaryError):
     def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
         self.problems = problems
         super().__init__(message)
+
+
+class WindowUnavailable(LookupError):
+    """The window of a recorded call cannot be rebuilt: not a chat call, its conversation
+    was deleted, or a message or text it sent is no longer stored
+    (``ModelCall.window()``, ``agentmemory.calls.recorded_window``)."""

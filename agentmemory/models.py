@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
+from agentmemory.exceptions import WindowUnavailable
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 
 
@@ -890,6 +894,11 @@ class ModelCall(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} call {self.pk} ({self.model})"
 
+    #: what rebuilds the messages a chat call sent (``agentmemory.calls.recorded_window``),
+    #: connected by ``AgentMemoryConfig.ready()``: the rebuild reads with the window code,
+    #: which sits above the models (docs/architecture.md)
+    window_reader: ClassVar[Callable[[ModelCall], list[ChatMessage]] | None] = None
+
     def window(self) -> list[ChatMessage]:
         """The messages this chat call sent, rebuilt from storage, exactly as sent.
 
@@ -897,9 +906,11 @@ class ModelCall(models.Model):
             agentmemory.calls.WindowUnavailable: not a chat call, its conversation was
                 deleted, or a message or text it sent is no longer stored.
         """
-        from agentmemory.calls import recorded_window
-
-        return recorded_window(self)
+        if ModelCall.window_reader is None:
+            raise ImproperlyConfigured(
+                "ModelCall.window() needs the agentmemory app to be ready (INSTALLED_APPS)"
+            )
+        return ModelCall.window_reader(self)
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool declarations this chat call sent (``[]`` when none).
@@ -907,9 +918,31 @@ class ModelCall(models.Model):
         Raises:
             agentmemory.calls.WindowUnavailable: the declarations are no longer stored.
         """
-        from agentmemory.calls import recorded_tools
+        if not self.tools_digest:
+            return []
+        if self.conversation_id is None:
+            raise WindowUnavailable(f"model call {self.pk}: its conversation was deleted")
+        return list(json.loads(self.sent_texts([self.tools_digest])[self.tools_digest]))
 
-        return recorded_tools(self)
+    def sent_texts(self, digests: Sequence[str]) -> dict[str, str]:
+        """The ``PromptText``s this call sent, by digest (``""`` digests skipped; ``{}`` when
+        none is wanted or the conversation was deleted). One query.
+
+        Raises:
+            agentmemory.calls.WindowUnavailable: a text it sent is no longer stored.
+        """
+        wanted = [d for d in digests if d]
+        if not wanted or self.conversation_id is None:
+            return {}
+        found = dict(
+            PromptText.objects.using(router.db_for_read(PromptText))
+            .filter(conversation_id=self.conversation_id, digest__in=wanted)
+            .values_list("digest", "text")
+        )
+        missing = [d for d in wanted if d not in found]
+        if missing:
+            raise WindowUnavailable(f"model call {self.pk}: the texts {missing} it sent are no longer stored")
+        return found
 
 
 class PromptText(models.Model):

@@ -273,7 +273,7 @@ def _blank_recorded_texts(alias: str, batch: list[int]) -> None:
     The blanked texts are deleted, not emptied under the digest of what they held, so a text
     sent again later is recorded anew. Tool declarations stay: they are the agent's, not
     what was said."""
-    from agentmemory.calls import text_digest
+    from agentmemory.recording import text_digest
 
     empty = text_digest("")
     calls = ModelCall.objects.using(alias).filter(conversation_id__in=batch)

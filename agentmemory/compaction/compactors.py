@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import IntegrityError, router, transaction
 from django.db.models import Sum
 
-# The module, not its names: ``agentmemory.flush`` reads this package's prompts, so either
-# may be imported first.
-from agentmemory import flush as memory_flush
 from agentmemory import signals
+from agentmemory.compaction import flush as memory_flush
 from agentmemory.compaction.prompts import PROMPT_HEADERS, PROMPT_VERSION, summary_token_budget
 from agentmemory.compaction.state import (
     BUSY,
@@ -158,6 +156,12 @@ class BaseMemoryCompactor:
         """The conversation's current summary, or ``None``."""
         conv = self._conversation()
         return conv.summary if conv is not None else None
+
+    #: How ``ContextWindowBuilder`` (a layer below, which does not import this class) knows
+    #: a compactor: the compaction door can build this class, and whether its
+    #: ``get_summary`` is this stock one (the stored summary, read with the window) or its own.
+    compaction_door_class: ClassVar[bool] = True
+    stock_get_summary = get_summary
 
     def needs_compaction(self, *, max_tokens: int | None = None, system_tokens: int | None = None) -> bool:
         """Whether a compaction is due: ``every_n_human`` human messages since the last

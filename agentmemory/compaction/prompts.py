@@ -3,8 +3,9 @@
 What a summary must keep (``SUMMARY_RULES``, shared with the memory flush's structured call,
 ``agentmemory.flush``), how the folded messages are shown to the summariser
 (``render_transcript``) and how long a summary may be for the windows it is sent in
-(``summary_token_budget``). Imports nothing of the compaction machinery: the memory flush and
-the context builder read it too.
+(``summary_token_budget``, a pure budget rule kept in ``agentmemory.context.packing`` so that
+the context builder, which cuts a summary to it, needs nothing of compaction; re-exported
+here). Imports nothing of the compaction machinery: the memory flush reads it too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from agentmemory.conf import app_settings
+from agentmemory.context.packing import MIN_SUMMARY_BUDGET_TOKENS, summary_token_budget  # noqa: F401  (re-exported)
 from agentmemory.llm.facts import said_at, speaker
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.tokens import TokenCounter, longest_fitting_prefix
@@ -39,43 +40,6 @@ CONDENSE_INSTRUCTIONS = (
     "names, numbers, dates, decisions and open questions; drop detail that later turns are "
     "unlikely to need. Keep the summary's language. Output only the shortened summary."
 )
-#: the lowest limit ``summary_token_budget`` sets (tokens): a shorter summary could hold
-#: little more than its framing (the offline label alone is about 15 tokens)
-MIN_SUMMARY_BUDGET_TOKENS = 64
-
-
-def summary_token_budget(
-    max_tokens: int, *, system_tokens: int = 0, overhead: int = 0, cap: int | None = None
-) -> int:
-    """The longest summary text (tokens) worth making for windows of ``max_tokens``.
-
-    A window holds the system prompt, the summary and the history, within ``max_tokens``
-    (design invariant C1), and its history must hold the turn in progress whole: the newest
-    human turn is never folded (K6), and its tool loop grows with every model call. So the
-    summary may take at most ``AGENTMEMORY['SUMMARY_WINDOW_SHARE']`` (0.25) of the room left
-    after the system prompt, less the framing of the summary message, and never more than
-    ``cap`` (``MAX_SUMMARY_TOKENS``, 1,000), nor less than ``MIN_SUMMARY_BUDGET_TOKENS``
-    (64, or ``cap`` when that is lower).
-
-    The share is measured, not derived: in the 200 tau-bench airline runs (docs/replays.md),
-    98.5% of the 2,654 model calls an agent makes have a turn in progress (tool results cut
-    to 64 tokens) within three quarters of what a 3,000-token window leaves beside the
-    1,256-token system prompt (97% within half). With the default 10,000-token window and a
-    prompt of up to 6,000 tokens, the cap is the limit and summaries are as long as before.
-
-    Args:
-        max_tokens: the window budget the summary is sent in (tokens).
-        system_tokens: the system prompt sent in every window (tokens, framing included).
-        overhead: what the summary message costs beyond its text (prefix and framing).
-        cap: the upper limit; default ``MAX_SUMMARY_TOKENS``.
-
-    Returns:
-        The limit on the summary text (tokens, counted with ``count_text``).
-    """
-    conf = app_settings()
-    cap = conf.MAX_SUMMARY_TOKENS if cap is None else cap
-    share = int((max_tokens - system_tokens) * conf.SUMMARY_WINDOW_SHARE) - overhead
-    return max(min(cap, share), min(cap, MIN_SUMMARY_BUDGET_TOKENS))
 
 
 # The section headers of the summary prompt: a reply that repeats them is the prompt sent back.

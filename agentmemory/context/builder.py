@@ -29,6 +29,7 @@ from django.db import connections, router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context import hooks
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
     _fitting_cap,
@@ -51,6 +52,7 @@ from agentmemory.context.packing import (
     marker_only_copy,
     pack_history,
     pending_placeholder,
+    summary_token_budget,
     truncate_message,
 )
 from agentmemory.context.window import (
@@ -366,15 +368,14 @@ class ContextWindowBuilder:
         self._compactor_class: Any = None  # the configured one
         self._custom_summary = False
         if memory_compactor is not self._UNSET and memory_compactor is not None:
-            from agentmemory.compaction import BaseMemoryCompactor
-
-            stock = isinstance(memory_compactor, BaseMemoryCompactor) and (
-                type(memory_compactor).get_summary is BaseMemoryCompactor.get_summary
-            )
+            # Known by what the class says of itself, not by importing compaction (a layer
+            # above): ``BaseMemoryCompactor`` sets ``compaction_door_class`` (the compaction
+            # door can build it) and ``stock_get_summary`` (its own ``get_summary``).
+            kind = type(memory_compactor)
+            door = getattr(kind, "compaction_door_class", False) is True
+            stock = door and kind.get_summary is getattr(kind, "stock_get_summary", None)
             self._custom_summary = not stock
-            self._compactor_class = (
-                type(memory_compactor) if isinstance(memory_compactor, BaseMemoryCompactor) else None
-            )
+            self._compactor_class = kind if door else None
         self._summary_message: ChatMessage | None = None
         self._turn_floor: _TurnFloor | None = None
         self._turn_source: tuple[list[RowMeta], dict[int, ChatMessage], int] | None = None
@@ -436,9 +437,7 @@ class ContextWindowBuilder:
         if self.gap_policy == "close" and self._can_compact:
             # The read path never asks for a compaction itself: "close" is the caller's
             # step (``agentmemory.closing``), taken here for callers that pass it.
-            from agentmemory.closing import build_closing_gap
-
-            return build_closing_gap(self, max_tokens, max_messages=max_messages)
+            return hooks.gap_closer()(self, max_tokens, max_messages=max_messages)
         return self.complete(max_tokens, max_messages, self._window)
 
     def _window(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
@@ -587,15 +586,14 @@ class ContextWindowBuilder:
         owner = self._owner_id()
         if owner is None:
             return window
-        from agentmemory.recall.memory import recall_memory  # recall sits above the window's reads
-
+        recall = hooks.memory_recall()  # agentmemory.recall.memory.recall_memory, connected when ready
         seqs = tuple(m.seq for m in window.messages if m.seq is not None)
         alias = router.db_for_read(Message)
         # Inside a transaction a failed statement would abort it: recall in a savepoint.
         guard = transaction_savepoint(alias)
         try:
             with guard:
-                block = recall_memory(
+                block = recall(
                     owner=owner,
                     query=query,
                     max_tokens=room,
@@ -665,8 +663,6 @@ class ContextWindowBuilder:
         without the budget the windows are built with) and took the room of the messages it
         does not cover. Kept as it is when cutting leaves as many messages out. Logged as a
         warning naming the budget to pass."""
-        from agentmemory.compaction import summary_token_budget  # the rule summaries are made by
-
         share = summary_token_budget(max_tokens, system_tokens=window.system_tokens)
         if window.summary_tokens <= share:
             return window

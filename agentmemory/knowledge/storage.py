@@ -23,13 +23,13 @@ from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.utils import timezone
 
-from agentmemory.calls import usage_scope
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import MemoryScopeError
+from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
 if TYPE_CHECKING:

@@ -208,7 +208,7 @@ def search_messages(
         else:
             raise TypeError("conversation must be a Conversation, its id or its uuid")
     backend = backend or get_backend()
-    from agentmemory.calls import usage_scope
+    from agentmemory.recording import usage_scope
 
     started = time.perf_counter()
     conf = app_settings()

@@ -452,7 +452,7 @@ def get_backend(name: str | None = None, *, embedder: Embedder | None = None) ->
 def _billed_to(objects: Sequence[Model]) -> Any:
     """The usage scope of an indexing request: the one conversation (messages) or owner
     (facts) all ``objects`` share, else none (the request is recorded unattributed)."""
-    from agentmemory.calls import usage_scope
+    from agentmemory.recording import usage_scope
 
     conversations = {getattr(o, "conversation_id", None) for o in objects}
     owners = {getattr(o, "owner_id", None) for o in objects}

@@ -150,10 +150,10 @@ class OpenAICompatibleEmbedder:
 def _record(model: str, batch: list[str], response: Any, latency: float) -> None:
     """Record one embedding request: the server's ``usage.prompt_tokens`` (OpenAI embeddings
     API), else the texts counted by the configured counter, marked as counted."""
-    from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, record_call
     from agentmemory.conf import get_token_counter
     from agentmemory.llm.base import Usage
     from agentmemory.models import ModelCallKind
+    from agentmemory.recording import USAGE_COUNTED, USAGE_PROVIDER, record_call
 
     try:
         reported = response.json().get("usage") or {}

@@ -1,0 +1,233 @@
+"""Model-call records and usage accounting: one ``ModelCall`` row per model call, who it
+is billed to (``usage_scope``), the texts a chat call sent (``PromptText``, named by their
+SHA-256 digest) and their read-back.
+
+This module sits just above the models: knowledge, recall and compaction record their
+embedding and summariser calls here. Rebuilding a chat call's window as sent, and recording
+a chat call from its ``ContextWindow``, need the window code and live in
+``agentmemory.calls``, which re-exports every name of this module.
+
+Recording costs one ``INSERT`` per model call, plus one more (``INSERT ... ON CONFLICT DO
+NOTHING``) the first time in a turn that a text is sent; it reads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, router
+from django.db.models import Subquery, Value
+from django.db.models.functions import Coalesce
+
+from agentmemory.conf import app_settings
+from agentmemory.exceptions import WindowUnavailable
+from agentmemory.llm.base import Usage
+from agentmemory.models import Conversation, ModelCall, PromptText, UsageSource
+from agentmemory.validation import safe_str, storable_text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "USAGE_COUNTED",
+    "USAGE_PROVIDER",
+    "UsageScope",
+    "WindowUnavailable",
+    "current_scope",
+    "record_call",
+    "recorded_memory_tokens",
+    "recorded_tools",
+    "recording_enabled",
+    "text_digest",
+    "tools_text",
+    "usage_scope",
+]
+
+logger = logging.getLogger("agentmemory.calls")
+
+
+def recording_enabled() -> bool:
+    """``AGENTMEMORY['RECORD_MODEL_CALLS']`` (``True`` by default)."""
+    return bool(app_settings().RECORD_MODEL_CALLS)
+
+
+def text_digest(text: str) -> str:
+    """SHA-256 of ``text`` (UTF-8), as 64 hex digits: the name of a ``PromptText``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tools_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    """Tool declarations as the JSON text stored for them (keys in their given order)."""
+    return json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- the scope
+
+
+@dataclass(frozen=True, slots=True)
+class UsageScope:
+    """Who a model call made deep inside a service is billed to (embedding requests,
+    summariser calls): the conversation, its owner and agent key, each optional."""
+
+    conversation_id: int | None = None
+    owner_id: int | None = None
+    agent_key: str = ""
+
+
+_scope: ContextVar[UsageScope | None] = ContextVar("agentmemory_usage_scope", default=None)
+
+
+@contextmanager
+def usage_scope(
+    *, conversation_id: int | None = None, owner_id: int | None = None, agent_key: str = ""
+) -> Iterator[UsageScope]:
+    """Bill the model calls recorded inside the block (``record_call`` without a
+    conversation or owner of its own) to this conversation, owner and agent key."""
+    token = _scope.set(UsageScope(conversation_id, owner_id, agent_key))
+    try:
+        yield _scope.get()  # type: ignore[misc]  # just set
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> UsageScope:
+    """The innermost ``usage_scope`` (an empty one outside any)."""
+    return _scope.get() or UsageScope()
+
+
+def record_call(
+    kind: str,
+    *,
+    model: str,
+    usage: Usage,
+    usage_source: str,
+    conversation_id: int | None = None,
+    owner_id: int | None = None,
+    agent_key: str = "",
+    latency: float = 0.0,
+    finish_reason: str = "",
+    first_seq: int | None = None,
+    last_seq: int | None = None,
+    summary_id: int | None = None,
+) -> ModelCall | None:
+    """Store one summariser or embedding call (``kind`` a ``ModelCallKind``) in one
+    ``INSERT``; a missing conversation, owner or agent key comes from ``usage_scope``.
+
+    With a conversation but no owner or agent key, those are the conversation's, read by
+    the ``INSERT`` itself (subqueries, no extra round trip).
+
+    Returns the row, or ``None`` when recording is turned off
+    (``AGENTMEMORY['RECORD_MODEL_CALLS'] = False``) or the conversation was deleted
+    meanwhile. Never raises for a database refusal of the row: usage records must not
+    break the work they describe (logged instead).
+    """
+    if not recording_enabled():
+        return None
+    scope = current_scope()
+    if conversation_id is None and owner_id is None:
+        conversation_id, owner_id = scope.conversation_id, scope.owner_id
+    agent_key = agent_key or scope.agent_key
+    owner: Any = owner_id
+    agent: Any = agent_key
+    if conversation_id is not None:
+        same = Conversation.objects.filter(pk=conversation_id)
+        if owner_id is None:
+            owner = Subquery(same.values("owner_id")[:1])
+        if not agent_key:
+            agent = Coalesce(Subquery(same.values("agent_key")[:1]), Value(""))
+    row = ModelCall(
+        kind=kind,
+        conversation_id=conversation_id,
+        owner_id=owner,
+        agent_key=agent,
+        model=_short(model, 200),
+        finish_reason=_short(finish_reason, 50),
+        latency=latency,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        summary_id=summary_id,
+        usage_source=usage_source,
+        **_usage_fields(usage),
+    )
+    stored = _insert(row)
+    if stored is not None:
+        # Read back lazily, on first access, what the INSERT computed.
+        for name, value in (("owner_id", owner), ("agent_key", agent)):
+            if hasattr(value, "resolve_expression"):
+                del stored.__dict__[name]
+    return stored
+
+
+def _short(value: Any, limit: int) -> str:
+    """A provider's name or reason as storable text of at most ``limit`` characters, whatever
+    it sent (an object, a NUL character)."""
+    return storable_text(safe_str(value or ""))[:limit]
+
+
+def _tokens(value: Any) -> int:
+    """A token count for a column that holds 0..2**31-1, whatever the provider sent."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return min(max(value, 0), 2**31 - 1)
+
+
+def _usage_fields(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": _tokens(usage.input_tokens),
+        "output_tokens": _tokens(usage.output_tokens),
+        "cached_input_tokens": _tokens(usage.cached_input_tokens),
+        "cache_creation_input_tokens": _tokens(usage.cache_creation_input_tokens),
+    }
+
+
+def _insert(row: ModelCall, texts: Iterable[PromptText] = ()) -> ModelCall | None:
+    alias = router.db_for_write(ModelCall)
+    texts = list(texts)
+    # No transaction of its own: a text stored without its call is harmless (it goes with
+    # its conversation), and a savepoint would cost two statements inside a caller's.
+    try:
+        if texts:
+            PromptText.objects.using(alias).bulk_create(texts, ignore_conflicts=True)
+        row.save(using=alias, force_insert=True)
+    except IntegrityError:
+        # The conversation or its owner was deleted while the model worked (a foreign key
+        # refused): nothing to bill it to, and a record never brings a deleted one back.
+        logger.info(
+            "model call of conversation %s not recorded: the conversation or its owner is gone",
+            row.conversation_id,
+        )
+        return None
+    return row
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+def _texts(call: ModelCall, digests: Sequence[str]) -> dict[str, str]:
+    return call.sent_texts(digests)
+
+
+def recorded_tools(call: ModelCall) -> list[dict[str, Any]]:
+    """The tool declarations ``call`` sent, ``[]`` when it sent none (``ModelCall.tools()``).
+
+    Raises:
+        WindowUnavailable: its conversation or the stored declarations are gone.
+    """
+    return call.tools()
+
+
+def recorded_memory_tokens(call: ModelCall) -> int:
+    """Tokens of the memory block ``call`` sent (0 when it sent none)."""
+    memory = (call.window_changes or {}).get("memory")
+    return int(memory.get("tokens") or 0) if isinstance(memory, Mapping) else 0
+
+
+USAGE_PROVIDER = UsageSource.PROVIDER.value
+USAGE_COUNTED = UsageSource.COUNTED.value
