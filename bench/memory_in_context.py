@@ -278,8 +278,10 @@ def store_longmemeval(
 ) -> tuple[dict[int, str], set[tuple[int, int]], set[str]]:
     """Store a question's haystack sessions as conversations of ``owner`` (each message dated
     its session's date, in the metadata and as ``created_at``). Returns {conversation id:
-    session id}, the (conversation id, seq) of the turns marked ``has_answer``, and the
-    answer sessions stored."""
+    session id}, the (conversation id, seq) of the evidence turns and the evidence sessions,
+    as LongMemEval's own retrieval evaluation (``src/retrieval/run_retrieval.py``) counts
+    them: its corpus is the user turns, an evidence turn is a user turn marked
+    ``has_answer``, an evidence session an answer session holding one."""
     from agentmemory.history import PersistentChatHistory
     from agentmemory.messages import ChatMessage
     from agentmemory.models import Conversation, Message
@@ -287,6 +289,8 @@ def store_longmemeval(
 
     session_of: dict[int, str] = {}
     evidence: set[tuple[int, int]] = set()
+    answers: set[str] = set()
+    answer_ids = {str(s) for s in item.get("answer_session_ids") or ()}
     for index, (session, date, session_id) in enumerate(
         zip(item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"], strict=False)
     ):
@@ -306,9 +310,9 @@ def store_longmemeval(
             Message.objects.filter(conversation=conv).update(created_at=when)
         session_of[conv.pk] = str(session_id)
         for turn, message in zip(turns, stored, strict=True):
-            if turn.get("has_answer"):
+            if turn.get("has_answer") and turn["role"] == "user" and str(session_id) in answer_ids:
                 evidence.add((conv.pk, int(message.seq or 0)))
-    answers = {str(s) for s in item.get("answer_session_ids") or ()} & set(session_of.values())
+                answers.add(str(session_id))
     return session_of, evidence, answers
 
 
@@ -318,24 +322,32 @@ def rank_longmemeval(
     session_of: dict[int, str],
     evidence: set[tuple[int, int]],
     answers: set[str],
-) -> tuple[float, float, float | None, float]:
-    """recall_any@5, recall_all@5, turn recall@10 (None without evidence turns) and the
-    seconds the ranking took, for one stored question."""
+) -> tuple[float, float, float, float, float]:
+    """recall_any@5 and recall_all@5 of the evidence sessions, recall_any@10 and
+    recall_all@10 of the evidence turns, and the seconds the ranking took, for one stored
+    question. As in LongMemEval's evaluation the ranked items are the user turns (the
+    ranking of the memory block, ``rank_messages``, less the assistant's messages), and a
+    session ranks where its first turn in that ranking does (``evaluate_retrieval_turn2session``:
+    the first five distinct sessions)."""
     from agentmemory.recall.memory import rank_messages
 
     started = time.perf_counter()
     hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY)
     elapsed = time.perf_counter() - started
+    turns = [(h.conversation_id, h.seq) for h in hits if h.role == "human"]
     sessions: list[str] = []
-    for hit in hits:
-        if session_of[hit.conversation_id] not in sessions:
-            sessions.append(session_of[hit.conversation_id])
+    for conversation_id, _seq in turns:
+        if session_of[conversation_id] not in sessions:
+            sessions.append(session_of[conversation_id])
     top = set(sessions[:5])
-    turns = None
-    if evidence:
-        first = {(h.conversation_id, h.seq) for h in hits[:10]}
-        turns = len(first & evidence) / len(evidence)
-    return float(bool(top & answers)), float(answers <= top), turns, elapsed
+    first = set(turns[:10])
+    return (
+        float(bool(top & answers)),
+        float(answers <= top),
+        float(bool(first & evidence)),
+        float(evidence <= first),
+        elapsed,
+    )
 
 
 def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -349,7 +361,7 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
     files = longmemeval_files(Path(args.data), args.questions)
     users = get_user_model().objects
     scratch = f"bench-memory-{os.getpid()}-{time.time_ns()}"
-    any5, all5, turns10, durations = [], [], [], []
+    any5, all5, any10, all10, durations = [], [], [], [], []
     log(f"longmemeval: {len(files)} question(s) (20-99 sessions, dev split) on {connection.vendor}")
     try:
         for number, path in enumerate(files):
@@ -357,35 +369,40 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
             owner = users.create(username=f"{scratch}-{number}")
             session_of, evidence, answers = store_longmemeval(item, owner)
             if answers:
-                hit_any, hit_all, turns, elapsed = rank_longmemeval(
+                hit_any, hit_all, turn_any, turn_all, elapsed = rank_longmemeval(
                     item, owner, session_of, evidence, answers
                 )
                 any5.append(hit_any)
                 all5.append(hit_all)
+                any10.append(turn_any)
+                all10.append(turn_all)
                 durations.append(elapsed)
-                if turns is not None:
-                    turns10.append(turns)
             Conversation.objects.filter(owner=owner).delete()
             if (number + 1) % 25 == 0 and any5:
                 log(
                     f"  {number + 1} questions: any@5 {statistics.fmean(any5):.3f} "
-                    f"all@5 {statistics.fmean(all5):.3f}"
+                    f"all@5 {statistics.fmean(all5):.3f} turn all@10 {statistics.fmean(all10):.3f}"
                 )
     finally:
         owners = users.filter(username__startswith=scratch)
         Conversation.objects.filter(owner__in=owners).delete()
         owners.delete()
+
+    def mean(values: list[float]) -> float:
+        return round(statistics.fmean(values), 3) if values else 0.0
+
     row = {
         "questions": len(any5),
-        "recall_any@5": round(statistics.fmean(any5), 3) if any5 else 0.0,
-        "recall_all@5": round(statistics.fmean(all5), 3) if all5 else 0.0,
-        "turn_recall@10": round(statistics.fmean(turns10), 3) if turns10 else 0.0,
+        "recall_any@5": mean(any5),
+        "recall_all@5": mean(all5),
+        "turn_recall_any@10": mean(any10),
+        "turn_recall_all@10": mean(all10),
         "p50_ms": round(statistics.median(durations) * 1000, 1) if durations else 0.0,
     }
-    log(f"{'questions':>9} {'any@5':>7} {'all@5':>7} {'turn@10':>8} {'p50 ms':>7}")
+    log(f"{'questions':>9} {'any@5':>7} {'all@5':>7} {'turn any@10':>11} {'turn all@10':>11} {'p50 ms':>7}")
     log(
         f"{row['questions']:>9} {row['recall_any@5']:>7.3f} {row['recall_all@5']:>7.3f} "
-        f"{row['turn_recall@10']:>8.3f} {row['p50_ms']:>7.1f}"
+        f"{row['turn_recall_any@10']:>11.3f} {row['turn_recall_all@10']:>11.3f} {row['p50_ms']:>7.1f}"
     )
     return {"dataset": "longmemeval", "database": connection.vendor, **row}
 

@@ -90,13 +90,19 @@ def test_longmemeval_ranks_the_answer_session_first(tmp_path: Path) -> None:
         {"role": "user", "content": "My new bike is a blue Cannondale.", "has_answer": True},
         {"role": "assistant", "content": "Nice bike!"},
     ]
+    # an answer session whose only marked turn is the assistant's: LongMemEval's evaluation
+    # ranks user turns, so it is not an evidence session
+    sessions[7] = [
+        {"role": "user", "content": "Any tips for a rainy weekend?", "has_answer": False},
+        {"role": "assistant", "content": "Try a museum.", "has_answer": True},
+    ]
     item = {
         "question_id": question_id,
         "question_type": "single-session-user",
         "question": "What brand is my new bike?",
         "question_date": "2023/06/01 (Thu) 10:00",
         "answer": "Cannondale",
-        "answer_session_ids": ["s5"],
+        "answer_session_ids": ["s5", "s7"],
         "haystack_dates": ["2023/05/20 (Sat) 00:31"] * len(sessions),
         "haystack_session_ids": [f"s{i}" for i in range(len(sessions))],
         "haystack_sessions": sessions,
@@ -105,7 +111,8 @@ def test_longmemeval_ranks_the_answer_session_first(tmp_path: Path) -> None:
     (tmp_path / f"5_{question_id}x.json").write_text(json.dumps(item))  # too few sessions: not used
     result = run(parse_args(["longmemeval", "--data", str(tmp_path)]), lambda line: None)
     assert result["questions"] == 1
-    assert result["recall_any@5"] == result["recall_all@5"] == result["turn_recall@10"] == 1.0
+    assert result["recall_any@5"] == result["recall_all@5"] == 1.0
+    assert result["turn_recall_any@10"] == result["turn_recall_all@10"] == 1.0
     assert not Conversation.objects.exists()
 
 
