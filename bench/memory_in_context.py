@@ -98,6 +98,21 @@ def locomo_cases(path: Path, conversations: int | None, every: int) -> Iterator[
         yield LocomoCase(transcript.title, transcript.messages, questions)
 
 
+def is_prompt(messages: list[Any], index: int) -> bool:
+    """Whether ``messages[index]`` is the agent's system prompt: the first message, a system
+    message that is neither the summary nor the memory block."""
+    from agentmemory.conf import app_settings
+    from agentmemory.context.builder import MEMORY_BLOCK_KEY
+
+    message = messages[index]
+    return (
+        index == 0
+        and message.role.value == "system"
+        and MEMORY_BLOCK_KEY not in (message.metadata or {})
+        and not message.text.startswith(app_settings().SUMMARY_MESSAGE_PREFIX)
+    )
+
+
 def request_text(messages: list[Any]) -> str:
     return norm("\n".join(m.text for m in messages))
 
@@ -138,35 +153,96 @@ def naive_fill(owner: Any, query: str, budget: int, counter: Any, window_seqs: s
 
 
 def compose(row: str, owner: Any, conversation: Any, question: str, limit: int, counter: Any) -> list[Any]:
-    """The messages of one request: the window of ``conversation`` (which ends with the
-    question) and, for the recall rows, the recalled text in what the window leaves."""
+    """The messages of one request of the naive row: the window of ``conversation`` (which
+    ends with the question) built within the budget less the recall share, and the naive
+    filling in what it leaves."""
     from agentmemory.context import ContextWindowBuilder
-    from agentmemory.messages import ChatMessage
-    from agentmemory.recall.memory import recall_memory
 
     builder = ContextWindowBuilder(conversation, token_counter=counter)
-    if row == "plain window":
-        return list(builder.build(max_tokens=limit).messages)
     window = builder.build(max_tokens=limit - int(limit * RECALL_SHARE))
     messages = list(window.messages)
     used = sum(counter.count_message(m) for m in messages)
     seqs = {m.seq for m in window.messages if getattr(m, "seq", None) is not None}
-    if row == "naive search filling":
-        extra = naive_fill(owner, question, limit - used, counter, seqs, conversation.pk)
-    else:
-        block = recall_memory(
-            owner=owner,
-            query=question,
-            max_tokens=limit - used,
-            token_counter=counter,
-            agent_key=AGENT_KEY,
-            conversation_id=conversation.pk,
-            exclude_seqs=seqs,
-        )
-        extra = ChatMessage.system(block.text) if block else None
+    extra = naive_fill(owner, question, limit - used, counter, seqs, conversation.pk)
     if extra is not None:
         messages.insert(len(messages) - 1 if messages else 0, extra)
     return messages
+
+
+class RecordingModel:
+    """A ``ChatModel`` that answers every call with one short text and keeps the messages
+    of the last call (``last``): the request as the agent sent it."""
+
+    model_name = "recording"
+
+    def __init__(self) -> None:
+        self.last: list[Any] = []
+
+    def invoke(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        from agentmemory.llm.base import ChatResponse
+        from agentmemory.messages import ChatMessage
+
+        self.last = list(messages)
+        return ChatResponse(message=ChatMessage.ai("Noted."), model=self.model_name)
+
+    async def ainvoke(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
+        return self.invoke(messages, tools, **kwargs)
+
+
+def bench_agent(limit: int, recall: bool) -> Any:
+    """An agent as a user writes one: ``BaseToolCallingAgent`` with the compactor, knowledge
+    memory (its facts in the system prompt) and (``recall``) the memory block. Its history
+    limit is ``limit`` tokens beside the system prompt: the prompt's own count is added to
+    it. Compaction after the measured turn is skipped, so that every question meets the
+    stored state the bench set up (the window's own compaction, before the model call,
+    still runs)."""
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.messages import ChatMessage
+
+    class MemoryBenchAgent(BaseToolCallingAgent, register=False):
+        SYSTEM_PROMPT = "You answer the user's question."
+        MEMORY_COMPACTOR_ENABLED = True
+        KNOWLEDGE_MEMORY_ENABLED = True
+        MEMORY_RECALL_ENABLED = recall
+        CONVERSATION_HISTORY_TOKEN_LIMIT = limit
+        AGENT_KEY = globals()["AGENT_KEY"]
+        system_tokens = 0
+
+        @property
+        def token_limit(self) -> int:
+            return limit + self.system_tokens
+
+        def get_system_prompt(self, injector: Any) -> str:
+            prompt = str(super().get_system_prompt(injector))
+            self.system_tokens = int(self.token_counter.count_message(ChatMessage.system(prompt)))
+            return prompt
+
+        def compact_if_needed(self, injector: Any) -> bool:
+            return False
+
+    return MemoryBenchAgent
+
+
+def ask(agent_cls: Any, conversation: Any, question: str) -> list[Any]:
+    """The request ``agent_cls().run(conversation, question)`` sends to the model; the
+    turn's messages are taken back afterwards."""
+    from agentmemory.models import Message
+
+    model = RecordingModel()
+    last = (
+        Message.objects.filter(conversation=conversation)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    try:
+        agent_cls(model).run(conversation, question)
+    finally:
+        turn = Message.objects.filter(conversation=conversation)
+        if last is not None:
+            turn = turn.filter(seq__gt=last)
+        turn.delete()
+    return model.last
 
 
 def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -201,34 +277,61 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
                 Conversation.objects.filter(pk=conv_id).update(agent_key=AGENT_KEY)
                 compact_backlog(conv_id, compactor_class=OFFLINE_COMPACTOR)
                 stored = Conversation.objects.get(pk=conv_id)
+                agents = {
+                    (limit, recall): bench_agent(limit, recall)
+                    for limit in limits
+                    for recall in (False, True)
+                }
                 for question in case.questions:
-                    fresh = Conversation.objects.create(owner=owner, agent_key=AGENT_KEY)
-                    PersistentChatHistory(fresh).add_messages([ChatMessage.human(question.text)])
-                    history = PersistentChatHistory(stored)
-                    history.add_messages([ChatMessage.human(question.text)])
-                    try:
-                        for where, conversation in (("new", fresh), ("same", stored)):
-                            if where not in args.asked_in.split(","):
-                                continue
-                            for limit in limits:
-                                for row in [r for r in ROWS if ROWS.index(r) in rows_wanted]:
-                                    messages = compose(
-                                        row, owner, conversation, question.text, limit, counter
+                    for where in [w for w in ("new", "same") if w in args.asked_in.split(",")]:
+                        for limit in limits:
+                            for row in [r for r in ROWS if ROWS.index(r) in rows_wanted]:
+                                fresh = None
+                                conversation = stored
+                                if where == "new":
+                                    conversation = fresh = Conversation.objects.create(
+                                        owner=owner, agent_key=AGENT_KEY
                                     )
-                                    text = request_text(messages)
-                                    cell = results.setdefault(
-                                        (row, where, limit), {"e": [], "a": [], "t": []}
+                                try:
+                                    if row == "naive search filling":
+                                        history = PersistentChatHistory(conversation)
+                                        history.add_messages([ChatMessage.human(question.text)])
+                                        try:
+                                            messages = compose(
+                                                row, owner, conversation, question.text, limit, counter
+                                            )
+                                        finally:
+                                            history.pop()
+                                    else:
+                                        agent = agents[(limit, row == "memory block")]
+                                        messages = ask(agent, conversation, question.text)
+                                finally:
+                                    if fresh is not None:
+                                        fresh.delete()
+                                text = request_text(messages)
+                                agent_row = row != "naive search filling"
+                                cell = results.setdefault(
+                                    (row, where, limit), {"e": [], "a": [], "t": [], "s": []}
+                                )
+                                if question.evidence:
+                                    cell["e"].append(
+                                        sum(key in text for key in question.evidence) / len(question.evidence)
                                     )
-                                    if question.evidence:
-                                        cell["e"].append(
-                                            sum(key in text for key in question.evidence)
-                                            / len(question.evidence)
-                                        )
-                                    cell["a"].append(float(norm(question.answer) in text))
-                                    cell["t"].append(sum(counter.count_message(m) for m in messages))
-                    finally:
-                        history.pop()
-                        fresh.delete()
+                                cell["a"].append(float(norm(question.answer) in text))
+                                cell["t"].append(
+                                    sum(
+                                        counter.count_message(m)
+                                        for i, m in enumerate(messages)
+                                        if not (agent_row and is_prompt(messages, i))
+                                    )
+                                )
+                                cell["s"].append(
+                                    sum(
+                                        counter.count_message(m)
+                                        for i, m in enumerate(messages)
+                                        if agent_row and is_prompt(messages, i)
+                                    )
+                                )
                 log(f"  {case.title}: {len(case.questions)} questions")
     finally:
         owners = users.filter(username__startswith=scratch)

@@ -121,3 +121,29 @@ def test_latency_runs_and_cleans_up() -> None:
     assert result["messages"] == 300 and result["queries"] == 5
     assert 0 < result["p50_ms"] <= result["p95_ms"]
     assert not Conversation.objects.exists()
+
+
+def test_locomo_measures_the_request_agent_run_sends(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The plain window and memory block rows are what ``agent.run()`` of an agent with the
+    compactor, knowledge memory and recall sends to its model: one model call per question,
+    place, budget and row, and the memory block is in the memory-block row's requests."""
+    from bench import memory_in_context
+
+    sent: list[list] = []
+    invoke = memory_in_context.RecordingModel.invoke
+
+    def recording(self, messages, tools=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(list(messages))
+        return invoke(self, messages, tools, **kwargs)
+
+    monkeypatch.setattr(memory_in_context.RecordingModel, "invoke", recording)
+    result = run(
+        parse_args(["locomo", "--data", str(locomo_file(tmp_path)), "--limits", "600", "--every", "4"]),
+        lambda line: None,
+    )
+    assert len(sent) == 2 * 2 * 2  # 2 questions, 2 places, the 2 agent rows
+    assert sent[0][0].text.startswith("You answer the user's question.")
+    assert sum("<memory>" in "\n".join(m.text for m in messages) for messages in sent) == 4
+    rows = {(r["request"], r["asked_in"]): r for r in result["rows"]}
+    assert rows[("memory block", "new")]["evidence"] == 1.0
+    assert Conversation.objects.count() == 0
