@@ -4,26 +4,32 @@
   is stored for a scratch user of its own (``bench.qa.store``: speaker A human, speaker B AI,
   session date and speaker in the metadata, the session date as ``created_at``) and compacted
   to its end with the offline summariser (``OfflineMemoryCompactor``; its memory flush keeps
-  the facts it can find without a model). Each question of categories 1-4 is then asked in a
-  new conversation of the same user and agent, and in the stored conversation (appended,
-  measured, taken back), at each ``--limits`` budget, by three requests: the plain window; the
-  window with its budget filled naively (``search_messages`` hits and the messages next to
-  them, best first, as one system message); the window with the memory block
-  (``agentmemory.recall.memory.recall_memory``). Like a window with ``MEMORY_RECALL_SHARE``,
-  the window is built within the budget less the recall share and the recalled text gets
-  what is left. Printed per row: evidence in the request (the share of a question's evidence
-  turns whose first 80 characters, whitespace collapsed and lower-cased, occur in the text of
-  the request's messages, averaged over questions), answer in the request (the gold answer,
-  normalised the same way, occurs), median request tokens (the token counter's count of every
-  message sent; no system prompt is sent).
+  the facts it can find without a model). Each question of categories 1-4 (every
+  ``--every``-th) is then asked in a new conversation of the same user and agent, and in the
+  stored conversation (the turn taken back afterwards), at each ``--limits`` budget, by three
+  requests: the plain window and the memory block are what ``agent.run()`` sends to the model
+  (``bench_agent``: a ``BaseToolCallingAgent`` with ``MEMORY_COMPACTOR_ENABLED``,
+  ``KNOWLEDGE_MEMORY_ENABLED`` and, for the memory block, ``MEMORY_RECALL_ENABLED``, its
+  history limit the budget beside the system prompt, a model that records the request); the
+  naive filling is composed by the bench (the window within the budget less
+  ``RECALL_SHARE``, then ``search_messages`` hits and the messages next to them, best first,
+  as one system message, no system prompt). Printed per row: evidence in the request (the
+  share of a question's evidence turns whose first 80 characters, whitespace collapsed and
+  lower-cased, occur in the text of the request's messages, system prompt included, averaged
+  over questions), answer in the request (the gold answer, normalised the same way, occurs),
+  median request tokens beside the system prompt (the token counter's count of every other
+  message sent) and median system prompt tokens (the knowledge block's facts are in it).
 - ``longmemeval --data DIR`` (a folder of LongMemEval-S ``<sessions>_<question_id>.json``
   files; the data is not in the repository): the questions with 20-99 sessions of the dev
   split (``bench.qa.in_split``), each haystack session stored as a conversation of one user
-  (its date as ``created_at`` and in the metadata); the sessions and turns are ranked by
-  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block. Printed:
-  session recall_any@5 and recall_all@5 (a session ranks where its best message does), turn
-  recall@10 (the share of the turns marked ``has_answer`` among the first ten messages), for
-  the questions that have evidence (abstention questions have none).
+  (its date as ``created_at`` and in the metadata); the turns are ranked by
+  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block. Counted as
+  LongMemEval's own retrieval evaluation does (``src/retrieval/run_retrieval.py`` and
+  ``eval_utils.py`` of its repository): the ranked items are the user turns, the evidence
+  turns the user turns marked ``has_answer``, the evidence sessions the answer sessions
+  holding one; a session ranks where its first turn does. Printed: session recall_any@5 and
+  recall_all@5, turn recall_any@10 and recall_all@10, over the questions with evidence
+  sessions (abstention questions and those whose evidence is only the assistant's have none).
 - ``latency`` (PostgreSQL; ``DATABASE_URL``): ``--messages`` stored messages (100,000 by
   default: the LoCoMo turns of ``--data`` again and again, each with a running number) in
   conversations of 200 messages of one user; then the time ``recall_memory`` adds to a turn,
@@ -338,7 +344,10 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
         Conversation.objects.filter(owner__in=owners).delete()
         owners.delete()
     table = []
-    log(f"{'request':22} {'asked in':8} {'budget':>6} {'evidence':>9} {'answer':>7} {'tokens':>7}")
+    log(
+        f"{'request':22} {'asked in':8} {'budget':>6} {'evidence':>9} {'answer':>7} {'tokens':>7} "
+        f"{'prompt':>7}"
+    )
     for where in ("new", "same"):
         for limit in limits:
             for row in ROWS:
@@ -352,11 +361,12 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
                     "evidence": round(statistics.fmean(cell["e"]), 3) if cell["e"] else 0.0,
                     "answer": round(statistics.fmean(cell["a"]), 3),
                     "median_tokens": int(statistics.median(cell["t"])),
+                    "median_prompt_tokens": int(statistics.median(cell["s"])),
                 }
                 table.append(line)
                 log(
                     f"{row:22} {where:8} {limit:>6} {line['evidence']:>9.3f} {line['answer']:>7.3f} "
-                    f"{line['median_tokens']:>7}"
+                    f"{line['median_tokens']:>7} {line['median_prompt_tokens']:>7}"
                 )
     return {"dataset": "locomo", "database": connection.vendor, "rows": table}
 
