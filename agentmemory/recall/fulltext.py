@@ -420,12 +420,17 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
     table = queryset.model._meta.db_table
     scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
     flags = ", ".join(f"(t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s))" for _ in words)
+    # A search within one conversation says so on the searched table too: PostgreSQL then
+    # reads that conversation's partition only (agentmemory.contrib.partitioning).
+    conversation_id = one_conversation(queryset)
+    within = "" if conversation_id is None else "AND t.conversation_id = %s "
     sql = (
         f"SELECT t.id, length(t.search_vector), {flags} "
         f"FROM {table} AS t WHERE t.search_vector @@ to_tsquery('{PG_CONFIG}'::regconfig, %s) "
-        f"AND t.id IN ({scope_sql}) LIMIT %s"
+        f"{within}AND t.id IN ({scope_sql}) LIMIT %s"
     )
-    params = [*words, _pg_query(words), *scope_params, PG_MAX_MATCHES]
+    within_params = [] if conversation_id is None else [conversation_id]
+    params = [*words, _pg_query(words), *within_params, *scope_params, PG_MAX_MATCHES]
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -445,6 +450,30 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
         scored.append((row[0], score))
     scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:limit]
+
+
+def one_conversation(queryset: QuerySet[Any]) -> int | None:
+    """The conversation id a message queryset is limited to by an exact filter
+    (``filter(conversation_id=...)`` among filters joined by AND), or ``None``."""
+    from django.db.models.lookups import Exact
+    from django.db.models.sql.where import AND
+
+    from agentmemory.models import Message
+
+    where = queryset.query.where
+    if not issubclass(queryset.model, Message) or where.connector != AND or where.negated:
+        return None
+    for child in where.children:
+        target = getattr(getattr(child, "lhs", None), "target", None)
+        if (
+            isinstance(child, Exact)
+            and target is not None
+            and target.model is Message
+            and target.name == "conversation"
+            and isinstance(child.rhs, int)
+        ):
+            return child.rhs
+    return None
 
 
 def _is_fact(queryset: QuerySet[Any]) -> bool:
