@@ -17,10 +17,12 @@ into one delimited message of at most a given number of tokens.
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
+   A fact whose source message is shown is left out, its tokens given back.
 4. **How it is rendered.** One ``<memory>`` ... ``</memory>`` block with a one-line header;
    items oldest first, each opening with its provenance: the date it was said (the session
    date a transcript gave in the message metadata, else the time it was stored), the
-   conversation (its title, else the first 8 characters of its public id) and, on each
+   conversation (its title, else the first 8 characters of its public id; left out when
+   the item of messages above is of the same conversation) and, on each
    line, who said it (the transcript's speaker name, else "user" / "assistant").
 
 Cost: the queries of ``search_messages`` and ``KnowledgeMemory.recall`` and one query
