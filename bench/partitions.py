@@ -13,7 +13,7 @@ For each size (``--base`` messages, default 100,000, then ``--messages``, defaul
    of randomly chosen conversations, and one-message appends
    (``PersistentChatHistory(conversation).add_message``, each its own transaction) to other
    randomly chosen ones; median and p95 in ms.
-3. ``agentmemory.contrib.partitioning.layout.partition_messages`` with ``--partitions``
+3. ``agentmemory.contrib.partitioning.migrations._layout.partition_messages`` with ``--partitions``
    (the opt-in migration's work: the copy's wall time is how long appends wait), then
    ``VACUUM ANALYZE`` and the same builds and appends.
 4. Bytes a stored message costs, per layout: heap, TOAST and each index
@@ -178,7 +178,7 @@ def load(messages: int, conversation_size: int, seed: int, log: Any) -> int:
     from django.db import connection
 
     from agentmemory.conf import get_token_counter
-    from agentmemory.contrib.partitioning import layout
+    from agentmemory.contrib.partitioning.migrations import _layout as layout
 
     conversations = max(1, messages // conversation_size)
     rng = random.Random(seed)
@@ -332,7 +332,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     plain one (the copy's time grows with the rows: see the smaller size's figure)."""
     from django.db import connection
 
-    from agentmemory.contrib.partitioning import layout
+    from agentmemory.contrib.partitioning.migrations import _layout as layout
 
     results: dict[str, Any] = {"partitions": args.partitions, "sizes": {}}
     for size in (args.base, args.messages):

@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.contrib.partitioning import checks, layout
+from agentmemory.contrib.partitioning import checks
+from agentmemory.contrib.partitioning.migrations import _layout as layout
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, ToolCall
@@ -177,7 +178,7 @@ def _conversation(owner: Any, turns: int = 30) -> tuple[Conversation, Persistent
 def _forget_window_functions() -> None:
     """Make the next window statement go as text with its probe for the server-side
     functions, as on a new connection (``agentmemory.store.functions``)."""
-    from agentmemory.context import functions
+    from agentmemory.store import functions
 
     connection.ensure_connection()
     functions._known.pop(connection.connection, None)

@@ -8,7 +8,11 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.db import connections, router
 
-from agentmemory.contrib.partitioning.layout import PartitioningError, check_partitions, configured_partitions
+from agentmemory.contrib.partitioning.migrations._layout import (
+    PartitioningError,
+    check_partitions,
+    configured_partitions,
+)
 
 
 def check_partitioning(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

@@ -1,6 +1,6 @@
 """Rebuild ``agentmemory_message`` as ``AGENTMEMORY_PARTITIONS`` hash partitions by
 conversation (forward) or as the plain table (backward), with every row: see
-``agentmemory.contrib.partitioning.layout``. Runs in one transaction; writes to messages wait
+``agentmemory.contrib.partitioning.migrations._layout``. Runs in one transaction; writes to messages wait
 for it (reads go on). PostgreSQL only."""
 
 from django.apps import apps as global_apps
@@ -8,7 +8,7 @@ from django.db import migrations
 
 
 def partition(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from agentmemory.contrib.partitioning import layout
+    from agentmemory.contrib.partitioning.migrations import _layout as layout
 
     message = apps.get_model("agentmemory", "Message")
     if not _allowed(schema_editor, message):
@@ -19,7 +19,7 @@ def partition(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 
 def unpartition(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from agentmemory.contrib.partitioning import layout
+    from agentmemory.contrib.partitioning.migrations import _layout as layout
 
     message = apps.get_model("agentmemory", "Message")
     if not _allowed(schema_editor, message):
@@ -30,7 +30,7 @@ def unpartition(apps, schema_editor):  # type: ignore[no-untyped-def]
 def _allowed(schema_editor, model):  # type: ignore[no-untyped-def]
     from django.db import router
 
-    from agentmemory.contrib.partitioning import layout
+    from agentmemory.contrib.partitioning.migrations import _layout as layout
 
     if not router.allow_migrate_model(schema_editor.connection.alias, model):
         return False

@@ -1,5 +1,9 @@
 """Rebuilding ``agentmemory_message`` as a hash-partitioned table and back (PostgreSQL).
 
+Kept beside the migration that runs it (a module whose name starts with "_" is not a
+migration to Django): a migration imports no live app code, so what it does cannot change
+under an install that already ran it.
+
 Both directions work the same way, inside one transaction (PostgreSQL's DDL is
 transactional: a failure anywhere leaves the table as it was):
 
