@@ -310,7 +310,6 @@ def neighbours(
     for _pk, conversation_id, seq, *_rest in places:
         seqs = wanted.setdefault(conversation_id, set())
         seqs.update(range(seq - span, seq + span + 1))
-    from agentmemory.recall.fulltext import fenced
 
     connection = connections[messages.db]
     quote = connection.ops.quote_name
