@@ -314,7 +314,9 @@ def test_a_common_word_brings_a_bounded_sample_and_the_rare_word_decides(monkeyp
     assert 0 < len(common) <= 8  # 13 of alice's messages hold it
     hits = search_messages("what was the weather in Lisbon", owner=alice, k=5)
     assert hits[0].conversation_id == lisbon.pk and hits[0].seq == 1
-    assert {h.conversation_id for h in hits} <= set(Conversation.objects.filter(owner=alice).values_list("pk", flat=True))
+    assert {h.conversation_id for h in hits} <= set(
+        Conversation.objects.filter(owner=alice).values_list("pk", flat=True)
+    )
 
 
 @pytest.mark.postgres
