@@ -14,9 +14,9 @@ class AgentMemoryConfig(AppConfig):
 
         from agentmemory import checks, conf  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
-        from agentmemory.context.functions import install_after_migrate
         from agentmemory.deletion import delete_owned_conversations
         from agentmemory.recall import receivers  # noqa: F401  (full-text index upkeep)
+        from agentmemory.store.functions import install_after_migrate
 
         # A user's conversations go first, under their row locks, so appends running while
         # the user is deleted cannot make the delete fail.
@@ -24,5 +24,5 @@ class AgentMemoryConfig(AppConfig):
             delete_owned_conversations, sender=get_user_model(), dispatch_uid="agentmemory_user_conversations"
         )
         # PostgreSQL: the window's head statement as a server-side function, planned once
-        # per server session (agentmemory.context.functions).
+        # per server session (agentmemory.store.functions).
         post_migrate.connect(install_after_migrate, dispatch_uid="agentmemory_window_head_functions")

@@ -32,11 +32,11 @@ from django.db.models.functions import Coalesce
 from agentmemory.conf import app_settings
 from agentmemory.context.builder import memory_message
 from agentmemory.context.packing import TRUNCATION_MARKER, _replace, pending_placeholder
-from agentmemory.context.sql import _chat
 from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.llm.base import Usage
 from agentmemory.messages import ChatMessage, ContentPart, Role
 from agentmemory.models import Message, ModelCall, ModelCallKind, PromptText, UsageSource
+from agentmemory.store.rows import _chat
 from agentmemory.validation import safe_str, storable_text
 
 if TYPE_CHECKING:

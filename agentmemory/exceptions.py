@@ -13,13 +13,22 @@ class InvalidMessageError(AgentMemoryError, ValueError):
     Attributes:
         index: 0-based position of the offending message in the batch passed in.
         reason: a short, human-readable explanation.
+        field: the message field at fault, as the native message shape names it
+            (``"content"``, ``"tool_calls"``, ``"parts"``...), or ``None`` when the reason is
+            about the message as a whole. The API reports the reason under this field.
     """
 
-    def __init__(self, reason: str, *, index: int | None = None) -> None:
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
         self.index = index
         self.reason = reason
+        self.field = field
         where = f"message {index}: " if index is not None else ""
         super().__init__(f"{where}{reason}")
+
+    def field_errors(self) -> dict[str, list[str]]:
+        """``{field path within the message: [reasons]}``: ``{field: [reason]}``, with
+        ``"non_field_errors"`` (DRF's key) when no field is at fault."""
+        return {self.field or "non_field_errors": [self.reason]}
 
 
 class ConversationNotFound(AgentMemoryError, LookupError):

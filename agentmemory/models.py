@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import models, router, transaction
@@ -15,9 +15,6 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
-
-if TYPE_CHECKING:
-    from agentmemory.context.sql import GapProbe, TailReader, WindowHead
 
 
 class MessageRole(models.TextChoices):
@@ -420,113 +417,6 @@ class MessageQuerySet(models.QuerySet["Message"]):
 
     def after(self, seq: int) -> MessageQuerySet:
         return self.filter(seq__gt=seq)
-
-    # The context window's read path: hand-written SQL in ``agentmemory.context.sql`` (a
-    # window is built for every model call, and the ORM's query construction costs several
-    # times the database work there). Each reads the database this queryset reads.
-
-    def window_head(
-        self,
-        conversation_id: int,
-        *,
-        with_pinned: bool,
-        budget: int,
-        max_messages: int | None,
-        max_tool_result_tokens: int | None,
-    ) -> WindowHead | None:
-        """The conversation row, its summary, its pinned system messages (``with_pinned``)
-        and the first page of its tail, in one statement; ``None`` when the conversation
-        does not exist. ``budget`` (tokens) sizes the page and bounds the content read."""
-        from agentmemory.context.sql import read_head
-
-        return read_head(
-            self.db,
-            conversation_id,
-            with_pinned=with_pinned,
-            budget=budget,
-            max_messages=max_messages,
-            max_tool_result_tokens=max_tool_result_tokens,
-        )
-
-    def window_tail(
-        self,
-        conversation_id: int,
-        floor_seq: int,
-        first_page: int,
-        *,
-        first_rows: list[tuple[Any, ...]] | None = None,
-        content_budget: int = 0,
-        max_tool_result_tokens: int | None = None,
-        first_room: int | None = None,
-    ) -> TailReader:
-        """An iterator of ``RowMeta`` newest first above ``floor_seq``, one page (one
-        query) at a time, starting from ``first_rows`` (the head's page) when given, which
-        was trimmed to ``first_room`` tokens (``WindowHead.room``)."""
-        from agentmemory.context.sql import TailReader
-
-        return TailReader(
-            conversation_id,
-            floor_seq,
-            first_page,
-            first_rows=first_rows,
-            content_budget=content_budget,
-            max_tool_result_tokens=max_tool_result_tokens,
-            using=self.db,
-            first_room=first_room,
-        )
-
-    def window_uncovered(
-        self, conversation_id: int, *, after: int, before: int, pending_exchanges: list[int], listed: int
-    ) -> tuple[int, int, list[int]]:
-        """``(count, tokens, seqs newest first)`` of the messages with ``after < seq <
-        before`` other than orphaned tool results and the messages of the exchanges
-        started at ``pending_exchanges`` (at most ``listed`` seqs; count and tokens exact):
-        what a window left outside itself and the summary."""
-        from agentmemory.context.sql import read_uncovered
-
-        return read_uncovered(
-            self.db,
-            conversation_id,
-            after=after,
-            before=before,
-            pending_exchanges=pending_exchanges,
-            listed=listed,
-        )
-
-    def window_gap_probe(
-        self,
-        conversation_id: int,
-        *,
-        before: int,
-        summary_id: int | None,
-        pending_exchanges: list[int],
-        pinned_seq: int | None = None,
-        pinned_last_seq: int | None = None,
-    ) -> GapProbe:
-        """The index lookups from which, with the conversation's counters, the builder works
-        out what a window leaves outside itself and the summary without reading the rows
-        in between: the oldest seq, the tokens of the pinned system messages from
-        ``pinned_seq`` through ``pinned_last_seq`` (``Conversation.pinned_seq`` and
-        ``pinned_last_seq``; ``None``: none), the summary's span, the orphaned tool
-        results with ``seq < before`` and the AI messages at ``pending_exchanges`` (see
-        ``agentmemory.context.sql.read_gap_probe``)."""
-        from agentmemory.context.sql import read_gap_probe
-
-        return read_gap_probe(
-            self.db,
-            conversation_id,
-            before=before,
-            summary_id=summary_id,
-            pending_exchanges=pending_exchanges,
-            pinned_seq=pinned_seq,
-            pinned_last_seq=pinned_last_seq,
-        )
-
-    def window_contents(self, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
-        """The messages of ``seqs`` as ``ChatMessage``s, by seq."""
-        from agentmemory.context.sql import read_contents
-
-        return read_contents(self.db, conversation_id, seqs)
 
 
 class Message(models.Model):

@@ -1,7 +1,9 @@
 """Signals sent by agentmemory's services: extension points, never needed by the app itself.
 
-- ``message_appended(sender=PersistentChatHistory, conversation_id: int, messages: list[ChatMessage])``
-  after messages are stored (inside the caller's transaction, if any).
+- ``message_appended(sender=PersistentChatHistory, conversation_id: int, messages: list[ChatMessage],
+  using: str)`` after messages are stored on the database ``using`` (inside the caller's
+  transaction, if any). Recall schedules their embedding from it
+  (``agentmemory.recall.receivers.index_appended_messages``).
 - ``summary_created(sender=Summary, conversation_id: int, summary: Summary)`` after a
   compaction stored a new summary.
 - ``context_built(sender=ContextWindowBuilder, conversation_id: int, window: ContextWindow)``
@@ -24,6 +26,16 @@
   duration_s: float)`` after ``search_messages`` (``kind`` "messages") or
   ``KnowledgeMemory.recall`` (``kind`` "facts") answered.
 
+- ``vectors_stored(sender=EmbeddingBackend, using: str, objects: list[Fact | Message],
+  embedding_model: str, vectors: list[list[float]])`` after embeddings were stored for
+  ``objects`` on the database ``using`` (``agentmemory.contrib.pgvector`` mirrors them into
+  its ``vector`` tables).
+
+- ``recall_index_rebuilt(sender=Command, using: str, embedding_model: str, batch_size: int,
+  write: Callable[[str], None])`` at the end of ``manage.py rebuild_recall_index`` with an
+  embedder: ``agentmemory.contrib.pgvector`` copies the vectors stored before it was
+  installed and reports with ``write``.
+
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the
 same values in ``extra``).
@@ -37,3 +49,5 @@ context_built = Signal()
 messages_left_out = Signal()
 compaction_finished = Signal()
 recall_searched = Signal()
+vectors_stored = Signal()
+recall_index_rebuilt = Signal()

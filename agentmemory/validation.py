@@ -152,10 +152,10 @@ def storable_json(value: Any, depth: int = 0) -> Any:
     return storable_text(safe_str(value))
 
 
-def _check_json(value: Any, what: str, index: int) -> None:
+def _check_json(value: Any, what: str, index: int, field: str) -> None:
     problem = json_problem(value)
     if problem:
-        raise InvalidMessageError(f"{what} {problem}", index=index)
+        raise InvalidMessageError(f"{what} {problem}", index=index, field=field)
 
 
 def coerce_message(message: Any, index: int) -> ChatMessage:
@@ -169,7 +169,9 @@ def coerce_message(message: Any, index: int) -> ChatMessage:
         role = Role(message.role)
     except ValueError as exc:
         allowed = ", ".join(r.value for r in Role)
-        raise InvalidMessageError(f"unknown role {message.role!r} (allowed: {allowed})", index=index) from exc
+        raise InvalidMessageError(
+            f"unknown role {message.role!r} (allowed: {allowed})", index=index, field="role"
+        ) from exc
     parts = message.parts
     if parts and isinstance(parts, tuple | list) and all(isinstance(p, ContentPart) for p in parts):
         # the stored text of a multi-part message is always its parts' text, and an inline
@@ -230,16 +232,18 @@ def check_part_fields(part: ContentPart, where: str, index: int) -> None:
     for name in ("text", "data", "url", "file_id", "mime_type", "detail", "filename"):
         value = getattr(part, name)
         if not isinstance(value, str):
-            raise InvalidMessageError(f"{where} {name} must be a string", index=index)
+            raise InvalidMessageError(f"{where} {name} must be a string", index=index, field="parts")
         problem = text_problem(value)
         if problem:
-            raise InvalidMessageError(f"{where} {name} {problem}", index=index)
+            raise InvalidMessageError(f"{where} {name} {problem}", index=index, field="parts")
     for name in ("width", "height"):
         value = getattr(part, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-            raise InvalidMessageError(f"{where} {name} must be a positive number of pixels", index=index)
+            raise InvalidMessageError(
+                f"{where} {name} must be a positive number of pixels", index=index, field="parts"
+            )
     if not isinstance(part.extra, Mapping):
-        raise InvalidMessageError(f"{where} extra must be a JSON object", index=index)
+        raise InvalidMessageError(f"{where} extra must be a JSON object", index=index, field="parts")
 
 
 def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> None:
@@ -256,29 +260,33 @@ def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> 
     """
     parts = message.parts
     if not isinstance(parts, tuple | list):
-        raise InvalidMessageError("parts must be a list of ContentPart objects", index=index)
+        raise InvalidMessageError("parts must be a list of ContentPart objects", index=index, field="parts")
     for position, part in enumerate(parts):
         where = f"part {position}"
         if not isinstance(part, ContentPart):
-            raise InvalidMessageError(f"{where} is a {type(part).__name__}, not a ContentPart", index=index)
+            raise InvalidMessageError(
+                f"{where} is a {type(part).__name__}, not a ContentPart", index=index, field="parts"
+            )
         try:
             kind = PartKind(part.kind)
         except ValueError:
             allowed = ", ".join(k.value for k in PartKind)
             raise InvalidMessageError(
-                f"{where} has an unknown kind {part.kind!r} (allowed: {allowed})", index=index
+                f"{where} has an unknown kind {part.kind!r} (allowed: {allowed})", index=index, field="parts"
             ) from None
         check_part_fields(part, where, index)
-        _check_json(part.extra, f"{where} extra", index)
+        _check_json(part.extra, f"{where} extra", index, "parts")
         if kind is PartKind.TEXT:
             if part.data or part.url or part.file_id:
                 raise InvalidMessageError(
-                    f"{where} is text but carries data, a url or a file id", index=index
+                    f"{where} is text but carries data, a url or a file id", index=index, field="parts"
                 )
             continue
         if message.role not in _ANY_PART_ROLES:
             raise InvalidMessageError(
-                f"{where} is {kind.value}; a {message.role} message takes only text parts", index=index
+                f"{where} is {kind.value}; a {message.role} message takes only text parts",
+                index=index,
+                field="parts",
             )
         sources = [name for name in ("data", "url", "file_id") if getattr(part, name)]
         if kind is PartKind.FILE and part.text:
@@ -288,38 +296,46 @@ def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> 
                 f"{where} ({kind.value}) needs exactly one source (inline data, an http(s) url or a "
                 f"file id), not {', '.join(sources) or 'none'}",
                 index=index,
+                field="parts",
             )
         if part.url and not _URL.fullmatch(part.url):
             raise InvalidMessageError(
                 f"{where} url must be an http(s) address (inline data goes in 'data', base64, "
                 "with its mime_type)",
                 index=index,
+                field="parts",
             )
         if part.data:
             if not _BASE64.fullmatch(part.data) or len(part.data) % 4:
-                raise InvalidMessageError(f"{where} data is not base64", index=index)
+                raise InvalidMessageError(f"{where} data is not base64", index=index, field="parts")
             if part.data_bytes > max_data_bytes:
                 raise InvalidMessageError(
                     f"{where} holds {part.data_bytes} bytes of inline data, over the maximum of "
                     f"{max_data_bytes} (AGENTMEMORY['MAX_PART_DATA_BYTES'])",
                     index=index,
+                    field="parts",
                 )
             if not part.mime_type:
-                raise InvalidMessageError(f"{where} has inline data but no mime_type", index=index)
+                raise InvalidMessageError(
+                    f"{where} has inline data but no mime_type", index=index, field="parts"
+                )
         if kind is PartKind.IMAGE:
             if part.data and part.mime_type not in IMAGE_MIME_TYPES:
                 raise InvalidMessageError(
                     f"{where} is an image of type {part.mime_type!r}; inline images must be "
                     f"{', '.join(sorted(IMAGE_MIME_TYPES))}",
                     index=index,
+                    field="parts",
                 )
             if part.detail not in _IMAGE_DETAILS:
                 raise InvalidMessageError(
-                    f"{where} detail {part.detail!r} is not one of low, high, auto", index=index
+                    f"{where} detail {part.detail!r} is not one of low, high, auto",
+                    index=index,
+                    field="parts",
                 )
         elif kind is PartKind.AUDIO and not part.data:
             raise InvalidMessageError(
-                f"{where} is audio; audio is sent inline only (base64 data)", index=index
+                f"{where} is audio; audio is sent inline only (base64 data)", index=index, field="parts"
             )
 
 
@@ -334,31 +350,38 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
     """
     content = message.content
     if content is not None and not isinstance(content, str):
-        raise InvalidMessageError(f"content must be text or None, not {type(content).__name__}", index=index)
+        raise InvalidMessageError(
+            f"content must be text or None, not {type(content).__name__}", index=index, field="content"
+        )
     if content is not None:
         problem = text_problem(content)
         if problem:
-            raise InvalidMessageError(f"content {problem}", index=index)
+            raise InvalidMessageError(f"content {problem}", index=index, field="content")
         if len(content) > max_chars:
             raise InvalidMessageError(
                 f"content has {len(content)} characters, over the maximum of {max_chars} "
                 "(AGENTMEMORY['MAX_MESSAGE_CHARS'])",
                 index=index,
+                field="content",
             )
     for field_name in ("tool_call_id", "name"):
         value = getattr(message, field_name)
         if not isinstance(value, str):
-            raise InvalidMessageError(f"{field_name} must be a string", index=index)
+            raise InvalidMessageError(f"{field_name} must be a string", index=index, field=field_name)
         problem = text_problem(value)
         if problem:
-            raise InvalidMessageError(f"{field_name} {problem}", index=index)
+            raise InvalidMessageError(f"{field_name} {problem}", index=index, field=field_name)
         if len(value) > _MAX_SHORT:
-            raise InvalidMessageError(f"{field_name} is longer than {_MAX_SHORT} characters", index=index)
+            raise InvalidMessageError(
+                f"{field_name} is longer than {_MAX_SHORT} characters", index=index, field=field_name
+            )
     if not isinstance(message.metadata, Mapping):
         raise InvalidMessageError(
-            f"metadata must be a JSON object, not {type(message.metadata).__name__}", index=index
+            f"metadata must be a JSON object, not {type(message.metadata).__name__}",
+            index=index,
+            field="metadata",
         )
-    _check_json(message.metadata, "metadata", index)
+    _check_json(message.metadata, "metadata", index, "metadata")
     from agentmemory.conf import app_settings
 
     limits = app_settings()
@@ -371,7 +394,9 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
             )
         validate_parts(message, index, max_data_bytes=limits.MAX_PART_DATA_BYTES)
     if not isinstance(message.tool_calls, tuple | list):
-        raise InvalidMessageError("tool_calls must be a list of ToolCall objects", index=index)
+        raise InvalidMessageError(
+            "tool_calls must be a list of ToolCall objects", index=index, field="tool_calls"
+        )
     if len(message.tool_calls) > limits.MAX_TOOL_CALLS_PER_MESSAGE:
         raise InvalidMessageError(
             f"{len(message.tool_calls)} tool calls, over the maximum of "
@@ -380,28 +405,44 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
         )
     role = message.role
     if role in (Role.HUMAN, Role.SYSTEM) and content is None:
-        raise InvalidMessageError(f"a {role} message needs content (text, possibly empty)", index=index)
+        raise InvalidMessageError(
+            f"a {role} message needs content (text, possibly empty)", index=index, field="content"
+        )
     if message.tool_calls and role is not Role.AI:
-        raise InvalidMessageError(f"only ai messages carry tool calls, not {role}", index=index)
+        raise InvalidMessageError(
+            f"only ai messages carry tool calls, not {role}", index=index, field="tool_calls"
+        )
     if role is Role.AI and content is None and not message.tool_calls:
-        raise InvalidMessageError("an ai message needs content or tool calls", index=index)
+        raise InvalidMessageError("an ai message needs content or tool calls", index=index, field="content")
     if role is Role.TOOL:
         if not message.tool_call_id:
             raise InvalidMessageError(
-                "a tool result needs the tool_call_id of the call it answers", index=index
+                "a tool result needs the tool_call_id of the call it answers",
+                index=index,
+                field="tool_call_id",
             )
         if content is None:
-            raise InvalidMessageError("a tool result needs content (text, possibly empty)", index=index)
+            raise InvalidMessageError(
+                "a tool result needs content (text, possibly empty)", index=index, field="content"
+            )
     elif message.tool_call_id:
-        raise InvalidMessageError(f"only tool messages carry a tool_call_id, not {role}", index=index)
+        raise InvalidMessageError(
+            f"only tool messages carry a tool_call_id, not {role}", index=index, field="tool_call_id"
+        )
     seen: set[str] = set()
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
-            raise InvalidMessageError("tool_calls must hold ToolCall objects", index=index)
+            raise InvalidMessageError(
+                "tool_calls must hold ToolCall objects", index=index, field="tool_calls"
+            )
         if not isinstance(call.id, str) or not call.id or len(call.id) > _MAX_SHORT or text_problem(call.id):
-            raise InvalidMessageError(f"tool call id {call.id!r} is empty, too long or not text", index=index)
+            raise InvalidMessageError(
+                f"tool call id {call.id!r} is empty, too long or not text", index=index, field="tool_calls"
+            )
         if call.id in seen:
-            raise InvalidMessageError(f"tool call id {call.id!r} appears twice", index=index)
+            raise InvalidMessageError(
+                f"tool call id {call.id!r} appears twice", index=index, field="tool_calls"
+            )
         seen.add(call.id)
         if (
             not isinstance(call.name, str)
@@ -410,15 +451,18 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
             or text_problem(call.name)
         ):
             raise InvalidMessageError(
-                f"tool call {call.id!r} needs a name of at most {_MAX_SHORT} characters of text", index=index
+                f"tool call {call.id!r} needs a name of at most {_MAX_SHORT} characters of text",
+                index=index,
+                field="tool_calls",
             )
         if not isinstance(call.arguments, Mapping):
             raise InvalidMessageError(
                 f"arguments of tool call {call.id!r} must be a JSON object, "
                 f"not {type(call.arguments).__name__}",
                 index=index,
+                field="tool_calls",
             )
-        _check_json(call.arguments, f"arguments of tool call {call.id!r}", index)
+        _check_json(call.arguments, f"arguments of tool call {call.id!r}", index, "tool_calls")
 
 
 def link_tool_message(
@@ -455,7 +499,9 @@ def link_tool_message(
     if message.role is Role.AI and message.tool_calls:
         clash = sorted(c.id for c in message.tool_calls if c.id in pending)
         if clash and strict:
-            raise InvalidMessageError(f"tool call id(s) {clash} are already awaiting results", index=index)
+            raise InvalidMessageError(
+                f"tool call id(s) {clash} are already awaiting results", index=index, field="tool_calls"
+            )
         # Legacy history (``strict=False``): a model that numbers its calls afresh each turn
         # reuses the id of a call whose result never came; the new call supersedes it, so
         # later results answer the new call, and the abandoned exchange, no longer pending,
@@ -470,6 +516,7 @@ def link_tool_message(
                 f"tool result for {message.tool_call_id!r} answers no earlier unanswered tool call "
                 "(import legacy history with validate_tool_pairs=False to keep it as an orphan)",
                 index=index,
+                field="tool_call_id",
             )
         return exchange
     return None

@@ -23,9 +23,9 @@ from typing import Any
 from django.db import connection, connections
 
 from agentmemory.context import ContextWindow, ContextWindowBuilder
-from agentmemory.db import statement_cursor
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Message
+from agentmemory.store.connection import statement_cursor
 from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Target
 
 #: (seq, role, content) of one history message, content ``""`` for none
@@ -66,7 +66,7 @@ class statements_as_text:
     """agentmemory as Django leaves it by default: its statements sent as text
     (``DISABLE_SERVER_SIDE_CURSORS`` keeps them unprepared whatever ``PREPARED_STATEMENTS``
     says; a dict item set and restored, nothing else). The head statement and the gap probe
-    then run through their server-side functions (``agentmemory.context.functions``), which
+    then run through their server-side functions (``agentmemory.store.functions``), which
     ``migrate`` installed: only the short call is parsed and planned on every build.
 
     A class rather than a generator context manager: it wraps every timed text-mode build
@@ -249,7 +249,7 @@ def _setup_lower_bound(
     target: Target, budget: int, *, prepared: bool = False
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
     """The lower bound's build. ``prepared``: the same statement prepared once on the
-    connection, as agentmemory prepares its own (``agentmemory.db.statement_cursor``), to
+    connection, as agentmemory prepares its own (``agentmemory.store.connection.statement_cursor``), to
     show the ratio against a bound that is not parsed and planned on every call either."""
     stats = LowerBoundStats()
     cursor_for = statement_cursor if prepared else (lambda alias: connections[alias].cursor())

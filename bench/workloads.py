@@ -16,8 +16,8 @@ from typing import Any
 
 from django.db import connection
 
-from agentmemory.db import statement_cursor
 from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.store.connection import statement_cursor
 from bench.approaches import (
     APPROACHES,
     LOWER_BOUND,

@@ -35,6 +35,11 @@ INSTALLED_APPS = [
 # pgvector columns and HNSW indexes (PostgreSQL with the vector extension only; see docs/longterm.md)
 if os.environ.get("AGENTMEMORY_PGVECTOR", "").lower() in ("1", "true", "yes"):
     INSTALLED_APPS.append("agentmemory.contrib.pgvector")
+# messages hash-partitioned by conversation (PostgreSQL only; see docs/operations.md,
+# "Partitioned history"): AGENTMEMORY_PARTITIONS=16 installs the app with 16 partitions
+if os.environ.get("AGENTMEMORY_PARTITIONS"):
+    INSTALLED_APPS.append("agentmemory.contrib.partitioning")
+    AGENTMEMORY_PARTITIONS = int(os.environ["AGENTMEMORY_PARTITIONS"])
 
 
 def _importable(name: str) -> bool:

@@ -1,21 +1,20 @@
-"""Shared fixtures: conversations, token counters for the bug corpus, the shared data path."""
+"""Fixtures of the whole suite (each name means one thing everywhere), and the collection
+rules of its markers. Plain helpers are in ``tests/helpers.py``, settings in
+``tests/settings.py``."""
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from agentmemory.messages import ChatMessage
-from agentmemory.tokens import BaseTokenCounter
+from tests.helpers import SHARED_DATA, RedisClaim, forget_celery_pools, redis_base_url
 
 pytest_plugins = ["tests.fake_openai_server", "tests.fake_anthropic_server"]
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
@@ -51,12 +50,6 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
                 item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://..."))
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):  # type: ignore[no-untyped-def]
-    # The default hasher is slow on purpose; no test here is about password hashing.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def _fail_without_postgres() -> None:
     pytest.fail(
@@ -66,67 +59,46 @@ def _fail_without_postgres() -> None:
 
 @pytest.fixture
 def shared_data() -> Path:
+    """``../shared/data`` beside the repository; the test skips when it is absent."""
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA} (it ships beside the repository, not in it)")
     return SHARED_DATA
 
 
-def load_bug_cases() -> list[dict]:
-    path = SHARED_DATA / "bug-cases.json"
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())
-
-
-class TableTokenCounter(BaseTokenCounter):
-    """Bug-corpus counter ``table``: message i costs ``message_tokens[i]``, matched by its
-    content; any other message (a summary, a truncated copy) costs its word count."""
-
-    id = "table"
-
-    def __init__(self, contents: list[str | None], tokens: list[int]) -> None:
-        self.table = {c: t for c, t in zip(contents, tokens, strict=True)}
-
-    def count_text(self, text: str) -> int:
-        return max(1, len(text.split())) if text else 0
-
-    def count_message(self, message: ChatMessage) -> int:
-        if message.content in self.table and not message.truncated:
-            return self.table[message.content]
-        return max(1, len((message.content or "").split()))
-
-
 @pytest.fixture
 def conversation(db):  # type: ignore[no-untyped-def]
+    """A conversation of agent ``test``, without an owner or messages."""
     from agentmemory.models import Conversation
 
     return Conversation.objects.create(agent_key="test")
 
 
-#: Redis database set aside for tests that need a real broker; it is emptied around each use.
-TEST_BROKER_URL = os.environ.get("TEST_REDIS_URL") or "redis://127.0.0.1:6379/9"
-
-
-@pytest.fixture
-def broker_url():  # type: ignore[no-untyped-def]
-    """The test Redis broker (``TEST_REDIS_URL``), emptied before and after: tasks left by an
-    interrupted run must not reach a worker. Unreachable: a failure in CI, a skip elsewhere."""
+@pytest.fixture(scope="session")
+def redis_claim() -> Iterator[RedisClaim]:
+    """The Redis database this run claimed for its broker (``tests.helpers.RedisClaim``: the
+    first free one from ``TEST_REDIS_URL``'s on), released at the end of the run.
+    Unreachable: a failure in CI, a skip elsewhere."""
     import redis
 
-    client = redis.Redis.from_url(TEST_BROKER_URL, socket_connect_timeout=2, socket_timeout=5)
+    base = redis_base_url()
     try:
-        client.ping()
-    except redis.RedisError as exc:
-        message = (
-            f"Redis broker {TEST_BROKER_URL} is unreachable ({exc}); start redis-server or set TEST_REDIS_URL"
-        )
+        claim = RedisClaim.claim(base)
+    except (redis.RedisError, RuntimeError) as exc:
+        message = f"Redis broker {base} is unusable ({exc}); start redis-server or set TEST_REDIS_URL"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    client.flushdb()
-    yield TEST_BROKER_URL
-    client.flushdb()
-    client.close()
+    yield claim
+    claim.release()
+
+
+@pytest.fixture
+def broker_url(redis_claim: RedisClaim) -> Iterator[str]:
+    """The URL of this run's Redis database (``redis_claim``), emptied before and after:
+    tasks left by an interrupted test must not reach a worker."""
+    redis_claim.empty()
+    yield redis_claim.url
+    redis_claim.empty()
 
 
 @pytest.fixture(scope="session")
@@ -155,39 +127,42 @@ def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-unty
                     cursor.execute("SELECT pg_terminate_backend(%s)", [row[0]])
 
 
-def _forget_connections(app) -> None:  # type: ignore[no-untyped-def]
-    """Make the app look its pools up again for the current broker URL. Celery caches the
-    connection and producer pools it took from kombu's registry (keyed by URL) at first use;
-    eager runs take a producer too, for the default broker. The registry's pools are left
-    open: other tests get them back when the URL is restored."""
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
 @pytest.fixture
 def celery_app(broker_url):  # type: ignore[no-untyped-def]
     """The project's Celery app publishing to the test broker instead of running eagerly."""
     from project.celery import app
 
     saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
-    _forget_connections(app)
+    forget_celery_pools(app)
     app.conf.update(broker_url=broker_url, task_always_eager=False)
     try:
         yield app
     finally:
-        _forget_connections(app)
+        forget_celery_pools(app)
         app.conf.update(**saved)
 
 
-# A user and an API client logged in as that user, for the API tests that need no other
-# (files with users of their own define their own ``user`` and ``api``).
 @pytest.fixture
 def user(django_user_model):  # type: ignore[no-untyped-def]
+    """The user a test acts as: ``alice`` (password ``alice-pw``). A module that wants
+    another name gives ``user`` its own value; it stays the user the test acts as."""
     return django_user_model.objects.create_user("alice", password="alice-pw")
 
 
 @pytest.fixture
 def api(user) -> APIClient:  # type: ignore[no-untyped-def]
+    """An API client logged in as ``user``; a server error is answered as a 500 response
+    (not raised), so that a test can say no request makes one."""
     client = APIClient(raise_request_exception=False)
     client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def api_forced(user) -> APIClient:  # type: ignore[no-untyped-def]
+    """An API client whose requests are authenticated as ``user`` by DRF's
+    ``force_authenticate``: no session, so no session or user query in a request's count; a
+    server error is answered as a 500 response (not raised)."""
+    client = APIClient(raise_request_exception=False)
+    client.force_authenticate(user)
     return client

@@ -173,26 +173,6 @@ def test_25_turns_with_parallel_tool_calls_and_compaction(fake_openai, eager_cel
 # -- a real Celery worker on the Redis broker ------------------------------------------
 
 
-def _broker_url() -> str:
-    url = (
-        os.environ.get("TEST_REDIS_URL") or os.environ.get("CELERY_BROKER_URL") or "redis://127.0.0.1:6379/9"
-    )
-    if not url.startswith(("redis://", "rediss://")):
-        reason = "needs a Redis broker for a real Celery worker: set TEST_REDIS_URL=redis://127.0.0.1:6379/N"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    import redis
-
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"Redis at {url} is not reachable: {exc}")
-    return url
-
-
 def _database_url() -> str:
     db = connection.settings_dict
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
@@ -212,10 +192,11 @@ def _drop_broker_connections() -> None:
 
 
 @pytest.fixture
-def celery_worker_process(transactional_db) -> Iterator[subprocess.Popen]:  # type: ignore[no-untyped-def]
-    """A ``celery -A project worker`` process sharing the test database and the broker; the
-    test process sends tasks to it instead of running them eagerly."""
-    broker = _broker_url()
+def celery_worker_process(transactional_db, broker_url) -> Iterator[subprocess.Popen]:  # type: ignore[no-untyped-def]
+    """A ``celery -A project worker`` process sharing the test database and this run's Redis
+    broker (``broker_url``); the test process sends tasks to it instead of running them
+    eagerly."""
+    broker = broker_url
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env.update(
         DJANGO_SETTINGS_MODULE="project.settings",

@@ -21,20 +21,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def user(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
 def other_user(django_user_model):  # type: ignore[no-untyped-def]
     return django_user_model.objects.create_user("mallory", password="mallory-pw")
-
-
-@pytest.fixture
-def api(user) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
 def make_conversation(owner, **kwargs) -> Conversation:  # type: ignore[no-untyped-def]

@@ -29,18 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def user(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
-def api(user) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-@pytest.fixture
 def openapi(client) -> dict:  # type: ignore[no-untyped-def]
     response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert response.status_code == 200
@@ -148,10 +136,10 @@ def test_the_api_runs_without_drf_spectacular(tmp_path):  # type: ignore[no-unty
         from django.contrib.auth import get_user_model
         from rest_framework.test import APIClient
         from agentmemory.api import schema
-        api = APIClient()
-        api.force_authenticate(get_user_model().objects.create_user("bob"))
-        created = api.post("/api/conversations/", {"title": "t"}, format="json")
-        listed = api.get("/api/conversations/")
+        api_forced = APIClient()
+        api_forced.force_authenticate(get_user_model().objects.create_user("bob"))
+        created = api_forced.post("/api/conversations/", {"title": "t"}, format="json")
+        listed = api_forced.get("/api/conversations/")
         print(schema.SPECTACULAR, created.status_code, listed.json()["results"][0]["title"],
               any(m.startswith("drf_spectacular") for m in sys.modules))
         """
@@ -184,9 +172,9 @@ def test_permissions_come_from_the_host_with_is_authenticated_as_fallback(user, 
 
     # The host's own rule applies to the API's views too.
     _rest_framework(settings, DEFAULT_PERMISSION_CLASSES=["rest_framework.permissions.IsAdminUser"])
-    api = APIClient()
-    api.force_authenticate(user)
-    denied = api.get("/api/conversations/")
+    api_forced = APIClient()
+    api_forced.force_authenticate(user)
+    denied = api_forced.get("/api/conversations/")
     assert denied.status_code == 403 and denied.json()["error"] == "permission_denied"
 
 
@@ -225,31 +213,79 @@ def test_staff_see_every_conversation_only_when_the_setting_says_so(user, django
     assert client.get("/api/conversations/").json()["results"] == []
 
 
+def test_a_host_overrides_permissions_throttles_renderers_and_pagination_by_subclassing(user, settings):  # type: ignore[no-untyped-def]
+    from rest_framework.permissions import IsAdminUser
+    from rest_framework.renderers import JSONRenderer
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from agentmemory.api.pagination import ConversationCursorPagination
+    from agentmemory.api.views import ConversationViewSet, SearchView
+
+    class OneAPage(ConversationCursorPagination):
+        page_size = 1
+        max_page_size = 1
+
+    class StaffOnlySearch(SearchView):
+        permission_classes = [IsAdminUser]
+
+    class SmallPages(ConversationViewSet):
+        pagination_class = OneAPage
+        renderer_classes = [JSONRenderer]
+        throttle_classes = []
+
+    cache.clear()
+    Conversation.objects.create(owner=user, title="one")
+    Conversation.objects.create(owner=user, title="two")
+    # Throttles from the settings on the app's view: two requests a minute on the family.
+    _rest_framework(settings, DEFAULT_THROTTLE_RATES={"agentmemory.conversations": "2/min"})
+    factory = APIRequestFactory()
+
+    def call(view, path):  # type: ignore[no-untyped-def]
+        request = factory.get(path)
+        force_authenticate(request, user=user)
+        return view(request)
+
+    try:
+        search = call(StaffOnlySearch.as_view(), "/api/search/?q=one")
+        assert search.status_code == 403 and search.data["error"] == "permission_denied"
+        assert call(SearchView.as_view(), "/api/search/?q=one").status_code == 200
+
+        listed = SmallPages.as_view({"get": "list"})
+        pages = [call(listed, "/api/conversations/") for _ in range(3)]
+        assert [p.status_code for p in pages] == [200, 200, 200]  # no throttle on the subclass
+        assert len(pages[0].data["results"]) == 1 and pages[0].data["next"]
+        assert call(listed, "/api/conversations/?format=api").status_code == 404  # JSON only
+        app_view = ConversationViewSet.as_view({"get": "list"})
+        assert [call(app_view, "/api/conversations/").status_code for _ in range(3)] == [200, 200, 429]
+    finally:
+        cache.clear()
+
+
 # -- throttles -------------------------------------------------------------------------------
 
 
-def test_throttle_scopes_apply_only_where_the_host_sets_a_rate(api, user, settings):  # type: ignore[no-untyped-def]
+def test_throttle_scopes_apply_only_where_the_host_sets_a_rate(api_forced, user, settings):  # type: ignore[no-untyped-def]
     cache.clear()
     conv = Conversation.objects.create(owner=user)
     _rest_framework(settings, DEFAULT_THROTTLE_RATES={"agentmemory.context": "2/min"})
     try:
         for _ in range(5):
-            assert api.get("/api/conversations/").status_code == 200
-        assert api.get(f"/api/conversations/{conv.uuid}/context/").status_code == 200
-        assert api.get(f"/api/conversations/{conv.uuid}/context/").status_code == 200
-        throttled = api.get(f"/api/conversations/{conv.uuid}/context/")
+            assert api_forced.get("/api/conversations/").status_code == 200
+        assert api_forced.get(f"/api/conversations/{conv.uuid}/context/").status_code == 200
+        assert api_forced.get(f"/api/conversations/{conv.uuid}/context/").status_code == 200
+        throttled = api_forced.get(f"/api/conversations/{conv.uuid}/context/")
         assert throttled.status_code == 429
         assert throttled.json()["error"] == "throttled" and throttled["Retry-After"]
-        assert api.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 200
+        assert api_forced.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 200
         # DRF's ScopedRateThrottle listed by the host with no rate for a scope lets it through.
         _rest_framework(
             settings,
             DEFAULT_THROTTLE_CLASSES=["rest_framework.throttling.ScopedRateThrottle"],
             DEFAULT_THROTTLE_RATES={"agentmemory.messages": "1/min"},
         )
-        assert api.get("/api/conversations/").status_code == 200
-        assert api.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 200
-        assert api.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 429
+        assert api_forced.get("/api/conversations/").status_code == 200
+        assert api_forced.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 200
+        assert api_forced.get(f"/api/conversations/{conv.uuid}/messages/").status_code == 429
     finally:
         cache.clear()
 
@@ -271,32 +307,32 @@ def _tool_conversation(user) -> Conversation:  # type: ignore[no-untyped-def]
     return conv
 
 
-def test_format_is_left_to_renderers_and_message_format_picks_the_shape(api, user):  # type: ignore[no-untyped-def]
+def test_format_is_left_to_renderers_and_message_format_picks_the_shape(api_forced, user):  # type: ignore[no-untyped-def]
     conv = _tool_conversation(user)
     url = f"/api/conversations/{conv.uuid}/context/"
-    native = api.get(url, {"format": "json"})
+    native = api_forced.get(url, {"format": "json"})
     assert native.status_code == 200 and native["Content-Type"].startswith("application/json")
     assert native.json()["format"] == "native" and native.json()["messages"][0]["part"] == "system_prompt"
-    browsable = api.get(url, {"format": "api"})
+    browsable = api_forced.get(url, {"format": "api"})
     assert browsable.status_code == 200 and browsable["Content-Type"].startswith("text/html")
 
-    openai = api.get(url, {"message_format": "openai"}).json()
+    openai = api_forced.get(url, {"message_format": "openai"}).json()
     assert [m["role"] for m in openai["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
-    assert api.get(url, {"format": "openai"}).json() == openai  # the earlier parameter still works
+    assert api_forced.get(url, {"format": "openai"}).json() == openai  # the earlier parameter still works
 
-    anthropic = api.get(url, {"message_format": "anthropic"}).json()
+    anthropic = api_forced.get(url, {"message_format": "anthropic"}).json()
     assert anthropic["format"] == "anthropic" and anthropic["system"] == "Be brief."
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user", "assistant"]
     assert anthropic["messages"][1]["content"][0]["type"] == "tool_use"
     assert native.json()["system"] is None
 
-    bad = api.get(url, {"message_format": "yaml"})
+    bad = api_forced.get(url, {"message_format": "yaml"})
     assert bad.status_code == 400 and "message_format" in bad.json()["fields"]
-    unknown_renderer = api.get(url, {"format": "yaml"})
+    unknown_renderer = api_forced.get(url, {"format": "yaml"})
     assert unknown_renderer.status_code == 404
 
 
-def test_format_openai_is_offered_only_where_messages_have_a_shape(api, user, client):  # type: ignore[no-untyped-def]
+def test_format_openai_is_offered_only_where_messages_have_a_shape(api_forced, user, client):  # type: ignore[no-untyped-def]
     conv = _tool_conversation(user)
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     with_format = {
@@ -314,13 +350,13 @@ def test_format_openai_is_offered_only_where_messages_have_a_shape(api, user, cl
     context = schema["paths"]["/api/conversations/{uuid}/context/"]["get"]["parameters"]
     assert next(p for p in context if p["name"] == "format")["description"]
     for url in ("/api/conversations/", f"/api/conversations/{conv.uuid}/messages/", "/api/facts/"):
-        assert api.get(url, {"format": "openai"}).status_code == 404
-        assert api.get(url, {"format": "json"}).status_code == 200
+        assert api_forced.get(url, {"format": "openai"}).status_code == 404
+        assert api_forced.get(url, {"format": "json"}).status_code == 200
     context_url = f"/api/conversations/{conv.uuid}/context/"
-    assert api.get(context_url, {"format": "openai"}).json()["format"] == "openai"
+    assert api_forced.get(context_url, {"format": "openai"}).json()["format"] == "openai"
 
 
-def test_messages_can_be_appended_in_the_anthropic_format(api, user):  # type: ignore[no-untyped-def]
+def test_messages_can_be_appended_in_the_anthropic_format(api_forced, user):  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user)
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},
@@ -330,7 +366,7 @@ def test_messages_can_be_appended_in_the_anthropic_format(api, user):  # type: i
         },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}]},
     ]
-    response = api.post(
+    response = api_forced.post(
         f"/api/conversations/{conv.uuid}/messages/?message_format=anthropic",
         {"messages": messages},
         format="json",
@@ -342,43 +378,43 @@ def test_messages_can_be_appended_in_the_anthropic_format(api, user):  # type: i
     assert stored[2]["tool_call_id"] == "t1"
 
 
-def test_an_anthropic_message_with_empty_content_is_a_400_and_stores_nothing(api, user):  # type: ignore[no-untyped-def]
+def test_an_anthropic_message_with_empty_content_is_a_400_and_stores_nothing(api_forced, user):  # type: ignore[no-untyped-def]
     conv = Conversation.objects.create(owner=user)
     url = f"/api/conversations/{conv.uuid}/messages/?message_format=anthropic"
     for body in ({"role": "user", "content": []}, {"messages": [{"role": "user", "content": []}]}):
-        response = api.post(url, body, format="json")
+        response = api_forced.post(url, body, format="json")
         assert response.status_code == 400, response.content
         assert response.json()["error"] == "invalid_message" and "no content" in response.json()["detail"]
     assert not Message.objects.filter(conversation=conv).exists()
 
 
-def test_every_not_found_answer_has_the_same_wording(api, user):  # type: ignore[no-untyped-def]
+def test_every_not_found_answer_has_the_same_wording(api_forced, user):  # type: ignore[no-untyped-def]
     missing = "00000000-0000-0000-0000-000000000009"
     for method, path, body in [
         ("get", f"/api/conversations/{missing}/", None),
         ("get", f"/api/conversations/{missing}/context/", None),
         ("post", f"/api/conversations/{missing}/messages/", {"role": "human", "content": "x"}),
     ]:
-        response = getattr(api, method)(path, body, format="json")
+        response = getattr(api_forced, method)(path, body, format="json")
         assert response.status_code == 404
         assert response.json() == {"error": "not_found", "detail": "No such conversation."}, path
-    fact = api.get(f"/api/facts/{missing}/")
+    fact = api_forced.get(f"/api/facts/{missing}/")
     assert fact.status_code == 404 and fact.json() == {"error": "not_found", "detail": "No such fact."}
 
 
 # -- paging ----------------------------------------------------------------------------------
 
 
-def test_conversations_are_listed_most_recently_active_first(api, user):  # type: ignore[no-untyped-def]
+def test_conversations_are_listed_most_recently_active_first(api_forced, user):  # type: ignore[no-untyped-def]
     old = Conversation.objects.create(owner=user, title="old")
     Conversation.objects.create(owner=user, title="new")
-    assert [c["title"] for c in api.get("/api/conversations/").json()["results"]] == ["new", "old"]
+    assert [c["title"] for c in api_forced.get("/api/conversations/").json()["results"]] == ["new", "old"]
     PersistentChatHistory(old).add_messages([ChatMessage.human("back again")])
-    assert [c["title"] for c in api.get("/api/conversations/").json()["results"]] == ["old", "new"]
+    assert [c["title"] for c in api_forced.get("/api/conversations/").json()["results"]] == ["old", "new"]
 
 
 @pytest.mark.parametrize(("count", "page_size"), [(300, 50), (120, 7), (1100, 200)])
-def test_conversations_with_the_same_activity_time_are_each_listed_once(api, user, count, page_size):  # type: ignore[no-untyped-def]
+def test_conversations_with_the_same_activity_time_are_each_listed_once(api_forced, user, count, page_size):  # type: ignore[no-untyped-def]
     # Many conversations can share ``updated_at`` (an import, a bulk update, one
     # transaction's now()). Sorted without a unique last key, PostgreSQL returns tied rows
     # in an order that changes with each page's LIMIT: pages repeated one and left one out.
@@ -387,13 +423,13 @@ def test_conversations_with_the_same_activity_time_are_each_listed_once(api, use
     forward: list[str] = []
     url = f"/api/conversations/?page_size={page_size}"
     while url:
-        body = api.get(url).json()
+        body = api_forced.get(url).json()
         forward += [c["uuid"] for c in body["results"]]
         url, back = body["next"], body["previous"]
     assert len(forward) == count and len(set(forward)) == count
     backward: list[str] = []
     while back:  # from the last page to the first
-        body = api.get(back).json()
+        body = api_forced.get(back).json()
         backward = [c["uuid"] for c in body["results"]] + backward
         back = body["previous"]
     last_page = forward[len(backward) :]
@@ -401,7 +437,7 @@ def test_conversations_with_the_same_activity_time_are_each_listed_once(api, use
 
 
 @pytest.mark.postgres
-def test_conversation_pages_read_only_the_owners_conversations(api, user, django_user_model):  # type: ignore[no-untyped-def]
+def test_conversation_pages_read_only_the_owners_conversations(api_forced, user, django_user_model):  # type: ignore[no-untyped-def]
     others = [django_user_model.objects.create_user(f"u{i}") for i in range(20)]
     Conversation.objects.bulk_create(
         [Conversation(owner=others[i % 20], title=f"c{i}") for i in range(4000)]
@@ -410,7 +446,7 @@ def test_conversation_pages_read_only_the_owners_conversations(api, user, django
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE agentmemory_conversation")
     with CaptureQueriesContext(connection) as queries:
-        page = api.get("/api/conversations/", {"page_size": 20})
+        page = api_forced.get("/api/conversations/", {"page_size": 20})
     assert page.status_code == 200 and len(page.json()["results"]) == 20
     (sql,) = [q["sql"] for q in queries.captured_queries if "agentmemory_conversation" in q["sql"]]
     with connection.cursor() as cursor:
@@ -422,16 +458,18 @@ def test_conversation_pages_read_only_the_owners_conversations(api, user, django
     assert "Seq Scan" not in plan, plan
 
 
-def test_context_and_appends_in_the_langchain_format(api, user):  # type: ignore[no-untyped-def]
+def test_context_and_appends_in_the_langchain_format(api_forced, user):  # type: ignore[no-untyped-def]
     conv = _tool_conversation(user)
-    window = api.get(f"/api/conversations/{conv.uuid}/context/", {"message_format": "langchain"}).json()
+    window = api_forced.get(
+        f"/api/conversations/{conv.uuid}/context/", {"message_format": "langchain"}
+    ).json()
     assert window["format"] == "langchain"
     assert [m["type"] for m in window["messages"]] == ["system", "human", "ai", "tool", "ai"]
     assert window["messages"][2]["data"]["tool_calls"][0]["args"] == {"city": "Oslo"}
 
     # What the context endpoint returns can be appended to another conversation as it is.
     copy = Conversation.objects.create(owner=user)
-    response = api.post(
+    response = api_forced.post(
         f"/api/conversations/{copy.uuid}/messages/?message_format=langchain",
         {"messages": window["messages"]},
         format="json",
@@ -440,7 +478,7 @@ def test_context_and_appends_in_the_langchain_format(api, user):  # type: ignore
     stored = response.json()["messages"]
     assert [m["role"] for m in stored] == ["system", "human", "ai", "tool", "ai"]
     assert stored[2]["tool_calls"] == [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}]
-    refused = api.post(
+    refused = api_forced.post(
         f"/api/conversations/{copy.uuid}/messages/?message_format=langchain",
         {"messages": [{"type": "robot", "data": {}}]},
         format="json",
@@ -452,7 +490,7 @@ def test_the_api_root_answers_in_the_error_shape_and_lists_the_resources(user): 
     anonymous = APIClient().get("/api/")
     assert anonymous.status_code in (401, 403)
     assert anonymous.json()["error"] == "not_authenticated"
-    api = APIClient()
-    api.force_authenticate(user)
-    root = api.get("/api/", HTTP_ACCEPT="application/json")
+    api_forced = APIClient()
+    api_forced.force_authenticate(user)
+    root = api_forced.get("/api/", HTTP_ACCEPT="application/json")
     assert root.status_code == 200 and {"conversations", "facts"} <= set(root.json())

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from agentmemory.api.serializers import IMAGE_URL_PATTERN, URL_PATTERN
 from agentmemory.history import PersistentChatHistory
@@ -34,20 +33,14 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 
 
 @pytest.fixture
-def owner(django_user_model):  # type: ignore[no-untyped-def]
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    """The user these tests act as (``api_forced`` is authenticated as it)."""
     return django_user_model.objects.create_user("fuzzed")
 
 
 @pytest.fixture
-def api(owner) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
-
-
-@pytest.fixture
-def conv(owner) -> Conversation:  # type: ignore[no-untyped-def]
-    conv = Conversation.objects.create(owner=owner, agent_key="support")
+def conv(user) -> Conversation:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user, agent_key="support")
     PersistentChatHistory(conv).add_messages(
         [ChatMessage.human("where is order 7"), ChatMessage.ai("shipped")]
     )
@@ -87,34 +80,38 @@ def test_the_operation_ids_are_the_ones_docs_api_md_names(openapi) -> None:  # t
 
 
 @pytest.mark.parametrize("value", [0, 1, "true", "yes", "off", None, [], {}])
-def test_persistent_is_true_or_false(api, value) -> None:  # type: ignore[no-untyped-def]
-    response = api.post("/api/facts/", {"content": "Likes tea", "persistent": value}, format="json")
+def test_persistent_is_true_or_false(api_forced, value) -> None:  # type: ignore[no-untyped-def]
+    response = api_forced.post("/api/facts/", {"content": "Likes tea", "persistent": value}, format="json")
     assert response.status_code == 400 and "persistent" in response.json()["fields"]
     assert not Fact.objects.exists()
 
 
-def test_persistent_true_false_and_the_browsable_api_form(api) -> None:  # type: ignore[no-untyped-def]
+def test_persistent_true_false_and_the_browsable_api_form(api_forced) -> None:  # type: ignore[no-untyped-def]
     assert (
-        api.post("/api/facts/", {"content": "Likes tea", "persistent": True}, format="json").status_code
+        api_forced.post(
+            "/api/facts/", {"content": "Likes tea", "persistent": True}, format="json"
+        ).status_code
         == 201
     )
     assert (
-        api.post("/api/facts/", {"content": "Likes jam", "persistent": False}, format="json").status_code
+        api_forced.post(
+            "/api/facts/", {"content": "Likes jam", "persistent": False}, format="json"
+        ).status_code
         == 201
     )
     # the browsable API's form sends text
-    form = api.post("/api/facts/", {"content": "Likes figs", "persistent": "true"}, format="multipart")
+    form = api_forced.post("/api/facts/", {"content": "Likes figs", "persistent": "true"}, format="multipart")
     assert form.status_code == 201 and form.json()["fact"]["persistent"] is True
     fact = Fact.objects.get(content="Likes tea")
-    changed = api.patch(f"/api/facts/{fact.uuid}/", {"persistent": 1}, format="json")
+    changed = api_forced.patch(f"/api/facts/{fact.uuid}/", {"persistent": 1}, format="json")
     assert changed.status_code == 400 and "persistent" in changed.json()["fields"]
 
 
 @pytest.mark.parametrize("value", ["1", "0", "", "yes", "True"])
-def test_history_is_true_or_false(api, value) -> None:  # type: ignore[no-untyped-def]
-    assert api.get("/api/facts/", {"history": value}).status_code == 400
-    assert api.get("/api/facts/", {"history": "true"}).status_code == 200
-    assert api.get("/api/facts/", {"history": "false"}).status_code == 200
+def test_history_is_true_or_false(api_forced, value) -> None:  # type: ignore[no-untyped-def]
+    assert api_forced.get("/api/facts/", {"history": value}).status_code == 400
+    assert api_forced.get("/api/facts/", {"history": "true"}).status_code == 200
+    assert api_forced.get("/api/facts/", {"history": "false"}).status_code == 200
 
 
 # -- one value per query parameter ---------------------------------------------------------------
@@ -134,44 +131,46 @@ def test_history_is_true_or_false(api, value) -> None:  # type: ignore[no-untype
         ("/api/usage/", "since=2026-01-01T00:00:00Z&since=2026-02-01T00:00:00Z"),
     ],
 )
-def test_a_parameter_given_twice_is_a_400(api, conv, path, query) -> None:  # type: ignore[no-untyped-def]
+def test_a_parameter_given_twice_is_a_400(api_forced, conv, path, query) -> None:  # type: ignore[no-untyped-def]
     url = path.format(conv=f"/api/conversations/{conv.uuid}/") + "?" + query
-    response = api.get(url)
+    response = api_forced.get(url)
     assert response.status_code == 400, (url, response.content[:200])
     name = query.split("&")[-1].split("=")[0]
     assert response.json()["fields"][name] == ["Give this parameter once."]
 
 
-def test_include_may_be_repeated(api, conv) -> None:  # type: ignore[no-untyped-def]
-    response = api.get("/api/search/?q=order&include=messages&include=facts")
+def test_include_may_be_repeated(api_forced, conv) -> None:  # type: ignore[no-untyped-def]
+    response = api_forced.get("/api/search/?q=order&include=messages&include=facts")
     assert response.status_code == 200 and response.json()["messages"]
 
 
 @pytest.mark.parametrize("query", ["q=order&k=", "q=order&conversation=", "q=order&k=x"])
-def test_an_empty_or_malformed_search_parameter_is_a_400(api, conv, query) -> None:  # type: ignore[no-untyped-def]
-    response = api.get("/api/search/?" + query)
+def test_an_empty_or_malformed_search_parameter_is_a_400(api_forced, conv, query) -> None:  # type: ignore[no-untyped-def]
+    response = api_forced.get("/api/search/?" + query)
     assert response.status_code == 400
     name = query.split("&")[-1].split("=")[0]
     assert name in response.json()["fields"]
 
 
-def test_search_parameters_still_default(api, conv) -> None:  # type: ignore[no-untyped-def]
-    assert api.get("/api/search/?q=order").status_code == 200
-    assert api.get("/api/search/?q=order&k=3&agent_key=&category=").status_code == 200
+def test_search_parameters_still_default(api_forced, conv) -> None:  # type: ignore[no-untyped-def]
+    assert api_forced.get("/api/search/?q=order").status_code == 200
+    assert api_forced.get("/api/search/?q=order&k=3&agent_key=&category=").status_code == 200
 
 
 # -- lengths as sent -------------------------------------------------------------------------------
 
 
-def test_a_length_is_checked_as_sent_not_after_trimming(api, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_length_is_checked_as_sent_not_after_trimming(api_forced, settings) -> None:  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"MAX_FACT_CHARS": 50}
     padded = " " + "x" * 50  # 51 characters sent, 50 once trimmed
-    response = api.post("/api/facts/", {"content": padded}, format="json")
+    response = api_forced.post("/api/facts/", {"content": padded}, format="json")
     assert response.status_code == 400 and "content" in response.json()["fields"]
-    category = api.post("/api/facts/", {"content": "Likes tea", "category": " " + "c" * 100}, format="json")
+    category = api_forced.post(
+        "/api/facts/", {"content": "Likes tea", "category": " " + "c" * 100}, format="json"
+    )
     assert category.status_code == 400 and "category" in category.json()["fields"]
-    assert api.post("/api/facts/", {"content": " " + "x" * 49}, format="json").status_code == 201
-    search = api.get("/api/search/", {"q": " " + "w" * 1000})
+    assert api_forced.post("/api/facts/", {"content": " " + "x" * 49}, format="json").status_code == 201
+    search = api_forced.get("/api/search/", {"q": " " + "w" * 1000})
     assert search.status_code == 400 and "q" in search.json()["fields"]
 
 
@@ -191,14 +190,14 @@ URLS = {
 
 
 @pytest.mark.parametrize(("url", "valid"), list(URLS.items()))
-def test_a_part_url_is_refused_exactly_when_the_schema_refuses_it(api, conv, url, valid) -> None:  # type: ignore[no-untyped-def]
+def test_a_part_url_is_refused_exactly_when_the_schema_refuses_it(api_forced, conv, url, valid) -> None:  # type: ignore[no-untyped-def]
     # The patterns use no class shorthand (\s, \S, \w, \d), whose meaning differs between
     # ECMAScript (JSON Schema) and Python, so Python's re reads them as a validator would.
     for pattern in (URL_PATTERN, IMAGE_URL_PATTERN):
         assert not re.search(r"(?<!\\)\\[sSwWdD]", pattern)
         assert bool(re.fullmatch(pattern, url)) is valid
     body = {"role": "human", "parts": [{"type": "image", "url": url}]}
-    response = api.post(f"/api/conversations/{conv.uuid}/messages/", body, format="json")
+    response = api_forced.post(f"/api/conversations/{conv.uuid}/messages/", body, format="json")
     assert response.status_code == (201 if valid else 400), response.content[:300]
 
 
@@ -226,14 +225,16 @@ def _document(**conversation: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("pending", [{"c1": "one"}, {"c1": [1]}, {"c1": 0}, {"c1": True}])
-def test_pending_tool_calls_of_an_import_are_seqs_in_the_schema_too(api, pending) -> None:  # type: ignore[no-untyped-def]
+def test_pending_tool_calls_of_an_import_are_seqs_in_the_schema_too(api_forced, pending) -> None:  # type: ignore[no-untyped-def]
     from jsonschema import Draft202012Validator
 
     from agentmemory.transfer import row_schema
 
     row = {"agent_key": "support", "title": "imported", "metadata": {}, "pending_tool_calls": pending}
     assert list(Draft202012Validator(row_schema("conversation")).iter_errors(row))
-    response = api.post("/api/conversations/import/", _document(pending_tool_calls=pending), format="json")
+    response = api_forced.post(
+        "/api/conversations/import/", _document(pending_tool_calls=pending), format="json"
+    )
     assert response.status_code == 400 and "pending_tool_calls" in response.json()["path"]
 
 

@@ -59,6 +59,7 @@ def server():  # type: ignore[no-untyped-def]
         yield fake
 
 
+@pytest.mark.slow
 def test_a_quick_locomo_run_stores_compacts_asks_and_judges(server, shared_data) -> None:  # type: ignore[no-untyped-def]
     args = parse_args(["--quick", "--base-url", server.base_url, "--model", "qa-test", "--api-key", "sk"])
     lines: list[str] = []
@@ -97,6 +98,7 @@ def question_id(dev: bool) -> str:
     raise AssertionError
 
 
+@pytest.mark.slow
 def test_longmemeval_asks_only_the_dev_split_after_the_question_date(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     for dev in (True, False):
         qid = question_id(dev)

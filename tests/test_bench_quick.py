@@ -17,6 +17,7 @@ from bench.run import DEFAULT_LOCOMO, parse_args, run
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.slow
 def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     args = parse_args(["--quick", "--runs", "3", "--json", str(out_json), "--plot", str(out_png)])
@@ -87,6 +88,7 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
         assert summary["compaction"]["last_to_middle_ratio"] <= 1.25
 
 
+@pytest.mark.slow
 def test_second_run_reuses_the_dataset() -> None:
     first_status, first = run(
         parse_args(["--quick", "--runs", "1", "--skip", "appends,memory,compaction"]), log=print

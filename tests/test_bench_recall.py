@@ -11,6 +11,7 @@ from bench.recall import DEFAULT_LOCOMO, run
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow
 def test_quick_recall_benchmark_finds_the_evidence(shared_data) -> None:  # type: ignore[no-untyped-def]
     args = argparse.Namespace(quick=True, backend=["fulltext"], locomo=str(DEFAULT_LOCOMO))
     lines: list[str] = []
@@ -25,6 +26,7 @@ def test_quick_recall_benchmark_finds_the_evidence(shared_data) -> None:  # type
     assert len(lines) == 2
 
 
+@pytest.mark.slow
 def test_quick_recall_benchmark_with_the_local_model(shared_data) -> None:  # type: ignore[no-untyped-def]
     """Every stored turn is embedded by the local model; dense retrieval alone is weaker than
     words on these questions, and fusing both is at least as good as words alone."""

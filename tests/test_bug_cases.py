@@ -33,7 +33,7 @@ from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.tokens import LengthTokenCounter, TiktokenCounter
-from tests.conftest import TableTokenCounter, load_bug_cases
+from tests.helpers import TableTokenCounter, load_bug_cases
 from tests.helpers_concurrency import ScriptHolder
 
 CASES = {case["id"]: case for case in load_bug_cases()}

@@ -1,8 +1,8 @@
 """A real Celery worker, fed through Redis, compacts a conversation (K3 end to end).
 
 The worker is ``celery -A project worker`` in a child process, connected to the same test
-database (data is committed: ``django_db(transaction=True)``) and to the broker in
-``TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/9``). Its summariser is
+database (data is committed: ``django_db(transaction=True)``) and to the run's Redis
+database on the server of ``TEST_REDIS_URL`` (``broker_url``). Its summariser is
 ``tests.helpers_concurrency.FixedSummaryModel``, set through ``AGENTMEMORY_COMPACTION_LLM``.
 Locally the test skips when Redis is unreachable; in CI (``CI`` set) it fails instead.
 """

@@ -563,7 +563,7 @@ def test_refusals_are_known_from_the_real_adapters(fake_openai, fake_anthropic) 
 
 @pytest.fixture
 def live_broker(celery_broker_url, broker_url):  # type: ignore[no-untyped-def]
-    """The test Redis broker (``TEST_REDIS_URL``), emptied before and after; no worker runs."""
+    """The run's Redis broker (``broker_url``), emptied before and after; no worker runs."""
     celery_broker_url(broker_url)
     return broker_url
 

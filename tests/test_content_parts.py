@@ -409,7 +409,8 @@ def test_inline_data_over_the_setting_is_refused(conversation, settings):
 
 
 @pytest.fixture
-def api(django_user_model):  # type: ignore[no-untyped-def]
+def vision_api(django_user_model):  # type: ignore[no-untyped-def]
+    """An API client of user ``viewer`` and a conversation of theirs."""
     user = django_user_model.objects.create_user("viewer", password="pw")
     client = APIClient()
     client.force_login(user)
@@ -417,8 +418,8 @@ def api(django_user_model):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db
-def test_api_appends_an_image_data_url_natively_and_in_the_openai_format(api):
-    client, conv = api
+def test_api_appends_an_image_data_url_natively_and_in_the_openai_format(vision_api):
+    client, conv = vision_api
     url = f"/api/conversations/{conv.uuid}/messages/"
     native = {
         "role": "human",
@@ -466,8 +467,8 @@ def test_api_appends_an_image_data_url_natively_and_in_the_openai_format(api):
         [{"type": "image", "data": "%%%", "mime_type": "image/png"}],
     ],
 )
-def test_api_refuses_malformed_parts_with_a_json_400(api, parts):
-    client, conv = api
+def test_api_refuses_malformed_parts_with_a_json_400(vision_api, parts):
+    client, conv = vision_api
     response = client.post(
         f"/api/conversations/{conv.uuid}/messages/", {"role": "human", "parts": parts}, format="json"
     )

@@ -13,12 +13,13 @@ import pytest
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
+from agentmemory.context import builder as builder_module
 from agentmemory.context.window import UncoveredMessages
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, Role, ToolCall
-from agentmemory.models import Conversation, Message, MessageQuerySet
+from agentmemory.models import Conversation, Message
 from tests.factories import conversation_with_turns
 
 
@@ -26,13 +27,13 @@ from tests.factories import conversation_with_turns
 def gap_counts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Every ``(after, before)`` for which the builder fell back to counting the gap's rows."""
     calls: list[tuple[int, int]] = []
-    original = MessageQuerySet.window_uncovered
+    original = builder_module.read_uncovered
 
-    def recording(self: Any, conversation_id: int, **kwargs: Any) -> Any:
+    def recording(using: str, conversation_id: int, **kwargs: Any) -> Any:
         calls.append((kwargs["after"], kwargs["before"]))
-        return original(self, conversation_id, **kwargs)
+        return original(using, conversation_id, **kwargs)
 
-    monkeypatch.setattr(MessageQuerySet, "window_uncovered", recording)
+    monkeypatch.setattr(builder_module, "read_uncovered", recording)
     return calls
 
 

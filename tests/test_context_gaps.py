@@ -18,7 +18,7 @@ from django.core.checks import run_checks
 from django.db.models import F
 from django.test import override_settings
 
-from agentmemory import signals
+from agentmemory import closing, signals
 from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.builder import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
@@ -189,7 +189,7 @@ def test_close_reports_a_gap_compaction_could_not_close(
     conv, _ = ten_turns()
     builder = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close")
     monkeypatch.setattr(
-        builder, "_request_compaction", lambda max_tokens: FakeRequest(error="LLMError: down")
+        closing, "_request_compaction", lambda builder, max_tokens: FakeRequest(error="LLMError: down")
     )
 
     with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
@@ -216,7 +216,7 @@ def test_a_summary_made_to_close_a_gap_is_fitted_like_any_other(
     conv, _ = conversation_with_turns(60, token_counter=COUNTER, tool_every=0)
     builder = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close")
 
-    def compact(max_tokens: int) -> FakeRequest:
+    def compact(builder: Any, max_tokens: int) -> FakeRequest:
         summary = Summary.objects.create(
             conversation=conv,
             text="so far " * 200,
@@ -229,7 +229,7 @@ def test_a_summary_made_to_close_a_gap_is_fitted_like_any_other(
         Conversation.objects.filter(pk=conv.pk).update(summary=summary)
         return FakeRequest(summary_id=summary.pk)
 
-    monkeypatch.setattr(builder, "_request_compaction", compact)
+    monkeypatch.setattr(closing, "_request_compaction", compact)
     if budget == 5:
         with pytest.raises(TurnTooLarge) as first:
             builder.build(budget)
@@ -503,7 +503,7 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
 def test_rows_and_messages_built_for_speed_equal_the_dataclasses_own() -> None:
     from agentmemory.context import packing
     from agentmemory.context.packing import RowMeta
-    from agentmemory.context.sql import _new_chat, _new_row
+    from agentmemory.store.rows import _new_chat, _new_row
 
     assert _new_row(3, "tool", 7, 2, "c1", ()) == RowMeta(3, "tool", 7, 2, "c1", ())
     positions = {
@@ -537,8 +537,8 @@ def test_rows_and_messages_built_for_speed_equal_the_dataclasses_own() -> None:
     ],
 )
 def test_tool_calls_read_from_a_row_equal_from_dict(stored: list[dict[str, object]]) -> None:
-    from agentmemory.context.sql import _call_objects
     from agentmemory.messages import ToolCall
+    from agentmemory.store.rows import _call_objects
 
     made = _call_objects(json.loads(json.dumps(stored)))
     assert made == tuple(ToolCall.from_dict(c) for c in stored)
@@ -561,7 +561,7 @@ def test_tool_calls_read_from_a_row_equal_from_dict(stored: list[dict[str, objec
     ],
 )
 def test_json_columns_decode_as_json_loads_does(text: str | bytes) -> None:
-    from agentmemory.context.sql import _loads
+    from agentmemory.store.rows import _loads
 
     try:
         expected = json.loads(text)

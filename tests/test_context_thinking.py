@@ -9,13 +9,13 @@ import pytest
 from django.db import router
 
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.context.sql import read_contents
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.formats.anthropic import to_anthropic
 from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
+from agentmemory.store.window import read_contents
 from agentmemory.tokens import TiktokenCounter
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """The window's head statement as a server-side function on PostgreSQL
-(``agentmemory.context.functions``): installed by ``migrate``, called once a connection has
+(``agentmemory.store.functions``): installed by ``migrate``, called once a connection has
 found it, the same rows as the statement sent as text, one query per build either way, and
 a database without it (or one that lost it) still answers."""
 
@@ -13,10 +13,11 @@ from django.core.management import call_command
 from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from agentmemory.context import ContextWindowBuilder, functions
+from agentmemory.context import ContextWindowBuilder
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Summary
+from agentmemory.store import functions
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.context import sql as read_path
 from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation, Summary
-from tests.conftest import TableTokenCounter
+from agentmemory.store import window as read_path
+from tests.helpers import TableTokenCounter
 from tests.test_properties import Msg
 
 token_counts = st.one_of(st.integers(0, 30), st.integers(1, 30), st.just(0), st.integers(60, 400))

@@ -84,13 +84,15 @@ def test_a_transaction_open_on_default_does_not_hold_the_append() -> None:
     assert Message.objects.using("secondary").filter(conversation_id=conv.pk).count() == 2
 
 
-@ROUTED
 def test_new_messages_are_embedded_after_the_routed_database_commits(settings) -> None:  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
     from agentmemory.models import MessageEmbedding
 
+    # the router through the settings fixture too: an override made inside an
+    # override_settings block would bring the block's settings back when it is undone
+    settings.DATABASE_ROUTERS = [f"{__name__}.MemoryRouter"]
     settings.AGENTMEMORY = {"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "embedding"}
     owner = get_user_model().objects.db_manager("secondary").create(username="routed-owner")
     conv = Conversation.objects.create(owner_id=owner.pk, agent_key="routed")

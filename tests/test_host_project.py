@@ -11,7 +11,7 @@ processes:
 2. the README's ``celery.py`` with ``CELERY_BROKER_URL`` pointing at a port that refuses
    connections: the same turns, still no error and every answer returned; the failed enqueues
    are recorded on the conversations;
-3. the broker answers again (``TEST_REDIS_URL``, default ``redis://127.0.0.1:6379/9``): a
+3. the broker answers again (the run's Redis database, ``broker_url``): a
    Celery worker runs and ``manage.py compact_conversations --enqueue`` hands it what was
    missed; every conversation catches up.
 

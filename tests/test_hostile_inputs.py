@@ -35,6 +35,34 @@ def test_parts_with_fields_of_the_wrong_type_are_refused(part):  # type: ignore[
     assert not Message.objects.exists()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (ChatMessage(role=Role.HUMAN, content="a\x00b"), "content"),
+        (ChatMessage(role=Role.HUMAN, content=None), "content"),
+        (ChatMessage(role=Role.HUMAN, content="x", tool_calls=(ToolCall("c1", "f", {}),)), "tool_calls"),
+        (ChatMessage(role=Role.AI, content=None, tool_calls=(ToolCall("c1", "", {}),)), "tool_calls"),
+        (ChatMessage(role=Role.TOOL, content="x", tool_call_id=""), "tool_call_id"),
+        (ChatMessage(role=Role.HUMAN, content="x", name="n" * 256), "name"),
+        (ChatMessage(role=Role.HUMAN, content="x", metadata={"k": float("nan")}), "metadata"),
+        (
+            ChatMessage(
+                role=Role.HUMAN, content="", parts=(ContentPart(kind=PartKind.AUDIO, url="https://a/b"),)
+            ),
+            "parts",
+        ),
+        (ChatMessage(role=Role.TOOL, content="x", tool_call_id="nobody"), "tool_call_id"),
+    ],
+)
+def test_a_refused_message_names_the_field_at_fault(message, field):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create()
+    with pytest.raises(InvalidMessageError) as info:
+        PersistentChatHistory(conv).add_messages([message])
+    assert info.value.field == field
+    assert info.value.field_errors() == {field: [info.value.reason]}
+
+
 def test_an_exchange_of_thousands_of_calls_is_packed_without_comparing_rows(monkeypatch):
     def no_comparison(self, other):  # type: ignore[no-untyped-def]
         raise AssertionError("rows compared field by field: quadratic in the size of an exchange")

@@ -1,4 +1,4 @@
-"""Statements prepared once per connection on PostgreSQL (``agentmemory.db``): the window's
+"""Statements prepared once per connection on PostgreSQL (``agentmemory.store.connection``): the window's
 read path and single appends are parsed and planned once, give the same results as text
 statements, stay visible to Django's query log, and are not prepared where the settings say
 a transaction pooler sits in between."""
@@ -14,12 +14,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message, Summary
-from tests.conftest import TableTokenCounter
+from agentmemory.store.connection import prepares_statements, statement_cursor
 from tests.factories import ConversationFactory
+from tests.helpers import TableTokenCounter
 from tests.test_properties import Scenario, scenarios
 
 pytestmark = pytest.mark.django_db

@@ -25,7 +25,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.invariants import window_violations
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message, Summary
-from tests.conftest import TableTokenCounter
+from tests.helpers import TableTokenCounter
 
 # -- the model of a history ---------------------------------------------------------------
 

@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.packing import RowMeta
-from agentmemory.context.sql import _loads, _new_row, read_head
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Message
+from agentmemory.store.rows import _loads, _new_row
+from agentmemory.store.window import read_head
 from agentmemory.tokens import LengthTokenCounter
 from tests.factories import ConversationFactory, turn
 
@@ -106,8 +107,8 @@ def test_the_head_rows_in_any_order_give_the_same_head(monkeypatch: pytest.Monke
     # UNION ALL promises no order: ``read_head`` puts the rows in order itself.
     import random
 
-    from agentmemory.context import sql as read_path
     from agentmemory.models import Summary
+    from agentmemory.store import window as read_path
 
     conversation = ConversationFactory()
     history = PersistentChatHistory(conversation)

@@ -563,13 +563,6 @@ def test_good_settings_pass_the_checks(settings) -> None:  # type: ignore[no-unt
 # -- the API ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def api(user):  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: ignore[no-untyped-def]
     conv = ask(user, "Where is the spare key to the boathouse?")
     url = f"/api/conversations/{conv.uuid}/context/"

@@ -77,7 +77,7 @@ def routed(memory_database, settings):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def user(routed, django_user_model):  # type: ignore[no-untyped-def]
+def routed_user(routed, django_user_model):  # type: ignore[no-untyped-def]
     """A user on the default database, mirrored on the routed one (the owner foreign key of a
     conversation points into the database the conversation lives in)."""
     user = django_user_model.objects.create_user("alice", password="pw", is_staff=True, is_superuser=True)
@@ -122,16 +122,16 @@ def test_appends_compaction_windows_and_deletes_use_the_routed_database(routed):
     assert not Message.objects.using(ALIAS).exists() and not Summary.objects.using(ALIAS).exists()
 
 
-def test_user_delete_removes_their_conversations_on_the_routed_database(user, django_user_model):
-    conv = Conversation.objects.create(owner_id=user.pk)
+def test_user_delete_removes_their_conversations_on_the_routed_database(routed_user, django_user_model):
+    conv = Conversation.objects.create(owner_id=routed_user.pk)
     PersistentChatHistory(conv).add_messages(turn(0))
-    user.delete()
+    routed_user.delete()
     assert not Conversation.objects.using(ALIAS).exists() and not Message.objects.using(ALIAS).exists()
 
 
-def test_api_writes_use_the_routed_database(user):
+def test_api_writes_use_the_routed_database(routed_user):
     api = APIClient()
-    api.force_login(user)
+    api.force_login(routed_user)
     created = api.post("/api/conversations/", {"agent_key": "a", "title": "t"}, format="json")
     assert created.status_code == 201, created.content
     base = f"/api/conversations/{created.json()['uuid']}/"
@@ -148,8 +148,8 @@ def test_api_writes_use_the_routed_database(user):
     assert not Conversation.objects.using(ALIAS).exists()
 
 
-def test_admin_writes_use_the_routed_database(user, client):
-    client.force_login(user)
+def test_admin_writes_use_the_routed_database(routed_user, client):
+    client.force_login(routed_user)
     conv = Conversation.objects.create(title="admin")
     PersistentChatHistory(conv).add_messages(
         [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
-from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
@@ -25,20 +24,16 @@ SPACED = [("b ", " n"), (" b", "n\t"), ("  ", "\u00a0")]
 
 
 @pytest.fixture
-def owner(django_user_model):  # type: ignore[no-untyped-def]
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    """The user these tests act as (``api_forced`` is authenticated as it)."""
     return django_user_model.objects.create_user("scoped")
 
 
-@pytest.fixture
-def api(owner) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
-
-
 @pytest.mark.parametrize(("agent_key", "namespace"), SPACED)
-def test_a_fact_stored_through_the_api_keeps_its_scope_exactly(api, owner, agent_key, namespace) -> None:  # type: ignore[no-untyped-def]
-    response = api.post(
+def test_a_fact_stored_through_the_api_keeps_its_scope_exactly(
+    api_forced, user, agent_key, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    response = api_forced.post(
         "/api/facts/",
         {"content": "Takes the night ferry", "agent_key": agent_key, "namespace": namespace},
         format="json",
@@ -48,72 +43,76 @@ def test_a_fact_stored_through_the_api_keeps_its_scope_exactly(api, owner, agent
         agent_key,
         namespace,
     )
-    fact = Fact.objects.get(owner=owner)
+    fact = Fact.objects.get(owner=user)
     assert (fact.agent_key, fact.namespace) == (agent_key, namespace)
     # the Python API reaches it in the same scope, and only there
     assert [
-        h.fact.pk for h in KnowledgeMemory(owner, agent_key=agent_key, namespace=namespace).recall("ferry")
+        h.fact.pk for h in KnowledgeMemory(user, agent_key=agent_key, namespace=namespace).recall("ferry")
     ] == [fact.pk]
     assert (
-        KnowledgeMemory(owner, agent_key=agent_key.strip(), namespace=namespace.strip()).recall("ferry") == []
+        KnowledgeMemory(user, agent_key=agent_key.strip(), namespace=namespace.strip()).recall("ferry") == []
     )
     # so do the API's search and list, with the same strings
-    found = api.get("/api/search/", {"q": "ferry", "agent_key": agent_key, "namespace": namespace})
+    found = api_forced.get("/api/search/", {"q": "ferry", "agent_key": agent_key, "namespace": namespace})
     assert [f["id"] for f in found.json()["facts"]] == [str(fact.uuid)]
-    trimmed = api.get(
+    trimmed = api_forced.get(
         "/api/search/", {"q": "ferry", "agent_key": agent_key.strip(), "namespace": namespace.strip()}
     )
     assert trimmed.json()["facts"] == []
-    listed = api.get("/api/facts/", {"agent_key": agent_key, "namespace": namespace})
+    listed = api_forced.get("/api/facts/", {"agent_key": agent_key, "namespace": namespace})
     assert [f["id"] for f in listed.json()["results"]] == [str(fact.uuid)]
 
 
-def test_a_fact_stored_by_python_with_spaces_is_found_by_the_api(api, owner) -> None:  # type: ignore[no-untyped-def]
-    fact = (
-        KnowledgeMemory(owner, agent_key="b ", namespace=" n").store("Takes the night ferry", "travel").fact
+def test_a_fact_stored_by_python_with_spaces_is_found_by_the_api(api_forced, user) -> None:  # type: ignore[no-untyped-def]
+    fact = KnowledgeMemory(user, agent_key="b ", namespace=" n").store("Takes the night ferry", "travel").fact
+    found = api_forced.get(
+        "/api/search/", {"q": "ferry", "agent_key": "b ", "namespace": " n", "include": "facts"}
     )
-    found = api.get("/api/search/", {"q": "ferry", "agent_key": "b ", "namespace": " n", "include": "facts"})
     assert [f["id"] for f in found.json()["facts"]] == [str(fact.uuid)]
     # a PATCH keeps the fact in its own scope
-    changed = api.patch(f"/api/facts/{fact.uuid}/", {"content": "Takes the morning ferry"}, format="json")
+    changed = api_forced.patch(
+        f"/api/facts/{fact.uuid}/", {"content": "Takes the morning ferry"}, format="json"
+    )
     assert changed.status_code == 201
     assert (changed.json()["fact"]["agent_key"], changed.json()["fact"]["namespace"]) == ("b ", " n")
 
 
-def test_what_was_stored_trimmed_stays_reachable(api, owner) -> None:  # type: ignore[no-untyped-def]
+def test_what_was_stored_trimmed_stays_reachable(api_forced, user) -> None:  # type: ignore[no-untyped-def]
     # facts the API stored before, with their scope trimmed, keep that scope
-    fact = KnowledgeMemory(owner, agent_key="b", namespace="n").store("Takes the night ferry", "travel").fact
-    found = api.get("/api/search/", {"q": "ferry", "agent_key": "b", "namespace": "n", "include": "facts"})
+    fact = KnowledgeMemory(user, agent_key="b", namespace="n").store("Takes the night ferry", "travel").fact
+    found = api_forced.get(
+        "/api/search/", {"q": "ferry", "agent_key": "b", "namespace": "n", "include": "facts"}
+    )
     assert [f["id"] for f in found.json()["facts"]] == [str(fact.uuid)]
 
 
-def test_conversations_and_message_search_match_the_agent_key_exactly(api, owner) -> None:  # type: ignore[no-untyped-def]
-    created = api.post("/api/conversations/", {"agent_key": "b "}, format="json")
+def test_conversations_and_message_search_match_the_agent_key_exactly(api_forced, user) -> None:  # type: ignore[no-untyped-def]
+    created = api_forced.post("/api/conversations/", {"agent_key": "b "}, format="json")
     assert created.status_code == 201 and created.json()["agent_key"] == "b "
     conversation = Conversation.objects.get(uuid=created.json()["uuid"])
     PersistentChatHistory(conversation).add_messages([ChatMessage.human("the night ferry is late")])
-    other = Conversation.objects.create(owner=owner, agent_key="b")
+    other = Conversation.objects.create(owner=user, agent_key="b")
     PersistentChatHistory(other).add_messages([ChatMessage.human("the night ferry is early")])
-    listed = api.get("/api/conversations/", {"agent_key": "b "}).json()["results"]
+    listed = api_forced.get("/api/conversations/", {"agent_key": "b "}).json()["results"]
     assert [c["uuid"] for c in listed] == [str(conversation.uuid)]
-    hits = api.get("/api/search/", {"q": "ferry", "agent_key": "b ", "include": "messages"}).json()[
+    hits = api_forced.get("/api/search/", {"q": "ferry", "agent_key": "b ", "include": "messages"}).json()[
         "messages"
     ]
     assert [h["conversation"] for h in hits] == [str(conversation.uuid)]
 
 
-def test_the_admin_keeps_an_agent_key_exactly(admin_client, owner) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_keeps_an_agent_key_exactly(admin_client, user) -> None:  # type: ignore[no-untyped-def]
     response = admin_client.post(
         reverse("admin:agentmemory_conversation_add"),
-        {"title": "spaced", "agent_key": " b ", "owner": owner.pk, "metadata": "{}"},
+        {"title": "spaced", "agent_key": " b ", "owner": user.pk, "metadata": "{}"},
     )
     assert response.status_code == 302, response.content
     assert Conversation.objects.get(title="spaced").agent_key == " b "
 
 
-def test_the_admin_recall_page_matches_the_agent_key_exactly(admin_client, owner) -> None:  # type: ignore[no-untyped-def]
-    KnowledgeMemory(owner, agent_key="b ").store("Takes the night ferry", "travel", persistent=True)
-    KnowledgeMemory(owner, agent_key="b").store("Takes the day ferry", "travel", persistent=True)
+def test_the_admin_recall_page_matches_the_agent_key_exactly(admin_client, user) -> None:  # type: ignore[no-untyped-def]
+    KnowledgeMemory(user, agent_key="b ").store("Takes the night ferry", "travel", persistent=True)
+    KnowledgeMemory(user, agent_key="b").store("Takes the day ferry", "travel", persistent=True)
     recall = reverse("admin:agentmemory_fact_recall")
     page = admin_client.get(recall, {"owner": "scoped", "q": "ferry", "agent_key": "b "}).content.decode()
     assert "Takes the night ferry" in page and "Takes the day ferry" not in page

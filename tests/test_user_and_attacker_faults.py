@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
-from rest_framework.test import APIClient
 
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
@@ -40,20 +39,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def owner(django_user_model):  # type: ignore[no-untyped-def]
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    """The user these tests act as (``api_forced`` is authenticated as it)."""
     return django_user_model.objects.create_user("newcomer", password="pw")
 
 
 @pytest.fixture
-def api(owner) -> APIClient:  # type: ignore[no-untyped-def]
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
-
-
-@pytest.fixture
-def conv(owner) -> Conversation:  # type: ignore[no-untyped-def]
-    conv = Conversation.objects.create(owner=owner, agent_key="support")
+def conv(user) -> Conversation:  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=user, agent_key="support")
     PersistentChatHistory(conv).add_messages(
         [
             ChatMessage.human(f"question {i}") if i % 2 == 0 else ChatMessage.ai(f"answer {i}")
@@ -83,18 +76,18 @@ def _lists(conv: Conversation) -> list[str]:
         "cD0",  # missing padding
     ],
 )
-def test_a_cursor_the_api_did_not_make_is_a_404(api, conv, cursor) -> None:  # type: ignore[no-untyped-def]
+def test_a_cursor_the_api_did_not_make_is_a_404(api_forced, conv, cursor) -> None:  # type: ignore[no-untyped-def]
     for path in _lists(conv):
-        response = api.get(path, {"cursor": cursor})
+        response = api_forced.get(path, {"cursor": cursor})
         assert response.status_code == 404, (path, cursor, response.content[:200])
         assert response.json()["error"] == "not_found"
 
 
-def test_the_cursors_the_api_makes_still_page(api, conv) -> None:  # type: ignore[no-untyped-def]
+def test_the_cursors_the_api_makes_still_page(api_forced, conv) -> None:  # type: ignore[no-untyped-def]
     path = f"/api/conversations/{conv.uuid}/messages/"
-    first = api.get(path, {"page_size": 4}).json()
-    second = api.get(first["next"]).json()
-    back = api.get(second["previous"]).json()
+    first = api_forced.get(path, {"page_size": 4}).json()
+    second = api_forced.get(first["next"]).json()
+    back = api_forced.get(second["previous"]).json()
     assert [m["seq"] for m in first["results"]] == [1, 2, 3, 4]
     assert [m["seq"] for m in second["results"]] == [5, 6]
     assert [m["seq"] for m in back["results"]] == [1, 2, 3, 4]
@@ -104,10 +97,10 @@ def test_the_cursors_the_api_makes_still_page(api, conv) -> None:  # type: ignor
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_post_without_the_trailing_slash_is_redirected_with_its_body(owner, conv, settings, debug) -> None:  # type: ignore[no-untyped-def]
+def test_a_post_without_the_trailing_slash_is_redirected_with_its_body(user, conv, settings, debug) -> None:  # type: ignore[no-untyped-def]
     settings.DEBUG = debug
     client = Client(raise_request_exception=False)
-    client.force_login(owner)
+    client.force_login(user)
     path = f"/api/conversations/{conv.uuid}/messages"
     response = client.post(path, {"role": "human", "content": "no slash"}, content_type="application/json")
     assert response.status_code == 308, response.content[:300]
@@ -120,19 +113,22 @@ def test_a_post_without_the_trailing_slash_is_redirected_with_its_body(owner, co
     assert followed.status_code == 201 and followed.json()["content"] == "no slash"
 
 
-def test_every_method_and_the_query_string_survive_the_redirect(api, conv) -> None:  # type: ignore[no-untyped-def]
-    response = api.get(f"/api/conversations/{conv.uuid}/messages", {"page_size": "2"})
+def test_every_method_and_the_query_string_survive_the_redirect(api_forced, conv) -> None:  # type: ignore[no-untyped-def]
+    response = api_forced.get(f"/api/conversations/{conv.uuid}/messages", {"page_size": "2"})
     assert response.status_code == 308
     assert response["Location"] == f"/api/conversations/{conv.uuid}/messages/?page_size=2"
     for method in ("patch", "delete", "put"):
-        assert getattr(api, method)(f"/api/conversations/{conv.uuid}", {}, format="json").status_code == 308
-    assert api.post("/api/facts", {"content": "x"}, format="json")["Location"] == "/api/facts/"
+        assert (
+            getattr(api_forced, method)(f"/api/conversations/{conv.uuid}", {}, format="json").status_code
+            == 308
+        )
+    assert api_forced.post("/api/facts", {"content": "x"}, format="json")["Location"] == "/api/facts/"
 
 
 @pytest.mark.parametrize("path", ["/api/conversations/x/y/z", "/api/facts/a/b", "/api/search/more"])
-def test_a_path_that_is_no_url_of_the_api_is_a_json_404(api, path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_path_that_is_no_url_of_the_api_is_a_json_404(api_forced, path, settings) -> None:  # type: ignore[no-untyped-def]
     settings.DEBUG = True
-    response = api.post(path, {}, format="json")
+    response = api_forced.post(path, {}, format="json")
     assert response.status_code == 404 and response.json()["error"] == "not_found"
 
 
@@ -211,7 +207,7 @@ def test_a_huge_system_prompt_is_refused_before_it_is_counted(conv, settings) ->
     assert window.messages[0].content == "x" * 1_000
 
 
-def test_an_agent_with_a_huge_system_prompt_is_refused_before_counting(conv, owner, settings) -> None:  # type: ignore[no-untyped-def]
+def test_an_agent_with_a_huge_system_prompt_is_refused_before_counting(conv, user, settings) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.agents import BaseToolCallingAgent
     from agentmemory.llm.fake import ScriptedChatModel
 
@@ -228,7 +224,7 @@ def test_an_agent_with_a_huge_system_prompt_is_refused_before_counting(conv, own
     llm = ScriptedChatModel(["never sent"])
     agent = Huge(llm=llm)
     with pytest.raises(InvalidMessageError, match="system prompt"):
-        agent.run(agent.start_conversation(owner=owner), "hello")
+        agent.run(agent.start_conversation(owner=user), "hello")
     assert llm.calls == [] and CountingCounter.counted < 100  # the human message, not the prompt
 
 
@@ -246,14 +242,14 @@ class SpyBackend(FullTextBackend):
         return super().ranking(queryset, query)
 
 
-def test_a_huge_search_query_is_read_up_to_its_bound(conv, owner) -> None:  # type: ignore[no-untyped-def]
+def test_a_huge_search_query_is_read_up_to_its_bound(conv, user) -> None:  # type: ignore[no-untyped-def]
     SpyBackend.queries = []
-    KnowledgeMemory(owner, backend=SpyBackend()).store("The answer is 42", "facts", persistent=True)
+    KnowledgeMemory(user, backend=SpyBackend()).store("The answer is 42", "facts", persistent=True)
     query = "answer " + "filler " * 2_000_000
-    hits = search_messages(query, owner=owner, backend=SpyBackend())
+    hits = search_messages(query, owner=user, backend=SpyBackend())
     matched = [h.content for h in hits if h.relevance > 0]  # beside their neighbours
     assert sorted(matched) == ["answer 1", "answer 3", "answer 5"]
-    facts = KnowledgeMemory(owner, backend=SpyBackend()).recall(query)
+    facts = KnowledgeMemory(user, backend=SpyBackend()).recall(query)
     assert [h.fact.content for h in facts] == ["The answer is 42"]
     assert SpyBackend.queries and all(len(q) <= MAX_QUERY_CHARS for q in SpyBackend.queries)
     assert Fact.objects.count() == 1

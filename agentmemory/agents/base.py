@@ -65,6 +65,7 @@ from agentmemory.agents.tools import (
     unknown_tool_outcome,
 )
 from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, ChatCallRecorder, counted_usage, tools_text
+from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import BaseMemoryCompactor
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
@@ -601,8 +602,12 @@ class BaseToolCallingAgent:
         """The window of one model call, within ``token_limit`` tokens (a compactor's own
         ``get_summary()`` text counts against it). An override may build its own window
         (docs/agents.md, the seed's window code): the agent's system prompt is then put first
-        when the window has none of its own (``_with_system_prompt``)."""
-        return builder.build(self.token_limit)
+        when the window has none of its own (``_with_system_prompt``).
+
+        A window that would leave stored messages in neither itself nor the summary gets a
+        compaction first and is built again when the builder's gap policy is "close"
+        (``agentmemory.closing.build_closing_gap``): the builder itself only reads."""
+        return build_closing_gap(builder, self.token_limit)
 
     def _with_system_prompt(self, window: ContextWindow, prompt: str) -> ContextWindow:
         """``window`` with the turn's system prompt first. A window built by an overridden

@@ -1,6 +1,10 @@
 """Tools as plain Python functions: the ``@tool`` decorator, JSON Schema from type hints and
 docstrings, argument checking, and execution that turns every failure into a readable result.
 
+The schema of each parameter and the checking and conversion of the model's arguments are
+pydantic's (``TypeAdapter``, strict, on the arguments as JSON); descriptions come from the
+docstring, read by ``docstring_parser``.
+
 A tool is declared once::
 
     @tool(memory="stub")
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 import json
 import re
@@ -30,9 +35,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
+import docstring_parser
 from asgiref.sync import async_to_sync, sync_to_async
+from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentmemory.conf import app_settings
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
@@ -55,11 +62,7 @@ __all__ = [
 #: key under which a call's arguments are kept when they were not a JSON object (an adapter
 #: may also use it for arguments that were not valid JSON); such a call gets an error result
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function name rule; Anthropic's is the same
-_SECTION = re.compile(
-    r"^(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|Attributes)\s*:\s*$"
-)
 _ARRAYS = (list, tuple, set, frozenset, Sequence, typing.Sequence)
-_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
 
 
 class MemoryPolicy(enum.StrEnum):
@@ -138,52 +141,33 @@ class ToolOutcome:
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into (description, {parameter: description}).
+    """Split a docstring into (description, {parameter: description}) with
+    ``docstring_parser`` (Google, NumPy, reST and Epydoc styles).
 
     The description is the first paragraph, joined into one line. Parameter descriptions
-    come from the ``Args:`` (or ``Arguments:``/``Parameters:``) section; continuation lines
-    are joined; ``name (type): text`` is accepted.
+    come from the parameters section (``Args:``, ``Arguments:``, ``Parameters:``...), their
+    continuation lines joined; ``name (type): text`` is accepted.
     """
-    text = inspect.cleandoc(doc or "")
-    if not text:
+    if not (doc or "").strip():
         return "", {}
-    lines = text.splitlines()
-    first: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()):
-            break
-        first.append(line.strip())
-    description = " ".join(first)
+    parsed = docstring_parser.parse(inspect.cleandoc(doc or ""))
+    first = parsed.short_description or ""
+    if parsed.long_description and not parsed.blank_after_short_description:
+        # the first paragraph runs on past the first line
+        first = f"{first}\n{_PARAGRAPH.split(parsed.long_description, maxsplit=1)[0]}"
+    params = {
+        param.arg_name.lstrip("*"): _one_line(param.description or "")
+        for param in parsed.params
+        if param.args and param.args[0] in ("param", "parameter", "arg", "argument", "key", "keyword")
+    }
+    return _one_line(first), params
 
-    params: dict[str, str] = {}
-    in_args = False
-    base_indent: int | None = None
-    current: str | None = None
-    for line in lines:
-        stripped = line.strip()
-        section = _SECTION.match(stripped) if not line.startswith((" ", "\t")) else None
-        if section:
-            in_args = section.group(1) in ("Args", "Arguments", "Parameters", "Params")
-            base_indent, current = None, None
-            continue
-        if not in_args:
-            continue
-        if not stripped:
-            current = None
-            continue
-        indent = len(line) - len(line.lstrip())
-        if indent == 0:  # dedent ends the section
-            in_args = False
-            continue
-        if base_indent is None:
-            base_indent = indent
-        match = _ARG_LINE.match(stripped)
-        if indent <= base_indent and match:
-            current = match.group(1)
-            params[current] = match.group(3).strip()
-        elif current is not None:
-            params[current] = f"{params[current]} {stripped}".strip()
-    return description, params
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _is_context_param(param: inspect.Parameter, hint: Any) -> bool:
@@ -201,76 +185,209 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
+# -- types a tool's parameter may have ---------------------------------------------------------
+#
+# pydantic makes the JSON Schema of a parameter and checks and converts the model's values
+# (``TypeAdapter``); the functions below only say which annotations a tool takes (those with a
+# JSON form both providers accept), find the type an error is about, and word pydantic's errors
+# as the model has always been sent them.
+
+_SCALARS = (str, int, float, bool, type(None))
+_EMPTY = (inspect.Parameter.empty, Any, object)
+
+
+def _is_union(origin: Any) -> bool:
+    return origin in (Union, types.UnionType)
+
+
+def _check_supported(hint: Any, where: str) -> None:
+    """Raise ``TypeError`` naming ``where`` for an annotation without a JSON form here."""
+    if hint in _EMPTY or hint in _SCALARS or hint in _ARRAYS or hint is dict:
+        return
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return
+    if origin is typing.Annotated:
+        _check_supported(args[0], where)
+        return
+    if _is_union(origin) or origin in _ARRAYS or origin in (dict, Mapping, typing.Mapping):
+        for arg in args:
+            if arg is not Ellipsis:
+                _check_supported(arg, where)
+        return
+    raise TypeError(
+        f"{where}: type {hint!r} has no JSON Schema here; use str, int, float, bool, list[...], "
+        "dict[str, ...], Literal[...], an Enum or Optional[...]"
+    )
+
+
+def _whole_float_to_int(value: Any) -> Any:
+    """A JSON number with nothing after the point (``2.0``) as the ``int`` a parameter
+    annotated ``int`` takes; models write whole numbers that way."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+_WholeNumber = Annotated[int, BeforeValidator(_whole_float_to_int)]
+
+
+def _rewritten(hint: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``hint`` with each type inside it replaced by ``leaf(type)`` (``None``: kept, and
+    its own arguments rewritten), through ``Annotated``, unions and generic containers."""
+    replaced = leaf(hint)
+    if replaced is not None:
+        return replaced
+    origin, args = get_origin(hint), get_args(hint)
+    if not args or origin is Literal:
+        return hint
+    if origin is typing.Annotated:
+        return Annotated[(_rewritten(args[0], leaf), *args[1:])]  # type: ignore[valid-type]
+    if _is_union(origin):
+        return Union[tuple(_rewritten(a, leaf) for a in args)]  # noqa: UP007
+    converted = tuple(a if a is Ellipsis else _rewritten(a, leaf) for a in args)
+    return origin[converted] if len(converted) > 1 else origin[converted[0]]
+
+
+def _same_json_value(allowed: tuple[Any, ...]) -> Callable[[Any], Any]:
+    """A check that a value is one of a ``Literal``'s values as JSON tells them apart: ``true``
+    is not ``1`` (Python's ``True == 1`` would let it through)."""
+
+    def check(value: Any) -> Any:
+        if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
+            raise ValueError("not one of the allowed values")
+        return value
+
+    return check
+
+
+def _validation_leaf(hint: Any) -> Any:
+    if hint is int:
+        # pydantic's strict mode refuses 2.0 for an int, as it refuses "2" and true, which stay
+        # refused; models write whole numbers that way
+        return _WholeNumber
+    if get_origin(hint) is Literal:
+        return Annotated[hint, BeforeValidator(_same_json_value(get_args(hint)))]
+    return None
+
+
+def _schema_leaf(hint: Any) -> Any:
+    if get_origin(hint) is typing.Annotated:
+        args = get_args(hint)
+        notes = [a for a in args[1:] if isinstance(a, str)]
+        inner = _rewritten(args[0], _schema_leaf)
+        return Annotated[inner, Field(description=notes[0])] if notes else Annotated[(inner, *args[1:])]  # type: ignore[valid-type]
+    return None
+
+
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    """A strict ``TypeAdapter`` of ``hint``, fed the arguments as JSON: a string is not a number
+    nor a number a string, and JSON values become enum members, tuples and sets. Adapters are
+    shared by the parameters of one type (building one takes milliseconds)."""
+    if hint in _EMPTY:
+        hint = Any
+    try:
+        return _cached_adapter(hint)
+    except TypeError:  # a hint with unhashable metadata
+        return _cached_adapter.__wrapped__(hint)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(_rewritten(hint, _validation_leaf), config=ConfigDict(strict=True))
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_schema(hint: Any) -> str:
+    """pydantic's schema of ``hint``, normalised, as JSON text (a copy per caller)."""
+    schema = TypeAdapter(_rewritten(hint, _schema_leaf)).json_schema()
+    schema = _normalised(_inlined(schema, schema.pop("$defs", {})))
+    if hint in _ARRAYS:  # a bare list: no items schema, as a bare dict has no value schema
+        schema.pop("items", None)
+    return json.dumps(schema)
+
+
+#: keys of a schema, in the order the model is sent them
+_KEY_ORDER = (
+    "type",
+    "enum",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "additionalProperties",
+    "anyOf",
+    "description",
+    "default",
+)
+
+
+def _normalised(schema: dict[str, Any]) -> dict[str, Any]:
+    """pydantic's schema of a parameter in the form tools have always been declared with:
+    no titles or ``uniqueItems``; ``const`` as a one-value ``enum`` with the values' type; an
+    open ``additionalProperties`` left out; ``X | None`` as
+    ``{"type": [X's type, "null"]}`` when X is one plain type; keys in ``_KEY_ORDER``."""
+    schema = {k: v for k, v in schema.items() if k not in ("title", "uniqueItems")}
+    if "const" in schema:
+        schema["enum"] = [schema.pop("const")]
+    if "enum" in schema:
+        schema.pop("type", None)
+        schema.update(_type_of_values(schema["enum"]))
+    if "items" in schema:
+        schema["items"] = _normalised(schema["items"])
+    if "prefixItems" in schema:
+        schema["prefixItems"] = [_normalised(s) for s in schema["prefixItems"]]
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        extra = _normalised(extra)
+        schema["additionalProperties"] = extra
+    if extra is True or extra == {}:
+        del schema["additionalProperties"]
+    if "anyOf" in schema:
+        options = [_normalised(s) for s in schema["anyOf"]]
+        plain = [s for s in options if s != {"type": "null"}]
+        if len(plain) == 1 and len(options) == 2:
+            inner = plain[0]
+            if isinstance(inner.get("type"), str) and "enum" not in inner:
+                schema.pop("anyOf")
+                schema.update({**inner, "type": [inner["type"], "null"]})
+            else:
+                schema["anyOf"] = [inner, {"type": "null"}]
+        else:
+            schema["anyOf"] = plain + [s for s in options if s == {"type": "null"}]
+    rank = {key: place for place, key in enumerate(_KEY_ORDER)}
+    return {k: schema[k] for k in sorted(schema, key=lambda k: rank.get(k, len(rank)))}
+
+
 def schema_for(hint: Any, where: str) -> dict[str, Any]:
-    """JSON Schema for a type hint: str, int, float, bool, list/tuple/set/Sequence of X,
+    """JSON Schema for a type hint, made by pydantic (``TypeAdapter.json_schema``) and
+    normalised (``_normalised``): str, int, float, bool, list/tuple/set/Sequence of X,
     dict[str, X], Literal, Enum, Optional/union, Annotated[X, "description"], Any.
 
     Raises:
         TypeError: an annotation that has no JSON Schema here (``where`` names it).
     """
-    if hint is inspect.Parameter.empty or hint is Any or hint is object:
+    _check_supported(hint, where)
+    if hint in _EMPTY:
         return {}
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if origin is typing.Annotated:
-        annotated = schema_for(args[0], where)
-        notes = [a for a in args[1:] if isinstance(a, str)]
-        if notes:
-            annotated["description"] = notes[0]
-        return annotated
-    if hint is str:
-        return {"type": "string"}
-    if hint is bool:
-        return {"type": "boolean"}
-    if hint is int:
-        return {"type": "integer"}
-    if hint is float:
-        return {"type": "number"}
-    if hint is type(None):
-        return {"type": "null"}
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        values = [member.value for member in hint]
-        return {**_type_of_values(values), "enum": values}
-    if origin is Literal:
-        values = list(args)
-        return {**_type_of_values(values), "enum": values}
-    if origin in (Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        nullable = len(options) < len(args)
-        if len(options) == 1:
-            inner = schema_for(options[0], where)
-            if not nullable:
-                return inner
-            if isinstance(inner.get("type"), str) and "enum" not in inner:
-                return {**inner, "type": [inner["type"], "null"]}
-            return {"anyOf": [inner, {"type": "null"}]}
-        schemas = [schema_for(a, where) for a in options]
-        if nullable:
-            schemas.append({"type": "null"})
-        return {"anyOf": schemas}
-    if hint in _ARRAYS or (origin in _ARRAYS and origin is not tuple):
-        schema: dict[str, Any] = {"type": "array"}
-        if args:
-            schema["items"] = schema_for(args[0], where)
+    try:
+        text = _cached_schema(hint)
+    except TypeError:  # a hint with unhashable metadata
+        text = _cached_schema.__wrapped__(hint)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _inlined(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """``schema`` with each ``{"$ref": "#/$defs/Name"}`` replaced by its definition (enums:
+    their values are sent where they are used, as before)."""
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    if not isinstance(schema, dict):
         return schema
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": schema_for(args[0], where)}
-        return {
-            "type": "array",
-            "prefixItems": [schema_for(a, where) for a in args],
-            "minItems": len(args),
-            "maxItems": len(args),
-        }
-    if hint is dict or origin in (dict, Mapping, typing.Mapping):
-        schema = {"type": "object"}
-        if len(args) == 2 and schema_for(args[1], where):
-            schema["additionalProperties"] = schema_for(args[1], where)
-        return schema
-    raise TypeError(
-        f"{where}: type {hint!r} has no JSON Schema here; use str, int, float, bool, list[...], "
-        "dict[str, ...], Literal[...], an Enum or Optional[...]"
-    )
+    if "$ref" in schema:
+        return _inlined(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    return {key: _inlined(value, defs) for key, value in schema.items()}
 
 
 def _type_of_values(values: list[Any]) -> dict[str, Any]:
@@ -290,75 +407,56 @@ class _InvalidArguments(ValueError):
     pass
 
 
-def _coerce(value: Any, hint: Any, path: str) -> Any:
-    """Check ``value`` (decoded JSON) against ``hint``; convert to Enum members and tuples.
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean",
+    "list_type": "an array",
+    "tuple_type": "an array",
+    "set_type": "an array",
+    "frozen_set_type": "an array",
+    "dict_type": "an object",
+    "none_required": "null",
+}
 
-    Raises ``_InvalidArguments`` with a message the model can act on.
-    """
-    if hint is inspect.Parameter.empty or hint is Any or hint is object:
-        return value
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if origin is typing.Annotated:
-        return _coerce(value, args[0], path)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for option in args:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(value, option, path)
-            except _InvalidArguments as exc:
-                errors.append(str(exc))
-        raise _InvalidArguments(
-            errors[0] if len(errors) == 1 else f"{path}: {value!r} matches no allowed type"
-        )
+
+def _explain(error: Mapping[str, Any], name: str, hint: Any, value: Any) -> str:
+    """One of pydantic's errors about argument ``name`` (annotated ``hint``, sent as
+    ``value``) in words the model can act on: ``hours[1] must be an integer, not "2"``."""
+    path, loc = name, list(error["loc"])
+    while True:
+        while get_origin(hint) is typing.Annotated:
+            hint = get_args(hint)[0]
+        origin, args = get_origin(hint), get_args(hint)
+        if _is_union(origin):
+            options = [a for a in args if a is not type(None)]
+            if len(options) > 1:
+                return f"{path}: {value!r} matches no allowed type"
+            hint = options[0]
+            continue
+        fixed = origin is tuple and not (len(args) == 2 and args[1] is Ellipsis)
+        if fixed and isinstance(value, list) and len(value) != len(args):
+            return f"{path} must have {len(args)} items"
+        if not loc:
+            break
+        step = loc.pop(0)
+        if origin in (dict, Mapping, typing.Mapping):
+            path, hint, value = f"{path}.{step}", args[1] if len(args) == 2 else Any, value[step]
+        elif isinstance(step, int):
+            item = args[step] if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis) else args[0]
+            path, hint, value = f"{path}[{step}]", item, list(value)[step]
+        else:  # pragma: no cover - every location pydantic reports is handled above
+            break
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            allowed = ", ".join(repr(m.value) for m in hint)
-            raise _InvalidArguments(f"{path} must be one of {allowed}, not {value!r}") from None
-    if origin is Literal:
-        if value not in args or (isinstance(value, bool) and not any(a is value for a in args)):
-            allowed = ", ".join(repr(a) for a in args)
-            raise _InvalidArguments(f"{path} must be one of {allowed}, not {value!r}")
-        return value
-    expected = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
-    if hint in expected:
-        ok = isinstance(value, hint) and not (hint is not bool and isinstance(value, bool))
-        if hint is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if hint is int and isinstance(value, float) and value.is_integer():
-            return int(value)
-        if not ok:
-            raise _InvalidArguments(f"{path} must be {expected[hint]}, not {json.dumps(value)}")
-        return value
-    if hint in _ARRAYS or origin in _ARRAYS:
-        if not isinstance(value, list):
-            raise _InvalidArguments(f"{path} must be an array, not {json.dumps(value)}")
-        if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(value) != len(args):
-                raise _InvalidArguments(f"{path} must have {len(args)} items")
-            return tuple(
-                _coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
-            )
-        item = args[0] if args else Any
-        items = [_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
-        if hint is tuple or origin is tuple:
-            return tuple(items)
-        if hint in (set, frozenset) or origin in (set, frozenset):
-            return (origin or hint)(items)
-        return items
-    if hint is dict or origin in (dict, Mapping, typing.Mapping):
-        if not isinstance(value, dict):
-            raise _InvalidArguments(f"{path} must be an object, not {json.dumps(value)}")
-        if len(args) == 2:
-            return {k: _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
-        return value
-    return value
+        allowed = ", ".join(repr(m.value) for m in hint)
+        return f"{path} must be one of {allowed}, not {value!r}"
+    if get_origin(hint) is Literal:
+        return f"{path} must be one of {', '.join(repr(a) for a in get_args(hint))}, not {value!r}"
+    if error["type"] in _EXPECTED:
+        return f"{path} must be {_EXPECTED[error['type']]}, not {json.dumps(value)}"
+    return f"{path}: {error['msg']}"
 
 
 def _to_text(value: Any) -> str:
@@ -435,6 +533,7 @@ class Tool:
             raise TypeError(f"tool {self.name!r}: cannot resolve type hints: {exc}") from exc
         self.context_param: str | None = None
         self._hints: dict[str, Any] = {}
+        self._adapters: dict[str, TypeAdapter[Any]] = {}
         properties: dict[str, Any] = {}
         required: list[str] = []
         for param in inspect.signature(func).parameters.values():
@@ -459,6 +558,7 @@ class Tool:
                     schema["default"] = default
             properties[param.name] = schema
             self._hints[param.name] = hint
+            self._adapters[param.name] = _adapter(hint)
         self._required = required
         self.parameters: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
@@ -497,7 +597,15 @@ class Tool:
         missing = [name for name in self._required if name not in arguments]
         if missing:
             raise _InvalidArguments(f"missing required argument(s): {', '.join(missing)}")
-        return {name: _coerce(value, self._hints[name], name) for name, value in arguments.items()}
+        checked = {}
+        for name, value in arguments.items():
+            try:
+                checked[name] = self._adapters[name].validate_json(json.dumps(value))
+            except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+                if not isinstance(exc, ValidationError):
+                    raise _InvalidArguments(f"{name} is not a JSON value") from None
+                raise _InvalidArguments(_explain(exc.errors()[0], name, self._hints[name], value)) from None
+        return checked
 
     def _kwargs(self, call: ToolCall, injector: AgentInjector | None) -> dict[str, Any]:
         kwargs = self.bind_arguments(call.arguments)

@@ -13,17 +13,23 @@
 - Renderers are the host's ``DEFAULT_RENDERER_CLASSES``: DRF's ``?format=json`` /
   ``?format=api`` choose among them. ``?format=openai`` (the message format parameter of
   earlier versions) is a JSON renderer named ``openai``, so it keeps working beside them.
+
+Each of these is a DRF class attribute of the views (``permission_classes``,
+``throttle_classes``, ``renderer_classes``, and ``pagination_class``), read from the settings
+above each time a request reads it (``FromSettings``). A host that wants other classes for one
+view subclasses it and sets the attribute, as with any DRF view (docs/api.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import Http404
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import BasePermission, IsAuthenticated
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
@@ -33,10 +39,13 @@ from agentmemory.conf import app_settings
 __all__ = [
     "THROTTLE_SCOPES",
     "AppScopedRateThrottle",
+    "FromSettings",
     "OpenAIFormatRenderer",
     "permission_classes",
+    "renderer_classes",
     "request_owner",
     "staff_sees_all",
+    "throttle_classes",
 ]
 
 #: throttle scopes of the API, by endpoint family
@@ -100,8 +109,8 @@ class AppScopedRateThrottle(ScopedRateThrottle):
         return bool(super().allow_request(request, view))
 
 
-def throttles() -> list[BaseThrottle]:
-    """The host's default throttles with ``ScopedRateThrottle`` replaced by
+def throttle_classes() -> list[type[BaseThrottle]]:
+    """The host's ``DEFAULT_THROTTLE_CLASSES`` with ``ScopedRateThrottle`` replaced by
     ``AppScopedRateThrottle``, which is added when the host lists none."""
     classes = [
         AppScopedRateThrottle if cls is ScopedRateThrottle else cls
@@ -109,7 +118,34 @@ def throttles() -> list[BaseThrottle]:
     ]
     if AppScopedRateThrottle not in classes:
         classes.append(AppScopedRateThrottle)
-    return [cls() for cls in classes]
+    return classes
+
+
+def throttles() -> list[BaseThrottle]:
+    """Instances of ``throttle_classes()``."""
+    return [cls() for cls in throttle_classes()]
+
+
+def renderer_classes() -> list[type[BaseRenderer]]:
+    """The host's ``DEFAULT_RENDERER_CLASSES``."""
+    return list(api_settings.DEFAULT_RENDERER_CLASSES)
+
+
+class FromSettings:
+    """A view class attribute whose value is ``read()``, called each time the attribute is
+    read, so that it follows the host's ``REST_FRAMEWORK`` setting as it is when a request
+    comes in (DRF's own defaults are read once, at import, and miss ``override_settings``).
+
+    It only provides a default: a subclass that sets the attribute (``permission_classes =
+    [IsAdminUser]``), or an ``@action(permission_classes=...)``, replaces it as for any DRF
+    view.
+    """
+
+    def __init__(self, read: Callable[[], list[Any]]) -> None:
+        self.read = read
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[Any]:
+        return self.read()
 
 
 class OpenAIFormatRenderer(JSONRenderer):

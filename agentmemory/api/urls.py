@@ -15,13 +15,12 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import APIRootView, DefaultRouter
 
 from agentmemory.api.calls import ModelCallViewSet, UsageView
+from agentmemory.api.longterm import FactViewSet, SearchView
 from agentmemory.api.views import (
     UUID_REGEX,
     AppAPIView,
     ConversationViewSet,
-    FactViewSet,
     MessageViewSet,
-    SearchView,
     SummaryViewSet,
 )
 

@@ -1,13 +1,12 @@
 """Token-limited context windows: pure packing, the window type, the builder and its SQL.
 
 ``packing`` chooses what fits (no database), ``window`` is the ``ContextWindow`` type,
-``builder`` is the ``ContextWindowBuilder`` and ``sql`` its read path, reached through
-``Message.objects.window_head()`` and friends.
+``builder`` is the ``ContextWindowBuilder``; its read statements live a floor down, in
+``agentmemory.store.window``.
 """
 
 from agentmemory.context.builder import ContextWindowBuilder
 from agentmemory.context.packing import (
-    _META_FIELDS,
     TRUNCATION_MARKER,
     PackResult,
     RowMeta,
@@ -16,6 +15,7 @@ from agentmemory.context.packing import (
     truncate_message,
 )
 from agentmemory.context.window import ContextWindow
+from agentmemory.store.rows import _META_FIELDS
 
 __all__ = [
     "TRUNCATION_MARKER",

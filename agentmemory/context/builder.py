@@ -3,11 +3,12 @@
 A window is the pinned system prompt (the leading run of stored system messages, in stored
 order, or the agent's own prompt), the current summary (a system message after it), then
 the newest contiguous run of history that fits, starting on a human message, with every tool
-exchange whole. Before a window that would leave stored messages in neither itself nor
-the summary is returned, the builder asks for a compaction and builds again (the gap
-policy); what still cannot be covered is reported on the window, by the
-``messages_left_out`` signal and in the log. The reads go through ``Message.objects.window_head()`` and
-``window_tail()`` (hand-written SQL in ``agentmemory.context.sql``): a constant number of
+exchange whole. The builder only reads: what a window leaves in neither itself nor the
+summary is reported on the window, by the ``messages_left_out`` signal and in the log. With
+gap policy "close", a compaction is asked for first and the window built again by
+``agentmemory.closing.build_closing_gap``, which the agent loop and the API call (and
+``build()`` calls for a builder made with that policy). The reads go through ``read_head()`` and
+``TailReader`` (hand-written SQL in ``agentmemory.store.window``): a constant number of
 queries, whatever the length of the conversation. What a window leaves uncovered is worked
 out from the conversation's counters and one statement of index lookups, not by reading
 the messages left out (see ``ContextWindowBuilder._gap``).
@@ -19,8 +20,8 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, NoReturn
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -28,17 +29,30 @@ from django.db import connections, router
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context.fitting import (
+    MIN_CUT_SUMMARY_TOKENS,
+    _fitting_cap,
+    _newest_turn,
+    _placeholders_cost,
+    _sent_history,
+    _turn_floor,
+    _turn_rows,
+    _TurnFloor,
+)
+from agentmemory.context.fitting import (
+    MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
+)
+from agentmemory.context.gaps import _NO_SEQ, _derive_gap, _GapState
 from agentmemory.context.packing import (
     _PLACEHOLDER,
     _SEQ,
+    PackResult,
     RowMeta,
-    _replace,
     marker_only_copy,
     pack_history,
     pending_placeholder,
     truncate_message,
 )
-from agentmemory.context.sql import MAX_READ, ConversationRow, GapProbe, SummaryRow
 from agentmemory.context.window import (
     MAX_LISTED_SEQS,
     MEMORY_BLOCK_KEY,
@@ -56,10 +70,22 @@ from agentmemory.exceptions import (
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.store.window import (
+    MAX_READ,
+    ConversationRow,
+    SummaryRow,
+    TailReader,
+    read_contents,
+    read_gap_probe,
+    read_head,
+    read_uncovered,
+)
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import whole_number
 
 logger = logging.getLogger("agentmemory.context")
+
+_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
 
 #: what a builder does about stored messages left in neither the window nor the summary
 GAP_POLICIES = ("close", "report", "ignore")
@@ -69,284 +95,6 @@ REASON_NOT_CLOSED = "compaction did not cover them"
 REASON_NO_COMPACTOR = "no memory compactor"
 REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
 REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
-
-
-#: the shortest truncated copy of a tool result sent to fit a tool loop into the window
-#: (tokens): below it the marker alone would be most of the copy (a bare marked copy of a
-#: tau-bench result costs 45 to 49 tokens by the cl100k tokenizer, id and name included)
-MIN_FITTED_TOOL_RESULT_TOKENS = 64
-
-#: the shortest cut of the summary sent beside a turn in progress (tokens): below it the
-#: prefix and the marker would be most of it
-MIN_CUT_SUMMARY_TOKENS = 64
-
-
-def _newest_turn(source: Iterator[RowMeta], seen: list[RowMeta]) -> list[RowMeta]:
-    """The rows of the newest turn, newest first: what packing read, then more from
-    ``source`` until the newest human message; empty when there is none."""
-    for index, row in enumerate(seen):
-        if row.role == Role.HUMAN:
-            return seen[: index + 1]
-    for row in source:
-        if row.role == Role.HUMAN:
-            return seen
-    return []
-
-
-def _fitting_cap(turn: list[RowMeta], budget: int, cap: int) -> int | None:
-    """The largest size (tokens, at most ``cap``) to cut the turn's tool results to so that
-    the whole turn fits ``budget``, by water-filling: results smaller than the size are
-    sent whole. ``None`` when the size would be under ``MIN_FITTED_TOOL_RESULT_TOKENS``."""
-    results = sorted(min(r.token_count, cap) for r in turn if r.role == Role.TOOL and not r.is_orphan)
-    if not results:
-        return None
-    room = budget - sum(r.token_count for r in turn if r.role != Role.TOOL)
-    for index, tokens in enumerate(results):
-        left = len(results) - index
-        if tokens * left > room:
-            size = room // left
-            return size if size >= MIN_FITTED_TOOL_RESULT_TOKENS else None
-        room -= tokens
-    return None  # everything fits at the current cap: something else blocks
-
-
-def _placeholders_cost(turn: list[RowMeta], cost: Callable[[dict[str, Any]], int] | None) -> int:
-    """Tokens of the placeholder results sent for the turn's unanswered calls (0 when
-    ``cost`` is ``None``: such exchanges are left out). Rows are those of ``_newest_turn``."""
-    if cost is None:
-        return 0
-    answered = {(r.exchange_seq, r.tool_call_id) for r in turn if r.role == _TOOL}
-    return sum(
-        cost(call)
-        for r in turn
-        if r.role == _AI and r.tool_calls
-        for call in r.tool_calls
-        if (r.seq, call["id"]) not in answered
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _TurnFloor:
-    """What the turn in progress costs at its shortest (tokens).
-
-    ``messages``: its human and AI messages (never cut). ``results``: its tool results,
-    oldest first (by exchange, then seq), as ``(seq, stored tokens, tokens of its
-    marker-only copy)``; the last is ``None`` when unknown (no cap: no copies are made).
-    ``floor``: the shortest cut copy of a result (``MIN_FITTED_TOOL_RESULT_TOKENS``, or the
-    cap when smaller); ``capped``: whether results may be cut at all."""
-
-    first_seq: int
-    last_seq: int
-    messages: int
-    results: tuple[tuple[int, int, int | None], ...]
-    floor: int
-    capped: bool
-
-    def _at_floor(self, tokens: int) -> int:
-        return min(tokens, self.floor) if self.capped else tokens
-
-    @property
-    def tokens(self) -> int:
-        """The turn with every tool result at its shortest cut copy, none marker-only."""
-        return self.messages + sum(self._at_floor(tokens) for _, tokens, _ in self.results)
-
-    def tokens_with(self, plan: dict[int, int]) -> int:
-        """``tokens`` with the results of ``plan`` (a ``marker_plan``) as marker-only copies."""
-        return self.messages + sum(
-            plan[seq] if seq in plan else self._at_floor(tokens) for seq, tokens, _ in self.results
-        )
-
-    def marker_plan(self, room: int) -> dict[int, int] | None:
-        """The tool results to send as marker-only copies so that the turn costs at most
-        ``room`` tokens, the others at their shortest cut copies: ``{seq: tokens of the
-        copy}``, the oldest results first and no more than needed (the newest results are
-        what the model is answering, so they keep their text longest). ``{}`` when none is
-        needed; ``None`` when the turn does not fit even with every one."""
-        need = self.tokens - room
-        if need <= 0:
-            return {}
-        plan: dict[int, int] = {}
-        for seq, tokens, marker in self.results:
-            if marker is None:
-                continue
-            saving = self._at_floor(tokens) - marker
-            if saving <= 0:
-                continue  # a short result costs less whole than as a marker
-            plan[seq] = marker
-            need -= saving
-            if need <= 0:
-                return plan
-        return None
-
-    def error(self, *, summary_tokens: int, system_tokens: int, max_tokens: int) -> TurnTooLarge:
-        """The ``TurnTooLarge`` naming the least the turn costs: each tool result whole,
-        cut to ``floor`` or as a marker-only copy, whichever is shortest."""
-        short = short_tokens = cut = marked = marked_tokens = 0
-        for _, tokens, marker in self.results:
-            least = self._at_floor(tokens)
-            if marker is not None and marker < least:
-                marked += 1
-                marked_tokens += marker
-            elif least < tokens:
-                cut += 1
-            else:
-                short += 1
-                short_tokens += tokens
-        return TurnTooLarge(
-            first_seq=self.first_seq,
-            last_seq=self.last_seq,
-            message_tokens=self.messages,
-            short_results=short,
-            short_result_tokens=short_tokens,
-            cut_results=cut,
-            tool_result_floor=self.floor,
-            marker_results=marked,
-            marker_result_tokens=marked_tokens,
-            summary_tokens=summary_tokens,
-            system_tokens=system_tokens,
-            max_tokens=max_tokens,
-        )
-
-
-def _turn_floor(
-    turn: list[RowMeta],
-    cap: int | None,
-    marker_tokens: dict[int, int] | None = None,
-    placeholder_tokens: Callable[[dict[str, Any]], int] | None = None,
-) -> _TurnFloor:
-    """What the turn ``turn`` (rows newest first, its human message last) costs with every
-    tool result cut to its shortest copy (``MIN_FITTED_TOOL_RESULT_TOKENS``, or ``cap`` when
-    smaller; not cut when ``cap`` is ``None``), and what each would cost as a marker-only
-    copy (``marker_tokens``, by seq; results not in it are never sent so). AI and human
-    messages are never cut: an AI message's tool-call arguments are what the tools ran with.
-    Orphaned results, exchanges still waiting for all their results and results of
-    exchanges older than the turn are left out of a window, so out of this; with
-    ``placeholder_tokens`` (the cost of a call's placeholder result) an exchange still
-    waiting is sent, with a placeholder for each unanswered call, and counts so."""
-    floor = MIN_FITTED_TOOL_RESULT_TOKENS if cap is None else min(cap, MIN_FITTED_TOOL_RESULT_TOKENS)
-    answered: dict[int, int] = {}
-    for row in turn:
-        if row.role == _TOOL and row.exchange_seq is not None:
-            answered[row.exchange_seq] = answered.get(row.exchange_seq, 0) + 1
-    sent: set[int] = set()  # the exchanges the window sends
-    messages = _placeholders_cost(turn, placeholder_tokens)
-    for row in turn:
-        if row.role == _TOOL:
-            continue
-        if row.role == _AI and row.tool_calls:
-            if answered.get(row.seq, 0) < len(row.tool_calls) and placeholder_tokens is None:
-                continue  # a call still waits for its result: the exchange is left out
-            sent.add(row.seq)
-        messages += row.token_count
-    marks = marker_tokens if cap is not None and marker_tokens else {}
-    results = sorted(
-        (row.exchange_seq, row.seq, row.token_count, marks.get(row.seq))
-        for row in turn
-        if row.role == _TOOL and row.exchange_seq in sent
-    )
-    seqs = [row.seq for row in turn]
-    return _TurnFloor(
-        min(seqs),
-        max(seqs),
-        messages,
-        tuple((seq, tokens, marker) for _, seq, tokens, marker in results),
-        floor,
-        cap is not None,
-    )
-
-
-def _turn_rows(units: list[list[RowMeta]]) -> list[RowMeta]:
-    """The rows of the newest turn among packed ``units`` (oldest first)."""
-    start = max((i for i, unit in enumerate(units) if unit[0].role == _HUMAN), default=None)
-    if start is None:
-        return []
-    return [row for unit in reversed(units[start:]) for row in reversed(unit)]
-
-
-_HUMAN, _TOOL, _AI = Role.HUMAN.value, Role.TOOL.value, Role.AI.value
-
-#: a seq above every stored one: ``before`` of an empty window
-_NO_SEQ = 2**62
-
-
-@dataclass(frozen=True, slots=True)
-class _GapState:
-    """What a build read that the gap accounting needs: the conversation's counters, the
-    summary, the newest stored seq and every tail row read (newest first)."""
-
-    conv: ConversationRow
-    summary: SummaryRow | None
-    newest_seq: int | None
-    rows_seen: list[RowMeta]
-
-
-def _derive_gap(
-    state: _GapState, probe: GapProbe, *, after: int, before: int, pending_exchanges: list[int]
-) -> UncoveredMessages | None:
-    """The uncovered messages with ``after < seq < before`` from counters and the probe, or
-    ``None`` when the counters cannot tell them (the caller then counts the rows).
-
-    The messages present hold the seqs ``probe.first_seq..newest_seq`` without a hole when
-    their number is ``message_count`` (appends hand out consecutive seqs, and ``clear()``
-    deletes every message); then the gap holds every seq of its span. Its tokens are
-    ``stored_tokens`` less those at or below ``after`` (the pinned run's, and the
-    summary's ``tokens_covered``) and those from ``before`` on (rows the window read).
-    """
-    conv, newest, first = state.conv, state.newest_seq, probe.first_seq
-    if newest is None or first is None or newest - first + 1 != conv.message_count:
-        return None
-    pinned_tokens = probe.pinned_tokens if conv.has_system_prompt else None
-    if conv.has_system_prompt and pinned_tokens is None:
-        return None  # the flag and the rows disagree
-    summary = state.summary
-    pinned_floor = conv.pinned_through
-    # Tokens of the messages at or below ``after``.
-    if after <= 0:
-        below = 0
-    elif after == pinned_floor:
-        below = pinned_tokens or 0  # the pinned run alone
-    elif summary is not None and after == summary.through_seq and probe.summary_first_seq is not None:
-        start = probe.summary_first_seq
-        if start > max(first, pinned_floor + 1):
-            return None  # messages before the summary's span that it does not count
-        if any(start <= seq <= after for seq, _ in probe.orphans):
-            # Compaction leaves orphans out of ``tokens_covered``, ``recount_tokens``
-            # counts them in: which one made this figure cannot be told.
-            return None
-        below = probe.summary_tokens_covered or 0
-        if pinned_tokens is not None and start > pinned_floor:
-            below += pinned_tokens
-    else:
-        return None
-    lo, hi = max(after + 1, first), min(before - 1, newest)
-    if hi < lo:
-        return NO_UNCOVERED
-    count = hi - lo + 1
-    # The window read every row from ``before`` on (the reader goes newest first).
-    tokens = conv.stored_tokens - below - sum(r.token_count for r in state.rows_seen if r.seq >= before)
-    excluded: set[int] = set()
-    for seq, row_tokens in probe.orphans:
-        if seq > after:
-            excluded.add(seq)
-            tokens -= row_tokens
-    if pending_exchanges:
-        found = {seq: (row_tokens, calls) for seq, row_tokens, calls in probe.pending}
-        waiting = conv.pending_call_seqs
-        for seq in pending_exchanges:
-            if seq not in found:
-                return None  # pending calls name an AI message that is not stored
-            row_tokens, calls = found[seq]
-            if calls > waiting.count(seq) and max(seq, after) + 1 < before:
-                return None  # some of its results are stored, maybe inside the gap
-            if lo <= seq <= hi:
-                excluded.add(seq)
-                tokens -= row_tokens
-    count -= len(excluded)
-    if count < 0 or tokens < 0:
-        return None  # counters changed under the read (a concurrent append or clear)
-    if count == 0:
-        return NO_UNCOVERED
-    return UncoveredMessages.from_span(count, tokens, lo, hi, frozenset(excluded))
 
 
 #: longest recall query made from the turn (characters): the newest human message comes
@@ -487,7 +235,9 @@ class ContextWindowBuilder:
             summary. ``"close"``: ask for a compaction (``request_compaction(force=True,
             wait=AGENTMEMORY['COMPACTION_WAIT_SECONDS'])``: inline where compaction runs
             inline, else enqueued and awaited) and build once more, then report what is
-            still left out; ``"report"``: only report it (``ContextWindow.uncovered``, the
+            still left out; that step is ``agentmemory.closing.build_closing_gap``, which
+            ``build()`` calls for this policy (the reading itself never enqueues or
+            waits); ``"report"``: only report it (``ContextWindow.uncovered``, the
             ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
             extra query. Reporting costs one more statement of index lookups when the
             window leaves messages out, whatever their number. Defaults to "report": a
@@ -682,15 +432,30 @@ class ContextWindowBuilder:
                 shortest cut of the summary (see ``fit_newest_turn``). A
                 ``ContextBudgetExceeded``.
         """
-        if max_tokens is None:
-            max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        max_tokens = validate_max_tokens(max_tokens)
-        if max_messages is not None:
-            max_messages = whole_number(max_messages, "max_messages", minimum=0, unit="messages")
+        max_tokens, max_messages = self.limits(max_tokens, max_messages)
+        if self.gap_policy == "close" and self._can_compact:
+            # The read path never asks for a compaction itself: "close" is the caller's
+            # step (``agentmemory.closing``), taken here for callers that pass it.
+            from agentmemory.closing import build_closing_gap
+
+            return build_closing_gap(self, max_tokens, max_messages=max_messages)
+        return self.complete(max_tokens, max_messages, self._window)
+
+    def _window(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
+        """The window without a memory block, what it leaves out reported (``build``)."""
+        window, summary_cut = self.fit(max_tokens, max_messages)
+        return self.report(window, self.left_out_reason(window, summary_cut=summary_cut))
+
+    def complete(
+        self, max_tokens: int, max_messages: int | None, window_of: Callable[[int, int | None], ContextWindow]
+    ) -> ContextWindow:
+        """The window ``window_of(max_tokens, max_messages)`` makes (``_window``, or the
+        closing step's), with the memory block when ``memory_recall``; sends
+        ``context_built``."""
         if self.memory_recall:
-            window = self._with_memory(max_tokens, max_messages)
+            window = self._with_memory(max_tokens, max_messages, window_of)
         else:
-            window = self._window(max_tokens, max_messages)
+            window = window_of(max_tokens, max_messages)
         signals.context_built.send(
             sender=ContextWindowBuilder, conversation_id=self.conversation_id, window=window
         )
@@ -719,36 +484,65 @@ class ContextWindowBuilder:
             )
         return window
 
-    def _window(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
-        """The window without a memory block, after the gap policy has run (``build``)."""
-        window, summary_cut = self._fitted(max_tokens, max_messages)
-        reason = ""
+    def limits(self, max_tokens: int | None, max_messages: int | None) -> tuple[int, int | None]:
+        """``(max_tokens, max_messages)`` checked, the default budget filled in (see ``build``).
+
+        Raises:
+            TypeError, ValueError: as ``build``.
+        """
+        if max_tokens is None:
+            max_tokens = app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        max_tokens = validate_max_tokens(max_tokens)
+        if max_messages is not None:
+            max_messages = whole_number(max_messages, "max_messages", minimum=0, unit="messages")
+        return max_tokens, max_messages
+
+    @property
+    def can_compact(self) -> bool:
+        """Whether a compaction could cover what a window leaves out: the configured
+        compactor, or a ``BaseMemoryCompactor`` given as ``memory_compactor``."""
+        return bool(self._can_compact)
+
+    @property
+    def compactor_class(self) -> Any:
+        """The class of the compactor given as ``memory_compactor`` (``None``: the configured one)."""
+        return self._compactor_class
+
+    @property
+    def system_tokens(self) -> int:
+        """Tokens of the system prompt sent by the last window read (the explicit or the
+        pinned one; 0 before the first)."""
+        return self._system_tokens
+
+    def left_out_reason(self, window: ContextWindow, *, summary_cut: bool, compaction: Any = None) -> str:
+        """Why ``window`` leaves stored messages in neither itself nor the summary (the
+        ``reason`` of ``messages_left_out``; ``""`` when it leaves none): the summary cut
+        for the turn in progress, a compaction asked for (``compaction``, the
+        ``request_compaction`` result) that did not cover them, no compactor for policy
+        "close", or policy "report"."""
+        if not window.uncovered:
+            return ""
+        if summary_cut:
+            # Left out beside the turn in progress: compaction cannot help, it never folds
+            # the newest turn.
+            return REASON_SUMMARY_CUT
+        if compaction is not None:
+            error = getattr(compaction, "error", None)
+            return f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
+        if self.gap_policy == "close":
+            return REASON_NO_COMPACTOR
+        return REASON_NOT_REQUESTED
+
+    def report(self, window: ContextWindow, reason: str) -> ContextWindow:
+        """Report what ``window`` leaves out (``reason``: ``left_out_reason``; the log and
+        ``messages_left_out``) and return ``window``."""
         if window.uncovered:
-            if summary_cut:
-                # Left out beside the turn in progress: compaction cannot help, it never
-                # folds the newest turn.
-                reason = REASON_SUMMARY_CUT
-            elif self.gap_policy == "close" and self._can_compact:
-                request = self._request_compaction(max_tokens)
-                # Built as any window over the summary just made: one that leaves no room
-                # for the turn beside it is cut, or refused with the sizes, as it would be
-                # a moment later.
-                window, summary_cut = self._fitted(max_tokens, max_messages)
-                window = replace(window, compaction=request)
-                error = getattr(request, "error", None)
-                if summary_cut:
-                    reason = REASON_SUMMARY_CUT
-                else:
-                    reason = f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
-            elif self.gap_policy == "close":
-                reason = REASON_NO_COMPACTOR
-            else:
-                reason = REASON_NOT_REQUESTED
-            if window.uncovered:
-                self._report_left_out(window, reason)
+            self._report_left_out(window, reason)
         return window
 
-    def _with_memory(self, max_tokens: int, max_messages: int | None) -> ContextWindow:
+    def _with_memory(
+        self, max_tokens: int, max_messages: int | None, window_of: Callable[[int, int | None], ContextWindow]
+    ) -> ContextWindow:
         """The window built within ``max_tokens`` less the memory block's share
         (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
         not fit in less, then the memory block in what is left (``_add_memory``)."""
@@ -756,11 +550,11 @@ class ContextWindowBuilder:
         window = None
         if 0 < reserved < max_tokens:
             try:
-                window = self._window(max_tokens - reserved, max_messages)
+                window = window_of(max_tokens - reserved, max_messages)
             except ContextBudgetExceeded:
                 window = None  # the turn needs the block's share too: the block gets what is left
         if window is None:
-            window = self._window(max_tokens, max_messages)
+            window = window_of(max_tokens, max_messages)
         return self._add_memory(replace(window, max_tokens=max_tokens))
 
     def _owner_id(self) -> Any:
@@ -844,9 +638,10 @@ class ContextWindowBuilder:
             memory_tokens=tokens,
         )
 
-    def _fitted(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
-        """The window, and whether the summary had to be cut or left out for the turn in
-        progress (``_with_summary_cut``, when ``fit_newest_turn``).
+    def fit(self, max_tokens: int, max_messages: int | None) -> tuple[ContextWindow, bool]:
+        """One window read and fitted to ``max_tokens`` (checked: ``limits``), nothing
+        reported: the window, and whether the summary had to be cut or left out for the
+        turn in progress (``_with_summary_cut``, when ``fit_newest_turn``).
 
         Raises:
             ContextBudgetExceeded, TurnTooLarge: as ``build``.
@@ -959,25 +754,12 @@ class ContextWindowBuilder:
         if self.gap_policy == "ignore" or window.summary_through_seq is None:
             return replace(window, summary_id=None, summary_through_seq=None)
         uncovered = self._gap(
-            Message.objects.all(),
+            router.db_for_read(Message),
             after=self._pinned_floor,
             before=window.first_seq if window.first_seq is not None else _NO_SEQ,
             pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
         )
         return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
-
-    def _request_compaction(self, max_tokens: int) -> Any:
-        from agentmemory.compaction import request_compaction
-
-        return request_compaction(
-            self.conversation_id,
-            max_tokens=max_tokens,
-            system_tokens=self._system_tokens,
-            force=True,
-            wait=app_settings().COMPACTION_WAIT_SECONDS,
-            compactor_class=self._compactor_class,
-            reason="context window gap",
-        )
 
     def _report_left_out(self, window: ContextWindow, reason: str) -> None:
         uncovered = window.uncovered
@@ -1044,10 +826,11 @@ class ContextWindowBuilder:
         if self.system_prompt is not None:
             pinned_message, system_tokens = self._system_prompt_message()
             messages.append(pinned_message)
-        messages_qs = Message.objects.all()
+        using = router.db_for_read(Message)
         # The first page is sized, and its content read, for the budget before the summary
         # and a stored system prompt are taken off: never less than the history can use.
-        head = messages_qs.window_head(
+        head = read_head(
+            using,
             self.conversation_id,
             with_pinned=self.system_prompt is None,
             # Clamped: no window holds 2**31 tokens, and the page-size arithmetic in SQL
@@ -1066,31 +849,8 @@ class ContextWindowBuilder:
 
         summary, custom_text = self._summary(summary)
         coverage_unknown = custom_text is not None
-        summary_tokens = 0
-        summary_message: ChatMessage | None = None
-        summary_cut = False
-        if custom_text is not None:
-            summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
-            summary_tokens = counter.count_message(summary_message)
-        elif summary is not None:
-            summary_message = ChatMessage.system(
-                app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
-            )
-            summary_tokens = (
-                summary.token_count
-                if summary.token_counter == counter.id
-                else counter.count_message(summary_message)
-            )
-        if summary_message is not None and summary_limit == 0:
-            # Not sent: kept aside for ``_with_summary_cut``, which sends it cut if room is
-            # left. The history still starts after what it covers.
-            self._summary_message = summary_message
-            summary_tokens = 0
-        elif summary_message is not None:
-            if summary_limit is not None and summary_tokens > summary_limit:
-                summary_message = truncate_message(summary_message, summary_limit, counter)
-                summary_tokens = counter.count_message(summary_message)
-                summary_cut = True
+        summary_message, summary_tokens, summary_cut = self._summary_part(summary, custom_text, summary_limit)
+        if summary_message is not None and summary_limit != 0:
             messages.append(summary_message)
 
         floor_seq = max(summary.through_seq if summary else 0, conv.pinned_through)
@@ -1104,7 +864,7 @@ class ContextWindowBuilder:
                 available=max_tokens,
                 what="the system prompt and summary",
             )
-        reader = messages_qs.window_tail(
+        reader = TailReader(
             conv.pk,
             floor_seq,
             head.page_size,
@@ -1112,6 +872,7 @@ class ContextWindowBuilder:
             first_room=head.room,
             content_budget=available,
             max_tool_result_tokens=self.max_tool_result_tokens,
+            using=using,
         )
         placeholder_tokens = self._placeholder_tokens = (
             (lambda call: counter.count_message(pending_placeholder(call["id"], call.get("name", ""))))
@@ -1130,68 +891,28 @@ class ContextWindowBuilder:
             placeholder_tokens=placeholder_tokens,
         )
 
-        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
-        turn: list[RowMeta] = []
-        marker_tokens: dict[int, int] | None = None
-        marks: dict[int, int] | None = None  # what each result costs as the marker alone
         # Marker-only copies come after the summary's own cut: not while it is sent whole.
         markers_allowed = summary_message is None or summary_limit is not None
-        if (
-            self.fit_newest_turn
-            and not has_human
-            and humans_after_floor > 0
-            and cap is not None
-            and not packed.blocked_by_count
-        ):
-            # The newest turn does not fit: in a tool loop its results pile up after the
-            # human message. Send its tool results as shorter truncated copies, all cut to
-            # one size, rather than fail the model call (the turn stays whole and in order).
-            turn = _newest_turn(source, rows_seen)
-            # The room left once the placeholders sent for unanswered calls are paid for.
-            room = available - _placeholders_cost(turn, placeholder_tokens)
-            fitted = _fitting_cap(turn, room, cap) if turn else None
-            if fitted is None and turn and markers_allowed:
-                # Not even the shortest cut copies fit (and the summary, if any, is already
-                # cut or left out): the last step before refusing sends the oldest results
-                # as copies holding only the truncation marker.
-                marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                floor = _turn_floor(turn, cap, marks, placeholder_tokens)
-                plan = floor.marker_plan(available)
-                if plan is not None:  # ``{}``: the shortest cut copies fit without markers
-                    fitted, marker_tokens = floor.floor, plan or None
-            if fitted is not None:
-                refit = pack_history(
-                    turn,
-                    budget=available,
-                    max_messages=max_messages,
-                    max_tool_result_tokens=fitted,
-                    truncate_oversized_human=self.oversized_message_policy == "truncate",
-                    placeholder_tokens=placeholder_tokens,
-                    marker_tokens=marker_tokens,
-                )
-                if any(unit[0].role == _HUMAN for unit in refit.units):
-                    refit.blocked = refit.blocked or packed.blocked  # older rows were not read
-                    packed, cap, has_human = refit, fitted, True
-                else:
-                    marker_tokens = None
+        packed, cap, has_human, turn, marks, marker_tokens = self._fit_newest_turn(
+            packed,
+            source,
+            reader,
+            humans_after_floor=humans_after_floor,
+            available=available,
+            max_messages=max_messages,
+            markers_allowed=markers_allowed,
+        )
         if not has_human and humans_after_floor > 0 and (max_messages is None or max_messages > 0):
-            blocked_seq, blocked_tokens = packed.blocked or (None, 0)
-            if packed.blocked_by_count:
-                raise ContextBudgetExceeded(
-                    seq=blocked_seq,
-                    tokens=blocked_tokens,
-                    available=packed.available_at_block,
-                    message=f"the newest turn needs more than max_messages={max_messages} messages "
-                    f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
-                )
-            if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-                if marks is None and cap is not None and markers_allowed:
-                    marks = self._marker_tokens(turn, reader.contents, conv.pk)
-                raise _turn_floor(turn, self.max_tool_result_tokens, marks, placeholder_tokens).error(
-                    summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
-                )
-            raise ContextBudgetExceeded(
-                seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
+            self._refuse_turn(
+                packed,
+                turn,
+                marks,
+                reader,
+                max_messages=max_messages,
+                markers_allowed=markers_allowed and cap is not None,
+                summary_tokens=summary_tokens,
+                system_tokens=system_tokens,
+                max_tokens=max_tokens,
             )
         truncate_newest = packed.truncate
         self._system_tokens = system_tokens
@@ -1209,43 +930,17 @@ class ContextWindowBuilder:
         if missing:
             # Rows past the running budget (skipped orphans before them, or the oversized
             # newest human message taken truncated) were read without their content.
-            contents.update(messages_qs.window_contents(conv.pk, missing))
+            contents.update(read_contents(using, conv.pk, missing))
 
-        history: list[ChatMessage]
-        history_tokens = 0
-        truncated: list[int] = []
-        if not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped):
-            # The usual window: every message as stored, none cut, no placeholder, each read
-            # with the row the packer counted (``RowMeta`` fields by position, as in
-            # ``pack_history``: this runs for every message of most windows).
-            history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
-            history_tokens = sum([chat.token_count or 0 for chat in history])
-        else:
-            history = []
-            for row in rows:
-                if row.placeholder:
-                    placeholder = pending_placeholder(row.tool_call_id, row.name)
-                    history.append(_replace(placeholder, token_count=row.token_count))
-                    history_tokens += row.token_count
-                    continue
-                chat = contents.get(row.seq)
-                if chat is None:  # deleted between the reads (conversation cleared)
-                    continue
-                tokens = chat.token_count or 0
-                if truncate_newest and row.seq == truncate_newest[0]:
-                    chat = truncate_message(chat, truncate_newest[1], counter)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                elif marker_tokens and row.role == _TOOL and row.seq in marker_tokens:
-                    chat = marker_only_copy(chat)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                elif cap is not None and row.role == _TOOL and tokens > cap:
-                    chat = truncate_message(chat, cap, counter)
-                    tokens = counter.count_message(chat)
-                    truncated.append(row.seq)
-                history.append(chat)
-                history_tokens += tokens
+        history, history_tokens, truncated = _sent_history(
+            rows,
+            contents,
+            counter,
+            plain=not (missing or truncate_newest or marker_tokens or packed.placeholders or packed.capped),
+            truncate_newest=truncate_newest,
+            marker_tokens=marker_tokens,
+            cap=cap,
+        )
         messages.extend(history)
         seqs = [m.seq for m in history if m.seq is not None]
 
@@ -1270,18 +965,162 @@ class ContextWindowBuilder:
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.
         self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
-        if self.gap_policy != "ignore" and not coverage_unknown:
-            before = window.first_seq if window.first_seq is not None else _NO_SEQ
-            if packed.blocked is not None or any(seq < before for seq in packed.dropped_leading):
-                # Otherwise nothing blocked packing, so it read every row down to the floor,
-                # and it dropped nothing older than the window but waiting exchanges and
-                # orphans: nothing is left out and no query is needed.
-                uncovered = self._gap(
-                    messages_qs, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges
-                )
-                if uncovered.count:
-                    window = replace(window, uncovered=uncovered)
-        return window
+        if self.gap_policy == "ignore" or coverage_unknown:
+            return window
+        return self._account_gap(window, packed, using, floor_seq=floor_seq, conv=conv)
+
+    def _summary_part(
+        self, summary: SummaryRow | None, custom_text: str | None, summary_limit: int | None
+    ) -> tuple[ChatMessage | None, int, bool]:
+        """The summary message to send, its tokens, and whether it was cut to
+        ``summary_limit`` (see ``_assemble``). ``summary_limit == 0``: not sent (0 tokens),
+        kept aside in ``_summary_message`` for ``_with_summary_cut``."""
+        counter = self.token_counter
+        summary_message: ChatMessage | None = None
+        summary_tokens = 0
+        summary_cut = False
+        if custom_text is not None:
+            summary_message = ChatMessage.system(app_settings().SUMMARY_MESSAGE_PREFIX + custom_text)
+            summary_tokens = counter.count_message(summary_message)
+        elif summary is not None:
+            summary_message = ChatMessage.system(
+                app_settings().SUMMARY_MESSAGE_PREFIX + summary.text, metadata={"summary_id": summary.pk}
+            )
+            summary_tokens = (
+                summary.token_count
+                if summary.token_counter == counter.id
+                else counter.count_message(summary_message)
+            )
+        if summary_message is not None and summary_limit == 0:
+            # Not sent: kept aside for ``_with_summary_cut``, which sends it cut if room is
+            # left. The history still starts after what it covers.
+            self._summary_message = summary_message
+            summary_tokens = 0
+        elif summary_message is not None and summary_limit is not None and summary_tokens > summary_limit:
+            summary_message = truncate_message(summary_message, summary_limit, counter)
+            summary_tokens = counter.count_message(summary_message)
+            summary_cut = True
+        return summary_message, summary_tokens, summary_cut
+
+    def _fit_newest_turn(
+        self,
+        packed: PackResult,
+        source: Iterator[RowMeta],
+        reader: TailReader,
+        *,
+        humans_after_floor: int,
+        available: int,
+        max_messages: int | None,
+        markers_allowed: bool,
+    ) -> tuple[PackResult, int | None, bool, list[RowMeta], dict[int, int] | None, dict[int, int] | None]:
+        """Fit the turn in progress when the packing ``packed`` left it out (a tool loop
+        whose results pile up after the human message; see ``fit_newest_turn``): its tool
+        results as copies cut to one size, and as a last step (``markers_allowed``: the
+        summary is already cut or left out) the oldest as the truncation marker alone.
+
+        Returns ``(packed, cap, has_human, turn, marks, marker_tokens)``: the packing to
+        send (the refit one when the turn now fits), the tool-result cap it used (tokens),
+        whether it holds a human message, the turn's rows (empty: not looked at), what each
+        result costs as the marker alone where that was counted, and the results sent so.
+        """
+        cap = self.max_tool_result_tokens
+        placeholder_tokens = self._placeholder_tokens
+        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
+        turn: list[RowMeta] = []
+        marker_tokens: dict[int, int] | None = None
+        marks: dict[int, int] | None = None  # what each result costs as the marker alone
+        if (
+            not self.fit_newest_turn
+            or has_human
+            or humans_after_floor <= 0
+            or cap is None
+            or packed.blocked_by_count
+        ):
+            return packed, cap, has_human, turn, marks, marker_tokens
+        # The newest turn does not fit: in a tool loop its results pile up after the
+        # human message. Send its tool results as shorter truncated copies, all cut to
+        # one size, rather than fail the model call (the turn stays whole and in order).
+        turn = _newest_turn(source, reader.seen)
+        # The room left once the placeholders sent for unanswered calls are paid for.
+        room = available - _placeholders_cost(turn, placeholder_tokens)
+        fitted = _fitting_cap(turn, room, cap) if turn else None
+        if fitted is None and turn and markers_allowed:
+            # Not even the shortest cut copies fit (and the summary, if any, is already
+            # cut or left out): the last step before refusing sends the oldest results
+            # as copies holding only the truncation marker.
+            marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
+            floor = _turn_floor(turn, cap, marks, placeholder_tokens)
+            plan = floor.marker_plan(available)
+            if plan is not None:  # ``{}``: the shortest cut copies fit without markers
+                fitted, marker_tokens = floor.floor, plan or None
+        if fitted is not None:
+            refit = pack_history(
+                turn,
+                budget=available,
+                max_messages=max_messages,
+                max_tool_result_tokens=fitted,
+                truncate_oversized_human=self.oversized_message_policy == "truncate",
+                placeholder_tokens=placeholder_tokens,
+                marker_tokens=marker_tokens,
+            )
+            if any(unit[0].role == _HUMAN for unit in refit.units):
+                refit.blocked = refit.blocked or packed.blocked  # older rows were not read
+                return refit, fitted, True, turn, marks, marker_tokens
+            marker_tokens = None
+        return packed, cap, has_human, turn, marks, marker_tokens
+
+    def _refuse_turn(
+        self,
+        packed: PackResult,
+        turn: list[RowMeta],
+        marks: dict[int, int] | None,
+        reader: TailReader,
+        *,
+        max_messages: int | None,
+        markers_allowed: bool,
+        summary_tokens: int,
+        system_tokens: int,
+        max_tokens: int,
+    ) -> NoReturn:
+        """Refuse a window whose packing holds no human message though the conversation
+        has one after the summary: the turn in progress does not fit.
+
+        Raises:
+            ContextBudgetExceeded: ``max_messages`` is too small for the turn, or its human
+                message does not fit.
+            TurnTooLarge: a tool loop that does not fit, naming its parts and sizes.
+        """
+        blocked_seq, blocked_tokens = packed.blocked or (None, 0)
+        if packed.blocked_by_count:
+            raise ContextBudgetExceeded(
+                seq=blocked_seq,
+                tokens=blocked_tokens,
+                available=packed.available_at_block,
+                message=f"the newest turn needs more than max_messages={max_messages} messages "
+                f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
+            )
+        if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
+            if marks is None and markers_allowed:
+                marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
+            raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
+                summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
+            )
+        raise ContextBudgetExceeded(
+            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
+        )
+
+    def _account_gap(
+        self, window: ContextWindow, packed: PackResult, using: str, *, floor_seq: int, conv: ConversationRow
+    ) -> ContextWindow:
+        """``window`` with what it leaves in neither itself nor the summary
+        (``uncovered``): nothing to look up when packing read every row down to the floor
+        (nothing blocked it) and dropped nothing older than the window but waiting
+        exchanges and orphans; otherwise ``_gap`` works it out."""
+        before = window.first_seq if window.first_seq is not None else _NO_SEQ
+        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
+            return window
+        uncovered = self._gap(using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges)
+        return replace(window, uncovered=uncovered) if uncovered.count else window
 
     def _marker_tokens(
         self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
@@ -1292,14 +1131,14 @@ class ContextWindowBuilder:
         seqs = [row.seq for row in turn if row.role == _TOOL and not row.placeholder]
         missing = [seq for seq in seqs if seq not in contents]
         if missing:
-            contents.update(Message.objects.all().window_contents(conv_pk, missing))
+            contents.update(read_contents(router.db_for_read(Message), conv_pk, missing))
         counter = self.token_counter
         return {
             seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
         }
 
     def _gap(
-        self, messages_qs: Any, *, after: int, before: int, pending_exchanges: tuple[int, ...]
+        self, using: str, *, after: int, before: int, pending_exchanges: tuple[int, ...]
     ) -> UncoveredMessages:
         """The stored messages with ``after < seq < before`` (``before``: the window's
         oldest history seq), less orphaned tool results and the messages of the tool
@@ -1308,15 +1147,16 @@ class ContextWindowBuilder:
 
         Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
         the summary's ``tokens_covered`` and the rows the window read, with one statement
-        of index lookups (``window_gap_probe``): the cost does not grow with the number of
+        of index lookups (``read_gap_probe``): the cost does not grow with the number of
         messages left out. Where the counters cannot say (seqs with holes, which only an
         imported document can leave; a summary whose span does not start the conversation;
         a waiting tool exchange in the gap that already has results), one statement counts
-        the gap instead (``window_uncovered``), reading it."""
+        the gap instead (``read_uncovered``), reading it."""
         state = self._gap_state
         assert state is not None  # set by ``_assemble`` before it asks
         relevant = [seq for seq in pending_exchanges if seq < before]
-        probe = messages_qs.window_gap_probe(
+        probe = read_gap_probe(
+            using,
             self.conversation_id,
             before=before,
             summary_id=state.summary.pk if state.summary is not None else None,
@@ -1327,7 +1167,8 @@ class ContextWindowBuilder:
         derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
         if derived is not None:
             return derived
-        count, tokens, seqs = messages_qs.window_uncovered(
+        count, tokens, seqs = read_uncovered(
+            using,
             self.conversation_id,
             after=after,
             before=before,

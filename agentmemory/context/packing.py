@@ -8,47 +8,23 @@ and ``marker_only_copy`` the copy of a tool result that holds nothing but the ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import ChatMessage, Role
+from agentmemory.store.rows import RowMeta
 from agentmemory.tokens import TokenCounter, longest_fitting_prefix
 
 #: content of the placeholder result sent for a tool call still awaiting its own (placeholder
 #: mode); the copy sent carries ``metadata={"pending_tool_call": True}``, storage never does
 PENDING_RESULT_PLACEHOLDER = "[no result yet: this tool call is still pending]"
 TRUNCATION_MARKER = "\n[... truncated for the context window: {omitted} of {total} characters omitted ...]"
-_META_FIELDS = ("seq", "role", "token_count", "exchange_seq", "tool_call_id", "tool_calls")
 # Plain strings: rows hold their role as the stored string, and comparing it with a ``Role``
 # member costs several times a string comparison (this runs for every row of every window).
 _HUMAN, _AI, _TOOL = Role.HUMAN.value, Role.AI.value, Role.TOOL.value
-
-
-class RowMeta(NamedTuple):
-    """What the builder knows of a stored message before reading its content.
-
-    A named tuple: one is made for every row of every window, and a tuple is made in one
-    step where a frozen dataclass sets each field in turn. Rows are told apart by identity
-    (``is``), never by value.
-    """
-
-    seq: int
-    role: str
-    token_count: int
-    exchange_seq: int | None = None
-    tool_call_id: str = ""
-    tool_calls: Sequence[dict[str, Any]] = ()
-    #: a stand-in result for a call still awaiting its own (placeholder mode); never stored,
-    #: its ``seq`` is that of the AI message that made the call
-    placeholder: bool = False
-    name: str = ""
-
-    @property
-    def is_orphan(self) -> bool:
-        return self.role == _TOOL and self.exchange_seq is None and not self.placeholder
 
 
 #: positions of ``RowMeta``'s fields, for the loops that run for every row of every window

@@ -316,7 +316,7 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
             try:
                 batch.append(message_from_langchain(message))
             except InvalidMessageError as exc:
-                raise InvalidMessageError(exc.reason, index=index) from exc
+                raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
         return batch
 
     def clear(self) -> None:

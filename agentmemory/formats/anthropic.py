@@ -180,7 +180,8 @@ def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
         if not isinstance(call.arguments, Mapping):
             raise InvalidMessageError(
                 f"tool call {call.id!r} ({call.name}) arguments must be a JSON object, "
-                f"not {type(call.arguments).__name__}"
+                f"not {type(call.arguments).__name__}",
+                field="tool_calls",
             )
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
     # thinking leads the turn; a turn with nothing else (no text, no call) is not sent at all
@@ -282,6 +283,7 @@ def _check_tool_pairs(turns: list[dict[str, Any]], first_index: list[int]) -> No
                 f"tool call(s) {', '.join(missing)} have no tool result before the next user message; "
                 "Anthropic requires every tool_use to be answered in the next user message",
                 index=index,
+                field="tool_calls",
             )
         calls = []
 
@@ -349,7 +351,7 @@ def to_anthropic(
         try:
             role = Role(message.role)
         except ValueError as exc:
-            raise InvalidMessageError(f"unknown role {message.role!r}", index=index) from exc
+            raise InvalidMessageError(f"unknown role {message.role!r}", index=index, field="role") from exc
         if role is Role.SYSTEM:
             if _has_text(message.content):
                 system_texts.append(message.content)
@@ -360,7 +362,7 @@ def to_anthropic(
             else:
                 api_role, blocks = "user", _user_blocks(message)
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
         blank_last = index if not blocks and role is Role.HUMAN else None
         if not blocks and not turns and role is Role.HUMAN:
             # The window starts on this human message; without it the request would start
@@ -731,7 +733,7 @@ def from_anthropic(
         try:
             converted = from_anthropic_message(message, tool_names=tool_names)
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
         for chat_message in converted:
             tool_names.update((call.id, call.name) for call in chat_message.tool_calls)
         result.extend(converted)

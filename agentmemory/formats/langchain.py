@@ -204,7 +204,7 @@ def to_langchain_message(message: ChatMessage) -> BaseMessage:
     try:
         role = Role(message.role)
     except ValueError as exc:
-        raise InvalidMessageError(f"unknown role {message.role!r}") from exc
+        raise InvalidMessageError(f"unknown role {message.role!r}", field="role") from exc
     content: Any = _content_to_langchain(message, role)
     name = message.name or None
     if role is Role.SYSTEM:
@@ -238,7 +238,7 @@ def to_langchain(messages: Iterable[ChatMessage]) -> list[BaseMessage]:
         try:
             result.append(to_langchain_message(message))
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
     return result
 
 
@@ -269,14 +269,17 @@ def _ai_from_langchain(message: AIMessage, *, fill_missing_ids: bool) -> ChatMes
         bad = message.invalid_tool_calls[0]
         raise InvalidMessageError(
             f"tool call {bad.get('id')!r} ({bad.get('name')}) could not be parsed: "
-            f"{bad.get('error') or 'arguments are not a JSON object'} (arguments {bad.get('args')!r})"
+            f"{bad.get('error') or 'arguments are not a JSON object'} (arguments {bad.get('args')!r})",
+            field="tool_calls",
         )
     calls: list[ToolCall] = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.get("id")
         if not call_id:
             if not fill_missing_ids:
-                raise InvalidMessageError(f"tool call {position} ({call.get('name')}) has no 'id'")
+                raise InvalidMessageError(
+                    f"tool call {position} ({call.get('name')}) has no 'id'", field="tool_calls"
+                )
             # Some local servers return calls without ids; the results must still name their call.
             call_id = f"call_{uuid.uuid4().hex[:24]}"
         arguments = call.get("args")
@@ -285,7 +288,8 @@ def _ai_from_langchain(message: AIMessage, *, fill_missing_ids: bool) -> ChatMes
         if not isinstance(arguments, Mapping):
             raise InvalidMessageError(
                 f"tool call {call_id!r} ({call.get('name')}) args must be a JSON object, "
-                f"not {type(arguments).__name__}"
+                f"not {type(arguments).__name__}",
+                field="tool_calls",
             )
         calls.append(ToolCall(id=call_id, name=call["name"], arguments=dict(arguments)))
     ids = [call.id for call in calls]
@@ -377,5 +381,5 @@ def from_langchain(messages: Iterable[BaseMessage]) -> list[ChatMessage]:
         try:
             result.append(from_langchain_message(message))
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
     return result

@@ -230,21 +230,24 @@ def _parts_to_openai(message: ChatMessage, role: Role) -> list[dict[str, Any]]:
 def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
     """Parse one assistant ``tool_calls`` entry; ``arguments`` must decode to a JSON object."""
     if not isinstance(call, Mapping):
-        raise InvalidMessageError(f"tool call {position} is {type(call).__name__}, not an object")
+        raise InvalidMessageError(
+            f"tool call {position} is {type(call).__name__}, not an object", field="tool_calls"
+        )
     call_id = call.get("id")
     if not isinstance(call_id, str) or not call_id:
-        raise InvalidMessageError(f"tool call {position} has no 'id'")
+        raise InvalidMessageError(f"tool call {position} has no 'id'", field="tool_calls")
     call_type = call.get("type", "function")
     if call_type != "function":
         raise InvalidMessageError(
-            f"tool call {call_id!r} has type {call_type!r}; only 'function' tool calls are supported"
+            f"tool call {call_id!r} has type {call_type!r}; only 'function' tool calls are supported",
+            field="tool_calls",
         )
     function = call.get("function")
     if not isinstance(function, Mapping):
-        raise InvalidMessageError(f"tool call {call_id!r} has no 'function' object")
+        raise InvalidMessageError(f"tool call {call_id!r} has no 'function' object", field="tool_calls")
     name = function.get("name")
     if not isinstance(name, str) or not name:
-        raise InvalidMessageError(f"tool call {call_id!r} has no function 'name'")
+        raise InvalidMessageError(f"tool call {call_id!r} has no function 'name'", field="tool_calls")
     raw = function.get("arguments")
     if raw is None:
         # Left out or null (serializers write either for a tool without parameters).
@@ -261,20 +264,24 @@ def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
             except json.JSONDecodeError as exc:
                 raise InvalidMessageError(
                     f"tool call {call_id!r} ({name}) arguments are not valid JSON: {exc.msg} "
-                    f"at position {exc.pos}"
+                    f"at position {exc.pos}",
+                    field="tool_calls",
                 ) from exc
             except RecursionError as exc:
                 # Python's parser recurses once per level: about 1,000 levels exhaust the stack.
                 raise InvalidMessageError(
-                    f"tool call {call_id!r} ({name}) arguments are nested too deeply to parse"
+                    f"tool call {call_id!r} ({name}) arguments are nested too deeply to parse",
+                    field="tool_calls",
                 ) from exc
     else:
         raise InvalidMessageError(
-            f"tool call {call_id!r} ({name}) arguments must be a JSON string, not {type(raw).__name__}"
+            f"tool call {call_id!r} ({name}) arguments must be a JSON string, not {type(raw).__name__}",
+            field="tool_calls",
         )
     if not isinstance(arguments, dict):
         raise InvalidMessageError(
-            f"tool call {call_id!r} ({name}) arguments must be a JSON object, not {type(arguments).__name__}"
+            f"tool call {call_id!r} ({name}) arguments must be a JSON object, not {type(arguments).__name__}",
+            field="tool_calls",
         )
     return ToolCall(id=call_id, name=name, arguments=arguments)
 
@@ -312,7 +319,9 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         raise InvalidMessageError(f"an OpenAI message must be an object, not {type(message).__name__}")
     role_name = message.get("role")
     if not isinstance(role_name, str) and role_name is not None:
-        raise InvalidMessageError(f"unknown OpenAI role: a {type(role_name).__name__}, not a string")
+        raise InvalidMessageError(
+            f"unknown OpenAI role: a {type(role_name).__name__}, not a string", field="role"
+        )
     if role_name == "function":
         raise InvalidMessageError(
             "the legacy 'function' role is not supported; use 'tool' messages with a tool_call_id "
@@ -320,7 +329,8 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         )
     if role_name not in _ROLE_FROM_OPENAI:
         raise InvalidMessageError(
-            f"unknown OpenAI role {role_name!r}; expected one of system, developer, user, assistant, tool"
+            f"unknown OpenAI role {role_name!r}; expected one of system, developer, user, assistant, tool",
+            field="role",
         )
     role = _ROLE_FROM_OPENAI[role_name]
     content, parts = _content_from_openai(message.get("content"), role_name)
@@ -391,7 +401,7 @@ def from_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[ChatMess
         try:
             converted = from_openai(message)
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
         if converted.role is Role.TOOL and not converted.name and converted.tool_call_id in tool_names:
             converted = replace(converted, name=tool_names[converted.tool_call_id])
         tool_names.update((call.id, call.name) for call in converted.tool_calls)
@@ -410,7 +420,8 @@ def _arguments_json(call: ToolCall) -> str:
         return json.dumps(dict(call.arguments), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(
-            f"tool call {call.id!r} ({call.name}) arguments are not JSON-serialisable: {exc}"
+            f"tool call {call.id!r} ({call.name}) arguments are not JSON-serialisable: {exc}",
+            field="tool_calls",
         ) from exc
 
 
@@ -445,7 +456,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     try:
         role = Role(message.role)
     except ValueError as exc:
-        raise InvalidMessageError(f"unknown role {message.role!r}") from exc
+        raise InvalidMessageError(f"unknown role {message.role!r}", field="role") from exc
     # a copy truncated for the window is sent as its shortened text
     parts = _parts_to_openai(message, role) if message.parts and not message.truncated else None
     if role is Role.TOOL:
@@ -497,5 +508,5 @@ def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
         try:
             result.append(to_openai(message))
         except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.reason, index=index) from exc
+            raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
     return result

@@ -1,4 +1,4 @@
-"""PostgreSQL: the window's read functions (``agentmemory.context.functions``) are installed
+"""PostgreSQL: the window's read functions (``agentmemory.store.functions``) are installed
 after every ``migrate`` by a ``post_migrate`` receiver, from the statements of the installed
 version. This migration does nothing going forward; going back past it (``migrate
 agentmemory zero``) drops every ``agentmemory_window_...`` function, so that no function is
@@ -8,7 +8,7 @@ from django.db import migrations
 
 
 def drop_functions(apps, schema_editor):  # type: ignore[no-untyped-def]
-    from agentmemory.context import functions
+    from agentmemory.store import functions
 
     functions.uninstall(schema_editor.connection.alias)
 

@@ -21,11 +21,11 @@ from uuid import UUID
 from django.db import router, transaction
 from django.utils import timezone
 
+from agentmemory.recall import fulltext
 from agentmemory.recall.backends import (
     EmbeddingBackend,
     FullTextBackend,
     HybridBackend,
-    PgVectorBackend,
     RecallBackend,
     get_backend,
     get_embedder,
@@ -45,7 +45,6 @@ __all__ = [
     "MemoryScope",
     "MemoryScopeError",
     "MessageHit",
-    "PgVectorBackend",
     "RecallBackend",
     "boost",
     "get_backend",
@@ -53,6 +52,20 @@ __all__ = [
     "index_new_messages",
     "search_messages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PgVectorBackend`` lives in ``agentmemory.contrib.pgvector.backend``; importing it
+    from here still works, loaded on first use (the core never imports the integration
+    when it loads)."""
+    if name == "PgVectorBackend":
+        from django.utils.module_loading import import_string
+
+        from agentmemory.recall.backends import PGVECTOR_BACKEND
+
+        return import_string(PGVECTOR_BACKEND)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: candidates read from the backend per result wanted, before recency and importance re-rank
 CANDIDATES_PER_RESULT = 5
@@ -212,7 +225,9 @@ def search_messages(
             report_recall("messages", owner_id, backend, 0, started)
             return []
         relevance = {pk: score / best for pk, score in ranked}
-        places = places_of(messages.db, list(relevance))
+        # within one conversation, every statement names it (one partition when partitioned)
+        within = fulltext.one_conversation(messages)
+        places = places_of(messages.db, list(relevance), conversation_id=within)
         if weights:
             around = neighbours(messages, places, len(weights), exclude=relevance)
             places += around
@@ -229,6 +244,7 @@ def search_messages(
     rows = (
         Message.objects.using(messages.db)
         .filter(pk__in=[pk for pk, score in spread_scores.items() if score >= cutoff])
+        .filter(**({} if within is None else {"conversation_id": within}))
         .order_by()
         .values_list(
             "pk", "conversation_id", "conversation__uuid", "seq", "role", "content", "metadata", "created_at"
@@ -265,9 +281,12 @@ def written_in(created_at: datetime, periods: Sequence[Period]) -> bool:
     return any(period.holds(day) for period in periods)
 
 
-def places_of(using: str, ids: Sequence[int]) -> list[tuple[int, int, int]]:
+def places_of(
+    using: str, ids: Sequence[int], *, conversation_id: int | None = None
+) -> list[tuple[int, int, int]]:
     """``(pk, conversation_id, seq)`` of the messages ``ids``: one query by primary key (with
-    the scope's filters SQLite walks the whole conversation instead)."""
+    the scope's filters SQLite walks the whole conversation instead); ``conversation_id``:
+    all of them are of that conversation, which the statement names (partition pruning)."""
     from django.db import connections
 
     from agentmemory.models import Message
@@ -282,8 +301,12 @@ def places_of(using: str, ids: Sequence[int]) -> list[tuple[int, int, int]]:
         f"SELECT {pk}, {conversation}, {seq} FROM {quote(Message._meta.db_table)} "
         f"WHERE {pk} IN ({', '.join(['%s'] * len(ids))})"
     )
+    params = [int(pk) for pk in ids]
+    if conversation_id is not None:
+        sql += f" AND {conversation} = %s"
+        params.append(int(conversation_id))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [int(pk) for pk in ids])
+        cursor.execute(sql, params)
         return [(int(pk), int(conversation_id), int(seq)) for pk, conversation_id, seq in cursor.fetchall()]
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import import_string
 
+from agentmemory import signals
 from agentmemory.recall import fulltext
 from agentmemory.recall.embedders import Embedder, cosine_scores, from_bytes, numpy, to_bytes
 
@@ -21,7 +22,6 @@ __all__ = [
     "EmbeddingBackend",
     "FullTextBackend",
     "HybridBackend",
-    "PgVectorBackend",
     "Ranking",
     "RecallBackend",
     "embedding_model_for",
@@ -32,6 +32,24 @@ __all__ = [
     "mirror_vectors",
     "ranking_for",
 ]
+
+#: where the ``"pgvector"`` backend lives (``agentmemory.contrib.pgvector``)
+PGVECTOR_BACKEND = "agentmemory.contrib.pgvector.backend.PgVectorBackend"
+#: names this module still answers for, from where they moved (``__getattr__``)
+_MOVED = {
+    "PgVectorBackend": PGVECTOR_BACKEND,
+    "PgVectorRanking": "agentmemory.contrib.pgvector.backend.PgVectorRanking",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``PgVectorBackend`` (and its ranking) live in ``agentmemory.contrib.pgvector.backend``;
+    this module's old names, and settings strings naming them, keep working, imported on
+    first use so that the core never imports the integration when it loads."""
+    if name in _MOVED:
+        return import_string(_MOVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: the constant of reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009)
 RRF_K = 60
@@ -271,100 +289,17 @@ class EmbeddingBackend:
 def mirror_vectors(
     using: str, objects: Sequence[Model], embedding_model: str, vectors: Sequence[Sequence[float]]
 ) -> None:
-    """Where ``agentmemory.contrib.pgvector`` is installed and ``using`` is PostgreSQL, store
-    the vectors just stored as float32 bytes in its ``vector`` tables too (whatever backend
-    is configured, so switching to ``"pgvector"`` later finds every row)."""
-    from agentmemory.contrib.pgvector import indexes
-
-    if objects and indexes.available(using):
-        indexes.store_vectors(using, objects, embedding_model, vectors)
-
-
-class PgVectorBackend(EmbeddingBackend):
-    """Cosine distance computed by PostgreSQL's pgvector, through an HNSW index per embedding
-    model, where ``agentmemory.contrib.pgvector`` is installed and the database is PostgreSQL;
-    exact cosine (``EmbeddingBackend``) anywhere else, on the same stored vectors.
-
-    The query orders the scope's vectors by ``vector::vector(n) <=> query`` with
-    ``hnsw.iterative_scan = relaxed_order`` (pgvector 0.8), so a filtered scan keeps reading
-    the index until it has ``limit`` rows of the scope; PostgreSQL's planner reads the
-    scope's rows exactly instead when the scope is small (one conversation), which is both
-    exact and fast there. HNSW is approximate: on a large scope a near vector can be missed
-    (``HNSW_EF_SEARCH`` candidates are kept per step).
-    """
-
-    name = "pgvector"
-    #: candidates kept per step of the HNSW search (pgvector's ``hnsw.ef_search``, default 40)
-    HNSW_EF_SEARCH = 100
-
-    def ranking(self, queryset: QuerySet[Any], query: str) -> Ranking:
-        from agentmemory.contrib.pgvector import indexes
-
-        if not indexes.available(queryset.db):
-            return EmbeddingRanking(self.embedder, queryset, query)
-        return PgVectorRanking(self, queryset, query)
-
-
-class PgVectorRanking:
-    """pgvector's ``Ranking``: ``top`` is the index's nearest rows of the scope, and
-    ``scores`` computes the distances of the rows ``ids`` in one more statement, with the
-    query's vector ``top`` computed (the model is not called again)."""
-
-    def __init__(self, backend: PgVectorBackend, queryset: QuerySet[Any], query: str) -> None:
-        self.backend = backend
-        self.queryset = queryset
-        self.query = query
-        self.query_vector: list[float] | None = None
-
-    def _distances(self, queryset: QuerySet[Any], limit: int | None) -> list[tuple[int, float]]:
-        from django.db import connections, transaction
-        from django.db.models import F, Func, IntegerField
-        from django.db.models.functions import Cast
-        from pgvector.django import CosineDistance, VectorField
-
-        from agentmemory.contrib.pgvector import indexes
-
-        if self.query_vector is None:
-            (self.query_vector,) = self.backend.embedder.embed([self.query])
-        dims = len(self.query_vector)
-        vector_model, fk = indexes.vector_model_for(queryset.model)
-        rows = (
-            vector_model._default_manager.using(queryset.db)
-            .filter(model=self.backend.embedder.model, **{f"{fk}__in": queryset.order_by().values("pk")})
-            # only vectors of the query's length (the model may have given another length
-            # before): the index's predicate, and no cast of a row of another length
-            .alias(dims=Func(F("vector"), function="vector_dims", output_field=IntegerField()))
-            .filter(dims=dims)
-            .annotate(
-                distance=CosineDistance(
-                    Cast("vector", output_field=VectorField(dimensions=dims)), self.query_vector
-                )
-            )
-            .values_list(f"{fk}_id", "distance")
+    """Announce vectors just stored for ``objects`` on ``using`` (``vectors_stored``), so that
+    an integration that keeps its own copy (``agentmemory.contrib.pgvector`` stores them in its
+    ``vector`` tables on PostgreSQL) stores them too, whatever backend is configured."""
+    if objects:
+        signals.vectors_stored.send(
+            sender=EmbeddingBackend,
+            using=using,
+            objects=objects,
+            embedding_model=embedding_model,
+            vectors=vectors,
         )
-        if limit is None:
-            found = list(rows.order_by())
-        else:
-            with transaction.atomic(using=queryset.db), connections[queryset.db].cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.ef_search', %s, true)",
-                    [str(self.backend.HNSW_EF_SEARCH)],
-                )
-                found = list(rows.order_by("distance")[:limit])
-        ranked = [(pk, 1.0 - float(distance)) for pk, distance in found if distance is not None]
-        ranked.sort(key=lambda item: (-item[1], -item[0]))
-        return [(pk, score) for pk, score in ranked if score > 0]
-
-    def top(self, limit: int) -> list[tuple[int, float]]:
-        if not self.query.strip() or limit <= 0:
-            return []
-        return self._distances(self.queryset, limit)
-
-    def scores(self, ids: Collection[int]) -> dict[int, float]:
-        if not ids or not self.query.strip():
-            return {}
-        return dict(self._distances(self.queryset.filter(pk__in=list(ids)), None))
 
 
 class HybridBackend:
@@ -376,8 +311,8 @@ class HybridBackend:
     benchmark (``docs/benchmarks.md``) it fell below full-text alone (recall@10 0.567 against
     0.609), while the fused scores rose above it (0.634).
 
-    The embedding side is ``PgVectorBackend``: pgvector's HNSW index where
-    ``agentmemory.contrib.pgvector`` is installed, exact cosine elsewhere.
+    The embedding side is ``agentmemory.contrib.pgvector.backend.PgVectorBackend``: pgvector's
+    HNSW index where ``agentmemory.contrib.pgvector`` is installed, exact cosine elsewhere.
     """
 
     name = "hybrid"
@@ -389,7 +324,8 @@ class HybridBackend:
         self.fusion = fusion
         self.dense_weight = dense_weight
         self.text = FullTextBackend()
-        self.dense: EmbeddingBackend = PgVectorBackend(embedder)
+        # looked up by name: the core does not import the integration when it loads
+        self.dense: EmbeddingBackend = import_string(PGVECTOR_BACKEND)(embedder)
 
     def rank(self, queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
         return self.ranking(queryset, query).top(limit)
@@ -504,7 +440,11 @@ def get_backend(name: str | None = None, *, embedder: Embedder | None = None) ->
             )
         if name == "embedding":
             return EmbeddingBackend(embedder)
-        return PgVectorBackend(embedder) if name == "pgvector" else HybridBackend(embedder)
+        if name == "pgvector":
+            # The integration depends on the core, never the reverse: looked up by name.
+            pgvector_backend: RecallBackend = import_string(PGVECTOR_BACKEND)(embedder)
+            return pgvector_backend
+        return HybridBackend(embedder)
     backend: RecallBackend = import_string(name)(embedder=embedder)
     return backend
 

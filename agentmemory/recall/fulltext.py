@@ -499,9 +499,14 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
     table = queryset.model._meta.db_table
     cap = max(PG_MIN_WORD_CAP, min(PG_WORD_CAP, PG_MAX_MATCHES // len(words)))
     tsq = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
+    # A search within one conversation says so on the searched table too: PostgreSQL then
+    # reads that conversation's partition only (agentmemory.contrib.partitioning).
+    conversation_id = one_conversation(queryset)
+    within = "" if conversation_id is None else " AND conversation_id = %s"
+    within_params = [] if conversation_id is None else [conversation_id]
     parts, params = [], []
     for word in words:
-        part, part_params = fenced(queryset, f"search_vector @@ {tsq}", [word])
+        part, part_params = fenced(queryset, f"search_vector @@ {tsq}{within}", [word, *within_params])
         parts.append(f"({part} LIMIT {cap})")
         params += part_params
     flags = ", ".join(f"(t.search_vector @@ {tsq})" for _ in words)
@@ -529,6 +534,30 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
         scored.append((row[0], score))
     scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:limit]
+
+
+def one_conversation(queryset: QuerySet[Any]) -> int | None:
+    """The conversation id a message queryset is limited to by an exact filter
+    (``filter(conversation_id=...)`` among filters joined by AND), or ``None``."""
+    from django.db.models.lookups import Exact
+    from django.db.models.sql.where import AND
+
+    from agentmemory.models import Message
+
+    where = queryset.query.where
+    if not issubclass(queryset.model, Message) or where.connector != AND or where.negated:
+        return None
+    for child in where.children:
+        target = getattr(getattr(child, "lhs", None), "target", None)
+        if (
+            isinstance(child, Exact)
+            and target is not None
+            and target.model is Message
+            and target.name == "conversation"
+            and isinstance(child.rhs, int)
+        ):
+            return child.rhs
+    return None
 
 
 def _is_fact(queryset: QuerySet[Any]) -> bool:

@@ -1,7 +1,6 @@
-"""Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: the SQL function
-the SQLite full-text triggers call, and upkeep of those tables after migrations. Indexing new
-messages is not a receiver: the append service calls
-``agentmemory.recall.index_new_messages`` itself."""
+"""Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: the embedding of
+new messages (``message_appended``), the SQL function the SQLite full-text triggers call,
+and upkeep of those tables after migrations."""
 
 from __future__ import annotations
 
@@ -10,6 +9,18 @@ from typing import Any
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 from django.dispatch import receiver
+
+from agentmemory import signals
+
+
+@receiver(signals.message_appended, dispatch_uid="agentmemory_recall_index_appended")
+def index_appended_messages(sender: Any, messages: Any, using: str = "default", **kwargs: Any) -> None:
+    """New messages on the database ``using`` get their embedding scheduled for after its
+    transaction commits, with an embedding or hybrid backend
+    (``agentmemory.recall.index_new_messages``); full-text needs nothing."""
+    from agentmemory.recall import index_new_messages
+
+    index_new_messages(messages, using=using)
 
 
 @receiver(connection_created)

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from agentmemory import signals
 from agentmemory.models import Fact, Message
 from agentmemory.recall import SEARCHED_ROLES, fulltext
-from agentmemory.recall.backends import PgVectorBackend, get_embedder
+from agentmemory.recall.backends import EmbeddingBackend, get_embedder
 from agentmemory.recall.embedders import EmbeddingError
 
 
@@ -41,7 +42,8 @@ class Command(BaseCommand):
         embedder = None if options["skip_embeddings"] else get_embedder()
         if embedder is None:
             return
-        backend = PgVectorBackend(embedder)
+        # Stores the embeddings, and the pgvector app mirrors them where it is installed.
+        backend = EmbeddingBackend(embedder)
         sources: list[tuple[str, Any]] = [
             ("Fact", Fact.objects.using(using).exclude(content="")),
             (
@@ -59,8 +61,12 @@ class Command(BaseCommand):
                 except EmbeddingError as exc:
                     raise CommandError(f"embedding failed after {stored} {label} rows: {exc}") from exc
             self.stdout.write(f"{label}: {stored} embeddings stored ({embedder.model})")
-        from agentmemory.contrib.pgvector import indexes
-
-        if indexes.available(using):
-            copied = indexes.copy_stored_vectors(using, embedder.model, batch_size=batch_size)
-            self.stdout.write(f"pgvector: {copied} vectors copied ({embedder.model})")
+        # An integration that keeps its own copy of the vectors (agentmemory.contrib.pgvector)
+        # copies those stored before it was installed, and says so through ``write``.
+        signals.recall_index_rebuilt.send(
+            sender=type(self),
+            using=using,
+            embedding_model=embedder.model,
+            batch_size=batch_size,
+            write=self.stdout.write,
+        )

@@ -1,12 +1,12 @@
 """PostgreSQL: the window's read statements as server-side functions, so that they are
 planned once per server session even when statements are sent as text.
 
-The head statement (``agentmemory.context.sql._head_sql``: the conversation row, its summary,
+The head statement (``agentmemory.store.window._head_sql``: the conversation row, its summary,
 its pinned system prompt and the newest page of messages) runs for every model call, and the
 gap probe (``_gap_probe_sql``: what a window leaves outside itself and the summary) for most
 of them. PostgreSQL parses and plans a statement sent as text on every execution, and for
 these planning takes about as long as running them. Django sends statements as text unless
-the project turns prepared statements on (``agentmemory.db``), and prepared statements are
+the project turns prepared statements on (``agentmemory.store.connection``), and prepared statements are
 unsafe behind a transaction pooler (PgBouncer in transaction mode), where names a client
 prepared reach other clients' server sessions.
 
@@ -62,7 +62,7 @@ HEAD_PARAMS: tuple[tuple[str, str], ...] = (
     ("tool", "text"),
     ("cap", "bigint"),
 )
-#: The gap probe's parameters (``agentmemory.context.sql.read_gap_probe``); ``pending`` is
+#: The gap probe's parameters (``agentmemory.store.window.read_gap_probe``); ``pending`` is
 #: the array of the seqs of the AI messages asked about.
 GAP_PARAMS: tuple[tuple[str, str], ...] = (
     ("id", "bigint"),
@@ -99,7 +99,7 @@ def _code(key: tuple[Any, ...]) -> str:
 
 
 def _text(alias: str, key: tuple[Any, ...]) -> str:
-    from agentmemory.context.sql import _gap_probe_sql, _head_sql
+    from agentmemory.store.window import _gap_probe_sql, _head_sql
 
     if key == GAP:
         return _gap_probe_sql(alias, pending=0, pending_array=True)

@@ -10,7 +10,7 @@ that PostgreSQL keeps (``plan_cache_mode``), so a worker or a persistent web con
 (``CONN_MAX_AGE``) pays for planning once. A statement is prepared on its second execution on a connection:
 preparing takes a round trip of its own, which a connection that runs it once would not
 win back. With prepared statements off, the head statement is planned once per server
-session all the same, through a server-side function (``agentmemory.context.functions``).
+session all the same, through a server-side function (``agentmemory.store.functions``).
 
 ``statement_cursor(alias)`` gives such a cursor on PostgreSQL with psycopg 3 (the parameters
 are bound on the server and statements are prepared with psycopg's ``prepare=True``), and

@@ -1,20 +1,19 @@
-"""The builder's read path: hand-written SQL returning typed rows.
+"""The window builder's read path: hand-written SQL returning typed rows.
 
-Reached through ``Message.objects.window_head()``, ``window_tail()`` and
-``window_contents()``. One statement reads the conversation row with its summary and pinned
+Called by ``agentmemory.context.builder`` directly (``read_head``, ``TailReader``,
+``read_contents``, ``read_gap_probe``, ``read_uncovered``), each on the database alias the
+caller passes. One statement reads the conversation row with its summary and pinned
 system prompt and the first page of the tail (stored token counts newest first on the
 ``(conversation, seq)`` index, the page sized from the conversation's average message size,
 with the content of the rows inside the budget); a window longer than the first page reads
 further pages, each twice the size of the last: a constant number of queries, whatever the
 length of the conversation. On PostgreSQL the head statement runs through a server-side
-function where ``migrate`` installed it (``agentmemory.context.functions``), planned once per
+function where ``migrate`` installed it (``agentmemory.store.functions``), planned once per
 server session.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +24,26 @@ from django.db import ProgrammingError, connections, router
 from django.db.models import Case, When
 from django.db.models.fields.json import KeyTransform
 
-from agentmemory.context.packing import _META_FIELDS, RowMeta
-from agentmemory.db import prepares_statements, statement_cursor
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
-from agentmemory.models import Conversation, Message, pinned_end
+from agentmemory.models import Conversation, Message
+from agentmemory.store.connection import prepares_statements, statement_cursor
+from agentmemory.store.rows import (
+    _META_FIELDS,
+    _ROLES,
+    _TOOL,
+    ConversationRow,
+    RowMeta,
+    SummaryRow,
+    _call_objects,
+    _chat,
+    _loads,
+    _new_chat,
+    _parts,
+    _set_metadata,
+    _thinking,
+    _tool_calls,
+    _tuple_new,
+)
 
 # -- reading ---------------------------------------------------------------------------------
 #
@@ -40,46 +55,6 @@ from agentmemory.models import Conversation, Message, pinned_end
 # budget; a longer window reads further pages. The SQL is plain (UNION ALL, a window
 # function, scalar sub-selects), runs on PostgreSQL and SQLite, and takes table and column
 # names from the models' metadata. Its text is built once per database alias and variant.
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationRow:
-    """The conversation fields the builder needs."""
-
-    pk: int
-    message_count: int
-    human_message_count: int
-    stored_tokens: int
-    #: seq of the pinned system prompt (``Conversation.pinned_seq``; ``None``: none)
-    pinned_seq: int | None
-    #: seq of its last message (``Conversation.pinned_last_seq``; ``None``: none)
-    pinned_last_seq: int | None
-    #: seqs of the AI messages whose tool calls still await a result
-    pending_exchanges: tuple[int, ...] = ()
-    #: the seq of that AI message for each call still awaiting its result
-    pending_call_seqs: tuple[int, ...] = ()
-
-    @property
-    def has_system_prompt(self) -> bool:
-        """A stored system prompt is pinned (``Conversation.has_system_prompt``)."""
-        return self.pinned_seq is not None
-
-    @property
-    def pinned_through(self) -> int:
-        """``Conversation.pinned_through`` of this row (``pinned_end``)."""
-        return pinned_end(self.pinned_seq, self.pinned_last_seq)
-
-
-@dataclass(frozen=True, slots=True)
-class SummaryRow:
-    """The current summary's fields the builder needs."""
-
-    pk: int
-    text: str
-    through_seq: int
-    token_count: int
-    token_counter: str
-    human_messages_covered: int
 
 
 _SQL_CACHE: dict[tuple[Any, ...], str] = {}
@@ -336,158 +311,6 @@ def _next_page_sql(alias: str, *, capped: bool) -> str:
     return sql
 
 
-_raw_decode = json.JSONDecoder().raw_decode
-
-
-def _loads(value: Any) -> Any:
-    """A JSON column as the model field returns it: the raw cursor gives text (PostgreSQL's
-    ``jsonb`` too, as Django configures psycopg), decoded here as ``JSONField.from_db_value``
-    decodes it (no field of the read path has a custom decoder), without its per-call
-    lookups: this runs for the JSON columns of every row of every window.
-
-    Text that is one JSON value from its first character to its last (what both databases
-    return) goes through ``JSONDecoder.raw_decode``, the scanner ``json.loads`` ends in,
-    without the encoding detection and whitespace matching around it (half the cost of a
-    short array); anything else takes ``json.loads`` and gets the same value or error."""
-    if type(value) is str:
-        try:
-            decoded, end = _raw_decode(value)
-            if end == len(value):
-                return decoded
-        except json.JSONDecodeError:
-            pass  # leading whitespace, or not JSON: ``json.loads`` decides
-    if isinstance(value, str | bytes):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value  # what from_db_value returns for text that is not JSON
-    return value
-
-
-def _parts(value: Any) -> tuple[ContentPart, ...]:
-    if value is None:
-        return ()
-    return tuple(ContentPart.from_dict(p) for p in _loads(value) or ())
-
-
-def _tool_calls(value: Any) -> Any:
-    if not value or value == "[]":
-        return ()
-    return _loads(value) or ()
-
-
-_ROLES = {role.value: role for role in Role}
-_TOOL = Role.TOOL.value
-
-
-def _fast_init(cls: Any, names: tuple[str, ...]) -> Any:
-    """A constructor of the frozen, slotted dataclass ``cls`` taking ``names`` positionally,
-    the other fields at their defaults, equal to ``cls(**dict(zip(names, values)))``
-    (``tests/test_context_gaps.py`` checks it); rows are built for every message of every
-    window, and this costs half of the generated ``__init__``.
-
-    A frozen dataclass sets each field through ``object.__setattr__``. Here the fields are
-    stored as plain attributes on an instance of a twin class, which has the same slots and
-    no ``__setattr__`` of its own, and the instance then becomes a ``cls``: Python allows
-    assigning ``__class__`` between classes whose instances have the same layout (the same
-    slots, in the same order, on the same base). The object is a ``cls`` before it is
-    returned, frozen like any other."""
-    if cls.__bases__ != (object,) or "__slots__" not in vars(cls):
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass without bases")
-    fields = dataclasses.fields(cls)
-    known = {f.name for f in fields}
-    if not set(names) <= known:
-        raise TypeError(f"{cls.__name__} has no field(s) {sorted(set(names) - known)}")
-    twin = type(f"_{cls.__name__}Fields", (), {"__slots__": cls.__slots__})
-    env: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
-    args = [f"a{i}" for i in range(len(names))]
-    lines = [f"def make({', '.join(args)}):", "    obj = new(twin)"]
-    lines += [f"    obj.{name} = a{i}" for i, name in enumerate(names)]
-    for i, f in enumerate(f for f in fields if f.name not in names):
-        if f.default_factory is not dataclasses.MISSING:
-            env[f"d{i}"] = f.default_factory
-            lines.append(f"    obj.{f.name} = d{i}()")
-        else:
-            env[f"d{i}"] = f.default
-            lines.append(f"    obj.{f.name} = d{i}")
-    lines += ["    obj.__class__ = cls", "    return obj"]
-    exec("\n".join(lines), env)  # generated from the dataclass's own fields
-    make = env["make"]
-    return make
-
-
-_tuple_new = tuple.__new__
-
-
-def _new_row(
-    seq: int, role: str, token_count: int, exchange_seq: int | None, tool_call_id: str, tool_calls: Any
-) -> RowMeta:
-    """``RowMeta(seq, role, token_count, exchange_seq, tool_call_id, tool_calls)`` without
-    the named tuple's generated ``__new__`` (the reader inlines the same call)."""
-    return _tuple_new(RowMeta, (seq, role, token_count, exchange_seq, tool_call_id, tool_calls, False, ""))
-
-
-_new_chat = _fast_init(
-    ChatMessage,
-    ("role", "content", "tool_calls", "tool_call_id", "name", "seq", "id", "token_count", "parts"),
-)
-
-
-_new_call = _fast_init(ToolCall, ("id", "name", "arguments"))
-
-
-def _call_objects(calls: Any) -> tuple[ToolCall, ...]:
-    """``tuple(ToolCall.from_dict(c) for c in calls)`` for calls just decoded from a row:
-    their ``arguments`` objects are fresh and kept rather than copied (a call stored around
-    validation, with arguments that are not a JSON object, is converted as ``from_dict``
-    converts it)."""
-    return tuple(
-        [
-            _new_call(c["id"], c["name"], a if type(a := c.get("arguments")) is dict else dict(a or {}))
-            for c in calls
-        ]
-    )
-
-
-#: sets the ``metadata`` slot of a ``ChatMessage`` the reader has just made (not yet shared)
-_set_metadata: Any = getattr(ChatMessage, "metadata").__set__  # noqa: B009 - the slot, not the field
-
-
-def _thinking(raw: Any) -> dict[str, Any] | None:
-    """The ``metadata`` a window message of an ``ai`` row carries, from the thinking subtree
-    the statement read (``_thinking_expression``; the caller skips NULL, so a row without
-    thinking costs no decoding): ``{"thinking": blocks}``, the blocks kept by the Anthropic
-    converter, which go back with the turn that made them (``to_anthropic``); ``None`` when
-    they are empty. The rest of the metadata (model, usage, provider payload) is never sent
-    and never read here."""
-    thinking = _loads(raw)
-    return {"thinking": thinking} if thinking else None
-
-
-def _chat(
-    pk: int,
-    seq: int,
-    role: str,
-    content: str | None,
-    tool_calls: Any,
-    tool_call_id: str,
-    name: str,
-    tokens: int,
-    parts: tuple[ContentPart, ...] = (),
-) -> ChatMessage:
-    return _new_chat(  # type: ignore[no-any-return]
-        _ROLES[role],
-        content,
-        _call_objects(tool_calls) if tool_calls else (),
-        tool_call_id,
-        name,
-        seq,
-        pk,
-        tokens,
-        parts,
-    )
-
-
 @dataclass
 class WindowHead:
     """What the first statement read: the conversation, its summary and pinned system
@@ -511,15 +334,15 @@ class WindowHead:
 
 def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: bool) -> list[Any]:
     """The head statement's rows. On PostgreSQL, through its server-side function where the
-    connection has found it (``agentmemory.context.functions``), planned once per server
+    connection has found it (``agentmemory.store.functions``), planned once per server
     session; otherwise as text, the first time on a connection with one more branch that
     tells whether the function exists (a row of kind ``_PROBE``, removed here). Where the
-    connection prepares its statements (``agentmemory.db``), the statement itself."""
+    connection prepares its statements (``agentmemory.store.connection``), the statement itself."""
     if not _uses_functions(alias):
         with statement_cursor(alias) as cursor:
             cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
-    from agentmemory.context import functions
+    from agentmemory.store import functions
 
     params.setdefault("system", None)
     params.setdefault("tool", None)
@@ -552,7 +375,7 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
     return rows  # type: ignore[no-any-return]
 
 
-#: the gap probe's key in ``agentmemory.context.functions``
+#: the gap probe's key in ``agentmemory.store.functions``
 _GAP_KEY = ("gap",)
 
 
@@ -565,10 +388,10 @@ def _uses_functions(alias: str) -> bool:
 
 def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) -> list[Any] | None:
     """The rows of the statement of ``key`` through its server-side function
-    (``agentmemory.context.functions``) on a database where ``_uses_functions``, or ``None``
+    (``agentmemory.store.functions``) on a database where ``_uses_functions``, or ``None``
     when the connection has not found the function (or found it gone: dropped since,
     outside a transaction; inside one the error is raised)."""
-    from agentmemory.context import functions
+    from agentmemory.store import functions
 
     conn = connections[alias]
     raw = conn.connection
@@ -597,7 +420,7 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
                     "transaction (dropped, EXECUTE revoked, or a column type changed since "
                     "the connection found it); roll back and retry: this connection sends "
                     "the statement as text from now on, and `migrate` installs the function "
-                    "again (agentmemory.context.functions)."
+                    "again (agentmemory.store.functions)."
                 )
                 raise
             return None

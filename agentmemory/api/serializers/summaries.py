@@ -1,0 +1,28 @@
+"""Summaries of a conversation's messages."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from agentmemory.models import Summary
+
+
+class SummarySerializer(serializers.ModelSerializer):
+    """A summary of messages ``first_seq..through_seq``."""
+
+    class Meta:
+        model = Summary
+        fields = (
+            "first_seq",
+            "through_seq",
+            "text",
+            "token_count",
+            "human_messages_covered",
+            "tokens_covered",
+            "model",
+            "prompt_version",
+            "input_tokens",
+            "output_tokens",
+            "created_at",
+        )
+        read_only_fields = fields
