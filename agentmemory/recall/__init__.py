@@ -340,7 +340,7 @@ def neighbours(
     skip = set(exclude)
     scope = messages.filter(content__gt="")
     if connection.vendor == "postgresql":
-        rows = _pg_near(connection, wanted)
+        rows = _pg_near(connection, wanted, fulltext.one_conversation(messages))
         return [row for row in rows if row[0] not in skip]
     table = quote(meta.db_table)
     near, params = _near(
@@ -353,11 +353,14 @@ def neighbours(
     return [row for row in rows if row[0] not in skip]
 
 
-def _pg_near(connection: Any, wanted: dict[int, set[int]]) -> list[tuple[int, int, int]]:
+def _pg_near(
+    connection: Any, wanted: dict[int, set[int]], within: int | None = None
+) -> list[tuple[int, int, int]]:
     """PostgreSQL: ``(pk, conversation_id, seq)`` of the searched messages with content at the
     places ``wanted`` ({conversation id: seqs}), each found by the unique index of
     ``(conversation, seq)`` (a ``LATERAL`` lookup per place, so the planner never hashes the
-    whole table to join a few thousand places)."""
+    whole table to join a few thousand places). ``within``: the one conversation of every
+    place, named in the statement (one partition when partitioned)."""
     from agentmemory.models import Message
 
     quote = connection.ops.quote_name
@@ -369,11 +372,14 @@ def _pg_near(connection: Any, wanted: dict[int, set[int]]) -> list[tuple[int, in
         f"SELECT m.id, m.conversation_id, m.seq FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
         f"CROSS JOIN LATERAL (SELECT {quote('id')} AS id, {conversation} AS conversation_id, {seq} AS seq, "
         f"{quote('role')} AS role, {quote('content')} AS content FROM {quote(meta.db_table)} "
-        f"WHERE {conversation} = p.c AND {seq} = p.s OFFSET 0) AS m "
-        f"WHERE m.role = ANY(%s) AND m.content > ''"
+        f"WHERE {conversation} = p.c AND {seq} = p.s{'' if within is None else f' AND {conversation} = %s'} "
+        f"OFFSET 0) AS m WHERE m.role = ANY(%s) AND m.content > ''"
     )
+    params: list[Any] = [[c for c, _ in pairs], [q for _, q in pairs]]
+    if within is not None:
+        params.append(int(within))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [[c for c, _ in pairs], [q for _, q in pairs], list(SEARCHED_ROLES)])
+        cursor.execute(sql, [*params, list(SEARCHED_ROLES)])
         return [(int(pk), int(c), int(q)) for pk, c, q in cursor.fetchall()]
 
 

@@ -503,6 +503,7 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
     # reads that conversation's partition only (agentmemory.contrib.partitioning).
     conversation_id = one_conversation(queryset)
     within = "" if conversation_id is None else " AND conversation_id = %s"
+    outer_within = "" if conversation_id is None else " AND t.conversation_id = %s"
     within_params = [] if conversation_id is None else [conversation_id]
     parts, params = [], []
     for word in words:
@@ -512,9 +513,9 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
     flags = ", ".join(f"(t.search_vector @@ {tsq})" for _ in words)
     sql = (
         f"WITH c(id) AS MATERIALIZED ({' UNION '.join(parts)}) "
-        f"SELECT t.id, length(t.search_vector), {flags} FROM c JOIN {table} AS t ON t.id = c.id"
+        f"SELECT t.id, length(t.search_vector), {flags} FROM c JOIN {table} AS t ON t.id = c.id{outer_within}"
     )
-    params += list(words)
+    params += [*words, *within_params]
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
