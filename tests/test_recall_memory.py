@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory.conf import get_token_counter
@@ -253,3 +253,34 @@ def test_an_unusable_transcript_date_falls_back_to_the_stored_time(date: str, se
     block = recall_memory(owner=user, query="zebrafish quokka", max_tokens=400)
     assert block is not None and "February 2024" in block.text
     assert block.items[0].said_at == datetime(2024, 2, 29, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def read_only_alias(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
+    """The test database again under the alias ``ro``, read only (as a standby is; a mirror
+    of the default one for the test runner)."""
+    import copy
+
+    alias = copy.deepcopy(connections["default"].settings_dict)
+    alias["OPTIONS"] = {**alias.get("OPTIONS", {}), "options": "-c default_transaction_read_only=on"}
+    alias["TEST"] = {**alias.get("TEST", {}), "MIRROR": "default"}
+    connections.settings["ro"] = alias
+    yield "ro"
+    with django_db_blocker.unblock():
+        connections["ro"].close()
+    del connections.settings["ro"]
+    del connections["ro"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True, databases=["default", "ro"])
+def test_facts_recalled_on_a_read_only_replica_are_counted_on_the_primary(read_only_alias, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DATABASE_ROUTERS = ["agentmemory.routers.ReplicaRouter"]
+    settings.AGENTMEMORY_REPLICAS = {"REPLICAS": [read_only_alias], "LAG_CACHE_SECONDS": 0}
+    user = UserFactory()
+    stored(user, [(None, "My zebrafish is called Quokka."), (None, "A fine name.")])
+    fact = KnowledgeMemory(user).store("The user's zebrafish likes warm water.").fact
+    block = recall_memory(owner=user, query="zebrafish", max_tokens=500, using=read_only_alias)
+    assert block is not None and "warm water" in block.text and "Quokka" in block.text
+    fact.refresh_from_db(using="default")
+    assert fact.recall_count == 1 and fact.last_recalled_at is not None

@@ -609,9 +609,10 @@ class ContextWindowBuilder:
                     using=alias,
                 )
         except Exception:
-            logger.exception(
+            logger.warning(
                 "memory recall failed for conversation %s; the window is sent without a memory block",
                 self.conversation_id,
+                exc_info=True,
             )
             return window
         if block is None or not block.text:
