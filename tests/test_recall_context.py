@@ -24,7 +24,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, ModelCall, Summary
 from tests.factories import UserFactory
 
@@ -271,6 +271,21 @@ def test_turn_query_is_the_newest_human_message_and_the_turn_so_far() -> None:
     assert "older" not in query
     assert len(query) <= 2_000
     assert turn_query([ChatMessage.ai("no question")]) == ""
+
+
+def test_an_image_only_question_recalls_nothing(user) -> None:  # type: ignore[no-untyped-def]
+    image = ContentPart(kind=PartKind.IMAGE, url="https://example.com/x.png")
+    text = ContentPart(kind=PartKind.TEXT, text="What is my zebrafish named?")
+    assert turn_query([ChatMessage.from_parts(Role.HUMAN, [image])]) == ""
+    assert turn_query([ChatMessage.from_parts(Role.HUMAN, [text, image])]) == "What is my zebrafish named?"
+    # a past image-only turn would match "[image]"
+    PersistentChatHistory(Conversation.objects.create(owner=user)).add_messages(
+        [ChatMessage.from_parts(Role.HUMAN, [image]), ChatMessage.ai("A lovely picture.")]
+    )
+    conv = Conversation.objects.create(owner=user)
+    PersistentChatHistory(conv).add_messages([ChatMessage.from_parts(Role.HUMAN, [image])])
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is None
 
 
 def test_bad_arguments_are_refused(user) -> None:

@@ -68,7 +68,7 @@ from agentmemory.exceptions import (
     TurnTooLarge,
 )
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.store.window import (
     MAX_READ,
@@ -104,11 +104,21 @@ MEMORY_QUERY_MAX_CHARS = 2_000
 MEMORY_QUERY_PART_CHARS = 300
 
 
+def _words_of(message: ChatMessage) -> str:
+    """What ``message`` says in words: its text, or for a message of parts the texts of its
+    text parts only (not the placeholders of its images or audio, "[image]")."""
+    if message.parts:
+        return PART_SEPARATOR.join(p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip())
+    return message.text.strip()
+
+
 def turn_query(history: Sequence[ChatMessage]) -> str:
     """The recall query of a window: the text of its newest human message, then what the
     turn did after it (the AI messages' text, the names and arguments of their tool calls,
     the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
-    history holds no human message. Pure: reads nothing.
+    history holds no human message. A message of parts gives the text of its text parts only:
+    an image-only question with nothing after it gives ``""`` (no recall), not "[image]".
+    Pure: reads nothing.
 
     Args:
         history: ``ContextWindow.history`` (oldest first).
@@ -120,7 +130,7 @@ def turn_query(history: Sequence[ChatMessage]) -> str:
             break
     if start is None:
         return ""
-    parts = [history[start].text.strip()]
+    parts = [_words_of(history[start])]
     for message in history[start + 1 :]:
         if message.role is Role.AI:
             if message.text.strip():
