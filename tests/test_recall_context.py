@@ -493,7 +493,7 @@ def test_an_agent_answers_when_recall_fails(user, monkeypatch, caplog) -> None: 
     monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
     conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
     llm = ScriptedChatModel(["Sorry, I cannot remember."])
-    with caplog.at_level(logging.ERROR, logger="agentmemory.context"):
+    with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
         result = RecallingAgent(llm).run(conv, "When is my sister's wedding?")
     assert result.answer == "Sorry, I cannot remember."
     assert not memory_messages(llm.calls[0][0])
@@ -631,6 +631,30 @@ def test_context_endpoint_of_another_user_is_a_404(api, user) -> None:  # type: 
     theirs = stored(UserFactory(), ["My secret is 1234."])
     response = api.get(f"/api/conversations/{theirs.uuid}/context/?memory_recall=true")
     assert response.status_code == 404
+
+
+def test_context_endpoint_gives_staff_no_block_of_another_users_memory(user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_STAFF_SEES_ALL_CONVERSATIONS": True}
+    KnowledgeMemory(user, agent_key="support").store("The boathouse alarm code is 4321.")
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    staff = UserFactory(is_staff=True)
+    client = APIClient()
+    client.force_authenticate(staff)
+    body = client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()
+    assert body["memory"] is None and body["memory_tokens"] == 0
+    assert [m["part"] for m in body["messages"]] == ["history"]
+    client.force_authenticate(user)  # the owner gets it
+    assert "4321" in client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+
+
+def test_context_endpoint_recalls_in_the_conversations_agent_key(api, user) -> None:  # type: ignore[no-untyped-def]
+    stored(user, ["My zebrafish medical record says SECRET-MED.", "Noted."], agent_key="medical")
+    stored(user, ["The zebrafish tank is in the office.", "Noted."], agent_key="hr")
+    KnowledgeMemory(user, agent_key="hr").store("The zebrafish is fed at noon.")
+    conv = ask(user, "Tell me about the zebrafish", agent_key="hr")
+    text = api.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+    assert "tank is in the office" in text and "fed at noon" in text
+    assert "SECRET-MED" not in text
 
 
 # -- the docs ---------------------------------------------------------------------------------
