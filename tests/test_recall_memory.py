@@ -284,3 +284,16 @@ def test_facts_recalled_on_a_read_only_replica_are_counted_on_the_primary(read_o
     assert block is not None and "warm water" in block.text and "Quokka" in block.text
     fact.refresh_from_db(using="default")
     assert fact.recall_count == 1 and fact.last_recalled_at is not None
+
+
+def test_a_huge_message_is_read_and_cut_from_a_bounded_opening() -> None:
+    from agentmemory.recall.memory import MAX_READ_CHARS
+
+    user = UserFactory()
+    filler = "The zebrafish swims. " * (MAX_READ_CHARS // 10)
+    stored(user, [(None, filler + "The zebrafish is called Quokka."), (None, "Nice.")])
+    block = recall_memory(owner=user, query="What is the zebrafish called?", max_tokens=600)
+    assert block is not None and "The zebrafish swims." in block.text
+    # the sentence past the opening read is not looked at
+    assert "Quokka" not in block.text
+    assert "Quokka" not in trimmed(filler + "The zebrafish is called Quokka.", ["zebrafish", "called"])

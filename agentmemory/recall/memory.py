@@ -203,7 +203,8 @@ def _stem(word: str) -> str:
 
 
 def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
-    """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its
+    """``text`` (its first ``MAX_READ_CHARS`` characters, whitespace collapsed, the block's
+    tags made inert: ``neutralised``) or, when longer than ``LONG_MESSAGE_CHARS``, its
     opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
     about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
     by their first five letters, a rough stem), in their order, "…" where sentences are left
@@ -506,6 +507,7 @@ def _read_lines(
     their conversations' titles: one query."""
     from django.db.models import BooleanField
     from django.db.models.expressions import RawSQL
+    from django.db.models.functions import Substr
 
     from agentmemory.models import Message
 
@@ -531,11 +533,14 @@ def _read_lines(
             content__gt="",
         )
         .order_by()
+        # a bounded prefix of each message: reading and cutting cost what the block can show,
+        # whatever the message's size
+        .annotate(opening=Substr("content", 1, MAX_READ_CHARS))
         .values_list(
             "conversation_id",
             "seq",
             "role",
-            "content",
+            "opening",
             "metadata",
             "created_at",
             "conversation__title",
