@@ -187,16 +187,20 @@ def test_after_a_compaction_the_request_uses_its_budget(user) -> None:
     assert window.memory_tokens > budget * 0.25  # more than its reserved share
 
 
-def test_the_history_keeps_all_but_the_reserved_share(user, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_history_keeps_all_but_what_the_block_took(user, settings) -> None:  # type: ignore[no-untyped-def]
     stored(user, ["Tell me about the orchard.", "The orchard has forty apple trees."])
     conv = stored(
         user, [f"Turn {i} says nothing much at all, really nothing." for i in range(200)] + ["orchard?"]
     )
     settings.AGENTMEMORY = {"MEMORY_RECALL_SHARE": 0.4}
     window = ContextWindowBuilder(conv, memory_recall=True).build(1_000)
-    assert window.history_tokens <= 600
-    assert window.history_tokens > 500  # the history filled its part
     assert window.memory is not None and window.total_tokens <= 1_000
+    # the block took less than its 400 tokens: the history has the rest, not only its 600
+    assert window.memory_tokens < 200
+    assert window.history_tokens > 1_000 - window.memory_tokens - 30
+    # and the block does not repeat what the wider window sends
+    sent = {m.seq for m in window.history}
+    assert not any(i.conversation_id == conv.pk and sent & set(i.seqs) for i in window.memory.items)
 
 
 def test_a_turn_too_large_for_the_rest_gets_the_whole_budget(user, past) -> None:
@@ -294,6 +298,40 @@ def test_bad_arguments_are_refused(user) -> None:
         ContextWindowBuilder(conv, memory_recall="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         ContextWindowBuilder(conv, memory_query=42)  # type: ignore[arg-type]
+
+
+def test_a_block_that_does_not_come_costs_the_history_nothing(user) -> None:  # type: ignore[no-untyped-def]
+    conv = stored(user, [f"message {i} about the garden and roses" for i in range(60)] + ["what is a xylophone?"])
+    plain = ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
+    assert plain.uncovered
+    builder = ContextWindowBuilder(conv, memory_recall=True, gap_policy="report")
+    with CaptureQueriesContext(connection) as queries:
+        window = builder.build(300)
+    assert window.memory is None
+    assert [m.seq for m in window.history] == [m.seq for m in plain.history]
+    assert window.total_tokens == plain.total_tokens <= 300
+    with CaptureQueriesContext(connection) as plain_queries:
+        ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
+    # two window reads (a plain build's queries each) and the recall's seven (the owner, the
+    # message search, the facts): one window read more than a build whose block came
+    assert len(plain_queries) == 2
+    assert len(queries) == 2 * len(plain_queries) + 7
+
+
+def test_the_summary_is_not_cut_for_a_block_that_does_not_come(user) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "What is a xylophone?", before=["Hello there.", "Hi!"])
+    text = " ".join(f"The user talked about garden topic {i}." for i in range(30))
+    tokens = get_token_counter().count_message(ChatMessage.system(text))
+    summary = Summary.objects.create(
+        conversation=conv, text=text, first_seq=1, through_seq=2, token_count=tokens
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    budget = tokens + 40
+    plain = ContextWindowBuilder(conv, memory_recall=False).build(budget)
+    assert "summary" not in plain.truncated
+    window = ContextWindowBuilder(conv, memory_recall=True, memory_query="quasar zeppelin").build(budget)
+    assert window.memory is None
+    assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens
 
 
 def test_a_failed_recall_sends_the_window_without_the_block(user, past, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
