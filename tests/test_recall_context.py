@@ -301,7 +301,9 @@ def test_bad_arguments_are_refused(user) -> None:
 
 
 def test_a_block_that_does_not_come_costs_the_history_nothing(user) -> None:  # type: ignore[no-untyped-def]
-    conv = stored(user, [f"message {i} about the garden and roses" for i in range(60)] + ["what is a xylophone?"])
+    conv = stored(
+        user, [f"message {i} about the garden and roses" for i in range(60)] + ["what is a xylophone?"]
+    )
     plain = ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
     assert plain.uncovered
     builder = ContextWindowBuilder(conv, memory_recall=True, gap_policy="report")
@@ -682,7 +684,10 @@ def test_context_endpoint_gives_staff_no_block_of_another_users_memory(user, pas
     assert body["memory"] is None and body["memory_tokens"] == 0
     assert [m["part"] for m in body["messages"]] == ["history"]
     client.force_authenticate(user)  # the owner gets it
-    assert "4321" in client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+    assert (
+        "4321"
+        in client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+    )
 
 
 def test_context_endpoint_recalls_in_the_conversations_agent_key(api, user) -> None:  # type: ignore[no-untyped-def]

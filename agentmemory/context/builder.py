@@ -108,7 +108,9 @@ def _words_of(message: ChatMessage) -> str:
     """What ``message`` says in words: its text, or for a message of parts the texts of its
     text parts only (not the placeholders of its images or audio, "[image]")."""
     if message.parts:
-        return PART_SEPARATOR.join(p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip())
+        return PART_SEPARATOR.join(
+            p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip()
+        )
     return message.text.strip()
 
 
@@ -573,8 +575,9 @@ class ContextWindowBuilder:
         if not cut or sent.memory_tokens >= reserved:
             return sent
         # The block took less than its share (or did not come) while the window left history
-        # out or cut the summary: the window is built again within what the block took, so that the share is not
-        # lost, and keeps the block unless the wider window now sends what the block shows.
+        # out or cut the summary: the window is built again within what the block took, so
+        # that the share is not lost, and keeps the block unless the wider window now sends
+        # what the block shows.
         try:
             wider = replace(window_of(max_tokens - sent.memory_tokens, max_messages), max_tokens=max_tokens)
         except ContextBudgetExceeded:

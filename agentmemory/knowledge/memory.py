@@ -409,7 +409,9 @@ class KnowledgeMemory:
             connection = connections[self.using]
             # outside a transaction the ranking statement records the recall itself (on the
             # alias it reads, so not when that alias is a replica)
-            record_now = record_on == self.using and connection.get_autocommit() and not connection.in_atomic_block
+            record_now = (
+                record_on == self.using and connection.get_autocommit() and not connection.in_atomic_block
+            )
             if type(backend) is FullTextBackend:  # a subclass may rank its own way
                 found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
                 recorded = record_now and found is not None

@@ -30,6 +30,7 @@ length (pinned in ``tests/test_recall_memory.py``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,10 +192,8 @@ def date_text(when: datetime | None) -> str:
     if when is None:
         return ""
     if timezone.is_aware(when) and when.tzinfo is not UTC:
-        try:
+        with contextlib.suppress(OverflowError, ValueError):  # else shown as given
             when = timezone.localtime(when)
-        except (OverflowError, ValueError):
-            pass  # shown as given rather than not at all
     return f"{when:%a} {when.day} {when:%B %Y}"
 
 
@@ -245,9 +244,9 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
 
 def neutralised(text: str) -> str:
     """``text`` on one line (whitespace collapsed) with the block's delimiter tags written
-    in it made inert: ``<memory>`` / ``</memory>`` become ``‹memory>`` / ``‹/memory>``, so
-    stored text can neither close the block nor open another."""
-    return _TAG.sub("‹\\1", " ".join(text.split()))
+    in it made inert: their ``<`` becomes U+2039 (single left-pointing angle quotation mark),
+    so stored text can neither close the block nor open another."""
+    return _TAG.sub("\u2039\\1", " ".join(text.split()))
 
 
 def _speaker(role: str, metadata: Any) -> str:
