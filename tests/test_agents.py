@@ -678,3 +678,17 @@ def test_support_agent_multi_turn_through_anthropic_async(fake_anthropic, settin
     assert first_ai.content == "Let me check." and len(first_ai.tool_calls) == 2
     assert first_ai.metadata["finish_reason"] == "tool_use"
     assert first_ai.metadata["usage"] == {"input_tokens": 20, "output_tokens": 9, "source": "provider"}
+
+
+def test_chat_command_without_the_provider_package_stores_nothing(db, registered_calc, monkeypatch):
+    """An OpenAI model whose SDK is not installed: the command says which extra to install
+    before it makes a conversation, instead of failing (and storing) every line typed."""
+    from agentmemory.llm.openai import OpenAIChatModel
+
+    llm = OpenAIChatModel(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="k")
+    monkeypatch.setattr("agentmemory.management.commands.chat.resolve_llm", lambda spec: llm)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    monkeypatch.setitem(sys.modules, "openai", None)  # what Python does for a missing package
+    with pytest.raises(CommandError, match=r"django-agentmemory\[openai\]"):
+        call_command("chat", "calc-test", stdout=io.StringIO(), stderr=io.StringIO())
+    assert not Conversation.objects.filter(agent_key="calc-test").exists()

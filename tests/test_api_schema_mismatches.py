@@ -128,6 +128,7 @@ def test_history_is_true_or_false(api_forced, value) -> None:  # type: ignore[no
         ("/api/conversations/", "page_size=1&page_size=2"),
         ("{conv}messages/", "after_seq=1&after_seq=2"),
         ("{conv}context/", "max_tokens=100&max_tokens=200"),
+        ("{conv}context/", "memory_recall=true&memory_recall=false"),
         ("/api/usage/", "since=2026-01-01T00:00:00Z&since=2026-02-01T00:00:00Z"),
     ],
 )

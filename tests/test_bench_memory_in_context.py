@@ -90,13 +90,19 @@ def test_longmemeval_ranks_the_answer_session_first(tmp_path: Path) -> None:
         {"role": "user", "content": "My new bike is a blue Cannondale.", "has_answer": True},
         {"role": "assistant", "content": "Nice bike!"},
     ]
+    # an answer session whose only marked turn is the assistant's: LongMemEval's evaluation
+    # ranks user turns, so it is not an evidence session
+    sessions[7] = [
+        {"role": "user", "content": "Any tips for a rainy weekend?", "has_answer": False},
+        {"role": "assistant", "content": "Try a museum.", "has_answer": True},
+    ]
     item = {
         "question_id": question_id,
         "question_type": "single-session-user",
         "question": "What brand is my new bike?",
         "question_date": "2023/06/01 (Thu) 10:00",
         "answer": "Cannondale",
-        "answer_session_ids": ["s5"],
+        "answer_session_ids": ["s5", "s7"],
         "haystack_dates": ["2023/05/20 (Sat) 00:31"] * len(sessions),
         "haystack_session_ids": [f"s{i}" for i in range(len(sessions))],
         "haystack_sessions": sessions,
@@ -105,7 +111,8 @@ def test_longmemeval_ranks_the_answer_session_first(tmp_path: Path) -> None:
     (tmp_path / f"5_{question_id}x.json").write_text(json.dumps(item))  # too few sessions: not used
     result = run(parse_args(["longmemeval", "--data", str(tmp_path)]), lambda line: None)
     assert result["questions"] == 1
-    assert result["recall_any@5"] == result["recall_all@5"] == result["turn_recall@10"] == 1.0
+    assert result["recall_any@5"] == result["recall_all@5"] == 1.0
+    assert result["turn_recall_any@10"] == result["turn_recall_all@10"] == 1.0
     assert not Conversation.objects.exists()
 
 
@@ -114,3 +121,29 @@ def test_latency_runs_and_cleans_up() -> None:
     assert result["messages"] == 300 and result["queries"] == 5
     assert 0 < result["p50_ms"] <= result["p95_ms"]
     assert not Conversation.objects.exists()
+
+
+def test_locomo_measures_the_request_agent_run_sends(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The plain window and memory block rows are what ``agent.run()`` of an agent with the
+    compactor, knowledge memory and recall sends to its model: one model call per question,
+    place, budget and row, and the memory block is in the memory-block row's requests."""
+    from bench import memory_in_context
+
+    sent: list[list] = []
+    invoke = memory_in_context.RecordingModel.invoke
+
+    def recording(self, messages, tools=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(list(messages))
+        return invoke(self, messages, tools, **kwargs)
+
+    monkeypatch.setattr(memory_in_context.RecordingModel, "invoke", recording)
+    result = run(
+        parse_args(["locomo", "--data", str(locomo_file(tmp_path)), "--limits", "600", "--every", "4"]),
+        lambda line: None,
+    )
+    assert len(sent) == 2 * 2 * 2  # 2 questions, 2 places, the 2 agent rows
+    assert sent[0][0].text.startswith("You answer the user's question.")
+    assert sum("<memory>" in "\n".join(m.text for m in messages) for messages in sent) == 4
+    rows = {(r["request"], r["asked_in"]): r for r in result["rows"]}
+    assert rows[("memory block", "new")]["evidence"] == 1.0
+    assert Conversation.objects.count() == 0

@@ -297,3 +297,59 @@ def test_a_huge_message_is_read_and_cut_from_a_bounded_opening() -> None:
     # the sentence past the opening read is not looked at
     assert "Quokka" not in block.text
     assert "Quokka" not in trimmed(filler + "The zebrafish is called Quokka.", ["zebrafish", "called"])
+
+
+def test_a_fact_whose_source_message_is_shown_is_left_out() -> None:
+    user = UserFactory()
+    conv = stored(user, [*FILLER, (None, "My sister's wedding is on 12 June in Porto."), (None, "Lovely!")])
+    source = Message.objects.get(conversation=conv, content__startswith="My sister")
+    fact = KnowledgeMemory(user).store(
+        "The user's sister marries on 12 June in Porto.", source_message=source
+    )
+    block = recall_memory(owner=user, query="When is my sister's wedding in Porto?", max_tokens=600)
+    assert block is not None
+    assert "My sister's wedding is on 12 June in Porto." in block.text
+    assert fact.fact.pk not in [i.fact_id for i in block.items]
+    assert "· saved fact]" not in block.text
+    # with the message out of reach, the fact is what tells it
+    block = recall_memory(
+        owner=user,
+        query="When is my sister's wedding in Porto?",
+        max_tokens=600,
+        conversation_id=conv.pk,
+        exclude_seqs=Message.objects.filter(conversation=conv).values_list("seq", flat=True),
+    )
+    assert block is not None and [i.fact_id for i in block.items] == [fact.fact.pk]
+
+
+def test_a_conversation_is_named_again_only_when_it_changes() -> None:
+    user = UserFactory()
+    stored(
+        user, [(None, "The kayak club met on the lake."), (None, "Fun!")], title="Clubs", date="2023/05/01"
+    )
+    stored(
+        user, [(None, "The kayak race is in June."), (None, "Good luck!")], title="Races", date="2023/05/02"
+    )
+    later = stored(
+        user,
+        [
+            (None, "The kayak club moved to the river."),
+            (None, "Oh!"),
+            (None, "The kayak club won."),
+            (None, "Yay"),
+        ],
+        title="Clubs",
+        date="2023/05/03",
+    )
+    for message in Message.objects.filter(conversation=later, seq__gte=3):
+        message.metadata = {"session_date_time": "2023/05/09"}
+        message.save(update_fields=["metadata"])
+    block = recall_memory(owner=user, query="kayak club race", max_tokens=800)
+    assert block is not None
+    heads = [line for line in block.text.splitlines() if line.startswith("[")]
+    assert heads == [
+        '[Mon 1 May 2023 · "Clubs"]',
+        '[Tue 2 May 2023 · "Races"]',
+        '[Wed 3 May 2023 · "Clubs"]',
+        "[Tue 9 May 2023]",
+    ]

@@ -277,6 +277,7 @@ SINGLE_VALUE_PARAMETERS = frozenset(
         "k",
         "max_messages",
         "max_tokens",
+        "memory_recall",
         "message_format",
         "namespace",
         "page_size",

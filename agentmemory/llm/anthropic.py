@@ -91,6 +91,9 @@ class AnthropicChatModel:
     the HTTP status, the provider's error type and text, and the request id.
     """
 
+    #: the SDK package every call imports (an optional extra); ``manage.py chat`` checks it first
+    SDK_PACKAGE = "anthropic"
+
     def __init__(
         self,
         *,

@@ -77,6 +77,9 @@ class OpenAIChatModel:
     HTTP status and the provider's error text.
     """
 
+    #: the SDK package every call imports (an optional extra); ``manage.py chat`` checks it first
+    SDK_PACKAGE = "openai"
+
     def __init__(
         self,
         *,

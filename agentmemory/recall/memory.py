@@ -17,10 +17,12 @@ into one delimited message of at most a given number of tokens.
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
+   A fact whose source message is shown is left out, its tokens given back.
 4. **How it is rendered.** One ``<memory>`` ... ``</memory>`` block with a one-line header;
    items oldest first, each opening with its provenance: the date it was said (the session
    date a transcript gave in the message metadata, else the time it was stored), the
-   conversation (its title, else the first 8 characters of its public id) and, on each
+   conversation (its title, else the first 8 characters of its public id; left out when
+   the item of messages above is of the same conversation) and, on each
    line, who said it (the transcript's speaker name, else "user" / "assistant").
 
 Cost: the queries of ``search_messages`` and ``KnowledgeMemory.recall`` and one query
@@ -49,7 +51,7 @@ BLOCK_OPEN = "<memory>"
 BLOCK_CLOSE = "</memory>"
 BLOCK_HEADER = (
     "Recalled from the user's past conversations and saved facts, oldest first; each item "
-    "gives the date it was said, the conversation and the speaker."
+    "gives the date it was said, the conversation (when it changes) and the speaker."
 )
 #: message metadata keys holding the date a transcript gave a message, first found wins
 TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
@@ -136,6 +138,7 @@ class MemoryBlock:
 class _Line:
     conversation_id: int
     seq: int
+    message_id: int
     role: str
     speaker: str
     text: str
@@ -386,16 +389,24 @@ def recall_memory(
                 line = lines[(unit.conversation_id, seq)]  # type: ignore[index]
                 line.score = max(line.score, unit.score)
 
-    # 3. packing: best units first while the rendered block fits
+    # 3. packing: best units first while the rendered block fits. A conversation is named in
+    # its first group's header only (``_items``); a fact whose source message is shown is
+    # left out (the message says it, with its neighbours), its tokens given back.
     chosen: set[tuple[int, int]] = set()
     groups: set[tuple[int, str]] = set()
+    named: set[int] = set()
+    shown_ids: set[int] = set()
     chosen_facts: list[Any] = []
+    fact_costs: dict[int, int] = {}
     estimate = 0
     for unit in units:
         if unit.fact is not None:
+            if unit.fact.source_message_id in shown_ids:
+                continue
             cost = counter.count_text(_fact_text(unit.fact)) + 1
             if estimate + cost <= budget:
                 chosen_facts.append((unit.fact, unit.score))
+                fact_costs[unit.fact.pk] = cost
                 estimate += cost
             continue
         new = [(unit.conversation_id, s) for s in unit.seqs if (unit.conversation_id, s) not in chosen]
@@ -403,18 +414,29 @@ def recall_memory(
             continue
         cost = 0
         heads = set()
+        names = set()
         for key in new:
             line = lines[key]  # type: ignore[index]
             cost += counter.count_text(_line_text(line)) + 2  # the line and a possible gap mark
             group = (line.conversation_id, date_text(line.said_at))
             if group not in groups and group not in heads:
                 heads.add(group)
-                cost += counter.count_text(_head(line)) + 1
+                if line.conversation_id in named or line.conversation_id in names:
+                    cost += counter.count_text(_head(line, titled=False)) + 1
+                else:
+                    names.add(line.conversation_id)
+                    cost += counter.count_text(_head(line)) + 1
         if estimate + cost > budget:
             continue
         chosen.update(new)  # type: ignore[arg-type]
         groups |= heads
+        named |= names
         estimate += cost
+        shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
+        for fact, score in list(chosen_facts):
+            if fact.source_message_id in shown_ids:
+                chosen_facts.remove((fact, score))
+                estimate -= fact_costs[fact.pk]
     items = _items(lines, chosen, chosen_facts, counter)
     while items and block_cost([item.text for item in items]) > max_tokens:
         weakest = min(chosen, key=lambda key: lines[key].score, default=None)
@@ -536,6 +558,7 @@ def _read_lines(
         # whatever the message's size
         .annotate(opening=Substr("content", 1, MAX_READ_CHARS))
         .values_list(
+            "pk",
             "conversation_id",
             "seq",
             "role",
@@ -547,7 +570,7 @@ def _read_lines(
         )
     )
     lines = {}
-    for conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
+    for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
         # the heading's own syntax (brackets, quotes) is not kept from a stored title
         title = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
         if len(title) > 48:
@@ -555,6 +578,7 @@ def _read_lines(
         lines[(conversation_id, seq)] = _Line(
             conversation_id=conversation_id,
             seq=seq,
+            message_id=message_id,
             role=role,
             speaker=_speaker(role, metadata),
             text=trimmed(
@@ -569,8 +593,8 @@ def _read_lines(
     return lines
 
 
-def _head(line: _Line) -> str:
-    return f"[{date_text(line.said_at)} · {line.title}]"
+def _head(line: _Line, *, titled: bool = True) -> str:
+    return f"[{date_text(line.said_at)} · {line.title}]" if titled else f"[{date_text(line.said_at)}]"
 
 
 def _line_text(line: _Line) -> str:
@@ -598,6 +622,7 @@ def _items(
     then the messages in order, "…" where messages between them are left out), and the chosen
     facts, oldest first."""
     items: list[RecalledItem] = []
+    heads: dict[int, _Line] = {}
     groups: dict[tuple[int, str], list[_Line]] = {}
     for key in sorted(chosen):
         line = lines[key]
@@ -621,6 +646,7 @@ def _items(
                 said_at=run[0].said_at,
             )
         )
+        heads[len(items) - 1] = run[0]
     for fact, score in chosen_facts:
         text = _fact_text(fact)
         items.append(
@@ -636,5 +662,21 @@ def _items(
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)
-    items.sort(key=lambda item: (item.said_at or epoch, item.conversation_id or 0, item.seqs))
-    return items
+    order = sorted(
+        range(len(items)),
+        key=lambda i: (items[i].said_at or epoch, items[i].conversation_id or 0, items[i].seqs),
+    )
+    # a group of messages names its conversation unless the group of messages before it in
+    # the block is of the same conversation: then it gives the date only
+    previous: int | None = None
+    ordered = []
+    for index in order:
+        item = items[index]
+        head = heads.get(index)
+        if head is not None:
+            if head.conversation_id == previous:
+                text = item.text.replace(_head(head), _head(head, titled=False), 1)
+                item = replace(item, text=text, tokens=int(counter.count_text(text)))
+            previous = head.conversation_id
+        ordered.append(item)
+    return ordered

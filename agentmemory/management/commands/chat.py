@@ -14,7 +14,8 @@ from agentmemory.agents import registry
 from agentmemory.agents.base import LLM_HELP, BaseToolCallingAgent, resolve_llm
 from agentmemory.agents.injector import load_conversation
 from agentmemory.agents.results import FinalAnswer, ToolResultEvent
-from agentmemory.exceptions import AgentMemoryError, ConversationNotFound
+from agentmemory.exceptions import AgentMemoryError, ConversationNotFound, PermanentLLMError
+from agentmemory.llm._sdk import import_sdk
 
 QUIT = ("/quit", "/exit")
 _PREVIEW = 200
@@ -44,6 +45,12 @@ class Command(BaseCommand):
         if llm is None:
             self.stderr.write(LLM_HELP)
             raise CommandError(f"no LLM configured for agent {agent_cls.AGENT_KEY!r}")
+        package = getattr(type(llm), "SDK_PACKAGE", None)
+        if package:
+            try:
+                import_sdk(package)
+            except PermanentLLMError as exc:  # before a conversation is made or a line stored
+                raise CommandError(str(exc)) from exc
         try:
             agent = agent_cls(llm=llm)
         except ImproperlyConfigured as exc:
