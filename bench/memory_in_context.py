@@ -623,6 +623,9 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
             )
             remaining -= n
         log(f"stored {args.messages} messages in {time.perf_counter() - started:.1f}s on {connection.vendor}")
+        if connection.vendor == "postgresql":  # what autovacuum does after a bulk load
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE agentmemory_conversation, agentmemory_message")
         durations = []
         for i in range(args.queries + 5):
             query = rng.choice(questions)

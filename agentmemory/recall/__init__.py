@@ -317,7 +317,12 @@ def neighbours(
     at most ``span`` places (``seq``) from one of ``places`` in the same conversation, less
     ``exclude`` (pks) and rows without content (an AI message that only calls tools, blanked
     content). One query: per conversation, the exact ``seq`` values wanted, which the unique
-    index on ``(conversation, seq)`` finds one by one."""
+    index on ``(conversation, seq)`` finds one by one.
+
+    ``places`` are rows of ``messages`` (``search_messages``'s scope: conditions on the
+    conversation, and the searched roles): on PostgreSQL their neighbours are read by place
+    (``_pg_near``) and the scope's conversation conditions, which the places' conversations
+    meet, are not tested again."""
     from django.db import connections
     from django.db.models import BooleanField
     from django.db.models.expressions import RawSQL
@@ -328,21 +333,65 @@ def neighbours(
     for _pk, conversation_id, seq, *_rest in places:
         seqs = wanted.setdefault(conversation_id, set())
         seqs.update(range(seq - span, seq + span + 1))
-    # Written out rather than as Q(seq__in=...): the ORM's per-value work on a few hundred
-    # values cost more than the query itself.
-    quote = connections[messages.db].ops.quote_name
+
+    connection = connections[messages.db]
+    quote = connection.ops.quote_name
     meta = messages.model._meta
+    skip = set(exclude)
+    scope = messages.filter(content__gt="")
+    if connection.vendor == "postgresql":
+        rows = _pg_near(connection, wanted, fulltext.one_conversation(messages))
+        return [row for row in rows if row[0] not in skip]
     table = quote(meta.db_table)
-    conversation_column = f"{table}.{quote(meta.get_field('conversation').column)}"
-    seq_column = f"{table}.{quote(meta.get_field('seq').column)}"
+    near, params = _near(
+        wanted,
+        f"{table}.{quote(meta.get_field('conversation').column)}",
+        f"{table}.{quote(meta.get_field('seq').column)}",
+    )
+    condition = RawSQL(near, params, output_field=BooleanField())
+    rows = scope.filter(condition).order_by().values_list("pk", "conversation_id", "seq")
+    return [row for row in rows if row[0] not in skip]
+
+
+def _pg_near(
+    connection: Any, wanted: dict[int, set[int]], within: int | None = None
+) -> list[tuple[int, int, int]]:
+    """PostgreSQL: ``(pk, conversation_id, seq)`` of the searched messages with content at the
+    places ``wanted`` ({conversation id: seqs}), each found by the unique index of
+    ``(conversation, seq)`` (a ``LATERAL`` lookup per place, so the planner never hashes the
+    whole table to join a few thousand places). ``within``: the one conversation of every
+    place, named in the statement (one partition when partitioned)."""
+    from agentmemory.models import Message
+
+    quote = connection.ops.quote_name
+    meta = Message._meta
+    conversation = quote(meta.get_field("conversation").column)
+    seq = quote(meta.get_field("seq").column)
+    pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
+    sql = (
+        f"SELECT m.id, m.conversation_id, m.seq FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
+        f"CROSS JOIN LATERAL (SELECT {quote('id')} AS id, {conversation} AS conversation_id, {seq} AS seq, "
+        f"{quote('role')} AS role, {quote('content')} AS content FROM {quote(meta.db_table)} "
+        f"WHERE {conversation} = p.c AND {seq} = p.s{'' if within is None else f' AND {conversation} = %s'} "
+        f"OFFSET 0) AS m WHERE m.role = ANY(%s) AND m.content > ''"
+    )
+    params: list[Any] = [[c for c, _ in pairs], [q for _, q in pairs]]
+    if within is not None:
+        params.append(int(within))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, list(SEARCHED_ROLES)])
+        return [(int(pk), int(c), int(q)) for pk, c, q in cursor.fetchall()]
+
+
+def _near(wanted: dict[int, set[int]], conversation_column: str, seq_column: str) -> tuple[str, list[int]]:
+    """SQL and parameters of "a row at one of the places ``wanted`` (conversation id: seqs)".
+    Written out rather than as ``Q(seq__in=...)``: the ORM's per-value work on a few hundred
+    values cost more than the query itself."""
     terms, params = [], []
     for conversation_id, seqs in wanted.items():
         terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
         params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
-    near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
-    skip = set(exclude)
-    rows = messages.filter(near, content__gt="").order_by().values_list("pk", "conversation_id", "seq")
-    return [row for row in rows if row[0] not in skip]
+    return " OR ".join(terms), params
 
 
 def spread(
