@@ -24,7 +24,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 from agentmemory.models import Conversation, ModelCall, Summary
 from tests.factories import UserFactory
 
@@ -187,16 +187,20 @@ def test_after_a_compaction_the_request_uses_its_budget(user) -> None:
     assert window.memory_tokens > budget * 0.25  # more than its reserved share
 
 
-def test_the_history_keeps_all_but_the_reserved_share(user, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_history_keeps_all_but_what_the_block_took(user, settings) -> None:  # type: ignore[no-untyped-def]
     stored(user, ["Tell me about the orchard.", "The orchard has forty apple trees."])
     conv = stored(
         user, [f"Turn {i} says nothing much at all, really nothing." for i in range(200)] + ["orchard?"]
     )
     settings.AGENTMEMORY = {"MEMORY_RECALL_SHARE": 0.4}
     window = ContextWindowBuilder(conv, memory_recall=True).build(1_000)
-    assert window.history_tokens <= 600
-    assert window.history_tokens > 500  # the history filled its part
     assert window.memory is not None and window.total_tokens <= 1_000
+    # the block took less than its 400 tokens: the history has the rest, not only its 600
+    assert window.memory_tokens < 200
+    assert window.history_tokens > 1_000 - window.memory_tokens - 30
+    # and the block does not repeat what the wider window sends
+    sent = {m.seq for m in window.history}
+    assert not any(i.conversation_id == conv.pk and sent & set(i.seqs) for i in window.memory.items)
 
 
 def test_a_turn_too_large_for_the_rest_gets_the_whole_budget(user, past) -> None:
@@ -273,12 +277,63 @@ def test_turn_query_is_the_newest_human_message_and_the_turn_so_far() -> None:
     assert turn_query([ChatMessage.ai("no question")]) == ""
 
 
+def test_an_image_only_question_recalls_nothing(user) -> None:  # type: ignore[no-untyped-def]
+    image = ContentPart(kind=PartKind.IMAGE, url="https://example.com/x.png")
+    text = ContentPart(kind=PartKind.TEXT, text="What is my zebrafish named?")
+    assert turn_query([ChatMessage.from_parts(Role.HUMAN, [image])]) == ""
+    assert turn_query([ChatMessage.from_parts(Role.HUMAN, [text, image])]) == "What is my zebrafish named?"
+    # a past image-only turn would match "[image]"
+    PersistentChatHistory(Conversation.objects.create(owner=user)).add_messages(
+        [ChatMessage.from_parts(Role.HUMAN, [image]), ChatMessage.ai("A lovely picture.")]
+    )
+    conv = Conversation.objects.create(owner=user)
+    PersistentChatHistory(conv).add_messages([ChatMessage.from_parts(Role.HUMAN, [image])])
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is None
+
+
 def test_bad_arguments_are_refused(user) -> None:
     conv = ask(user, "hi")
     with pytest.raises(TypeError):
         ContextWindowBuilder(conv, memory_recall="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         ContextWindowBuilder(conv, memory_query=42)  # type: ignore[arg-type]
+
+
+def test_a_block_that_does_not_come_costs_the_history_nothing(user) -> None:  # type: ignore[no-untyped-def]
+    conv = stored(
+        user, [f"message {i} about the garden and roses" for i in range(60)] + ["what is a xylophone?"]
+    )
+    plain = ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
+    assert plain.uncovered
+    builder = ContextWindowBuilder(conv, memory_recall=True, gap_policy="report")
+    with CaptureQueriesContext(connection) as queries:
+        window = builder.build(300)
+    assert window.memory is None
+    assert [m.seq for m in window.history] == [m.seq for m in plain.history]
+    assert window.total_tokens == plain.total_tokens <= 300
+    with CaptureQueriesContext(connection) as plain_queries:
+        ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
+    # two window reads (a plain build's queries each) and the recall's seven (the owner, the
+    # message search, the facts): one window read more than a build whose block came
+    assert len(plain_queries) == 2
+    assert len(queries) == 2 * len(plain_queries) + 7
+
+
+def test_the_summary_is_not_cut_for_a_block_that_does_not_come(user) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "What is a xylophone?", before=["Hello there.", "Hi!"])
+    text = " ".join(f"The user talked about garden topic {i}." for i in range(30))
+    tokens = get_token_counter().count_message(ChatMessage.system(text))
+    summary = Summary.objects.create(
+        conversation=conv, text=text, first_seq=1, through_seq=2, token_count=tokens
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    budget = tokens + 40
+    plain = ContextWindowBuilder(conv, memory_recall=False).build(budget)
+    assert "summary" not in plain.truncated
+    window = ContextWindowBuilder(conv, memory_recall=True, memory_query="quasar zeppelin").build(budget)
+    assert window.memory is None
+    assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens
 
 
 def test_a_failed_recall_sends_the_window_without_the_block(user, past, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -289,10 +344,11 @@ def test_a_failed_recall_sends_the_window_without_the_block(user, past, monkeypa
 
     monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
     conv = ask(user, "Where is the spare key to the boathouse?")
-    with caplog.at_level(logging.ERROR, logger="agentmemory.context"):
+    with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
         window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
     assert window.memory is None and [m.role for m in window.history] == [Role.HUMAN]
-    assert "memory recall failed" in caplog.text
+    record = next(r for r in caplog.records if "memory recall failed" in r.getMessage())
+    assert record.levelno == logging.WARNING and record.exc_info is not None
     # The test's transaction is still usable (the failed statement ran in a savepoint).
     assert Conversation.objects.filter(pk=conv.pk).exists()
 
@@ -477,7 +533,7 @@ def test_an_agent_answers_when_recall_fails(user, monkeypatch, caplog) -> None: 
     monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
     conv = Conversation.objects.create(owner=user, agent_key="recalling-test")
     llm = ScriptedChatModel(["Sorry, I cannot remember."])
-    with caplog.at_level(logging.ERROR, logger="agentmemory.context"):
+    with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
         result = RecallingAgent(llm).run(conv, "When is my sister's wedding?")
     assert result.answer == "Sorry, I cannot remember."
     assert not memory_messages(llm.calls[0][0])
@@ -615,6 +671,33 @@ def test_context_endpoint_of_another_user_is_a_404(api, user) -> None:  # type: 
     theirs = stored(UserFactory(), ["My secret is 1234."])
     response = api.get(f"/api/conversations/{theirs.uuid}/context/?memory_recall=true")
     assert response.status_code == 404
+
+
+def test_context_endpoint_gives_staff_no_block_of_another_users_memory(user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_STAFF_SEES_ALL_CONVERSATIONS": True}
+    KnowledgeMemory(user, agent_key="support").store("The boathouse alarm code is 4321.")
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    staff = UserFactory(is_staff=True)
+    client = APIClient()
+    client.force_authenticate(staff)
+    body = client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()
+    assert body["memory"] is None and body["memory_tokens"] == 0
+    assert [m["part"] for m in body["messages"]] == ["history"]
+    client.force_authenticate(user)  # the owner gets it
+    assert (
+        "4321"
+        in client.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+    )
+
+
+def test_context_endpoint_recalls_in_the_conversations_agent_key(api, user) -> None:  # type: ignore[no-untyped-def]
+    stored(user, ["My zebrafish medical record says SECRET-MED.", "Noted."], agent_key="medical")
+    stored(user, ["The zebrafish tank is in the office.", "Noted."], agent_key="hr")
+    KnowledgeMemory(user, agent_key="hr").store("The zebrafish is fed at noon.")
+    conv = ask(user, "Tell me about the zebrafish", agent_key="hr")
+    text = api.get(f"/api/conversations/{conv.uuid}/context/?memory_recall=true").json()["memory"]["text"]
+    assert "tank is in the office" in text and "fed at noon" in text
+    assert "SECRET-MED" not in text
 
 
 # -- the docs ---------------------------------------------------------------------------------

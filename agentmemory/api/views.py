@@ -497,8 +497,9 @@ class ConversationViewSet(
                 "memory_recall",
                 bool,
                 description="Send a memory block recalled from the owner's past conversations and "
-                "facts about the newest human message (true or false; default: "
-                "AGENTMEMORY['MEMORY_RECALL_ENABLED']).",
+                "facts of the conversation's agent key about the newest human message (true or "
+                "false; default: AGENTMEMORY['MEMORY_RECALL_ENABLED']); none for a conversation "
+                "the requester does not own.",
             ),
             MESSAGE_FORMAT_PARAMETER,
             FORMAT_PARAMETER,
@@ -517,7 +518,9 @@ class ConversationViewSet(
         starting on a human message. A window that would leave stored messages in neither
         itself nor the summary gets a compaction first (``CONTEXT_GAP_POLICY``, "close" by
         default), as an agent's model call does; what it could not close is in ``uncovered``.
-        With ``memory_recall=true`` the owner's memory block follows the summary (``memory``)."""
+        With ``memory_recall=true`` the owner's memory block follows the summary (``memory``):
+        recalled in the scope of the conversation's agent key, and only for the owner (staff
+        reading another user's conversation get none)."""
         conversation = self.get_object()
         shape = message_format(request)
         max_tokens = _positive_int_param(
@@ -529,6 +532,10 @@ class ConversationViewSet(
             if "memory_recall" in request.query_params
             else app_settings().MEMORY_RECALL_ENABLED
         )
+        # Facts and search stay the requester's own: staff reading another user's
+        # conversation (API_STAFF_SEES_ALL_CONVERSATIONS) get no memory block.
+        if conversation.owner_id != request.user.pk:
+            memory_recall = False
         counter = get_token_counter()
         try:
             # As for an agent's model call: a window that would leave stored messages in
@@ -538,6 +545,9 @@ class ConversationViewSet(
                 token_counter=counter,
                 gap_policy=app_settings().CONTEXT_GAP_POLICY,
                 memory_recall=memory_recall,
+                # the conversations and facts of the conversation's agent key (all of the
+                # owner's when it has none), as an agent scoped by KNOWLEDGE_MEMORY_AGENT_KEY
+                memory_agent_key=conversation.agent_key or None,
             )
             window = build_closing_gap(builder, max_tokens, max_messages=max_messages)
         except ContextBudgetExceeded as exc:

@@ -70,7 +70,7 @@ from agentmemory.exceptions import (
     TurnTooLarge,
 )
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
 from agentmemory.models import Conversation, Message
 from agentmemory.store.window import (
     MAX_READ,
@@ -106,11 +106,23 @@ MEMORY_QUERY_MAX_CHARS = 2_000
 MEMORY_QUERY_PART_CHARS = 300
 
 
+def _words_of(message: ChatMessage) -> str:
+    """What ``message`` says in words: its text, or for a message of parts the texts of its
+    text parts only (not the placeholders of its images or audio, "[image]")."""
+    if message.parts:
+        return PART_SEPARATOR.join(
+            p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip()
+        )
+    return message.text.strip()
+
+
 def turn_query(history: Sequence[ChatMessage]) -> str:
     """The recall query of a window: the text of its newest human message, then what the
     turn did after it (the AI messages' text, the names and arguments of their tool calls,
     the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
-    history holds no human message. Pure: reads nothing.
+    history holds no human message. A message of parts gives the text of its text parts only:
+    an image-only question with nothing after it gives ``""`` (no recall), not "[image]".
+    Pure: reads nothing.
 
     Args:
         history: ``ContextWindow.history`` (oldest first).
@@ -122,7 +134,7 @@ def turn_query(history: Sequence[ChatMessage]) -> str:
             break
     if start is None:
         return ""
-    parts = [history[start].text.strip()]
+    parts = [_words_of(history[start])]
     for message in history[start + 1 :]:
         if message.role is Role.AI:
             if message.text.strip():
@@ -544,7 +556,10 @@ class ContextWindowBuilder:
     ) -> ContextWindow:
         """The window built within ``max_tokens`` less the memory block's share
         (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
-        not fit in less, then the memory block in what is left (``_add_memory``)."""
+        not fit in less, then the memory block in what is left (``_add_memory``). When that
+        window leaves messages out or cuts the summary and the block takes less than its share (or does not
+        come), the window is built again within ``max_tokens`` less the block's tokens (the
+        block kept unless that window sends messages it shows): one more window read."""
         reserved = int(max_tokens * app_settings().MEMORY_RECALL_SHARE)
         window = None
         if 0 < reserved < max_tokens:
@@ -553,8 +568,25 @@ class ContextWindowBuilder:
             except ContextBudgetExceeded:
                 window = None  # the turn needs the block's share too: the block gets what is left
         if window is None:
-            window = window_of(max_tokens, max_messages)
-        return self._add_memory(replace(window, max_tokens=max_tokens))
+            return self._add_memory(replace(window_of(max_tokens, max_messages), max_tokens=max_tokens))
+        sent = self._add_memory(replace(window, max_tokens=max_tokens))
+        cut = bool(window.uncovered) or "summary" in window.truncated
+        if not cut or sent.memory_tokens >= reserved:
+            return sent
+        # The block took less than its share (or did not come) while the window left history
+        # out or cut the summary: the window is built again within what the block took, so
+        # that the share is not lost, and keeps the block unless the wider window now sends
+        # what the block shows.
+        try:
+            wider = replace(window_of(max_tokens - sent.memory_tokens, max_messages), max_tokens=max_tokens)
+        except ContextBudgetExceeded:
+            return sent
+        if sent.memory is None:
+            return wider
+        seqs = {m.seq for m in wider.messages if m.seq is not None}
+        if any(i.conversation_id == self.conversation_id and seqs & set(i.seqs) for i in sent.memory.items):
+            return sent
+        return self._insert_memory(wider, sent.memory)
 
     def _owner_id(self) -> Any:
         """Primary key of the conversation's owner (``None``: no owner), read once per
@@ -607,13 +639,21 @@ class ContextWindowBuilder:
                     using=alias,
                 )
         except Exception:
-            logger.exception(
+            logger.warning(
                 "memory recall failed for conversation %s; the window is sent without a memory block",
                 self.conversation_id,
+                exc_info=True,
             )
             return window
         if block is None or not block.text:
             return window
+        return self._insert_memory(window, block, room)
+
+    def _insert_memory(self, window: ContextWindow, block: Any, room: int | None = None) -> ContextWindow:
+        """``window`` with the memory message of ``block`` after its summary, when it fits in
+        ``room`` tokens (default: what ``window`` leaves of its ``max_tokens``)."""
+        if room is None:
+            room = window.max_tokens - window.total_tokens
         message = memory_message(block.text, len(block.items))
         # ``block.tokens`` is this message's count by the builder's counter (recall_memory
         # counts it so): not counted again (2.5 ms for a 3,000-token block).

@@ -377,7 +377,9 @@ class KnowledgeMemory:
         small update commits without waiting for the write-ahead log to reach the disk
         (``synchronous_commit = off`` for that transaction alone): a crash of the database
         server may lose the counters of the last recalls, never a fact. The ``FactHit`` facts
-        show the values read, before this recall.
+        show the values read, before this recall. Facts read on a replica
+        (``AGENTMEMORY_REPLICAS``) have their counters written on the router's write alias:
+        a read-only standby is only read.
 
         Queries: with the full-text backend on PostgreSQL, one statement ranks, reads and (in
         autocommit mode) records the facts (``agentmemory.recall.fulltext.recall_facts``);
@@ -402,10 +404,14 @@ class KnowledgeMemory:
         limit = max(k * 5, MIN_CANDIDATES)
         found: list[tuple[Fact, float, float]] | None = None
         recorded = False
+        record_on = _recall_record_alias(self.using)
         with usage_scope(owner_id=self.scope.owner_id, agent_key=self.scope.agent_key):
             connection = connections[self.using]
-            # outside a transaction the ranking statement records the recall itself
-            record_now = connection.get_autocommit() and not connection.in_atomic_block
+            # outside a transaction the ranking statement records the recall itself (on the
+            # alias it reads, so not when that alias is a replica)
+            record_now = (
+                record_on == self.using and connection.get_autocommit() and not connection.in_atomic_block
+            )
             if type(backend) is FullTextBackend:  # a subclass may rank its own way
                 found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
                 recorded = record_now and found is not None
@@ -421,7 +427,7 @@ class KnowledgeMemory:
         hits.sort(key=lambda h: (-h.score, -h.fact.pk))
         hits = hits[:k]
         if not recorded:
-            _record_recall(self.using, [h.fact.pk for h in hits], now)
+            _record_recall(record_on, [h.fact.pk for h in hits], now)
         report_recall("facts", self.scope.owner_id, backend, len(hits), started)
         return hits
 
@@ -541,6 +547,17 @@ def _record_recall(using: str, ids: list[int], now: datetime) -> None:
         transaction.on_commit(partial(_mark_recalled, using, ids, now), using=using, robust=True)
     else:
         _mark_recalled(using, ids, now, durable=True)
+
+
+def _recall_record_alias(using: str) -> str:
+    """Where the recall counters of facts read on ``using`` are written: ``using`` itself,
+    unless it is one of ``AGENTMEMORY_REPLICAS["REPLICAS"]`` (read-only standbys, or the
+    replica ``replica_reads()`` chose), then the router's write alias for ``Fact``."""
+    from agentmemory.routers import replica_settings
+
+    if using in replica_settings().replicas:
+        return router.db_for_write(Fact)
+    return using
 
 
 def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = False) -> None:

@@ -32,6 +32,7 @@ length (pinned in ``tests/test_recall_memory.py``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -80,6 +81,18 @@ SPEAKER_WEIGHT = 0.3
 #: most facts recalled per block
 MAX_FACTS = 10
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+#: the roles of the messages a block shows: tool results are left out, whatever their tool's
+#: ``memory=`` policy ("omit", "stub"), which is the agent's at run time and not stored
+SHOWN_ROLES = ("human", "ai")
+#: the block's delimiter tags written anywhere in recalled text (any case, spaces, a slash)
+_TAG = re.compile(r"<(\s*/?\s*memory)", re.IGNORECASE)
+#: role words a transcript's speaker name may not be shown as (any word of the name)
+_ROLE_WORDS = frozenset({"system", "assistant", "user", "human", "ai", "tool", "developer", "model"})
+#: the characters a speaker name keeps
+_NAME_CHAR = re.compile(r"[^\w .'-]")
+#: most characters of a stored message read and cut (``trimmed``): the cost of a block is
+#: bounded by this, not by the size of a message
+MAX_READ_CHARS = 8000
 
 
 @dataclass(frozen=True)
@@ -146,22 +159,34 @@ def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
     """When a message was said: the session date a transcript gave in its metadata
     (``TRANSCRIPT_DATE_KEYS``; LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's
     "2023/05/21 (Sun) 19:50" or ISO 8601; read as UTC when it names no zone), else
-    ``created_at``."""
+    ``created_at``. A value that does not parse, or names a date out of the range the block
+    can show (``OverflowError`` in UTC or the current time zone), is passed over."""
     if isinstance(metadata, dict):
         for key in TRANSCRIPT_DATE_KEYS:
             value = metadata.get(key)
             if isinstance(value, str) and value.strip():
                 text = " ".join(value.split())
+                parsed = None
                 for fmt in _DATE_FORMATS:
                     try:
-                        return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+                        parsed = datetime.strptime(text, fmt).replace(tzinfo=UTC)
+                        break
                     except ValueError:
                         continue
+                if parsed is None:
+                    try:
+                        parsed = datetime.fromisoformat(text)
+                    except ValueError:
+                        continue
+                    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
                 try:
-                    parsed = datetime.fromisoformat(text)
-                except ValueError:
+                    # a date that cannot be shown in UTC or the current time zone (year 9999
+                    # west of UTC, year 1 east of it) is not a date the block can use
+                    parsed.astimezone(UTC)
+                    timezone.localtime(parsed)
+                except (OverflowError, ValueError):
                     continue
-                return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+                return parsed
     return created_at
 
 
@@ -170,7 +195,8 @@ def date_text(when: datetime | None) -> str:
     if when is None:
         return ""
     if timezone.is_aware(when) and when.tzinfo is not UTC:
-        when = timezone.localtime(when)
+        with contextlib.suppress(OverflowError, ValueError):  # else shown as given
+            when = timezone.localtime(when)
     return f"{when:%a} {when.day} {when:%B %Y}"
 
 
@@ -179,12 +205,13 @@ def _stem(word: str) -> str:
 
 
 def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
-    """``text`` (whitespace collapsed) or, when longer than ``LONG_MESSAGE_CHARS``, its
+    """``text`` (its first ``MAX_READ_CHARS`` characters, whitespace collapsed, the block's
+    tags made inert: ``neutralised``) or, when longer than ``LONG_MESSAGE_CHARS``, its
     opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
     about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
     by their first five letters, a rough stem), in their order, "…" where sentences are left
     out."""
-    text = " ".join(text.split())
+    text = neutralised(text[:MAX_READ_CHARS])
     if len(text) <= longest:
         return text
     sentences = _SENTENCE.split(text)
@@ -218,12 +245,26 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
     return " ".join(parts)
 
 
+def neutralised(text: str) -> str:
+    """``text`` on one line (whitespace collapsed) with the block's delimiter tags written
+    in it made inert: their ``<`` becomes U+2039 (single left-pointing angle quotation mark),
+    so stored text can neither close the block nor open another."""
+    return _TAG.sub("\u2039\\1", " ".join(text.split()))
+
+
 def _speaker(role: str, metadata: Any) -> str:
+    """Who said a message: the transcript's speaker name (``metadata["speaker"]``) kept to
+    letters, digits, spaces, ``.'-`` and 40 characters, unless it is empty or one of its
+    words is a role word (``_ROLE_WORDS``); else the stored role's label ("user" /
+    "assistant"). A stored name can thus never pass a message off as another role's."""
+    label = {"human": "user", "ai": "assistant"}.get(role, "tool")
     if isinstance(metadata, dict):
         name = metadata.get("speaker")
-        if isinstance(name, str) and name.strip():
-            return " ".join(name.split())[:60]
-    return {"human": "user", "ai": "assistant"}.get(role, role)
+        if isinstance(name, str):
+            name = " ".join(_NAME_CHAR.sub(" ", name).split())[:40].strip()
+            if name and not any(word.lower() in _ROLE_WORDS for word in name.split()):
+                return name
+    return label
 
 
 def recall_memory(
@@ -430,7 +471,11 @@ def rank_messages(
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
     hits = search_messages(query, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
-    hits = [h for h in hits if not (h.conversation_id == conversation_id and h.seq in excluded)]
+    hits = [
+        h
+        for h in hits
+        if h.role in SHOWN_ROLES and not (h.conversation_id == conversation_id and h.seq in excluded)
+    ]
     if not hits:
         return []
     best = max(h.score for h in hits) or 1.0
@@ -483,9 +528,9 @@ def _read_lines(
     their conversations' titles: one query."""
     from django.db.models import BooleanField
     from django.db.models.expressions import RawSQL
+    from django.db.models.functions import Substr
 
     from agentmemory.models import Message
-    from agentmemory.recall import SEARCHED_ROLES
 
     if not wanted:
         return {}
@@ -505,16 +550,19 @@ def _read_lines(
             near,
             conversation_id__in=list(wanted),
             conversation__owner_id=owner_id,
-            role__in=SEARCHED_ROLES,
+            role__in=SHOWN_ROLES,
             content__gt="",
         )
         .order_by()
+        # a bounded prefix of each message: reading and cutting cost what the block can show,
+        # whatever the message's size
+        .annotate(opening=Substr("content", 1, MAX_READ_CHARS))
         .values_list(
             "pk",
             "conversation_id",
             "seq",
             "role",
-            "content",
+            "opening",
             "metadata",
             "created_at",
             "conversation__title",
@@ -523,7 +571,8 @@ def _read_lines(
     )
     lines = {}
     for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
-        title = " ".join((title or "").split())
+        # the heading's own syntax (brackets, quotes) is not kept from a stored title
+        title = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
         if len(title) > 48:
             title = title[:47].rstrip() + "…"
         lines[(conversation_id, seq)] = _Line(
@@ -563,7 +612,7 @@ def _fact_said(fact: Any) -> datetime | None:
 
 
 def _fact_text(fact: Any) -> str:
-    return f"[{date_text(_fact_said(fact))} · saved fact] {' '.join(fact.content.split())}"
+    return f"[{date_text(_fact_said(fact))} · saved fact] {neutralised(fact.content[:MAX_READ_CHARS])}"
 
 
 def _items(
