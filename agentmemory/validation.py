@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sized
 from typing import Any
 
+from agentmemory.conf import app_settings
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
@@ -520,3 +521,55 @@ def link_tool_message(
             )
         return exchange
     return None
+
+
+# --------------------------------------------------------------------------- window arguments
+
+
+def validate_max_tokens(max_tokens: Any, *, name: str = "max_tokens") -> int:
+    """``max_tokens`` as an ``int``, checked: a whole number of tokens, at least 1, at
+    most ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` (1,000,000 by default).
+
+    Raises:
+        TypeError: not an integer (a float, NaN, infinity, a string, a bool).
+        ValueError: below 1 or above the ceiling.
+    """
+    value = whole_number(max_tokens, name, minimum=1, unit="tokens")
+    ceiling = app_settings().MAX_CONTEXT_TOKENS
+    if value > ceiling:
+        raise ValueError(f"{name}={value} is above AGENTMEMORY['MAX_CONTEXT_TOKENS'] ({ceiling:,} tokens)")
+    return value
+
+
+def _tool_result_cap(cap: Any) -> int | None:
+    """``max_tool_result_tokens`` checked: ``None`` (no cap) or a whole number of tokens of at
+    least 1; a cap past ``AGENTMEMORY['MAX_CONTEXT_TOKENS']`` is that ceiling (no window is
+    larger, and the database's integers are not unbounded).
+
+    Raises:
+        TypeError: not an integer (a float, a string, a bool).
+        ValueError: below 1.
+    """
+    if cap is None:
+        return None
+    cap = whole_number(cap, "max_tool_result_tokens", minimum=1, unit="tokens")
+    return min(cap, app_settings().MAX_CONTEXT_TOKENS)
+
+
+def check_system_prompt(prompt: str | None) -> None:
+    """Refuse a system prompt longer than any message may be, before anything counts or
+    copies it: a 10-million-character prompt took 25 s of token counting and 491 MB before
+    the window's budget refused it.
+
+    Raises:
+        InvalidMessageError: ``prompt`` holds more than ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``
+            characters.
+    """
+    if prompt is None:
+        return
+    limit = app_settings().MAX_MESSAGE_CHARS
+    if len(prompt) > limit:
+        raise InvalidMessageError(
+            f"the system prompt has {len(prompt):,} characters, over the maximum of {limit:,} "
+            "(AGENTMEMORY['MAX_MESSAGE_CHARS'])"
+        )

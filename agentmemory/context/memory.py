@@ -1,0 +1,292 @@
+"""The memory block of a window: what the conversation owner's past conversations and facts
+hold about the turn, sent as one system message after the summary (``memory_recall=True``).
+
+``MemoryBlock`` is the part of ``ContextWindowBuilder`` that adds it: the window is built
+within the budget less the block's share (``MEMORY_RECALL_SHARE``), then the block is recalled
+(``agentmemory.recall.memory.recall_memory``, connected in ``agentmemory.context.hooks``: the
+recall composes message search and knowledge facts, layers above the window) and put in what
+the window leaves. ``turn_query`` says what is recalled, ``memory_message`` how the block is
+sent (also rebuilt from a recorded call by ``agentmemory.calls``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from django.db import connections, router
+
+from agentmemory import signals
+from agentmemory.conf import app_settings
+from agentmemory.context import hooks
+from agentmemory.context.window import MEMORY_BLOCK_KEY, ContextWindow
+from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
+from agentmemory.models import Conversation, Message
+
+if TYPE_CHECKING:
+    from agentmemory.tokens import TokenCounter
+
+    class _Builder(Protocol):
+        """What ``MemoryBlock``'s methods use of ``ContextWindowBuilder``."""
+
+        _UNSET: Any
+        _memory_owner: Any
+
+        @property
+        def signal_sender(self) -> type: ...
+
+        @property
+        def _conversation(self) -> Any: ...
+        @property
+        def conversation_id(self) -> int: ...
+        @property
+        def memory_recall(self) -> bool: ...
+        @property
+        def memory_query(self) -> str | None: ...
+        @property
+        def memory_agent_key(self) -> str | None: ...
+        @property
+        def memory_namespace(self) -> str | None: ...
+        @property
+        def memory_exclude_fact_ids(self) -> tuple[int, ...]: ...
+        @property
+        def token_counter(self) -> TokenCounter: ...
+        def _owner_id(self) -> Any: ...
+        def _add_memory(self, window: ContextWindow) -> ContextWindow: ...
+        def _with_memory(
+            self,
+            max_tokens: int,
+            max_messages: int | None,
+            window_of: Callable[[int, int | None], ContextWindow],
+        ) -> ContextWindow: ...
+
+
+__all__ = [
+    "MEMORY_QUERY_MAX_CHARS",
+    "MEMORY_QUERY_PART_CHARS",
+    "MemoryBlock",
+    "memory_message",
+    "transaction_savepoint",
+    "turn_query",
+]
+
+logger = logging.getLogger("agentmemory.context")
+
+
+#: longest recall query made from the turn (characters): the newest human message comes
+#: first and is kept whole up to this length; the turn's tool calls and results after it
+#: fill the rest, each result cut to ``MEMORY_QUERY_PART_CHARS``
+MEMORY_QUERY_MAX_CHARS = 2_000
+
+
+MEMORY_QUERY_PART_CHARS = 300
+
+
+def _words_of(message: ChatMessage) -> str:
+    """What ``message`` says in words: its text, or for a message of parts the texts of its
+    text parts only (not the placeholders of its images or audio, "[image]")."""
+    if message.parts:
+        return PART_SEPARATOR.join(
+            p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip()
+        )
+    return message.text.strip()
+
+
+def turn_query(history: Sequence[ChatMessage]) -> str:
+    """The recall query of a window: the text of its newest human message, then what the
+    turn did after it (the AI messages' text, the names and arguments of their tool calls,
+    the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
+    history holds no human message. A message of parts gives the text of its text parts only:
+    an image-only question with nothing after it gives ``""`` (no recall), not "[image]".
+    Pure: reads nothing.
+
+    Args:
+        history: ``ContextWindow.history`` (oldest first).
+    """
+    start = None
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].role is Role.HUMAN:
+            start = index
+            break
+    if start is None:
+        return ""
+    parts = [_words_of(history[start])]
+    for message in history[start + 1 :]:
+        if message.role is Role.AI:
+            if message.text.strip():
+                parts.append(message.text.strip()[:MEMORY_QUERY_PART_CHARS])
+            for call in message.tool_calls:
+                arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+                parts.append(f"{call.name} {arguments}"[:MEMORY_QUERY_PART_CHARS])
+        elif message.role is Role.TOOL and message.text.strip():
+            parts.append(message.text.strip()[:MEMORY_QUERY_PART_CHARS])
+    return "\n".join(part for part in parts if part)[:MEMORY_QUERY_MAX_CHARS]
+
+
+def transaction_savepoint(alias: str) -> Any:
+    """A savepoint on ``alias`` when a transaction is open there (a failed statement then
+    rolls back to it and the transaction goes on), else nothing: no statement is added."""
+    from django.db import transaction
+
+    return transaction.atomic(using=alias) if connections[alias].in_atomic_block else nullcontext()
+
+
+def memory_message(text: str, items: int) -> ChatMessage:
+    """The system message that carries a memory block's ``text``, marked with
+    ``MEMORY_BLOCK_KEY`` (its value: the number of recalled ``items``)."""
+    return ChatMessage.system(text, metadata={MEMORY_BLOCK_KEY: items})
+
+
+class MemoryBlock:
+    """The memory block and the end of a build (``complete``), mixed into
+    ``ContextWindowBuilder``; every method runs on the builder."""
+
+    #: the sender of ``context_built``: ``ContextWindowBuilder``, for its subclasses too
+    signal_sender: ClassVar[type]
+
+    def complete(
+        self: _Builder,
+        max_tokens: int,
+        max_messages: int | None,
+        window_of: Callable[[int, int | None], ContextWindow],
+    ) -> ContextWindow:
+        """The window ``window_of(max_tokens, max_messages)`` makes (``_window``, or the
+        closing step's), with the memory block when ``memory_recall``; sends
+        ``context_built``."""
+        if self.memory_recall:
+            window = self._with_memory(max_tokens, max_messages, window_of)
+        else:
+            window = window_of(max_tokens, max_messages)
+        signals.context_built.send(
+            sender=self.signal_sender, conversation_id=self.conversation_id, window=window
+        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "context window of conversation %s: %s tokens (%s of memory), %s rows read, "
+                "%s messages uncovered",
+                self.conversation_id,
+                window.total_tokens,
+                window.memory_tokens,
+                window.rows_read,
+                window.uncovered.count,
+                extra={
+                    "context": {
+                        "conversation_id": self.conversation_id,
+                        "tokens": window.total_tokens,
+                        "max_tokens": window.max_tokens,
+                        "messages": len(window.messages),
+                        "rows_read": window.rows_read,
+                        "uncovered": window.uncovered.count,
+                        "uncovered_tokens": window.uncovered.tokens,
+                        "memory_tokens": window.memory_tokens,
+                        "memory_items": len(window.memory.items) if window.memory is not None else 0,
+                    }
+                },
+            )
+        return window
+
+    def _with_memory(
+        self: _Builder,
+        max_tokens: int,
+        max_messages: int | None,
+        window_of: Callable[[int, int | None], ContextWindow],
+    ) -> ContextWindow:
+        """The window built within ``max_tokens`` less the memory block's share
+        (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
+        not fit in less, then the memory block in what is left (``_add_memory``). When that
+        window leaves messages out or cuts the summary and the block takes less than its share (or does not
+        come), the window is built again within ``max_tokens`` less the block's tokens (the
+        block kept unless that window sends messages it shows): one more window read."""
+        reserved = int(max_tokens * app_settings().MEMORY_RECALL_SHARE)
+        window = None
+        if 0 < reserved < max_tokens:
+            try:
+                window = window_of(max_tokens - reserved, max_messages)
+            except ContextBudgetExceeded:
+                window = None  # the turn needs the block's share too: the block gets what is left
+        if window is None:
+            return self._add_memory(replace(window_of(max_tokens, max_messages), max_tokens=max_tokens))
+        sent = self._add_memory(replace(window, max_tokens=max_tokens))
+        cut = bool(window.uncovered) or "summary" in window.truncated
+        if not cut or sent.memory_tokens >= reserved:
+            return sent
+        # The block took less than its share (or did not come) while the window left history
+        # out or cut the summary: the window is built again within what the block took, so
+        # that the share is not lost, and keeps the block unless the wider window now sends
+        # what the block shows.
+        try:
+            wider = replace(window_of(max_tokens - sent.memory_tokens, max_messages), max_tokens=max_tokens)
+        except ContextBudgetExceeded:
+            return sent
+        if sent.memory is None:
+            return wider
+        seqs = {m.seq for m in wider.messages if m.seq is not None}
+        if any(i.conversation_id == self.conversation_id and seqs & set(i.seqs) for i in sent.memory.items):
+            return sent
+        return self._insert_memory(wider, sent.memory)
+
+    def _owner_id(self: _Builder) -> Any:
+        """Primary key of the conversation's owner (``None``: no owner), read once per
+        builder: from the ``Conversation`` given, else with one query."""
+        if self._memory_owner is self._UNSET:
+            conversation = self._conversation
+            if isinstance(conversation, Conversation):
+                self._memory_owner = conversation.owner_id
+            else:
+                self._memory_owner = (
+                    Conversation.objects.using(router.db_for_read(Conversation))
+                    .filter(pk=self.conversation_id)
+                    .values_list("owner_id", flat=True)
+                    .first()
+                )
+        return self._memory_owner
+
+    def _add_memory(self: _Builder, window: ContextWindow) -> ContextWindow:
+        """``window`` with the memory block after its summary, within the tokens the window
+        leaves of its ``max_tokens``; ``window`` itself when there is no room, no query, no
+        owner, nothing recalled, or the recall failed (logged: the model call goes on without
+        the block rather than fail the turn)."""
+        room = window.max_tokens - window.total_tokens
+        if room <= 0:
+            return window
+        query = self.memory_query if self.memory_query is not None else turn_query(window.history)
+        if not query.strip():
+            return window
+        owner = self._owner_id()
+        if owner is None:
+            return window
+        recall = hooks.memory_recall()  # agentmemory.recall.memory.recall_memory, connected when ready
+        seqs = tuple(m.seq for m in window.messages if m.seq is not None)
+        alias = router.db_for_read(Message)
+        # Inside a transaction a failed statement would abort it: recall in a savepoint.
+        guard = transaction_savepoint(alias)
+        try:
+            with guard:
+                block = recall(
+                    owner=owner,
+                    query=query,
+                    max_tokens=room,
+                    token_counter=self.token_counter,
+                    agent_key=self.memory_agent_key,
+                    fact_agent_key=self.memory_agent_key,
+                    namespace=self.memory_namespace,
+                    conversation_id=self.conversation_id,
+                    exclude_seqs=seqs,
+                    exclude_fact_ids=self.memory_exclude_fact_ids,
+                    using=alias,
+                )
+        except Exception:
+            logger.warning(
+                "memory recall failed for conversation %s; the window is sent without a memory block",
+                self.conversation_id,
+                exc_info=True,
+            )
+            return window
+        if block is None or not block.text:
+            return window
+        return self._insert_memory(window, block, room)
