@@ -81,7 +81,18 @@ def test_the_history_does_not_import_recall_and_the_builder_never_asks_for_a_com
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "foundation",
-        ("messages", "validation", "tokens", "conf", "exceptions", "signals", "broker", "formats", "llm"),
+        (
+            "messages",
+            "validation",
+            "tokens",
+            "conf",
+            "exceptions",
+            "signals",
+            "broker",
+            "formats",
+            "llm",
+            "routers",
+        ),
     ),
     ("models", ("models", "migrations")),
     ("store", ("store",)),
@@ -93,7 +104,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("compaction", "flush", "calls", "semantic", "tasks", "transfer", "deletion", "retention"),
     ),
     ("agent loop", ("agents", "closing")),
-    ("surfaces", ("api", "admin", "management", "replay", "checks", "apps", "routers")),
+    ("surfaces", ("api", "admin", "management", "replay", "checks", "apps")),
     ("integrations", ("contrib",)),
 ]
 
