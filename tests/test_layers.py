@@ -219,3 +219,8 @@ def test_no_import_runs_up_a_layer() -> None:
 def test_no_import_circle_spans_two_folders() -> None:
     spanning = [sorted(c) for c in circles(import_graph()) if len({folder(m) for m in c}) > 1]
     assert spanning == []
+
+
+def test_no_module_is_over_1000_lines() -> None:
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 1000}
+    assert long == {}

@@ -25,7 +25,6 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.db import router
 
-from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
 from agentmemory.context.fitting import (
@@ -41,7 +40,16 @@ from agentmemory.context.fitting import (
 from agentmemory.context.fitting import (
     MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
 )
-from agentmemory.context.gaps import _NO_SEQ, _derive_gap, _GapState
+from agentmemory.context.gaps import (
+    _NO_SEQ,
+    REASON_NO_COMPACTOR,
+    REASON_NOT_CLOSED,
+    REASON_NOT_REQUESTED,
+    REASON_SUMMARY_CUT,
+    _derive_gap,
+    _GapState,
+    report_left_out,
+)
 from agentmemory.context.memory import (  # noqa: F401  (re-exported)
     MEMORY_QUERY_MAX_CHARS,
     MEMORY_QUERY_PART_CHARS,
@@ -100,12 +108,6 @@ _HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
 
 #: what a builder does about stored messages left in neither the window nor the summary
 GAP_POLICIES = ("close", "report", "ignore")
-
-#: ``reason`` values of the ``messages_left_out`` signal
-REASON_NOT_CLOSED = "compaction did not cover them"
-REASON_NO_COMPACTOR = "no memory compactor"
-REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
-REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
 
 
 class ContextWindowBuilder(MemoryBlock):
@@ -560,28 +562,7 @@ class ContextWindowBuilder(MemoryBlock):
         return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
 
     def _report_left_out(self, window: ContextWindow, reason: str) -> None:
-        uncovered = window.uncovered
-        level = logging.INFO if reason == REASON_NOT_REQUESTED else logging.WARNING
-        logger.log(
-            level,
-            "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
-            "in neither the window nor the summary: %s",
-            self.conversation_id,
-            uncovered.count,
-            uncovered.tokens,
-            uncovered.seqs[0] if uncovered.seqs else "-",
-            uncovered.seqs[-1] if uncovered.seqs else "-",
-            reason,
-        )
-        signals.messages_left_out.send(
-            sender=ContextWindowBuilder,
-            conversation_id=self.conversation_id,
-            window=window,
-            uncovered=uncovered,
-            messages_removed=uncovered.count,
-            messages_remaining=len(window.history),
-            reason=reason,
-        )
+        report_left_out(ContextWindowBuilder, self.conversation_id, window, reason)
 
     def _summary(self, stored: SummaryRow | None) -> tuple[SummaryRow | None, str | None]:
         """The summary to send: ``(row, None)`` when its coverage is known, ``(None,

@@ -6,9 +6,12 @@ where the counters cannot say. No database access.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
-from agentmemory.context.window import NO_UNCOVERED, UncoveredMessages
+from agentmemory import signals
+from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
 from agentmemory.store.window import GapProbe
 
@@ -93,3 +96,39 @@ def _derive_gap(
     if count == 0:
         return NO_UNCOVERED
     return UncoveredMessages.from_span(count, tokens, lo, hi, frozenset(excluded))
+
+
+logger = logging.getLogger("agentmemory.context")
+
+#: ``reason`` values of the ``messages_left_out`` signal
+REASON_NOT_CLOSED = "compaction did not cover them"
+REASON_NO_COMPACTOR = "no memory compactor"
+REASON_NOT_REQUESTED = "compaction not requested (gap policy 'report')"
+REASON_SUMMARY_CUT = "the summary was left out to make room for the turn in progress"
+
+
+def report_left_out(sender: Any, conversation_id: int, window: ContextWindow, reason: str) -> None:
+    """Log what ``window`` leaves in neither itself nor the summary (INFO for gap policy
+    "report", else WARNING) and send ``messages_left_out`` from ``sender``."""
+    uncovered = window.uncovered
+    level = logging.INFO if reason == REASON_NOT_REQUESTED else logging.WARNING
+    logger.log(
+        level,
+        "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
+        "in neither the window nor the summary: %s",
+        conversation_id,
+        uncovered.count,
+        uncovered.tokens,
+        uncovered.seqs[0] if uncovered.seqs else "-",
+        uncovered.seqs[-1] if uncovered.seqs else "-",
+        reason,
+    )
+    signals.messages_left_out.send(
+        sender=sender,
+        conversation_id=conversation_id,
+        window=window,
+        uncovered=uncovered,
+        messages_removed=uncovered.count,
+        messages_remaining=len(window.history),
+        reason=reason,
+    )
