@@ -57,24 +57,8 @@ def recent_entries(memory: KnowledgeMemory, days: int = 7, limit: int = 50) -> l
 
 
 def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
-    """The block put into the system prompt, and the ids of the facts it shows (so that a
-    memory block recalled beside it does not repeat them)::
-
-        [Long-term Memory]
-        ## preferences
-        - Preferred language: Python
-
-        [Recent Memory]
-        - [2026-03-13 10:16] (context) Working on Project Atlas this week
-
-    Long-term memory holds the live persistent facts grouped by category (most important
-    first when they do not all fit); recent memory the newest ``max_context_entries``
-    transient entries, oldest first. The whole block stays within ``max_context_tokens``
-    by the configured token counter: an entry too long for the tokens left is skipped and
-    the next ones still fill the rest (one long fact never empties the block). A section
-    with nothing in it is left out, and an empty memory gives "". Reading never changes a
-    fact.
-    """
+    """``KnowledgeMemory.build_context_with_ids()``: the block put into the system prompt
+    and the ids of the facts it shows (the rules are written there)."""
     counter = get_token_counter()
     budget = memory.max_context_tokens
     now = timezone.now()
