@@ -108,7 +108,7 @@ def is_prompt(messages: list[Any], index: int) -> bool:
     """Whether ``messages[index]`` is the agent's system prompt: the first message, a system
     message that is neither the summary nor the memory block."""
     from agentmemory.conf import app_settings
-    from agentmemory.context.builder import MEMORY_BLOCK_KEY
+    from agentmemory.context.window import MEMORY_BLOCK_KEY
 
     message = messages[index]
     return (

@@ -283,21 +283,6 @@ def uninstall_normal_form(schema_editor: Any) -> None:
         _remake_sqlite_tables(schema_editor, normal_form=False)
 
 
-def install_message_index_without_pending_list(schema_editor: Any) -> None:
-    """PostgreSQL: the message GIN index without a pending list (``fastupdate = off``, as the
-    fact index is since migration 0017), and the entries already pending merged into it
-    (``gin_clean_pending_list``). Every search read the whole pending list, about 2 ms per
-    query word after a bulk import; an insert writes its entries into the index instead."""
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER INDEX agentmemory_msg_fts_idx SET (fastupdate = off)")
-        schema_editor.execute("SELECT gin_clean_pending_list('agentmemory_msg_fts_idx'::regclass)")
-
-
-def uninstall_message_index_without_pending_list(schema_editor: Any) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER INDEX agentmemory_msg_fts_idx SET (fastupdate = on)")
-
-
 def _remake_sqlite_tables(schema_editor: Any, *, normal_form: bool) -> None:
     for fts, table in SQLITE_TABLES:
         for suffix in ("ai", "ad", "au"):
