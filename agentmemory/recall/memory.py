@@ -42,6 +42,7 @@ from typing import Any
 from django.db import connections, router
 from django.utils import timezone
 
+from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.recall.text import query_words
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
@@ -328,10 +329,10 @@ def recall_memory(
         return int(counter.count_message(ChatMessage.system(render(body))))
 
     empty = block_cost([])
-    if max_tokens <= empty or not query_words(query):
+    words = query_words(query)
+    if max_tokens <= empty or not words:
         return None
     budget = max_tokens - empty
-    words = query_words(query)
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
 
     # 1. candidates: messages (with their scores) and facts
@@ -346,8 +347,6 @@ def recall_memory(
     )
     fact_hits: list[Any] = []
     if facts:
-        from agentmemory.knowledge import KnowledgeMemory
-
         memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
         skip = {int(pk) for pk in exclude_fact_ids}
         fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
