@@ -112,17 +112,21 @@ def report_left_out(sender: Any, conversation_id: int, window: ContextWindow, re
     "report", else WARNING) and send ``messages_left_out`` from ``sender``."""
     uncovered = window.uncovered
     level = logging.INFO if reason == REASON_NOT_REQUESTED else logging.WARNING
-    logger.log(
-        level,
-        "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
-        "in neither the window nor the summary: %s",
-        conversation_id,
-        uncovered.count,
-        uncovered.tokens,
-        uncovered.seqs[0] if uncovered.seqs else "-",
-        uncovered.seqs[-1] if uncovered.seqs else "-",
-        reason,
-    )
+    if logger.isEnabledFor(level):
+        # Guarded: the arguments cost more than the call when the level is off (gap policy
+        # "report" logs at INFO, off by default), which is every default build with a gap.
+        bounds = uncovered.seq_range
+        logger.log(
+            level,
+            "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
+            "in neither the window nor the summary: %s",
+            conversation_id,
+            uncovered.count,
+            uncovered.tokens,
+            bounds[0] if bounds else "-",
+            bounds[1] if bounds else "-",
+            reason,
+        )
     signals.messages_left_out.send(
         sender=sender,
         conversation_id=conversation_id,
