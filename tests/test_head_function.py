@@ -124,9 +124,11 @@ def test_the_function_gives_the_windows_the_statement_as_text_gives(
 @pytest.mark.postgres
 def test_the_gap_probe_goes_through_its_function() -> None:
     conv = _conversation()
-    ContextWindowBuilder(conv.pk).build(max_tokens=200)
+    # A window that starts after the call still waiting: the probe is asked about it (in
+    # the common case the head statement's rows say what the gap report needs).
+    ContextWindowBuilder(conv.pk).build(max_tokens=20)
     with CaptureQueriesContext(connection) as queries:
-        window = ContextWindowBuilder(conv.pk).build(max_tokens=200)
+        window = ContextWindowBuilder(conv.pk).build(max_tokens=20)
     name, _ = functions.body("default", functions.GAP)
     (probe,) = [q["sql"] for q in queries.captured_queries if name in q["sql"]]
     assert "::bigint[])" in probe  # the seqs asked about, in one array

@@ -61,6 +61,7 @@ HEAD_PARAMS: tuple[tuple[str, str], ...] = (
     ("max_page", "bigint"),
     ("tool", "text"),
     ("cap", "bigint"),
+    ("floor", "bigint"),
 )
 #: The gap probe's parameters (``agentmemory.store.window.read_gap_probe``); ``pending`` is
 #: the array of the seqs of the AI messages asked about.
