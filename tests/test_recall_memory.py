@@ -353,3 +353,38 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
         '[Wed 3 May 2023 · "Clubs"]',
         "[Tue 9 May 2023]",
     ]
+
+
+def test_a_conversation_answering_across_its_turns_ranks_above_a_stray_match() -> None:
+    """The conversation-level pass of ``rank_messages``: a conversation holding the question's
+    words across its turns (the session that answers) ranks its best turn above another
+    conversation's turn that matches two of the words at once and whose other turns repeat
+    one of them, which the turns' own scores and their sum favour."""
+    from agentmemory.recall.memory import rank_messages
+
+    user = UserFactory()
+    answer = stored(
+        user,
+        [
+            (None, "We finally went to the coast last weekend."),
+            (None, "Nice, how was it?"),
+            (None, "The kayak was wobbly at first."),
+            (None, "That sounds fun."),
+            (None, "Our guide Rosa knew every cove."),
+            (None, "What a great person."),
+        ],
+    )
+    stray = stored(
+        user,
+        [
+            (None, "My cousin booked a kayak tour with some friends from work, no idea where it was."),
+            (None, "Fun."),
+            (None, "He bought a kayak too."),
+            (None, "Cool."),
+        ],
+    )
+    for _ in range(3):  # other conversations, so that words have weights
+        stored(user, FILLER)
+    hits = rank_messages(owner=user, query="Who was the guide of my kayak tour on the coast?", k=10)
+    assert hits[0].conversation_id == answer.pk, [(h.conversation_id, h.content) for h in hits[:4]]
+    assert stray.pk in {h.conversation_id for h in hits}
