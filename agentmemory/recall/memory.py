@@ -13,7 +13,9 @@ into one delimited message of at most a given number of tokens.
 2. **What comes along.** Each message found brings the message before it (the question an
    answer needs) and the one after it (the reply); while the budget lasts, the messages two
    places away follow. Messages are raised for the weight of their conversation
-   (``CONVERSATION_WEIGHT``) and for a speaker the query names (``SPEAKER_WEIGHT``).
+   (``CONVERSATION_WEIGHT``), for their conversation's score as one document
+   (``conversation_scores``, ``DOCUMENT_WEIGHT``) and for a speaker the query names
+   (``SPEAKER_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
