@@ -46,7 +46,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.recall.text import STOP_WORDS, _words, query_words, search_text
+from agentmemory.recall.text import query_words, search_text
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
@@ -85,6 +85,8 @@ CONVERSATION_DECAY = 0.5
 DOCUMENT_WEIGHT = 1.0
 #: BM25's term-frequency saturation for those documents
 DOCUMENT_K1 = 1.2
+#: characters of a hit read for its conversation's score (bounds its cost: ``_stems_in``)
+DOCUMENT_CHARS = 2000
 #: a message said by someone the query names (the transcript's ``speaker``, one of the
 #: words of the name among the query's) scores this share more
 SPEAKER_WEIGHT = 0.3
@@ -514,11 +516,21 @@ def rank_messages(
     return ranked[: min(MAX_HITS, k)]
 
 
-def _stems(text: str) -> set[str]:
-    """The rough stems (``_stem``) of the words of ``text`` (its first ``MAX_READ_CHARS``
-    characters, in the normal form of the indexes), stop words left out."""
-    words = _words(search_text(text[:MAX_READ_CHARS]).lower())
-    return {_stem(word) for word in words if word not in STOP_WORDS}
+def _stems_in(text: str, wanted: Collection[str]) -> set[str]:
+    """Which of the rough stems ``wanted`` (``_stem`` of words) begin a word of ``text`` (its
+    first ``DOCUMENT_CHARS`` characters, in the normal form of the indexes): a stem of five
+    letters any word it begins, a shorter one (a whole short word) only that word. One
+    regular-expression scan, not a tokenisation of the text (100 hits of 8,000 characters
+    cost 330 ms tokenised, 78 ms scanned; at 2,000 characters about 20 ms)."""
+    if not wanted:
+        return set()
+    text = text[:DOCUMENT_CHARS]
+    text = (text if text.isascii() else search_text(text)).lower()
+    alternatives = "|".join(
+        re.escape(stem) + ("" if len(stem) >= 5 else r"(?!\w)")
+        for stem in sorted(wanted, key=len, reverse=True)
+    )
+    return {match[:5] for match in re.findall(rf"(?<!\w)(?:{alternatives})", text)} & set(wanted)
 
 
 def conversation_scores(hits: Sequence[Any], query: str) -> dict[int, float]:
@@ -537,7 +549,7 @@ def conversation_scores(hits: Sequence[Any], query: str) -> dict[int, float]:
     frequency: dict[int, dict[str, int]] = {}
     for hit in hits:
         counts = frequency.setdefault(hit.conversation_id, {})
-        for stem in _stems(hit.content) & wanted:
+        for stem in _stems_in(hit.content, wanted):
             counts[stem] = counts.get(stem, 0) + 1
     n = len(frequency)
     held: dict[str, int] = {}
