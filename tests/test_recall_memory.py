@@ -388,3 +388,12 @@ def test_a_conversation_answering_across_its_turns_ranks_above_a_stray_match() -
     hits = rank_messages(owner=user, query="Who was the guide of my kayak tour on the coast?", k=10)
     assert hits[0].conversation_id == answer.pk, [(h.conversation_id, h.content) for h in hits[:4]]
     assert stray.pk in {h.conversation_id for h in hits}
+
+
+def test_the_conversation_score_matches_whole_words_by_their_rough_stem() -> None:
+    """A query word counts in a hit's text where a word begins with its first five letters
+    ("adoption" finds "adopted"), a short word only as itself ("dog" not in "dogma"), any case."""
+    from agentmemory.recall.memory import _stems_in
+
+    assert _stems_in("Adopted from the shelter, a DOG.", {"adopt", "dog"}) == {"adopt", "dog"}
+    assert _stems_in("The dogma of hotdogs and readopting.", {"adopt", "dog"}) == set()
