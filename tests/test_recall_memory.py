@@ -397,3 +397,31 @@ def test_the_conversation_score_matches_whole_words_by_their_rough_stem() -> Non
 
     assert _stems_in("Adopted from the shelter, a DOG.", {"adopt", "dog"}) == {"adopt", "dog"}
     assert _stems_in("The dogma of hotdogs and readopting.", {"adopt", "dog"}) == set()
+
+
+def test_words_that_say_how_a_question_asks_are_not_searched_for() -> None:
+    """ "Do you remember what I mentioned about ...": a message that only repeats "remember"
+    and "mentioned" is not ranked above the one about the subject (``QUESTION_WORDS``); a
+    query made of such words only is still searched as written."""
+    from agentmemory.recall.memory import rank_messages
+
+    user = UserFactory()
+    stray = stored(
+        user,
+        [
+            (None, "I mentioned it twice, remember? I mentioned it and you said you would remember."),
+            (None, "Sorry."),
+        ],
+    )
+    subject = stored(
+        user,
+        [
+            (None, "We rented a kayak for the whole summer holiday with the kids at the lake."),
+            (None, "Nice."),
+        ],
+    )
+    for _ in range(3):
+        stored(user, FILLER)
+    hits = rank_messages(owner=user, query="Do you remember what I mentioned about the kayak?", k=10)
+    assert [h.conversation_id for h in hits] == [subject.pk, subject.pk]
+    assert rank_messages(owner=user, query="What did I mention?", k=10)[0].conversation_id == stray.pk

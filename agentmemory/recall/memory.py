@@ -46,7 +46,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.recall.text import query_words, search_text
+from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
@@ -480,7 +480,7 @@ def rank_messages(
     from agentmemory.recall import search_messages
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
-    hits = search_messages(query, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
+    hits = search_messages(searched_query(query), owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
     hits = [
         h
         for h in hits
@@ -575,6 +575,19 @@ def conversation_scores(hits: Sequence[Any], query: str) -> dict[int, float]:
         )
         for conversation, counts in frequency.items()
     }
+
+
+#: words of a question that say how it asks, not what it asks about ("Do you remember what I
+#: mentioned ..."): left out of the searched query when other words remain
+QUESTION_WORDS = frozenset({"ago", "mention", "mentioned", "remember", "tell"})
+
+
+def searched_query(query: str) -> str:
+    """What ``rank_messages`` searches for: ``query`` less its ``QUESTION_WORDS`` (whole
+    words, any case), unless that leaves no word but stop words to search."""
+    kept = [w for w in query.split() if re.sub(r"\W", "", w).lower() not in QUESTION_WORDS]
+    rest = " ".join(kept)
+    return rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
 
 
 def _named(metadata: Any, words: set[str]) -> float:
