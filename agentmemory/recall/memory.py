@@ -5,7 +5,8 @@ into one delimited message of at most a given number of tokens.
 
 1. **What is searched.** The stored messages of the owner's conversations (of ``agent_key``
    when given) through ``agentmemory.recall.search_messages`` (its neighbour scoring and
-   dates named in the query included), and the owner's live facts through
+   dates named in the query included; the query less ``QUESTION_WORDS``: ``searched_query``),
+   and the owner's live facts through
    ``KnowledgeMemory.recall`` in the scope ``fact_agent_key`` / ``namespace``. Another
    user's rows are never read. In the conversation being answered (``conversation_id``),
    the messages the window already sends (``exclude_seqs``) are left out; its older
