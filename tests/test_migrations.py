@@ -23,7 +23,6 @@ KNOWN_LIVE_IMPORTS = {
     "agentmemory/migrations/0003_longterm_fulltext.py",
     "agentmemory/migrations/0007_longterm_search_vector.py",
     "agentmemory/migrations/0017_fulltext_long_text.py",
-    "agentmemory/migrations/0021_window_read_functions.py",
     "agentmemory/migrations/0025_fulltext_normal_form.py",
     "agentmemory/contrib/langgraph/migrations/0001_initial.py",
 }
