@@ -353,3 +353,50 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
         '[Wed 3 May 2023 · "Clubs"]',
         "[Tue 9 May 2023]",
     ]
+
+
+def test_round_trips_are_pinned(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """One recall's statements: the message search (its ranking, which gives the candidates'
+    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours; the
+    hits), whether the fact scope holds a fact, the facts' ranking when it does, and one
+    read of the messages shown with their conversations' titles."""
+    user = UserFactory()
+    for n in range(3):
+        stored(user, [*FILLER, (None, f"The pottery class {n} is on Tuesday."), (None, "Noted.")])
+    search = 3 if connection.vendor == "postgresql" else 4
+    with django_assert_num_queries(search + 1 + 1):
+        block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
+    assert block is not None and not any(item.kind == "fact" for item in block.items)
+    KnowledgeMemory(user).remember("The pottery class moved to Thursday.")
+    facts = 1 if connection.vendor == "postgresql" else 2  # ranking and reading are one statement there
+    with django_assert_num_queries(search + 1 + facts + 1):
+        block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
+    assert block is not None and any(item.kind == "fact" for item in block.items)
+
+
+def test_each_line_and_heading_is_counted_once() -> None:
+    """The packing counts a message's line and a heading once, however many units try them
+    (a unit that does not fit is tried again later with fewer new lines)."""
+    user = UserFactory()
+    for n in range(4):
+        stored(
+            user,
+            [(None, f"Line {n}.{i}: the pottery class and the glaze were discussed.") for i in range(12)],
+            title=f"Chat {n}",
+            date=f"1:56 pm on {n + 1} May, 2023",
+        )
+    counted: list[str] = []
+    base = get_token_counter()
+
+    class Counting:
+        def count_text(self, text: str) -> int:
+            counted.append(text)
+            return int(base.count_text(text))
+
+        def count_message(self, message) -> int:  # type: ignore[no-untyped-def]
+            return int(base.count_message(message))
+
+    block = recall_memory(owner=user, query="pottery class glaze", max_tokens=400, token_counter=Counting())
+    assert block is not None and len(block.items) >= 2
+    single = [text for text in counted if "\n" not in text]  # lines, headings and facts
+    assert single and len(single) == len(set(single))
