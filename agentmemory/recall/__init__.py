@@ -394,7 +394,8 @@ def _pg_near(
         params.append(int(within))
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(SEARCHED_ROLES)])
-        return [(int(pk), int(c), int(q)) for pk, c, q in cursor.fetchall()]
+        rows: list[tuple[int, int, int]] = cursor.fetchall()  # bigint columns: ints already
+        return rows
 
 
 def _pg_array(values: Iterable[int]) -> str:

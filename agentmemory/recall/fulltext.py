@@ -514,15 +514,14 @@ def _pg_bm25(
     within_params = [] if conversation_id is None else [conversation_id]
     flags = ", ".join(f"(x.search_vector @@ {tsq})" for _ in words)
     kept = ", ".join(f"x.{column}" for column in columns[:-1])
-    parts, params = [], []
+    # the same statement for every word, its first parameter the word: compiled once
+    part, part_params = fenced(queryset, f"search_vector @@ {tsq}{within}", ["", *within_params], columns)
+    # a row found through several words is the same row: UNION keeps it once
+    one = f"SELECT {kept}, length(x.search_vector), {flags} FROM ({part} LIMIT {cap}) AS x"
+    sql = " UNION ".join([one] * len(words))
+    params = []
     for word in words:
-        part, part_params = fenced(
-            queryset, f"search_vector @@ {tsq}{within}", [word, *within_params], columns
-        )
-        # a row found through several words is the same row: UNION keeps it once
-        parts.append(f"SELECT {kept}, length(x.search_vector), {flags} FROM ({part} LIMIT {cap}) AS x")
-        params += [*words, *part_params]  # the flags come first in the text
-    sql = " UNION ".join(parts)
+        params += [*words, word, *part_params[1:]]  # the flags come first in the text
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

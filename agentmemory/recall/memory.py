@@ -558,6 +558,7 @@ def _read_lines(
     lines = {}
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
+    shown_dates: dict[tuple[datetime, Any], str] = {}
     for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
         heading = titles.get(conversation_id)
         if heading is None:
@@ -572,6 +573,11 @@ def _read_lines(
             if given not in dates:
                 dates[given] = session_date(dict(zip(TRANSCRIPT_DATE_KEYS, given, strict=True)), None)
             said_at = dates[given] or created_at
+        # equal instants in other zones may read differently: the zone is part of the key
+        moment = (said_at, said_at.tzinfo)
+        date = shown_dates.get(moment)
+        if date is None:
+            date = shown_dates[moment] = date_text(said_at)
         lines[(conversation_id, seq)] = _Line(
             conversation_id=conversation_id,
             seq=seq,
@@ -586,7 +592,7 @@ def _read_lines(
             said_at=said_at,
             score=0.0,
             title=heading,
-            date=date_text(said_at),
+            date=date,
         )
     return lines
 
@@ -634,7 +640,8 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     convert = getattr(field, "from_db_value", None)
     if convert is None:
         return rows
-    return [(*row[:5], convert(row[5], None, connection), *row[6:]) for row in rows]
+    # most messages have no metadata: their "{}" needs no parsing
+    return [(*row[:5], {} if row[5] == "{}" else convert(row[5], None, connection), *row[6:]) for row in rows]
 
 
 def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
