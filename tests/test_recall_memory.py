@@ -8,6 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agentmemory.conf import get_token_counter
 from agentmemory.history import PersistentChatHistory
@@ -16,6 +19,7 @@ from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import MemoryScopeError
 from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory, trimmed
+from agentmemory.tokens import TiktokenCounter
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -400,3 +404,17 @@ def test_each_line_and_heading_is_counted_once() -> None:
     assert block is not None and len(block.items) >= 2
     single = [text for text in counted if "\n" not in text]  # lines, headings and facts
     assert single and len(single) == len(set(single))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300), st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_shown_line_costs_tiktoken_at_least_one_token_a_word(raw: str, encoding: str) -> None:
+    """The packing passes over a unit that cannot fit at one token a word of its lines,
+    uncounted: tiktoken's pre-tokenizer never joins two words of a line (whose only
+    whitespace is single spaces) into one piece, and each piece is a token at least."""
+    try:
+        counter = TiktokenCounter(encoding)
+    except ImportError:
+        pytest.skip(f"{encoding} is not available offline")
+    line = f"user: {trimmed(raw, ['word'])}"
+    assert counter.count_text(line) >= len(line.split())

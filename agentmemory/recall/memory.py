@@ -314,6 +314,7 @@ def recall_memory(
     from agentmemory.messages import ChatMessage
     from agentmemory.models import Message
     from agentmemory.recall.scope import owner_id_of
+    from agentmemory.tokens import TiktokenCounter
 
     owner_id = owner_id_of(owner)
     if not isinstance(query, str):
@@ -399,6 +400,12 @@ def recall_memory(
     # and each heading is counted once (a unit that does not fit may be tried again later).
     line_costs: dict[tuple[int, int], int] = {}
     head_costs: dict[tuple[int, str, bool], int] = {}
+    # A unit that cannot fit even at its fewest possible tokens is passed over uncounted:
+    # with a tiktoken counter a line costs at least one token a word (its texts' only
+    # whitespace is single spaces, ``neutralised``; tiktoken's pre-tokenizer never joins two
+    # words in one piece, and each piece is at least one token). Most units tried once the
+    # block is nearly full are passed over so, instead of counting each of their lines.
+    floors = type(counter) is TiktokenCounter
 
     def line_cost(key: tuple[int, int]) -> int:
         cost = line_costs.get(key)
@@ -433,6 +440,8 @@ def recall_memory(
         conversation = unit.conversation_id
         new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
         if not new:
+            continue
+        if floors and estimate + sum(len(_line_text(lines[key]).split()) + 2 for key in new) > budget:  # type: ignore[index]
             continue
         cost = 0
         heads = set()
