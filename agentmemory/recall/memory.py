@@ -441,8 +441,12 @@ def recall_memory(
         new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
         if not new:
             continue
-        if floors and estimate + sum(len(_line_text(lines[key]).split()) + 2 for key in new) > budget:  # type: ignore[index]
-            continue
+        if floors:
+            fewest = estimate
+            for key in new:
+                fewest += len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
+            if fewest > budget:
+                continue
         cost = 0
         heads = set()
         names = set()
@@ -620,10 +624,11 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     connection = connections[using]
     quote = connection.ops.quote_name
     meta = Message._meta
-    column = {name: quote(str(meta.get_field(name).column)) for name in _LINE_FIELDS}
+    columns = {field.name: str(field.column) for field in meta.concrete_fields}
+    column = {name: quote(columns[name]) for name in _LINE_FIELDS}
     conversations = Conversation._meta
-    owner_column = quote(str(conversations.get_field("owner").column))
-    title, uuid = (quote(str(conversations.get_field(name).column)) for name in ("title", "uuid"))
+    of_conversation = {field.name: str(field.column) for field in conversations.concrete_fields}
+    owner_column, title, uuid = (quote(of_conversation[name]) for name in ("owner", "title", "uuid"))
     pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
     sql = (
         f"SELECT m.id, m.conversation_id, m.seq, m.role, m.opening, m.metadata, m.created_at, "
@@ -640,7 +645,7 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     )
     # the arrays as literals: psycopg's adaptation of a list cost ten times as much
     arrays = ["{" + ",".join(str(place[i]) for place in pairs) + "}" for i in (0, 1)]
-    params = [*arrays, int(owner_id), list(SHOWN_ROLES)]
+    params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
