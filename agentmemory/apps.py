@@ -15,7 +15,7 @@ class AgentMemoryConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_migrate, pre_delete
 
-        from agentmemory import calls, checks, closing, conf  # noqa: F401  (registers checks and receivers)
+        from agentmemory import calls, checks, closing, conf, recording, signals  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
         from agentmemory.context import hooks
         from agentmemory.deletion import delete_owned_conversations
@@ -34,6 +34,10 @@ class AgentMemoryConfig(AppConfig):
         hooks.connect_memory_recall(recall_memory)
         ModelCall.window_reader = calls.recorded_window
 
+        # Deleted conversations, messages and facts leave no copy in recorded model calls.
+        signals.memory_deleted.connect(
+            recording.redact_recorded_copies, dispatch_uid="agentmemory_redact_recorded_copies"
+        )
         # A user's conversations go first, under their row locks, so appends running while
         # the user is deleted cannot make the delete fail.
         pre_delete.connect(

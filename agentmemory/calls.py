@@ -108,6 +108,7 @@ class ChatCallRecorder:
         tools: Sequence[Mapping[str, Any]],
         tools_tokens: int,
         counter: TokenCounter,
+        knowledge_fact_ids: Sequence[int] = (),
     ) -> None:
         self.conversation_id = conversation_id
         self.owner_id = owner_id
@@ -117,11 +118,19 @@ class ChatCallRecorder:
         self.tools_digest = self._text(tools_text(tools)) if tools else ""
         self.tools_tokens = tools_tokens
         self.knowledge_tokens = 0
+        #: the facts the knowledge block shows and its length (characters) at the end of the
+        #: system prompt, so that deleting one removes the recorded copy
+        self.knowledge: dict[str, Any] = {}
         suffix = f"\n\n{knowledge_context}"
         if knowledge_context and system_prompt.endswith(suffix):
             whole = counter.count_message(ChatMessage.system(system_prompt))
             bare = counter.count_message(ChatMessage.system(system_prompt[: -len(suffix)]))
             self.knowledge_tokens = max(whole - bare, 0)
+            if knowledge_fact_ids:
+                self.knowledge = {
+                    "facts": sorted({int(pk) for pk in knowledge_fact_ids}),
+                    "chars": len(suffix),
+                }
         self.written: set[str] = set()
 
     def _text(self, text: str) -> str:
@@ -154,7 +163,10 @@ class ChatCallRecorder:
                 "digest": memory_digest,
                 "tokens": window.memory_tokens,
                 "items": memory.metadata[MEMORY_BLOCK_KEY],
+                "sources": memory_sources(window.memory),
             }
+        if self.knowledge and window.system_tokens:
+            changes["knowledge"] = self.knowledge
         changes.update(window_changes(window, stubbed=call.stubbed, omitted=call.omitted))
         new = [
             d
@@ -196,6 +208,22 @@ class ChatCallRecorder:
         if stored is not None:
             self.written.update(new)
         return stored
+
+
+def memory_sources(block: Any) -> dict[str, list[Any]]:
+    """What a memory block quoted: ``{"messages": [[conversation id, seq], ...], "facts":
+    [fact id, ...]}`` (``agentmemory.recording.redact_recorded_copies`` reads it)."""
+    items = getattr(block, "items", None) or ()
+    quoted = sorted(
+        {
+            (item.conversation_id, seq)
+            for item in items
+            if item.conversation_id is not None
+            for seq in item.seqs
+        }
+    )
+    facts = sorted({item.fact_id for item in items if item.fact_id is not None})
+    return {"messages": [list(pair) for pair in quoted], "facts": facts}
 
 
 def window_changes(

@@ -394,7 +394,8 @@ class PersistentChatHistory:
         using = router.db_for_write(Message)
         with transaction.atomic(using=using):
             conversations = Conversation.objects.using(using).filter(pk=self.conversation_id)
-            if not conversations.select_for_update().exists():
+            found = list(conversations.select_for_update().values_list("owner_id", flat=True))
+            if not found:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
             conversations.update(
                 summary=None,
@@ -409,6 +410,10 @@ class PersistentChatHistory:
             )
             Summary.objects.using(using).filter(conversation_id=self.conversation_id).delete()
             Message.objects.using(using).filter(conversation_id=self.conversation_id).delete()
+            if found[0] is not None:
+                signals.memory_deleted.send(
+                    Conversation, using=using, owner_ids=[found[0]], conversation_ids=[self.conversation_id]
+                )
 
     def pop(self) -> ChatMessage | None:
         """Delete the newest stored message and return it (``seq``, ``id`` and
@@ -437,7 +442,7 @@ class PersistentChatHistory:
                 conv = (
                     Conversation.objects.using(using)
                     .select_for_update()
-                    .only(*_LOCK_FIELDS, "summary_id")
+                    .only(*_LOCK_FIELDS, "summary_id", "owner_id")
                     .get(pk=self.conversation_id)
                 )
             except Conversation.DoesNotExist as exc:
@@ -477,6 +482,10 @@ class PersistentChatHistory:
                     )
             message = row.to_chat_message()
             Message.objects.using(using).filter(pk=row.pk).delete()
+            if conv.owner_id is not None:
+                signals.memory_deleted.send(
+                    Message, using=using, owner_ids=[conv.owner_id], messages=[(conv.pk, row.seq)]
+                )
             Conversation.objects.using(using).filter(pk=conv.pk).update(
                 message_count=max(conv.message_count - 1, 0),
                 human_message_count=max(conv.human_message_count - (row.role == Role.HUMAN), 0),

@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
+from agentmemory.signals import memory_deleted
 
 
 class MessageRole(models.TextChoices):
@@ -51,18 +52,18 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
         are deleted or unlinked first, as their foreign keys say.
         """
         with transaction.atomic(using=self.db):
-            pks = list(
-                self.model._default_manager.using(self.db)
-                .select_for_update()
-                .filter(pk__in=self.values("pk"))
-                .values_list("pk", flat=True)
-            )
+            locked = self.model._default_manager.using(self.db).select_for_update()
+            rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
+            pks = [pk for pk, _owner in rows]
             bulk = _delete_messages_in_bulk(self.db, pks)
             count, per_model = super().delete()
             per_model = dict(per_model)
             for label, n in bulk.items():
                 per_model[label] = per_model.get(label, 0) + n
                 count += n
+            owners = sorted({owner for _pk, owner in rows if owner is not None})
+            if owners:
+                memory_deleted.send(Conversation, using=self.db, owner_ids=owners, conversation_ids=pks)
             return count, per_model
 
 
@@ -593,6 +594,24 @@ class FactQuerySet(models.QuerySet["Fact"]):
         ``_`` and ``%`` are ordinary characters)."""
         return self.filter(owner_id=owner_id, agent_key=agent_key, namespace=namespace)
 
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete the facts with their history (``superseded_by`` cascades) and embeddings;
+        sends ``memory_deleted`` with every fact id gone, in the same transaction."""
+        with transaction.atomic(using=self.db):
+            if not memory_deleted.has_listeners(Fact):
+                return super().delete()
+            facts = Fact._base_manager.using(self.db)
+            rows = dict(facts.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
+            step = set(rows)
+            while step:  # the history each deleted fact takes with it
+                older = dict(facts.filter(superseded_by_id__in=step).values_list("pk", "owner_id"))
+                step = set(older) - set(rows)
+                rows.update(older)
+            result = super().delete()
+            owners = sorted(set(rows.values()))  # none: the receivers read nothing
+            memory_deleted.send(Fact, using=self.db, owner_ids=owners, fact_ids=sorted(rows))
+            return result
+
     def live(self, now: Any = None) -> FactQuerySet:
         """Facts in default recall: not superseded and not expired at ``now`` (query time)."""
         now = now or timezone.now()
@@ -701,6 +720,12 @@ class Fact(models.Model):
 
     def __str__(self) -> str:
         return f"fact {self.pk} ({self.category})"
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """Delete with its history and embeddings (see ``FactQuerySet.delete``)."""
+        using = using or router.db_for_write(Fact, instance=self)
+        result, self.pk = Fact.objects.using(using).filter(pk=self.pk).delete(), None  # as Model.delete()
+        return result
 
 
 class EmbeddingBase(models.Model):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, router
-from django.db.models import Subquery, Value
+from django.db.models import Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from agentmemory.conf import app_settings
@@ -45,6 +45,7 @@ __all__ = [
     "recorded_memory_tokens",
     "recorded_tools",
     "recording_enabled",
+    "redact_recorded_copies",
     "text_digest",
     "tools_text",
     "usage_scope",
@@ -227,6 +228,93 @@ def recorded_memory_tokens(call: ModelCall) -> int:
     """Tokens of the memory block ``call`` sent (0 when it sent none)."""
     memory = (call.window_changes or {}).get("memory")
     return int(memory.get("tokens") or 0) if isinstance(memory, Mapping) else 0
+
+
+# --------------------------------------------------------------------------- deleted memory
+
+#: what a recorded memory block reads once something it quoted was deleted
+MEMORY_BLOCK_REMOVED = "[memory block removed: a conversation, message or fact it quoted was deleted]"
+#: what replaces a recorded knowledge block once a fact it showed was deleted
+KNOWLEDGE_BLOCK_REMOVED = "[knowledge block removed: a fact it showed was deleted]"
+#: model calls read per round trip while looking for copies
+REDACT_BATCH = 2000
+
+
+def redact_recorded_copies(
+    sender: Any = None,
+    *,
+    using: str,
+    owner_ids: Sequence[int],
+    conversation_ids: Sequence[int] = (),
+    messages: Sequence[tuple[int, int]] = (),
+    fact_ids: Sequence[int] = (),
+    **kwargs: Any,
+) -> int:
+    """Remove the text of deleted memory from what recorded model calls keep.
+
+    A chat call's record keeps, beside references to its own conversation's messages, copies
+    of text from elsewhere: the memory block (messages of the owner's other conversations and
+    facts, ``window_changes["memory"]["sources"]``) and the knowledge block at the end of the
+    system prompt (facts, ``window_changes["knowledge"]``). When a conversation, a message or
+    a fact is deleted (the ``memory_deleted`` signal, sent in the deleting transaction), every
+    such copy in the calls of ``owner_ids`` that quoted it is replaced: a memory block by
+    ``MEMORY_BLOCK_REMOVED``, the knowledge block by ``KNOWLEDGE_BLOCK_REMOVED`` (the system
+    prompt before it is kept). Token counts stay what was sent. Deleting must mean the words
+    are gone wherever the app shows them (the admin's "Window sent", ``/model-calls/{id}/window/``),
+    as ``purge_conversations --blank-content`` does for a conversation's own texts.
+
+    Args:
+        using: the database alias of the delete.
+        owner_ids: owners of what was deleted (user ids).
+        conversation_ids: conversations deleted, or emptied by ``clear()``.
+        messages: (conversation id, seq) of single messages deleted.
+        fact_ids: facts deleted (history included).
+
+    Returns:
+        The number of recorded texts changed. Reads the calls of ``owner_ids`` that sent a
+        memory or knowledge block, ``REDACT_BATCH`` per round trip.
+    """
+    conversations = {int(pk) for pk in conversation_ids}
+    pairs = {(int(c), int(s)) for c, s in messages}
+    facts = {int(pk) for pk in fact_ids}
+    if not owner_ids or not (conversations or pairs or facts):
+        return 0
+    memory_texts: set[tuple[int, str]] = set()
+    knowledge_texts: dict[tuple[int, str], int] = {}
+    calls = (
+        ModelCall.objects.using(using)
+        .filter(owner_id__in=list(owner_ids))
+        .filter(Q(window_changes__has_key="memory") | Q(window_changes__has_key="knowledge"))
+        .values_list("conversation_id", "system_prompt_digest", "window_changes")
+    )
+    for conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
+        changes = changes if isinstance(changes, dict) else {}
+        memory = changes.get("memory")
+        memory = memory if isinstance(memory, dict) else {}
+        sources = memory.get("sources")
+        if isinstance(sources, dict) and memory.get("digest"):
+            quoted = sources.get("messages") or []
+            if any(
+                pair[0] in conversations or (pair[0], pair[1]) in pairs for pair in quoted
+            ) or facts.intersection(sources.get("facts") or ()):
+                memory_texts.add((conversation_id, memory["digest"]))
+        knowledge = changes.get("knowledge")
+        if isinstance(knowledge, dict) and system_digest and facts.intersection(knowledge.get("facts") or ()):
+            knowledge_texts[(conversation_id, system_digest)] = int(knowledge.get("chars") or 0)
+    changed = 0
+    texts = PromptText.objects.using(using)
+    for conversation_id, digest in sorted(memory_texts):
+        changed += texts.filter(conversation_id=conversation_id, digest=digest).update(
+            text=MEMORY_BLOCK_REMOVED
+        )
+    for (conversation_id, digest), chars in sorted(knowledge_texts.items()):
+        row = texts.filter(conversation_id=conversation_id, digest=digest).first()
+        if row is None or chars <= 0 or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED) or len(row.text) < chars:
+            continue
+        row.text = f"{row.text[:-chars]}\n\n{KNOWLEDGE_BLOCK_REMOVED}"
+        row.save(using=using, update_fields=["text"])
+        changed += 1
+    return changed
 
 
 USAGE_PROVIDER = UsageSource.PROVIDER.value

@@ -36,6 +36,14 @@
   embedder: ``agentmemory.contrib.pgvector`` copies the vectors stored before it was
   installed and reports with ``write``.
 
+- ``memory_deleted(sender=type, using: str, owner_ids: list[int], conversation_ids: list[int] = (),
+  messages: list[tuple[int, int]] = (), fact_ids: list[int] = ())`` (each list given only when it
+  has items) inside the transaction that deleted
+  stored memory: whole conversations (or every message of one, ``PersistentChatHistory.clear``),
+  single messages as (conversation id, seq) pairs (``pop``), facts with their history. The
+  copies of their text that recorded model calls of the same owners keep are removed from it
+  (``agentmemory.recording.redact_recorded_copies``).
+
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the
 same values in ``extra``).
@@ -51,3 +59,4 @@ compaction_finished = Signal()
 recall_searched = Signal()
 vectors_stored = Signal()
 recall_index_rebuilt = Signal()
+memory_deleted = Signal()

@@ -767,6 +767,7 @@ class BaseToolCallingAgent:
             agent_key=conversation.agent_key or self.AGENT_KEY,
             system_prompt=system_prompt,
             knowledge_context=injector.knowledge_context,
+            knowledge_fact_ids=injector.knowledge_fact_ids,
             tools=self.tool_schemas(),
             tools_tokens=self.tool_schemas_tokens(),
             counter=self.token_counter,
