@@ -13,7 +13,7 @@ class AgentMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from django.contrib.auth import get_user_model
-        from django.db.models.signals import post_migrate, pre_delete
+        from django.db.models.signals import pre_delete
 
         from agentmemory import calls, checks, closing, conf, recording, signals  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
@@ -24,7 +24,6 @@ class AgentMemoryConfig(AppConfig):
             memory,
             receivers,  # noqa: F401  (full-text index upkeep)
         )
-        from agentmemory.store.functions import install_after_migrate
 
         def recall_memory(**arguments):  # type: ignore[no-untyped-def]
             # looked up at each call, so a replaced ``recall_memory`` is the one used
@@ -43,6 +42,3 @@ class AgentMemoryConfig(AppConfig):
         pre_delete.connect(
             delete_owned_conversations, sender=get_user_model(), dispatch_uid="agentmemory_user_conversations"
         )
-        # PostgreSQL: the window's head statement as a server-side function, planned once
-        # per server session (agentmemory.store.functions).
-        post_migrate.connect(install_after_migrate, dispatch_uid="agentmemory_window_head_functions")

@@ -1,14 +1,15 @@
 """The window's head statement as a server-side function on PostgreSQL
-(``agentmemory.store.functions``): installed by ``migrate``, called once a connection has
-found it, the same rows as the statement sent as text, one query per build either way, and
-a database without it (or one that lost it) still answers."""
+(``agentmemory.store.functions``): created by a migration under a fixed name from the
+statement text frozen in it (the live statement's text), called once a connection has found
+it, the same rows as the statement sent as text, one query per build either way, and a
+database without it (or one that lost it) still answers."""
 
 from __future__ import annotations
 
 import uuid
+from io import StringIO
 
 import pytest
-from django.apps import apps
 from django.core.management import call_command
 from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -91,17 +92,82 @@ def _as_text(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(functions, "known", lambda raw, key: False)
 
 
+#: the migration that creates the functions, and the one before it
+FUNCTIONS_MIGRATION = "0027_window_read_functions_in_migration"
+BEFORE = "0026_message_fulltext_no_pending_list"
+
+
+def _make_again() -> None:
+    """Run the migration that creates the functions again (back one step, then forward)."""
+    call_command("migrate", "agentmemory", BEFORE, verbosity=0)
+    call_command("migrate", "agentmemory", verbosity=0)
+
+
+def _family() -> list[str]:
+    """Every ``agentmemory_window_...`` function on the database, as signatures."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE %s "
+            "AND p.pronamespace = ANY(current_schemas(false)::regnamespace[]) ORDER BY 1",
+            [r"agentmemory\_window\_%"],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
 @pytest.mark.postgres
-def test_migrate_installs_a_function_for_each_variant_of_the_head_statement_and_the_gap_probe() -> None:
+def test_the_migration_makes_a_function_for_each_variant_of_the_head_statement_and_the_gap_probe() -> None:
     with connection.cursor() as cursor:
         for key in functions.KEYS:
-            function = functions.signature("default", key)
+            function = functions.signature(key)
             cursor.execute("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)", [function])
             (source,) = cursor.fetchone()
-            _, body = functions.body("default", key)
-            assert body in source  # the statement the text path sends, parameters as $n
-    # Installing again (every ``migrate`` does) creates nothing and changes nothing.
-    assert functions.install("default") == []
+            # the statement the text path sends, parameters as $n: a release that changes it
+            # ships a migration that replaces the function
+            assert source == f" BEGIN RETURN QUERY {functions.body('default', key)}; END "
+    # under fixed names, and nothing else of the family
+    assert _family() == sorted(functions.names())
+    head_nu = "agentmemory_window_head_nu(bigint,text,bigint,bigint,bigint,bigint,text,bigint)"
+    assert functions.names()[0] == head_nu
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_drops_the_hash_named_functions_of_earlier_versions() -> None:
+    """Before the migration a ``post_migrate`` receiver installed them under names carrying a
+    hash of their text, one set per version; an upgraded install keeps only the five."""
+    call_command("migrate", "agentmemory", BEFORE, verbosity=0)
+    try:
+        assert _family() == []
+        with connection.cursor() as cursor:
+            for stale in ("agentmemory_window_head_pu_13a1ea15c63a", "agentmemory_window_gap_0123456789ab"):
+                cursor.execute(
+                    f"CREATE FUNCTION {stale}(bigint) RETURNS TABLE (c0 integer) LANGUAGE sql STABLE "
+                    "AS $$ SELECT 1 $$"
+                )
+        assert len(_family()) == 2
+    finally:
+        call_command("migrate", "agentmemory", verbosity=0)
+    assert _family() == sorted(functions.names())
+    connection.close()
+    conv = _conversation()
+    _windows(conv)
+    assert _called_function(conv)
+
+
+@pytest.mark.django_db(transaction=True)  # sqlmigrate: SQLite's schema editor outside a transaction
+def test_the_migration_runs_nothing_on_other_databases_and_the_builder_reads_as_before() -> None:
+    out = StringIO()
+    call_command("sqlmigrate", "agentmemory", FUNCTIONS_MIGRATION, stdout=out)
+    creates = out.getvalue().count("CREATE FUNCTION agentmemory_window_")
+    assert creates == (5 if connection.vendor == "postgresql" else 0)
+    backwards = StringIO()
+    call_command("sqlmigrate", "agentmemory", FUNCTIONS_MIGRATION, backwards=True, stdout=backwards)
+    drops = backwards.getvalue().count("DROP FUNCTION IF EXISTS agentmemory_window_")
+    assert drops == (5 if connection.vendor == "postgresql" else 0)
+    conv = _conversation()
+    window = ContextWindowBuilder(conv.pk).build(max_tokens=400)
+    assert window.messages[0].content == "You are terse."
+    assert [m.role.value for m in window.messages[1:3]] == ["human", "ai"]
 
 
 @pytest.mark.postgres
@@ -127,8 +193,8 @@ def test_the_gap_probe_goes_through_its_function() -> None:
     ContextWindowBuilder(conv.pk).build(max_tokens=200)
     with CaptureQueriesContext(connection) as queries:
         window = ContextWindowBuilder(conv.pk).build(max_tokens=200)
-    name, _ = functions.body("default", functions.GAP)
-    (probe,) = [q["sql"] for q in queries.captured_queries if name in q["sql"]]
+    name = functions.name(functions.GAP)
+    (probe,) = [q["sql"] for q in queries.captured_queries if f"{name}(" in q["sql"]]
     assert "::bigint[])" in probe  # the seqs asked about, in one array
     assert window.uncovered is not None and window.uncovered.count > 0
 
@@ -144,8 +210,7 @@ def test_a_connection_finds_the_function_with_its_first_build_and_calls_it_after
         ContextWindowBuilder(conv.pk, gap_policy="ignore").build(max_tokens=400)
     assert len(first) == len(second) == 1  # the probe rides on the head statement
     assert "to_regprocedure" in first[0]["sql"] and "UNION ALL" in first[0]["sql"]
-    name, _ = functions.body("default", (True, True))
-    assert second[0]["sql"].startswith(f"SELECT * FROM {name}(")
+    assert second[0]["sql"].startswith("SELECT * FROM agentmemory_window_head_pc(")
     assert f"{conv.pk}::bigint" in second[0]["sql"]  # logged with its values
 
 
@@ -158,13 +223,13 @@ def _called_function(conv: Conversation) -> bool:
 
 def _drop_functions() -> None:
     with connection.cursor() as cursor:
-        for key in functions.KEYS:
-            cursor.execute(f"DROP FUNCTION IF EXISTS {functions.signature('default', key)}")
+        for function in functions.names():
+            cursor.execute(f"DROP FUNCTION IF EXISTS {function}")
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_without_the_function_the_statement_is_sent_as_text_until_migrate_installs_it() -> None:
+def test_without_the_function_the_statement_is_sent_as_text_until_the_migration_makes_it_again() -> None:
     conv = _conversation()
     expected = _windows(conv)
     _drop_functions()
@@ -176,7 +241,7 @@ def test_without_the_function_the_statement_is_sent_as_text_until_migrate_instal
         # Found missing once: no probe and no call on this connection any more.
         assert "to_regprocedure" not in queries[0]["sql"] and functions.PREFIX not in queries[0]["sql"]
     finally:
-        call_command("migrate", "agentmemory", verbosity=0)  # post_migrate puts them back
+        _make_again()
     connection.close()
     _windows(conv)
     assert _called_function(conv)
@@ -192,16 +257,7 @@ def test_a_function_dropped_under_a_connection_that_uses_it_costs_no_window() ->
     try:
         assert _windows(conv) == expected  # outside a transaction: sent again as text
     finally:
-        call_command("migrate", "agentmemory", verbosity=0)
-
-
-def test_install_does_nothing_on_other_databases_and_the_builder_reads_as_before() -> None:
-    # On PostgreSQL the functions are there already (``migrate`` installed them).
-    assert functions.install("default") == []
-    conv = _conversation()
-    window = ContextWindowBuilder(conv.pk).build(max_tokens=400)
-    assert window.messages[0].content == "You are terse."
-    assert [m.role.value for m in window.messages[1:3]] == ["human", "ai"]
+        _make_again()
 
 
 @pytest.mark.postgres
@@ -212,7 +268,7 @@ def test_a_role_without_execute_on_the_function_sends_the_statement_as_text() ->
     conv = _conversation()
     expected = _windows(conv)
     role = f"agentmemory_reader_{uuid.uuid4().hex[:8]}"
-    heads = [functions.signature("default", key) for key in functions.KEYS]
+    heads = functions.names()
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE ROLE {role}")
         cursor.execute(f"GRANT USAGE ON SCHEMA {_schema()} TO {role}")
@@ -251,10 +307,12 @@ def _schema() -> str:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_column_type_changed_under_the_function_costs_no_window_and_migrate_remakes_it() -> None:
-    """A migration that changes the type of a column the head statement returns leaves the
-    statement's text, so the function's name, as it was; the function's declared result
-    types no longer match ("structure of query does not match function result type")."""
+def test_a_column_type_changed_under_the_function_costs_no_window() -> None:
+    """A column the head statement returns changed type (a migration that does so replaces
+    the functions too; one that forgot, or a hand-made ``ALTER``): the function's declared
+    result types no longer match ("structure of query does not match function result
+    type"), and the statements are sent as text, on the connection that called it and on a
+    new one, until the types match again."""
     conv = _conversation()
     expected = _windows(conv)
     assert _called_function(conv)
@@ -268,24 +326,12 @@ def test_a_column_type_changed_under_the_function_costs_no_window_and_migrate_re
     try:
         # Under a connection that calls it: sent as text from then on.
         assert _windows(conv) == expected and not _called_function(conv)
-        # After a ``flush`` (``post_migrate`` without a plan) it is left as it is; after the
-        # ``migrate`` that ran the migration (with its plan) it is made again, with the new types.
-        config = apps.get_app_config("agentmemory")
-        head = functions.signature("default", (True, True))
-        declared = "SELECT pg_get_function_result(to_regprocedure(%s))"
-        with connection.cursor() as cursor:
-            cursor.execute(declared, [head])
-            before = cursor.fetchone()[0]
-            functions.install_after_migrate(config, using="default")
-            cursor.execute(declared, [head])
-            assert cursor.fetchone()[0] == before
-        functions.install_after_migrate(config, using="default", plan=[(config.name, False)])
+        # A new connection finds it, fails to use it once, and sends the statements as text.
         connection.close()
-        assert _windows(conv) == expected and _called_function(conv)
+        assert _windows(conv) == expected and not _called_function(conv)
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"ALTER TABLE agentmemory_message ALTER COLUMN name TYPE {original}")
-        functions.install("default")
     connection.close()
     assert _windows(conv) == expected and _called_function(conv)
 
@@ -306,14 +352,14 @@ def test_a_function_dropped_under_a_connection_inside_a_transaction_fails_that_w
         with transaction.atomic():
             assert _windows(conv) == expected
     finally:
-        call_command("migrate", "agentmemory", verbosity=0)
+        _make_again()
 
 
 def _installed() -> list[str | None]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT to_regprocedure(f)::text FROM unnest(%s::text[]) WITH ORDINALITY AS t(f, n) ORDER BY n",
-            [functions.names("default")],
+            [functions.names()],
         )
         return [row[0] for row in cursor.fetchall()]
 
@@ -321,11 +367,12 @@ def _installed() -> list[str | None]:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_migrating_to_zero_drops_the_functions_and_forward_makes_them_again() -> None:
-    assert len(set(functions.names("default"))) == 5
+    assert len(set(functions.names())) == 5
     assert all(_installed())
     try:
         call_command("migrate", "agentmemory", "zero", verbosity=0)
         assert _installed() == [None] * 5  # none left behind reading tables that are gone
+        assert _family() == []
     finally:
         # every app: going to zero also unapplied the apps that depend on agentmemory's
         # migrations (agentmemory.contrib.langgraph), whose tables later tests use

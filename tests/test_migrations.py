@@ -16,17 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MIGRATIONS = sorted((ROOT / "agentmemory").glob("**/migrations/0*.py"))
 #: the app's own packages: code a migration must not import (other migrations excepted)
 LIVE = ("agentmemory", "project", "tests")
-#: migrations written before the rule that still import the app's code (SQL of full-text
-#: indexes and window functions); each one rewritten with its SQL frozen in it comes off this
-#: list, and the strict xfail makes the test fail until it does
-KNOWN_LIVE_IMPORTS = {
-    "agentmemory/migrations/0003_longterm_fulltext.py",
-    "agentmemory/migrations/0007_longterm_search_vector.py",
-    "agentmemory/migrations/0017_fulltext_long_text.py",
-    "agentmemory/migrations/0021_window_read_functions.py",
-    "agentmemory/migrations/0025_fulltext_normal_form.py",
-    "agentmemory/contrib/langgraph/migrations/0001_initial.py",
-}
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -73,18 +62,6 @@ def test_the_rule_tells_live_code_from_libraries(tmp_path: Path) -> None:
     assert "uuid" in sys.stdlib_module_names
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            path,
-            id=str(path.relative_to(ROOT)),
-            marks=[pytest.mark.xfail(strict=True, reason="imports the app's code (see KNOWN_LIVE_IMPORTS)")]
-            if str(path.relative_to(ROOT)) in KNOWN_LIVE_IMPORTS
-            else [],
-        )
-        for path in MIGRATIONS
-    ],
-)
+@pytest.mark.parametrize("path", MIGRATIONS, ids=[str(path.relative_to(ROOT)) for path in MIGRATIONS])
 def test_a_migration_imports_no_live_app_code(path: Path) -> None:
     assert live_imports(path) == []

@@ -6,7 +6,10 @@ Deselected on databases without it (SQLite, PostgreSQL without pgvector): there 
 
 from __future__ import annotations
 
+import importlib.util
 import io
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -14,7 +17,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentmemory.contrib.pgvector.indexes import hnsw_index_name
+from agentmemory.contrib.pgvector.indexes import hnsw_index_name, index_migration
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
@@ -73,12 +76,32 @@ def test_new_messages_get_pgvector_rows_and_rank_like_exact_cosine(
         )
 
 
+def _migration(tmp_path: Path, model: str, dimensions: int) -> Any:
+    """The module of the migration ``pgvector_index_migration`` writes for ``model``."""
+    path = tmp_path / "0002_hnsw.py"
+    path.write_text(index_migration(model, dimensions, dependencies=[("tests", "0001_initial")]))
+    spec = importlib.util.spec_from_file_location("hnsw_migration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _index_exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [name])
+        return cursor.fetchone() is not None
+
+
 def test_the_hnsw_index_matches_the_query_the_backend_sends(
-    embedding_settings, django_capture_on_commit_callbacks
+    embedding_settings, django_capture_on_commit_callbacks, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    name = hnsw_index_name("msg", "stub-embedder", 16)
+    migration = _migration(tmp_path, "stub-embedder", 16)
+    with connection.schema_editor() as editor:  # what `migrate` runs
+        migration.create_indexes(None, editor)
     alice = UserFactory()
     _store(alice, _texts(300), django_capture_on_commit_callbacks)
-    name = hnsw_index_name(MessageVector, "stub-embedder", 16)
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
         (definition,) = cursor.fetchone()
@@ -137,3 +160,65 @@ def test_rebuild_recall_index_copies_vectors_stored_before_the_app(embedding_set
     assert "pgvector: 1 vectors copied (stub-embedder)" in out.getvalue()
     (row,) = FactVector.objects.all()
     assert list(row.vector) == pytest.approx(embedder.embed(["Owns a grey cat"])[0], abs=1e-6)
+
+
+def test_storing_vectors_makes_no_index_and_rebuild_names_the_missing_ones(
+    embedding_settings, django_capture_on_commit_callbacks, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """DDL lives in migrations: a request that stores vectors of a model without an index
+    creates none (its searches scan the rows, exactly), and ``rebuild_recall_index`` says
+    which migration to generate; after it, the index is there and nothing is missing."""
+    alice = UserFactory()
+    _store(alice, _texts(20), django_capture_on_commit_callbacks)
+    name = hnsw_index_name("msg", "stub-embedder", 16)
+    assert not _index_exists(name)
+    hits = search_messages("apple mango", owner=alice, k=5, backend=PgVectorBackend(StubEmbedder()))
+    exact = search_messages("apple mango", owner=alice, k=5, backend=EmbeddingBackend(StubEmbedder()))
+    assert [h.message_id for h in hits] == [h.message_id for h in exact]
+    out = io.StringIO()
+    call_command("rebuild_recall_index", "--skip-embeddings", stdout=out)  # full-text only
+    call_command("rebuild_recall_index", stdout=out)
+    assert (
+        "no HNSW index of 'stub-embedder' (16 dimensions) on agentmemory_pgvector_messagevector"
+        in out.getvalue()
+    )
+    assert "pgvector_index_migration" in out.getvalue()
+    migration = _migration(tmp_path, "stub-embedder", 16)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # rows stored in this test's transaction
+    with connection.schema_editor() as editor:
+        migration.create_indexes(None, editor)
+    assert _index_exists(name)
+    out = io.StringIO()
+    call_command("rebuild_recall_index", stdout=out)
+    assert "no HNSW index" not in out.getvalue()
+    with connection.schema_editor() as editor:
+        migration.drop_indexes(None, editor)
+    assert not _index_exists(name)
+
+
+def test_the_command_writes_the_migration_for_the_configured_embedder(embedding_settings) -> None:  # type: ignore[no-untyped-def]
+    from django.core.management.base import CommandError
+    from django.db.migrations.loader import MigrationLoader
+
+    out = io.StringIO()
+    call_command("pgvector_index_migration", "agentmemory", "--dry-run", stdout=out)
+    (leaf,) = MigrationLoader(None, ignore_no_migrations=True).graph.leaf_nodes("agentmemory")
+    # the model of AGENTMEMORY["EMBEDDER"] and the length of the vectors it returns
+    assert out.getvalue().strip() == index_migration("stub-embedder", 16, dependencies=[leaf]).strip()
+    out = io.StringIO()
+    call_command(
+        "pgvector_index_migration",
+        "agentmemory",
+        "--dry-run",
+        "--embedding-model",
+        "e5",
+        "--dimensions",
+        "8",
+        stdout=out,
+    )
+    assert out.getvalue().strip() == index_migration("e5", 8, dependencies=[leaf]).strip()
+    with pytest.raises(CommandError, match="no installed app"):
+        call_command("pgvector_index_migration", "nosuchapp", "--dry-run")
+    with pytest.raises(CommandError, match="1 to 2,000 dimensions"):
+        call_command("pgvector_index_migration", "agentmemory", "--dry-run", "--dimensions", "4000")

@@ -4,6 +4,7 @@ on SQLite (FTS5) and PostgreSQL (tsvector with a GIN index)."""
 from __future__ import annotations
 
 import pytest
+from django.apps import apps
 from django.db import connection
 from django.test import override_settings
 
@@ -142,6 +143,22 @@ def test_full_text_index_follows_edits_and_deletes() -> None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM agentmemory_message_fts_docsize")
             assert cursor.fetchone()[0] == 0
+
+
+@pytest.mark.sqlite
+def test_migrate_leaves_every_sqlite_full_text_index_with_its_triggers() -> None:
+    """Django's SQLite schema editor rebuilds a table to alter it and the triggers go with the
+    old table: the migration that does so must make them again (nothing repairs them after
+    ``migrate``)."""
+    indexes = ["agentmemory_fact_fts", "agentmemory_message_fts"]
+    if apps.is_installed("agentmemory.contrib.langgraph"):
+        indexes.append("agentmemory_langgraph_storeitem_fts")
+    expected = {name for fts in indexes for name in (fts, f"{fts}_ai", f"{fts}_ad", f"{fts}_au")}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
+        names = {row[0] for row in cursor.fetchall()}
+    assert expected <= names
+    assert fulltext.ensure_sqlite_fulltext() is False  # nothing to repair
 
 
 @pytest.mark.sqlite

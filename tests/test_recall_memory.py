@@ -418,3 +418,75 @@ def test_a_shown_line_costs_tiktoken_at_least_one_token_a_word(raw: str, encodin
         pytest.skip(f"{encoding} is not available offline")
     line = f"user: {trimmed(raw, ['word'])}"
     assert counter.count_text(line) >= len(line.split())
+
+
+def test_a_conversation_answering_across_its_turns_ranks_above_a_stray_match() -> None:
+    """The conversation-level pass of ``rank_messages``: a conversation holding the question's
+    words across its turns (the session that answers) ranks its best turn above another
+    conversation's turn that matches two of the words at once and whose other turns repeat
+    one of them, which the turns' own scores and their sum favour."""
+    from agentmemory.recall.memory import rank_messages
+
+    user = UserFactory()
+    answer = stored(
+        user,
+        [
+            (None, "We finally went to the coast last weekend."),
+            (None, "Nice, how was it?"),
+            (None, "The kayak was wobbly at first."),
+            (None, "That sounds fun."),
+            (None, "Our guide Rosa knew every cove."),
+            (None, "What a great person."),
+        ],
+    )
+    stray = stored(
+        user,
+        [
+            (None, "My cousin booked a kayak tour with some friends from work, no idea where it was."),
+            (None, "Fun."),
+            (None, "He bought a kayak too."),
+            (None, "Cool."),
+        ],
+    )
+    for _ in range(3):  # other conversations, so that words have weights
+        stored(user, FILLER)
+    hits = rank_messages(owner=user, query="Who was the guide of my kayak tour on the coast?", k=10)
+    assert hits[0].conversation_id == answer.pk, [(h.conversation_id, h.content) for h in hits[:4]]
+    assert stray.pk in {h.conversation_id for h in hits}
+
+
+def test_the_conversation_score_matches_whole_words_by_their_rough_stem() -> None:
+    """A query word counts in a hit's text where a word begins with its first five letters
+    ("adoption" finds "adopted"), a short word only as itself ("dog" not in "dogma"), any case."""
+    from agentmemory.recall.memory import _stems_in
+
+    assert _stems_in("Adopted from the shelter, a DOG.", {"adopt", "dog"}) == {"adopt", "dog"}
+    assert _stems_in("The dogma of hotdogs and readopting.", {"adopt", "dog"}) == set()
+
+
+def test_words_that_say_how_a_question_asks_are_not_searched_for() -> None:
+    """ "Do you remember what I mentioned about ...": a message that only repeats "remember"
+    and "mentioned" is not ranked above the one about the subject (``QUESTION_WORDS``); a
+    query made of such words only is still searched as written."""
+    from agentmemory.recall.memory import rank_messages
+
+    user = UserFactory()
+    stray = stored(
+        user,
+        [
+            (None, "I mentioned it twice, remember? I mentioned it and you said you would remember."),
+            (None, "Sorry."),
+        ],
+    )
+    subject = stored(
+        user,
+        [
+            (None, "We rented a kayak for the whole summer holiday with the kids at the lake."),
+            (None, "Nice."),
+        ],
+    )
+    for _ in range(3):
+        stored(user, FILLER)
+    hits = rank_messages(owner=user, query="Do you remember what I mentioned about the kayak?", k=10)
+    assert [h.conversation_id for h in hits] == [subject.pk, subject.pk]
+    assert rank_messages(owner=user, query="What did I mention?", k=10)[0].conversation_id == stray.pk

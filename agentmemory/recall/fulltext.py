@@ -1,14 +1,19 @@
 """Full-text indexes of facts and messages, per database, and the queries that use them.
 
-- PostgreSQL: a stored generated column ``search_vector`` (``to_tsvector('english',
-  content)``, kept by the database on every insert and update) with a GIN index on the fact
-  and message tables. Ranking is BM25 over the query's words (each word's weight from how
-  many rows of the searched scope hold it), which ``ts_rank`` lacks.
+- PostgreSQL: a stored generated column ``search_vector`` (``agentmemory_tsvector(content)``:
+  ``to_tsvector('english', ...)`` of its normal form, kept by the database on every insert and
+  update) with a GIN index on the fact and message tables. Ranking is BM25 over the query's
+  words (each word's weight from how many rows of the searched scope hold it), which
+  ``ts_rank`` lacks.
 - SQLite: FTS5 tables with external content (``agentmemory_fact_fts``,
   ``agentmemory_message_fts``, Porter stemming) kept in step by triggers, so an insert, an edit
   and a delete (a forget, a cascade from a deleted user or conversation) reach the index in the
-  same transaction. A table rebuilt by a later migration loses its triggers; a ``post_migrate``
-  receiver puts them back and rebuilds the index (``ensure_sqlite_fulltext``).
+  same transaction. Django's SQLite schema editor rebuilds a table to alter it, and the
+  triggers go with the old table: a migration that alters ``agentmemory_fact`` or
+  ``agentmemory_message`` on SQLite makes them again itself (as 0025 does, after the last
+  such rebuild; ``tests/test_recall.py`` checks that ``migrate`` leaves them in place).
+  ``ensure_sqlite_fulltext`` puts back triggers found missing and indexes the rows again:
+  a repair of data, which ``manage.py rebuild_recall_index`` runs.
 - Any other database: a word match over the content (correct, not indexed).
 
 Every index sees the content in the normal form of ``agentmemory.recall.text.search_text``
@@ -30,7 +35,6 @@ from django.db import connections
 from django.db.models import F, Q, QuerySet
 
 from agentmemory.recall.text import (
-    OPTIONAL_MARKS_CLASS,
     literal_words,
     query_words,
     search_text,
@@ -50,15 +54,12 @@ SQLITE_TABLES = (
 SQLITE_SEARCH_TEXT = "agentmemory_search_text"
 
 
-def _sqlite_statements(fts: str, table: str, *, normal_form: bool = True) -> list[str]:
-    """The FTS5 table of ``table`` and its triggers. ``normal_form``: the index holds
-    ``search_text`` of the content and keeps combining marks in words (migration 0025);
-    without it, the content as stored, marks splitting words (before 0025)."""
-    if normal_form:
-        tokenize = "\"porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'\""
-        new, old = f"{SQLITE_SEARCH_TEXT}(new.content)", f"{SQLITE_SEARCH_TEXT}(old.content)"
-    else:
-        tokenize, new, old = "'porter unicode61 remove_diacritics 2'", "new.content", "old.content"
+def _sqlite_statements(fts: str, table: str) -> list[str]:
+    """The FTS5 table of ``table`` and its triggers, as migration 0025 makes them: the index
+    holds ``search_text`` of the content and keeps combining marks in words. For the repair
+    of ``ensure_sqlite_fulltext``; the migrations hold their own copies."""
+    tokenize = "\"porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'\""
+    new, old = f"{SQLITE_SEARCH_TEXT}(new.content)", f"{SQLITE_SEARCH_TEXT}(old.content)"
     return [
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(content, content='{table}', "
         f"content_rowid='id', tokenize={tokenize})",
@@ -92,42 +93,6 @@ def register_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> No
         connection.connection.create_function(SQLITE_SEARCH_TEXT, 1, _sqlite_search_text, deterministic=True)
 
 
-def _pg_statements(concurrently: bool = False) -> list[str]:
-    how = "CONCURRENTLY " if concurrently else ""
-    return [
-        f"CREATE INDEX {how}IF NOT EXISTS agentmemory_fact_fts_idx ON agentmemory_fact "
-        f"USING gin (to_tsvector('{PG_CONFIG}'::regconfig, COALESCE((content)::text, '')))",
-        f"CREATE INDEX {how}IF NOT EXISTS agentmemory_msg_fts_idx ON agentmemory_message "
-        f"USING gin (to_tsvector('{PG_CONFIG}'::regconfig, COALESCE((content)::text, '')))",
-    ]
-
-
-def install(schema_editor: Any) -> None:
-    """Create the full-text indexes for the schema editor's database (migration step)."""
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        for sql in _pg_statements():
-            schema_editor.execute(sql)
-    elif vendor == "sqlite":
-        for fts, table in SQLITE_TABLES:
-            for sql in _sqlite_statements(fts, table):
-                schema_editor.execute(sql)
-            _sqlite_fill(schema_editor.execute, fts, table)
-
-
-def uninstall(schema_editor: Any) -> None:
-    """Drop what ``install`` created (migration reversal)."""
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        schema_editor.execute("DROP INDEX IF EXISTS agentmemory_fact_fts_idx")
-        schema_editor.execute("DROP INDEX IF EXISTS agentmemory_msg_fts_idx")
-    elif vendor == "sqlite":
-        for fts, _table in SQLITE_TABLES:
-            for suffix in ("ai", "ad", "au"):
-                schema_editor.execute(f"DROP TRIGGER IF EXISTS {fts}_{suffix}")
-            schema_editor.execute(f"DROP TABLE IF EXISTS {fts}")
-
-
 def ensure_sqlite_fulltext(using: str = "default") -> bool:
     """Put back FTS5 triggers that a table rebuild dropped and rebuild that index; True when
     something was repaired. A no-op on other databases or before the tables exist."""
@@ -150,150 +115,11 @@ def ensure_sqlite_fulltext(using: str = "default") -> bool:
     return repaired
 
 
-def _pg_stored_statements() -> list[str]:
-    statements = []
-    for table, index in (
-        ("agentmemory_fact", "agentmemory_fact_fts_idx"),
-        ("agentmemory_message", "agentmemory_msg_fts_idx"),
-    ):
-        statements += [
-            f"DROP INDEX IF EXISTS {index}",
-            f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS search_vector tsvector GENERATED ALWAYS AS "
-            f"(to_tsvector('{PG_CONFIG}'::regconfig, COALESCE((content)::text, ''))) STORED",
-            f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING gin (search_vector)",
-        ]
-    return statements
-
-
-def install_stored_vectors(schema_editor: Any) -> None:
-    """PostgreSQL: replace the expression indexes by a stored ``search_vector`` column with a
-    GIN index (ranking reads the stored vector instead of parsing every matching row again).
-    Adding the column rewrites the tables once."""
-    if schema_editor.connection.vendor == "postgresql":
-        for sql in _pg_stored_statements():
-            schema_editor.execute(sql)
-
-
-def uninstall_stored_vectors(schema_editor: Any) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        for table in ("agentmemory_fact", "agentmemory_message"):
-            schema_editor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector")
-        for sql in _pg_statements():
-            schema_editor.execute(sql)
-
-
 #: characters of a text indexed when the whole text would make a ``tsvector`` over
-#: PostgreSQL's 1 MB limit (at most about 6 bytes of ``tsvector`` a character: 600 KB)
+#: PostgreSQL's 1 MB limit (migration 0017's ``agentmemory_tsvector``)
 PG_LONG_TEXT_CHARS = 100_000
-#: the function of the stored ``search_vector`` columns (from migration 0017)
+#: the function of the stored ``search_vector`` columns (migrations 0017 and 0025 hold it)
 PG_TSVECTOR_FUNCTION = "agentmemory_tsvector"
-
-
-def _pg_normal_form(expression: str) -> str:
-    """SQL for ``search_text`` of ``expression``: what Python's ``unicodedata`` does,
-    with PostgreSQL's ``normalize`` (UTF-8 databases). ASCII text is its own normal form and
-    skips the work (about a third of the cost of indexing an English message)."""
-    unfolded = f"regexp_replace(normalize({expression}, NFKD), '{OPTIONAL_MARKS_CLASS}', '', 'g')"
-    return f"CASE WHEN {expression} ~ '^[[:ascii:]]*$' THEN {expression} ELSE normalize({unfolded}, NFC) END"
-
-
-def _pg_long_text_statements(*, normal_form: bool = False) -> list[str]:
-    """The ``agentmemory_tsvector`` function and the stored columns computed by it.
-    ``normal_form``: the text indexed is ``search_text`` of the content (migration 0025; on a
-    UTF-8 database only, the only encoding ``normalize`` works in); without it the content as
-    stored (migration 0017)."""
-    body, head = "COALESCE(body, '')", f"left(body, {PG_LONG_TEXT_CHARS})"
-    if normal_form:
-        body, head = _pg_normal_form(body), _pg_normal_form(head)
-    function = (
-        f"CREATE OR REPLACE FUNCTION {PG_TSVECTOR_FUNCTION}(body text) RETURNS tsvector "
-        "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$ "
-        f"BEGIN RETURN to_tsvector('{PG_CONFIG}'::regconfig, {body}); "
-        "EXCEPTION WHEN program_limit_exceeded THEN "
-        f"RETURN to_tsvector('{PG_CONFIG}'::regconfig, {head}); END $$"
-    )
-    statements = [function]
-    for table, index, options in (
-        ("agentmemory_fact", "agentmemory_fact_fts_idx", " WITH (fastupdate = off)"),
-        ("agentmemory_message", "agentmemory_msg_fts_idx", ""),
-    ):
-        statements += [
-            f"DROP INDEX IF EXISTS {index}",
-            f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector",
-            f"ALTER TABLE {table} ADD COLUMN search_vector tsvector GENERATED ALWAYS AS "
-            f"({PG_TSVECTOR_FUNCTION}((content)::text)) STORED",
-            f"CREATE INDEX {index} ON {table} USING gin (search_vector){options}",
-        ]
-    return statements
-
-
-def install_long_text_vectors(schema_editor: Any) -> None:
-    """PostgreSQL: the stored ``search_vector`` columns computed by ``agentmemory_tsvector``,
-    which indexes the first ``PG_LONG_TEXT_CHARS`` characters of a text whose whole
-    ``tsvector`` would be over PostgreSQL's 1 MB limit. ``to_tsvector`` of such a text (a
-    message of 170,000 distinct words is within ``MAX_MESSAGE_CHARS``) raised "string is too
-    long for tsvector", so the row could not be stored at all. Rewrites both tables once."""
-    if schema_editor.connection.vendor == "postgresql":
-        for sql in _pg_long_text_statements():
-            schema_editor.execute(sql)
-
-
-def uninstall_long_text_vectors(schema_editor: Any) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        for table in ("agentmemory_fact", "agentmemory_message"):
-            schema_editor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS search_vector")
-        for sql in _pg_stored_statements():
-            schema_editor.execute(sql)
-        schema_editor.execute("ALTER INDEX agentmemory_fact_fts_idx SET (fastupdate = off)")
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {PG_TSVECTOR_FUNCTION}(text)")
-
-
-def install_normal_form(schema_editor: Any) -> None:
-    """Index every fact and message in the normal form of ``search_text`` (migration 0025).
-    PostgreSQL: ``agentmemory_tsvector`` computes it and the stored ``search_vector`` columns
-    are computed again (both tables are rewritten once; on a database whose encoding is not
-    UTF-8 nothing changes). SQLite: the FTS5 tables are made again with the tokenizer that
-    keeps combining marks in words, their triggers index the normal form, and every row is
-    indexed anew. Words with combining marks were lost to recall: the parser or tokenizer
-    split them at the mark (Indic scripts, Arabic with vowel marks), and a word stored
-    decomposed ("Zu\u0308rich") never matched the same word typed composed."""
-    connection = schema_editor.connection
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_encoding")
-            utf8 = cursor.fetchone()[0].upper().replace("-", "") == "UTF8"
-        if utf8:
-            for sql in _pg_long_text_statements(normal_form=True):
-                schema_editor.execute(sql)
-    elif connection.vendor == "sqlite":
-        _remake_sqlite_tables(schema_editor, normal_form=True)
-
-
-def uninstall_normal_form(schema_editor: Any) -> None:
-    """Undo ``install_normal_form``: index the content as stored, as migration 0017 left it."""
-    connection = schema_editor.connection
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_encoding")
-            utf8 = cursor.fetchone()[0].upper().replace("-", "") == "UTF8"
-        if utf8:
-            for sql in _pg_long_text_statements():
-                schema_editor.execute(sql)
-    elif connection.vendor == "sqlite":
-        _remake_sqlite_tables(schema_editor, normal_form=False)
-
-
-def _remake_sqlite_tables(schema_editor: Any, *, normal_form: bool) -> None:
-    for fts, table in SQLITE_TABLES:
-        for suffix in ("ai", "ad", "au"):
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS {fts}_{suffix}")
-        schema_editor.execute(f"DROP TABLE IF EXISTS {fts}")
-        for sql in _sqlite_statements(fts, table, normal_form=normal_form):
-            schema_editor.execute(sql)
-        if normal_form:
-            _sqlite_fill(schema_editor.execute, fts, table)
-        else:
-            schema_editor.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
 
 
 def rebuild(using: str = "default") -> None:

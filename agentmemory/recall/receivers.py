@@ -1,13 +1,12 @@
 """Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: the embedding of
-new messages (``message_appended``), the SQL function the SQLite full-text triggers call,
-and upkeep of those tables after migrations."""
+new messages (``message_appended``) and the SQL function the SQLite full-text triggers call
+(``connection_created``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.backends.signals import connection_created
-from django.db.models.signals import post_migrate
 from django.dispatch import receiver
 
 from agentmemory import signals
@@ -30,15 +29,3 @@ def add_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
     from agentmemory.recall.fulltext import register_sqlite_functions
 
     register_sqlite_functions(sender, connection, **kwargs)
-
-
-@receiver(post_migrate)
-def repair_sqlite_fulltext(sender: Any, using: str = "default", **kwargs: Any) -> None:
-    """A later migration that rebuilds ``agentmemory_fact`` or ``agentmemory_message`` on
-    SQLite (Django copies the table to change it) drops the FTS5 triggers with the old table:
-    put them back and rebuild the index, so search never silently misses new rows."""
-    if getattr(sender, "name", None) != "agentmemory":
-        return
-    from agentmemory.recall.fulltext import ensure_sqlite_fulltext
-
-    ensure_sqlite_fulltext(using)

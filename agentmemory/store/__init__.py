@@ -10,7 +10,8 @@ on every model call, where the ORM's cost would be several times the database's 
 * ``rows``: decoding those rows into ``ChatMessage`` objects and ``RowMeta`` tuples;
 * ``append``: the one-statement appends on PostgreSQL and the rule that pins the leading
   system messages, in SQL and in Python;
-* ``functions``: the window's statements as PostgreSQL server-side functions;
+* ``functions``: the names and calls of the window's statements as PostgreSQL server-side
+  functions (migration 0027 creates them);
 * ``connection``: the cursor that prepares statements where the operator allows it.
 
 This package imports only ``agentmemory.models``, ``agentmemory.messages``,

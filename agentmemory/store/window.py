@@ -8,7 +8,7 @@ system prompt and the first page of the tail (stored token counts newest first o
 with the content of the rows inside the budget); a window longer than the first page reads
 further pages, each twice the size of the last: a constant number of queries, whatever the
 length of the conversation. On PostgreSQL the head statement runs through a server-side
-function where ``migrate`` installed it (``agentmemory.store.functions``), planned once per
+function where a migration created it (``agentmemory.store.functions``), planned once per
 server session.
 """
 
@@ -357,8 +357,8 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
         found = functions.known(raw, key)
         sql = _head_sql(alias, with_pinned=with_pinned, capped=capped)
         if found is None:
-            params["function"] = functions.signature(alias, key)
-            params["gap_function"] = functions.signature(alias, functions.GAP)
+            params["function"] = functions.signature(key)
+            params["gap_function"] = functions.signature(functions.GAP)
             sql = f"{sql} UNION ALL {_probe_sql()}"
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -399,7 +399,7 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
         return None
     with conn.cursor() as cursor:
         try:
-            cursor.execute(functions.call_sql(alias, key), params)
+            cursor.execute(functions.call_sql(key), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
         except ProgrammingError as exc:
             # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
@@ -419,8 +419,7 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
                     "agentmemory: the window's read function could not be used inside this "
                     "transaction (dropped, EXECUTE revoked, or a column type changed since "
                     "the connection found it); roll back and retry: this connection sends "
-                    "the statement as text from now on, and `migrate` installs the function "
-                    "again (agentmemory.store.functions)."
+                    "the statement as text from now on (agentmemory.store.functions)."
                 )
                 raise
             return None

@@ -45,10 +45,18 @@ def copy_vectors_after_rebuild(
 ) -> None:
     """Receiver of ``recall_index_rebuilt``: copy the vectors of ``embedding_model`` stored
     before this app was installed into its tables (``batch_size`` rows at a time), and
-    report the count with ``write``. Nothing happens on a database other than PostgreSQL."""
+    report the count with ``write``, and the HNSW indexes the model's vectors lack (the
+    host's migration makes them: ``manage.py pgvector_index_migration``). Nothing happens on
+    a database other than PostgreSQL."""
     if indexes.available(using):
         copied = indexes.copy_stored_vectors(using, embedding_model, batch_size=batch_size)
         write(f"pgvector: {copied} vectors copied ({embedding_model})")
+        for table, dimensions in indexes.missing_indexes(using, embedding_model):
+            write(
+                f"pgvector: no HNSW index of {embedding_model!r} ({dimensions} dimensions) on {table}, "
+                f"so its searches scan the rows: `manage.py pgvector_index_migration <your_app> "
+                f"--embedding-model {embedding_model!r} --dimensions {dimensions}`, then `migrate`"
+            )
 
 
 class PgVectorBackend(EmbeddingBackend):

@@ -20,7 +20,7 @@ class Command(BaseCommand):
         "indexes, SQLite FTS5 tables and their triggers). With AGENTMEMORY['EMBEDDER'] set, "
         "also embed the facts and messages that have no vector of that model yet and, with "
         "agentmemory.contrib.pgvector installed on PostgreSQL, copy the vectors into its "
-        "tables and create the model's HNSW index."
+        "tables and name the HNSW indexes missing (`pgvector_index_migration` makes them)."
     )
 
     def add_arguments(self, parser: Any) -> None:

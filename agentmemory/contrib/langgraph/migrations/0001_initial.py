@@ -3,7 +3,85 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from agentmemory.contrib.langgraph import fulltext
+# The full-text index of ``StoreItem.content`` (``agentmemory.contrib.langgraph.fulltext``
+# searches it), written here as this migration runs it: on PostgreSQL a stored
+# ``search_vector`` column computed by ``agentmemory_tsvector`` (agentmemory's migrations 0017
+# and 0025) with a GIN index; on SQLite an FTS5 table kept in step by triggers that index
+# ``agentmemory_search_text`` of the content (the function agentmemory registers on every
+# connection Django opens), then filled with what the table holds, in that normal form.
+
+PG_INSTALL = [
+    (
+        "ALTER TABLE agentmemory_langgraph_storeitem ADD COLUMN IF NOT EXISTS search_vector "
+        "tsvector GENERATED ALWAYS AS (agentmemory_tsvector((content)::text)) STORED"
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS agentmemory_lg_store_fts_idx ON "
+        "agentmemory_langgraph_storeitem USING gin (search_vector)"
+    ),
+]
+
+PG_UNINSTALL = [
+    "DROP INDEX IF EXISTS agentmemory_lg_store_fts_idx",
+    "ALTER TABLE agentmemory_langgraph_storeitem DROP COLUMN IF EXISTS search_vector",
+]
+
+SQLITE_INSTALL = [
+    (
+        "CREATE VIRTUAL TABLE IF NOT EXISTS agentmemory_langgraph_storeitem_fts USING "
+        "fts5(content, content='agentmemory_langgraph_storeitem', content_rowid='id', "
+        "tokenize=\"porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'\")"
+    ),
+    (
+        "CREATE TRIGGER IF NOT EXISTS agentmemory_langgraph_storeitem_fts_ai AFTER INSERT ON "
+        "agentmemory_langgraph_storeitem BEGIN INSERT INTO "
+        "agentmemory_langgraph_storeitem_fts(rowid, content) VALUES (new.id, "
+        "agentmemory_search_text(new.content)); END"
+    ),
+    (
+        "CREATE TRIGGER IF NOT EXISTS agentmemory_langgraph_storeitem_fts_ad AFTER DELETE ON "
+        "agentmemory_langgraph_storeitem BEGIN INSERT INTO "
+        "agentmemory_langgraph_storeitem_fts(agentmemory_langgraph_storeitem_fts, rowid, content)"
+        " VALUES ('delete', old.id, agentmemory_search_text(old.content)); END"
+    ),
+    (
+        "CREATE TRIGGER IF NOT EXISTS agentmemory_langgraph_storeitem_fts_au AFTER UPDATE OF "
+        "content ON agentmemory_langgraph_storeitem BEGIN INSERT INTO "
+        "agentmemory_langgraph_storeitem_fts(agentmemory_langgraph_storeitem_fts, rowid, content)"
+        " VALUES ('delete', old.id, agentmemory_search_text(old.content)); INSERT INTO "
+        "agentmemory_langgraph_storeitem_fts(rowid, content) VALUES (new.id, "
+        "agentmemory_search_text(new.content)); END"
+    ),
+    (
+        "INSERT INTO agentmemory_langgraph_storeitem_fts(agentmemory_langgraph_storeitem_fts) "
+        "VALUES ('delete-all')"
+    ),
+    (
+        "INSERT INTO agentmemory_langgraph_storeitem_fts(rowid, content) SELECT id, "
+        "agentmemory_search_text(content) FROM agentmemory_langgraph_storeitem"
+    ),
+]
+
+SQLITE_UNINSTALL = [
+    "DROP TRIGGER IF EXISTS agentmemory_langgraph_storeitem_fts_ai",
+    "DROP TRIGGER IF EXISTS agentmemory_langgraph_storeitem_fts_ad",
+    "DROP TRIGGER IF EXISTS agentmemory_langgraph_storeitem_fts_au",
+    "DROP TABLE IF EXISTS agentmemory_langgraph_storeitem_fts",
+]
+
+#: the statements of each database, in order (none elsewhere)
+FULLTEXT_INSTALL = {"postgresql": PG_INSTALL, "sqlite": SQLITE_INSTALL}
+FULLTEXT_UNINSTALL = {"postgresql": PG_UNINSTALL, "sqlite": SQLITE_UNINSTALL}
+
+
+def install_fulltext(apps, schema_editor):  # type: ignore[no-untyped-def]
+    for sql in FULLTEXT_INSTALL.get(schema_editor.connection.vendor, ()):
+        schema_editor.execute(sql)
+
+
+def uninstall_fulltext(apps, schema_editor):  # type: ignore[no-untyped-def]
+    for sql in FULLTEXT_UNINSTALL.get(schema_editor.connection.vendor, ()):
+        schema_editor.execute(sql)
 
 
 class Migration(migrations.Migration):
@@ -245,5 +323,5 @@ class Migration(migrations.Migration):
             },
         ),
         # full-text index of the store items' text (PostgreSQL search_vector, SQLite FTS5)
-        migrations.RunPython(fulltext.install, fulltext.uninstall),
+        migrations.RunPython(install_fulltext, uninstall_fulltext),
     ]
