@@ -8,6 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agentmemory.conf import get_token_counter
 from agentmemory.history import PersistentChatHistory
@@ -16,6 +19,7 @@ from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import MemoryScopeError
 from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory, trimmed
+from agentmemory.tokens import TiktokenCounter
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -353,6 +357,67 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
         '[Wed 3 May 2023 · "Clubs"]',
         "[Tue 9 May 2023]",
     ]
+
+
+def test_round_trips_are_pinned(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """One recall's statements: the message search (its ranking, which gives the candidates'
+    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours; the
+    hits), whether the fact scope holds a fact, the facts' ranking when it does, and one
+    read of the messages shown with their conversations' titles."""
+    user = UserFactory()
+    for n in range(3):
+        stored(user, [*FILLER, (None, f"The pottery class {n} is on Tuesday."), (None, "Noted.")])
+    search = 3 if connection.vendor == "postgresql" else 4
+    with django_assert_num_queries(search + 1 + 1):
+        block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
+    assert block is not None and not any(item.kind == "fact" for item in block.items)
+    KnowledgeMemory(user).remember("The pottery class moved to Thursday.")
+    facts = 1 if connection.vendor == "postgresql" else 2  # ranking and reading are one statement there
+    with django_assert_num_queries(search + 1 + facts + 1):
+        block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
+    assert block is not None and any(item.kind == "fact" for item in block.items)
+
+
+def test_each_line_and_heading_is_counted_once() -> None:
+    """The packing counts a message's line and a heading once, however many units try them
+    (a unit that does not fit is tried again later with fewer new lines)."""
+    user = UserFactory()
+    for n in range(4):
+        stored(
+            user,
+            [(None, f"Line {n}.{i}: the pottery class and the glaze were discussed.") for i in range(12)],
+            title=f"Chat {n}",
+            date=f"1:56 pm on {n + 1} May, 2023",
+        )
+    counted: list[str] = []
+    base = get_token_counter()
+
+    class Counting:
+        def count_text(self, text: str) -> int:
+            counted.append(text)
+            return int(base.count_text(text))
+
+        def count_message(self, message) -> int:  # type: ignore[no-untyped-def]
+            return int(base.count_message(message))
+
+    block = recall_memory(owner=user, query="pottery class glaze", max_tokens=400, token_counter=Counting())
+    assert block is not None and len(block.items) >= 2
+    single = [text for text in counted if "\n" not in text]  # lines, headings and facts
+    assert single and len(single) == len(set(single))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300), st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_shown_line_costs_tiktoken_at_least_one_token_a_word(raw: str, encoding: str) -> None:
+    """The packing passes over a unit that cannot fit at one token a word of its lines,
+    uncounted: tiktoken's pre-tokenizer never joins two words of a line (whose only
+    whitespace is single spaces) into one piece, and each piece is a token at least."""
+    try:
+        counter = TiktokenCounter(encoding)
+    except ImportError:
+        pytest.skip(f"{encoding} is not available offline")
+    line = f"user: {trimmed(raw, ['word'])}"
+    assert counter.count_text(line) >= len(line.split())
 
 
 def test_a_conversation_answering_across_its_turns_ranks_above_a_stray_match() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -168,10 +168,11 @@ def search_messages(
     Returns:
         At most ``k`` ``MessageHit``, best first; an empty list when nothing matches.
 
-    Cost: the backend's queries, one query for the candidates' places, one for their
-    neighbours, the backend's scoring of the neighbours (none for full-text and exact
-    cosine, which scored every match while ranking; one for pgvector), and one query reading
-    the hits: a number independent of the history's length.
+    Cost: the backend's queries, one query for the candidates' places (none with full-text
+    on PostgreSQL, whose ranking statement gives them), one for their neighbours, the
+    backend's scoring of the neighbours (none for full-text and exact cosine, which scored
+    every match while ranking; one for pgvector), and one query reading the hits: a number
+    independent of the history's length.
 
     Raises:
         MemoryScopeError: no owner. ValueError / TypeError: a bad ``k``, ``query``,
@@ -227,7 +228,11 @@ def search_messages(
         relevance = {pk: score / best for pk, score in ranked}
         # within one conversation, every statement names it (one partition when partitioned)
         within = fulltext.one_conversation(messages)
-        places = places_of(messages.db, list(relevance), conversation_id=within)
+        known = getattr(ranking, "places", None) or {}
+        if all(pk in known for pk in relevance):  # the ranking statement gave them
+            places = [(pk, *known[pk]) for pk in sorted(relevance)]
+        else:
+            places = places_of(messages.db, list(relevance), conversation_id=within)
         if weights:
             around = neighbours(messages, places, len(weights), exclude=relevance)
             places += around
@@ -357,30 +362,45 @@ def _pg_near(
     connection: Any, wanted: dict[int, set[int]], within: int | None = None
 ) -> list[tuple[int, int, int]]:
     """PostgreSQL: ``(pk, conversation_id, seq)`` of the searched messages with content at the
-    places ``wanted`` ({conversation id: seqs}), each found by the unique index of
-    ``(conversation, seq)`` (a ``LATERAL`` lookup per place, so the planner never hashes the
-    whole table to join a few thousand places). ``within``: the one conversation of every
-    place, named in the statement (one partition when partitioned)."""
+    places ``wanted`` ({conversation id: seqs}), each run of consecutive places of a
+    conversation read by one range scan of the unique index of ``(conversation, seq)`` (a
+    ``LATERAL`` lookup per run, so the planner never hashes the whole table to join a few
+    thousand places; one lookup per place cost three times as much). ``within``: the one
+    conversation of every place, named in the statement (one partition when partitioned)."""
     from agentmemory.models import Message
 
     quote = connection.ops.quote_name
     meta = Message._meta
     conversation = quote(meta.get_field("conversation").column)
     seq = quote(meta.get_field("seq").column)
-    pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
+    runs: list[tuple[int, int, int]] = []  # (conversation, first seq, last seq)
+    for c, seqs in wanted.items():
+        for q in sorted(seqs):
+            if runs and runs[-1][0] == c and runs[-1][2] == q - 1:
+                runs[-1] = (c, runs[-1][1], q)
+            else:
+                runs.append((c, q, q))
     sql = (
-        f"SELECT m.id, m.conversation_id, m.seq FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
-        f"CROSS JOIN LATERAL (SELECT {quote('id')} AS id, {conversation} AS conversation_id, {seq} AS seq, "
-        f"{quote('role')} AS role, {quote('content')} AS content FROM {quote(meta.db_table)} "
-        f"WHERE {conversation} = p.c AND {seq} = p.s{'' if within is None else f' AND {conversation} = %s'} "
+        f"SELECT m.id, m.conversation_id, m.seq FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) "
+        f"AS p(c, lo, hi) CROSS JOIN LATERAL (SELECT {quote('id')} AS id, {conversation} AS conversation_id, "
+        f"{seq} AS seq, {quote('role')} AS role, {quote('content')} AS content FROM {quote(meta.db_table)} "
+        f"WHERE {conversation} = p.c AND {seq} BETWEEN p.lo AND p.hi"
+        f"{'' if within is None else f' AND {conversation} = %s'} "
         f"OFFSET 0) AS m WHERE m.role = ANY(%s) AND m.content > ''"
     )
-    params: list[Any] = [[c for c, _ in pairs], [q for _, q in pairs]]
+    # the arrays as literals: psycopg's adaptation of a list cost ten times as much
+    params: list[Any] = [_pg_array(r[i] for r in runs) for i in range(3)]
     if within is not None:
         params.append(int(within))
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, list(SEARCHED_ROLES)])
-        return [(int(pk), int(c), int(q)) for pk, c, q in cursor.fetchall()]
+        rows: list[tuple[int, int, int]] = cursor.fetchall()  # bigint columns: ints already
+        return rows
+
+
+def _pg_array(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers (``'{1,2,3}'``, cast in the statement)."""
+    return "{" + ",".join(str(int(value)) for value in values) + "}"
 
 
 def _near(wanted: dict[int, set[int]], conversation_column: str, seq_column: str) -> tuple[str, list[int]]:

@@ -126,10 +126,13 @@ class FullTextRanking:
         self.query = query
         self.known: dict[int, float] | None = None
         self.complete = connections[queryset.db].vendor in ("postgresql", "sqlite")
+        #: ``{pk: (conversation_id, seq)}`` of the ranked messages where the ranking
+        #: statement gave them (PostgreSQL), else empty
+        self.places: dict[int, tuple[int, int]] = {}
 
     def top(self, limit: int) -> list[tuple[int, float]]:
         if self.complete:
-            every = fulltext.search(self.queryset, self.query, fulltext.PG_MAX_MATCHES)
+            every = fulltext.search(self.queryset, self.query, fulltext.PG_MAX_MATCHES, places=self.places)
             self.known = dict(every)
             return every[:limit]
         return fulltext.search(self.queryset, self.query, limit)

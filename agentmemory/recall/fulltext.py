@@ -146,27 +146,36 @@ def _pg_query(words: Sequence[str]) -> str:
     return " | ".join(words)
 
 
-def search(queryset: QuerySet[Any], query: str, limit: int) -> list[tuple[int, float]]:
+def search(
+    queryset: QuerySet[Any], query: str, limit: int, *, places: dict[int, tuple[int, int]] | None = None
+) -> list[tuple[int, float]]:
     """Ids of rows of ``queryset`` (facts or messages, already scoped) whose content matches
     any word of ``query``, best first, with a relevance score (higher is better; comparable
-    only within one call). At most ``limit`` rows."""
+    only within one call). At most ``limit`` rows. ``places``: a dict that a PostgreSQL
+    message search fills with ``{pk: (conversation_id, seq)}`` of the rows it ranked (at
+    least those returned; not those only a substring match found)."""
     words = query_words(query)
     if not words or limit <= 0:
         return []
     # the substring match reads the stored text, which is not in the normal form
     terms = unspaced_terms(literal_words(query))
-    found = _indexed(queryset, words, limit)
+    found = _indexed(queryset, words, limit, places)
     if terms:
         found = _with_unspaced(found, _unspaced(queryset, terms), limit)
     return found
 
 
-def _indexed(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
+def _indexed(
+    queryset: QuerySet[Any],
+    words: Sequence[str],
+    limit: int,
+    places: dict[int, tuple[int, int]] | None = None,
+) -> list[tuple[int, float]]:
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
         if _is_fact(queryset):
             return _pg_fact_ids(queryset, words, limit)
-        return _pg_bm25(queryset, words, limit)
+        return _pg_bm25(queryset, words, limit, places)
     if vendor == "sqlite":
         model = queryset.model
         table = model._meta.db_table
@@ -295,7 +304,12 @@ def fenced(
     return sql, [*params, *scope_params]
 
 
-def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[tuple[int, float]]:
+def _pg_bm25(
+    queryset: QuerySet[Any],
+    words: Sequence[str],
+    limit: int,
+    places: dict[int, tuple[int, int]] | None = None,
+) -> list[tuple[int, float]]:
     """BM25 over a bounded candidate set, in one statement.
 
     The candidates are, per query word, at most ``PG_WORD_CAP`` rows of the scope holding it,
@@ -304,45 +318,55 @@ def _pg_bm25(queryset: QuerySet[Any], words: Sequence[str], limit: int) -> list[
     in BM25 (its inverse document frequency is near 0), so a row that holds only common words
     ranks below every row holding a selective word; ranking all its matches cost 0.5-1.2 s
     at 100,000 messages of one user. The statement returns the candidates with, per query
-    word, whether the row holds it and the row's length in lexemes; the words' weights (IDF
-    over the candidates) and the BM25 sum (each word counted once per row) are computed
-    here. A scope of fewer matches than the caps is ranked exactly."""
-    table = queryset.model._meta.db_table
+    word, whether the row holds it and the row's length in lexemes, computed on the row the
+    GIN index found (reading each candidate again by primary key cost a third of the
+    statement); the words' weights (IDF over the candidates) and the BM25 sum (each word
+    counted once per row) are computed here. A scope of fewer matches than the caps is
+    ranked exactly.
+
+    ``places``: when given and the rows are messages, filled with ``{pk: (conversation_id,
+    seq)}`` of every candidate (``search_messages`` then needs no query for them)."""
+    model = queryset.model
+    located = places is not None and {"conversation_id", "seq"} <= {
+        f.attname for f in model._meta.concrete_fields
+    }
+    columns = ("id", "conversation_id", "seq", "search_vector") if located else ("id", "search_vector")
     cap = max(PG_MIN_WORD_CAP, min(PG_WORD_CAP, PG_MAX_MATCHES // len(words)))
     tsq = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
     # A search within one conversation says so on the searched table too: PostgreSQL then
     # reads that conversation's partition only (agentmemory.contrib.partitioning).
     conversation_id = one_conversation(queryset)
     within = "" if conversation_id is None else " AND conversation_id = %s"
-    outer_within = "" if conversation_id is None else " AND t.conversation_id = %s"
     within_params = [] if conversation_id is None else [conversation_id]
-    parts, params = [], []
+    flags = ", ".join(f"(x.search_vector @@ {tsq})" for _ in words)
+    kept = ", ".join(f"x.{column}" for column in columns[:-1])
+    # the same statement for every word, its first parameter the word: compiled once
+    part, part_params = fenced(queryset, f"search_vector @@ {tsq}{within}", ["", *within_params], columns)
+    # a row found through several words is the same row: UNION keeps it once
+    one = f"SELECT {kept}, length(x.search_vector), {flags} FROM ({part} LIMIT {cap}) AS x"
+    sql = " UNION ".join([one] * len(words))
+    params = []
     for word in words:
-        part, part_params = fenced(queryset, f"search_vector @@ {tsq}{within}", [word, *within_params])
-        parts.append(f"({part} LIMIT {cap})")
-        params += part_params
-    flags = ", ".join(f"(t.search_vector @@ {tsq})" for _ in words)
-    sql = (
-        f"WITH c(id) AS MATERIALIZED ({' UNION '.join(parts)}) "
-        f"SELECT t.id, length(t.search_vector), {flags} FROM c JOIN {table} AS t ON t.id = c.id{outer_within}"
-    )
-    params += [*words, *within_params]
+        params += [*words, word, *part_params[1:]]  # the flags come first in the text
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
         return []
+    first = len(columns) - 1  # the row's length; its flags follow
+    if located and places is not None:
+        places.update({row[0]: (row[1], row[2]) for row in rows})
     n_words = len(words)
     # Word weights come from the candidates: counting the whole scope on every query cost
     # 70 ms at 100,000 facts, and among the candidates a word's rarity orders them the same way.
     total = len(rows)
-    df = [sum(1 for row in rows if row[2 + i]) for i in range(n_words)]
+    df = [sum(1 for row in rows if row[first + 1 + i]) for i in range(n_words)]
     idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) for d in df]
-    avg_len = (sum(row[1] for row in rows) / len(rows)) or 1.0
+    avg_len = (sum(row[first] for row in rows) / len(rows)) or 1.0
     scored = []
     for row in rows:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * row[1] / avg_len)
-        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i in range(n_words) if row[2 + i])
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * row[first] / avg_len)
+        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i in range(n_words) if row[first + 1 + i])
         scored.append((row[0], score))
     scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:limit]
