@@ -272,7 +272,8 @@ def redact_recorded_copies(
 
     Returns:
         The number of recorded texts changed. Reads the calls of ``owner_ids`` that sent a
-        memory or knowledge block, ``REDACT_BATCH`` per round trip.
+        memory or knowledge block and whose conversation is still stored, ``REDACT_BATCH``
+        per round trip.
     """
     conversations = {int(pk) for pk in conversation_ids}
     pairs = {(int(c), int(s)) for c, s in messages}
@@ -284,6 +285,9 @@ def redact_recorded_copies(
     calls = (
         ModelCall.objects.using(using)
         .filter(owner_id__in=list(owner_ids))
+        # A call whose conversation is gone (``ModelCall.conversation`` is SET_NULL) keeps no
+        # text: its ``PromptText`` rows went with the conversation.
+        .exclude(conversation_id=None)
         .filter(Q(window_changes__has_key="memory") | Q(window_changes__has_key="knowledge"))
         .values_list("conversation_id", "system_prompt_digest", "window_changes")
     )
