@@ -295,7 +295,8 @@ def fenced(
         at = scope_sql.find(head)
         rest = scope_sql[at + len(head) :] if at >= 0 else None
         # the scope's FROM clause names the table, then its joins or its WHERE clause
-        if rest is not None and (not rest or rest.startswith((" INNER JOIN ", " LEFT OUTER JOIN ", " WHERE "))):
+        known = (" INNER JOIN ", " LEFT OUTER JOIN ", " WHERE ")
+        if rest is not None and (not rest or rest.startswith(known)):
             wanted = ", ".join(f"{table}.{quote(c)}" for c in columns)
             sql = f"SELECT {wanted} FROM (SELECT * FROM {table} WHERE {condition} OFFSET 0) AS {table}{rest}"
             return sql, [*params, *scope_params]
