@@ -274,7 +274,8 @@ def redact_recorded_copies(
 
     Returns:
         The number of recorded texts changed. Reads the calls of ``owner_ids`` that sent a
-        memory or knowledge block, ``REDACT_BATCH`` per round trip.
+        memory or knowledge block and whose conversation is still stored, ``REDACT_BATCH``
+        per round trip.
     """
     conversations = {int(pk) for pk in conversation_ids}
     pairs = {(int(c), int(s)) for c, s in messages}
@@ -283,16 +284,24 @@ def redact_recorded_copies(
         return 0
     memory_texts: set[tuple[int, str]] = set()
     knowledge_texts: dict[tuple[int, str], int] = {}
+    #: the calls naming each memory block text, found by the one scan (a second look-up per
+    #: text read every call of its conversation again: quadratic in a conversation's calls)
+    naming: dict[tuple[int, str], list[int]] = {}
     calls = (
         ModelCall.objects.using(using)
         .filter(owner_id__in=list(owner_ids))
+        # A call whose conversation is gone (``ModelCall.conversation`` is SET_NULL) keeps no
+        # text: its ``PromptText`` rows went with the conversation.
+        .filter(conversation_id__isnull=False)
         .filter(Q(window_changes__has_key="memory") | Q(window_changes__has_key="knowledge"))
-        .values_list("conversation_id", "system_prompt_digest", "window_changes")
+        .values_list("pk", "conversation_id", "system_prompt_digest", "window_changes")
     )
-    for conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
+    for pk, conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
         changes = changes if isinstance(changes, dict) else {}
         memory = changes.get("memory")
         memory = memory if isinstance(memory, dict) else {}
+        if isinstance(memory.get("digest"), str):
+            naming.setdefault((conversation_id, memory["digest"]), []).append(pk)
         sources = memory.get("sources")
         if isinstance(sources, dict) and memory.get("digest"):
             quoted = sources.get("messages") or []
@@ -313,16 +322,17 @@ def redact_recorded_copies(
         changed += texts.filter(conversation_id=conversation_id, digest=digest).update(
             text=MEMORY_BLOCK_REMOVED, digest=fresh
         )
-        renamed = []
-        for call in calls_of.filter(conversation_id=conversation_id, window_changes__has_key="memory").only(
-            "pk", "window_changes"
-        ):
-            memory = call.window_changes.get("memory")
-            if isinstance(memory, dict) and memory.get("digest") == digest:
-                memory["digest"] = fresh
-                memory.pop("sources", None)  # nothing it quoted is shown any more
-                renamed.append(call)
-        calls_of.bulk_update(renamed, ["window_changes"], batch_size=REDACT_BATCH)
+        pks = naming.get((conversation_id, digest), [])
+        for start in range(0, len(pks), REDACT_BATCH):
+            renamed = []
+            batch = calls_of.filter(pk__in=pks[start : start + REDACT_BATCH]).only("pk", "window_changes")
+            for call in batch:
+                memory = call.window_changes.get("memory")
+                if isinstance(memory, dict) and memory.get("digest") == digest:
+                    memory["digest"] = fresh
+                    memory.pop("sources", None)  # nothing it quoted is shown any more
+                    renamed.append(call)
+            calls_of.bulk_update(renamed, ["window_changes"], batch_size=REDACT_BATCH)
     for (conversation_id, digest), chars in sorted(knowledge_texts.items()):
         row = texts.filter(conversation_id=conversation_id, digest=digest).first()
         if row is None or chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
