@@ -56,11 +56,6 @@ def test_forgetting_a_fact_after_a_conversation_that_showed_it_was_deleted(user)
     assert "4471" not in shown(kept, user)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="purge_conversations(blank_content=True) blanks the quoted messages but sends no "
-    "memory_deleted: other calls' recorded memory blocks keep their words",
-)
 def test_blanking_a_quoted_conversation_removes_the_copies(user) -> None:
     source = stored(user, [*FILLER, SECRET, "Noted."])
     _conv, call = asked(user)

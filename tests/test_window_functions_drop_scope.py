@@ -20,11 +20,6 @@ def _exists(signature: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="0027's DROP_EVERY_VERSION drops every agentmemory_window_% function in every "
-    "schema of the search path, a project's own and another schema's included",
-)
 def test_the_drop_leaves_other_functions_alone() -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE SCHEMA other_tenant")
