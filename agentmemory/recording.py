@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, router
+from django.db import IntegrityError, connections, router
 from django.db.models import Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
@@ -239,6 +239,8 @@ MEMORY_BLOCK_REMOVED = "[memory block removed: a conversation, message or fact i
 KNOWLEDGE_BLOCK_REMOVED = "[knowledge block removed: a fact it showed was deleted]"
 #: model calls read per round trip while looking for copies
 REDACT_BATCH = 2000
+#: rows renamed per ``UPDATE`` statement
+UPDATE_BATCH = 500
 
 
 def redact_recorded_copies(
@@ -296,6 +298,16 @@ def redact_recorded_copies(
         .filter(Q(window_changes__has_key="memory") | Q(window_changes__has_key="knowledge"))
         .values_list("pk", "conversation_id", "system_prompt_digest", "window_changes")
     )
+    if connections[using].vendor == "postgresql":
+        # only the calls that quoted something deleted come back (``jsonb`` containment on
+        # the server); elsewhere every call of the owners that sent a block is read
+        wanted = Q()
+        for conversation in sorted(conversations | {c for c, _s in pairs}):
+            wanted |= Q(window_changes__memory__sources__conversations__contains=[conversation])
+        for fact in sorted(facts):
+            wanted |= Q(window_changes__memory__sources__facts__contains=[fact])
+            wanted |= Q(window_changes__knowledge__facts__contains=[fact])
+        calls = calls.filter(wanted)
     for pk, conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
         changes = changes if isinstance(changes, dict) else {}
         memory = changes.get("memory")
@@ -317,25 +329,39 @@ def redact_recorded_copies(
     calls_of = ModelCall.objects.using(using)
     # A replaced text gets a random name: the SHA-256 of the deleted words would let anyone
     # confirm a guess of them.
-    for conversation_id, digest in sorted(memory_texts):
-        fresh = secrets.token_hex(32)
-        changed += texts.filter(conversation_id=conversation_id, digest=digest).update(
-            text=MEMORY_BLOCK_REMOVED, digest=fresh
-        )
-        pks = naming.get((conversation_id, digest), [])
-        for start in range(0, len(pks), REDACT_BATCH):
-            renamed = []
-            batch = calls_of.filter(pk__in=pks[start : start + REDACT_BATCH]).only("pk", "window_changes")
-            for call in batch:
-                memory = call.window_changes.get("memory")
-                if isinstance(memory, dict) and memory.get("digest") == digest:
-                    memory["digest"] = fresh
-                    memory.pop("sources", None)  # nothing it quoted is shown any more
-                    renamed.append(call)
-            calls_of.bulk_update(renamed, ["window_changes"], batch_size=REDACT_BATCH)
+    fresh_names = {key: secrets.token_hex(32) for key in memory_texts}
+    keys = sorted(memory_texts)
+    for start in range(0, len(keys), REDACT_BATCH):
+        chunk = keys[start : start + REDACT_BATCH]
+        rows = [
+            row
+            for row in texts.filter(
+                conversation_id__in={c for c, _d in chunk}, digest__in={d for _c, d in chunk}
+            ).only("pk", "conversation_id", "digest")
+            if (row.conversation_id, row.digest) in fresh_names
+        ]
+        for row in rows:
+            row.text, row.digest = MEMORY_BLOCK_REMOVED, fresh_names[(row.conversation_id, row.digest)]
+        texts.bulk_update(rows, ["text", "digest"], batch_size=UPDATE_BATCH)
+        changed += len(rows)
+    pks = [pk for key in keys for pk in naming.get(key, [])]
+    for start in range(0, len(pks), REDACT_BATCH):
+        renamed = []
+        batch = calls_of.filter(pk__in=pks[start : start + REDACT_BATCH])
+        for call in batch.only("pk", "conversation_id", "window_changes"):
+            memory = call.window_changes.get("memory")
+            name = (call.conversation_id, memory.get("digest")) if isinstance(memory, dict) else None
+            if name in fresh_names:
+                memory["digest"] = fresh_names[name]  # type: ignore[index]
+                memory.pop("sources", None)  # type: ignore[union-attr]  # nothing it quoted is shown
+                renamed.append(call)
+        calls_of.bulk_update(renamed, ["window_changes"], batch_size=UPDATE_BATCH)
     for (conversation_id, digest), chars in sorted(knowledge_texts.items()):
-        row = texts.filter(conversation_id=conversation_id, digest=digest).first()
-        if row is None or chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
+        found = texts.filter(conversation_id=conversation_id, digest=digest).first()
+        if found is None:
+            continue
+        row = found
+        if chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
             continue
         row.text = f"{row.text[:-chars]}\n\n{KNOWLEDGE_BLOCK_REMOVED}"
         row.digest = secrets.token_hex(32)
