@@ -45,6 +45,7 @@ from agentmemory.recording import (
     recorded_memory_tokens,
     recorded_tools,
     recording_enabled,
+    redact_if_quoted_gone,
     text_digest,
     tools_text,
     usage_scope,
@@ -207,6 +208,8 @@ class ChatCallRecorder:
         stored = _insert(row, texts)
         if stored is not None:
             self.written.update(new)
+            if "memory" in changes or "knowledge" in changes:
+                redact_if_quoted_gone(stored)  # a delete that ran while the model worked
         return stored
 
 

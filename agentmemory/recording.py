@@ -23,14 +23,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, connections, router
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import WindowUnavailable
 from agentmemory.llm.base import Usage
-from agentmemory.models import Conversation, ModelCall, PromptText, UsageSource
+from agentmemory.models import Conversation, Fact, ModelCall, PromptText, UsageSource
 from agentmemory.validation import safe_str, storable_text
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "recorded_memory_tokens",
     "recorded_tools",
     "recording_enabled",
+    "redact_if_quoted_gone",
     "redact_recorded_copies",
     "text_digest",
     "tools_text",
@@ -371,6 +372,52 @@ def redact_recorded_copies(
         )
         changed += 1
     return changed
+
+
+def redact_if_quoted_gone(call: ModelCall, *, using: str | None = None) -> int:
+    """After ``call`` was recorded: if a conversation or fact its memory block or knowledge
+    block quoted was deleted while the model worked (the delete's own pass ran before this
+    row existed), remove the copies as the delete would have (``redact_recorded_copies``).
+
+    Locks the quoted rows (``FOR NO KEY UPDATE`` on PostgreSQL, which waits for a delete in
+    progress to commit or roll back; SQLite runs one writer at a time), so a delete either
+    sees this row or is seen by it. Returns the number of texts changed; costs nothing for a
+    call that sent neither block, two statements otherwise."""
+
+    def part(value: Any, key: str) -> dict[str, Any]:
+        found = value.get(key) if isinstance(value, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    memory, knowledge = part(call.window_changes, "memory"), part(call.window_changes, "knowledge")
+    sources = part(memory, "sources")
+    conversations = {int(pk) for pk in sources.get("conversations") or ()}
+    facts = {int(pk) for pk in [*(sources.get("facts") or ()), *(knowledge.get("facts") or ())]}
+    if call.owner_id is None or not (conversations or facts):
+        return 0
+    alias = using or router.db_for_write(ModelCall)
+    no_key = connections[alias].features.has_select_for_no_key_update
+    with transaction.atomic(using=alias):
+        found_conversations = set(
+            Conversation.objects.using(alias)
+            .select_for_update(no_key=no_key)
+            .filter(pk__in=sorted(conversations))
+            .values_list("pk", flat=True)
+        )
+        found_facts = set(
+            Fact.objects.using(alias)
+            .select_for_update(no_key=no_key)
+            .filter(pk__in=sorted(facts))
+            .values_list("pk", flat=True)
+        )
+    gone_conversations, gone_facts = conversations - found_conversations, facts - found_facts
+    if not (gone_conversations or gone_facts):
+        return 0
+    return redact_recorded_copies(
+        using=alias,
+        owner_ids=[call.owner_id],
+        conversation_ids=sorted(gone_conversations),
+        fact_ids=sorted(gone_facts),
+    )
 
 
 USAGE_PROVIDER = UsageSource.PROVIDER.value

@@ -65,11 +65,6 @@ def test_blanking_a_quoted_conversation_removes_the_copies(user) -> None:
     assert "4471" not in shown(call, user)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call recorded after its quoted conversation was deleted (the delete ran while "
-    "the model worked) keeps the memory block: the recorder does not check its sources",
-)
 def test_a_conversation_deleted_while_the_model_works_leaves_no_copy(user) -> None:
     source = stored(user, [*FILLER, SECRET, "Noted."])
 
