@@ -314,7 +314,10 @@ def test_owner_is_created_once_without_a_password_and_owns_the_replayed_conversa
     run_command("--owner", "alice", "--limit", "1")
 
     alice = get_user_model().objects.get(username="alice")
-    assert "Created user 'alice' (no usable password) to own the replayed conversations" in first
+    assert (
+        "Created user 'alice' to own the replayed conversations (no password yet: "
+        "`manage.py changepassword alice` sets one)" in first
+    )
     assert not alice.has_usable_password()
     assert Conversation.objects.count() == 4
     assert Conversation.objects.filter(owner=alice).count() == 4

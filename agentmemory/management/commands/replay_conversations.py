@@ -93,7 +93,10 @@ def resolve_owner(username: str, stdout: OutputWrapper) -> AbstractBaseUser:
         raise CommandError(f"--owner {username!r}: {' '.join(exc.messages)}") from exc
     except (IntegrityError, ValueError, TypeError) as exc:
         raise CommandError(f"--owner {username!r}: no such user, and none could be created ({exc})") from exc
-    stdout.write(f"Created user {username!r} (no usable password) to own the replayed conversations")
+    stdout.write(
+        f"Created user {username!r} to own the replayed conversations (no password yet: "
+        f"`manage.py changepassword {username}` sets one)"
+    )
     return user
 
 
