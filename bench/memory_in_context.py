@@ -444,9 +444,12 @@ def rank_longmemeval(
     session ranks where its first turn in that ranking does (``evaluate_retrieval_turn2session``:
     the first five distinct sessions)."""
     from agentmemory.recall.memory import rank_messages
+    from bench.qa import session_time
 
+    # the question is asked at its question_date ("2023/05/30 (Tue) 23:40")
+    asked = session_time(str(item.get("question_date") or ""))
     started = time.perf_counter()
-    hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY)
+    hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY, now=asked)
     elapsed = time.perf_counter() - started
     turns = [(h.conversation_id, h.seq) for h in hits if h.role == "human"]
     sessions: list[str] = []
