@@ -15,8 +15,9 @@ into one delimited message of at most a given number of tokens.
    answer needs) and the one after it (the reply); while the budget lasts, the messages two
    places away follow. Messages are raised for the weight of their conversation
    (``CONVERSATION_WEIGHT``), for their conversation's score as one document
-   (``conversation_scores``, ``DOCUMENT_WEIGHT``) and for a speaker the query names
-   (``SPEAKER_WEIGHT``).
+   (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a speaker the query names
+   (``SPEAKER_WEIGHT``) and for being said in a time the query names relative to ``now``,
+   when it is asked ("four weeks ago", "last Saturday": ``when.windows_in``, ``TIME_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
@@ -95,7 +96,7 @@ DOCUMENT_CHARS = 2000
 SPEAKER_WEIGHT = 0.3
 #: a message said in a time the query names relative to when it is asked ("four weeks ago",
 #: "last Saturday": ``when.windows_in``) scores this share more
-TIME_WEIGHT = 1.0
+TIME_WEIGHT = 2.0
 #: most facts recalled per block
 MAX_FACTS = 10
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
