@@ -97,6 +97,8 @@ def test_relative_times_become_windows(query: str, today: date, expected: list[t
         "the last day of school",
         "Saturday night live",
         "a 1000 days ago",
+        "three days earlier than the concert",  # relative to something else
+        "when I got back from two weeks in Peru",
         "",
     ],
 )

@@ -93,7 +93,7 @@ _NO_YEAR = r"(?![\s,]*(?:of\s+)?(?:19|20)\d\d\b)(?!\s*\d)"
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("day_before", re.compile(r"\bthe\s+day\s+before\s+yesterday\b", re.I)),
-    ("ago", re.compile(r"\b" + _COUNT + r"\s+" + _UNIT + r"\s+(?:ago|back|earlier)\b", re.I)),
+    ("ago", re.compile(r"\b" + _COUNT + r"\s+" + _UNIT + r"\s+(?:ago|back)\b", re.I)),
     (
         "past",
         re.compile(
@@ -217,7 +217,7 @@ def _period(kind: str, match: re.Match[str], today: date) -> list[Period]:
 #: one (most queries hold none; the patterns' scans cost 40-90 µs a query)
 _KEYS = {
     "day_before": ("yesterday",),
-    "ago": ("ago", "back", "earlier"),
+    "ago": ("ago", "back"),
     "past": ("last", "past"),
     "yesterday": ("yesterday",),
     "weekend": ("weekend",),
