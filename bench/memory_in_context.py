@@ -23,7 +23,8 @@
   files; the data is not in the repository): the questions with 20-99 sessions of the dev
   split (``bench.qa.in_split``), each haystack session stored as a conversation of one user
   (its date as ``created_at`` and in the metadata); the turns are ranked by
-  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block. Counted as
+  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block, as asked at
+  the question's ``question_date`` (``now=``: "four weeks ago" is read from it). Counted as
   LongMemEval's own retrieval evaluation does (``src/retrieval/run_retrieval.py`` and
   ``eval_utils.py`` of its repository): the ranked items are the user turns, the evidence
   turns the user turns marked ``has_answer``, the evidence sessions the answer sessions
