@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -259,7 +260,8 @@ def redact_recorded_copies(
     a fact is deleted (the ``memory_deleted`` signal, sent in the deleting transaction), every
     such copy in the calls of ``owner_ids`` that quoted it is replaced: a memory block by
     ``MEMORY_BLOCK_REMOVED``, the knowledge block by ``KNOWLEDGE_BLOCK_REMOVED`` (the system
-    prompt before it is kept). Token counts stay what was sent. Deleting must mean the words
+    prompt before it is kept), and the text's name changes from the SHA-256 of the deleted words
+    to a random one. Token counts stay what was sent. Deleting must mean the words
     are gone wherever the app shows them (the admin's "Window sent", ``/model-calls/{id}/window/``),
     as ``purge_conversations --blank-content`` does for a conversation's own texts.
 
@@ -303,16 +305,34 @@ def redact_recorded_copies(
             knowledge_texts[(conversation_id, system_digest)] = int(knowledge.get("chars") or 0)
     changed = 0
     texts = PromptText.objects.using(using)
+    calls_of = ModelCall.objects.using(using)
+    # A replaced text gets a random name: the SHA-256 of the deleted words would let anyone
+    # confirm a guess of them.
     for conversation_id, digest in sorted(memory_texts):
+        fresh = secrets.token_hex(32)
         changed += texts.filter(conversation_id=conversation_id, digest=digest).update(
-            text=MEMORY_BLOCK_REMOVED
+            text=MEMORY_BLOCK_REMOVED, digest=fresh
         )
+        renamed = []
+        for call in calls_of.filter(conversation_id=conversation_id, window_changes__has_key="memory").only(
+            "pk", "window_changes"
+        ):
+            memory = call.window_changes.get("memory")
+            if isinstance(memory, dict) and memory.get("digest") == digest:
+                memory["digest"] = fresh
+                memory.pop("sources", None)  # nothing it quoted is shown any more
+                renamed.append(call)
+        calls_of.bulk_update(renamed, ["window_changes"], batch_size=REDACT_BATCH)
     for (conversation_id, digest), chars in sorted(knowledge_texts.items()):
         row = texts.filter(conversation_id=conversation_id, digest=digest).first()
-        if row is None or chars <= 0 or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED) or len(row.text) < chars:
+        if row is None or chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
             continue
         row.text = f"{row.text[:-chars]}\n\n{KNOWLEDGE_BLOCK_REMOVED}"
-        row.save(using=using, update_fields=["text"])
+        row.digest = secrets.token_hex(32)
+        row.save(using=using, update_fields=["text", "digest"])
+        calls_of.filter(conversation_id=conversation_id, system_prompt_digest=digest).update(
+            system_prompt_digest=row.digest
+        )
         changed += 1
     return changed
 

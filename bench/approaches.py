@@ -104,6 +104,27 @@ def _setup_agentmemory_report(target: Target, budget: int) -> tuple[Callable[[],
     return build, _noop
 
 
+def _readme_default_build(target: Target, budget: int) -> ContextWindow:
+    # ``ContextWindowBuilder(conversation).build()`` as the README writes it: the default gap
+    # report, the default cap on tool results (``MAX_TOOL_RESULT_TOKENS``, 4,000: no tool
+    # result of this data reaches it, so the window is the peers'), the budget passed.
+    return ContextWindowBuilder(target.conversation_id).build(max_tokens=budget)
+
+
+def _setup_agentmemory_default(target: Target, budget: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+    def build() -> ContextWindow:
+        with statements_as_text():
+            return _readme_default_build(target, budget)
+
+    return build, _noop
+
+
+def _setup_agentmemory_default_prepared(
+    target: Target, budget: int
+) -> tuple[Callable[[], Any], Callable[[], None]]:
+    return partial(_readme_default_build, target, budget), _noop
+
+
 # --------------------------------------------------------------------------- 2. naive Django
 
 
@@ -245,14 +266,36 @@ class LowerBoundStats:
     retries: int = 0
 
 
+def psycopg_default_connection() -> Any:
+    """A psycopg 3 connection to Django's default database, in autocommit, with psycopg's own
+    defaults: server-side binding and ``prepare_threshold=5`` (a statement is prepared on the
+    connection after it has run five times), what a plain psycopg program gets."""
+    import psycopg
+
+    conn = psycopg.connect(psycopg_conninfo(), autocommit=True)
+    assert conn.prepare_threshold == 5, conn.prepare_threshold
+    return conn
+
+
 def _setup_lower_bound(
-    target: Target, budget: int, *, prepared: bool = False
+    target: Target, budget: int, *, prepared: bool = False, psycopg_default: bool = False
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
     """The lower bound's build. ``prepared``: the same statement prepared once on the
     connection, as agentmemory prepares its own (``agentmemory.store.connection.statement_cursor``), to
-    show the ratio against a bound that is not parsed and planned on every call either."""
+    show the ratio against a bound that is not parsed and planned on every call either.
+    ``psycopg_default``: the same statement on a connection of its own with psycopg's
+    defaults (``psycopg_default_connection``: prepared from its sixth run on), without
+    Django's cursor wrapper."""
     stats = LowerBoundStats()
-    cursor_for = statement_cursor if prepared else (lambda alias: connections[alias].cursor())
+    close: Callable[[], None] = _noop
+    if psycopg_default:
+        conn = psycopg_default_connection()
+        cursor_for: Callable[[str], Any] = lambda alias: conn.cursor()  # noqa: E731
+        close = conn.close
+    elif prepared:
+        cursor_for = statement_cursor
+    else:
+        cursor_for = lambda alias: connections[alias].cursor()  # noqa: E731
     # Every stored message costs at least 4 tokens (3 of framing and its role), so this many
     # rows always cover the budget: the fallback when the first page was too small.
     cover_all = budget // 4 + 1
@@ -273,7 +316,7 @@ def _setup_lower_bound(
         return fit[start:]
 
     build.stats = stats  # type: ignore[attr-defined]
-    return build, _noop
+    return build, close
 
 
 APPROACHES: tuple[Approach, ...] = (
@@ -297,11 +340,32 @@ APPROACHES: tuple[Approach, ...] = (
         partial(_setup_lower_bound, prepared=True),
     ),
     Approach(
+        "lower_bound_psycopg",
+        "lower bound: the same query, prepared as psycopg does by default (prepare_threshold=5)",
+        partial(_setup_lower_bound, psycopg_default=True),
+    ),
+    Approach(
         "agentmemory_report",
         "agentmemory ContextWindowBuilder, default gap report",
         _setup_agentmemory_report,
     ),
+    Approach(
+        "agentmemory_default",
+        "agentmemory ContextWindowBuilder(conversation).build(), the README's default "
+        "(gap report, tool-result cap), statements sent as text (Django's default)",
+        _setup_agentmemory_default,
+    ),
+    Approach(
+        "agentmemory_default_prepared",
+        "agentmemory ContextWindowBuilder(conversation).build(), the README's default, "
+        "with PREPARED_STATEMENTS",
+        _setup_agentmemory_default_prepared,
+    ),
 )
+#: the README's default build, as Django leaves it and with ``PREPARED_STATEMENTS``
+DEFAULT_PATH = ("agentmemory_default", "agentmemory_default_prepared")
+#: the lower bound prepared as psycopg prepares by default, the bound the default path is judged by
+LOWER_BOUND_PSYCOPG = "lower_bound_psycopg"
 LOWER_BOUND = "lower_bound"
 
 
@@ -310,11 +374,11 @@ LOWER_BOUND = "lower_bound"
 
 def window_key(approach: str, result: Any) -> list[Key]:
     """The history part of any approach's result as ``(seq, role, content)``, oldest first."""
-    if approach in ("agentmemory", "agentmemory_text", "agentmemory_report"):
+    if approach.startswith("agentmemory"):
         return [(m.seq, m.role.value, m.content or "") for m in result.history]
     if approach == "django_naive":
         return [(m.seq, m.role.value, m.content or "") for m in result]
-    if approach in ("lower_bound", "lower_bound_prepared"):
+    if approach.startswith("lower_bound"):
         return [(r[0], r[1], r[2] or "") for r in result]
     out: list[Key] = []
     for m in result:

@@ -17,7 +17,10 @@ SHORT = {
     "langchain_postgres": "LC PostgresChatMessageHistory",
     "lower_bound": "lower bound (1 SQL query)",
     "lower_bound_prepared": "lower bound, prepared",
+    "lower_bound_psycopg": "lower bound, psycopg default",
     "agentmemory_report": "agentmemory, gap report",
+    "agentmemory_default": "README default, text",
+    "agentmemory_default_prepared": "README default, prepared",
 }
 #: names of the single-append approaches
 APPEND_SHORT = {
@@ -25,6 +28,7 @@ APPEND_SHORT = {
     "agentmemory_text": "agentmemory, text statements",
     "raw_sql": "raw SQL bound (1 statement)",
     "raw_sql_prepared": "raw SQL bound, prepared",
+    "raw_sql_psycopg": "raw SQL bound, psycopg default",
     "django_naive": "Django naive ORM insert",
     "langchain_postgres": "LC PostgresChatMessageHistory",
     "langchain_sql": "LC SQLChatMessageHistory",
@@ -32,6 +36,11 @@ APPEND_SHORT = {
 #: the issue's speed targets: a committed append at most 1.5x the one-statement raw bound, a
 #: window build at most 1.3x the raw bound at the median and 2x at p95
 APPEND_TARGET, BUILD_MEDIAN_TARGET, BUILD_P95_TARGET = 1.5, 1.3, 2.0
+#: the README's default path (``ContextWindowBuilder(conversation).build()`` with its gap
+#: report, ``history.add_message()``) over the raw bound prepared as psycopg prepares by
+#: default (``prepare_threshold=5``): at most 1.5x as Django leaves the statements (text),
+#: 1.2x with ``PREPARED_STATEMENTS``
+DEFAULT_TARGET, DEFAULT_PREPARED_TARGET = 1.5, 1.2
 
 
 def build_summary(results: Mapping[int, Mapping[str, BuildResult]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -102,7 +111,64 @@ def ratios(summary: Mapping[str, Any]) -> dict[str, Any]:
         out["report_builds"] = report
         out["report_median"] = max(r["median"] for r in report.values())
         out["report_p95"] = max(r["p95"] for r in report.values())
+    # The README's default path, over the raw bound as text and prepared as psycopg does by
+    # default; appends likewise, and over the two peers' appends.
+    for name, key, over in (
+        ("default_text", "agentmemory_default", None),
+        ("default", "agentmemory_default", "lower_bound_psycopg"),
+        ("default_prepared", "agentmemory_default_prepared", "lower_bound_psycopg"),
+    ):
+        per = _per_size(summary, key, over=over)
+        if per:
+            out[f"{name}_builds"] = per
+            out[f"{name}_median"] = max(r["median"] for r in per.values())
+    if appends.get("default_append_ratio") is not None:
+        out["default_append"] = appends["default_append_ratio"]
+        out["default_prepared_append"] = appends["default_append_ratio_prepared"]
+        text = appends["agentmemory_text"]["single"]["median_ms"]
+        for peer in ("langchain_postgres", "django_naive"):
+            if peer in appends:
+                out[f"default_append_over_{peer}"] = text / appends[peer]["single"]["median_ms"]
     return out
+
+
+def _sizes_line(per: Mapping[str, Mapping[str, float]]) -> str:
+    return ", ".join(f"H={int(size):,} {v['median']:.2f}" for size, v in per.items())
+
+
+def default_path_lines(r: Mapping[str, Any]) -> list[str]:
+    """The README's default path against the raw bounds, medians, each line naming its bound:
+    ``raw`` is the raw statement sent as text (Django's cursor), ``raw prepared (psycopg
+    default)`` the same statement on a psycopg connection with psycopg's defaults, prepared
+    from its sixth run (the bound the targets of the default path are judged by)."""
+    lines = []
+    if r.get("default_median") is not None:
+        lines.append(
+            f"default build (gap report, text statements) median over raw prepared (psycopg default): "
+            f"{_sizes_line(r['default_builds'])} (target <= {DEFAULT_TARGET})"
+        )
+    if r.get("default_text_median") is not None:
+        lines.append(
+            f"default build (gap report, text statements) median over raw as text: "
+            f"{_sizes_line(r['default_text_builds'])}"
+        )
+    if r.get("default_prepared_median") is not None:
+        lines.append(
+            f"default build with PREPARED_STATEMENTS median over raw prepared (psycopg default): "
+            f"{_sizes_line(r['default_prepared_builds'])} (target <= {DEFAULT_PREPARED_TARGET})"
+        )
+    if r.get("default_append") is not None:
+        peers = ", ".join(
+            f"{label} {r[f'default_append_over_{peer}']:.2f}"
+            for peer, label in (("langchain_postgres", "langchain-postgres"), ("django_naive", "naive ORM"))
+            if r.get(f"default_append_over_{peer}") is not None
+        )
+        lines.append(
+            f"default append over raw prepared (psycopg default): text {r['default_append']:.2f} "
+            f"(target <= {DEFAULT_TARGET}), with PREPARED_STATEMENTS {r['default_prepared_append']:.2f} "
+            f"(target <= {DEFAULT_PREPARED_TARGET}); text over {peers} (target < 1)"
+        )
+    return lines
 
 
 def ratio_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -151,6 +217,7 @@ def ratio_lines(summary: Mapping[str, Any]) -> list[str]:
             f"build with the default gap report median {r['report_median']:.2f} / p95 "
             f"{r['report_p95']:.2f} of raw ({per})"
         )
+    lines.extend(default_path_lines(r))
     return lines
 
 
@@ -192,6 +259,33 @@ def check_targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     ">= 100x" if limit else "(100x applies at H=100,000)",
                     speedup >= 100 if limit else None,
                 )
+    r = summary.get("ratios") or ratios(summary)
+    for name, label, limit in (
+        ("default", "default build (text statements)", DEFAULT_TARGET),
+        ("default_prepared", "default build with PREPARED_STATEMENTS", DEFAULT_PREPARED_TARGET),
+    ):
+        for size, v in (r.get(f"{name}_builds") or {}).items():
+            add(
+                f"{label} median over the raw bound prepared (psycopg default) at H={int(size):,}",
+                v["median"],
+                f"<= {limit}x",
+                v["median"] <= limit,
+            )
+    for name, label, limit in (
+        ("default_append", "default append (text statements)", DEFAULT_TARGET),
+        ("default_prepared_append", "default append with PREPARED_STATEMENTS", DEFAULT_PREPARED_TARGET),
+    ):
+        if r.get(name) is not None:
+            add(
+                f"{label} over the raw bound prepared (psycopg default)",
+                r[name],
+                f"<= {limit}x",
+                r[name] <= limit,
+            )
+    for peer, label in (("langchain_postgres", "langchain-postgres"), ("django_naive", "a naive ORM insert")):
+        value = r.get(f"default_append_over_{peer}")
+        if value is not None:
+            add(f"default append (text statements) over {label}'s", value, "< 1x", value < 1)
     same = all(v["same_window"] for row in builds.values() for v in row.values())
     add("all approaches return the same window", None, "identical", same)
     appends = summary.get("appends", {}).get("agentmemory")
@@ -339,7 +433,7 @@ def plot(summary: Mapping[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
     ax = axes[0][0]
     sizes = [int(s) for s in summary["build"]]
-    markers = dict(zip(SHORT, ("o", "P", "s", "^", "v", "D", "d", "x"), strict=True))
+    markers = dict(zip(SHORT, ("o", "P", "s", "^", "v", "D", "d", "h", "x", "*", "X"), strict=True))
     for key in SHORT:
         points = [(s, summary["build"][str(s)][key]) for s in sizes if key in summary["build"][str(s)]]
         if not points:

@@ -23,6 +23,7 @@ from bench.approaches import (
     LOWER_BOUND,
     Approach,
     explain_difference,
+    psycopg_default_connection,
     statements_as_text,
     window_key,
 )
@@ -164,7 +165,16 @@ def time_builds(
 
 
 #: approaches that read only the tail of a conversation
-TAIL_READERS = ("agentmemory", "agentmemory_text", LOWER_BOUND, "lower_bound_prepared", "agentmemory_report")
+TAIL_READERS = (
+    "agentmemory",
+    "agentmemory_text",
+    LOWER_BOUND,
+    "lower_bound_prepared",
+    "lower_bound_psycopg",
+    "agentmemory_report",
+    "agentmemory_default",
+    "agentmemory_default_prepared",
+)
 
 
 def _groups(builders: Mapping[str, Any]) -> list[list[str]]:
@@ -299,6 +309,7 @@ APPEND_APPROACHES = (
     "agentmemory_text",
     "raw_sql",
     "raw_sql_prepared",
+    "raw_sql_psycopg",
     "django_naive",
     "langchain_postgres",
     "langchain_sql",
@@ -314,10 +325,14 @@ def time_appends(
     append of each approach per round, so drifts of the machine hit all of them alike),
     after ``_APPEND_WARMUP`` untimed rounds, under ``GC_POLICY``. The approaches are
     agentmemory (``PersistentChatHistory.add_message``: validation, token count, seq
-    allocation, counters), the one-statement raw SQL bound (``RAW_APPEND_SQL``), a naive
+    allocation, counters; prepared, and with statements as text as Django leaves it), the
+    one-statement raw SQL bound (``RAW_APPEND_SQL``: as text on Django's connection,
+    prepared there, and on a psycopg connection of its own with psycopg's defaults), a naive
     ORM insert (``Message.objects.create`` with a seq kept in Python: no lock, no count),
     langchain-postgres and LangChain's ``SQLChatMessageHistory`` (one JSON document per
-    message). ``append_ratio`` is agentmemory's median over the raw bound's.
+    message). ``append_ratio`` is agentmemory's median over the raw bound's as text;
+    ``default_append_ratio`` (and ``_prepared``) agentmemory's as text (prepared) over the
+    raw bound's as psycopg runs it by default.
 
     Bulk: ``add_messages`` in batches of ``batch`` for agentmemory and the two LangChain
     histories. Scratch conversations are deleted afterwards.
@@ -333,11 +348,14 @@ def time_appends(
     counts = [counter.count_message(m) for m in singles_msgs]
     lc_singles = _to_langchain(singles_msgs)
     out: dict[str, Any] = {}
-    # singles, raw, naive, bulk, raw prepared, singles with statements as text
-    conversations = [_scratch_conversation() for _ in range(6)]
+    # singles, raw, naive, bulk, raw prepared, singles with statements as text, raw on a
+    # psycopg connection of its own
+    conversations = [_scratch_conversation() for _ in range(7)]
     history = PersistentChatHistory(conversations[0])
     text_history = PersistentChatHistory(conversations[5])
     raw_id, naive_id, raw_prepared_id = conversations[1].pk, conversations[2].pk, conversations[4].pk
+    raw_psycopg_id = conversations[6].pk
+    psycopg_conn = psycopg_default_connection()
 
     def agentmemory_append(i: int) -> None:
         history.add_message(singles_msgs[i])
@@ -367,6 +385,11 @@ def time_appends(
         with statement_cursor("default") as cur:
             cur.execute(RAW_APPEND_SQL, raw_params(i, raw_prepared_id))
 
+    def raw_psycopg_append(i: int) -> None:
+        # psycopg's defaults: server-side binding, prepared from the sixth run on
+        with psycopg_conn.cursor() as cur:
+            cur.execute(RAW_APPEND_SQL, raw_params(i, raw_psycopg_id))
+
     def naive_append(i: int) -> None:
         message = singles_msgs[i]
         Message.objects.create(
@@ -386,6 +409,7 @@ def time_appends(
         "agentmemory_text": agentmemory_text_append,
         "raw_sql": raw_append,
         "raw_sql_prepared": raw_prepared_append,
+        "raw_sql_psycopg": raw_psycopg_append,
         "django_naive": naive_append,
     }
     lc = _LangChainStores()
@@ -411,6 +435,7 @@ def time_appends(
         out["langchain_sql"]["bulk"] = _bulk(lc.sql_bulk.add_messages, lc_bulk, batch)
     finally:
         lc.close()
+        psycopg_conn.close()
         for conv in conversations:
             _delete_conversation(conv.pk)
     raw = out["raw_sql"]["single"]["median_ms"]
@@ -420,6 +445,11 @@ def time_appends(
     out["append_ratio_prepared"] = (
         out["agentmemory"]["single"]["median_ms"] / out["raw_sql_prepared"]["single"]["median_ms"]
     )
+    # The README's append (``history.add_message``) as Django leaves it (text) and with
+    # ``PREPARED_STATEMENTS``, over the raw statement as psycopg runs it by default.
+    psycopg_raw = out["raw_sql_psycopg"]["single"]["median_ms"]
+    out["default_append_ratio"] = out["agentmemory_text"]["single"]["median_ms"] / psycopg_raw
+    out["default_append_ratio_prepared"] = out["agentmemory"]["single"]["median_ms"] / psycopg_raw
     out["gc"] = GC_POLICY
     for key in APPEND_APPROACHES:
         stats = out[key]

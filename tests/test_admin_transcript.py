@@ -314,9 +314,9 @@ PAGES = {
     # the same and the conversation's title
     "messages of one conversation": 7,
     "search": 6,
-    # session, user, conversation, the window builder's statement and its count of the
-    # messages left out
-    "context": 5,
+    # session, user, conversation, the window builder's statement (with it, what the gap
+    # report needs of the messages left out)
+    "context": 4,
 }
 
 

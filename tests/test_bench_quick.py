@@ -36,7 +36,10 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
             "langchain_postgres",
             "lower_bound",
             "lower_bound_prepared",
+            "lower_bound_psycopg",
             "agentmemory_report",
+            "agentmemory_default",
+            "agentmemory_default_prepared",
         }
         windows = {(s["window_messages"], s["first_seq"], s["window_tokens"]) for s in row.values()}
         assert len(windows) == 1, row
@@ -45,10 +48,10 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
         assert tokens <= args.budget
         assert all(s["same_window"] and s["n"] == 3 for s in row.values())
     # one statement reads the window; the bench's conversations have no summary and more
-    # history than fits, so with the gap report a second one (index lookups) finds what the
-    # counters cannot say about the stored messages the window leaves out
+    # history than fits, and the gap report finds what the counters cannot say about the
+    # stored messages the window leaves out from the same statement's rows
     assert summary["queries_per_build"] == 1
-    assert summary["queries_per_report_build"] == 2
+    assert summary["queries_per_report_build"] == 1
     assert summary["appends"]["agentmemory"]["bulk"]["messages"] == 2_000
     appends = summary["appends"]
     for key in (
@@ -56,6 +59,7 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
         "agentmemory_text",
         "raw_sql",
         "raw_sql_prepared",
+        "raw_sql_psycopg",
         "django_naive",
         "langchain_postgres",
         "langchain_sql",
@@ -78,6 +82,28 @@ def test_quick_benchmark_agrees_and_reports(tmp_path) -> None:  # type: ignore[n
     )
     assert set(ratios["prepared_builds"]) == {"200", "2000"}
     assert f"against the raw statements prepared too: append {ratios['prepared_append']:.2f}" in report
+    # the README's default path over the raw bound prepared as psycopg does by default, each
+    # line naming its bound, and the append beside the two peers'
+    psycopg_raw = appends["raw_sql_psycopg"]["single"]["median_ms"]
+    assert ratios["default_append"] == pytest.approx(
+        appends["agentmemory_text"]["single"]["median_ms"] / psycopg_raw
+    )
+    assert ratios["default_prepared_append"] == pytest.approx(
+        appends["agentmemory"]["single"]["median_ms"] / psycopg_raw
+    )
+    assert set(ratios["default_builds"]) == set(ratios["default_prepared_builds"]) == {"200", "2000"}
+    assert (
+        "default build (gap report, text statements) median over raw prepared (psycopg default): H=200"
+        in report
+    )
+    assert "default build (gap report, text statements) median over raw as text: H=200" in report
+    assert (
+        "default build with PREPARED_STATEMENTS median over raw prepared (psycopg default): H=200" in report
+    )
+    assert (
+        f"default append over raw prepared (psycopg default): text {ratios['default_append']:.2f}" in report
+    )
+    assert "langchain-postgres" in report and "naive ORM" in report
     assert set(ratios["text_builds"]) == {"200", "2000"}
     assert f"with statements sent as text (Django's default): append {ratios['text_append']:.2f}" in report
     assert "GC: automatic GC on" in report

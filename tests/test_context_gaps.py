@@ -69,6 +69,30 @@ def test_window_reports_what_neither_it_nor_the_summary_holds(left_out: Any) -> 
     assert sent["reason"] == REASON_NOT_REQUESTED
 
 
+@pytest.mark.parametrize(
+    ("first", "last", "excluded"),
+    [
+        (3, 17, frozenset()),
+        (3, 17, frozenset({3, 9, 17})),
+        (1, 5_000, frozenset()),
+        (1, 5_000, frozenset({4_999})),
+    ],
+)
+def test_a_span_of_uncovered_messages_lists_its_newest_seqs(
+    first: int, last: int, excluded: frozenset[int]
+) -> None:
+    from agentmemory.context.window import MAX_LISTED_SEQS, UncoveredMessages
+
+    count = last - first + 1 - len(excluded)
+    uncovered = UncoveredMessages.from_span(count, 7 * count, first, last, excluded)
+    expected = tuple(s for s in range(first, last + 1) if s not in excluded)[-MAX_LISTED_SEQS:]
+    # the bounds the log line names, worked out without listing the span first
+    assert uncovered.seq_range == (expected[0], expected[-1])
+    assert uncovered.seqs == expected
+    assert uncovered.seq_range == (expected[0], expected[-1])
+    assert UncoveredMessages().seq_range is None
+
+
 @pytest.mark.django_db
 def test_orphaned_tool_results_are_not_counted_as_uncovered() -> None:
     conv, history = conversation_with_turns(3, token_counter=COUNTER, tool_every=0)
@@ -93,7 +117,8 @@ def test_a_window_without_a_gap_costs_no_extra_query(django_assert_num_queries: 
     with django_assert_num_queries(1):
         whole = ContextWindowBuilder(conv, token_counter=COUNTER).build(100)
     assert not whole.uncovered and whole.uncovered.count == 0
-    with django_assert_num_queries(2):  # the gap is read in one more statement
+    # the gap is worked out from what the window's statement read with it
+    with django_assert_num_queries(1):
         gapped = ContextWindowBuilder(conv, token_counter=COUNTER).build(5)
     assert gapped.uncovered.count == 16
     with django_assert_num_queries(1):  # plain trimming

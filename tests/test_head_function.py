@@ -126,7 +126,8 @@ def test_the_migration_makes_a_function_for_each_variant_of_the_head_statement_a
             assert source == f" BEGIN RETURN QUERY {functions.body('default', key)}; END "
     # under fixed names, and nothing else of the family
     assert _family() == sorted(functions.names())
-    head_nu = "agentmemory_window_head_nu(bigint,text,bigint,bigint,bigint,bigint,text,bigint)"
+    # (migration 0028 added the floor, the ninth argument)
+    head_nu = "agentmemory_window_head_nu(bigint,text,bigint,bigint,bigint,bigint,text,bigint,bigint)"
     assert functions.names()[0] == head_nu
 
 
@@ -190,9 +191,11 @@ def test_the_function_gives_the_windows_the_statement_as_text_gives(
 @pytest.mark.postgres
 def test_the_gap_probe_goes_through_its_function() -> None:
     conv = _conversation()
-    ContextWindowBuilder(conv.pk).build(max_tokens=200)
+    # A window that starts after the call still waiting: the probe is asked about it (in
+    # the common case the head statement's rows say what the gap report needs).
+    ContextWindowBuilder(conv.pk).build(max_tokens=20)
     with CaptureQueriesContext(connection) as queries:
-        window = ContextWindowBuilder(conv.pk).build(max_tokens=200)
+        window = ContextWindowBuilder(conv.pk).build(max_tokens=20)
     name = functions.name(functions.GAP)
     (probe,) = [q["sql"] for q in queries.captured_queries if f"{name}(" in q["sql"]]
     assert "::bigint[])" in probe  # the seqs asked about, in one array

@@ -242,9 +242,9 @@ def test_a_window_after_clear_costs_the_queries_of_one_never_cleared() -> None:
                 window = ContextWindowBuilder(conv, gap_policy=policy).build(150)
             check_window_starts_with_prompt(conv, window)
             counts.append(len(queries))
-    # the window (conversation, summary, pinned prompt and tail in one statement), then the
-    # index lookups of what it leaves out
-    assert counts == [1, 2, 1, 2]
+    # the window (conversation, summary, pinned prompt and tail in one statement), with the
+    # index lookups of what it leaves out in the same statement
+    assert counts == [1, 1, 1, 1]
     appends = []
     for history_ in (PersistentChatHistory(fresh), history):
         with CaptureQueriesContext(connection) as queries:

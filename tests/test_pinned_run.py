@@ -441,9 +441,9 @@ def test_a_run_costs_the_queries_of_a_single_pinned_prompt() -> None:
             with CaptureQueriesContext(connection) as queries:
                 ContextWindowBuilder(conv, gap_policy=policy).build(150)
             counts.append(len(queries))
-    # the window (conversation, summary, pinned run and tail in one statement), then the
-    # index lookups of what it leaves out
-    assert counts == [1, 2, 1, 2]
+    # the window (conversation, summary, pinned run and tail in one statement), with the
+    # index lookups of what it leaves out in the same statement
+    assert counts == [1, 1, 1, 1]
     appends = []
     for history in (single_history, run_history):
         for messages in ([ChatMessage.human("one more")], [ChatMessage.system("x"), ChatMessage.human("y")]):

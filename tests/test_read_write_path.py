@@ -227,10 +227,13 @@ def test_a_single_append_is_one_statement_for_every_kind_of_message(django_asser
         ChatMessage.tool(json.dumps({"ok": True}), tool_call_id="c1", name="lookup"),
         ChatMessage.ai("done"),
     ]
+    returned = []
     for message in sent:
         with django_assert_num_queries(1):
-            history.add_message(message)
+            returned.append(history.add_message(message))
     back = history.get_messages()
+    # what an append returns is the message as stored, read back
+    assert returned == back
     assert [(m.role, m.text, m.name, dict(m.metadata)) for m in back] == [
         (m.role, m.text, m.name, dict(m.metadata)) for m in sent
     ]

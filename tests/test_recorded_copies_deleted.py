@@ -19,7 +19,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage
-from agentmemory.models import Conversation, Fact, ModelCall
+from agentmemory.models import Conversation, Fact, ModelCall, PromptText
 from agentmemory.recording import KNOWLEDGE_BLOCK_REMOVED, MEMORY_BLOCK_REMOVED, redact_recorded_copies
 from tests.factories import UserFactory
 
@@ -86,8 +86,12 @@ def test_deleting_a_conversation_removes_the_block_that_quoted_it(user) -> None:
     text = shown(call, user)
     assert "4471" not in text
     assert MEMORY_BLOCK_REMOVED in text
-    # what was sent is still accounted for
-    assert ModelCall.objects.get(pk=call.pk).window_changes["memory"]["tokens"] > 0
+    # what was sent is still accounted for, and nothing names the deleted words any more
+    after = ModelCall.objects.get(pk=call.pk).window_changes["memory"]
+    assert after["tokens"] > 0
+    assert after["digest"] != call.window_changes["memory"]["digest"]
+    assert not PromptText.objects.filter(digest=call.window_changes["memory"]["digest"]).exists()
+    assert "sources" not in after
 
 
 def test_deleting_through_the_api_and_in_bulk_removes_the_copies(user) -> None:
@@ -141,6 +145,7 @@ def test_forgetting_a_fact_removes_it_from_the_recorded_system_prompt(user) -> N
     assert "4471" not in text
     assert KNOWLEDGE_BLOCK_REMOVED in text
     assert "You answer from memory." in text  # the agent's own prompt is kept
+    assert not PromptText.objects.filter(digest=call.system_prompt_digest).exists()
     # a second deletion does not cut the prompt again
     other = Fact.objects.get(owner=user, content__startswith="Prefers tea")
     other.delete()

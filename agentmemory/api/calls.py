@@ -94,7 +94,7 @@ class ModelCallViewSet(
         try:
             call_uuid = uuid_lib.UUID(str(self.kwargs["uuid"]))
         except ValueError:
-            raise Http404("No such model call.") from None
+            raise Http404("No such model call: a call is named by its uuid, the id the list gives.") from None
         call = self.get_queryset().filter(uuid=call_uuid).first()
         if call is None:
             raise Http404("No such model call.")

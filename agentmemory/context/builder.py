@@ -10,8 +10,9 @@ gap policy "close", a compaction is asked for first and the window built again b
 ``build()`` calls for a builder made with that policy). The reads go through ``read_head()`` and
 ``TailReader`` (hand-written SQL in ``agentmemory.store.window``): a constant number of
 queries, whatever the length of the conversation. What a window leaves uncovered is worked
-out from the conversation's counters and one statement of index lookups, not by reading
-the messages left out (see ``ContextWindowBuilder._gap``).
+out from the conversation's counters and a few index lookups (made by the window's own
+statement in the common case), not by reading the messages left out (see
+``ContextWindowBuilder._gap``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from agentmemory.context.gaps import (
     REASON_SUMMARY_CUT,
     _derive_gap,
     _GapState,
+    probe_from_head,
     report_left_out,
 )
 from agentmemory.context.memory import (  # noqa: F401  (re-exported)
@@ -152,9 +154,13 @@ class ContextWindowBuilder(MemoryBlock):
             still left out; that step is ``agentmemory.closing.build_closing_gap``, which
             ``build()`` calls for this policy (the reading itself never enqueues or
             waits); ``"report"``: only report it (``ContextWindow.uncovered``, the
-            ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming, no
-            extra query. Reporting costs one more statement of index lookups when the
-            window leaves messages out, whatever their number. Defaults to "report": a
+            ``messages_left_out`` signal, a log line); ``"ignore"``: plain trimming.
+            Reporting is worked out from what the window's statement reads, whatever the
+            number of messages left out; one more statement of index lookups only when
+            a call older than the window still waits for its result, more than
+            ``HEAD_ORPHANS`` (16) orphaned tool results are stored, the pinned prompt was
+            not read (``system_prompt`` given) or the summary is a custom compactor's
+            (``agentmemory.context.gaps.probe_from_head``). Defaults to "report": a
             read has no side effects unless asked; agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
 
@@ -617,6 +623,9 @@ class ContextWindowBuilder(MemoryBlock):
             budget=min(max_tokens - system_tokens, MAX_READ),
             max_messages=None if max_messages is None else min(max_messages, MAX_READ),
             max_tool_result_tokens=self.max_tool_result_tokens,
+            # The rows a summary covers are not read: the stored one's (None), or, for a
+            # summary that is not the stored one, from the first stored message on.
+            floor=0 if self._no_summary or self._custom_summary else None,
         )
         if head is None:
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
@@ -743,7 +752,7 @@ class ContextWindowBuilder(MemoryBlock):
         )
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.
-        self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen)
+        self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen, head)
         if self.gap_policy == "ignore" or coverage_unknown:
             return window
         return self._account_gap(window, packed, using, floor_seq=floor_seq, conv=conv)
@@ -925,16 +934,17 @@ class ContextWindowBuilder(MemoryBlock):
         itself nor the summary.
 
         Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
-        the summary's ``tokens_covered`` and the rows the window read, with one statement
-        of index lookups (``read_gap_probe``): the cost does not grow with the number of
-        messages left out. Where the counters cannot say (seqs with holes, which only an
-        imported document can leave; a summary whose span does not start the conversation;
-        a waiting tool exchange in the gap that already has results), one statement counts
-        the gap instead (``read_uncovered``), reading it."""
+        the summary's ``tokens_covered`` and the rows the window read, with the few index
+        lookups the head statement made beside them (``probe_from_head``), or, where those
+        do not say it all, one statement of them (``read_gap_probe``): the cost does not
+        grow with the number of messages left out. Where the counters cannot say (seqs
+        with holes, which only an imported document can leave; a summary whose span does
+        not start the conversation; a waiting tool exchange in the gap that already has
+        results), one statement counts the gap instead (``read_uncovered``), reading it."""
         state = self._gap_state
         assert state is not None  # set by ``_assemble`` before it asks
         relevant = [seq for seq in pending_exchanges if seq < before]
-        probe = read_gap_probe(
+        probe = probe_from_head(state, before=before, pending_exchanges=relevant) or read_gap_probe(
             using,
             self.conversation_id,
             before=before,

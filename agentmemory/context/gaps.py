@@ -13,7 +13,7 @@ from typing import Any
 from agentmemory import signals
 from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
-from agentmemory.store.window import GapProbe
+from agentmemory.store.window import GapProbe, WindowHead
 
 _NO_SEQ = 2**62
 
@@ -27,6 +27,36 @@ class _GapState:
     summary: SummaryRow | None
     newest_seq: int | None
     rows_seen: list[RowMeta]
+    #: what the head statement read (``probe_from_head``)
+    head: WindowHead | None = None
+
+
+def probe_from_head(state: _GapState, *, before: int, pending_exchanges: list[int]) -> GapProbe | None:
+    """What the gap probe (``agentmemory.store.window.read_gap_probe``) would find, from the
+    rows the head statement read with the window, or ``None`` when they do not say it all
+    (the caller then runs the probe): AI messages with calls still waiting that are older
+    than the window (``pending_exchanges``), more orphaned tool results than the head
+    statement lists, a pinned prompt not read (an explicit ``system_prompt``), or a summary
+    other than the stored one (a custom compactor's).
+
+    The common case, a window with no waiting calls behind it, so costs no statement of its
+    own beside the window's."""
+    head = state.head
+    if head is None or pending_exchanges or head.orphans is None:
+        return None
+    pinned_tokens = None
+    if state.conv.has_system_prompt:
+        if not head.pinned:
+            return None
+        pinned_tokens = sum(m.token_count or 0 for m in head.pinned)
+    summary = state.summary
+    first = covered = None
+    if summary is not None:
+        if head.summary is None or head.summary.pk != summary.pk:
+            return None
+        first, covered = head.summary_first_seq, head.summary_tokens_covered
+    orphans = tuple(orphan for orphan in head.orphans if orphan[0] < before)
+    return GapProbe(head.first_seq, pinned_tokens, first, covered, orphans, ())
 
 
 def _derive_gap(
@@ -112,17 +142,21 @@ def report_left_out(sender: Any, conversation_id: int, window: ContextWindow, re
     "report", else WARNING) and send ``messages_left_out`` from ``sender``."""
     uncovered = window.uncovered
     level = logging.INFO if reason == REASON_NOT_REQUESTED else logging.WARNING
-    logger.log(
-        level,
-        "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
-        "in neither the window nor the summary: %s",
-        conversation_id,
-        uncovered.count,
-        uncovered.tokens,
-        uncovered.seqs[0] if uncovered.seqs else "-",
-        uncovered.seqs[-1] if uncovered.seqs else "-",
-        reason,
-    )
+    if logger.isEnabledFor(level):
+        # Guarded: the arguments cost more than the call when the level is off (gap policy
+        # "report" logs at INFO, off by default), which is every default build with a gap.
+        bounds = uncovered.seq_range
+        logger.log(
+            level,
+            "context window of conversation %s leaves %d stored messages (%d tokens, seqs %s..%s) "
+            "in neither the window nor the summary: %s",
+            conversation_id,
+            uncovered.count,
+            uncovered.tokens,
+            bounds[0] if bounds else "-",
+            bounds[1] if bounds else "-",
+            reason,
+        )
     signals.messages_left_out.send(
         sender=sender,
         conversation_id=conversation_id,

@@ -71,15 +71,30 @@ class UncoveredMessages:
             assert self._span is not None  # set whenever _seqs is None
             first, last = self._span
             excluded = self._excluded
-            newest: list[int] = []
-            seq = last
-            while seq >= first and len(newest) < MAX_LISTED_SEQS:
-                if seq not in excluded:
-                    newest.append(seq)
-                seq -= 1
-            seqs = tuple(reversed(newest))
+            if not excluded:
+                # Every seq of the span: the newest ``MAX_LISTED_SEQS`` of them in one step.
+                seqs = tuple(range(max(first, last - MAX_LISTED_SEQS + 1), last + 1))
+            else:
+                newest: list[int] = []
+                seq = last
+                while seq >= first and len(newest) < MAX_LISTED_SEQS:
+                    if seq not in excluded:
+                        newest.append(seq)
+                    seq -= 1
+                seqs = tuple(reversed(newest))
             object.__setattr__(self, "_seqs", seqs)
         return seqs
+
+    @property
+    def seq_range(self) -> tuple[int, int] | None:
+        """``(seqs[0], seqs[-1])``, the oldest and newest listed seqs (``None``: none),
+        without listing them when they were given as a span of seqs."""
+        span = self._span
+        if self._seqs is None and span is not None and not self._excluded:
+            first, last = span
+            return (max(first, last - MAX_LISTED_SEQS + 1), last) if first <= last else None
+        seqs = self.seqs
+        return (seqs[0], seqs[-1]) if seqs else None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UncoveredMessages is immutable: cannot set {name!r}")

@@ -16,8 +16,8 @@ through ``pinned_last_seq``. The rule has one definition in each language, and
 * ``pin_expressions`` / ``pin_assignments`` (SQL), the ``SET`` clauses of every append
   statement here.
 
-Only ``agentmemory.models``, ``agentmemory.messages`` and the connection module of this
-package are imported.
+Only ``agentmemory.models``, ``agentmemory.messages`` and the connection and rows modules
+of this package are imported.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from django.utils import timezone
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, pinned_end
 from agentmemory.store.connection import statement_cursor
+from agentmemory.store.rows import _new_chat, _set_metadata
 
 
 def leading_system_messages(batch: list[ChatMessage]) -> int:
@@ -304,20 +305,22 @@ def _append_one_postgresql(
     if returned is None:
         return None  # no such conversation, or a check failed: the locked path says which
     pk, seq, _ = returned
-    return [
-        ChatMessage(
-            role=role,
-            content=message.content,
-            parts=message.parts,
-            tool_calls=message.tool_calls,
-            tool_call_id=message.tool_call_id,
-            name=message.name,
-            metadata=dict(message.metadata or {}),
-            seq=seq,
-            id=pk,
-            token_count=tokens,
-        )
-    ]
+    # The message as stored, made the quick way (``agentmemory.store.rows``): its fields are
+    # the validated message's, so the dataclass's checks have run on them already.
+    stored = _new_chat(
+        role,
+        message.content,
+        message.tool_calls,
+        message.tool_call_id,
+        message.name,
+        seq,
+        pk,
+        tokens,
+        message.parts,
+    )
+    if message.metadata:
+        _set_metadata(stored, dict(message.metadata))
+    return [stored]
 
 
 def _append_postgresql(

@@ -17,8 +17,9 @@ client: a pooler may hand each transaction to any server session. So each statem
 a function (the head statement once per variant: with or without the pinned prompt, with or
 without a cap on tool results), and the read path calls them.
 
-* A migration creates them (``agentmemory/migrations/0027_window_read_functions_in_migration.py``),
-  from the statement text frozen in it, under fixed names: ``agentmemory_window_head_pu``,
+* A migration creates them (``agentmemory/migrations/0027_window_read_functions_in_migration.py``;
+  ``0028_window_head_floor_and_gap.py`` replaces the head statement's, which took the floor as a
+  ninth argument), from the statement text frozen in it, under fixed names: ``agentmemory_window_head_pu``,
   ``_head_pc``, ``_head_nu``, ``_head_nc`` and ``agentmemory_window_gap``. A release that
   changes a statement, or the type of a column one returns, ships a migration that replaces
   them; ``tests/test_head_function.py`` fails while the live statement and the text of the
@@ -52,6 +53,7 @@ HEAD_PARAMS: tuple[tuple[str, str], ...] = (
     ("max_page", "bigint"),
     ("tool", "text"),
     ("cap", "bigint"),
+    ("floor", "bigint"),
 )
 #: The gap probe's parameters (``agentmemory.store.window.read_gap_probe``); ``pending`` is
 #: the array of the seqs of the AI messages asked about.

@@ -177,8 +177,12 @@ def _page_expression(alias: str, c: Any, table: str) -> str:
     return f"{least}(CASE WHEN {count} <= 0 THEN 16 ELSE {greatest}(16, {more} + 8) END, %(max_page)s)"
 
 
-#: Kinds of the rows of the head statement (its first column).
-_CONVERSATION, _SUMMARY, _PINNED, _TAIL = 0, 1, 2, 3
+#: Kinds of the rows of the head statement (its first column); the orphaned tool results
+#: (``_ORPHAN``) sort after every other kind.
+_ORPHAN, _CONVERSATION, _SUMMARY, _PINNED, _TAIL = -1, 0, 1, 2, 3
+#: at most this many orphaned tool results come with the head statement (the newest); a
+#: conversation with more has the gap probe find them (``read_gap_probe``)
+HEAD_ORPHANS = 16
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
 #: SQLSTATEs of a function the connection can no longer use, where the statement as text
@@ -195,19 +199,24 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     * the first page of the tail (``_tail_select``), whose LIMIT is the page size computed
       from the conversation row in a scalar sub-select (``first_page_size`` gives the same
       number from the conversation row read alongside), trimmed to the rows the packer can
-      use (``_tail_select(trim=True)``). Rows at or below the summary boundary are dropped
-      by the caller (newest first, they can only come last);
+      use (``_tail_select(trim=True)``), above the floor: the summary's ``through_seq``
+      (``%(floor)s``, NULL for the stored summary's) and the pinned prompt's last seq, so
+      that no row the summary covers is read, whatever the budget;
     * (``with_pinned``) the pinned system messages with their ``metadata``: the system
       messages from the conversation's ``pinned_seq`` through ``pinned_last_seq``, both
       read in scalar sub-selects on the conversation row, so the lookup stays a range on
       the ``(conversation, seq)`` index;
     * the conversation: ``id`` in ``id``, ``message_count`` in ``seq``,
       ``human_message_count`` in ``token_count``, ``stored_tokens`` in ``exchange_seq``,
-      ``pinned_seq`` in ``has_content``, ``pinned_last_seq`` as text in ``name`` (every
-      integer column is taken);
+      ``pinned_seq`` in ``has_content``, ``pinned_last_seq`` as text in ``name``, and its
+      oldest stored seq as text in ``role`` (every integer column is taken);
     * its summary: ``id``, ``through_seq`` in ``seq``, ``token_count``,
-      ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name`` and
-      ``text`` in ``content``.
+      ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name``,
+      ``text`` in ``content``, and as text ``first_seq`` in ``role`` and ``tokens_covered``
+      in ``tool_call_id``;
+    * (kind ``_ORPHAN``) its newest orphaned tool results, ``HEAD_ORPHANS`` + 1 at most,
+      without content. With the oldest seq and the summary's span, what the gap report
+      needs in the common case (``agentmemory.context.gaps.probe_from_head``).
 
     Single-table branches keep planning cheap: joins and repeated sub-selects cost more to
     plan than the whole statement takes to run.
@@ -227,6 +236,15 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         f"COALESCE((SELECT {_page_expression(alias, c, conversations)} FROM {conversations} "
         f"WHERE {c('id')} = %(id)s), 0)"
     )
+    greatest = "MAX" if connections[alias].vendor == "sqlite" else "GREATEST"
+    # The floor: the page holds no row the summary covers (``%(floor)s`` NULL: the stored
+    # summary's ``through_seq``; a number: that seq, 0 for none) or the pinned prompt holds.
+    floor = (
+        f"{greatest}(COALESCE(%(floor)s, (SELECT {s('through_seq')} FROM {summaries} WHERE {s('id')} = "
+        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)), 0), "
+        f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
+        f"WHERE {c('id')} = %(id)s), 0))"
+    )
     # The tail comes first and the pinned message second: PostgreSQL resolves the type of
     # each column of a UNION from left to right, and these two branches give every column
     # its type (two NULLs first would make text, which clashes with jsonb or bigint).
@@ -234,7 +252,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         _tail_select(
             alias,
             capped=capped,
-            where=f"{m('conversation')} = %(id)s",
+            where=f"{m('conversation')} = %(id)s AND {m('seq')} > {floor}",
             limit=limit,
             before=f"{_TAIL}, ",
             ordered=False,
@@ -263,7 +281,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     conversation = [
         str(_CONVERSATION),
         c("message_count"),
-        null,
+        # the oldest stored seq, for the gap report
+        f"CAST((SELECT {m('seq')} FROM {messages} WHERE {m('conversation')} = %(id)s "
+        f"ORDER BY {m('seq')} LIMIT 1) AS varchar(20))",
         c("human_message_count"),
         c("stored_tokens"),
         null,
@@ -278,10 +298,10 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     summary = [
         str(_SUMMARY),
         s("through_seq"),
-        null,
+        f"CAST({s('first_seq')} AS varchar(20))",
         s("token_count"),
         s("human_messages_covered"),
-        null,
+        f"CAST({s('tokens_covered')} AS varchar(20))",
         null,
         s("id"),
         s("token_counter"),
@@ -294,6 +314,31 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     branches.append(
         f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = "
         f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)"
+    )
+    # The newest orphaned tool results (on the partial index that holds only them), one
+    # more than ``HEAD_ORPHANS`` to tell that there are more: with the conversation's
+    # oldest seq and the summary's span, what the gap report needs in the common case
+    # (``agentmemory.context.gaps.probe_from_head``), so it costs no statement of its own.
+    # Typed NULLs: the sub-select's columns are resolved before the UNION's.
+    text_null, json_null = (
+        ("CAST(NULL AS text)", "CAST(NULL AS jsonb)")
+        if connections[alias].vendor == "postgresql"
+        else (null, null)
+    )
+    orphan = [
+        str(_ORPHAN),
+        *(m(f) for f in _META_FIELDS),
+        m("id"),
+        m("name"),
+        "0",
+        text_null,
+        json_null,
+        json_null,
+    ]
+    branches.append(
+        f"SELECT * FROM (SELECT {', '.join(orphan)} FROM {messages} "
+        f"WHERE {m('conversation')} = %(id)s AND {m('role')} = '{Role.TOOL.value}' "
+        f"AND {m('exchange_seq')} IS NULL ORDER BY {m('seq')} DESC LIMIT {HEAD_ORPHANS + 1}) orphans"
     )
     sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
     return sql
@@ -325,10 +370,20 @@ class WindowHead:
     page: list[tuple[Any, ...]]
     #: the tokens the page was trimmed to (``_tail_select(trim=True)``, ``TailReader``)
     room: int = 0
+    #: what the gap report needs beside the counters (``agentmemory.context.gaps``): the
+    #: conversation's oldest stored seq (``None``: no messages)...
+    first_seq: int | None = None
+    #: ...the summary's ``first_seq`` and ``tokens_covered`` (``None``: no summary)...
+    summary_first_seq: int | None = None
+    summary_tokens_covered: int | None = None
+    #: ...and its orphaned tool results, ``(seq, tokens)`` newest first, every one of them
+    #: (``None``: more than ``HEAD_ORPHANS``, left to the gap probe)
+    orphans: tuple[tuple[int, int], ...] | None = ()
 
     @property
     def newest_seq(self) -> int | None:
-        """The newest stored seq (``None``: the conversation has no messages)."""
+        """The newest stored seq (``None``: the conversation has no messages above the
+        floor ``read_head`` read from)."""
         return self.page[0][_SEQ] if self.page else None
 
 
@@ -496,6 +551,7 @@ def read_head(
     budget: int,
     max_messages: int | None,
     max_tool_result_tokens: int | None,
+    floor: int | None = None,
 ) -> WindowHead | None:
     """The conversation, its summary, its pinned system messages (``with_pinned``; the
     leading run of system messages, oldest first) and the first page of its tail in one
@@ -504,6 +560,10 @@ def read_head(
     ``budget`` (tokens) sizes the first page and bounds the content read with it; it must
     not be less than what the history may use (here: the budget before the summary and the
     pinned prompt are taken off), so the page brings at least the content that is needed.
+
+    The page holds only rows above the floor: the pinned prompt's last seq, and
+    ``floor`` (a seq; ``None``: the stored summary's ``through_seq``), whichever is
+    higher. Rows a summary covers are never read, whatever the budget.
     """
     capped = max_tool_result_tokens is not None
     budget = max(budget, 0)
@@ -514,6 +574,7 @@ def read_head(
         "half": (3 * budget + 1) // 2,
         "triple": 3 * budget,
         "max_page": _NO_CAP if max_messages is None else max_messages + 16,
+        "floor": floor,
     }
     if capped:
         params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
@@ -527,10 +588,16 @@ def read_head(
         end -= 1
     conv = summary = None
     pinned: list[ChatMessage] = []
+    first_seq = summary_first = summary_covered = None
+    orphans: list[tuple[int, int]] = []
     for row in rows[end:]:
         kind = row[0]
         values = row[1:]
+        if kind == _ORPHAN:
+            orphans.append((values[0], values[2]))
+            continue
         if kind == _CONVERSATION:
+            first_seq = None if values[1] is None else int(values[1])
             pending = _loads(values[11]) if values[11] and values[11] != "{}" else None
             call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
             conv = ConversationRow(
@@ -545,6 +612,8 @@ def read_head(
             )
         elif kind == _SUMMARY:
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])
+            summary_first = None if values[1] is None else int(values[1])
+            summary_covered = None if values[4] is None else int(values[4])
         else:
             seq, role, tokens, _, tool_call_id, tool_calls, pk, name, _, content, parts, metadata = values
             pinned.append(
@@ -568,7 +637,19 @@ def read_head(
     # The LIMIT of the tail branch, computed from the same row of the same snapshot.
     page_size = first_page_size(budget, conv, max_messages)
     run = tuple(reversed(pinned)) if conv.has_system_prompt else ()
-    return WindowHead(conv=conv, summary=summary, pinned=run, page_size=page_size, page=page, room=budget)
+    return WindowHead(
+        conv=conv,
+        summary=summary,
+        pinned=run,
+        page_size=page_size,
+        page=page,
+        room=budget,
+        first_seq=first_seq,
+        summary_first_seq=summary_first,
+        summary_tokens_covered=summary_covered,
+        # newest first, as sorted
+        orphans=tuple(orphans) if len(orphans) <= HEAD_ORPHANS else None,
+    )
 
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:

@@ -70,6 +70,13 @@ class RecordedWindowSerializer(ContextWindowSerializer):
     declarations sent (``tools``)."""
 
     tools = serializers.SerializerMethodField()
+    memory = serializers.SerializerMethodField(
+        help_text="Always null here: the block sent is the message whose part is memory, "
+        "memory_tokens its tokens (a recorded call keeps the block's text, not its items)."
+    )
+
+    def get_memory(self, window: Any) -> None:
+        return None
 
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])
