@@ -550,13 +550,13 @@ def rank_messages(
 
     ``now`` is when ``query`` is asked (an aware datetime; default ``timezone.now()``): the
     times the query names relative to it ("four weeks ago", "last Saturday": ``when.windows_in``,
-    read on its date in the current time zone) raise the messages said then by
+    read on its day as ``shown_day`` gives it) raise the messages said then by
     ``TIME_WEIGHT`` (the said-at date: ``session_date``), and their words are not searched.
     Costs no statement: the hits carry their metadata and ``created_at``."""
     from agentmemory.recall import search_messages
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
-    today = _local_day(now or timezone.now())
+    today = shown_day(now or timezone.now())
     windows = windows_in(query, today)
     searched = query
     if windows:
@@ -675,17 +675,10 @@ def searched_query(query: str) -> str:
     return rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
 
 
-def _local_day(when: datetime) -> date:
-    """The date of ``when`` in the current time zone (as given when naive or out of range)."""
-    if timezone.is_aware(when):
-        with contextlib.suppress(OverflowError, ValueError):
-            return timezone.localtime(when).date()
-    return when.date()
-
-
 def said_in(hit: Any, windows: Sequence[Period], days: dict[tuple[Any, ...], date | None]) -> float:
-    """1.0 when the date ``hit`` was said (``session_date`` of its metadata and
-    ``created_at``, in the current time zone) falls in one of ``windows``, else 0.0.
+    """1.0 when the day ``hit`` was said (``session_date`` of its metadata and
+    ``created_at``; the day the block shows, ``shown_day``) falls in one of ``windows``,
+    else 0.0.
     ``days`` caches the dates by the metadata's transcript date (a session's messages share
     one), so a date is parsed once per session."""
     if not windows:
@@ -694,7 +687,7 @@ def said_in(hit: Any, windows: Sequence[Period], days: dict[tuple[Any, ...], dat
     key = (*(metadata.get(name) for name in TRANSCRIPT_DATE_KEYS), hit.created_at)
     if key not in days:
         when = session_date(metadata, hit.created_at)
-        days[key] = None if when is None else _local_day(when)
+        days[key] = None if when is None else shown_day(when)
     day = days[key]
     return 1.0 if day is not None and any(window.holds(day) for window in windows) else 0.0
 
