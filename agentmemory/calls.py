@@ -45,6 +45,7 @@ from agentmemory.recording import (
     recorded_memory_tokens,
     recorded_tools,
     recording_enabled,
+    redact_if_quoted_gone,
     text_digest,
     tools_text,
     usage_scope,
@@ -207,12 +208,16 @@ class ChatCallRecorder:
         stored = _insert(row, texts)
         if stored is not None:
             self.written.update(new)
+            if "memory" in changes or "knowledge" in changes:
+                redact_if_quoted_gone(stored)  # a delete that ran while the model worked
         return stored
 
 
 def memory_sources(block: Any) -> dict[str, list[Any]]:
-    """What a memory block quoted: ``{"messages": [[conversation id, seq], ...], "facts":
-    [fact id, ...]}`` (``agentmemory.recording.redact_recorded_copies`` reads it)."""
+    """What a memory block quoted: ``{"conversations": [conversation id, ...], "messages":
+    [[conversation id, seq], ...], "facts": [fact id, ...]}``
+    (``agentmemory.recording.redact_recorded_copies`` reads it; on PostgreSQL it finds the
+    calls by ``conversations`` and ``facts`` with ``jsonb`` containment)."""
     items = getattr(block, "items", None) or ()
     quoted = sorted(
         {
@@ -223,7 +228,8 @@ def memory_sources(block: Any) -> dict[str, list[Any]]:
         }
     )
     facts = sorted({item.fact_id for item in items if item.fact_id is not None})
-    return {"messages": [list(pair) for pair in quoted], "facts": facts}
+    conversations = sorted({conversation for conversation, _seq in quoted})
+    return {"conversations": conversations, "messages": [list(pair) for pair in quoted], "facts": facts}
 
 
 def window_changes(

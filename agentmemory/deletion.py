@@ -28,7 +28,15 @@ from django.contrib.auth import get_user_model
 from django.db import models, router, transaction
 from django.db.models import Sum
 
-from agentmemory.models import Conversation, Fact, FactEmbedding, Message, MessageEmbedding, Summary
+from agentmemory.models import (
+    Conversation,
+    Fact,
+    FactEmbedding,
+    Message,
+    MessageEmbedding,
+    ModelCall,
+    Summary,
+)
 
 __all__ = ["ErasureReport", "delete_owned_conversations", "erasure_counts", "forget_user"]
 
@@ -136,9 +144,9 @@ def _indexed(queryset: Any) -> int:
 def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
     """Erase everything agentmemory stores of ``user`` and keep the account.
 
-    Deletes, in this order: the user's conversations with their messages, summaries,
-    message embeddings and full-text entries (in batches of at most ``CONVERSATION_BATCH``
-    conversations or about ``MESSAGE_BATCH`` messages, one transaction each, each
+    Deletes, in this order: the user's recorded model calls; the user's conversations with
+    their messages, summaries, message embeddings and full-text entries (in batches of at
+    most ``CONVERSATION_BATCH`` conversations or about ``MESSAGE_BATCH`` messages, one transaction each, each
     conversation under its row lock); the user's long-term facts with their superseded
     history, embeddings and full-text entries (batches of ``FACT_BATCH``); the rows of any
     other agentmemory model with a foreign key to the user model (deleted, or unlinked where
@@ -167,6 +175,10 @@ def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
     tally = _Tally()
     fulltext = 0
 
+    # The user's recorded model calls first: the conversations' deletes then find none whose
+    # copies of deleted text they would have to replace (``redact_recorded_copies``).
+    with transaction.atomic(using=alias):
+        tally.add(ModelCall.objects.using(alias).filter(owner_id=user_id).delete()[1])
     owned = Conversation.objects.using(alias).filter(owner_id=user_id)
     while True:
         with transaction.atomic(using=alias):
@@ -260,4 +272,6 @@ def delete_owned_conversations(sender: Any, instance: Any, **kwargs: Any) -> Non
             list(
                 user_model._base_manager.using(alias).select_for_update().filter(pk=instance.pk).values("pk")
             )
+        # the user's recorded calls go with the user: deleted first, no copy in them is looked for
+        ModelCall.objects.using(alias).filter(owner_id=instance.pk).delete()
         Conversation.objects.using(alias).filter(owner_id=instance.pk).delete()

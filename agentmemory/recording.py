@@ -23,14 +23,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, router
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import WindowUnavailable
 from agentmemory.llm.base import Usage
-from agentmemory.models import Conversation, ModelCall, PromptText, UsageSource
+from agentmemory.models import Conversation, Fact, ModelCall, PromptText, UsageSource
 from agentmemory.validation import safe_str, storable_text
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "recorded_memory_tokens",
     "recorded_tools",
     "recording_enabled",
+    "redact_if_quoted_gone",
     "redact_recorded_copies",
     "text_digest",
     "tools_text",
@@ -239,6 +240,8 @@ MEMORY_BLOCK_REMOVED = "[memory block removed: a conversation, message or fact i
 KNOWLEDGE_BLOCK_REMOVED = "[knowledge block removed: a fact it showed was deleted]"
 #: model calls read per round trip while looking for copies
 REDACT_BATCH = 2000
+#: rows renamed per ``UPDATE`` statement
+UPDATE_BATCH = 500
 
 
 def redact_recorded_copies(
@@ -274,7 +277,8 @@ def redact_recorded_copies(
 
     Returns:
         The number of recorded texts changed. Reads the calls of ``owner_ids`` that sent a
-        memory or knowledge block, ``REDACT_BATCH`` per round trip.
+        memory or knowledge block and whose conversation is still stored, ``REDACT_BATCH``
+        per round trip.
     """
     conversations = {int(pk) for pk in conversation_ids}
     pairs = {(int(c), int(s)) for c, s in messages}
@@ -283,16 +287,34 @@ def redact_recorded_copies(
         return 0
     memory_texts: set[tuple[int, str]] = set()
     knowledge_texts: dict[tuple[int, str], int] = {}
+    #: the calls naming each memory block text, found by the one scan (a second look-up per
+    #: text read every call of its conversation again: quadratic in a conversation's calls)
+    naming: dict[tuple[int, str], list[int]] = {}
     calls = (
         ModelCall.objects.using(using)
         .filter(owner_id__in=list(owner_ids))
+        # A call whose conversation is gone (``ModelCall.conversation`` is SET_NULL) keeps no
+        # text: its ``PromptText`` rows went with the conversation.
+        .filter(conversation_id__isnull=False)
         .filter(Q(window_changes__has_key="memory") | Q(window_changes__has_key="knowledge"))
-        .values_list("conversation_id", "system_prompt_digest", "window_changes")
+        .values_list("pk", "conversation_id", "system_prompt_digest", "window_changes")
     )
-    for conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
+    if connections[using].vendor == "postgresql":
+        # only the calls that quoted something deleted come back (``jsonb`` containment on
+        # the server); elsewhere every call of the owners that sent a block is read
+        wanted = Q()
+        for conversation in sorted(conversations | {c for c, _s in pairs}):
+            wanted |= Q(window_changes__memory__sources__conversations__contains=[conversation])
+        for fact in sorted(facts):
+            wanted |= Q(window_changes__memory__sources__facts__contains=[fact])
+            wanted |= Q(window_changes__knowledge__facts__contains=[fact])
+        calls = calls.filter(wanted)
+    for pk, conversation_id, system_digest, changes in calls.iterator(chunk_size=REDACT_BATCH):
         changes = changes if isinstance(changes, dict) else {}
         memory = changes.get("memory")
         memory = memory if isinstance(memory, dict) else {}
+        if isinstance(memory.get("digest"), str):
+            naming.setdefault((conversation_id, memory["digest"]), []).append(pk)
         sources = memory.get("sources")
         if isinstance(sources, dict) and memory.get("digest"):
             quoted = sources.get("messages") or []
@@ -308,24 +330,39 @@ def redact_recorded_copies(
     calls_of = ModelCall.objects.using(using)
     # A replaced text gets a random name: the SHA-256 of the deleted words would let anyone
     # confirm a guess of them.
-    for conversation_id, digest in sorted(memory_texts):
-        fresh = secrets.token_hex(32)
-        changed += texts.filter(conversation_id=conversation_id, digest=digest).update(
-            text=MEMORY_BLOCK_REMOVED, digest=fresh
-        )
+    fresh_names = {key: secrets.token_hex(32) for key in memory_texts}
+    keys = sorted(memory_texts)
+    for start in range(0, len(keys), REDACT_BATCH):
+        chunk = keys[start : start + REDACT_BATCH]
+        rows = [
+            row
+            for row in texts.filter(
+                conversation_id__in={c for c, _d in chunk}, digest__in={d for _c, d in chunk}
+            ).only("pk", "conversation_id", "digest")
+            if (row.conversation_id, row.digest) in fresh_names
+        ]
+        for row in rows:
+            row.text, row.digest = MEMORY_BLOCK_REMOVED, fresh_names[(row.conversation_id, row.digest)]
+        texts.bulk_update(rows, ["text", "digest"], batch_size=UPDATE_BATCH)
+        changed += len(rows)
+    pks = [pk for key in keys for pk in naming.get(key, [])]
+    for start in range(0, len(pks), REDACT_BATCH):
         renamed = []
-        for call in calls_of.filter(conversation_id=conversation_id, window_changes__has_key="memory").only(
-            "pk", "window_changes"
-        ):
+        batch = calls_of.filter(pk__in=pks[start : start + REDACT_BATCH])
+        for call in batch.only("pk", "conversation_id", "window_changes"):
             memory = call.window_changes.get("memory")
-            if isinstance(memory, dict) and memory.get("digest") == digest:
-                memory["digest"] = fresh
-                memory.pop("sources", None)  # nothing it quoted is shown any more
+            name = (call.conversation_id, memory.get("digest")) if isinstance(memory, dict) else None
+            if name in fresh_names:
+                memory["digest"] = fresh_names[name]  # type: ignore[index]
+                memory.pop("sources", None)  # type: ignore[union-attr]  # nothing it quoted is shown
                 renamed.append(call)
-        calls_of.bulk_update(renamed, ["window_changes"], batch_size=REDACT_BATCH)
+        calls_of.bulk_update(renamed, ["window_changes"], batch_size=UPDATE_BATCH)
     for (conversation_id, digest), chars in sorted(knowledge_texts.items()):
-        row = texts.filter(conversation_id=conversation_id, digest=digest).first()
-        if row is None or chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
+        found = texts.filter(conversation_id=conversation_id, digest=digest).first()
+        if found is None:
+            continue
+        row = found
+        if chars <= 0 or len(row.text) < chars or row.text.endswith(KNOWLEDGE_BLOCK_REMOVED):
             continue
         row.text = f"{row.text[:-chars]}\n\n{KNOWLEDGE_BLOCK_REMOVED}"
         row.digest = secrets.token_hex(32)
@@ -335,6 +372,52 @@ def redact_recorded_copies(
         )
         changed += 1
     return changed
+
+
+def redact_if_quoted_gone(call: ModelCall, *, using: str | None = None) -> int:
+    """After ``call`` was recorded: if a conversation or fact its memory block or knowledge
+    block quoted was deleted while the model worked (the delete's own pass ran before this
+    row existed), remove the copies as the delete would have (``redact_recorded_copies``).
+
+    Locks the quoted rows (``FOR NO KEY UPDATE`` on PostgreSQL, which waits for a delete in
+    progress to commit or roll back; SQLite runs one writer at a time), so a delete either
+    sees this row or is seen by it. Returns the number of texts changed; costs nothing for a
+    call that sent neither block, two statements otherwise."""
+
+    def part(value: Any, key: str) -> dict[str, Any]:
+        found = value.get(key) if isinstance(value, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    memory, knowledge = part(call.window_changes, "memory"), part(call.window_changes, "knowledge")
+    sources = part(memory, "sources")
+    conversations = {int(pk) for pk in sources.get("conversations") or ()}
+    facts = {int(pk) for pk in [*(sources.get("facts") or ()), *(knowledge.get("facts") or ())]}
+    if call.owner_id is None or not (conversations or facts):
+        return 0
+    alias = using or router.db_for_write(ModelCall)
+    no_key = connections[alias].features.has_select_for_no_key_update
+    with transaction.atomic(using=alias):
+        found_conversations = set(
+            Conversation.objects.using(alias)
+            .select_for_update(no_key=no_key)
+            .filter(pk__in=sorted(conversations))
+            .values_list("pk", flat=True)
+        )
+        found_facts = set(
+            Fact.objects.using(alias)
+            .select_for_update(no_key=no_key)
+            .filter(pk__in=sorted(facts))
+            .values_list("pk", flat=True)
+        )
+    gone_conversations, gone_facts = conversations - found_conversations, facts - found_facts
+    if not (gone_conversations or gone_facts):
+        return 0
+    return redact_recorded_copies(
+        using=alias,
+        owner_ids=[call.owner_id],
+        conversation_ids=sorted(gone_conversations),
+        fact_ids=sorted(gone_facts),
+    )
 
 
 USAGE_PROVIDER = UsageSource.PROVIDER.value

@@ -23,6 +23,7 @@ from django.db import router, transaction
 from django.db.models import Case, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from agentmemory import signals
 from agentmemory.conf import app_settings
 from agentmemory.models import Conversation, Fact, Message, MessageEmbedding, ModelCall, PromptText, Summary
 
@@ -315,6 +316,13 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
         last = page[-1].pk
     summaries = Summary.objects.using(alias).filter(conversation_id__in=batch).update(text="")
     _blank_recorded_texts(alias, batch)
+    # copies of the blanked words in other conversations' recorded calls go too
+    owners = (
+        Conversation.objects.using(alias).filter(pk__in=batch, owner__isnull=False).values_list("owner_id")
+    )
+    signals.memory_deleted.send(
+        Conversation, using=alias, owner_ids=sorted({o for (o,) in owners}), conversation_ids=batch
+    )
     # ``update()`` leaves ``updated_at`` alone: blanking is not activity.
     conversations = Conversation.objects.using(alias).filter(pk__in=batch).update(content_purged_at=now)
     return {

@@ -163,8 +163,10 @@ def _create(code):  # type: ignore[no-untyped-def]
     )
 
 
-#: every ``agentmemory_window_...`` function in the schemas of the search path, whatever
-#: its version: the hash-named ones of the ``post_migrate`` receiver, and these
+#: the window functions of every release (``agentmemory_window_head_{n,p}{u,c}`` and
+#: ``agentmemory_window_gap``, with or without a hash suffix) in the current schema: no other
+#: function, and none of another schema; the hash-named ones of the ``post_migrate`` receiver
+#: included
 DROP_EVERY_VERSION = r"""
 DO $agentmemory$
 DECLARE
@@ -172,8 +174,8 @@ DECLARE
 BEGIN
     FOR stale IN
         SELECT p.oid::regprocedure FROM pg_proc p
-        WHERE p.proname LIKE 'agentmemory\_window\_%'
-        AND p.pronamespace = ANY(current_schemas(false)::regnamespace[])
+        WHERE p.proname ~ '^agentmemory_window_(head_[np][uc]|gap)(_[0-9a-f]{12})?$'
+        AND p.pronamespace = current_schema()::regnamespace
     LOOP
         EXECUTE 'DROP FUNCTION ' || stale::text;
     END LOOP;

@@ -736,7 +736,11 @@ def _read_lines(
             heading = titles[conversation_id] = f'"{title}"' if title else f"conversation {str(uuid)[:8]}"
         said_at = created_at
         if isinstance(metadata, dict):
-            given = tuple(metadata.get(key) for key in TRANSCRIPT_DATE_KEYS)
+            # only text is read as a date (``session_date``): other values (a list, an
+            # object) count as absent, and a key of texts can be hashed
+            given = tuple(
+                value if isinstance(value := metadata.get(key), str) else None for key in TRANSCRIPT_DATE_KEYS
+            )
             if given not in dates:
                 dates[given] = session_date(dict(zip(TRANSCRIPT_DATE_KEYS, given, strict=True)), None)
             said_at = dates[given] or created_at
