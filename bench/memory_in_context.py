@@ -23,7 +23,8 @@
   files; the data is not in the repository): the questions with 20-99 sessions of the dev
   split (``bench.qa.in_split``), each haystack session stored as a conversation of one user
   (its date as ``created_at`` and in the metadata); the turns are ranked by
-  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block. Counted as
+  ``agentmemory.recall.memory.rank_messages``, the ranking of the memory block, as asked at
+  the question's ``question_date`` (``now=``: "four weeks ago" is read from it). Counted as
   LongMemEval's own retrieval evaluation does (``src/retrieval/run_retrieval.py`` and
   ``eval_utils.py`` of its repository): the ranked items are the user turns, the evidence
   turns the user turns marked ``has_answer``, the evidence sessions the answer sessions
@@ -444,9 +445,12 @@ def rank_longmemeval(
     session ranks where its first turn in that ranking does (``evaluate_retrieval_turn2session``:
     the first five distinct sessions)."""
     from agentmemory.recall.memory import rank_messages
+    from bench.qa import session_time
 
+    # the question is asked at its question_date ("2023/05/30 (Tue) 23:40")
+    asked = session_time(str(item.get("question_date") or ""))
     started = time.perf_counter()
-    hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY)
+    hits = rank_messages(owner=owner, query=str(item["question"]), k=100, agent_key=AGENT_KEY, now=asked)
     elapsed = time.perf_counter() - started
     turns = [(h.conversation_id, h.seq) for h in hits if h.role == "human"]
     sessions: list[str] = []

@@ -490,3 +490,49 @@ def test_words_that_say_how_a_question_asks_are_not_searched_for() -> None:
     hits = rank_messages(owner=user, query="Do you remember what I mentioned about the kayak?", k=10)
     assert [h.conversation_id for h in hits] == [subject.pk, subject.pk]
     assert rank_messages(owner=user, query="What did I mention?", k=10)[0].conversation_id == stray.pk
+
+
+def test_a_session_said_in_the_time_the_query_names_ranks_above_an_equal_one() -> None:
+    """ "What did I buy four weeks ago?" asked on 30 May 2023: of two sessions matching the
+    query alike, the one said on 2 May (in the window ``when.windows_in`` reads) ranks first,
+    though the other, stored later, wins the tie without the boost (as it does asked a year
+    later, when neither is in the window). The words "four weeks" are not searched: a message
+    repeating them does not come first. The boost reads no statement more."""
+    from agentmemory.recall.memory import rank_messages
+
+    user = UserFactory()
+    purchase = [(None, "I went to buy a new espresso machine for the kitchen."), (None, "Enjoy it!")]
+    inside = stored(user, purchase, date="2023/05/02 (Tue) 10:00")
+    outside = stored(user, purchase, date="2023/04/11 (Tue) 10:00")
+    chatter = stored(user, [(None, "Four weeks, four weeks of rain: the garden is a pond."), (None, "Yes.")])
+    for _ in range(3):
+        stored(user, FILLER)
+    query = "What did I buy four weeks ago?"
+    with CaptureQueriesContext(connection) as asked_then:
+        hits = rank_messages(owner=user, query=query, k=10, now=datetime(2023, 5, 30, 23, 40, tzinfo=UTC))
+    assert hits[0].conversation_id == inside.pk, [(h.conversation_id, h.content) for h in hits]
+    assert outside.pk in {h.conversation_id for h in hits}
+    with CaptureQueriesContext(connection) as asked_later:
+        later = rank_messages(owner=user, query=query, k=10, now=datetime(2024, 5, 30, tzinfo=UTC))
+    assert later[0].conversation_id == outside.pk, [(h.conversation_id, h.content) for h in later]
+    assert chatter.pk not in {h.conversation_id for h in [*hits, *later]}
+    assert len(asked_then.captured_queries) == len(asked_later.captured_queries)
+
+
+def test_recall_memory_reads_relative_times_as_of_its_now() -> None:
+    """``recall_memory(now=...)``: the session said in the window of "last Saturday" (27 May,
+    asked on Tuesday 30 May 2023) is the block's best item; asked another week, the other."""
+    user = UserFactory()
+    dinner = [(None, "We had dinner at a tiny ramen place downtown."), (None, "Sounds tasty.")]
+    saturday = stored(user, dinner, date="2023/05/27 (Sat) 20:00")
+    other = stored(user, dinner, date="2023/05/13 (Sat) 20:00")
+    for _ in range(3):
+        stored(user, FILLER)
+    query = "Which ramen place did we have dinner at last Saturday?"
+    block = recall_memory(owner=user, query=query, max_tokens=400, now=datetime(2023, 5, 30, tzinfo=UTC))
+    assert block is not None
+    best = max(block.items, key=lambda item: item.score)
+    assert best.conversation_id == saturday.pk
+    block = recall_memory(owner=user, query=query, max_tokens=400, now=datetime(2023, 5, 16, tzinfo=UTC))
+    assert block is not None
+    assert max(block.items, key=lambda item: item.score).conversation_id == other.pk

@@ -15,8 +15,9 @@ into one delimited message of at most a given number of tokens.
    answer needs) and the one after it (the reply); while the budget lasts, the messages two
    places away follow. Messages are raised for the weight of their conversation
    (``CONVERSATION_WEIGHT``), for their conversation's score as one document
-   (``conversation_scores``, ``DOCUMENT_WEIGHT``) and for a speaker the query names
-   (``SPEAKER_WEIGHT``).
+   (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a speaker the query names
+   (``SPEAKER_WEIGHT``) and for being said in a time the query names relative to ``now``,
+   when it is asked ("four weeks ago", "last Saturday": ``when.windows_in``, ``TIME_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
@@ -47,7 +48,9 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.recall.dates import Period
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
+from agentmemory.recall.when import windows_in, without_times
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
@@ -91,6 +94,9 @@ DOCUMENT_CHARS = 2000
 #: a message said by someone the query names (the transcript's ``speaker``, one of the
 #: words of the name among the query's) scores this share more
 SPEAKER_WEIGHT = 0.3
+#: a message said in a time the query names relative to when it is asked ("four weeks ago",
+#: "last Saturday": ``when.windows_in``) scores this share more
+TIME_WEIGHT = 2.0
 #: most facts recalled per block
 MAX_FACTS = 10
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -317,6 +323,7 @@ def recall_memory(
     facts: bool = True,
     using: str | None = None,
     fact_agent_key: str | None = None,
+    now: datetime | None = None,
 ) -> MemoryBlock | None:
     """The memory block of ``owner`` for ``query`` in at most ``max_tokens`` tokens.
 
@@ -334,6 +341,9 @@ def recall_memory(
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
             None: the facts stored without one).
+        now: when ``query`` is asked (an aware datetime): the times it names relative to
+            then ("last Saturday") favour the messages said then (``rank_messages``);
+            default ``timezone.now()``, the time of a turn being answered.
 
     Returns:
         A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
@@ -380,6 +390,7 @@ def recall_memory(
         using=using,
         conversation_id=conversation_id,
         exclude_seqs=excluded,
+        now=now,
     )
     fact_hits: list[Any] = []
     if facts:
@@ -530,15 +541,29 @@ def rank_messages(
     conversation_id: int | None = None,
     exclude_seqs: Collection[int] = (),
     using: str | None = None,
+    now: datetime | None = None,
 ) -> list[Any]:
     """The stored messages of ``owner``'s conversations that ``recall_memory`` considers for
     ``query``, best first (``MessageHit``, at most ``k``), less ``exclude_seqs`` of
     ``conversation_id``. The ranking of the memory block, also measured on its own by
-    ``bench.memory_in_context``."""
+    ``bench.memory_in_context``.
+
+    ``now`` is when ``query`` is asked (an aware datetime; default ``timezone.now()``): the
+    times the query names relative to it ("four weeks ago", "last Saturday": ``when.windows_in``,
+    read on its day as ``shown_day`` gives it) raise the messages said then by
+    ``TIME_WEIGHT`` (the said-at date: ``session_date``), and their words are not searched.
+    Costs no statement: the hits carry their metadata and ``created_at``."""
     from agentmemory.recall import search_messages
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
-    hits = search_messages(searched_query(query), owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
+    today = shown_day(now or timezone.now())
+    windows = windows_in(query, today)
+    searched = query
+    if windows:
+        rest = without_times(query, today)
+        searched = rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
+    searched = searched_query(searched)
+    hits = search_messages(searched, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
     hits = [
         h
         for h in hits
@@ -557,6 +582,7 @@ def rank_messages(
     }
     top = max(weight.values()) or 1.0
     named = set(query_words(query))
+    said: dict[tuple[Any, ...], date | None] = {}
     documents = conversation_scores(hits, query)
     top_document = max(documents.values(), default=0.0) or 1.0
     ranked = [
@@ -566,7 +592,8 @@ def rank_messages(
             / best
             * (1.0 + CONVERSATION_WEIGHT * weight[hit.conversation_id] / top)
             * (1.0 + DOCUMENT_WEIGHT * documents.get(hit.conversation_id, 0.0) / top_document)
-            * (1.0 + SPEAKER_WEIGHT * _named(hit.metadata, named)),
+            * (1.0 + SPEAKER_WEIGHT * _named(hit.metadata, named))
+            * (1.0 + TIME_WEIGHT * said_in(hit, windows, said)),
         )
         for hit in hits
     ]
@@ -646,6 +673,23 @@ def searched_query(query: str) -> str:
     kept = [w for w in query.split() if re.sub(r"\W", "", w).lower() not in QUESTION_WORDS]
     rest = " ".join(kept)
     return rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
+
+
+def said_in(hit: Any, windows: Sequence[Period], days: dict[tuple[Any, ...], date | None]) -> float:
+    """1.0 when the day ``hit`` was said (``session_date`` of its metadata and
+    ``created_at``; the day the block shows, ``shown_day``) falls in one of ``windows``,
+    else 0.0.
+    ``days`` caches the dates by the metadata's transcript date (a session's messages share
+    one), so a date is parsed once per session."""
+    if not windows:
+        return 0.0
+    metadata = hit.metadata if isinstance(hit.metadata, dict) else {}
+    key = (*(metadata.get(name) for name in TRANSCRIPT_DATE_KEYS), hit.created_at)
+    if key not in days:
+        when = session_date(metadata, hit.created_at)
+        days[key] = None if when is None else shown_day(when)
+    day = days[key]
+    return 1.0 if day is not None and any(window.holds(day) for window in windows) else 0.0
 
 
 def _named(metadata: Any, words: set[str]) -> float:
