@@ -67,17 +67,11 @@ class ModelCallSerializer(serializers.ModelSerializer):
 
 class RecordedWindowSerializer(ContextWindowSerializer):
     """A recorded chat call's window, in the shape of the context endpoint, with the tool
-    declarations sent (``tools``)."""
+    declarations sent (``tools``). Its ``memory`` is null: the block sent is the message whose
+    ``part`` is ``memory`` and ``memory_tokens`` its tokens (a recorded call keeps the block's
+    text, not its items)."""
 
     tools = serializers.SerializerMethodField()
-    memory = serializers.SerializerMethodField(
-        help_text="Always null here: the block sent is the message whose part is memory, "
-        "memory_tokens its tokens (a recorded call keeps the block's text, not its items)."
-    )
-
-    def get_memory(self, window: Any) -> None:
-        return None
-
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])
 
