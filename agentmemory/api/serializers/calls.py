@@ -72,6 +72,7 @@ class RecordedWindowSerializer(ContextWindowSerializer):
     text, not its items)."""
 
     tools = serializers.SerializerMethodField()
+
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])
 
