@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from django.db import ProgrammingError, connections, router
+from django.db import connections, router
 from django.db.models import Case, When
 from django.db.models.fields.json import KeyTransform
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
-from agentmemory.store.connection import prepares_statements, statement_cursor
+from agentmemory.store.connection import statement_cursor
 from agentmemory.store.rows import (
     _META_FIELDS,
     _ROLES,
@@ -185,11 +185,6 @@ _ORPHAN, _CONVERSATION, _SUMMARY, _PINNED, _TAIL = -1, 0, 1, 2, 3
 HEAD_ORPHANS = 16
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
-#: SQLSTATEs of a function the connection can no longer use, where the statement as text
-#: still runs: "function ... does not exist" (dropped), "permission denied" (``EXECUTE``
-#: revoked) and "structure of query does not match function result type" (a column the
-#: function returns changed type under it)
-_FUNCTION_UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
 def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
@@ -435,49 +430,20 @@ _GAP_KEY = ("gap",)
 
 
 def _uses_functions(alias: str) -> bool:
-    """Whether the read path may call its server-side functions on ``alias``: PostgreSQL,
-    with statements not prepared (a prepared statement is planned once per connection
-    already, and runs without the function's own cost)."""
-    return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
+    """Whether the read path may call its server-side functions on ``alias``
+    (``agentmemory.store.functions.usable``)."""
+    from agentmemory.store import functions
+
+    return functions.usable(alias)
 
 
 def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) -> list[Any] | None:
     """The rows of the statement of ``key`` through its server-side function
-    (``agentmemory.store.functions``) on a database where ``_uses_functions``, or ``None``
-    when the connection has not found the function (or found it gone: dropped since,
-    outside a transaction; inside one the error is raised)."""
+    (``agentmemory.store.functions.call``), or ``None`` when the connection has not found
+    the function (or found it gone, outside a transaction)."""
     from agentmemory.store import functions
 
-    conn = connections[alias]
-    raw = conn.connection
-    if raw is None or not functions.known(raw, key):
-        return None
-    with conn.cursor() as cursor:
-        try:
-            cursor.execute(functions.call_sql(key), params)
-            return cursor.fetchall()  # type: ignore[no-any-return]
-        except ProgrammingError as exc:
-            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
-            # ``EXECUTE`` revoked, or a column it returns changed type: back to the
-            # statement as text, which outside a transaction runs now.
-            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
-            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in _FUNCTION_UNUSABLE:
-                raise
-            # What removed one (a restore, ``DROP FUNCTION agentmemory_window_...``, a
-            # revoke, a migration) has most often removed them all: inside a transaction
-            # each would cost a failed window of its own.
-            for other in functions.KEYS:
-                functions.remember(raw, other, False)
-            if not conn.get_autocommit() or conn.in_atomic_block:
-                # PostgreSQL's hint (explicit type casts) points the wrong way here.
-                exc.add_note(
-                    "agentmemory: the window's read function could not be used inside this "
-                    "transaction (dropped, EXECUTE revoked, or a column type changed since "
-                    "the connection found it); roll back and retry: this connection sends "
-                    "the statement as text from now on (agentmemory.store.functions)."
-                )
-                raise
-            return None
+    return functions.call(alias, key, params, functions.KEYS)
 
 
 def _probe_sql() -> str:
