@@ -251,7 +251,7 @@ def _sql_text(template: str, name: str, **literals: str) -> str:
 #: literals of the one-message statement without tool calls, per role: the role, what it
 #: adds to the human message count, and for a system message the pin (a system message
 #: stored while the conversation holds only system messages, or none, is pinned)
-_PLAIN_ROLE_LITERALS = {
+_PLAIN_ROLE_LITERALS: dict[Role, dict[str, str]] = {
     role: {
         "role": role.value,
         "humans": "1" if role is Role.HUMAN else "0",
