@@ -60,6 +60,16 @@ from agentmemory.store.rows import (
 _SQL_CACHE: dict[tuple[Any, ...], str] = {}
 #: largest budget (tokens) and message cap passed to the database
 MAX_READ = 2**31
+#: largest cap on tool results passed to the database: the ``token_count`` column's (a
+#: 32-bit integer), which no stored count exceeds, so a larger cap caps nothing either
+_MAX_CAP = 2**31 - 1
+
+
+def _clamp_cap(cap: int) -> int:
+    """``cap`` within the ``token_count`` column's range, capping the same rows."""
+    return min(cap, _MAX_CAP)
+
+
 _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
@@ -120,7 +130,13 @@ def _tail_select(
     meta = [m(f) for f in _META_FIELDS]
     tokens = m("token_count")
     if capped:
-        tokens = f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s THEN %(cap)s ELSE {tokens} END"
+        # The cap as an integer, the column's type: a bigint in the CASE made every running
+        # sum a numeric one (SUM of bigint), about a sixth of the head statement's time on
+        # the server. Callers clamp it to the column's range (``_clamp_cap``).
+        tokens = (
+            f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s "
+            f"THEN CAST(%(cap)s AS integer) ELSE {tokens} END"
+        )
     # The stored thinking blocks of the ``ai`` rows whose content is read, which go back with
     # their turn (``_thinking``): the subtree only, computed by the database for those rows,
     # NULL when absent, so that the rest of the metadata (model, usage, provider payload) is
@@ -192,7 +208,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     tail row layout, then ``metadata``):
 
     * the first page of the tail (``_tail_select``), whose LIMIT is the page size computed
-      from the conversation row in a scalar sub-select (``first_page_size`` gives the same
+      from the conversation row (``first_page_size`` gives the same
       number from the conversation row read alongside), trimmed to the rows the packer can
       use (``_tail_select(trim=True)``), above the floor: the summary's ``through_seq``
       (``%(floor)s``, NULL for the stored summary's) and the pinned prompt's last seq, so
@@ -213,8 +229,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
       without content. With the oldest seq and the summary's span, what the gap report
       needs in the common case (``agentmemory.context.gaps.probe_from_head``).
 
-    Single-table branches keep planning cheap: joins and repeated sub-selects cost more to
-    plan than the whole statement takes to run.
+    The conversation row is read once, on its primary key, in a common table expression
+    (``conv``) that the other branches read from; the branches stay single-table otherwise
+    (joins cost more to plan than the whole statement takes to run).
     """
     key = ("head", alias, with_pinned, capped)
     sql = _SQL_CACHE.get(key)
@@ -227,18 +244,30 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     conversations, summaries = qn(Conversation._meta.db_table), qn(Summary._meta.db_table)
     messages = qn(Message._meta.db_table)
     null = "NULL"
-    limit = (
-        f"COALESCE((SELECT {_page_expression(alias, c, conversations)} FROM {conversations} "
-        f"WHERE {c('id')} = %(id)s), 0)"
+    # The conversation row, read once on its primary key (``conv``) for every branch that
+    # needs it: each scalar sub-select on the table was a lookup of its own.
+    columns = ", ".join(
+        c(f)
+        for f in (
+            "id",
+            "message_count",
+            "human_message_count",
+            "stored_tokens",
+            "pinned_seq",
+            "pinned_last_seq",
+            "pending_tool_calls",
+            "summary",
+        )
     )
+    with_conversation = f"WITH conv AS (SELECT {columns} FROM {conversations} WHERE {c('id')} = %(id)s) "
+    limit = f"COALESCE((SELECT {_page_expression(alias, c, 'conv')} FROM conv), 0)"
     greatest = "MAX" if connections[alias].vendor == "sqlite" else "GREATEST"
     # The floor: the page holds no row the summary covers (``%(floor)s`` NULL: the stored
     # summary's ``through_seq``; a number: that seq, 0 for none) or the pinned prompt holds.
     floor = (
         f"{greatest}(COALESCE(%(floor)s, (SELECT {s('through_seq')} FROM {summaries} WHERE {s('id')} = "
-        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)), 0), "
-        f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
-        f"WHERE {c('id')} = %(id)s), 0))"
+        f"(SELECT {c('summary')} FROM conv)), 0), "
+        f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM conv), 0))"
     )
     # The tail comes first and the pinned message second: PostgreSQL resolves the type of
     # each column of a UNION from left to right, and these two branches give every column
@@ -268,9 +297,8 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         branches.append(
             f"SELECT {', '.join(pinned)} FROM {messages} "
             f"WHERE {m('conversation')} = %(id)s AND {m('seq')} BETWEEN "
-            f"(SELECT {c('pinned_seq')} FROM {conversations} WHERE {c('id')} = %(id)s) AND "
-            f"(SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
-            f"WHERE {c('id')} = %(id)s) "
+            f"(SELECT {c('pinned_seq')} FROM conv) AND "
+            f"(SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM conv) "
             f"AND {m('role')} = %(system)s"
         )
     conversation = [
@@ -305,10 +333,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         null,
     ]
-    branches.append(f"SELECT {', '.join(conversation)} FROM {conversations} WHERE {c('id')} = %(id)s")
+    branches.append(f"SELECT {', '.join(conversation)} FROM conv")
     branches.append(
-        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = "
-        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)"
+        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = (SELECT {c('summary')} FROM conv)"
     )
     # The newest orphaned tool results (on the partial index that holds only them), one
     # more than ``HEAD_ORPHANS`` to tell that there are more: with the conversation's
@@ -335,7 +362,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         f"WHERE {m('conversation')} = %(id)s AND {m('role')} = '{Role.TOOL.value}' "
         f"AND {m('exchange_seq')} IS NULL ORDER BY {m('seq')} DESC LIMIT {HEAD_ORPHANS + 1}) orphans"
     )
-    sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
+    sql = _SQL_CACHE[key] = with_conversation + " UNION ALL ".join(branches)
     return sql
 
 
@@ -543,7 +570,7 @@ def read_head(
         "floor": floor,
     }
     if capped:
-        params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
+        params.update(tool=Role.TOOL.value, cap=_clamp_cap(max_tool_result_tokens))  # type: ignore[arg-type]
     rows = _run_head(alias, params, with_pinned=with_pinned, capped=capped)
     # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
     # then the pinned messages (newest first), the summary and the conversation. Rows are kept as the
@@ -709,7 +736,7 @@ class TailReader:
             upper = 2**62
         params["upper"] = upper
         if self.cap is not None:
-            params.update(tool=Role.TOOL.value, cap=self.cap)
+            params.update(tool=Role.TOOL.value, cap=_clamp_cap(self.cap))
         with statement_cursor(self.using) as cursor:
             cursor.execute(_next_page_sql(self.using, capped=self.cap is not None), params)
             return cursor.fetchall()
