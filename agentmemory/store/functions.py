@@ -1,5 +1,6 @@
-"""PostgreSQL: the window's read statements as server-side functions, so that they are
-planned once per server session even when statements are sent as text.
+"""PostgreSQL: the window's read statements and the one-message append's statements as
+server-side functions, so that they are planned once per server session even when
+statements are sent as text.
 
 The head statement (``agentmemory.store.window._head_sql``: the conversation row, its summary,
 its pinned system prompt and the newest page of messages) runs for every model call, and the
@@ -35,6 +36,14 @@ without a cap on tool results), and the read path calls them.
   before. A connection on which a function fails with "does not exist", "permission denied"
   or "structure of query does not match function result type" sends all the statements as
   text from then on.
+
+The one-message append (``agentmemory.store.append._run_one``) follows the same rules with
+four functions of its own (``APPEND_KEYS``: ``agentmemory_append_one_system``, ``_human``,
+``_ai`` and ``_calls``), created by ``0029_append_one_functions.py``
+(``tests/test_append_function.py`` compares their text with ``body``). A connection learns
+whether they exist from the first one-message append it sends as text, which returns one
+more column (``has_function_privilege`` over the four) beside the stored row; it learns
+nothing from an append that stored no row (a check failed), and asks again with the next.
 """
 
 from __future__ import annotations
