@@ -65,10 +65,12 @@ BLOCK_HEADER = (
 TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
 #: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
-#: a message longer than this (characters) is cut to its relevant sentences
-LONG_MESSAGE_CHARS = 240
+#: a message longer than this (characters) is cut to its relevant sentences (measured on
+#: LoCoMo, docs/benchmarks.md: 160 and 120 put more evidence in the block than 240 and 160,
+#: most with an embedder, where more hits compete for the budget)
+LONG_MESSAGE_CHARS = 160
 #: a message shown for a hit next to it is cut from this length (characters)
-NEIGHBOUR_MESSAGE_CHARS = 160
+NEIGHBOUR_MESSAGE_CHARS = 120
 #: the opening of a long message that is always kept (characters, whole sentences)
 OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
