@@ -361,13 +361,14 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
 
 def test_round_trips_are_pinned(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     """One recall's statements: the message search (its ranking, which gives the candidates'
-    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours; the
-    hits), whether the fact scope holds a fact, the facts' ranking when it does, and one
-    read of the messages shown with their conversations' titles."""
+    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours,
+    read with the hits on PostgreSQL; the hits), whether the fact scope holds a fact, the
+    facts' ranking when it does, and one read of the messages shown with their
+    conversations' titles (on PostgreSQL, of those the search did not read)."""
     user = UserFactory()
     for n in range(3):
         stored(user, [*FILLER, (None, f"The pottery class {n} is on Tuesday."), (None, "Noted.")])
-    search = 3 if connection.vendor == "postgresql" else 4
+    search = 2 if connection.vendor == "postgresql" else 4
     with django_assert_num_queries(search + 1 + 1):
         block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
     assert block is not None and not any(item.kind == "fact" for item in block.items)
