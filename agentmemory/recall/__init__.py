@@ -252,10 +252,12 @@ def _search(
         known = getattr(ranking, "places", None) or {}
         if weights and _placed(ranking, messages.db):
             most = (1.0 + conf.RECALL_RECENCY_WEIGHT) * (1.0 + (conf.RECALL_DATE_WEIGHT if periods else 0.0))
-            found = _pg_spread_rows(messages.db, ranking, relevance, best, weights, k, most, within)
-            hits = _hits(found[0], found[1], relevance, conf, periods, k)
+            rows_read, scored = _pg_spread_rows(
+                messages.db, ranking, relevance, best, weights, k, most, within
+            )
+            hits = _hits(rows_read, scored, relevance, conf, periods, k)
             if read is not None:
-                read.update({(row[1], row[2]): row for row in found[0]})
+                read.update({(row[1], row[2]): row for row in rows_read})
             report_recall("messages", owner_id, backend, len(hits), started)
             return hits
         if all(pk in known for pk in relevance):  # the ranking statement gave them
