@@ -74,11 +74,8 @@ NEIGHBOUR_MESSAGE_CHARS = 160
 OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
 MAX_KEPT_SENTENCES = 2
-#: most messages searched for per block, whatever the budget (the search reads five times as
-#: many candidates). Measured against 100 (bench.memory_in_context, SQLite): LoCoMo evidence in
-#: the request 0.838 / 0.879 at 2,000 / 4,000 tokens against 0.833 / 0.870, LongMemEval-S
-#: session any@5 / all@5 0.962 / 0.846 and turn any@10 0.933 against 0.952 / 0.837 / 0.923;
-#: 40 measured 0.838 / 0.894 and 0.962 / 0.837 / 0.923. A recall costs about half as much
+#: most messages searched for per block, whatever the budget (five times as many candidates):
+#: 50 found no less on LoCoMo and LongMemEval than 100 at half the cost (docs/benchmarks.md)
 MAX_HITS = 50
 #: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
 NEIGHBOUR_SHARE = 0.5
@@ -526,8 +523,7 @@ def recall_memory(
             if fact.source_message_id in shown_ids:
                 chosen_facts.remove((fact, score))
                 estimate -= fact_costs[fact.pk]
-    # the items' counts by their text: an item the loop below leaves as it was is not counted again
-    counted: dict[str, int] = {}
+    counted: dict[str, int] = {}  # an item the loop below leaves as it was is not counted again
     items = _items(lines, chosen, chosen_facts, counter, counted)
     tokens = block_cost([item.text for item in items])
     while items and tokens > max_tokens:
@@ -589,8 +585,7 @@ def _ranked(
     now: datetime | None = None,
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
 ) -> list[Any]:
-    """``rank_messages``; ``read`` is filled with the rows the search read by place
-    (``recall._search``)."""
+    """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
     from agentmemory.recall import _search
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
@@ -770,12 +765,9 @@ def _read_lines(
                 elif row[3] in SHOWN_ROLES:
                     rows.append(row)
         wanted = missing
-    if not wanted:
-        pass
-    elif connections[using].vendor == "postgresql":
-        rows += _pg_lines(owner_id, wanted, using)
-    else:
-        rows += _orm_lines(owner_id, wanted, using)
+    if wanted:
+        read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
+        rows += read_lines(owner_id, wanted, using)
     lines = {}
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
@@ -936,18 +928,16 @@ def _items(
     chosen: set[tuple[int, int]],
     chosen_facts: list[Any],
     counter: Any,
-    counted: dict[str, int] | None = None,
+    counts: dict[str, int],
 ) -> list[RecalledItem]:
     """The chosen messages grouped by conversation and date (one item each: a provenance line,
     then the messages in order, "…" where messages between them are left out), and the chosen
-    facts, oldest first. ``counted`` caches the counts by text across calls."""
-    counts = {} if counted is None else counted
+    facts, oldest first. ``counts`` caches the token counts by text across calls."""
 
     def count(text: str) -> int:
-        tokens = counts.get(text)
-        if tokens is None:
-            tokens = counts[text] = int(counter.count_text(text))
-        return tokens
+        if text not in counts:
+            counts[text] = int(counter.count_text(text))
+        return counts[text]
 
     items: list[RecalledItem] = []
     heads: dict[int, _Line] = {}
