@@ -38,7 +38,10 @@
   a 4,000-token budget. The rows are deleted and the tables vacuumed at the end.
 
 Runs on the database of ``DATABASE_URL`` (SQLite by default) in scratch users' rows, deleted
-at the end.
+at the end, with the example project's ``AGENTMEMORY`` settings: ``AGENTMEMORY_EMBEDDER`` and
+``AGENTMEMORY_RECALL_BACKEND`` in the environment measure another recall backend (with
+``agentmemory.recall.local.MiniLMEmbedder`` and ``hybrid``, each stored message is embedded
+as it is appended, which makes storing the data much slower).
 """
 
 from __future__ import annotations
@@ -254,6 +257,7 @@ def ask(agent_cls: Any, conversation: Any, question: str) -> list[Any]:
 
 
 def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
+    from django.conf import settings as django_settings
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import override_settings
@@ -276,7 +280,13 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
         f"locomo: {len(cases)} conversation(s), {sum(len(c.questions) for c in cases)} questions "
         f"on {connection.vendor}"
     )
-    settings = {"COMPACTION_MODE": "inline", "MEMORY_FLUSH": "always", "COMPACTOR_CLASS": OFFLINE_COMPACTOR}
+    # the project's own settings (an ``EMBEDDER`` and ``RECALL_BACKEND`` say) kept, with these
+    settings = {
+        **dict(getattr(django_settings, "AGENTMEMORY", {}) or {}),
+        "COMPACTION_MODE": "inline",
+        "MEMORY_FLUSH": "always",
+        "COMPACTOR_CLASS": OFFLINE_COMPACTOR,
+    }
     try:
         with override_settings(AGENTMEMORY=settings):
             for number, case in enumerate(cases):

@@ -6,6 +6,7 @@ database without it (or one that lost it) still answers."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from io import StringIO
 
@@ -384,3 +385,53 @@ def test_migrating_to_zero_drops_the_functions_and_forward_makes_them_again() ->
     connection.close()
     conv = _conversation()
     assert _windows(conv) == _windows(conv)  # found again and called
+
+
+@pytest.mark.postgres
+def test_a_cap_beyond_the_token_count_range_caps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head statement sums capped counts as integers, the column's type: a cap larger
+    than any integer is passed clamped, and the window is the uncapped one, through the
+    function and as text."""
+    conv = _conversation()
+
+    def window(cap: int | None) -> list[tuple]:
+        built = ContextWindowBuilder(conv.pk, max_tool_result_tokens=cap).build(max_tokens=450)
+        return [(m.seq, m.content) for m in built.messages]
+
+    uncapped = window(None)
+    window(2**40)  # this connection has found the function
+    assert window(2**40) == window(2**31 - 1) == uncapped
+    with monkeypatch.context() as patch:
+        _as_text(patch)
+        assert window(2**40) == uncapped
+
+
+@pytest.mark.postgres
+def test_the_head_statement_reads_the_conversation_row_once() -> None:
+    """One lookup of the conversation's primary key per window, whatever the variant (each
+    branch that needs a value of the row reads it from the statement's ``conv``)."""
+    conv = _conversation(summary=True)
+    ContextWindowBuilder(conv.pk).build(max_tokens=450)
+    for key in functions.VARIANTS:
+        params = [conv.pk, "system", 450, 675, 1350, 2**62, "tool", 30, None]
+        types = ", ".join(kind for _, kind in functions.HEAD_PARAMS)
+        with connection.cursor() as cursor:
+            cursor.execute(f"PREPARE agentmemory_test_head ({types}) AS {functions.body('default', key)}")
+            try:
+                cursor.execute(
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) "
+                    "EXECUTE agentmemory_test_head (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    params,
+                )
+                (plan,) = cursor.fetchone()
+            finally:
+                cursor.execute("DEALLOCATE agentmemory_test_head")
+        plan = plan if isinstance(plan, list) else json.loads(plan)
+        scans = _scans(plan[0]["Plan"], "agentmemory_conversation")
+        assert scans == [1], (functions.code(key), scans)
+
+
+def _scans(node: dict, table: str) -> list[int]:
+    """The loops of every scan of ``table`` in a JSON plan node and below it."""
+    own = [node["Actual Loops"]] if node.get("Relation Name") == table else []
+    return own + [loops for child in node.get("Plans", ()) for loops in _scans(child, table)]

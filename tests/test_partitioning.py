@@ -28,9 +28,11 @@ from tests.factories import ConversationFactory, turn
 PARTITIONS = 4
 
 #: a statement that reads or writes the messages table (not the embedding table), or calls
-#: one of the window's server-side functions, which read it
+#: one of the window's server-side functions, which read it, or the one-message append's,
+#: which write it
 _MESSAGES = re.compile(r'"?agentmemory_message"?(?![a-z_])')
-_FUNCTION_CALL = re.compile(r"FROM (agentmemory_window_\w+)\((.*)\)\s*$", re.S)
+_FUNCTION_CALL = re.compile(r"FROM (agentmemory_(?:window|append_one)_\w+)\((.*)\)\s*$", re.S)
+_WINDOW_FUNCTION = "FROM agentmemory_window_"
 #: a partition (``agentmemory_message_p3``) or an index of one (``agentmemory_msg_fts_idx_p3``)
 _PARTITION = re.compile(r"^agentmemory_\w+_p(\d+)$")
 
@@ -124,7 +126,8 @@ def assert_one_partition(
     if reads:
         assert any(found == {expected} for _sql, found in checked)
     # the window's functions always read messages: their plans, custom and generic, prune
-    assert all(found == {expected} for sql, found in checked if _FUNCTION_CALL.search(sql))
+    # (an append's INSERT routes its row when it runs: its plan names no partition)
+    assert all(found == {expected} for sql, found in checked if _WINDOW_FUNCTION in sql)
     return [sql for sql, _found in checked]
 
 
@@ -336,7 +339,11 @@ def test_appends_write_and_read_one_partition(partitioned: layout.LayoutChange, 
         with CaptureQueriesContext(connection) as captured:
             history.add_messages(batch)
         checked = assert_one_partition(captured, conversation, reads=False)
-        assert any("INSERT INTO agentmemory_message" in sql for sql in checked)
+        # the statement, or the one-message append's function that runs it
+        assert any(
+            "INSERT INTO agentmemory_message" in sql or "FROM agentmemory_append_one_" in sql
+            for sql in checked
+        )
     assert Message.objects.filter(conversation=conversation).count() == 1 + 2 * 3 + 4
 
 

@@ -79,6 +79,10 @@ MAX_KEPT_SENTENCES = 2
 MAX_HITS = 50
 #: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
 NEIGHBOUR_SHARE = 0.5
+#: the places, relative to a hit, packed with it (the hit itself at 0) ...
+NEAR_OFFSETS = (-1, 0, 1)
+#: ... and the places packed later, at ``NEIGHBOUR_SHARE`` of its score, while the budget lasts
+AROUND_OFFSETS = (-2, 2)
 #: a message's score is raised by up to this share for the weight of its conversation (its
 #: hits' scores summed, each next one counting ``CONVERSATION_DECAY`` of the one before,
 #: scaled to the heaviest conversation's): a session that matches in several places ranks
@@ -420,8 +424,8 @@ def recall_memory(
         # the message before (the question an answer needs, or what a question answers) and the
         # one after (the reply): measured on LoCoMo, both beat bringing only the one a
         # message's role suggests
-        seqs = [hit.seq - 1, hit.seq, hit.seq + 1]
-        around = [s for s in (hit.seq - 2, hit.seq + 2)]
+        seqs = [hit.seq + offset for offset in NEAR_OFFSETS]
+        around = [hit.seq + offset for offset in AROUND_OFFSETS]
         keep = [
             s
             for s in [*seqs, *around]

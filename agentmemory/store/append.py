@@ -16,8 +16,12 @@ through ``pinned_last_seq``. The rule has one definition in each language, and
 * ``pin_expressions`` / ``pin_assignments`` (SQL), the ``SET`` clauses of every append
   statement here.
 
+On PostgreSQL with statements sent as text, the one-message statements run through
+server-side functions (``_run_one``; migration ``0029_append_one_functions``), planned once
+per server session.
+
 Only ``agentmemory.models``, ``agentmemory.messages`` and the connection and rows modules
-of this package are imported.
+of this package are imported at load time (``agentmemory.store.functions`` when called).
 """
 
 from __future__ import annotations
@@ -247,7 +251,7 @@ def _sql_text(template: str, name: str, **literals: str) -> str:
 #: literals of the one-message statement without tool calls, per role: the role, what it
 #: adds to the human message count, and for a system message the pin (a system message
 #: stored while the conversation holds only system messages, or none, is pinned)
-_PLAIN_ROLE_LITERALS = {
+_PLAIN_ROLE_LITERALS: dict[Role, dict[str, str]] = {
     role: {
         "role": role.value,
         "humans": "1" if role is Role.HUMAN else "0",
@@ -258,10 +262,74 @@ _PLAIN_ROLE_LITERALS = {
 }
 
 
+def append_one_sql(variant: str) -> str:
+    """The one-message append's statement for ``variant``: a role without tool calls
+    (``"system"``, ``"human"``, ``"ai"``; ``_PLAIN_APPEND_ONE_SQL``) or ``"calls"`` (an AI
+    message with tool calls, or a tool result; ``_APPEND_ONE_SQL``). The text sent as is, and
+    the body of its server-side function (``agentmemory.store.functions``, migration
+    ``0029_append_one_functions``)."""
+    if variant == "calls":
+        return _sql_text(_APPEND_ONE_SQL, "one")
+    role = Role(variant)
+    return _sql_text(_PLAIN_APPEND_ONE_SQL, f"plain-one-{role.value}", **_PLAIN_ROLE_LITERALS[role])
+
+
+#: The end of every one-message statement, and what the first one a connection sends as text
+#: returns beside it: whether the append's four functions exist and the session's role may
+#: call them (``has_function_privilege`` is NULL for the NULL of a missing one).
+_RETURNING = "RETURNING id, seq, exchange_seq"
+_PROBE = (
+    ", (SELECT COALESCE(bool_and(COALESCE(has_function_privilege(to_regprocedure(f), 'EXECUTE'), "
+    "false)), false) FROM unnest(%(append_functions)s::text[]) AS t(f))"
+)
+
+
+def _run_one(using: str, variant: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The row the one-message statement of ``variant`` returns (``None``: none).
+
+    On PostgreSQL with statements sent as text (Django's default), through its server-side
+    function once the connection has found it (``agentmemory.store.functions``): planned
+    once per server session rather than parsed and planned on every append. The first
+    statement a connection sends as text tells whether the functions exist and may be
+    called, in one more column of its ``RETURNING``; where they do not (``migrate`` not run
+    since the upgrade, ``EXECUTE`` revoked) the statement is sent as text, as before. A
+    function that fails as unusable sends the statements as text on that connection from
+    then on (inside a transaction the error is raised once: roll back and retry). Where the
+    connection prepares its statements (``agentmemory.store.connection``), the statement
+    itself, prepared."""
+    from agentmemory.store import functions
+
+    if not functions.usable(using):
+        with statement_cursor(using) as cursor:
+            cursor.execute(append_one_sql(variant), params)
+            return cursor.fetchone()  # type: ignore[no-any-return]
+    key = ("append", variant)
+    rows = functions.call(using, key, params, functions.APPEND_KEYS)
+    if rows is not None:
+        return rows[0] if rows else None
+    conn = connections[using]
+    with conn.cursor() as cursor:
+        raw = conn.connection
+        found = functions.known(raw, key)
+        sql = append_one_sql(variant)
+        if found is None:
+            sql = sql.replace(_RETURNING, _RETURNING + _PROBE)
+            params = {**params, "append_functions": functions.append_names()}
+        cursor.execute(sql, params)
+        returned = cursor.fetchone()
+    if found is None and returned is not None:
+        exists = bool(returned[3])
+        for other in functions.APPEND_KEYS:
+            functions.remember(raw, other, exists)
+        returned = returned[:3]
+    return returned  # type: ignore[no-any-return]
+
+
 def _append_one_postgresql(
     using: str, conversation_id: int, message: ChatMessage, tokens: int, counter_id: str, *, strict: bool
 ) -> list[ChatMessage] | None:
-    """``_append_postgresql`` for a batch of one message, with plain parameters."""
+    """``_append_postgresql`` for a batch of one message, with plain parameters (through its
+    server-side function where ``_run_one`` may)."""
     role = message.role
     params: dict[str, Any] = {
         "id": conversation_id,
@@ -285,7 +353,7 @@ def _append_one_postgresql(
             answered="",
             strict=strict,
         )
-        sql = _sql_text(_APPEND_ONE_SQL, "one")
+        variant = "calls"
     elif role is Role.TOOL:
         params.update(
             role=role.value,
@@ -295,13 +363,11 @@ def _append_one_postgresql(
             answered=message.tool_call_id,
             strict=strict,
         )
-        sql = _sql_text(_APPEND_ONE_SQL, "one")
+        variant = "calls"
     else:
         # validated: no tool calls and no tool_call_id on this message
-        sql = _sql_text(_PLAIN_APPEND_ONE_SQL, f"plain-one-{role.value}", **_PLAIN_ROLE_LITERALS[role])
-    with statement_cursor(using) as cursor:
-        cursor.execute(sql, params)
-        returned = cursor.fetchone()
+        variant = role.value
+    returned = _run_one(using, variant, params)
     if returned is None:
         return None  # no such conversation, or a check failed: the locked path says which
     pk, seq, _ = returned

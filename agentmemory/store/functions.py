@@ -1,5 +1,6 @@
-"""PostgreSQL: the window's read statements as server-side functions, so that they are
-planned once per server session even when statements are sent as text.
+"""PostgreSQL: the window's read statements and the one-message append's statements as
+server-side functions, so that they are planned once per server session even when
+statements are sent as text.
 
 The head statement (``agentmemory.store.window._head_sql``: the conversation row, its summary,
 its pinned system prompt and the newest page of messages) runs for every model call, and the
@@ -35,12 +36,24 @@ without a cap on tool results), and the read path calls them.
   before. A connection on which a function fails with "does not exist", "permission denied"
   or "structure of query does not match function result type" sends all the statements as
   text from then on.
+
+The one-message append (``agentmemory.store.append._run_one``) follows the same rules with
+four functions of its own (``APPEND_KEYS``: ``agentmemory_append_one_system``, ``_human``,
+``_ai`` and ``_calls``), created by ``0029_append_one_functions.py``
+(``tests/test_append_function.py`` compares their text with ``body``). A connection learns
+whether they exist from the first one-message append it sends as text, which returns one
+more column (``has_function_privilege`` over the four) beside the stored row; it learns
+nothing from an append that stored no row (a check failed), and asks again with the next.
 """
 
 from __future__ import annotations
 
 import weakref
 from typing import Any
+
+from django.db import ProgrammingError, connections
+
+from agentmemory.store.connection import prepares_statements
 
 #: The head statement's parameters, in the order of the function's arguments, with the
 #: SQL type of each argument.
@@ -66,35 +79,82 @@ GAP_PARAMS: tuple[tuple[str, str], ...] = (
     ("pinned_last", "bigint"),
     ("pending", "bigint[]"),
 )
+#: The one-message append's parameters without tool calls or results
+#: (``agentmemory.store.append._PLAIN_APPEND_ONE_SQL``, one function per role).
+PLAIN_APPEND_PARAMS: tuple[tuple[str, str], ...] = (
+    ("id", "bigint"),
+    ("tokens", "bigint"),
+    ("now", "text"),
+    ("content", "text"),
+    ("name", "text"),
+    ("counter", "text"),
+    ("metadata", "text"),
+    ("parts", "text"),
+)
+#: The one-message append's parameters for an AI message with tool calls or a tool result
+#: (``agentmemory.store.append._APPEND_ONE_SQL``).
+CALLS_APPEND_PARAMS: tuple[tuple[str, str], ...] = (
+    ("id", "bigint"),
+    ("tokens", "bigint"),
+    ("now", "text"),
+    ("role", "text"),
+    ("content", "text"),
+    ("tool_calls", "text"),
+    ("tool_call_id", "text"),
+    ("name", "text"),
+    ("counter", "text"),
+    ("metadata", "text"),
+    ("parts", "text"),
+    ("new_ids", "text"),
+    ("answered", "text"),
+    ("strict", "boolean"),
+)
 #: the variants of the head statement: (with_pinned, capped)
 VARIANTS = ((False, False), (False, True), (True, False), (True, True))
 #: the gap probe's key (it has one variant)
 GAP = ("gap",)
-#: every statement that is a function: the head's variants and the gap probe
+#: every statement of the window's read path that is a function: the head's variants and
+#: the gap probe
 KEYS: tuple[tuple[Any, ...], ...] = (*VARIANTS, GAP)
-#: prefix of every function's name
+#: the one-message append's statements that are functions: one per role without tool calls
+#: (``system``, ``human``, ``ai``), and ``calls`` (tool calls made or answered)
+APPEND_KEYS: tuple[tuple[str, str], ...] = (
+    ("append", "system"),
+    ("append", "human"),
+    ("append", "ai"),
+    ("append", "calls"),
+)
+#: prefix of the window's functions' names
 PREFIX = "agentmemory_window_"
+#: prefix of the append's functions' names
+APPEND_PREFIX = "agentmemory_append_one_"
 
 #: what each psycopg connection found: {key: function exists}
 _known: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], bool]] = weakref.WeakKeyDictionary()
 
 
 def _params(key: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+    if key in APPEND_KEYS:
+        return CALLS_APPEND_PARAMS if key[1] == "calls" else PLAIN_APPEND_PARAMS
     return GAP_PARAMS if key == GAP else HEAD_PARAMS
 
 
 def code(key: tuple[Any, ...]) -> str:
     """The code of the function of ``key`` in its name: ``head_`` then ``p``/``n`` (pinned
-    prompt read or not) and ``c``/``u`` (tool results capped or not), or ``gap``."""
+    prompt read or not) and ``c``/``u`` (tool results capped or not), or ``gap``; for the
+    append's, its variant (``system``, ``human``, ``ai``, ``calls``)."""
     if key == GAP:
         return "gap"
+    if key in APPEND_KEYS:
+        return str(key[1])
     with_pinned, capped = key
     return "head_" + ("p" if with_pinned else "n") + ("c" if capped else "u")
 
 
 def name(key: tuple[Any, ...]) -> str:
-    """The function's name: ``agentmemory_window_`` and its ``code``."""
-    return f"{PREFIX}{code(key)}"
+    """The function's name: ``agentmemory_window_`` and its ``code``
+    (``agentmemory_append_one_`` and it for the append's)."""
+    return f"{APPEND_PREFIX if key in APPEND_KEYS else PREFIX}{code(key)}"
 
 
 def signature(key: tuple[Any, ...]) -> str:
@@ -109,6 +169,11 @@ def names() -> list[str]:
     return [signature(key) for key in KEYS]
 
 
+def append_names() -> list[str]:
+    """The signatures of the four functions the one-message append calls."""
+    return [signature(key) for key in APPEND_KEYS]
+
+
 def body(alias: str, key: tuple[Any, ...]) -> str:
     """The statement the function of ``key`` should return, as this version writes it for
     ``alias``, with its parameters written ``$1``, ``$2`` ... in the order of the function's
@@ -119,7 +184,11 @@ def body(alias: str, key: tuple[Any, ...]) -> str:
     """
     from agentmemory.store.window import _gap_probe_sql, _head_sql
 
-    if key == GAP:
+    if key in APPEND_KEYS:
+        from agentmemory.store.append import append_one_sql
+
+        sql = append_one_sql(str(key[1])).strip()
+    elif key == GAP:
         sql = _gap_probe_sql(alias, pending=0, pending_array=True)
     else:
         with_pinned, capped = key
@@ -157,3 +226,62 @@ def remember(raw_connection: Any, key: tuple[Any, ...], exists: bool) -> None:
     if found is None:
         found = _known[raw_connection] = {}
     found[key] = exists
+
+
+#: SQLSTATEs of a function the connection can no longer use, where the statement as text
+#: still runs: "function ... does not exist" (dropped), "permission denied" (``EXECUTE``
+#: revoked) and "structure of query does not match function result type" (a column the
+#: function returns changed type under it)
+UNUSABLE = frozenset({"42883", "42501", "42804"})
+
+
+def usable(alias: str) -> bool:
+    """Whether the statements of ``alias`` may go through their server-side functions:
+    PostgreSQL, with statements not prepared (a prepared statement is planned once per
+    connection already, and runs without the function's own cost)."""
+    return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
+
+
+def call(
+    alias: str, key: tuple[Any, ...], params: dict[str, Any], family: tuple[tuple[Any, ...], ...]
+) -> list[Any] | None:
+    """The rows of the statement of ``key`` through its server-side function on a database
+    where ``usable``, or ``None`` when the connection has not found the function (or found it
+    gone: dropped since, outside a transaction; inside one the error is raised, with a note).
+    A function found unusable marks every function of ``family`` (the window's ``KEYS`` or
+    the append's ``APPEND_KEYS``) unusable on the connection: what removed one has most
+    often removed them all.
+
+    Raises:
+        django.db.ProgrammingError: inside a transaction, the function could not be used
+            (the transaction is aborted: roll back and retry); or any other error it raised.
+    """
+    conn = connections[alias]
+    raw = conn.connection
+    if raw is None or not known(raw, key):
+        return None
+    with conn.cursor() as cursor:
+        try:
+            cursor.execute(call_sql(key), params)
+            return cursor.fetchall()  # type: ignore[no-any-return]
+        except ProgrammingError as exc:
+            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
+            # ``EXECUTE`` revoked, or a column it returns changed type: back to the
+            # statement as text, which outside a transaction runs now.
+            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
+            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in UNUSABLE:
+                raise
+            # Inside a transaction each would cost a failed statement of its own.
+            for other in family:
+                remember(raw, other, False)
+            if not conn.get_autocommit() or conn.in_atomic_block:
+                # PostgreSQL's hint (explicit type casts) points the wrong way here.
+                exc.add_note(
+                    f"agentmemory: the server-side function {name(key)} could not be used "
+                    "inside this transaction (dropped, EXECUTE revoked, or a column type "
+                    "changed since the connection found it); roll back and retry: this "
+                    "connection sends the statement as text from now on "
+                    "(agentmemory.store.functions)."
+                )
+                raise
+            return None

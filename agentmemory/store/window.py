@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from django.db import ProgrammingError, connections, router
+from django.db import connections, router
 from django.db.models import Case, When
 from django.db.models.fields.json import KeyTransform
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
-from agentmemory.store.connection import prepares_statements, statement_cursor
+from agentmemory.store.connection import statement_cursor
 from agentmemory.store.rows import (
     _META_FIELDS,
     _ROLES,
@@ -60,6 +60,16 @@ from agentmemory.store.rows import (
 _SQL_CACHE: dict[tuple[Any, ...], str] = {}
 #: largest budget (tokens) and message cap passed to the database
 MAX_READ = 2**31
+#: largest cap on tool results passed to the database: the ``token_count`` column's (a
+#: 32-bit integer), which no stored count exceeds, so a larger cap caps nothing either
+_MAX_CAP = 2**31 - 1
+
+
+def _clamp_cap(cap: int) -> int:
+    """``cap`` within the ``token_count`` column's range, capping the same rows."""
+    return min(cap, _MAX_CAP)
+
+
 _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
@@ -120,7 +130,13 @@ def _tail_select(
     meta = [m(f) for f in _META_FIELDS]
     tokens = m("token_count")
     if capped:
-        tokens = f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s THEN %(cap)s ELSE {tokens} END"
+        # The cap as an integer, the column's type: a bigint in the CASE made every running
+        # sum a numeric one (SUM of bigint), about a sixth of the head statement's time on
+        # the server. Callers clamp it to the column's range (``_clamp_cap``).
+        tokens = (
+            f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s "
+            f"THEN CAST(%(cap)s AS integer) ELSE {tokens} END"
+        )
     # The stored thinking blocks of the ``ai`` rows whose content is read, which go back with
     # their turn (``_thinking``): the subtree only, computed by the database for those rows,
     # NULL when absent, so that the rest of the metadata (model, usage, provider payload) is
@@ -185,11 +201,6 @@ _ORPHAN, _CONVERSATION, _SUMMARY, _PINNED, _TAIL = -1, 0, 1, 2, 3
 HEAD_ORPHANS = 16
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
-#: SQLSTATEs of a function the connection can no longer use, where the statement as text
-#: still runs: "function ... does not exist" (dropped), "permission denied" (``EXECUTE``
-#: revoked) and "structure of query does not match function result type" (a column the
-#: function returns changed type under it)
-_FUNCTION_UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
 def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
@@ -197,7 +208,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     tail row layout, then ``metadata``):
 
     * the first page of the tail (``_tail_select``), whose LIMIT is the page size computed
-      from the conversation row in a scalar sub-select (``first_page_size`` gives the same
+      from the conversation row (``first_page_size`` gives the same
       number from the conversation row read alongside), trimmed to the rows the packer can
       use (``_tail_select(trim=True)``), above the floor: the summary's ``through_seq``
       (``%(floor)s``, NULL for the stored summary's) and the pinned prompt's last seq, so
@@ -218,8 +229,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
       without content. With the oldest seq and the summary's span, what the gap report
       needs in the common case (``agentmemory.context.gaps.probe_from_head``).
 
-    Single-table branches keep planning cheap: joins and repeated sub-selects cost more to
-    plan than the whole statement takes to run.
+    The conversation row is read once, on its primary key, in a common table expression
+    (``conv``) that the other branches read from; the branches stay single-table otherwise
+    (joins cost more to plan than the whole statement takes to run).
     """
     key = ("head", alias, with_pinned, capped)
     sql = _SQL_CACHE.get(key)
@@ -232,18 +244,30 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     conversations, summaries = qn(Conversation._meta.db_table), qn(Summary._meta.db_table)
     messages = qn(Message._meta.db_table)
     null = "NULL"
-    limit = (
-        f"COALESCE((SELECT {_page_expression(alias, c, conversations)} FROM {conversations} "
-        f"WHERE {c('id')} = %(id)s), 0)"
+    # The conversation row, read once on its primary key (``conv``) for every branch that
+    # needs it: each scalar sub-select on the table was a lookup of its own.
+    columns = ", ".join(
+        c(f)
+        for f in (
+            "id",
+            "message_count",
+            "human_message_count",
+            "stored_tokens",
+            "pinned_seq",
+            "pinned_last_seq",
+            "pending_tool_calls",
+            "summary",
+        )
     )
+    with_conversation = f"WITH conv AS (SELECT {columns} FROM {conversations} WHERE {c('id')} = %(id)s) "
+    limit = f"COALESCE((SELECT {_page_expression(alias, c, 'conv')} FROM conv), 0)"
     greatest = "MAX" if connections[alias].vendor == "sqlite" else "GREATEST"
     # The floor: the page holds no row the summary covers (``%(floor)s`` NULL: the stored
     # summary's ``through_seq``; a number: that seq, 0 for none) or the pinned prompt holds.
     floor = (
         f"{greatest}(COALESCE(%(floor)s, (SELECT {s('through_seq')} FROM {summaries} WHERE {s('id')} = "
-        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)), 0), "
-        f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
-        f"WHERE {c('id')} = %(id)s), 0))"
+        f"(SELECT {c('summary')} FROM conv)), 0), "
+        f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM conv), 0))"
     )
     # The tail comes first and the pinned message second: PostgreSQL resolves the type of
     # each column of a UNION from left to right, and these two branches give every column
@@ -273,9 +297,8 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         branches.append(
             f"SELECT {', '.join(pinned)} FROM {messages} "
             f"WHERE {m('conversation')} = %(id)s AND {m('seq')} BETWEEN "
-            f"(SELECT {c('pinned_seq')} FROM {conversations} WHERE {c('id')} = %(id)s) AND "
-            f"(SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM {conversations} "
-            f"WHERE {c('id')} = %(id)s) "
+            f"(SELECT {c('pinned_seq')} FROM conv) AND "
+            f"(SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM conv) "
             f"AND {m('role')} = %(system)s"
         )
     conversation = [
@@ -310,10 +333,9 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
         null,
     ]
-    branches.append(f"SELECT {', '.join(conversation)} FROM {conversations} WHERE {c('id')} = %(id)s")
+    branches.append(f"SELECT {', '.join(conversation)} FROM conv")
     branches.append(
-        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = "
-        f"(SELECT {c('summary')} FROM {conversations} WHERE {c('id')} = %(id)s)"
+        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = (SELECT {c('summary')} FROM conv)"
     )
     # The newest orphaned tool results (on the partial index that holds only them), one
     # more than ``HEAD_ORPHANS`` to tell that there are more: with the conversation's
@@ -340,7 +362,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         f"WHERE {m('conversation')} = %(id)s AND {m('role')} = '{Role.TOOL.value}' "
         f"AND {m('exchange_seq')} IS NULL ORDER BY {m('seq')} DESC LIMIT {HEAD_ORPHANS + 1}) orphans"
     )
-    sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
+    sql = _SQL_CACHE[key] = with_conversation + " UNION ALL ".join(branches)
     return sql
 
 
@@ -435,49 +457,20 @@ _GAP_KEY = ("gap",)
 
 
 def _uses_functions(alias: str) -> bool:
-    """Whether the read path may call its server-side functions on ``alias``: PostgreSQL,
-    with statements not prepared (a prepared statement is planned once per connection
-    already, and runs without the function's own cost)."""
-    return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
+    """Whether the read path may call its server-side functions on ``alias``
+    (``agentmemory.store.functions.usable``)."""
+    from agentmemory.store import functions
+
+    return functions.usable(alias)
 
 
 def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) -> list[Any] | None:
     """The rows of the statement of ``key`` through its server-side function
-    (``agentmemory.store.functions``) on a database where ``_uses_functions``, or ``None``
-    when the connection has not found the function (or found it gone: dropped since,
-    outside a transaction; inside one the error is raised)."""
+    (``agentmemory.store.functions.call``), or ``None`` when the connection has not found
+    the function (or found it gone, outside a transaction)."""
     from agentmemory.store import functions
 
-    conn = connections[alias]
-    raw = conn.connection
-    if raw is None or not functions.known(raw, key):
-        return None
-    with conn.cursor() as cursor:
-        try:
-            cursor.execute(functions.call_sql(key), params)
-            return cursor.fetchall()  # type: ignore[no-any-return]
-        except ProgrammingError as exc:
-            # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
-            # ``EXECUTE`` revoked, or a column it returns changed type: back to the
-            # statement as text, which outside a transaction runs now.
-            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
-            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in _FUNCTION_UNUSABLE:
-                raise
-            # What removed one (a restore, ``DROP FUNCTION agentmemory_window_...``, a
-            # revoke, a migration) has most often removed them all: inside a transaction
-            # each would cost a failed window of its own.
-            for other in functions.KEYS:
-                functions.remember(raw, other, False)
-            if not conn.get_autocommit() or conn.in_atomic_block:
-                # PostgreSQL's hint (explicit type casts) points the wrong way here.
-                exc.add_note(
-                    "agentmemory: the window's read function could not be used inside this "
-                    "transaction (dropped, EXECUTE revoked, or a column type changed since "
-                    "the connection found it); roll back and retry: this connection sends "
-                    "the statement as text from now on (agentmemory.store.functions)."
-                )
-                raise
-            return None
+    return functions.call(alias, key, params, functions.KEYS)
 
 
 def _probe_sql() -> str:
@@ -577,7 +570,7 @@ def read_head(
         "floor": floor,
     }
     if capped:
-        params.update(tool=Role.TOOL.value, cap=max_tool_result_tokens)
+        params.update(tool=Role.TOOL.value, cap=_clamp_cap(max_tool_result_tokens))  # type: ignore[arg-type]
     rows = _run_head(alias, params, with_pinned=with_pinned, capped=capped)
     # UNION ALL promises no order: the tail rows (the highest kind) first, newest first,
     # then the pinned messages (newest first), the summary and the conversation. Rows are kept as the
@@ -743,7 +736,7 @@ class TailReader:
             upper = 2**62
         params["upper"] = upper
         if self.cap is not None:
-            params.update(tool=Role.TOOL.value, cap=self.cap)
+            params.update(tool=Role.TOOL.value, cap=_clamp_cap(self.cap))
         with statement_cursor(self.using) as cursor:
             cursor.execute(_next_page_sql(self.using, capped=self.cap is not None), params)
             return cursor.fetchall()
