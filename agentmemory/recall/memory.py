@@ -390,8 +390,7 @@ def recall_memory(
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
 
     # 1. candidates: messages (with their scores) and facts
-    # the rows the search read by place (PostgreSQL): most of the messages shown are among them
-    read: dict[tuple[int, int], tuple[Any, ...]] = {}
+    read: dict[tuple[int, int], tuple[Any, ...]] = {}  # most of the messages shown (PostgreSQL)
     hits = _ranked(
         owner=owner_id,
         query=query,
@@ -758,17 +757,11 @@ def _read_lines(
     transcript gave is read once."""
     if not wanted:
         return {}
-    rows: list[tuple[Any, ...]] = []
-    if read:
-        missing: dict[int, set[int]] = {}
-        for conversation_id, seqs in wanted.items():
-            for seq in seqs:
-                row = read.get((conversation_id, seq))
-                if row is None:
-                    missing.setdefault(conversation_id, set()).add(seq)
-                elif row[3] in SHOWN_ROLES:
-                    rows.append(row)
-        wanted = missing
+    read = read or {}
+    rows = [
+        row for c, seqs in wanted.items() for q in seqs if (row := read.get((c, q))) and row[3] in SHOWN_ROLES
+    ]
+    wanted = {c: left for c, seqs in wanted.items() if (left := {q for q in seqs if (c, q) not in read})}
     if wanted:
         read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
         rows += read_lines(owner_id, wanted, using)
