@@ -568,3 +568,37 @@ def test_recall_memory_reads_relative_times_as_of_its_now() -> None:
     block = recall_memory(owner=user, query=query, max_tokens=400, now=datetime(2023, 5, 16, tzinfo=UTC))
     assert block is not None
     assert max(block.items, key=lambda item: item.score).conversation_id == other.pk
+
+
+def test_conversation_scores_are_the_same_in_every_process() -> None:
+    """A conversation's score sums its words' weights in a fixed order: with Python's hash
+    seed deciding the order of a set, the last bit of a score (and so, now and then, the
+    order of two hits and the block) differed between two processes given the same data."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import django\n"
+        "django.setup()\n"
+        "from types import SimpleNamespace as N\n"
+        "from agentmemory.recall.memory import conversation_scores\n"
+        "texts = ['garden kayak orchid lantern violin', 'kayak lantern harbour', "
+        " 'violin garden tulip meadow', 'orchid harbour meadow kayak', 'tulip lantern violin']\n"
+        "hits = [N(conversation_id=i % 3, content=t) for i, t in enumerate(texts * 4)]\n"
+        "scores = conversation_scores(hits, 'garden kayak orchid lantern violin harbour tulip meadow')\n"
+        "print(sorted((k, v.hex()) for k, v in scores.items()))\n"
+    )
+    seen = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+        done = subprocess.run(
+            [sys.executable, "-c", program],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=os.getcwd(),
+        )
+        seen.add(done.stdout)
+    assert len(seen) == 1, seen

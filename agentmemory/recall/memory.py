@@ -694,7 +694,8 @@ def conversation_scores(hits: Sequence[Any], query: str) -> dict[int, float]:
     weight = {stem: math.log(1 + (n - d + 0.5) / (d + 0.5)) for stem, d in held.items()}
     return {
         conversation: sum(
-            weight[stem] * count * (DOCUMENT_K1 + 1) / (count + DOCUMENT_K1) for stem, count in counts.items()
+            weight[stem] * count * (DOCUMENT_K1 + 1) / (count + DOCUMENT_K1)
+            for stem, count in sorted(counts.items())
         )
         for conversation, counts in frequency.items()
     }
