@@ -4,6 +4,7 @@ neighbours, the budget and its cost in queries, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.db import connection, connections
@@ -602,3 +603,36 @@ def test_conversation_scores_are_the_same_in_every_process() -> None:
         )
         seen.add(done.stdout)
     assert len(seen) == 1, seen
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("agentmemory_settings", "expected"),
+    [
+        ({}, 50),
+        ({"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "hybrid"}, 100),
+        ({"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "fulltext"}, 50),
+    ],
+)
+def test_the_block_searches_more_messages_when_an_embedder_ranks(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, agentmemory_settings: dict[str, str], expected: int
+) -> None:
+    """With an embedder, matches by meaning share no word with the question and rank below the
+    word matches: the block searches ``MAX_HITS_WITH_EMBEDDINGS`` messages then (100 found
+    LongMemEval questions 50 missed), ``MAX_HITS`` (50) with full text alone."""
+    import agentmemory.recall as recall
+
+    asked: list[int] = []
+    search = recall._search
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["k"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(recall, "_search", counting)
+    settings.AGENTMEMORY = agentmemory_settings
+    user = UserFactory()
+    conversation = Conversation.objects.create(owner=user)
+    PersistentChatHistory(conversation).add_messages([ChatMessage.human("my kayak is red")])
+    recall_memory(owner=user, query="what colour is the kayak", max_tokens=500)
+    assert asked == [expected]

@@ -48,7 +48,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.recall import pg_instant, pg_message_rows
+from agentmemory.recall import embeddings_wanted, pg_instant, pg_message_rows
 from agentmemory.recall.dates import Period
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
@@ -76,9 +76,10 @@ NEIGHBOUR_MESSAGE_CHARS = 120
 OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
 MAX_KEPT_SENTENCES = 2
-#: most messages searched for per block, whatever the budget (five times as many candidates):
-#: 50 found no less on LoCoMo and LongMemEval than 100 at half the cost (docs/benchmarks.md)
+#: most messages searched for per block (five times as many candidates): with full text 50, no
+#: fewer found than at 100 at half the cost; with an embedder 100, more found (docs/benchmarks.md)
 MAX_HITS = 50
+MAX_HITS_WITH_EMBEDDINGS = 100
 #: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
 NEIGHBOUR_SHARE = 0.5
 #: the places, relative to a hit, packed with it (the hit itself at 0) ...
@@ -272,10 +273,9 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
     for index, sentence in enumerate(sentences):
         if index in keep:
             continue
-        # An ASCII sentence's words are its lower-cased letters as written, so a stem that
-        # is not a substring of it stems none of them: such a sentence holds none of
-        # ``words`` without being split into words (most sentences of the messages around
-        # a hit; splitting each cost about a third of cutting the ~360 messages of a recall).
+        # An ASCII sentence's words are its lower-cased letters as written: a stem not in it
+        # stems none of them, so it holds none of ``words`` without being split into words
+        # (splitting each sentence cost about a third of cutting a recall's messages).
         if sentence.isascii():
             lowered = sentence.lower()
             if not any(stem in lowered for stem in wanted):
@@ -396,7 +396,7 @@ def recall_memory(
     hits = _ranked(
         owner=owner_id,
         query=query,
-        k=MAX_HITS,
+        k=MAX_HITS_WITH_EMBEDDINGS,
         agent_key=agent_key,
         using=using,
         conversation_id=conversation_id,
@@ -422,9 +422,8 @@ def recall_memory(
     later: list[_Unit] = []
     wanted: dict[int, set[int]] = {}
     for hit in hits:
-        # the message before (the question an answer needs, or what a question answers) and the
-        # one after (the reply): measured on LoCoMo, both beat bringing only the one a
-        # message's role suggests
+        # the message before (the question an answer needs) and the one after (the reply):
+        # measured on LoCoMo, both beat bringing only the one a message's role suggests
         seqs = [hit.seq + offset for offset in NEAR_OFFSETS]
         around = [hit.seq + offset for offset in AROUND_OFFSETS]
         keep = [
@@ -601,7 +600,8 @@ def _ranked(
         rest = without_times(query, today)
         searched = rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
     searched = searched_query(searched)
-    hits = _search(searched, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using, read=read)
+    most = MAX_HITS_WITH_EMBEDDINGS if embeddings_wanted() else MAX_HITS
+    hits = _search(searched, owner=owner, agent_key=agent_key, k=most, using=using, read=read)
     hits = [
         h
         for h in hits
@@ -636,7 +636,7 @@ def _ranked(
         for hit in hits
     ]
     ranked.sort(key=lambda h: (-h.score, -h.message_id))
-    return ranked[: min(MAX_HITS, k)]
+    return ranked[: min(most, k)]
 
 
 def _begins_word(text: str, stem: str) -> bool:
