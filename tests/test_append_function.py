@@ -213,3 +213,20 @@ def test_functions_dropped_under_a_connection_inside_a_transaction_fail_that_app
             assert _append_all(ConversationFactory()) == expected
     finally:
         _make_again()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_applies_again_over_the_functions_it_made() -> None:
+    """``migrate --fake`` back past the migration (recording it unapplied, a way to repair
+    a migration history) leaves its functions in place: applying it again replaces them, as
+    the window's function migrations do, rather than failing on "already exists"."""
+    call_command("migrate", "agentmemory", BEFORE, fake=True, verbosity=0)
+    try:
+        call_command("migrate", "agentmemory", verbosity=0)
+    except Exception:
+        call_command("migrate", "agentmemory", fake=True, verbosity=0)  # the history as it was
+        raise
+    connection.close()
+    _calls_function()
+    assert _calls_function()
