@@ -235,6 +235,15 @@ def remember(raw_connection: Any, key: tuple[Any, ...], exists: bool) -> None:
 UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
+def unusable(exc: BaseException) -> bool:
+    """Whether ``exc`` says a server-side function could not be used (SQLSTATE in
+    ``UNUSABLE``): the error ``call`` raises inside a transaction, after which the connection
+    sends the statement as text. A caller that rolled back to a savepoint around the call may
+    run it again."""
+    cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
+    return (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) in UNUSABLE
+
+
 def usable(alias: str) -> bool:
     """Whether the statements of ``alias`` may go through their server-side functions:
     PostgreSQL, with statements not prepared (a prepared statement is planned once per
@@ -268,8 +277,7 @@ def call(
             # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
             # ``EXECUTE`` revoked, or a column it returns changed type: back to the
             # statement as text, which outside a transaction runs now.
-            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
-            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in UNUSABLE:
+            if not unusable(exc):
                 raise
             # Inside a transaction each would cost a failed statement of its own.
             for other in family:
