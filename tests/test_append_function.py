@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from agentmemory.exceptions import InvalidMessageError
+from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
@@ -229,4 +229,19 @@ def test_the_migration_applies_again_over_the_functions_it_made() -> None:
         raise
     connection.close()
     _calls_function()
+    assert _calls_function()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conversation_id", [2**63, -(2**63) - 1, 10**30])
+def test_an_id_no_bigint_holds_names_no_conversation_through_the_functions(conversation_id: int) -> None:
+    """No conversation has an id outside the bigint range: an append to one is refused with
+    ``ConversationNotFound``, as the statement sent as text finds no row for it, not with the
+    database's "bigint out of range" from the function's argument; the functions stay in use."""
+    _calls_function()
+    assert _calls_function()
+    history = PersistentChatHistory(conversation_id)
+    for message in (ChatMessage.human("x"), ChatMessage.ai(None, [ToolCall(id="c", name="f", arguments={})])):
+        with pytest.raises(ConversationNotFound):
+            history.add_message(message)
     assert _calls_function()

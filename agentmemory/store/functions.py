@@ -251,12 +251,29 @@ def usable(alias: str) -> bool:
     return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
 
 
+#: the values a ``bigint`` argument takes (PostgreSQL's 64-bit integer)
+_BIGINT_MIN, _BIGINT_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(key: tuple[Any, ...], params: dict[str, Any]) -> bool:
+    """Whether every ``bigint`` argument of the function of ``key`` holds its value. A
+    conversation id past that range names no row: the statement as text compares it as a
+    number and finds none (``ConversationNotFound`` for the caller), where the function's
+    argument would fail with "bigint out of range"."""
+    for param, kind in _params(key):
+        value = params.get(param)
+        if kind == "bigint" and isinstance(value, int) and not _BIGINT_MIN <= value <= _BIGINT_MAX:
+            return False
+    return True
+
+
 def call(
     alias: str, key: tuple[Any, ...], params: dict[str, Any], family: tuple[tuple[Any, ...], ...]
 ) -> list[Any] | None:
     """The rows of the statement of ``key`` through its server-side function on a database
     where ``usable``, or ``None`` when the connection has not found the function (or found it
-    gone: dropped since, outside a transaction; inside one the error is raised, with a note).
+    gone: dropped since, outside a transaction; inside one the error is raised, with a note),
+    or a ``bigint`` argument cannot hold its value (``_fits``: the statement as text runs).
     A function found unusable marks every function of ``family`` (the window's ``KEYS`` or
     the append's ``APPEND_KEYS``) unusable on the connection: what removed one has most
     often removed them all.
@@ -267,7 +284,7 @@ def call(
     """
     conn = connections[alias]
     raw = conn.connection
-    if raw is None or not known(raw, key):
+    if raw is None or not known(raw, key) or not _fits(key, params):
         return None
     with conn.cursor() as cursor:
         try:
