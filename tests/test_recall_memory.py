@@ -359,15 +359,47 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
     ]
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the by-place read is PostgreSQL's")
+def test_a_block_from_the_rows_the_search_read_is_the_block_read_anew(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On PostgreSQL the block takes the messages the search read (with their titles,
+    speakers, session dates and times) and reads only the others: the same block as reading
+    every message it shows, in one conversation being answered as across all of them."""
+    from django.utils import timezone
+
+    import agentmemory.recall as recall
+
+    user = UserFactory()
+    convs = []
+    for n in range(8):
+        turns = [*FILLER, ("Caroline", f"The pottery class {n} is on Tuesday."), (None, "Noted, thanks.")]
+        turns += [("Mel", f"Bring the clay for class {n}."), (None, "Small <memory> talk again.")] * 3
+        convs.append(stored(user, turns, title=f"Chat {n}", date="1:56 pm on 8 May, 2023" if n % 2 else None))
+    Message.objects.filter(conversation=convs[1], seq=8).update(content="")
+    now = datetime(2023, 6, 1, tzinfo=UTC)
+    stored_now = timezone.now()  # the search's recency boost: the same "now" for both
+    monkeypatch.setattr(timezone, "now", lambda: stored_now)
+    asks = [
+        {"query": "When is the pottery class? Bring clay", "max_tokens": 600},
+        {"query": "pottery class Tuesday", "max_tokens": 2_000},
+        {"query": "clay", "max_tokens": 900, "conversation_id": convs[2].pk, "exclude_seqs": range(1, 9)},
+    ]
+    reused = [recall_memory(owner=user, now=now, **ask) for ask in asks]
+    monkeypatch.setattr(recall, "_placed", lambda ranking, using: False)
+    read_anew = [recall_memory(owner=user, now=now, **ask) for ask in asks]
+    assert reused == read_anew and all(reused)
+    assert any("Caroline:" in block.text and "Mon 8 May 2023" in block.text for block in reused if block)
+
+
 def test_round_trips_are_pinned(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     """One recall's statements: the message search (its ranking, which gives the candidates'
-    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours; the
-    hits), whether the fact scope holds a fact, the facts' ranking when it does, and one
-    read of the messages shown with their conversations' titles."""
+    places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours,
+    read with the hits on PostgreSQL; the hits), whether the fact scope holds a fact, the
+    facts' ranking when it does, and one read of the messages shown with their
+    conversations' titles (on PostgreSQL, of those the search did not read)."""
     user = UserFactory()
     for n in range(3):
         stored(user, [*FILLER, (None, f"The pottery class {n} is on Tuesday."), (None, "Noted.")])
-    search = 3 if connection.vendor == "postgresql" else 4
+    search = 2 if connection.vendor == "postgresql" else 4
     with django_assert_num_queries(search + 1 + 1):
         block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
     assert block is not None and not any(item.kind == "fact" for item in block.items)

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -25,6 +25,7 @@ from agentmemory.recall import fulltext
 from agentmemory.recall.backends import (
     EmbeddingBackend,
     FullTextBackend,
+    FullTextRanking,
     HybridBackend,
     RecallBackend,
     get_backend,
@@ -178,6 +179,26 @@ def search_messages(
         MemoryScopeError: no owner. ValueError / TypeError: a bad ``k``, ``query``,
             ``agent_key`` or ``conversation``.
     """
+    return _search(
+        query, owner=owner, conversation=conversation, agent_key=agent_key, k=k, backend=backend, using=using
+    )
+
+
+def _search(
+    query: str,
+    *,
+    owner: Any,
+    conversation: Any = None,
+    agent_key: str | None = None,
+    k: int = 10,
+    backend: RecallBackend | None = None,
+    using: str | None = None,
+    read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
+) -> list[MessageHit]:
+    """``search_messages``; ``read``, when given, is filled with the rows the hits were read
+    from where the search read them by place (PostgreSQL, full-text): ``{(conversation id,
+    seq): (pk, conversation id, seq, role, content, metadata, created_at, conversation
+    title, conversation uuid)}``, every searched message with content at those places."""
     from agentmemory.conf import app_settings
     from agentmemory.models import Conversation, Message
 
@@ -229,6 +250,16 @@ def search_messages(
         # within one conversation, every statement names it (one partition when partitioned)
         within = fulltext.one_conversation(messages)
         known = getattr(ranking, "places", None) or {}
+        if weights and _placed(ranking, messages.db):
+            most = (1.0 + conf.RECALL_RECENCY_WEIGHT) * (1.0 + (conf.RECALL_DATE_WEIGHT if periods else 0.0))
+            rows_read, scored = _pg_spread_rows(
+                messages.db, ranking, relevance, best, weights, k, most, within
+            )
+            hits = _hits(rows_read, scored, relevance, conf, periods, k)
+            if read is not None:
+                read.update({(row[1], row[2]): row for row in rows_read})
+            report_recall("messages", owner_id, backend, len(hits), started)
+            return hits
         if all(pk in known for pk in relevance):  # the ranking statement gave them
             places = [(pk, *known[pk]) for pk in sorted(relevance)]
         else:
@@ -252,30 +283,226 @@ def search_messages(
         .filter(**({} if within is None else {"conversation_id": within}))
         .order_by()
         .values_list(
-            "pk", "conversation_id", "conversation__uuid", "seq", "role", "content", "metadata", "created_at"
+            "pk", "conversation_id", "seq", "role", "content", "metadata", "created_at", "conversation__uuid"
         )
     )
+    hits = _hits(rows, spread_scores, relevance, conf, periods, k)
+    report_recall("messages", owner_id, backend, len(hits), started)
+    return hits
+
+
+def _hits(
+    rows: Iterable[Sequence[Any]],
+    spread_scores: dict[int, float],
+    relevance: dict[int, float],
+    conf: Any,
+    periods: Sequence[Period],
+    k: int,
+) -> list[MessageHit]:
+    """The ``k`` best of ``rows`` (``(pk, conversation id, seq, role, content, metadata,
+    created_at, ..., conversation uuid)``) as hits: each spread score boosted as ``boost``
+    does (recency; then the date named), sorted by score, newest message first."""
     now = timezone.now()
+    date_boost = 1.0 + conf.RECALL_DATE_WEIGHT
     hits = [
         MessageHit(
             message_id=pk,
             conversation_id=conversation_id,
-            conversation_uuid=conversation_uuid,
+            conversation_uuid=row[-1],
             seq=seq,
             role=role,
             content=content or "",
             metadata=metadata or {},
             created_at=created_at,
-            score=boost(spread_scores[pk], 1.0, created_at, None, now)
-            * (1.0 + conf.RECALL_DATE_WEIGHT if written_in(created_at, periods) else 1.0),
+            score=_boosted(spread_scores[pk], created_at, now, conf)
+            * (date_boost if written_in(created_at, periods) else 1.0),
             relevance=relevance.get(pk, 0.0),
         )
-        for pk, conversation_id, conversation_uuid, seq, role, content, metadata, created_at in rows
+        for row in rows
+        for pk, conversation_id, seq, role, content, metadata, created_at in (row[:7],)
+        if pk in spread_scores
     ]
     hits.sort(key=lambda h: (-h.score, -h.message_id))
-    hits = hits[:k]
-    report_recall("messages", owner_id, backend, len(hits), started)
-    return hits
+    return hits[:k]
+
+
+def _boosted(score: float, created_at: datetime, now: datetime, conf: Any) -> float:
+    """``boost(score, 1.0, created_at, None, now)`` with the settings ``conf`` read once."""
+    age_days = max(0.0, (now - created_at).total_seconds() / 86_400)
+    return score * (1.0 + conf.RECALL_RECENCY_WEIGHT * 0.5 ** (age_days / conf.RECALL_RECENCY_HALF_LIFE_DAYS))
+
+
+def _placed(ranking: Any, using: str) -> bool:
+    """Whether the neighbours of ``ranking``'s candidates can be scored without reading them
+    first: full-text on PostgreSQL, whose ranking statement scored every match it found
+    (``FullTextRanking.known``) and gave the place of each (``places``); a message at
+    another place matches nothing, so it scores 0 itself."""
+    from django.db import connections
+
+    known = getattr(ranking, "known", None)
+    if type(ranking) is not FullTextRanking or known is None or connections[using].vendor != "postgresql":
+        return False
+    return all(pk in ranking.places for pk in known)
+
+
+def _pg_spread_rows(
+    using: str,
+    ranking: Any,
+    relevance: dict[int, float],
+    best: float,
+    weights: Sequence[float],
+    k: int,
+    most: float,
+    within: int | None,
+) -> tuple[list[tuple[Any, ...]], dict[int, float]]:
+    """PostgreSQL, full-text (``_placed``): the rows ``search_messages`` reads for its hits
+    and their spread scores ({pk: score}), found as its neighbour read and ``spread`` find
+    them, without reading the neighbours first; ``relevance`` ({pk: relevance} of the
+    candidates) gains the ranked rows next to them, as the neighbour read adds them.
+
+    The places within ``len(weights)`` of a candidate are either rows the ranking statement
+    gave (they exist, with their relevance) or places whose relevance is 0 whatever they
+    hold, whose spread score comes from the places around them alone: every place is
+    scored before anything is read. Whether a place of the second kind holds a searched
+    message with content is learnt when it is read, and only the places that can reach the
+    cut-off are read: the ``k``-th best score of the places known to exist bounds the
+    ``k``-th best of all from below, so every place at or above ``1 / most`` of it is read
+    in one statement (``_pg_places``), which settles the ``k``-th best and the cut-off."""
+    places: dict[int, tuple[int, int]] = ranking.places
+    scores: dict[int, float] = ranking.known
+    at_place = {place: pk for pk, place in places.items()}
+    span = len(weights)
+    # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
+    at: dict[tuple[int, int], float] = {places[pk]: relevance[pk] for pk in relevance}
+    exact: dict[tuple[int, int], int] = {places[pk]: pk for pk in relevance}
+    unknown: set[tuple[int, int]] = set()
+    found_relevance: dict[int, float] = {}
+    for pk in relevance:
+        conversation_id, seq = places[pk]
+        for distance in range(1, span + 1):
+            for near in ((conversation_id, seq - distance), (conversation_id, seq + distance)):
+                if near in exact or near in unknown:
+                    continue
+                other = at_place.get(near)
+                if other is None:
+                    unknown.add(near)
+                else:
+                    exact[near] = other
+                    score = scores.get(other)
+                    at[near] = 0.0
+                    if score is not None:
+                        at[near] = found_relevance[other] = score / best
+    relevance.update(found_relevance)
+    steps = list(enumerate(weights, start=1))
+    get = at.get
+    # each place's relevance plus the weighted relevance of the places around it, added in
+    # the order ``spread`` adds them (the same sums to the last bit)
+    known_scores: dict[tuple[int, int], float] = {}
+    maybe: dict[tuple[int, int], float] = {}
+    for into, where in ((known_scores, exact), (maybe, unknown)):
+        for place in where:
+            conversation_id, seq = place
+            score = get(place, 0.0)
+            for distance, weight in steps:
+                before = get((conversation_id, seq - distance))
+                if before:
+                    score += weight * before
+                after = get((conversation_id, seq + distance))
+                if after:
+                    score += weight * after
+            if score > 0:
+                into[place] = score
+    ranked = sorted(known_scores.values(), reverse=True)
+    floor = ranked[k - 1] / most if len(ranked) >= k else 0.0
+    wanted = [place for place, score in known_scores.items() if score >= floor]
+    wanted += [place for place, score in maybe.items() if score >= floor]
+    rows = _pg_places(using, wanted, within)
+    found = {(row[1], row[2]) for row in rows}
+    spread_scores = dict(known_scores)
+    spread_scores.update({place: score for place, score in maybe.items() if place in found})
+    if not spread_scores:
+        return [], {}
+    cutoff = sorted(spread_scores.values(), reverse=True)[:k][-1] / most
+    kept = [row for row in rows if spread_scores.get((row[1], row[2]), -1.0) >= cutoff]
+    return kept, {row[0]: spread_scores[(row[1], row[2])] for row in kept}
+
+
+def _pg_places(using: str, places: Sequence[tuple[int, int]], within: int | None) -> list[tuple[Any, ...]]:
+    """PostgreSQL: the searched messages with content at ``places`` ((conversation id, seq)),
+    each found by the unique index of ``(conversation, seq)`` (a ``LATERAL`` lookup per
+    place), with their conversations: ``(pk, conversation id, seq, role, content, metadata,
+    created_at, conversation title, conversation uuid)``, the metadata as the model field
+    gives it. ``within``: the one conversation of every place, named in the statement."""
+    from django.db import connections
+
+    from agentmemory.models import Conversation, Message
+
+    if not places:
+        return []
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = Message._meta
+    column = {field.name: quote(str(field.column)) for field in meta.concrete_fields}
+    of_conversation = {field.name: quote(str(field.column)) for field in Conversation._meta.concrete_fields}
+    same = "" if within is None else f" AND {column['conversation']} = %s"
+    created_at, instant = pg_instant(connection, "created_at")
+    sql = (
+        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.content, m.metadata, {created_at}, "
+        f"c.{of_conversation['title']}, c.{of_conversation['uuid']} "
+        f"FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) CROSS JOIN LATERAL ("
+        f"SELECT {column['id']} AS id, {column['conversation']} AS conversation_id, {column['seq']} AS seq, "
+        f"{column['role']} AS role, {column['content']} AS content, {column['metadata']} AS metadata, "
+        f"{column['created_at']} AS created_at FROM {quote(meta.db_table)} "
+        f"WHERE {column['conversation']} = p.c AND {column['seq']} = p.s{same} OFFSET 0) AS m "
+        f"JOIN {quote(Conversation._meta.db_table)} AS c ON c.{of_conversation['id']} = m.conversation_id "
+        f"WHERE m.role = ANY(%s) AND m.content > ''"
+    )
+    params: list[Any] = [_pg_array(place[0] for place in places), _pg_array(place[1] for place in places)]
+    if within is not None:
+        params.append(int(within))
+    params.append(list(SEARCHED_ROLES))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return pg_message_rows(connection, cursor.fetchall(), instant)
+
+
+#: the instant ``pg_instant`` counts from
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def pg_instant(connection: Any, column: str) -> tuple[str, Any]:
+    """PostgreSQL: the SQL reading the ``timestamptz`` column ``column`` (of the alias ``m``)
+    and the function making each value read the datetime a queryset gives for it. Where the
+    connection reads times in UTC (Django's default), the column is read as microseconds
+    since 1970 (exact: ``EXTRACT`` gives a numeric since PostgreSQL 14) and made a datetime
+    in UTC here; the loader Django registers parses the text in Python, 5-6 µs a value,
+    about 3 ms for the rows of one memory block. Otherwise the column as it is, unchanged."""
+    if connection.timezone is not UTC:
+        return f"m.{column}", None
+    return f"(EXTRACT(EPOCH FROM m.{column}) * 1000000)::bigint", _from_micros
+
+
+def _from_micros(value: int | None) -> datetime | None:
+    return None if value is None else _EPOCH + timedelta(microseconds=value)
+
+
+def pg_message_rows(connection: Any, rows: Sequence[tuple[Any, ...]], instant: Any) -> list[tuple[Any, ...]]:
+    """Rows ``(pk, conversation id, seq, role, content, metadata, created_at, ...)`` read by
+    raw SQL, their metadata and ``created_at`` made what a queryset gives (the metadata
+    field's converter, ``pg_instant``'s function)."""
+    from agentmemory.models import Message
+
+    convert = getattr(Message._meta.get_field("metadata"), "from_db_value", None)
+    # most messages have no metadata: their "{}" needs no parsing
+    return [
+        (
+            *row[:5],
+            row[5] if convert is None else {} if row[5] == "{}" else convert(row[5], None, connection),
+            row[6] if instant is None else instant(row[6]),
+            *row[7:],
+        )
+        for row in rows
+    ]
 
 
 def written_in(created_at: datetime, periods: Sequence[Period]) -> bool:

@@ -48,6 +48,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.recall import pg_instant, pg_message_rows
 from agentmemory.recall.dates import Period
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
@@ -65,16 +66,19 @@ BLOCK_HEADER = (
 TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
 #: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
-#: a message longer than this (characters) is cut to its relevant sentences
-LONG_MESSAGE_CHARS = 240
+#: a message longer than this (characters) is cut to its relevant sentences (measured on
+#: LoCoMo, docs/benchmarks.md: 160 and 120 put more evidence in the block than 240 and 160,
+#: most with an embedder, where more hits compete for the budget)
+LONG_MESSAGE_CHARS = 160
 #: a message shown for a hit next to it is cut from this length (characters)
-NEIGHBOUR_MESSAGE_CHARS = 160
+NEIGHBOUR_MESSAGE_CHARS = 120
 #: the opening of a long message that is always kept (characters, whole sentences)
 OPENING_CHARS = 100
 #: most sentences kept from a long message beside its first one
 MAX_KEPT_SENTENCES = 2
-#: most messages searched for per block, whatever the budget
-MAX_HITS = 100
+#: most messages searched for per block, whatever the budget (five times as many candidates):
+#: 50 found no less on LoCoMo and LongMemEval than 100 at half the cost (docs/benchmarks.md)
+MAX_HITS = 50
 #: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
 NEIGHBOUR_SHARE = 0.5
 #: the places, relative to a hit, packed with it (the hit itself at 0) ...
@@ -111,6 +115,8 @@ SHOWN_ROLES = ("human", "ai")
 _TAG = re.compile(r"<(\s*/?\s*memory)", re.IGNORECASE)
 #: role words a transcript's speaker name may not be shown as (any word of the name)
 _ROLE_WORDS = frozenset({"system", "assistant", "user", "human", "ai", "tool", "developer", "model"})
+#: the label of a message's role where no speaker name is shown
+_ROLE_LABELS = {"human": "user", "ai": "assistant"}
 #: the characters a speaker name keeps
 _NAME_CHAR = re.compile(r"[^\w .'-]")
 #: most characters of a stored message read and cut (``trimmed``): the cost of a block is
@@ -303,7 +309,7 @@ def _speaker(role: str, metadata: Any) -> str:
     letters, digits, spaces, ``.'-`` and 40 characters, unless it is empty or one of its
     words is a role word (``_ROLE_WORDS``); else the stored role's label ("user" /
     "assistant"). A stored name can thus never pass a message off as another role's."""
-    label = {"human": "user", "ai": "assistant"}.get(role, "tool")
+    label = _ROLE_LABELS.get(role, "tool")
     if isinstance(metadata, dict):
         name = metadata.get("speaker")
         if isinstance(name, str):
@@ -386,7 +392,8 @@ def recall_memory(
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
 
     # 1. candidates: messages (with their scores) and facts
-    hits = rank_messages(
+    read: dict[tuple[int, int], tuple[Any, ...]] = {}  # most of the messages shown (PostgreSQL)
+    hits = _ranked(
         owner=owner_id,
         query=query,
         k=MAX_HITS,
@@ -395,6 +402,7 @@ def recall_memory(
         conversation_id=conversation_id,
         exclude_seqs=excluded,
         now=now,
+        read=read,
     )
     fact_hits: list[Any] = []
     if facts:
@@ -434,7 +442,7 @@ def recall_memory(
     units += later
 
     hit_keys = {(h.conversation_id, h.seq) for h in hits}
-    lines = _read_lines(owner_id, wanted, using, words, hit_keys)
+    lines = _read_lines(owner_id, wanted, using, words, hit_keys, read)
     for unit in units:
         if unit.fact is None:
             unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
@@ -520,7 +528,8 @@ def recall_memory(
             if fact.source_message_id in shown_ids:
                 chosen_facts.remove((fact, score))
                 estimate -= fact_costs[fact.pk]
-    items = _items(lines, chosen, chosen_facts, counter)
+    counted: dict[str, int] = {}  # an item the loop below leaves as it was is not counted again
+    items = _items(lines, chosen, chosen_facts, counter, counted)
     tokens = block_cost([item.text for item in items])
     while items and tokens > max_tokens:
         weakest = min(chosen, key=lambda key: lines[key].score, default=None)
@@ -528,7 +537,7 @@ def recall_memory(
             chosen.discard(weakest)
         elif chosen_facts:
             chosen_facts.pop()
-        items = _items(lines, chosen, chosen_facts, counter)
+        items = _items(lines, chosen, chosen_facts, counter, counted)
         tokens = block_cost([item.text for item in items])
     if not items:
         return None
@@ -557,7 +566,32 @@ def rank_messages(
     read on its day as ``shown_day`` gives it) raise the messages said then by
     ``TIME_WEIGHT`` (the said-at date: ``session_date``), and their words are not searched.
     Costs no statement: the hits carry their metadata and ``created_at``."""
-    from agentmemory.recall import search_messages
+    return _ranked(
+        owner=owner,
+        query=query,
+        k=k,
+        agent_key=agent_key,
+        conversation_id=conversation_id,
+        exclude_seqs=exclude_seqs,
+        using=using,
+        now=now,
+    )
+
+
+def _ranked(
+    *,
+    owner: Any,
+    query: str,
+    k: int,
+    agent_key: str | None = None,
+    conversation_id: int | None = None,
+    exclude_seqs: Collection[int] = (),
+    using: str | None = None,
+    now: datetime | None = None,
+    read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
+) -> list[Any]:
+    """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
+    from agentmemory.recall import _search
 
     excluded = set(exclude_seqs) if conversation_id is not None else set()
     today = shown_day(now or timezone.now())
@@ -567,7 +601,7 @@ def rank_messages(
         rest = without_times(query, today)
         searched = rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
     searched = searched_query(searched)
-    hits = search_messages(searched, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using)
+    hits = _search(searched, owner=owner, agent_key=agent_key, k=MAX_HITS, using=using, read=read)
     hits = [
         h
         for h in hits
@@ -716,16 +750,23 @@ def _read_lines(
     using: str,
     words: Sequence[str],
     hit_keys: Collection[tuple[int, int]] = (),
+    read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
 ) -> dict[tuple[int, int], _Line]:
     """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
-    their conversations' titles: one query. Each conversation's title and each session date
-    a transcript gave is read once."""
+    their conversations' titles: those of ``read`` (rows the search read, in the form of
+    ``_LINE_FIELDS`` with the title and uuid) as they are, the others in one query (none
+    when ``read`` holds them all). Each conversation's title and each session date a
+    transcript gave is read once."""
     if not wanted:
         return {}
-    if connections[using].vendor == "postgresql":
-        rows = _pg_lines(owner_id, wanted, using)
-    else:
-        rows = _orm_lines(owner_id, wanted, using)
+    read = read or {}
+    rows = [
+        row for c, seqs in wanted.items() for q in seqs if (row := read.get((c, q))) and row[3] in SHOWN_ROLES
+    ]
+    wanted = {c: left for c, seqs in wanted.items() if (left := {q for q in seqs if (c, q) not in read})}
+    if wanted:
+        read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
+        rows += read_lines(owner_id, wanted, using)
     lines = {}
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
@@ -739,7 +780,7 @@ def _read_lines(
                 title = title[:47].rstrip() + "…"
             heading = titles[conversation_id] = f'"{title}"' if title else f"conversation {str(uuid)[:8]}"
         said_at = created_at
-        if isinstance(metadata, dict):
+        if metadata and isinstance(metadata, dict):  # most messages have none
             # only text is read as a date (``session_date``): other values (a list, an
             # object) count as absent, and a key of texts can be hashed
             given = tuple(
@@ -759,7 +800,7 @@ def _read_lines(
             seq=seq,
             message_id=message_id,
             role=role,
-            speaker=_speaker(role, metadata),
+            speaker=_speaker(role, metadata) if metadata else _ROLE_LABELS.get(role, "tool"),
             text=trimmed(
                 content or "",
                 words,
@@ -793,8 +834,9 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     of_conversation = {field.name: str(field.column) for field in conversations.concrete_fields}
     owner_column, title, uuid = (quote(of_conversation[name]) for name in ("owner", "title", "uuid"))
     pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
+    created_at, instant = pg_instant(connection, "created_at")
     sql = (
-        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.opening, m.metadata, m.created_at, "
+        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.opening, m.metadata, {created_at}, "
         f"c.{title}, c.{uuid} FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
         f"CROSS JOIN LATERAL (SELECT {column['id']} AS id, {column['conversation']} AS conversation_id, "
         f"{column['seq']} AS seq, {column['role']} AS role, "
@@ -811,14 +853,7 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    # the column's converter, as a queryset applies it (psycopg may give the JSON as text)
-    field = meta.get_field("metadata")
-    convert = getattr(field, "from_db_value", None)
-    if convert is None:
-        return rows
-    # most messages have no metadata: their "{}" needs no parsing
-    return [(*row[:5], {} if row[5] == "{}" else convert(row[5], None, connection), *row[6:]) for row in rows]
+        return pg_message_rows(connection, cursor.fetchall(), instant)
 
 
 def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
@@ -888,11 +923,21 @@ def _fact_text(fact: Any) -> str:
 
 
 def _items(
-    lines: dict[tuple[int, int], _Line], chosen: set[tuple[int, int]], chosen_facts: list[Any], counter: Any
+    lines: dict[tuple[int, int], _Line],
+    chosen: set[tuple[int, int]],
+    chosen_facts: list[Any],
+    counter: Any,
+    counts: dict[str, int],
 ) -> list[RecalledItem]:
     """The chosen messages grouped by conversation and date (one item each: a provenance line,
     then the messages in order, "…" where messages between them are left out), and the chosen
-    facts, oldest first."""
+    facts, oldest first. ``counts`` caches the token counts by text across calls."""
+
+    def count(text: str) -> int:
+        if text not in counts:
+            counts[text] = int(counter.count_text(text))
+        return counts[text]
+
     items: list[RecalledItem] = []
     heads: dict[int, _Line] = {}
     groups: dict[tuple[int, str], list[_Line]] = {}
@@ -910,7 +955,7 @@ def _items(
             RecalledItem(
                 kind="message",
                 text=text,
-                tokens=int(counter.count_text(text)),
+                tokens=count(text),
                 score=max(line.score for line in run),
                 conversation_id=run[0].conversation_id,
                 seqs=tuple(line.seq for line in run),
@@ -925,7 +970,7 @@ def _items(
             RecalledItem(
                 kind="fact",
                 text=text,
-                tokens=int(counter.count_text(text)),
+                tokens=count(text),
                 score=score,
                 conversation_id=None,
                 seqs=(),
@@ -948,7 +993,7 @@ def _items(
         if head is not None:
             if head.conversation_id == previous:
                 text = item.text.replace(_head(head), _head(head, titled=False), 1)
-                item = replace(item, text=text, tokens=int(counter.count_text(text)))
+                item = replace(item, text=text, tokens=count(text))
             previous = head.conversation_id
         ordered.append(item)
     return ordered
