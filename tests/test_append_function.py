@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from agentmemory.exceptions import InvalidMessageError
+from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
@@ -213,3 +213,35 @@ def test_functions_dropped_under_a_connection_inside_a_transaction_fail_that_app
             assert _append_all(ConversationFactory()) == expected
     finally:
         _make_again()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_applies_again_over_the_functions_it_made() -> None:
+    """``migrate --fake`` back past the migration (recording it unapplied, a way to repair
+    a migration history) leaves its functions in place: applying it again replaces them, as
+    the window's function migrations do, rather than failing on "already exists"."""
+    call_command("migrate", "agentmemory", BEFORE, fake=True, verbosity=0)
+    try:
+        call_command("migrate", "agentmemory", verbosity=0)
+    except Exception:
+        call_command("migrate", "agentmemory", fake=True, verbosity=0)  # the history as it was
+        raise
+    connection.close()
+    _calls_function()
+    assert _calls_function()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conversation_id", [2**63, -(2**63) - 1, 10**30])
+def test_an_id_no_bigint_holds_names_no_conversation_through_the_functions(conversation_id: int) -> None:
+    """No conversation has an id outside the bigint range: an append to one is refused with
+    ``ConversationNotFound``, as the statement sent as text finds no row for it, not with the
+    database's "bigint out of range" from the function's argument; the functions stay in use."""
+    _calls_function()
+    assert _calls_function()
+    history = PersistentChatHistory(conversation_id)
+    for message in (ChatMessage.human("x"), ChatMessage.ai(None, [ToolCall(id="c", name="f", arguments={})])):
+        with pytest.raises(ConversationNotFound):
+            history.add_message(message)
+    assert _calls_function()

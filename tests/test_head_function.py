@@ -16,6 +16,7 @@ from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory.context import ContextWindowBuilder
+from agentmemory.exceptions import ConversationNotFound
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Summary
@@ -435,3 +436,18 @@ def _scans(node: dict, table: str) -> list[int]:
     """The loops of every scan of ``table`` in a JSON plan node and below it."""
     own = [node["Actual Loops"]] if node.get("Relation Name") == table else []
     return own + [loops for child in node.get("Plans", ()) for loops in _scans(child, table)]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conversation_id", [2**63, -(2**63) - 1, 10**30])
+def test_an_id_no_bigint_holds_names_no_conversation_through_the_functions(conversation_id: int) -> None:
+    """A window of an id outside the bigint range is ``ConversationNotFound``, as the head
+    statement sent as text finds no row for it, not the database's "bigint out of range"
+    from the function's argument; the functions stay in use."""
+    conv = _conversation()
+    _windows(conv)  # this connection has found the functions
+    with pytest.raises(ConversationNotFound):
+        ContextWindowBuilder(conversation_id).build(max_tokens=450)
+    with CaptureQueriesContext(connection) as queries:
+        ContextWindowBuilder(conv.pk).build(max_tokens=450)
+    assert queries[0]["sql"].startswith("SELECT * FROM agentmemory_window_head_")

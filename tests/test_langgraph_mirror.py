@@ -248,3 +248,31 @@ def test_the_admin_shows_checkpoints_store_items_and_mirrored_threads(admin_clie
     page = admin_client.get(f"/admin/agentmemory_langgraph/mirroredthread/{link.pk}/change/").content.decode()
     assert f"/admin/agentmemory/conversation/{link.conversation_id}/change/" in page
     assert admin_client.get("/admin/agentmemory_langgraph/checkpoint/add/").status_code == 403
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_message_mirrored_after_the_append_functions_went_away_is_stored_with_the_checkpoint() -> None:
+    """A connection that has found the one-message append's server-side function calls it;
+    dropped under it (``migrate`` back past 0029 while the graph's worker runs), the call fails
+    inside the checkpoint's transaction. The mirror appends again, as text: the checkpoint and
+    the message are saved, as the module promises (mirroring never fails a graph step)."""
+    from django.db import transaction
+
+    from tests.test_append_function import _drop_functions, _make_again
+
+    mirror = ConversationMirror()
+    config = {"configurable": {"thread_id": "dropped"}}
+    sent = [HumanMessage("one", id="h1"), AIMessage("two", id="a1"), HumanMessage("three", id="h2")]
+    mirror.mirror(config, {"messages": sent[:1]}, {"messages": "1"})  # the connection finds them
+    mirror.mirror(config, {"messages": sent[:2]}, {"messages": "2"})  # and calls them
+    _drop_functions()
+    try:
+        with transaction.atomic():  # the saver's, around the checkpoint's rows and the mirror
+            mirror.mirror(config, {"messages": sent}, {"messages": "3"})
+    finally:
+        _make_again()
+    conversation = ConversationMirror().conversation_for("dropped")
+    rows = Message.objects.filter(conversation=conversation).order_by("seq")
+    assert [(m.seq, m.content) for m in rows] == [(1, "one"), (2, "two"), (3, "three")]
+    assert MirroredMessage.objects.filter(thread__thread_id="dropped").count() == 3

@@ -14,8 +14,9 @@ the stored row's ``id``, ``seq`` and ``exchange_seq``. ``tests/test_append_funct
 that the live statements still read as the text here: a release that changes one ships a
 migration of its own that replaces the functions.
 
-The functions are VOLATILE (they write) and run with the caller's rights. Going back drops
-them. Nothing on other databases."""
+The functions are VOLATILE (they write) and run with the caller's rights. Each is dropped
+first if it exists (``migrate --fake`` back past this migration leaves them in place), as
+migration 0028 does for the window's. Going back drops them. Nothing on other databases."""
 
 from importlib import import_module
 
@@ -128,6 +129,10 @@ def _signature(variant):  # type: ignore[no-untyped-def]
     return f"agentmemory_append_one_{variant}({arguments})"
 
 
+def _drop(variant):  # type: ignore[no-untyped-def]
+    return f"DROP FUNCTION IF EXISTS {_signature(variant)}"
+
+
 def _create(variant):  # type: ignore[no-untyped-def]
     return (
         f"CREATE FUNCTION {_signature(variant)} RETURNS TABLE ({RESULT}) LANGUAGE plpgsql "
@@ -142,8 +147,8 @@ class Migration(migrations.Migration):
 
     operations = [
         _0027.RunSQLOnPostgreSQL(
-            sql=[_create(variant) for variant in STATEMENTS],
-            reverse_sql=[f"DROP FUNCTION IF EXISTS {_signature(variant)}" for variant in STATEMENTS],
+            sql=[*(_drop(variant) for variant in STATEMENTS), *(_create(variant) for variant in STATEMENTS)],
+            reverse_sql=[_drop(variant) for variant in STATEMENTS],
             elidable=False,
         ),
     ]

@@ -235,6 +235,15 @@ def remember(raw_connection: Any, key: tuple[Any, ...], exists: bool) -> None:
 UNUSABLE = frozenset({"42883", "42501", "42804"})
 
 
+def unusable(exc: BaseException) -> bool:
+    """Whether ``exc`` says a server-side function could not be used (SQLSTATE in
+    ``UNUSABLE``): the error ``call`` raises inside a transaction, after which the connection
+    sends the statement as text. A caller that rolled back to a savepoint around the call may
+    run it again."""
+    cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
+    return (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) in UNUSABLE
+
+
 def usable(alias: str) -> bool:
     """Whether the statements of ``alias`` may go through their server-side functions:
     PostgreSQL, with statements not prepared (a prepared statement is planned once per
@@ -242,12 +251,29 @@ def usable(alias: str) -> bool:
     return connections[alias].vendor == "postgresql" and not prepares_statements(alias)
 
 
+#: the values a ``bigint`` argument takes (PostgreSQL's 64-bit integer)
+_BIGINT_MIN, _BIGINT_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(key: tuple[Any, ...], params: dict[str, Any]) -> bool:
+    """Whether every ``bigint`` argument of the function of ``key`` holds its value. A
+    conversation id past that range names no row: the statement as text compares it as a
+    number and finds none (``ConversationNotFound`` for the caller), where the function's
+    argument would fail with "bigint out of range"."""
+    for param, kind in _params(key):
+        value = params.get(param)
+        if kind == "bigint" and isinstance(value, int) and not _BIGINT_MIN <= value <= _BIGINT_MAX:
+            return False
+    return True
+
+
 def call(
     alias: str, key: tuple[Any, ...], params: dict[str, Any], family: tuple[tuple[Any, ...], ...]
 ) -> list[Any] | None:
     """The rows of the statement of ``key`` through its server-side function on a database
     where ``usable``, or ``None`` when the connection has not found the function (or found it
-    gone: dropped since, outside a transaction; inside one the error is raised, with a note).
+    gone: dropped since, outside a transaction; inside one the error is raised, with a note),
+    or a ``bigint`` argument cannot hold its value (``_fits``: the statement as text runs).
     A function found unusable marks every function of ``family`` (the window's ``KEYS`` or
     the append's ``APPEND_KEYS``) unusable on the connection: what removed one has most
     often removed them all.
@@ -258,7 +284,7 @@ def call(
     """
     conn = connections[alias]
     raw = conn.connection
-    if raw is None or not known(raw, key):
+    if raw is None or not known(raw, key) or not _fits(key, params):
         return None
     with conn.cursor() as cursor:
         try:
@@ -268,8 +294,7 @@ def call(
             # Dropped since (``DROP FUNCTION``, a schema restored from a dump without it),
             # ``EXECUTE`` revoked, or a column it returns changed type: back to the
             # statement as text, which outside a transaction runs now.
-            cause = exc.__cause__  # psycopg 3 names the code ``sqlstate``, psycopg2 ``pgcode``
-            if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) not in UNUSABLE:
+            if not unusable(exc):
                 raise
             # Inside a transaction each would cost a failed statement of its own.
             for other in family:

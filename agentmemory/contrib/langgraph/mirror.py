@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, ProgrammingError, router, transaction
 from langchain_core.messages import BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 
@@ -37,6 +37,7 @@ from agentmemory.formats.langchain import from_langchain_message
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
+from agentmemory.store import functions
 
 logger = logging.getLogger("agentmemory.contrib.langgraph")
 
@@ -46,6 +47,26 @@ __all__ = ["ConversationMirror"]
 _ID_BATCH = 500
 
 Owner = Any  # a user, a user's primary key, or None
+
+
+def _add(db: str, history: PersistentChatHistory, messages: list[ChatMessage]) -> None:
+    """``history.add_messages(messages)`` in a savepoint of the checkpoint's transaction, run
+    again once when the one-message append's server-side function could not be used (dropped
+    or ``EXECUTE`` revoked under a connection that had found it, ``agentmemory.store.functions``):
+    the failed call aborted the savepoint only, and the connection sends the statement as text
+    from then on, so that mirroring does not fail the graph step.
+
+    Raises:
+        AgentMemoryError: the conversation refuses a message.
+    """
+    try:
+        with transaction.atomic(using=db):
+            history.add_messages(messages)
+    except ProgrammingError as exc:
+        if not functions.unusable(exc):
+            raise
+        with transaction.atomic(using=db):
+            history.add_messages(messages)
 
 
 class ConversationMirror:
@@ -188,13 +209,11 @@ class ConversationMirror:
             metadata = {**chat.metadata, "langgraph_message_id": key}
             converted.append((key, dataclasses.replace(chat, metadata=metadata)))
         try:
-            with transaction.atomic(using=db):
-                history.add_messages([chat for _key, chat in converted])
+            _add(db, history, [chat for _key, chat in converted])
         except AgentMemoryError:
             for key, chat in converted:
                 try:
-                    with transaction.atomic(using=db):
-                        history.add_messages([chat])
+                    _add(db, history, [chat])
                 except AgentMemoryError as exc:
                     errors.append(self._refused(thread, key, exc))
         MirroredMessage.objects.using(db).bulk_create(
