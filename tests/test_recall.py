@@ -176,7 +176,7 @@ def test_sqlite_triggers_come_back_after_a_table_rebuild() -> None:
     assert fulltext.ensure_sqlite_fulltext() is False
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the by-place read is PostgreSQL's")
+@pytest.mark.postgres
 def test_neighbours_scored_before_they_are_read_give_the_same_hits(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """On PostgreSQL the neighbours are scored from the ranking statement and read with the
     hits; the hits (scores, relevance, content, metadata, created_at) are those of reading

@@ -360,7 +360,7 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
     ]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the by-place read is PostgreSQL's")
+@pytest.mark.postgres
 def test_a_block_from_the_rows_the_search_read_is_the_block_read_anew(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """On PostgreSQL the block takes the messages the search read (with their titles,
     speakers, session dates and times) and reads only the others: the same block as reading
