@@ -16,14 +16,24 @@ class InvalidMessageError(AgentMemoryError, ValueError):
         field: the message field at fault, as the native message shape names it
             (``"content"``, ``"tool_calls"``, ``"parts"``...), or ``None`` when the reason is
             about the message as a whole. The API reports the reason under this field.
+        hint: what a Python caller can do about it (an argument of the Python API), or
+            ``None``; part of ``str(exc)``, left out of the API's answer (``summary``), whose
+            clients have no such argument.
     """
 
-    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
+    def __init__(
+        self, reason: str, *, index: int | None = None, field: str | None = None, hint: str | None = None
+    ) -> None:
         self.index = index
         self.reason = reason
         self.field = field
-        where = f"message {index}: " if index is not None else ""
-        super().__init__(f"{where}{reason}")
+        self.hint = hint
+        super().__init__(f"{self.summary()} ({hint})" if hint else self.summary())
+
+    def summary(self) -> str:
+        """The position and the reason, without the Python ``hint``: "message 2: ..."."""
+        where = f"message {self.index}: " if self.index is not None else ""
+        return f"{where}{self.reason}"
 
     def field_errors(self) -> dict[str, list[str]]:
         """``{field path within the message: [reasons]}``: ``{field: [reason]}``, with

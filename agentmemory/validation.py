@@ -514,10 +514,10 @@ def link_tool_message(
         exchange = pending.pop(message.tool_call_id, None)
         if exchange is None and strict:
             raise InvalidMessageError(
-                f"tool result for {message.tool_call_id!r} answers no earlier unanswered tool call "
-                "(import legacy history with validate_tool_pairs=False to keep it as an orphan)",
+                f"tool result for {message.tool_call_id!r} answers no earlier unanswered tool call",
                 index=index,
                 field="tool_call_id",
+                hint="import legacy history with validate_tool_pairs=False to keep it as an orphan",
             )
         return exchange
     return None

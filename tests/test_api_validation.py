@@ -87,6 +87,25 @@ def test_a_tool_result_answering_a_pending_call_is_stored(api, conv, openapi):  
     assert api.post(messages_url(conv), result, format="json").status_code == 201
 
 
+def test_an_orphan_tool_result_is_refused_without_python_advice(api, conv):  # type: ignore[no-untyped-def]
+    """The 400 for a tool result that answers no call says why, and nothing an API client
+    cannot act on: ``validate_tool_pairs=False`` is an argument of the Python API only, which
+    ``str()`` of the Python exception still names."""
+    from agentmemory.exceptions import InvalidMessageError
+
+    result = {"role": "tool", "content": "shipped", "tool_call_id": "c9", "name": "lookup"}
+    response = api.post(messages_url(conv), result, format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "invalid_message"
+    assert "answers no earlier unanswered tool call" in body["detail"]
+    assert "validate_tool_pairs" not in response.content.decode()
+    assert conv.messages.count() == 2
+    with pytest.raises(InvalidMessageError, match="validate_tool_pairs=False") as info:
+        PersistentChatHistory(conv).add_message(ChatMessage.tool("shipped", tool_call_id="c9", name="lookup"))
+    assert "validate_tool_pairs" not in info.value.reason
+
+
 TOO_LONG = "x" * 256
 INVALID_MESSAGES = {
     "unknown role": ({"role": "robot", "content": "x"}, "role"),

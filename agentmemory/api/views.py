@@ -389,7 +389,7 @@ def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Respon
     return Response(
         {
             "error": "invalid_message",
-            "detail": str(exc),
+            "detail": exc.summary(),
             "index": exc.index,
             "reason": exc.reason,
             "fields": fields,
