@@ -19,7 +19,7 @@ from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
-from agentmemory.store import functions
+from agentmemory.store import function_sql, functions
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db
@@ -107,7 +107,7 @@ def test_the_migration_makes_a_function_for_each_one_message_statement() -> None
             (source,) = cursor.fetchone()
             # the statement the text path sends, parameters as $n: a release that changes it
             # ships a migration that replaces the function
-            assert source == f" BEGIN RETURN QUERY {functions.body('default', key)}; END "
+            assert source == f" BEGIN RETURN QUERY {function_sql.body('default', key)}; END "
     assert functions.append_names()[1] == (
         "agentmemory_append_one_human(bigint,bigint,text,text,text,text,text,text)"
     )

@@ -20,7 +20,7 @@ from agentmemory.exceptions import ConversationNotFound
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Summary
-from agentmemory.store import functions
+from agentmemory.store import function_sql, functions
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db
@@ -125,7 +125,7 @@ def test_the_migration_makes_a_function_for_each_variant_of_the_head_statement_a
             (source,) = cursor.fetchone()
             # the statement the text path sends, parameters as $n: a release that changes it
             # ships a migration that replaces the function
-            assert source == f" BEGIN RETURN QUERY {functions.body('default', key)}; END "
+            assert source == f" BEGIN RETURN QUERY {function_sql.body('default', key)}; END "
     # under fixed names, and nothing else of the family
     assert _family() == sorted(functions.names())
     # (migration 0028 added the floor, the ninth argument)
@@ -417,7 +417,7 @@ def test_the_head_statement_reads_the_conversation_row_once() -> None:
         params = [conv.pk, "system", 450, 675, 1350, 2**62, "tool", 30, None]
         types = ", ".join(kind for _, kind in functions.HEAD_PARAMS)
         with connection.cursor() as cursor:
-            cursor.execute(f"PREPARE agentmemory_test_head ({types}) AS {functions.body('default', key)}")
+            cursor.execute(f"PREPARE agentmemory_test_head ({types}) AS {function_sql.body('default', key)}")
             try:
                 cursor.execute(
                     "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, FORMAT JSON) "

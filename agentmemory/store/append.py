@@ -20,8 +20,8 @@ On PostgreSQL with statements sent as text, the one-message statements run throu
 server-side functions (``_run_one``; migration ``0029_append_one_functions``), planned once
 per server session.
 
-Only ``agentmemory.models``, ``agentmemory.messages`` and the connection and rows modules
-of this package are imported at load time (``agentmemory.store.functions`` when called).
+Only ``agentmemory.models``, ``agentmemory.messages`` and the ``connection``, ``rows`` and
+``functions`` modules of this package are imported.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, pinned_end
+from agentmemory.store import functions
 from agentmemory.store.connection import statement_cursor
 from agentmemory.store.rows import _new_chat, _set_metadata
 
@@ -297,8 +298,6 @@ def _run_one(using: str, variant: str, params: dict[str, Any]) -> tuple[Any, ...
     then on (inside a transaction the error is raised once: roll back and retry). Where the
     connection prepares its statements (``agentmemory.store.connection``), the statement
     itself, prepared."""
-    from agentmemory.store import functions
-
     if not functions.usable(using):
         with statement_cursor(using) as cursor:
             cursor.execute(append_one_sql(variant), params)

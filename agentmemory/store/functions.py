@@ -24,7 +24,7 @@ without a cap on tool results), and the read path calls them.
   ``_head_pc``, ``_head_nu``, ``_head_nc`` and ``agentmemory_window_gap``. A release that
   changes a statement, or the type of a column one returns, ships a migration that replaces
   them; ``tests/test_head_function.py`` fails while the live statement and the text of the
-  latest such migration differ (``body`` gives the live one).
+  latest such migration differ (``agentmemory.store.function_sql.body`` gives the live one).
 * The statement in a function is the one sent as text otherwise, with the parameters in the
   same places, so both return the same rows (``tests/test_head_function.py`` checks it).
 * Whether the functions exist is learned on each connection with no query of its own: the
@@ -40,7 +40,8 @@ without a cap on tool results), and the read path calls them.
 The one-message append (``agentmemory.store.append._run_one``) follows the same rules with
 four functions of its own (``APPEND_KEYS``: ``agentmemory_append_one_system``, ``_human``,
 ``_ai`` and ``_calls``), created by ``0029_append_one_functions.py``
-(``tests/test_append_function.py`` compares their text with ``body``). A connection learns
+(``tests/test_append_function.py`` compares their text with
+``agentmemory.store.function_sql.body``). A connection learns
 whether they exist from the first one-message append it sends as text, which returns one
 more column (``has_function_privilege`` over the four) beside the stored row; it learns
 nothing from an append that stored no row (a check failed), and asks again with the next.
@@ -172,32 +173,6 @@ def names() -> list[str]:
 def append_names() -> list[str]:
     """The signatures of the four functions the one-message append calls."""
     return [signature(key) for key in APPEND_KEYS]
-
-
-def body(alias: str, key: tuple[Any, ...]) -> str:
-    """The statement the function of ``key`` should return, as this version writes it for
-    ``alias``, with its parameters written ``$1``, ``$2`` ... in the order of the function's
-    arguments: the text a migration freezes when it creates the function.
-
-    Raises:
-        ValueError: the statement has a parameter the function does not take.
-    """
-    from agentmemory.store.window import _gap_probe_sql, _head_sql
-
-    if key in APPEND_KEYS:
-        from agentmemory.store.append import append_one_sql
-
-        sql = append_one_sql(str(key[1])).strip()
-    elif key == GAP:
-        sql = _gap_probe_sql(alias, pending=0, pending_array=True)
-    else:
-        with_pinned, capped = key
-        sql = _head_sql(alias, with_pinned=with_pinned, capped=capped)
-    for position, (param, _) in enumerate(_params(key), start=1):
-        sql = sql.replace(f"%({param})s", f"${position}")
-    if "%(" in sql or "%s" in sql:  # a parameter this module does not know
-        raise ValueError(f"the {code(key)} statement has a parameter its function does not take")
-    return sql
 
 
 _calls: dict[tuple[Any, ...], str] = {}

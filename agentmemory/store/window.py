@@ -26,6 +26,7 @@ from django.db.models.fields.json import KeyTransform
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
+from agentmemory.store import functions
 from agentmemory.store.connection import statement_cursor
 from agentmemory.store.rows import (
     _META_FIELDS,
@@ -419,8 +420,6 @@ def _run_head(alias: str, params: dict[str, Any], *, with_pinned: bool, capped: 
         with statement_cursor(alias) as cursor:
             cursor.execute(_head_sql(alias, with_pinned=with_pinned, capped=capped), params)
             return cursor.fetchall()  # type: ignore[no-any-return]
-    from agentmemory.store import functions
-
     params.setdefault("system", None)
     params.setdefault("tool", None)
     params.setdefault("cap", None)
@@ -459,8 +458,6 @@ _GAP_KEY = ("gap",)
 def _uses_functions(alias: str) -> bool:
     """Whether the read path may call its server-side functions on ``alias``
     (``agentmemory.store.functions.usable``)."""
-    from agentmemory.store import functions
-
     return functions.usable(alias)
 
 
@@ -468,8 +465,6 @@ def _through_function(alias: str, key: tuple[Any, ...], params: dict[str, Any]) 
     """The rows of the statement of ``key`` through its server-side function
     (``agentmemory.store.functions.call``), or ``None`` when the connection has not found
     the function (or found it gone, outside a transaction)."""
-    from agentmemory.store import functions
-
     return functions.call(alias, key, params, functions.KEYS)
 
 
