@@ -620,16 +620,16 @@ def test_the_block_searches_more_messages_when_an_embedder_ranks(
     """With an embedder, matches by meaning share no word with the question and rank below the
     word matches: the block searches ``MAX_HITS_WITH_EMBEDDINGS`` messages then (100 found
     LongMemEval questions 50 missed), ``MAX_HITS`` (50) with full text alone."""
-    import agentmemory.recall as recall
+    import agentmemory.recall.memory as memory
 
     asked: list[int] = []
-    search = recall._search
+    search = memory._search
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         asked.append(kwargs["k"])
         return search(*args, **kwargs)
 
-    monkeypatch.setattr(recall, "_search", counting)
+    monkeypatch.setattr(memory, "_search", counting)
     settings.AGENTMEMORY = agentmemory_settings
     user = UserFactory()
     conversation = Conversation.objects.create(owner=user)

@@ -48,7 +48,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.recall import embeddings_wanted, pg_instant, pg_message_rows
+from agentmemory.recall import _search, embeddings_wanted, pg_instant, pg_message_rows
 from agentmemory.recall.dates import Period
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
@@ -590,8 +590,6 @@ def _ranked(
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
-    from agentmemory.recall import _search
-
     excluded = set(exclude_seqs) if conversation_id is not None else set()
     today = shown_day(now or timezone.now())
     windows = windows_in(query, today)
