@@ -355,3 +355,14 @@ def test_reading_the_window_is_one_query_of_at_most_max_messages_rows(django_ass
         history = memory.get_history()
     assert contents(history) == ["m46", "m47", "m48", "m49"]
     assert "LIMIT 4" in captured.captured_queries[0]["sql"]
+
+
+def test_an_add_is_the_append_and_two_window_reads(django_assert_num_queries) -> None:
+    """The window before (for ``_last_trimmed``), one append (one statement on PostgreSQL;
+    a locked read, an insert and an update in a savepoint elsewhere), the window after."""
+    from django.db import connection
+
+    memory = ConversationMemory(max_messages=3)
+    memory.add(Message(role=Role.USER, content="first"))
+    with django_assert_num_queries(3 if connection.vendor == "postgresql" else 7):
+        memory.add(Message(role=Role.ASSISTANT, content="second"))
