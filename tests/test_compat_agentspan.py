@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentmemory.compat.agentspan import ConversationMemory
 from agentmemory.history import PersistentChatHistory
@@ -159,3 +161,34 @@ def test_nothing_is_stored_before_the_first_message() -> None:
     memory = ConversationMemory(max_messages=10)
     assert memory.messages == []
     assert Conversation.objects.count() == 0
+
+
+def seed_trim(messages: list[dict[str, Any]], max_messages: int) -> list[dict[str, Any]]:
+    """The seed's three trimming rules, applied after each add."""
+    if len(messages) <= max_messages:
+        return messages
+    system = [m for m in messages if m["role"] == "system"]
+    if len(system) >= max_messages:
+        return system[-max_messages:]
+    budget = max_messages - len(system)
+    others = [i for i, m in enumerate(messages) if m["role"] != "system"][-budget:]
+    return [m for i, m in enumerate(messages) if m["role"] == "system" or i in others]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    roles=st.lists(st.sampled_from(["user", "assistant", "system"]), max_size=14),
+    max_messages=st.integers(1, 6),
+)
+def test_the_trim_is_the_seeds_after_every_add(db: Any, roles: list[str], max_messages: int) -> None:
+    memory = ConversationMemory(max_messages=max_messages)
+    expected: list[dict[str, Any]] = []
+    add = {
+        "user": memory.add_user_message,
+        "assistant": memory.add_assistant_message,
+        "system": memory.add_system_message,
+    }
+    for i, role in enumerate(roles):
+        add[role](f"{role} {i}")
+        expected = seed_trim([*expected, {"role": role, "message": f"{role} {i}"}], max_messages)
+        assert memory.messages == expected

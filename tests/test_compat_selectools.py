@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentmemory.compat.selectools import ConversationMemory, Message, Role
 from agentmemory.compat.types import ToolCall
@@ -366,3 +368,70 @@ def test_an_add_is_the_append_and_two_window_reads(django_assert_num_queries) ->
     memory.add(Message(role=Role.USER, content="first"))
     with django_assert_num_queries(3 if connection.vendor == "postgresql" else 7):
         memory.add(Message(role=Role.ASSISTANT, content="second"))
+
+
+# ------------------------------------------------- the view against the seed's own algorithm
+
+
+class SeedMemory:
+    """The seed's list-based ``ConversationMemory`` as its document prints it
+    (``_enforce_limits``, ``_fix_tool_pair_boundary``), the reference for the view."""
+
+    def __init__(self, max_messages: int, max_tokens: int | None) -> None:
+        self.max_messages, self.max_tokens = max_messages, max_tokens
+        self._messages: list[Message] = []
+
+    def add_many(self, messages: list[Message]) -> None:
+        self._messages.extend(messages)
+        if len(self._messages) > self.max_messages:
+            self._messages = self._messages[len(self._messages) - self.max_messages :]
+        if self.max_tokens is not None:
+            while len(self._messages) > 1:
+                if sum(len(m.content) // 4 for m in self._messages) <= self.max_tokens:
+                    break
+                self._messages.pop(0)
+        while len(self._messages) > 1:
+            first = self._messages[0]
+            if first.role == Role.TOOL or (first.role == Role.ASSISTANT and first.tool_calls):
+                self._messages.pop(0)
+                continue
+            break
+
+
+@st.composite
+def batches(draw: Any) -> list[list[Message]]:
+    """Batches of user and assistant text and tool exchanges (parallel calls included)."""
+    out: list[list[Message]] = []
+    for b in range(draw(st.integers(1, 8))):
+        batch: list[Message] = []
+        for i in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["user", "assistant", "tools"]))
+            text = "w" * draw(st.integers(0, 40))
+            if kind == "tools":
+                ids = [f"c{b}_{i}_{j}" for j in range(draw(st.integers(1, 3)))]
+                batch.append(
+                    Message(role=Role.ASSISTANT, content="", tool_calls=[ToolCall("t", {}, c) for c in ids])
+                )
+                batch += [Message(role=Role.TOOL, content=text, tool_call_id=c) for c in ids]
+            else:
+                batch.append(Message(role=Role(kind), content=text))
+        out.append(batch)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=batches(),
+    max_messages=st.integers(1, 6),
+    max_tokens=st.one_of(st.none(), st.integers(1, 25)),
+)
+def test_the_view_is_what_the_seeds_list_holds_after_every_add(
+    db: Any, history: list[list[Message]], max_messages: int, max_tokens: int | None
+) -> None:
+    seed = SeedMemory(max_messages, max_tokens)
+    memory = ConversationMemory(max_messages=max_messages, max_tokens=max_tokens)
+    for batch in history:
+        seed.add_many(batch)
+        memory.add_many(batch)
+        got = [(m.role, m.content, m.tool_call_id) for m in memory.get_history()]
+        assert got == [(m.role, m.content, m.tool_call_id) for m in seed._messages]

@@ -10,6 +10,8 @@ import doctest
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentmemory.compat.windlass import (
     BufferMemory,
@@ -284,3 +286,51 @@ def test_clearing_a_thread_forgets_its_summary() -> None:
     assert m.summary() == "s"
     m.clear()
     assert m.summary() == ""
+
+
+# ---------------------------------------------- windows against the seed's printed ``aget``
+
+
+def seed_window(
+    messages: list[Message], window: int, limit: int | None, return_system: bool
+) -> list[Message]:
+    """``WindowMemory.aget`` as the seed prints it, over the whole transcript."""
+    size = limit if limit is not None else window
+    if not return_system:
+        messages = [m for m in messages if m.role != Role.SYSTEM]
+    if size <= 0 or len(messages) <= size:
+        return messages
+    start = len(messages) - size
+    while start > 0 and messages[start].role == Role.TOOL:
+        start -= 1
+    return messages[start:]
+
+
+@st.composite
+def transcripts(draw: Any) -> list[Message]:
+    out: list[Message] = []
+    for i in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["user", "assistant", "system", "tools"]))
+        if kind == "tools":
+            ids = [f"c{i}_{j}" for j in range(draw(st.integers(1, 3)))]
+            out.append(Message.assistant("", tool_calls=[ToolCall("t", {}, c) for c in ids]))
+            out += [Message.tool(f"r{c}", tool_call_id=c) for c in ids]
+        else:
+            out.append(Message(role=Role(kind), content=f"{kind} {i}"))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    transcript=transcripts(),
+    window=st.integers(1, 5),
+    limit=st.one_of(st.none(), st.integers(0, 6)),
+    return_system=st.booleans(),
+)
+def test_the_window_is_the_seeds(
+    db: Any, transcript: list[Message], window: int, limit: int | None, return_system: bool
+) -> None:
+    m = WindowMemory(window=window, return_system=return_system)
+    m.add(transcript)
+    got = [(x.role, x.content) for x in m.get(limit=limit)]
+    assert got == [(x.role, x.content) for x in seed_window(transcript, window, limit, return_system)]
