@@ -285,6 +285,16 @@ def test_our_chat_messages_are_accepted_and_read_back_as_messages() -> None:
     assert all(m.seq is not None for m in history)
 
 
+def test_roles_of_another_frameworks_str_enum_are_read_by_value() -> None:
+    import enum
+
+    class TheirRole(str, enum.Enum):  # noqa: UP042 (selectools declares its Role this way)
+        USER = "user"
+
+    assert Message(role=TheirRole.USER, content="hi").role is Role.USER
+    assert Message(role="assistant", content="hi").role is Role.ASSISTANT
+
+
 def test_to_dict_from_dict_round_trip_keeps_tool_calls_and_summary() -> None:
     memory = ConversationMemory(max_messages=10, max_tokens=1000)
     memory.add(Message(role=Role.USER, content="weather?"))

@@ -154,6 +154,17 @@ def test_with_an_owner_a_thread_id_names_the_same_conversation_for_every_memory(
     assert BufferMemory(owner=alice).threads() == []
 
 
+def test_two_memories_of_an_owner_starting_the_same_thread_at_once_share_one_conversation() -> None:
+    user = UserFactory()
+    first, second = BufferMemory(owner=user), BufferMemory(owner=user)
+    first.get(thread_id="t")  # both looked the thread up before either wrote to it
+    second.get(thread_id="t")
+    first.add(Message.user("one"), thread_id="t")
+    second.add(Message.user("two"), thread_id="t")
+    assert contents(first.get(thread_id="t")) == ["one", "two"]
+    assert Conversation.objects.filter(owner=user).count() == 1
+
+
 def test_async_methods_do_the_same(transactional_db: Any) -> None:
     async def scenario() -> tuple[list[str], list[str], list[Message]]:
         m = BufferMemory()

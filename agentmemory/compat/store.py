@@ -3,7 +3,8 @@ created on the first write, read by its newest rows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -28,6 +29,9 @@ class StoredConversation:
         owner: the user a created conversation belongs to (``Conversation.owner``).
         agent_key: ``Conversation.agent_key`` of a created conversation.
         metadata: ``Conversation.metadata`` of a created conversation.
+        settle: called with the conversation just created; returns the one to use (another
+            one made meanwhile for the same purpose, by another process: the one created
+            here is then deleted, still empty), so racing writers end up in one conversation.
 
     Raises:
         ConversationNotFound: ``conversation`` is a uuid or key that names none.
@@ -45,8 +49,11 @@ class StoredConversation:
         owner: Any = None,
         agent_key: str = "",
         metadata: dict[str, Any] | None = None,
+        settle: Callable[[Conversation], Conversation] | None = None,
     ) -> None:
         self._conversation: Conversation | None = None
+        self._lock = threading.RLock()
+        self._settle = settle
         if conversation is not None:
             if isinstance(conversation, Conversation):
                 self._conversation = conversation
@@ -65,11 +72,16 @@ class StoredConversation:
     @property
     def conversation(self) -> Conversation:
         """The conversation, created now if it does not exist yet."""
-        if self._conversation is None:
-            self._conversation = Conversation.objects.using(router.db_for_write(Conversation)).create(
-                owner=self.owner, agent_key=self.agent_key, metadata=dict(self.metadata)
-            )
-        return self._conversation
+        with self._lock:
+            if self._conversation is None:
+                made = Conversation.objects.using(router.db_for_write(Conversation)).create(
+                    owner=self.owner, agent_key=self.agent_key, metadata=dict(self.metadata)
+                )
+                chosen = self._settle(made) if self._settle is not None else made
+                if chosen.pk != made.pk:
+                    made.delete()
+                self._conversation = chosen
+            return self._conversation
 
     def history(self) -> PersistentChatHistory:
         return PersistentChatHistory(self.conversation, validate_tool_pairs=False)

@@ -56,7 +56,8 @@ def as_role(value: Any) -> Role:
         return value
     if isinstance(value, StoredRole):
         return _FROM_STORED[value]
-    text = str(value)
+    # another framework's ``(str, Enum)`` member prints as ``Role.USER``: read its value
+    text = str(getattr(value, "value", value))
     for stored, role in _FROM_STORED.items():
         if text == stored.value:
             return role

@@ -11,6 +11,7 @@ conversation (all of them without ``thread_id``) with its messages and summary.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
@@ -146,6 +147,7 @@ class BufferMemory:
         self.agent_key = agent_key
         self.config = config
         self._threads: dict[str, StoredConversation] = {}
+        self._lock = threading.RLock()
         if conversation is not None:
             self._threads[DEFAULT_THREAD] = StoredConversation(conversation)
         for thread_id, attached in (threads or {}).items():
@@ -160,19 +162,25 @@ class BufferMemory:
 
     def _thread(self, thread_id: str) -> StoredConversation:
         """The stored conversation of ``thread_id`` (not created until written to)."""
-        stored = self._threads.get(thread_id)
-        if stored is None:
-            found = None
-            if self.owner is not None:
-                found = self._owned().filter(metadata__thread_id=thread_id).order_by("pk").first()
-            stored = StoredConversation(
-                found,
-                owner=self.owner,
-                agent_key=self.agent_key,
-                metadata={"compat": KIND, "thread_id": thread_id},
-            )
-            self._threads[thread_id] = stored
-        return stored
+        with self._lock:
+            stored = self._threads.get(thread_id)
+            if stored is None:
+                found = None
+                if self.owner is not None:
+                    found = self._owned().filter(metadata__thread_id=thread_id).order_by("pk").first()
+                stored = StoredConversation(
+                    found,
+                    owner=self.owner,
+                    agent_key=self.agent_key,
+                    metadata={"compat": KIND, "thread_id": thread_id},
+                    settle=None if self.owner is None else lambda made: self._oldest(thread_id) or made,
+                )
+                self._threads[thread_id] = stored
+            return stored
+
+    def _oldest(self, thread_id: str) -> Conversation | None:
+        """The owner's first conversation for ``thread_id``, read on the primary."""
+        return self._owned(write=True).filter(metadata__thread_id=thread_id).order_by("pk").first()
 
     def conversation_for(self, thread_id: str = DEFAULT_THREAD) -> Conversation:
         """The conversation of ``thread_id`` (created now if the thread holds nothing yet)."""
@@ -219,13 +227,14 @@ class BufferMemory:
     def clear(self, *, thread_id: str | None = None) -> None:
         """Forget one thread, or all of them: their conversations are deleted with their
         messages (all of the owner's threads of these classes when there is an owner)."""
-        if thread_id is not None:
-            self._thread(thread_id).delete()
-            self._threads.pop(thread_id, None)
-            return
-        for stored in self._threads.values():
-            stored.delete()
-        self._threads.clear()
+        with self._lock:
+            if thread_id is not None:
+                self._thread(thread_id).delete()
+                self._threads.pop(thread_id, None)
+                return
+            for stored in self._threads.values():
+                stored.delete()
+            self._threads.clear()
         if self.owner is not None:
             self._owned(write=True).delete()
 
