@@ -487,3 +487,96 @@ def test_one_of_our_chat_models_and_our_tool_declarations_are_accepted() -> None
             },
         }
     ]
+
+
+RESTART_SCRIPT = """
+import django, json
+django.setup()
+from agentmemory.compat.selectools import (
+    Agent, AgentConfig, OpenAIProvider, ConversationMemory, Message, Role,
+)
+from agentmemory.compat.selectools import KnowledgeMemory
+
+# Later (even after restart):
+knowledge2 = KnowledgeMemory(storage_dir="./agent_memory")
+agent2 = Agent(
+    tools=[],
+    provider=OpenAIProvider(),
+    memory=ConversationMemory(),
+    config=AgentConfig(knowledge_memory=knowledge2),
+)
+
+result = agent2.run([
+    Message(role=Role.USER, content="What programming language do I prefer?")
+])
+print(json.dumps({"content": result.content, "facts": knowledge2.get_persistent_facts()}))
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_quick_start_second_half_in_a_new_process_reads_what_the_first_stored(
+    openai_env: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    KnowledgeMemory(storage_dir="./agent_memory").remember(
+        "Preferred language: Python", category="preferences", persistent=True
+    )
+    openai_env.enqueue_text("You prefer Python.")
+    db = connection.settings_dict
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DATABASE_URL": (
+            f"postgres://{db['USER']}:{db.get('PASSWORD') or ''}@{quote(db['HOST'] or '127.0.0.1', safe='')}"
+            f"{':' + str(db['PORT']) if db['PORT'] else ''}/{db['NAME']}"
+        ),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", RESTART_SCRIPT],
+        env=env,
+        cwd=tmp_path,  # "./agent_memory" is the same directory in both processes
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"content": "You prefer Python.", "facts": {"preferences": ["Preferred language: Python"]}}
+    [body] = openai_env.requests
+    assert body["messages"][1] == {
+        "role": "system",
+        "content": "[Long-term Memory]\n## preferences\n- Preferred language: Python",
+    }
+
+
+def test_statements_of_a_run_with_conversation_and_knowledge_memory(tmp_path: Path) -> None:
+    """One run of a warm agent: the window read (1), the user message's add (a read of the
+    window before and after, for ``_last_trimmed``, around the append), the knowledge block
+    (2: long-term facts, recent entries) and the answer's add (read, append, read). An append
+    is one statement on PostgreSQL, five on SQLite (savepoint, row lock read, insert, counter
+    update, release)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    km = KnowledgeMemory(storage_dir=tmp_path)
+    km.remember("Prefers Python", category="preferences", persistent=True)
+    agent = Agent(
+        provider=LocalProvider(), memory=ConversationMemory(), config=AgentConfig(knowledge_memory=km)
+    )
+    agent.run("warm")
+    with CaptureQueriesContext(connection) as queries:
+        agent.run("hello")
+    append = 1 if connection.vendor == "postgresql" else 5
+    assert len(queries) == 1 + (2 + append) + 2 + (2 + append)
+    with CaptureQueriesContext(connection) as queries:
+        KnowledgeMemory(storage_dir=tmp_path)
+    assert len(queries) == 1  # the shared owner, read
