@@ -215,3 +215,8 @@ def test_model_strings_and_memory_types() -> None:
         AgentRuntime().run(Agent(name="a", model="mistral/large"), "hi")
     with pytest.raises(TypeError, match="SemanticMemory"):
         Agent(name="a", model="openai/gpt-4o", memory=SemanticMemory())
+
+
+def test_agentspan_arguments_not_provided_are_refused() -> None:
+    with pytest.raises(TypeError, match="output_type"):
+        Agent(name="a", model="openai/gpt-4o", output_type=dict)  # type: ignore[call-arg]

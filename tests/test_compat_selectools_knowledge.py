@@ -580,3 +580,18 @@ def test_statements_of_a_run_with_conversation_and_knowledge_memory(tmp_path: Pa
     with CaptureQueriesContext(connection) as queries:
         KnowledgeMemory(storage_dir=tmp_path)
     assert len(queries) == 1  # the shared owner, read
+
+
+def test_selectools_options_not_provided_are_refused_and_tool_names_are_unique(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="session_store"):
+        AgentConfig(session_store=object())  # type: ignore[call-arg]
+
+    def remember(content: str) -> str:
+        return content
+
+    with pytest.raises(ValueError, match="two tools share a name"):
+        Agent(
+            tools=[remember],
+            provider=LocalProvider(),
+            config=AgentConfig(knowledge_memory=KnowledgeMemory(storage_dir=tmp_path)),
+        )

@@ -181,7 +181,6 @@ class Agent:
         tools: Sequence[Any] | None = None,
         memory: Any = None,
         max_turns: int = DEFAULT_MAX_TURNS,
-        **_ignored: Any,
     ) -> None:
         if memory is not None and not hasattr(memory, "messages"):
             raise TypeError(
@@ -209,7 +208,9 @@ class Agent:
 
 class AgentRuntime:
     """agentspan's runtime, in process: ``with AgentRuntime() as runtime:`` and
-    ``runtime.run(agent, prompt)``. Models are made once per runtime and model string."""
+    ``runtime.run(agent, prompt)``. Models are made once per runtime and model string, and
+    closed on leaving the ``with`` block. Its keyword options (agentspan's server URL and
+    credentials) are accepted and unused: there is no server."""
 
     def __init__(self, **_options: Any) -> None:
         self._models: dict[str, ChatModel] = {}
