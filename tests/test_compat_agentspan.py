@@ -1,6 +1,7 @@
 """agentspan's ``ConversationMemory`` (seed 003) from ``agentmemory.compat.agentspan``: the
-seed's example with the import line swapped (its ``Agent`` and ``AgentRuntime`` are test
-stand-ins: they are not part of the compat module), and the seed's trimming rules."""
+seed's example with the import line swapped (its ``Agent`` and ``AgentRuntime`` are offline
+stand-ins here; the compat ones, over a model, are run in ``test_compat_agentspan_agent.py``),
+and the seed's trimming rules."""
 
 from __future__ import annotations
 

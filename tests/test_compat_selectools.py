@@ -27,8 +27,9 @@ def contents(messages: list[Message]) -> list[str]:
 
 
 # --------------------------------------------------------------------- stand-ins for the seed's
-# ``Agent`` and provider: selectools' agent is not part of the compat module. They follow the
-# flow the seed documents (get_history, add_many(new messages), the model call, add(final)).
+# ``Agent`` and provider, offline (the compat ``Agent`` and providers are run in
+# ``test_compat_selectools_knowledge.py``). They follow the flow the seed documents
+# (get_history, add_many(new messages), the model call, add(final)).
 
 
 class EchoNameProvider:

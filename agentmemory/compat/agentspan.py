@@ -1,9 +1,10 @@
-"""agentspan's ``ConversationMemory`` (seed 003), backed by a stored conversation.
+"""agentspan's memories (seed 003): ``ConversationMemory`` backed by a stored conversation,
+``SemanticMemory`` over our semantic memory, and (from ``agentmemory.compat.agentspan_agent``)
+``Agent``, ``AgentRuntime``, ``AgentResult`` and ``tool``, run in process through our LLM
+adapters.
 
-    from agentmemory.compat.agentspan import ConversationMemory
-
-Only the memory object: agentspan's ``Agent`` and ``AgentRuntime`` (which prepend
-``memory.messages`` to each model call) are not provided; ``BaseToolCallingAgent`` is ours.
+    from agentmemory.compat.agentspan import Agent, AgentRuntime, ConversationMemory, tool
+    from agentmemory.compat.agentspan import SemanticMemory
 """
 
 from __future__ import annotations
@@ -13,62 +14,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from agentmemory.compat.agentspan_agent import Agent, AgentResult, AgentRuntime, SemanticMemory, TokenUsage
+from agentmemory.compat.agentspan_messages import as_dict as _as_dict
+from agentmemory.compat.agentspan_messages import from_dict as _from_dict
+from agentmemory.compat.loop import tool
 from agentmemory.compat.store import StoredConversation
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation
+from agentmemory.semantic import MemoryEntry, MemoryStore
 
-__all__ = ["ConversationMemory"]
-
-
-def _as_dict(message: ChatMessage) -> dict[str, Any]:
-    """A stored message in agentspan's shape: ``{"role", "message"}``, a tool call as
-    ``{"role": "tool_call", "message": "", "tool_calls": [{"name", "taskReferenceName",
-    "input"}]}``, a tool result with ``toolCallId`` and ``taskReferenceName``."""
-    if message.role is Role.AI and message.tool_calls:
-        return {
-            "role": "tool_call",
-            "message": message.content or "",
-            "tool_calls": [
-                {"name": c.name, "taskReferenceName": c.id, "input": dict(c.arguments)}
-                for c in message.tool_calls
-            ],
-        }
-    if message.role is Role.TOOL:
-        return {
-            "role": "tool",
-            "message": message.text,
-            "toolCallId": message.tool_call_id,
-            "taskReferenceName": message.tool_call_id,
-        }
-    role = {Role.HUMAN: "user", Role.AI: "assistant", Role.SYSTEM: "system"}[message.role]
-    return {"role": role, "message": message.text}
-
-
-def _from_dict(data: Mapping[str, Any]) -> ChatMessage:
-    """The inverse of ``_as_dict`` (``content`` is read where ``message`` is missing).
-
-    Raises:
-        ValueError: an unknown role.
-    """
-    role = data.get("role")
-    text = data.get("message", data.get("content", "")) or ""
-    if role == "tool_call":
-        calls = [
-            {
-                "id": c.get("taskReferenceName") or f"{c['name']}_ref",
-                "name": c["name"],
-                "arguments": c.get("input") or {},
-            }
-            for c in data.get("tool_calls") or ()
-        ]
-        return ChatMessage.ai(text or None, tool_calls=calls)
-    if role == "tool":
-        ref = data.get("toolCallId") or data.get("taskReferenceName") or ""
-        return ChatMessage.tool(str(text), tool_call_id=ref)
-    stored = {"user": Role.HUMAN, "assistant": Role.AI, "system": Role.SYSTEM}.get(str(role))
-    if stored is None:
-        raise ValueError(f"unknown role {role!r}")
-    return ChatMessage(role=stored, content=str(text))
+__all__ = [
+    "Agent",
+    "AgentResult",
+    "AgentRuntime",
+    "ConversationMemory",
+    "MemoryEntry",
+    "MemoryStore",
+    "SemanticMemory",
+    "TokenUsage",
+    "tool",
+]
 
 
 class ConversationMemory:

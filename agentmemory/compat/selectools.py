@@ -1,4 +1,6 @@
-"""selectools' ``ConversationMemory`` (seed 000), backed by a stored conversation.
+"""selectools' ``ConversationMemory`` (seed 000), backed by a stored conversation, and (from
+``agentmemory.compat.selectools_agent``, seed 001) its ``KnowledgeMemory``, ``Agent``,
+``AgentConfig``, ``AgentResult``, ``OpenAIProvider``, ``LocalProvider`` and ``tool``.
 
     from agentmemory.compat.selectools import ConversationMemory, Message, Role
 
@@ -14,12 +16,34 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from agentmemory.compat.loop import tool
+from agentmemory.compat.selectools_agent import (
+    Agent,
+    AgentConfig,
+    AgentResult,
+    KnowledgeMemory,
+    LocalProvider,
+    OpenAIProvider,
+)
 from agentmemory.compat.store import StoredConversation
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
 
-__all__ = ["ConversationMemory", "Message", "Role", "ToolCall", "estimate_tokens"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AgentResult",
+    "ConversationMemory",
+    "KnowledgeMemory",
+    "LocalProvider",
+    "Message",
+    "OpenAIProvider",
+    "Role",
+    "ToolCall",
+    "estimate_tokens",
+    "tool",
+]
 
 
 def estimate_tokens(text: str | None) -> int:
