@@ -367,6 +367,25 @@ def test_without_owner_the_shared_compat_user_owns_the_facts_and_an_owner_keeps_
     assert mine.get_persistent_facts() == {"general": ["My fact"]}
 
 
+def test_a_real_account_named_like_the_shared_owner_is_never_given_the_shared_memories(
+    tmp_path: Path,
+) -> None:
+    # on a site with open sign-up anyone may register the name first: the shared facts must
+    # not become readable by logging in as it
+    squatter = get_user_model().objects.create_user(username=COMPAT_USERNAME, password="guess-me-not")
+    with pytest.raises(PermissionError, match="can log in"):
+        KnowledgeMemory(storage_dir=tmp_path).remember("Shared fact", persistent=True)
+    squatter.is_active = False
+    squatter.save()
+    with pytest.raises(PermissionError):
+        KnowledgeMemory(storage_dir=tmp_path)
+    assert not Fact.objects.exists()
+    squatter.set_unusable_password()
+    squatter.save()
+    KnowledgeMemory(storage_dir=tmp_path).remember("Shared fact", persistent=True)
+    assert list(Fact.objects.values_list("owner_id", flat=True)) == [squatter.pk]
+
+
 def test_local_provider_echoes_the_newest_user_message() -> None:
     agent = Agent(provider=LocalProvider(), memory=ConversationMemory())
     assert agent.run("hello").content == "[local provider: gpt-5-mini] hello"

@@ -33,6 +33,10 @@ def owner_or_shared(owner: Any = None) -> Any:
     Raises:
         TypeError, ValueError: a custom user model whose other required fields have no
             default (pass ``owner=``).
+        PermissionError: a user named ``COMPAT_USERNAME`` exists that can log in (active, or
+            with a usable password): on a site with open sign-up someone may have taken the
+            name, and the shared memories must never become a real account's. Pass
+            ``owner=``, or deactivate that user and make its password unusable.
     """
     if owner is not None:
         return owner
@@ -44,6 +48,11 @@ def owner_or_shared(owner: Any = None) -> Any:
         if hasattr(user, "is_active"):
             user.is_active = False
         user.save()
+    elif getattr(user, "is_active", False) or user.has_usable_password():
+        raise PermissionError(
+            f"the user {COMPAT_USERNAME!r} can log in, so it cannot hold the shared memories of compat "
+            "classes made without owner=: pass owner=, or deactivate that user and make its password unusable"
+        )
     return user
 
 
