@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import doctest
+import threading
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from django.db import connection, connections, transaction
 
 from agentmemory.compat.windlass import (
     BufferMemory,
@@ -163,6 +166,48 @@ def test_two_memories_of_an_owner_starting_the_same_thread_at_once_share_one_con
     second.add(Message.user("two"), thread_id="t")
     assert contents(first.get(thread_id="t")) == ["one", "two"]
     assert Conversation.objects.filter(owner=user).count() == 1
+
+
+@pytest.mark.postgres  # SQLite's test database runs one transaction at a time
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_starting_an_owners_thread_in_transactions_share_one_conversation() -> None:
+    """Under ``ATOMIC_REQUESTS`` neither request sees the other's uncommitted conversation:
+    without a lock each made its own and the second request's messages were never read
+    again (``get`` reads the oldest)."""
+    user = UserFactory()
+    first_added, release = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def request(text: str, hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                BufferMemory(owner=user).add(Message.user(text), thread_id="support-42")
+                if hold:
+                    first_added.set()
+                    release.wait(30)
+        except BaseException as error:  # noqa: BLE001  (reported by the assertion below)
+            failures.append(error)
+            first_added.set()
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=request, args=("one", True))
+    first.start()
+    assert first_added.wait(30)
+    second = threading.Thread(target=request, args=("two", False))
+    second.start()
+    with connection.cursor() as cursor:  # until the second request is done or waits for the first
+        while second.is_alive():
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            if cursor.fetchone()[0]:
+                break
+    release.set()
+    first.join(30)
+    second.join(30)
+
+    assert failures == []
+    assert Conversation.objects.filter(owner=user).count() == 1
+    assert contents(BufferMemory(owner=user).get(thread_id="support-42")) == ["one", "two"]
 
 
 def test_async_methods_do_the_same(transactional_db: Any) -> None:

@@ -173,7 +173,8 @@ class BufferMemory:
                     owner=self.owner,
                     agent_key=self.agent_key,
                     metadata={"compat": KIND, "thread_id": thread_id},
-                    settle=None if self.owner is None else lambda made: self._oldest(thread_id) or made,
+                    find=None if self.owner is None else lambda: self._oldest(thread_id),
+                    lock_key=f"windlass\0{getattr(self.owner, 'pk', self.owner)}\0{thread_id}",
                 )
                 self._threads[thread_id] = stored
             return stored
