@@ -11,10 +11,9 @@ import threading
 from typing import Any
 
 import pytest
+from django.db import connection, connections, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from django.db import connection, connections, transaction
 
 from agentmemory.compat.windlass import (
     BufferMemory,
@@ -185,7 +184,7 @@ def test_two_requests_starting_an_owners_thread_in_transactions_share_one_conver
                 if hold:
                     first_added.set()
                     release.wait(30)
-        except BaseException as error:  # noqa: BLE001  (reported by the assertion below)
+        except BaseException as error:  # reported by the assertion below
             failures.append(error)
             first_added.set()
         finally:

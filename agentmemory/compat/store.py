@@ -39,7 +39,9 @@ def take_creation_lock(using: str, key: str) -> None:
         return
     digest = hashlib.blake2b(f"agentmemory.compat\0{key}".encode("utf-8", "surrogatepass"), digest_size=8)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest.digest(), "big", signed=True)])
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest.digest(), "big", signed=True)]
+        )
 
 
 class StoredConversation:
