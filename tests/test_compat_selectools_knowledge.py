@@ -344,6 +344,11 @@ def test_storage_dir_names_one_namespace_however_it_is_spelled(
     long_dir = "d" * 250
     assert namespace_for_dir(long_dir).startswith("selectools:sha256:")
     assert len(namespace_for_dir(long_dir)) <= 200
+    # a file name that is not UTF-8, as os.fsdecode gives it (a lone surrogate)
+    undecodable = os.fsdecode(b"./caf\xe9")
+    KnowledgeMemory(storage_dir=undecodable).remember("Fact B", persistent=True)
+    assert KnowledgeMemory(storage_dir=undecodable).get_persistent_facts() == {"general": ["Fact B"]}
+    assert namespace_for_dir(undecodable).startswith("selectools:sha256:")
 
 
 def test_without_owner_the_shared_compat_user_owns_the_facts_and_an_owner_keeps_them_apart(

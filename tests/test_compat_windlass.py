@@ -209,6 +209,22 @@ def test_two_requests_starting_an_owners_thread_in_transactions_share_one_conver
     assert contents(BufferMemory(owner=user).get(thread_id="support-42")) == ["one", "two"]
 
 
+def test_adding_a_dict_or_text_names_what_was_given() -> None:
+    m = BufferMemory()
+    with pytest.raises(TypeError, match="not dict"):
+        m.add({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not str"):
+        m.add("hi")  # type: ignore[arg-type]
+    assert m.threads() == []
+
+
+def test_an_owner_given_by_user_id_names_the_same_threads_as_the_user() -> None:
+    user = UserFactory()
+    BufferMemory(owner=user.pk).add(Message.user("by id"), thread_id="t")
+    assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["by id"]
+    assert Conversation.objects.get().owner_id == user.pk
+
+
 def test_async_methods_do_the_same(transactional_db: Any) -> None:
     async def scenario() -> tuple[list[str], list[str], list[Message]]:
         m = BufferMemory()

@@ -19,6 +19,8 @@ from agentmemory.validation import whole_number
 #: the key of ``Conversation.metadata`` holding what a compat memory keeps beside the
 #: messages (selectools' ``summary``, windlass' summary and how far it reaches)
 STATE_KEY = "compat_state"
+#: the most rows a read asks for (a seq is a 64-bit integer)
+_MAX_ROWS = 2**62
 
 
 def take_creation_lock(using: str, key: str) -> None:
@@ -44,13 +46,22 @@ def take_creation_lock(using: str, key: str) -> None:
         )
 
 
+def owner_field(owner: Any) -> dict[str, Any]:
+    """The keyword setting ``Conversation.owner`` to ``owner``: a user, ``None``, or a user's
+    primary key (``owner_id``), as the long-term memories take it."""
+    if isinstance(owner, int) and not isinstance(owner, bool):
+        return {"owner_id": owner}
+    return {"owner": owner}
+
+
 class StoredConversation:
     """One stored conversation, made when first written to.
 
     Args:
         conversation: an existing ``Conversation`` (or its primary key or uuid) to attach
             to; ``None`` creates one on the first write.
-        owner: the user a created conversation belongs to (``Conversation.owner``).
+        owner: the user a created conversation belongs to (``Conversation.owner``), or the
+            user's primary key.
         agent_key: ``Conversation.agent_key`` of a created conversation.
         metadata: ``Conversation.metadata`` of a created conversation.
         find: looks up the conversation already made for the same purpose (by another
@@ -109,7 +120,7 @@ class StoredConversation:
                         take_creation_lock(using, self._lock_key)
                         found = self._find()
                     self._conversation = found or Conversation.objects.using(using).create(
-                        owner=self.owner, agent_key=self.agent_key, metadata=dict(self.metadata)
+                        **owner_field(self.owner), agent_key=self.agent_key, metadata=dict(self.metadata)
                     )
             return self._conversation
 
@@ -150,7 +161,9 @@ class StoredConversation:
         if limit is None:
             found = list(rows.order_by("seq"))
         else:
-            found = list(rows.order_by("-seq")[: whole_number(limit, "limit", minimum=0)])
+            # more rows than any conversation holds: a limit past 64 bits is refused by SQL
+            wanted = min(whole_number(limit, "limit", minimum=0), _MAX_ROWS)
+            found = list(rows.order_by("-seq")[:wanted])
             found.reverse()
         return [row.to_chat_message() for row in found]
 

@@ -155,7 +155,8 @@ class Message:
     def to_dict(self) -> dict[str, Any]:
         """selectools' plain-JSON form: ``role`` (its value), ``content``, ``image_base64``
         (always ``None`` here), ``tool_result``, ``tool_calls`` (``[{"name", "parameters",
-        "id"}]`` or ``None``), ``tool_call_id``; ``tool_name`` when set."""
+        "id"}]`` or ``None``), ``tool_call_id``; ``tool_name`` and ``metadata`` when set (so
+        ``from_dict`` gives back what was stored)."""
         out: dict[str, Any] = {
             "role": self.role.value,
             "content": self.content,
@@ -170,6 +171,8 @@ class Message:
         }
         if self.tool_name is not None:
             out["tool_name"] = self.tool_name
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out
 
     @classmethod
@@ -186,6 +189,7 @@ class Message:
             tool_result=data.get("tool_result"),
             tool_calls=[ToolCall.coerce(c) for c in data["tool_calls"]] if data.get("tool_calls") else None,
             tool_call_id=data.get("tool_call_id"),
+            metadata=dict(data.get("metadata") or {}),
         )
 
 

@@ -98,6 +98,9 @@ def _as_list(
 ) -> list[Message | ChatMessage]:
     if isinstance(messages, Message | ChatMessage):
         return [messages]
+    if isinstance(messages, str | bytes | Mapping):
+        # iterating would hand on its characters or keys, and the error would name those
+        raise TypeError(f"expected a Message or a sequence of them, not {type(messages).__name__}")
     return list(messages)
 
 
