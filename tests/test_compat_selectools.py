@@ -365,6 +365,32 @@ def test_a_round_trip_keeps_each_messages_metadata() -> None:
     assert "metadata" not in data["messages"][1]  # selectools' keys only, when there is none
 
 
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        ({"messages": "Hello"}, TypeError, "messages is a list"),
+        ({"messages": {"role": "user"}}, TypeError, "messages is a list"),
+        ({"messages": [["user", "Hello"]]}, TypeError, "a message is a mapping"),
+        ({"messages": [{"content": "no role"}]}, ValueError, "needs a role"),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "tool_calls": [{"name": "f", "parameters": "x=1", "id": "a"}]}
+                ]
+            },
+            TypeError,
+            "parameters are a mapping",
+        ),
+    ],
+)
+def test_from_dict_refuses_a_malformed_document_and_stores_nothing(
+    data: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ConversationMemory.from_dict(data)
+    assert Conversation.objects.count() == 0
+
+
 def test_an_owner_given_by_user_id_owns_the_conversation_created() -> None:
     user = UserFactory()
     memory = ConversationMemory(owner=user.pk)

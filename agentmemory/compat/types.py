@@ -94,9 +94,12 @@ class ToolCall:
         if isinstance(call, StoredToolCall):
             return cls(tool_name=call.name, parameters=dict(call.arguments), id=call.id)
         if isinstance(call, Mapping):
+            parameters = call.get("parameters") or call.get("arguments") or {}
+            if not isinstance(parameters, Mapping):
+                raise TypeError(f"a tool call's parameters are a mapping, not {type(parameters).__name__}")
             return cls(
                 tool_name=call.get("name") or call.get("tool_name") or "",
-                parameters=dict(call.get("parameters") or call.get("arguments") or {}),
+                parameters=dict(parameters),
                 id=call.get("id"),
             )
         raise TypeError(f"a tool call is a ToolCall or a mapping, not {type(call).__name__}")
@@ -180,8 +183,13 @@ class Message:
         """The inverse of ``to_dict``.
 
         Raises:
-            ValueError: an unknown role.
+            TypeError: ``data`` is not a mapping, or a tool call or its parameters are not.
+            ValueError: a missing or unknown role.
         """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a message is a mapping, not {type(data).__name__}")
+        if "role" not in data:
+            raise ValueError(f"a message needs a role: {sorted(map(str, data))!r}")
         return cls(
             role=as_role(data["role"]),
             content=data.get("content") or "",
