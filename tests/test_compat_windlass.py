@@ -25,7 +25,7 @@ from agentmemory.compat.windlass import (
     ToolCall,
     WindowMemory,
 )
-from agentmemory.exceptions import TransientLLMError
+from agentmemory.exceptions import ConversationNotFound, TransientLLMError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation
 from tests.factories import UserFactory
@@ -223,6 +223,30 @@ def test_an_owner_given_by_user_id_names_the_same_threads_as_the_user() -> None:
     BufferMemory(owner=user.pk).add(Message.user("by id"), thread_id="t")
     assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["by id"]
     assert Conversation.objects.get().owner_id == user.pk
+
+
+def test_a_thread_cleared_by_another_memory_of_the_owner_takes_new_messages() -> None:
+    """Two workers share an owner's thread; one clears it. The other's next add used to fail
+    with ``ConversationNotFound`` for as long as that memory lived."""
+    user = UserFactory()
+    first, second = BufferMemory(owner=user), BufferMemory(owner=user)
+    first.add(Message.user("one"), thread_id="t")
+    second.add(Message.user("two"), thread_id="t")
+    first.clear(thread_id="t")
+
+    second.add(Message.user("three"), thread_id="t")
+
+    assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["three"]
+    assert contents(first.get(thread_id="t")) == ["three"]
+
+
+def test_a_deleted_conversation_given_for_a_thread_is_not_replaced(conversation: Conversation) -> None:
+    m = BufferMemory(conversation=conversation)
+    m.add(Message.user("one"))
+    Conversation.objects.filter(pk=conversation.pk).delete()
+    with pytest.raises(ConversationNotFound):
+        m.add(Message.user("two"))
+    assert Conversation.objects.count() == 0
 
 
 def test_async_methods_do_the_same(transactional_db: Any) -> None:

@@ -21,7 +21,7 @@ from django.db import router
 
 from agentmemory.compat.store import StoredConversation
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
-from agentmemory.exceptions import AgentMemoryError
+from agentmemory.exceptions import AgentMemoryError, ConversationNotFound
 from agentmemory.llm.base import ChatModel, ChatResponse
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
@@ -155,6 +155,8 @@ class BufferMemory:
             self._threads[DEFAULT_THREAD] = StoredConversation(conversation)
         for thread_id, attached in (threads or {}).items():
             self._threads[thread_id] = StoredConversation(attached)
+        # threads given a conversation of the caller's: never replaced by a new one
+        self._attached = frozenset(self._threads)
 
     # -- threads ------------------------------------------------------------------------
 
@@ -214,10 +216,24 @@ class BufferMemory:
 
         Raises:
             InvalidMessageError: a message our storage cannot hold; nothing is stored.
+            ConversationNotFound: the conversation given for the thread (``conversation=``,
+                ``threads=``) was deleted. A thread this memory created that was cleared
+                elsewhere meanwhile is started again.
         """
         items = _as_list(messages)
-        if items:
-            self._thread(thread_id).append([to_chat_message(m) for m in items])
+        if not items:
+            return
+        batch = [to_chat_message(m) for m in items]
+        try:
+            self._thread(thread_id).append(batch)
+        except ConversationNotFound:
+            # Another memory (another process) cleared the thread since this one last used
+            # it: the thread starts again, as after this memory's own clear().
+            if thread_id in self._attached:
+                raise
+            with self._lock:
+                self._threads.pop(thread_id, None)
+            self._thread(thread_id).append(batch)
 
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
