@@ -19,7 +19,8 @@ from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import MemoryScopeError
-from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory, trimmed
+from agentmemory.recall.lines import trimmed
+from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory
 from agentmemory.tokens import TiktokenCounter
 from tests.factories import UserFactory
 
