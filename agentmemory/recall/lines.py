@@ -13,6 +13,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from django.db import connections
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agentmemory.recall import pg_instant, pg_message_rows
@@ -204,22 +205,31 @@ def read_lines(
     words: Sequence[str],
     hit_keys: Collection[tuple[int, int]] = (),
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
-) -> dict[tuple[int, int], _Line]:
+    *,
+    probe: QuerySet[Any] | None = None,
+) -> tuple[dict[tuple[int, int], _Line], bool | None]:
     """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
     their conversations' titles: those of ``read`` (rows the search read, in the form of
     ``_LINE_FIELDS`` with the title and uuid) as they are, the others in one query (none
     when ``read`` holds them all). Each conversation's title and each session date a
-    transcript gave is read once."""
+    transcript gave is read once.
+
+    ``probe``: a queryset (of any model) whose ``exists()`` that query answers too (it is
+    then run even when ``read`` holds every line), saving the caller a round trip. Returns
+    the lines by ``(conversation id, seq)`` and whether ``probe`` holds a row (None without
+    a probe, or when nothing is ``wanted``: no query is run)."""
     if not wanted:
-        return {}
+        return {}, None
     read = read or {}
     rows = [
         row for c, seqs in wanted.items() for q in seqs if (row := read.get((c, q))) and row[3] in SHOWN_ROLES
     ]
     wanted = {c: left for c, seqs in wanted.items() if (left := {q for q in seqs if (c, q) not in read})}
-    if wanted:
+    probed = None
+    if wanted or probe is not None:
         read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
-        rows += read_lines(owner_id, wanted, using)
+        more, probed = read_lines(owner_id, wanted, using, probe)
+        rows += more
     lines = {}
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
@@ -264,18 +274,23 @@ def read_lines(
             title=heading,
             date=shown,
         )
-    return lines
+    return lines, probed
 
 
 #: the columns ``read_lines`` reads, in order
 _LINE_FIELDS = ("id", "conversation", "seq", "role", "content", "metadata", "created_at")
 
 
-def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
+def _pg_lines(
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+) -> tuple[list[tuple[Any, ...]], bool | None]:
     """PostgreSQL: the rows of ``read_lines``, each message found by the unique index of
     ``(conversation, seq)`` (a ``LATERAL`` lookup per place, as ``recall._pg_near`` does); a
     wide ``OR`` of ``(conversation = x AND seq IN (...))`` made the planner read every
-    message of the conversations named and filter them (40-60 ms at 100,000 messages)."""
+    message of the conversations named and filter them (40-60 ms at 100,000 messages).
+    With ``probe``, the statement also says whether it holds a row: the places are joined
+    to one row of that ``EXISTS`` (``LEFT JOIN``: the answer comes back when no message is
+    found; None without a probe)."""
     from agentmemory.models import Conversation, Message
 
     connection = connections[using]
@@ -304,20 +319,33 @@ def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tu
     # the arrays as literals: psycopg's adaptation of a list cost ten times as much
     arrays = ["{" + ",".join(str(place[i]) for place in pairs) + "}" for i in (0, 1)]
     params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
+    if probe is not None:
+        inner, probe_params = probe.order_by().values("pk")[:1].query.sql_with_params()
+        probed = f"(SELECT EXISTS({inner}) AS probed) AS f"
+        sql = f"SELECT l.*, f.probed FROM {probed} LEFT JOIN ({sql}) AS l ON true"
+        params = [*probe_params, *params]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return pg_message_rows(connection, cursor.fetchall(), instant)
+        rows = cursor.fetchall()
+    if probe is None:
+        return pg_message_rows(connection, rows, instant), None
+    found = [row[:-1] for row in rows if row[0] is not None]
+    return pg_message_rows(connection, found, instant), bool(rows[0][-1])
 
 
-def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
+def _orm_lines(
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+) -> tuple[list[tuple[Any, ...]], bool | None]:
     """The rows of ``read_lines`` on other databases: one query with an ``OR`` of the places
-    of each conversation."""
-    from django.db.models import BooleanField
+    of each conversation; with ``probe``, whether it holds a row, as ``_pg_lines`` says it."""
+    from django.db.models import BooleanField, Exists
     from django.db.models.expressions import RawSQL
     from django.db.models.functions import Substr
 
     from agentmemory.models import Message
 
+    if not wanted:
+        return [], None if probe is None else probe.exists()
     quote = connections[using].ops.quote_name
     meta = Message._meta
     table = quote(meta.db_table)
@@ -328,7 +356,22 @@ def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[t
         terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
         params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
     near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
-    return list(
+    fields = [
+        "pk",
+        "conversation_id",
+        "seq",
+        "role",
+        "opening",
+        "metadata",
+        "created_at",
+        "conversation__title",
+        "conversation__uuid",
+    ]
+    annotations: dict[str, Any] = {"opening": Substr("content", 1, MAX_READ_CHARS)}
+    if probe is not None:
+        annotations["probed"] = Exists(probe.order_by().values("pk"))
+        fields.append("probed")
+    rows = list(
         Message.objects.using(using)
         .filter(
             near,
@@ -338,16 +381,9 @@ def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[t
             content__gt="",
         )
         .order_by()
-        .annotate(opening=Substr("content", 1, MAX_READ_CHARS))
-        .values_list(
-            "pk",
-            "conversation_id",
-            "seq",
-            "role",
-            "opening",
-            "metadata",
-            "created_at",
-            "conversation__title",
-            "conversation__uuid",
-        )
+        .annotate(**annotations)
+        .values_list(*fields)
     )
+    if probe is None or not rows:
+        return rows, None
+    return [row[:-1] for row in rows], bool(rows[0][-1])

@@ -30,8 +30,9 @@ into one delimited message of at most a given number of tokens.
    line, who said it (the transcript's speaker name, else "user" / "assistant").
 
 Cost: the queries of ``search_messages`` and ``KnowledgeMemory.recall`` and one query
-reading the messages shown with their conversations: a number independent of the history's
-length (pinned in ``tests/test_recall_memory.py``).
+reading the messages shown with their conversations, which also asks whether the fact
+scope holds a fact (``KnowledgeMemory.recall`` runs only when it does): a number
+independent of the history's length (pinned in ``tests/test_recall_memory.py``).
 """
 
 from __future__ import annotations
@@ -239,17 +240,6 @@ def recall_memory(
         now=now,
         read=read,
     )
-    fact_hits: list[Any] = []
-    if facts:
-        memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
-        skip = {int(pk) for pk in exclude_fact_ids}
-        # most owners of a long history keep few or no facts in a scope: ranking none cost more
-        # (the ranking statement's planning, 3-8 ms) than asking whether there is one
-        if memory.live_facts().exists():
-            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
-    if not hits and not fact_hits:
-        return None
-
     # 2. what each hit brings along: the message before an answer found through it, the reply
     # after a matching question; then, while the budget lasts, the messages next to the hits
     best = max((h.score for h in hits), default=0.0) or 1.0
@@ -270,13 +260,33 @@ def recall_memory(
         units.append(_Unit(score, hit.conversation_id, [s for s in seqs if s in keep]))
         later.append(_Unit(score * NEIGHBOUR_SHARE, hit.conversation_id, [s for s in around if s in keep]))
         wanted.setdefault(hit.conversation_id, set()).update(keep)
+    hit_keys = {(h.conversation_id, h.seq) for h in hits}
+
+    # the facts: whether the scope holds one is asked in the statement reading the lines
+    # when there is one (a round trip less), else on its own
+    fact_hits: list[Any] = []
+    memory = None
+    holds_facts: bool | None = None
+    if facts:
+        memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
+    lines, holds_facts = read_lines(
+        owner_id, wanted, using, words, hit_keys, read, probe=None if memory is None else memory.live_facts()
+    )
+    if memory is not None:
+        skip = {int(pk) for pk in exclude_fact_ids}
+        # most owners of a long history keep few or no facts in a scope: ranking none cost more
+        # (the ranking statement's planning, 3-8 ms) than asking whether there is one
+        if holds_facts is None:
+            holds_facts = memory.live_facts().exists()
+        if holds_facts:
+            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
+    if not hits and not fact_hits:
+        return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
     units += [_Unit(h.score / fact_best, fact=h.fact) for h in fact_hits]
     units.sort(key=lambda u: -u.score)
     units += later
 
-    hit_keys = {(h.conversation_id, h.seq) for h in hits}
-    lines = read_lines(owner_id, wanted, using, words, hit_keys, read)
     for unit in units:
         if unit.fact is None:
             unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
