@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -304,7 +305,21 @@ def _hits(
     does (recency; then the date named), sorted by score, newest message first."""
     now = timezone.now()
     date_boost = 1.0 + conf.RECALL_DATE_WEIGHT
-    hits = [
+    # scored and sorted first: only the ``k`` kept become hits
+    scored = [
+        (
+            -(
+                _boosted(spread_scores[row[0]], row[6], now, conf)
+                * (date_boost if written_in(row[6], periods) else 1.0)
+            ),
+            -row[0],
+            row,
+        )
+        for row in rows
+        if row[0] in spread_scores
+    ]
+    scored.sort(key=itemgetter(0, 1))  # best first, then the newest; ids are unique
+    return [
         MessageHit(
             message_id=pk,
             conversation_id=conversation_id,
@@ -314,16 +329,12 @@ def _hits(
             content=content or "",
             metadata=metadata or {},
             created_at=created_at,
-            score=_boosted(spread_scores[pk], created_at, now, conf)
-            * (date_boost if written_in(created_at, periods) else 1.0),
+            score=-score,
             relevance=relevance.get(pk, 0.0),
         )
-        for row in rows
+        for score, _pk, row in scored[:k]
         for pk, conversation_id, seq, role, content, metadata, created_at in (row[:7],)
-        if pk in spread_scores
     ]
-    hits.sort(key=lambda h: (-h.score, -h.message_id))
-    return hits[:k]
 
 
 def _boosted(score: float, created_at: datetime, now: datetime, conf: Any) -> float:
@@ -394,7 +405,14 @@ def _pg_spread_rows(
                         at[near] = found_relevance[other] = score / best
     relevance.update(found_relevance)
     steps = list(enumerate(weights, start=1))
-    get = at.get
+    # the relevances by conversation, then seq: a place's neighbours are looked up without
+    # making a tuple for each (a third of this function's time)
+    by_conversation: dict[int, dict[int, float]] = {}
+    for (conversation_id, seq), value in at.items():
+        row = by_conversation.get(conversation_id)
+        if row is None:
+            row = by_conversation[conversation_id] = {}
+        row[seq] = value
     # each place's relevance plus the weighted relevance of the places around it, added in
     # the order ``spread`` adds them (the same sums to the last bit)
     known_scores: dict[tuple[int, int], float] = {}
@@ -402,12 +420,13 @@ def _pg_spread_rows(
     for into, where in ((known_scores, exact), (maybe, unknown)):
         for place in where:
             conversation_id, seq = place
-            score = get(place, 0.0)
+            get = by_conversation[conversation_id].get
+            score = get(seq, 0.0)
             for distance, weight in steps:
-                before = get((conversation_id, seq - distance))
+                before = get(seq - distance)
                 if before:
                     score += weight * before
-                after = get((conversation_id, seq + distance))
+                after = get(seq + distance)
                 if after:
                     score += weight * after
             if score > 0:
