@@ -42,6 +42,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
+from functools import lru_cache, partial
 from typing import Any
 
 from django.db import router
@@ -306,18 +307,19 @@ def recall_memory(
     # words in one piece, and each piece is at least one token). Most units tried once the
     # block is nearly full are passed over so, instead of counting each of their lines.
     floors = type(counter) is TiktokenCounter
+    count_text = partial(_tiktoken_count, counter) if floors else counter.count_text
 
     def line_cost(key: tuple[int, int]) -> int:
         cost = line_costs.get(key)
         if cost is None:
-            cost = line_costs[key] = counter.count_text(_line_text(lines[key])) + 2
+            cost = line_costs[key] = count_text(_line_text(lines[key])) + 2
         return cost
 
     def head_cost(line: _Line, titled: bool) -> int:
         key = (line.conversation_id, line.date, titled)
         cost = head_costs.get(key)
         if cost is None:
-            cost = head_costs[key] = counter.count_text(_head(line, titled=titled)) + 1
+            cost = head_costs[key] = count_text(_head(line, titled=titled)) + 1
         return cost
 
     chosen: set[tuple[int, int]] = set()
@@ -331,7 +333,7 @@ def recall_memory(
         if unit.fact is not None:
             if unit.fact.source_message_id in shown_ids:
                 continue
-            cost = counter.count_text(_fact_text(unit.fact)) + 1
+            cost = count_text(_fact_text(unit.fact)) + 1
             if estimate + cost <= budget:
                 chosen_facts.append((unit.fact, unit.score))
                 fact_costs[unit.fact.pk] = cost
@@ -387,6 +389,19 @@ def recall_memory(
         return None
     text = render([item.text for item in items])
     return MemoryBlock(text=text, tokens=tokens, items=tuple(items), query=query)
+
+
+#: most texts whose tiktoken counts ``_tiktoken_count`` keeps
+COUNTS_KEPT = 4096
+
+
+@lru_cache(maxsize=COUNTS_KEPT)
+def _tiktoken_count(counter: Any, text: str) -> int:
+    """``counter.count_text(text)`` for a ``TiktokenCounter`` (whose count depends on the
+    text alone), kept across recalls: the lines and headings of a user's blocks recur (over
+    200 LoCoMo questions at 100,000 stored messages, 59% of the characters of the lines
+    counted and 91% of the headings' had been counted by an earlier recall)."""
+    return int(counter.count_text(text))
 
 
 def rank_messages(
