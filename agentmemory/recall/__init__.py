@@ -381,56 +381,59 @@ def _pg_spread_rows(
     in one statement (``_pg_places``), which settles the ``k``-th best and the cut-off."""
     places: dict[int, tuple[int, int]] = ranking.places
     scores: dict[int, float] = ranking.known
-    at_place = {place: pk for pk, place in places.items()}
     span = len(weights)
-    # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
-    at: dict[tuple[int, int], float] = {places[pk]: relevance[pk] for pk in relevance}
-    exact: dict[tuple[int, int], int] = {places[pk]: pk for pk in relevance}
-    unknown: set[tuple[int, int]] = set()
-    found_relevance: dict[int, float] = {}
+    steps = list(enumerate(weights, start=1))
+    # Worked out per conversation, seqs as plain ints (a tuple per lookup cost a third of
+    # this function's time): the ranked rows by seq, and the candidates' seqs
+    ranked_at: dict[int, dict[int, int]] = {}
+    for pk, (conversation_id, seq) in places.items():
+        here = ranked_at.get(conversation_id)
+        if here is None:
+            here = ranked_at[conversation_id] = {}
+        here[seq] = pk
+    candidates: dict[int, list[int]] = {}
     for pk in relevance:
         conversation_id, seq = places[pk]
-        for distance in range(1, span + 1):
-            for near in ((conversation_id, seq - distance), (conversation_id, seq + distance)):
-                if near in exact or near in unknown:
-                    continue
-                other = at_place.get(near)
-                if other is None:
-                    unknown.add(near)
-                else:
-                    exact[near] = other
-                    score = scores.get(other)
-                    at[near] = 0.0
-                    if score is not None:
-                        at[near] = found_relevance[other] = score / best
-    relevance.update(found_relevance)
-    steps = list(enumerate(weights, start=1))
-    # the relevances by conversation, then seq: a place's neighbours are looked up without
-    # making a tuple for each (a third of this function's time)
-    by_conversation: dict[int, dict[int, float]] = {}
-    for (conversation_id, seq), value in at.items():
-        row = by_conversation.get(conversation_id)
-        if row is None:
-            row = by_conversation[conversation_id] = {}
-        row[seq] = value
-    # each place's relevance plus the weighted relevance of the places around it, added in
-    # the order ``spread`` adds them (the same sums to the last bit)
+        candidates.setdefault(conversation_id, []).append(seq)
     known_scores: dict[tuple[int, int], float] = {}
     maybe: dict[tuple[int, int], float] = {}
-    for into, where in ((known_scores, exact), (maybe, unknown)):
-        for place in where:
-            conversation_id, seq = place
-            get = by_conversation[conversation_id].get
-            score = get(seq, 0.0)
-            for distance, weight in steps:
-                before = get(seq - distance)
-                if before:
-                    score += weight * before
-                after = get(seq + distance)
-                if after:
-                    score += weight * after
-            if score > 0:
-                into[place] = score
+    found_relevance: dict[int, float] = {}
+    for conversation_id, seqs in candidates.items():
+        ranked_here = ranked_at[conversation_id]
+        # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
+        at = {seq: relevance[ranked_here[seq]] for seq in seqs}
+        near: set[int] = set()
+        for seq in seqs:
+            near.update(range(seq - span, seq + span + 1))
+        near.difference_update(at)
+        exact = list(at)
+        unknown = []
+        for seq in near:
+            other = ranked_here.get(seq)
+            if other is None:
+                unknown.append(seq)
+                continue
+            exact.append(seq)
+            score = scores.get(other)
+            at[seq] = 0.0
+            if score is not None:
+                at[seq] = found_relevance[other] = score / best
+        get = at.get
+        # each place's relevance plus the weighted relevance of the places around it, added
+        # in the order ``spread`` adds them (the same sums to the last bit)
+        for into, where in ((known_scores, exact), (maybe, unknown)):
+            for seq in where:
+                score = get(seq, 0.0)
+                for distance, weight in steps:
+                    before = get(seq - distance)
+                    if before:
+                        score += weight * before
+                    after = get(seq + distance)
+                    if after:
+                        score += weight * after
+                if score > 0:
+                    into[(conversation_id, seq)] = score
+    relevance.update(found_relevance)
     ranked = sorted(known_scores.values(), reverse=True)
     floor = ranked[k - 1] / most if len(ranked) >= k else 0.0
     wanted = [place for place, score in known_scores.items() if score >= floor]

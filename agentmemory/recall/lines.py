@@ -134,6 +134,11 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
     about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
     by their first five letters, a rough stem), in their order, "…" where sentences are left
     out."""
+    return _cut(text, frozenset(_stem(word) for word in words), longest)
+
+
+def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
+    """``trimmed`` with the stems of its words (``_stem``) worked out once by the caller."""
     text = neutralised(text[:MAX_READ_CHARS])
     if len(text) <= longest:
         return text
@@ -147,9 +152,11 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
             break
         keep.add(index)
         length += len(sentence) + 1
-    wanted = {_stem(word) for word in words}
     scored = []
-    for index, sentence in enumerate(sentences):
+    # an ASCII text none of whose sentences can hold a stem (see below) is not looked at
+    # sentence by sentence
+    searched = not text.isascii() or any(stem in text.lower() for stem in wanted)
+    for index, sentence in enumerate(sentences if searched else ()):
         if index in keep:
             continue
         # An ASCII sentence's words are its lower-cased letters as written: a stem not in it
@@ -231,6 +238,7 @@ def read_lines(
         more, probed = read_lines(owner_id, wanted, using, probe)
         rows += more
     lines = {}
+    stems = frozenset(_stem(word) for word in words)
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
     shown_dates: dict[date, str] = {}
@@ -264,9 +272,9 @@ def read_lines(
             message_id=message_id,
             role=role,
             speaker=_speaker(role, metadata) if metadata else _ROLE_LABELS.get(role, "tool"),
-            text=trimmed(
+            text=_cut(
                 content or "",
-                words,
+                stems,
                 LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
             ),
             said_at=said_at,
