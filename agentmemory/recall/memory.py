@@ -301,6 +301,7 @@ def recall_memory(
     # left out (the message says it, with its neighbours), its tokens given back. Each line
     # and each heading is counted once (a unit that does not fit may be tried again later).
     line_costs: dict[tuple[int, int], int] = {}
+    line_floors: dict[tuple[int, int], int] = {}  # a line's fewest tokens, worked out once
     head_costs: dict[tuple[int, str, bool], int] = {}
     # A unit that cannot fit even at its fewest possible tokens is passed over uncounted:
     # with a tiktoken counter a line costs at least one token a word (its texts' only
@@ -347,7 +348,10 @@ def recall_memory(
         if floors:
             fewest = estimate
             for key in new:
-                fewest += len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
+                least = line_floors.get(key)  # type: ignore[arg-type]
+                if least is None:
+                    least = line_floors[key] = len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
+                fewest += least
             if fewest > budget:
                 continue
         cost = 0
