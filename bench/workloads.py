@@ -27,7 +27,7 @@ from bench.approaches import (
     statements_as_text,
     window_key,
 )
-from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Dataset, Target
+from bench.data import LC_PG_TABLE, LC_SQL_TABLE, Dataset, Target, _sentence_text
 
 # --------------------------------------------------------------------------- statistics
 
@@ -218,11 +218,13 @@ def peak_memory(target: Target, budget: int, approaches: Sequence[Approach] = AP
 
 # --------------------------------------------------------------------------- appends
 
-_APPEND_WORDS = ("the", "booking", "flight", "seat", "refund", "change", "baggage", "upgrade", "ticket")
-
 
 def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choices(_APPEND_WORDS, k=words)).capitalize() + "."
+    """Text of ``words`` words drawn as the dataset's are (``bench.data``: sentences over its
+    vocabulary): about as many distinct words as the dataset's messages (38 lexemes a
+    message of the append mix against 42 in the dataset), so an append pays what a real one
+    pays in the full-text index. Nine words, as drawn before, made 8 lexemes a message."""
+    return _sentence_text(rng, words)
 
 
 def _turns(rng: random.Random, count: int, prefix: str) -> list[ChatMessage]:

@@ -431,3 +431,24 @@ def test_the_migration_uses_the_configured_count_and_goes_back(plain: None) -> N
     ):
         migration.partition(django_apps, editor)
     assert layout.partitions(connection) == 0
+
+
+@pytest.mark.postgres
+def test_the_way_back_keeps_the_storage_parameters_set_on_each_partitions_index(
+    partitioned: layout.LayoutChange,
+) -> None:
+    """PostgreSQL sets no storage parameter on a partitioned index, so a migration sets each
+    partition's (agentmemory's 0031); the plain table rebuilt from the partitions takes
+    theirs, not the partitioned index's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_partition_tree('agentmemory_msg_fts_idx'::regclass) t "
+            "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'ALTER INDEX "{name}" SET (fastupdate = on, gin_pending_list_limit = 128)')
+    layout.unpartition_messages(connection)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'agentmemory_msg_fts_idx'")
+        (options,) = cursor.fetchone()
+    assert sorted(options) == ["fastupdate=on", "gin_pending_list_limit=128"]

@@ -428,13 +428,3 @@ def test_a_common_word_brings_a_bounded_sample_and_the_rare_word_decides(monkeyp
     assert {h.conversation_id for h in hits} <= set(
         Conversation.objects.filter(owner=alice).values_list("pk", flat=True)
     )
-
-
-@pytest.mark.postgres
-def test_the_message_text_index_keeps_no_pending_list() -> None:
-    """Every search read the GIN pending list in full (about 2 ms a query word after a bulk
-    import): migration 0026 turns it off, as it is for facts."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'agentmemory_msg_fts_idx'")
-        (options,) = cursor.fetchone()
-    assert "fastupdate=off" in (options or [])

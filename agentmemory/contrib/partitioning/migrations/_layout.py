@@ -253,16 +253,37 @@ def _constraints(cursor: Any) -> list[tuple[str, str, str]]:
 
 
 def _indexes(cursor: Any) -> list[tuple[str, str]]:
-    """(name, ``CREATE INDEX`` statement) of the table's indexes that back no constraint."""
+    """(name, ``CREATE INDEX`` statement) of the table's indexes that back no constraint.
+
+    PostgreSQL sets no storage parameter on a partitioned index (``ALTER INDEX ... SET``
+    refuses one), so a migration that changes one sets each partition's index instead
+    (agentmemory's 0031); the statement of a partitioned index takes the parameters of its
+    first partition's, so that they survive going back to the plain table."""
     cursor.execute(
-        "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indexrelid "
+        "SELECT c.relname, pg_get_indexdef(i.indexrelid), c.relkind = 'I', "
+        "(SELECT array_to_string(l.reloptions, ', ') FROM pg_partition_tree(i.indexrelid) t "
+        "JOIN pg_class l ON l.oid = t.relid WHERE t.isleaf ORDER BY l.relname LIMIT 1) "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "WHERE i.indrelid = %s::regclass "
         "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid "
         "AND k.conrelid = i.indrelid) ORDER BY c.relname",
         [TABLE],
     )
-    return [(name, definition) for name, definition in cursor.fetchall()]
+    return [
+        (name, _with_options(definition, options) if partitioned else definition)
+        for name, definition, partitioned, options in cursor.fetchall()
+    ]
+
+
+def _with_options(definition: str, options: str | None) -> str:
+    """``definition`` (``pg_get_indexdef``) with its ``WITH (...)`` storage parameters
+    replaced by ``options`` (``"fastupdate=on, gin_pending_list_limit=64"``; none: none)."""
+    clause = f" WITH ({options})" if options else ""
+    start = definition.find(" WITH (")
+    if start >= 0:
+        return definition[:start] + clause + definition[definition.index(")", start) + 1 :]
+    where = definition.find(" WHERE ")
+    return definition + clause if where < 0 else definition[:where] + clause + definition[where:]
 
 
 def _index_names(cursor: Any, table: str) -> list[str]:

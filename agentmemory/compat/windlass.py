@@ -1,0 +1,389 @@
+"""windlass' ``BufferMemory``, ``WindowMemory`` and ``SummaryMemory`` (seed 002), one stored
+conversation per thread id.
+
+    from agentmemory.compat.windlass import BufferMemory, FakeLLM, Message, SummaryMemory, WindowMemory
+
+Every message stays stored; ``max_stored``, ``max_messages`` and ``window`` bound what ``get``
+returns, not what is kept. ``clear`` deletes, as the seed's forgets: the thread's
+conversation (all of them without ``thread_id``) with its messages and summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.db import router
+
+from agentmemory.compat.store import StoredConversation
+from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
+from agentmemory.exceptions import AgentMemoryError
+from agentmemory.llm.base import ChatModel, ChatResponse
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation
+
+__all__ = [
+    "DEFAULT_THREAD",
+    "BufferMemory",
+    "ConfigurationError",
+    "FakeLLM",
+    "Message",
+    "Role",
+    "SummaryMemory",
+    "ToolCall",
+    "WindowMemory",
+]
+
+logger = logging.getLogger(__name__)
+
+#: the thread of calls that name none
+DEFAULT_THREAD = "default"
+#: ``Conversation.metadata["compat"]`` of the conversations these classes create
+KIND = "windlass"
+#: the system message that replays a ``SummaryMemory`` summary (the seed's text)
+SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+#: what ``SummaryMemory`` asks its model for; the seed does not publish its prompt
+SUMMARY_INSTRUCTIONS = (
+    "You keep a running summary of a conversation. Fold the new messages into the earlier "
+    "summary: keep names, facts, preferences, decisions and open questions, drop small talk. "
+    "Answer with the summary only, in a few sentences."
+)
+
+T = TypeVar("T")
+
+
+class ConfigurationError(AgentMemoryError, ValueError):
+    """A memory built without something it needs (windlass' ``ConfigurationError``), with a
+    ``hint`` saying what to pass."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class FakeLLM:
+    """A ``ChatModel`` that answers with canned text, for tests and examples (windlass'
+    ``FakeLLM(responses=[...])``): each call takes the next response; once they run out
+    the last one is repeated.
+
+    Attributes:
+        calls: the messages of each call (a list of ``ChatMessage`` lists), in order.
+    """
+
+    model_name = "fake"
+
+    def __init__(self, responses: Sequence[str] = ("ok",)) -> None:
+        self.responses = list(responses) or ["ok"]
+        self.calls: list[list[ChatMessage]] = []
+
+    def invoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        self.calls.append(list(messages))
+        text = self.responses[min(len(self.calls), len(self.responses)) - 1]
+        return ChatResponse(message=ChatMessage.ai(text), model=self.model_name, finish_reason="stop")
+
+    async def ainvoke(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResponse:
+        return self.invoke(messages, tools=tools)
+
+
+def _as_list(
+    messages: Message | ChatMessage | Iterable[Message | ChatMessage],
+) -> list[Message | ChatMessage]:
+    if isinstance(messages, Message | ChatMessage):
+        return [messages]
+    return list(messages)
+
+
+async def _run(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await sync_to_async(function)(*args, **kwargs)
+
+
+class BufferMemory:
+    """The complete transcript of each thread.
+
+    Args:
+        max_messages: at most this many messages are returned by ``get`` (``None``: all).
+        max_stored: ``get`` reads at most the newest ``max_stored`` messages of a thread
+            (default 1,000). The seed drops older ones to bound a process' memory; here they
+            stay stored (bound storage with ``retention_days`` instead), the bound is on
+            what is read.
+        return_system: ``False`` leaves system messages out of what ``get`` returns.
+        owner: the user the threads' conversations belong to. With an owner, a thread id
+            names the same conversation for every memory of that owner (the oldest one made
+            for it); without, thread ids are this object's own.
+        conversation: an existing conversation to use as the default thread.
+        threads: existing conversations to use for the given thread ids.
+        agent_key: ``Conversation.agent_key`` of the conversations created.
+        **config: other options of the seed's base class, kept in ``self.config``.
+
+    Messages are this module's ``Message`` or our ``ChatMessage``; ``get`` returns
+    ``Message`` objects, oldest first. Sync methods (``add``, ``get``, ``clear``,
+    ``threads``) and async ones (``aadd``, ``aget``, ``aclear``, ``athreads``) do the same.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_stored: int = 1000,
+        return_system: bool = True,
+        owner: Any = None,
+        conversation: Conversation | int | str | UUID | None = None,
+        threads: Mapping[str, Conversation | int | str | UUID] | None = None,
+        agent_key: str = "",
+        **config: Any,
+    ) -> None:
+        self.max_messages = max_messages
+        self.max_stored = max_stored
+        self.return_system = return_system
+        self.owner = owner
+        self.agent_key = agent_key
+        self.config = config
+        self._threads: dict[str, StoredConversation] = {}
+        self._lock = threading.RLock()
+        if conversation is not None:
+            self._threads[DEFAULT_THREAD] = StoredConversation(conversation)
+        for thread_id, attached in (threads or {}).items():
+            self._threads[thread_id] = StoredConversation(attached)
+
+    # -- threads ------------------------------------------------------------------------
+
+    def _owned(self, *, write: bool = False) -> Any:
+        """The owner's conversations made by these classes."""
+        using = router.db_for_write(Conversation) if write else router.db_for_read(Conversation)
+        return Conversation.objects.using(using).filter(owner=self.owner, metadata__compat=KIND)
+
+    def _thread(self, thread_id: str) -> StoredConversation:
+        """The stored conversation of ``thread_id`` (not created until written to)."""
+        with self._lock:
+            stored = self._threads.get(thread_id)
+            if stored is None:
+                found = None
+                if self.owner is not None:
+                    found = self._owned().filter(metadata__thread_id=thread_id).order_by("pk").first()
+                stored = StoredConversation(
+                    found,
+                    owner=self.owner,
+                    agent_key=self.agent_key,
+                    metadata={"compat": KIND, "thread_id": thread_id},
+                    settle=None if self.owner is None else lambda made: self._oldest(thread_id) or made,
+                )
+                self._threads[thread_id] = stored
+            return stored
+
+    def _oldest(self, thread_id: str) -> Conversation | None:
+        """The owner's first conversation for ``thread_id``, read on the primary."""
+        return self._owned(write=True).filter(metadata__thread_id=thread_id).order_by("pk").first()
+
+    def conversation_for(self, thread_id: str = DEFAULT_THREAD) -> Conversation:
+        """The conversation of ``thread_id`` (created now if the thread holds nothing yet)."""
+        return self._thread(thread_id).conversation
+
+    def _retained(self, thread_id: str, needed: int | None = None) -> list[Message]:
+        """The newest ``max_stored`` messages of the thread (fewer when only the newest
+        ``needed`` can matter), oldest first."""
+        limit = self.max_stored if needed is None else min(self.max_stored, needed)
+        return [from_chat_message(m) for m in self._thread(thread_id).newest(limit)]
+
+    def _filter(self, messages: list[Message], limit: int | None) -> list[Message]:
+        if not self.return_system:
+            messages = [m for m in messages if m.role != Role.SYSTEM]
+        size = limit if limit is not None else self.max_messages
+        return messages[-size:] if size else messages
+
+    # -- the seed's methods -------------------------------------------------------------
+
+    def add(
+        self,
+        messages: Message | ChatMessage | Sequence[Message | ChatMessage],
+        *,
+        thread_id: str = DEFAULT_THREAD,
+    ) -> None:
+        """Append messages to a thread, in one stored batch.
+
+        Raises:
+            InvalidMessageError: a message our storage cannot hold; nothing is stored.
+        """
+        items = _as_list(messages)
+        if items:
+            self._thread(thread_id).append([to_chat_message(m) for m in items])
+
+    def get(
+        self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """The thread's messages, oldest first (the newest ``limit`` or ``max_messages``);
+        ``query`` is ignored (recall is recency-based)."""
+        size = limit if limit is not None else self.max_messages
+        needed = size if size and self.return_system else None
+        return self._filter(self._retained(thread_id, needed), limit)
+
+    def clear(self, *, thread_id: str | None = None) -> None:
+        """Forget one thread, or all of them: their conversations are deleted with their
+        messages (all of the owner's threads of these classes when there is an owner)."""
+        with self._lock:
+            if thread_id is not None:
+                self._thread(thread_id).delete()
+                self._threads.pop(thread_id, None)
+                return
+            for stored in self._threads.values():
+                stored.delete()
+            self._threads.clear()
+        if self.owner is not None:
+            self._owned(write=True).delete()
+
+    def threads(self) -> list[str]:
+        """The known thread ids (those holding a conversation), sorted."""
+        known = {thread_id for thread_id, stored in self._threads.items() if stored.exists}
+        if self.owner is not None:
+            known.update(
+                t for t in self._owned().values_list("metadata__thread_id", flat=True) if t is not None
+            )
+        return sorted(known)
+
+    async def aadd(
+        self,
+        messages: Message | ChatMessage | Sequence[Message | ChatMessage],
+        *,
+        thread_id: str = DEFAULT_THREAD,
+    ) -> None:
+        """Append messages to a thread."""
+        await _run(self.add, messages, thread_id=thread_id)
+
+    async def aget(
+        self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """Return the thread's messages, oldest first."""
+        return await _run(self.get, thread_id=thread_id, query=query, limit=limit)
+
+    async def aclear(self, *, thread_id: str | None = None) -> None:
+        """Forget one thread, or all of them."""
+        await _run(self.clear, thread_id=thread_id)
+
+    async def athreads(self) -> list[str]:
+        """Return the known thread ids."""
+        return await _run(self.threads)
+
+
+class WindowMemory(BufferMemory):
+    """A sliding window of the ``window`` most recent messages, widened so it never starts
+    on a tool result whose call it would leave out (some providers reject such a
+    transcript).
+
+    Args:
+        window: how many messages to return, counted in messages, not turns.
+        **config: as for ``BufferMemory`` (``max_messages`` is ignored).
+
+    Raises:
+        ValueError: ``window`` is not positive.
+    """
+
+    def __init__(self, *, window: int = 20, **config: Any) -> None:
+        if window <= 0:
+            raise ValueError("window must be positive")
+        config.pop("max_messages", None)
+        super().__init__(max_messages=window, **config)
+        self.window = window
+
+    def get(
+        self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """The most recent messages, keeping tool pairs intact."""
+        size = limit if limit is not None else self.window
+        messages = self._retained(thread_id, None if size <= 0 or not self.return_system else size + 1)
+        if not self.return_system:
+            messages = [m for m in messages if m.role != Role.SYSTEM]
+        elif size > 0 and len(messages) > size and messages[len(messages) - size].role == Role.TOOL:
+            # The walk back below may pass the rows read: read every retained message.
+            messages = self._retained(thread_id)
+        if size <= 0 or len(messages) <= size:
+            return messages
+        start = len(messages) - size
+        while start > 0 and messages[start].role == Role.TOOL:
+            start -= 1
+        return messages[start:]
+
+
+class SummaryMemory(BufferMemory):
+    """Recent messages verbatim and a running summary of everything older, replayed as a
+    system message first.
+
+    Args:
+        llm: the ``ChatModel`` that writes summaries (a small, cheap one).
+        window: how many recent messages to return verbatim.
+        summarize_every: summarise once this many messages have fallen out of the window
+            and are not in the summary yet (at least 1), so the model is not called on
+            every turn.
+        **config: as for ``BufferMemory`` (``max_messages`` is ignored).
+
+    Raises:
+        ConfigurationError: no ``llm``.
+
+    The model is called inline during ``get``; a failure is logged and skipped (the memory
+    works as a plain window and tries again on the next ``get``). The summary and the seq
+    it reaches are kept in the thread's ``Conversation.metadata``.
+    """
+
+    def __init__(
+        self, *, llm: ChatModel | None = None, window: int = 10, summarize_every: int = 6, **config: Any
+    ) -> None:
+        if llm is None:
+            raise ConfigurationError(
+                "Summary memory needs a language model.",
+                hint="Pass llm=agentmemory.llm.get_llm() or any ChatModel.",
+            )
+        config.pop("max_messages", None)
+        super().__init__(max_messages=None, **config)
+        self.llm = llm
+        self.window = window
+        self.summarize_every = max(1, summarize_every)
+
+    def get(
+        self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """A summary message (when there is a summary) followed by the recent window."""
+        stored = self._thread(thread_id)
+        messages = self._retained(thread_id)
+        state = stored.state()
+        through = state.get("through_seq", 0)
+        if not self.return_system:
+            messages = [m for m in messages if m.role != Role.SYSTEM]
+        size = limit if limit is not None else self.window
+        overflow = [m for m in messages[: max(0, len(messages) - size)] if (m.seq or 0) > through]
+        summary = state.get("summary", "")
+        if len(overflow) >= self.summarize_every:
+            summary = self._fold(stored, summary, overflow) or summary
+        recent = messages[-size:] if size > 0 else []
+        while len(recent) > 1 and recent[0].role == Role.TOOL:
+            recent = recent[1:]
+        if summary:
+            return [Message.system(f"{SUMMARY_PREFIX}{summary}"), *recent]
+        return recent
+
+    def _fold(self, stored: StoredConversation, summary: str, overflow: list[Message]) -> str | None:
+        """Ask the model for a summary of ``summary`` and ``overflow``; store and return it,
+        or log the failure and return ``None``."""
+        transcript = "\n".join(f"{m.role.value}: {m.content}" for m in overflow)
+        prompt = f"Earlier summary:\n{summary or '(none)'}\n\nNew messages:\n{transcript}"
+        try:
+            response = self.llm.invoke([ChatMessage.system(SUMMARY_INSTRUCTIONS), ChatMessage.human(prompt)])
+            text = response.message.text.strip()
+        except Exception:
+            logger.warning(
+                "summarising %d messages failed; the window is used alone", len(overflow), exc_info=True
+            )
+            return None
+        if not text:
+            return None
+        stored.update_state(summary=text, through_seq=overflow[-1].seq)
+        return text
+
+    def summary(self, thread_id: str = DEFAULT_THREAD) -> str:
+        """The current summary of a thread, or ``""``."""
+        return str(self._thread(thread_id).state().get("summary", ""))

@@ -1,0 +1,347 @@
+"""windlass' ``BufferMemory``, ``WindowMemory`` and ``SummaryMemory`` (seed 002) from
+``agentmemory.compat.windlass``: the seed's doctests run with their import lines swapped,
+and its edge cases (thread isolation, tool pairs kept together, summaries every
+``summarize_every`` overflowed messages, a failing model, clearing)."""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentmemory.compat.windlass import (
+    BufferMemory,
+    ConfigurationError,
+    FakeLLM,
+    Message,
+    Role,
+    SummaryMemory,
+    ToolCall,
+    WindowMemory,
+)
+from agentmemory.exceptions import TransientLLMError
+from agentmemory.history import PersistentChatHistory
+from agentmemory.models import Conversation
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+#: the seed's examples (its ``>>>`` prompts restored), with only the import lines changed:
+#: ``windlass.core.types`` and ``windlass.providers.llm.fake`` become ``agentmemory.compat.windlass``
+SEED_DOCTESTS = {
+    "module": """
+>>> from agentmemory.compat.windlass import Message
+>>> m = WindowMemory(window=2)
+>>> m.add([Message.user("one"), Message.user("two"), Message.user("three")])
+>>> [msg.content for msg in m.get()]
+['two', 'three']
+""",
+    "BufferMemory": """
+>>> from agentmemory.compat.windlass import Message
+>>> m = BufferMemory()
+>>> m.add(Message.user("hi"), thread_id="a")
+>>> m.get(thread_id="a")[0].content
+'hi'
+>>> m.get(thread_id="b")
+[]
+""",
+    "WindowMemory": """
+>>> from agentmemory.compat.windlass import Message
+>>> m = WindowMemory(window=1)
+>>> m.add([Message.user("a"), Message.user("b")])
+>>> [x.content for x in m.get()]
+['b']
+""",
+    "SummaryMemory": """
+>>> from agentmemory.compat.windlass import Message
+>>> from agentmemory.compat.windlass import FakeLLM
+>>> m = SummaryMemory(
+...     llm=FakeLLM(responses=["User greeted twice."]),
+...     window=2,
+...     summarize_every=2,
+... )
+>>> m.add([Message.user(f"msg {i}") for i in range(6)])
+>>> recalled = m.get()
+>>> recalled[0].role.value
+'system'
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(SEED_DOCTESTS))
+def test_seed_doctest(name: str) -> None:
+    namespace = {"BufferMemory": BufferMemory, "WindowMemory": WindowMemory, "SummaryMemory": SummaryMemory}
+    test = doctest.DocTestParser().get_doctest(SEED_DOCTESTS[name], namespace, name, None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def contents(messages: list[Message]) -> list[str]:
+    return [m.content for m in messages]
+
+
+# -------------------------------------------------------------------------------- buffers
+
+
+def test_threads_are_isolated_and_each_is_one_conversation() -> None:
+    m = BufferMemory()
+    m.add([Message.user("a1"), Message.assistant("a2")], thread_id="a")
+    m.add(Message.user("b1"), thread_id="b")
+    assert contents(m.get(thread_id="a")) == ["a1", "a2"]
+    assert contents(m.get(thread_id="b")) == ["b1"]
+    assert m.threads() == ["a", "b"]
+    assert m.conversation_for("a").pk != m.conversation_for("b").pk
+    assert Conversation.objects.count() == 2
+    assert m.conversation_for("a").metadata == {"compat": "windlass", "thread_id": "a"}
+
+
+def test_an_empty_add_and_a_get_create_nothing() -> None:
+    m = BufferMemory()
+    m.add([], thread_id="a")
+    assert m.get(thread_id="a") == []
+    assert m.threads() == []
+    assert Conversation.objects.count() == 0
+
+
+def test_max_messages_bounds_what_get_returns_and_limit_overrides_it() -> None:
+    m = BufferMemory(max_messages=2)
+    m.add([Message.user(str(i)) for i in range(5)])
+    assert contents(m.get()) == ["3", "4"]
+    assert contents(m.get(limit=3)) == ["2", "3", "4"]
+
+
+def test_max_stored_bounds_what_is_read_but_everything_stays_stored() -> None:
+    m = BufferMemory(max_stored=3)
+    m.add([Message.user(str(i)) for i in range(5)], thread_id="t")
+    assert contents(m.get(thread_id="t")) == ["2", "3", "4"]
+    stored = PersistentChatHistory(m.conversation_for("t")).get_messages()
+    assert [s.text for s in stored] == ["0", "1", "2", "3", "4"]
+
+
+def test_return_system_false_leaves_system_messages_out() -> None:
+    m = BufferMemory(return_system=False)
+    m.add([Message.system("be nice"), Message.user("hi")])
+    assert contents(m.get()) == ["hi"]
+    assert contents(BufferMemory(conversation=m.conversation_for()).get()) == ["be nice", "hi"]
+
+
+def test_clear_forgets_one_thread_or_all_of_them() -> None:
+    m = BufferMemory()
+    for thread_id in ("a", "b", "c"):
+        m.add(Message.user(thread_id), thread_id=thread_id)
+    m.clear(thread_id="a")
+    assert m.get(thread_id="a") == []
+    assert m.threads() == ["b", "c"]
+    m.clear()
+    assert m.threads() == []
+    assert Conversation.objects.count() == 0
+
+
+def test_with_an_owner_a_thread_id_names_the_same_conversation_for_every_memory() -> None:
+    alice, bob = UserFactory(), UserFactory()
+    BufferMemory(owner=alice).add(Message.user("from process one"), thread_id="t")
+    assert contents(BufferMemory(owner=alice).get(thread_id="t")) == ["from process one"]
+    assert BufferMemory(owner=bob).get(thread_id="t") == []
+    assert BufferMemory(owner=alice).threads() == ["t"]
+    BufferMemory(owner=alice).clear()
+    assert BufferMemory(owner=alice).threads() == []
+
+
+def test_two_memories_of_an_owner_starting_the_same_thread_at_once_share_one_conversation() -> None:
+    user = UserFactory()
+    first, second = BufferMemory(owner=user), BufferMemory(owner=user)
+    first.get(thread_id="t")  # both looked the thread up before either wrote to it
+    second.get(thread_id="t")
+    first.add(Message.user("one"), thread_id="t")
+    second.add(Message.user("two"), thread_id="t")
+    assert contents(first.get(thread_id="t")) == ["one", "two"]
+    assert Conversation.objects.filter(owner=user).count() == 1
+
+
+def test_async_methods_do_the_same(transactional_db: Any) -> None:
+    async def scenario() -> tuple[list[str], list[str], list[Message]]:
+        m = BufferMemory()
+        await m.aadd(Message.user("hi"), thread_id="x")
+        got = contents(await m.aget(thread_id="x"))
+        threads = await m.athreads()
+        await m.aclear(thread_id="x")
+        return got, threads, await m.aget(thread_id="x")
+
+    assert asyncio.run(scenario()) == (["hi"], ["x"], [])
+
+
+# -------------------------------------------------------------------------------- windows
+
+
+def exchange(call_id: str) -> list[Message]:
+    return [
+        Message.assistant("", tool_calls=[ToolCall("search", {"q": "x"}, call_id)]),
+        Message.tool("found", tool_call_id=call_id),
+    ]
+
+
+def test_a_window_cutting_between_a_call_and_its_result_widens_to_keep_the_pair() -> None:
+    m = WindowMemory(window=1)
+    m.add([Message.user("find x"), *exchange("c1")])
+    window = m.get()
+    assert [x.role for x in window] == [Role.ASSISTANT, Role.TOOL]
+    assert window[0].tool_calls[0].id == "c1"
+
+
+def test_a_window_widens_past_several_parallel_results() -> None:
+    m = WindowMemory(window=2)
+    call = Message.assistant(
+        "", tool_calls=[ToolCall("a", {}, "c1"), ToolCall("b", {}, "c2"), ToolCall("c", {}, "c3")]
+    )
+    results = [Message.tool(t, tool_call_id=f"c{i}") for i, t in enumerate("ABC", start=1)]
+    m.add([Message.user("go"), call, *results])
+    assert [x.role for x in m.get()] == [Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.TOOL]
+
+
+def test_window_must_be_positive_and_max_messages_is_ignored() -> None:
+    with pytest.raises(ValueError, match="window must be positive"):
+        WindowMemory(window=0)
+    assert WindowMemory(window=3, max_messages=99).max_messages == 3
+
+
+def test_a_window_read_is_one_query_of_window_plus_one_rows(django_assert_num_queries) -> None:
+    m = WindowMemory(window=3)
+    m.add([Message.user(str(i)) for i in range(40)])
+    with django_assert_num_queries(1) as captured:
+        assert contents(m.get()) == ["37", "38", "39"]
+    assert "LIMIT 4" in captured.captured_queries[0]["sql"]
+
+
+# ------------------------------------------------------------------------------ summaries
+
+
+def test_summary_memory_needs_a_model() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SummaryMemory()
+    assert "llm=" in caught.value.hint
+
+
+def test_summaries_are_made_every_summarize_every_overflowed_messages_and_replayed_first() -> None:
+    llm = FakeLLM(responses=["first summary", "second summary"])
+    m = SummaryMemory(llm=llm, window=2, summarize_every=3)
+    m.add([Message.user(f"msg {i}") for i in range(4)])
+    # two overflowed (msg 0, msg 1): under summarize_every, no call
+    assert contents(m.get()) == ["msg 2", "msg 3"]
+    assert llm.calls == []
+
+    m.add(Message.user("msg 4"))
+    recalled = m.get()
+    assert recalled[0].role == Role.SYSTEM
+    assert recalled[0].content == "Summary of the earlier conversation:\nfirst summary"
+    assert contents(recalled[1:]) == ["msg 3", "msg 4"]
+    assert len(llm.calls) == 1
+    assert "msg 0" in llm.calls[0][1].text and "msg 2" in llm.calls[0][1].text
+    assert m.summary() == "first summary"
+
+    # the summary is not made again until three more messages have overflowed
+    m.add([Message.user("msg 5"), Message.user("msg 6")])
+    m.get()
+    assert len(llm.calls) == 1
+    m.add(Message.user("msg 7"))
+    assert m.get()[0].content.endswith("second summary")
+    assert "first summary" in llm.calls[1][1].text  # folded into the earlier summary
+    assert "msg 2" not in llm.calls[1][1].text
+
+
+def test_a_summary_survives_a_new_memory_of_the_same_owner() -> None:
+    user = UserFactory()
+    m = SummaryMemory(llm=FakeLLM(["kept"]), window=1, summarize_every=1, owner=user)
+    m.add([Message.user("a"), Message.user("b")], thread_id="t")
+    m.get(thread_id="t")
+    again = SummaryMemory(llm=FakeLLM(["unused"]), window=1, summarize_every=1, owner=user)
+    assert again.summary("t") == "kept"
+    assert contents(again.get(thread_id="t")) == ["Summary of the earlier conversation:\nkept", "b"]
+
+
+class FailingLLM(FakeLLM):
+    def invoke(self, messages: Any, *, tools: Any = None) -> Any:
+        self.calls.append(list(messages))
+        raise TransientLLMError("429")
+
+
+def test_a_failing_model_leaves_a_plain_window_and_is_tried_again(caplog: Any) -> None:
+    llm = FailingLLM()
+    m = SummaryMemory(llm=llm, window=2, summarize_every=1)
+    m.add([Message.user(str(i)) for i in range(4)])
+    assert contents(m.get()) == ["2", "3"]
+    assert "summarising 2 messages failed" in caplog.text
+    m.get()
+    assert len(llm.calls) == 2
+    assert m.summary() == ""
+
+
+def test_a_summary_window_never_starts_on_a_tool_result() -> None:
+    m = SummaryMemory(llm=FakeLLM(["s"]), window=1, summarize_every=100)
+    m.add([Message.user("q"), *exchange("c1")])
+    assert [x.role for x in m.get()] == [Role.TOOL]  # one message is always kept
+    m.add(Message.assistant("answer"))
+    assert contents(m.get(limit=2)) == ["answer"]
+
+
+def test_clearing_a_thread_forgets_its_summary() -> None:
+    m = SummaryMemory(llm=FakeLLM(["s"]), window=1, summarize_every=1)
+    m.add([Message.user("a"), Message.user("b")])
+    m.get()
+    assert m.summary() == "s"
+    m.clear()
+    assert m.summary() == ""
+
+
+# ---------------------------------------------- windows against the seed's printed ``aget``
+
+
+def seed_window(
+    messages: list[Message], window: int, limit: int | None, return_system: bool
+) -> list[Message]:
+    """``WindowMemory.aget`` as the seed prints it, over the whole transcript."""
+    size = limit if limit is not None else window
+    if not return_system:
+        messages = [m for m in messages if m.role != Role.SYSTEM]
+    if size <= 0 or len(messages) <= size:
+        return messages
+    start = len(messages) - size
+    while start > 0 and messages[start].role == Role.TOOL:
+        start -= 1
+    return messages[start:]
+
+
+@st.composite
+def transcripts(draw: Any) -> list[Message]:
+    out: list[Message] = []
+    for i in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["user", "assistant", "system", "tools"]))
+        if kind == "tools":
+            ids = [f"c{i}_{j}" for j in range(draw(st.integers(1, 3)))]
+            out.append(Message.assistant("", tool_calls=[ToolCall("t", {}, c) for c in ids]))
+            out += [Message.tool(f"r{c}", tool_call_id=c) for c in ids]
+        else:
+            out.append(Message(role=Role(kind), content=f"{kind} {i}"))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    transcript=transcripts(),
+    window=st.integers(1, 5),
+    limit=st.one_of(st.none(), st.integers(0, 6)),
+    return_system=st.booleans(),
+)
+def test_the_window_is_the_seeds(
+    db: Any, transcript: list[Message], window: int, limit: int | None, return_system: bool
+) -> None:
+    m = WindowMemory(window=window, return_system=return_system)
+    m.add(transcript)
+    got = [(x.role, x.content) for x in m.get(limit=limit)]
+    assert got == [(x.role, x.content) for x in seed_window(transcript, window, limit, return_system)]
