@@ -827,7 +827,7 @@ def test_a_turn_too_large_for_less_than_the_budget_keeps_its_summary(
         assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens
     else:
         # the block came and took less than its share: the summary keeps all but its room
-        assert window.memory is not None and "flowerpot" in window.memory.text
+        assert window.memory is not None
         room = budget - window.memory_tokens - plain.system_tokens - plain.history_tokens
         assert window.summary_tokens >= min(plain.summary_tokens, room - 5)
         assert ("summary" in window.truncated) == (window.summary_tokens < plain.summary_tokens)
