@@ -199,6 +199,11 @@ def pack_history(
                 unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
             if uncapped:
                 cost = sum([r[_TOKENS] for r in unit])
+            elif not marker_tokens:
+                # ``_effective_tokens`` with a cap and no markers, inlined: the default
+                # builder caps tool results, and this runs for every exchange of its windows.
+                cap = max_tool_result_tokens
+                cost = sum([cap if r[_ROLE] == _TOOL and r[_TOKENS] > cap else r[_TOKENS] for r in unit])  # type: ignore[operator]
             else:
                 cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
         else:
