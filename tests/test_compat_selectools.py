@@ -353,6 +353,57 @@ def test_an_attached_memory_sees_the_same_window(conversation) -> None:
     assert contents(again.get_history()) == ["m2", "m3", "m4"]
 
 
+def test_a_round_trip_keeps_each_messages_metadata() -> None:
+    memory = ConversationMemory()
+    memory.add(Message(role=Role.USER, content="Hello", metadata={"channel": "email", "ticket": [1042]}))
+    memory.add(Message(role=Role.ASSISTANT, content="Hi!"))
+
+    data = json.loads(json.dumps(memory.to_dict()))
+    restored = ConversationMemory.from_dict(data)
+
+    assert [m.metadata for m in restored.get_history()] == [{"channel": "email", "ticket": [1042]}, {}]
+    assert "metadata" not in data["messages"][1]  # selectools' keys only, when there is none
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        ({"messages": "Hello"}, TypeError, "messages is a list"),
+        ({"messages": {"role": "user"}}, TypeError, "messages is a list"),
+        ({"messages": [["user", "Hello"]]}, TypeError, "a message is a mapping"),
+        ({"messages": [{"content": "no role"}]}, ValueError, "needs a role"),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "tool_calls": [{"name": "f", "parameters": "x=1", "id": "a"}]}
+                ]
+            },
+            TypeError,
+            "parameters are a mapping",
+        ),
+    ],
+)
+def test_from_dict_refuses_a_malformed_document_and_stores_nothing(
+    data: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ConversationMemory.from_dict(data)
+    assert Conversation.objects.count() == 0
+
+
+def test_an_owner_given_by_user_id_owns_the_conversation_created() -> None:
+    user = UserFactory()
+    memory = ConversationMemory(owner=user.pk)
+    memory.add(Message(role=Role.USER, content="Hello"))
+    assert memory.conversation.owner_id == user.pk
+
+
+def test_a_window_larger_than_any_sql_limit_returns_every_message() -> None:
+    memory = ConversationMemory(max_messages=10**30)
+    memory.add_many([Message(role=Role.USER, content="a"), Message(role=Role.ASSISTANT, content="b")])
+    assert [m.content for m in memory.get_history()] == ["a", "b"]
+
+
 def test_an_owner_owns_the_conversation_created() -> None:
     user = UserFactory()
     memory = ConversationMemory(owner=user)

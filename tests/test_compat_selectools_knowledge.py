@@ -344,6 +344,11 @@ def test_storage_dir_names_one_namespace_however_it_is_spelled(
     long_dir = "d" * 250
     assert namespace_for_dir(long_dir).startswith("selectools:sha256:")
     assert len(namespace_for_dir(long_dir)) <= 200
+    # a file name that is not UTF-8, as os.fsdecode gives it (a lone surrogate)
+    undecodable = os.fsdecode(b"./caf\xe9")
+    KnowledgeMemory(storage_dir=undecodable).remember("Fact B", persistent=True)
+    assert KnowledgeMemory(storage_dir=undecodable).get_persistent_facts() == {"general": ["Fact B"]}
+    assert namespace_for_dir(undecodable).startswith("selectools:sha256:")
 
 
 def test_without_owner_the_shared_compat_user_owns_the_facts_and_an_owner_keeps_them_apart(
@@ -365,6 +370,25 @@ def test_without_owner_the_shared_compat_user_owns_the_facts_and_an_owner_keeps_
     assert get_user_model().objects.filter(username=COMPAT_USERNAME).count() == 1
     shared.clear()
     assert mine.get_persistent_facts() == {"general": ["My fact"]}
+
+
+def test_a_real_account_named_like_the_shared_owner_is_never_given_the_shared_memories(
+    tmp_path: Path,
+) -> None:
+    # on a site with open sign-up anyone may register the name first: the shared facts must
+    # not become readable by logging in as it
+    squatter = get_user_model().objects.create_user(username=COMPAT_USERNAME, password="guess-me-not")
+    with pytest.raises(PermissionError, match="can log in"):
+        KnowledgeMemory(storage_dir=tmp_path).remember("Shared fact", persistent=True)
+    squatter.is_active = False
+    squatter.save()
+    with pytest.raises(PermissionError):
+        KnowledgeMemory(storage_dir=tmp_path)
+    assert not Fact.objects.exists()
+    squatter.set_unusable_password()
+    squatter.save()
+    KnowledgeMemory(storage_dir=tmp_path).remember("Shared fact", persistent=True)
+    assert list(Fact.objects.values_list("owner_id", flat=True)) == [squatter.pk]
 
 
 def test_local_provider_echoes_the_newest_user_message() -> None:
@@ -456,6 +480,34 @@ def test_the_seed_tests_leave_no_file_behind(tmp_path: Path) -> None:
     km = KnowledgeMemory(storage_dir=tmp_path / "store")
     km.remember("Prefers Python", category="preferences", persistent=True)
     assert not os.path.exists(tmp_path / "store")
+
+
+def test_a_run_stores_whatever_the_model_and_the_tools_send() -> None:
+    """A NUL character or a lone surrogate in a tool's text or the model's reply, and tool
+    call ids a server left empty or repeated, used to fail the run (``InvalidMessageError``)
+    after the user's message was stored; they are made storable, as our agents make them."""
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.messages import ChatMessage
+
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "PK\x00\x03 \ud800 header"
+
+    calls = [
+        {"id": "", "name": "read_file", "arguments": {"path": "a\x00.zip"}},
+        {"id": "", "name": "read_file", "arguments": {"path": "b.zip"}},
+    ]
+    model = ScriptedChatModel([ChatMessage.ai(None, tool_calls=calls), ChatMessage.ai("done \x00")])
+    memory = ConversationMemory()
+    result = Agent(tools=[read_file], provider=model, memory=memory).run("Open the archives")
+
+    assert result.content == "done \ufffd"
+    stored = memory.get_history()
+    assert [m.role for m in stored] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.ASSISTANT]
+    ids = [c.id for c in stored[1].tool_calls or ()]
+    assert len(set(ids)) == 2 and all(ids) and [m.tool_call_id for m in stored[2:4]] == ids
+    assert stored[1].tool_calls[0].parameters == {"path": "a\ufffd.zip"}
+    assert stored[2].content == "PK\ufffd\x03 \ufffd header"
 
 
 def test_one_of_our_chat_models_and_our_tool_declarations_are_accepted() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import doctest
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection, connections, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +25,7 @@ from agentmemory.compat.windlass import (
     ToolCall,
     WindowMemory,
 )
-from agentmemory.exceptions import TransientLLMError
+from agentmemory.exceptions import ConversationNotFound, TransientLLMError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation
 from tests.factories import UserFactory
@@ -163,6 +165,88 @@ def test_two_memories_of_an_owner_starting_the_same_thread_at_once_share_one_con
     second.add(Message.user("two"), thread_id="t")
     assert contents(first.get(thread_id="t")) == ["one", "two"]
     assert Conversation.objects.filter(owner=user).count() == 1
+
+
+@pytest.mark.postgres  # SQLite's test database runs one transaction at a time
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_starting_an_owners_thread_in_transactions_share_one_conversation() -> None:
+    """Under ``ATOMIC_REQUESTS`` neither request sees the other's uncommitted conversation:
+    without a lock each made its own and the second request's messages were never read
+    again (``get`` reads the oldest)."""
+    user = UserFactory()
+    first_added, release = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def request(text: str, hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                BufferMemory(owner=user).add(Message.user(text), thread_id="support-42")
+                if hold:
+                    first_added.set()
+                    release.wait(30)
+        except BaseException as error:  # reported by the assertion below
+            failures.append(error)
+            first_added.set()
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=request, args=("one", True))
+    first.start()
+    assert first_added.wait(30)
+    second = threading.Thread(target=request, args=("two", False))
+    second.start()
+    with connection.cursor() as cursor:  # until the second request is done or waits for the first
+        while second.is_alive():
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            if cursor.fetchone()[0]:
+                break
+    release.set()
+    first.join(30)
+    second.join(30)
+
+    assert failures == []
+    assert Conversation.objects.filter(owner=user).count() == 1
+    assert contents(BufferMemory(owner=user).get(thread_id="support-42")) == ["one", "two"]
+
+
+def test_adding_a_dict_or_text_names_what_was_given() -> None:
+    m = BufferMemory()
+    with pytest.raises(TypeError, match="not dict"):
+        m.add({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not str"):
+        m.add("hi")  # type: ignore[arg-type]
+    assert m.threads() == []
+
+
+def test_an_owner_given_by_user_id_names_the_same_threads_as_the_user() -> None:
+    user = UserFactory()
+    BufferMemory(owner=user.pk).add(Message.user("by id"), thread_id="t")
+    assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["by id"]
+    assert Conversation.objects.get().owner_id == user.pk
+
+
+def test_a_thread_cleared_by_another_memory_of_the_owner_takes_new_messages() -> None:
+    """Two workers share an owner's thread; one clears it. The other's next add used to fail
+    with ``ConversationNotFound`` for as long as that memory lived."""
+    user = UserFactory()
+    first, second = BufferMemory(owner=user), BufferMemory(owner=user)
+    first.add(Message.user("one"), thread_id="t")
+    second.add(Message.user("two"), thread_id="t")
+    first.clear(thread_id="t")
+
+    second.add(Message.user("three"), thread_id="t")
+
+    assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["three"]
+    assert contents(first.get(thread_id="t")) == ["three"]
+
+
+def test_a_deleted_conversation_given_for_a_thread_is_not_replaced(conversation: Conversation) -> None:
+    m = BufferMemory(conversation=conversation)
+    m.add(Message.user("one"))
+    Conversation.objects.filter(pk=conversation.pk).delete()
+    with pytest.raises(ConversationNotFound):
+        m.add(Message.user("two"))
+    assert Conversation.objects.count() == 0
 
 
 def test_async_methods_do_the_same(transactional_db: Any) -> None:

@@ -748,3 +748,45 @@ def test_the_docs_show_the_memory_block_the_model_receives(user) -> None:
     block = memory_messages(sent)[0].text
     assert block == _doc_block("README.md", "In a new conversation of the same user the model receives")
     assert block == _doc_block("docs/longterm.md", "where the memory block reads")
+
+
+def test_a_summary_over_its_share_leaves_the_rest_to_the_block(user) -> None:  # type: ignore[no-untyped-def]
+    for i in range(40):
+        stored(
+            user,
+            [
+                f"Where did I put boathouse key number {i}?",
+                f"Boathouse key number {i} is under the blue flowerpot by door {i}, behind the shed.",
+            ],
+        )
+    conv = ask(user, "Where are the boathouse keys?", before=["Hello there.", "Hi!"])
+    text = " ".join(f"The user talked about garden topic {i}." for i in range(60))
+    tokens = get_token_counter().count_message(ChatMessage.system(text))
+    summary = Summary.objects.create(
+        conversation=conv, text=text, first_seq=1, through_seq=2, token_count=tokens
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    budget = 2 * tokens
+    plain = ContextWindowBuilder(conv, memory_recall=False).build(budget)
+    assert "summary" not in plain.truncated and not plain.uncovered  # it fits whole
+    window = ContextWindowBuilder(conv, memory_recall=True).build(budget)
+    # the summary is held to what one made for this budget may take (a quarter of it) and
+    # the block, which recalls the turn's matter, has the rest
+    assert "summary" in window.truncated and window.summary_tokens <= 0.25 * budget + 10
+    assert window.memory is not None and window.memory_tokens > budget - plain.total_tokens
+    assert window.total_tokens <= budget
+
+
+def test_a_summary_over_its_share_is_whole_beside_a_small_block(user, past) -> None:  # type: ignore[no-untyped-def]
+    conv = ask(user, "Where is the spare key to the boathouse?", before=["Hello there.", "Hi!"])
+    text = " ".join(f"The user talked about garden topic {i}." for i in range(60))
+    tokens = get_token_counter().count_message(ChatMessage.system(text))
+    summary = Summary.objects.create(
+        conversation=conv, text=text, first_seq=1, through_seq=2, token_count=tokens
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    plain = ContextWindowBuilder(conv, memory_recall=False).build(2 * tokens)
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2 * tokens)
+    # the block (two messages) took less than its share: the summary had its room back
+    assert window.memory is not None and "flowerpot" in window.memory.text
+    assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens

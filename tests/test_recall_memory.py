@@ -636,3 +636,38 @@ def test_the_block_searches_more_messages_when_an_embedder_ranks(
     PersistentChatHistory(conversation).add_messages([ChatMessage.human("my kayak is red")])
     recall_memory(owner=user, query="what colour is the kayak", max_tokens=500)
     assert asked == [expected]
+
+
+def test_a_strong_hits_messages_two_places_away_come_before_a_weak_hit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from agentmemory.recall import memory
+
+    user = UserFactory()
+    strong = stored(
+        user,
+        [
+            *FILLER[:3],
+            (None, "Two before: we drove up the coast road for the whole of that long afternoon."),
+            (None, "One before: what did you see at the end of the coast road?"),
+            (None, "Ansel painted the lighthouse lantern red."),
+            (None, "One after: red suits it."),
+            (None, "Two after: the ferry back left at six and the sea was calm all the way over."),
+        ],
+    )
+    weak = stored(user, [(None, "Hm."), (None, "Ansel? Odd."), (None, "Yes.")])
+
+    def hit(conversation: Conversation, seq: int, score: float) -> Any:
+        return SimpleNamespace(conversation_id=conversation.pk, seq=seq, score=score, role="human")
+
+    # the ranking as given: the strong hit (seq 6) and a weak one at half its score
+    monkeypatch.setattr(memory, "_ranked", lambda **kwargs: [hit(strong, 6, 1.0), hit(weak, 2, 0.5)])
+    query = "What colour did Ansel paint the lighthouse lantern?"
+    for max_tokens in range(100, 600, 4):  # the smallest block showing the strong hit's
+        block = recall_memory(owner=user, query=query, max_tokens=max_tokens, facts=False)
+        if block is not None and "Two after" in block.text and "Two before" in block.text:
+            break  # messages two places away
+    else:
+        pytest.fail("the messages two places from the hit never came")
+    # they rank at NEIGHBOUR_SHARE (0.6) of its score: above the weak hit's 0.5
+    assert "Ansel? Odd." not in block.text

@@ -11,18 +11,22 @@ stored conversation, and is a layer above this package). The models are our adap
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
 import re
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmemory.conf import app_settings
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, Role, ToolCall
+from agentmemory.validation import safe_str, storable_json, storable_text
 
 __all__ = ["FunctionTool", "LoopResult", "as_tool", "model_from_string", "run_loop", "tool"]
 
@@ -178,6 +182,27 @@ class LoopResult:
     finish_reason: str = ""
 
 
+def storable_reply(message: ChatMessage) -> ChatMessage:
+    """The model's reply as storage takes it, whatever the model sent: NUL characters and
+    lone surrogates in its text and arguments replaced by U+FFFD (``storable_text``), text
+    over ``MAX_MESSAGE_CHARS`` cut, and a tool call id that is empty or repeated within the
+    reply replaced by a fresh one (some OpenAI-compatible servers send none). Refusing the
+    reply would fail the run after the user's messages were stored."""
+    seen: set[str] = set()
+    calls = []
+    for call in message.tool_calls:
+        call_id = call.id if call.id and call.id not in seen and "\x00" not in call.id else ""
+        call_id = call_id or f"call_{uuid.uuid4().hex}"
+        seen.add(call_id)
+        arguments = storable_json(call.arguments) if isinstance(call.arguments, Mapping) else call.arguments
+        calls.append(ToolCall(id=call_id, name=storable_text(call.name), arguments=arguments))
+    content = message.content
+    if content is not None:
+        content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
+    metadata = storable_json(dict(message.metadata)) if isinstance(message.metadata, Mapping) else {}
+    return dataclasses.replace(message, content=content, tool_calls=tuple(calls), metadata=metadata)
+
+
 def run_loop(
     llm: ChatModel,
     messages: Sequence[ChatMessage],
@@ -206,7 +231,7 @@ def run_loop(
         if response.usage is not None:
             result.usage = result.usage + response.usage
         result.finish_reason = response.finish_reason
-        ai = response.message
+        ai = storable_reply(response.message)
         if not ai.tool_calls:
             result.final = ai
             result.added.append(ai)
@@ -220,6 +245,8 @@ def run_loop(
                 text, error = f"Error: unknown tool {call.name!r}; available: {', '.join(by_name)}", True
             else:
                 text, error = found.run(call.arguments)
+            # a tool's text is stored whatever it holds (a NUL character, a lone surrogate)
+            text = storable_text(text, max_chars=app_settings().MAX_MESSAGE_CHARS)
             result.calls.append((call, text, error))
             step.append(ChatMessage.tool(text, tool_call_id=call.id, name=call.name))
         sent.extend(step)

@@ -12,6 +12,7 @@ give the memory to a user of yours instead.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ COMPAT_USERNAME = "agentmemory-compat"
 
 #: most characters of ``MemoryScope.namespace`` (the column's length)
 _MAX_NAMESPACE = 200
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def owner_or_shared(owner: Any = None) -> Any:
@@ -33,6 +35,10 @@ def owner_or_shared(owner: Any = None) -> Any:
     Raises:
         TypeError, ValueError: a custom user model whose other required fields have no
             default (pass ``owner=``).
+        PermissionError: a user named ``COMPAT_USERNAME`` exists that can log in (active, or
+            with a usable password): on a site with open sign-up someone may have taken the
+            name, and the shared memories must never become a real account's. Pass
+            ``owner=``, or deactivate that user and make its password unusable.
     """
     if owner is not None:
         return owner
@@ -44,6 +50,11 @@ def owner_or_shared(owner: Any = None) -> Any:
         if hasattr(user, "is_active"):
             user.is_active = False
         user.save()
+    elif getattr(user, "is_active", False) or user.has_usable_password():
+        raise PermissionError(
+            f"the user {COMPAT_USERNAME!r} can log in, so it cannot hold the shared memories of compat "
+            "classes made without owner=: pass owner=, or deactivate that user and make its password unusable"
+        )
     return user
 
 
@@ -52,9 +63,11 @@ def namespace_for_dir(storage_dir: str | Path, framework: str = "selectools") ->
     directory's absolute path (``~`` expanded, symlinks and ``..`` resolved, so the same
     directory named two ways is one namespace; a relative path is taken from the current
     directory, as a file store would take it). A path too long for the column (200
-    characters) is named by its SHA-256 instead: ``"<framework>:sha256:<hex>"``."""
+    characters), or holding a lone surrogate (a file name that is not UTF-8, as
+    ``os.fsdecode`` gives it), which no database stores, is named by its SHA-256 instead:
+    ``"<framework>:sha256:<hex>"``."""
     resolved = str(Path(storage_dir).expanduser().resolve())
     namespace = f"{framework}:{resolved}"
-    if len(namespace) <= _MAX_NAMESPACE:
+    if len(namespace) <= _MAX_NAMESPACE and not _SURROGATE.search(namespace):
         return namespace
     return f"{framework}:sha256:{hashlib.sha256(resolved.encode('utf-8', 'surrogatepass')).hexdigest()}"

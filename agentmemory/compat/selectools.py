@@ -229,8 +229,10 @@ class ConversationMemory:
         tool-pair boundary is fixed and ``_last_trimmed`` is empty.
 
         Raises:
-            ValueError: an invalid limit or role.
+            ValueError: an invalid limit, a missing or unknown role.
+            TypeError: ``messages`` is not a list of mappings, or a tool call is malformed.
             InvalidMessageError: a message our storage cannot hold.
+        Nothing is stored when any of them is raised.
         """
         memory = cls(
             max_messages=data.get("max_messages", 20),
@@ -238,7 +240,10 @@ class ConversationMemory:
             conversation=conversation,
             owner=owner,
         )
-        messages = fix_tool_pair_boundary([Message.from_dict(m) for m in data.get("messages") or ()])
+        listed = data.get("messages") or []
+        if not isinstance(listed, list | tuple):
+            raise TypeError(f"messages is a list of message mappings, not {type(listed).__name__}")
+        messages = fix_tool_pair_boundary([Message.from_dict(m) for m in listed])
         memory._floor = memory._store.last_seq()
         memory._store.append([to_chat_message(m) for m in messages])
         memory._exact = True

@@ -3,12 +3,13 @@ created on the first write, read by its newest rows."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 
 from agentmemory.history import PersistentChatHistory, resolve_conversation_id
 from agentmemory.messages import ChatMessage, Role
@@ -18,6 +19,39 @@ from agentmemory.validation import whole_number
 #: the key of ``Conversation.metadata`` holding what a compat memory keeps beside the
 #: messages (selectools' ``summary``, windlass' summary and how far it reaches)
 STATE_KEY = "compat_state"
+#: the most rows a read asks for (a seq is a 64-bit integer)
+_MAX_ROWS = 2**62
+
+
+def take_creation_lock(using: str, key: str) -> None:
+    """Serialise, until the transaction ends, the writers creating the conversation named
+    ``key`` (an owner's windlass thread).
+
+    Without it two memories starting the same thread inside transactions (a view under
+    ``ATOMIC_REQUESTS``) each see no conversation, since neither has committed, and each
+    create one: the thread is split in two and one's messages are never read again.
+    PostgreSQL: a transaction-level advisory lock on a 64-bit hash of ``key``
+    (``pg_advisory_xact_lock``), so other threads never wait; the second writer then reads
+    the first one's conversation. SQLite writes one transaction at a time; with
+    ``"transaction_mode": "IMMEDIATE"`` (check ``agentmemory.W003``) the second writer
+    waits at the start of its transaction.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.blake2b(f"agentmemory.compat\0{key}".encode("utf-8", "surrogatepass"), digest_size=8)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest.digest(), "big", signed=True)]
+        )
+
+
+def owner_field(owner: Any) -> dict[str, Any]:
+    """The keyword setting ``Conversation.owner`` to ``owner``: a user, ``None``, or a user's
+    primary key (``owner_id``), as the long-term memories take it."""
+    if isinstance(owner, int) and not isinstance(owner, bool):
+        return {"owner_id": owner}
+    return {"owner": owner}
 
 
 class StoredConversation:
@@ -26,12 +60,15 @@ class StoredConversation:
     Args:
         conversation: an existing ``Conversation`` (or its primary key or uuid) to attach
             to; ``None`` creates one on the first write.
-        owner: the user a created conversation belongs to (``Conversation.owner``).
+        owner: the user a created conversation belongs to (``Conversation.owner``), or the
+            user's primary key.
         agent_key: ``Conversation.agent_key`` of a created conversation.
         metadata: ``Conversation.metadata`` of a created conversation.
-        settle: called with the conversation just created; returns the one to use (another
-            one made meanwhile for the same purpose, by another process: the one created
-            here is then deleted, still empty), so racing writers end up in one conversation.
+        find: looks up the conversation already made for the same purpose (by another
+            memory or process); called on the first write under ``take_creation_lock(using,
+            lock_key)``, and a conversation is created only when it finds none, so racing
+            writers end up in one conversation.
+        lock_key: names what ``find`` looks for (required with ``find``).
 
     Raises:
         ConversationNotFound: ``conversation`` is a uuid or key that names none.
@@ -49,11 +86,13 @@ class StoredConversation:
         owner: Any = None,
         agent_key: str = "",
         metadata: dict[str, Any] | None = None,
-        settle: Callable[[Conversation], Conversation] | None = None,
+        find: Callable[[], Conversation | None] | None = None,
+        lock_key: str = "",
     ) -> None:
         self._conversation: Conversation | None = None
         self._lock = threading.RLock()
-        self._settle = settle
+        self._find = find
+        self._lock_key = lock_key
         if conversation is not None:
             if isinstance(conversation, Conversation):
                 self._conversation = conversation
@@ -74,13 +113,15 @@ class StoredConversation:
         """The conversation, created now if it does not exist yet."""
         with self._lock:
             if self._conversation is None:
-                made = Conversation.objects.using(router.db_for_write(Conversation)).create(
-                    owner=self.owner, agent_key=self.agent_key, metadata=dict(self.metadata)
-                )
-                chosen = self._settle(made) if self._settle is not None else made
-                if chosen.pk != made.pk:
-                    made.delete()
-                self._conversation = chosen
+                using = router.db_for_write(Conversation)
+                with transaction.atomic(using=using):
+                    found = None
+                    if self._find is not None:
+                        take_creation_lock(using, self._lock_key)
+                        found = self._find()
+                    self._conversation = found or Conversation.objects.using(using).create(
+                        **owner_field(self.owner), agent_key=self.agent_key, metadata=dict(self.metadata)
+                    )
             return self._conversation
 
     def history(self) -> PersistentChatHistory:
@@ -120,7 +161,9 @@ class StoredConversation:
         if limit is None:
             found = list(rows.order_by("seq"))
         else:
-            found = list(rows.order_by("-seq")[: whole_number(limit, "limit", minimum=0)])
+            # more rows than any conversation holds: a limit past 64 bits is refused by SQL
+            wanted = min(whole_number(limit, "limit", minimum=0), _MAX_ROWS)
+            found = list(rows.order_by("-seq")[:wanted])
             found.reverse()
         return [row.to_chat_message() for row in found]
 

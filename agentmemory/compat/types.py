@@ -94,9 +94,12 @@ class ToolCall:
         if isinstance(call, StoredToolCall):
             return cls(tool_name=call.name, parameters=dict(call.arguments), id=call.id)
         if isinstance(call, Mapping):
+            parameters = call.get("parameters") or call.get("arguments") or {}
+            if not isinstance(parameters, Mapping):
+                raise TypeError(f"a tool call's parameters are a mapping, not {type(parameters).__name__}")
             return cls(
                 tool_name=call.get("name") or call.get("tool_name") or "",
-                parameters=dict(call.get("parameters") or call.get("arguments") or {}),
+                parameters=dict(parameters),
                 id=call.get("id"),
             )
         raise TypeError(f"a tool call is a ToolCall or a mapping, not {type(call).__name__}")
@@ -155,7 +158,8 @@ class Message:
     def to_dict(self) -> dict[str, Any]:
         """selectools' plain-JSON form: ``role`` (its value), ``content``, ``image_base64``
         (always ``None`` here), ``tool_result``, ``tool_calls`` (``[{"name", "parameters",
-        "id"}]`` or ``None``), ``tool_call_id``; ``tool_name`` when set."""
+        "id"}]`` or ``None``), ``tool_call_id``; ``tool_name`` and ``metadata`` when set (so
+        ``from_dict`` gives back what was stored)."""
         out: dict[str, Any] = {
             "role": self.role.value,
             "content": self.content,
@@ -170,6 +174,8 @@ class Message:
         }
         if self.tool_name is not None:
             out["tool_name"] = self.tool_name
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out
 
     @classmethod
@@ -177,8 +183,13 @@ class Message:
         """The inverse of ``to_dict``.
 
         Raises:
-            ValueError: an unknown role.
+            TypeError: ``data`` is not a mapping, or a tool call or its parameters are not.
+            ValueError: a missing or unknown role.
         """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a message is a mapping, not {type(data).__name__}")
+        if "role" not in data:
+            raise ValueError(f"a message needs a role: {sorted(map(str, data))!r}")
         return cls(
             role=as_role(data["role"]),
             content=data.get("content") or "",
@@ -186,6 +197,7 @@ class Message:
             tool_result=data.get("tool_result"),
             tool_calls=[ToolCall.coerce(c) for c in data["tool_calls"]] if data.get("tool_calls") else None,
             tool_call_id=data.get("tool_call_id"),
+            metadata=dict(data.get("metadata") or {}),
         )
 
 

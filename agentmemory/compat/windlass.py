@@ -21,7 +21,7 @@ from django.db import router
 
 from agentmemory.compat.store import StoredConversation
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
-from agentmemory.exceptions import AgentMemoryError
+from agentmemory.exceptions import AgentMemoryError, ConversationNotFound
 from agentmemory.llm.base import ChatModel, ChatResponse
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
@@ -98,6 +98,9 @@ def _as_list(
 ) -> list[Message | ChatMessage]:
     if isinstance(messages, Message | ChatMessage):
         return [messages]
+    if isinstance(messages, str | bytes | Mapping):
+        # iterating would hand on its characters or keys, and the error would name those
+        raise TypeError(f"expected a Message or a sequence of them, not {type(messages).__name__}")
     return list(messages)
 
 
@@ -152,6 +155,8 @@ class BufferMemory:
             self._threads[DEFAULT_THREAD] = StoredConversation(conversation)
         for thread_id, attached in (threads or {}).items():
             self._threads[thread_id] = StoredConversation(attached)
+        # threads given a conversation of the caller's: never replaced by a new one
+        self._attached = frozenset(self._threads)
 
     # -- threads ------------------------------------------------------------------------
 
@@ -173,7 +178,8 @@ class BufferMemory:
                     owner=self.owner,
                     agent_key=self.agent_key,
                     metadata={"compat": KIND, "thread_id": thread_id},
-                    settle=None if self.owner is None else lambda made: self._oldest(thread_id) or made,
+                    find=None if self.owner is None else lambda: self._oldest(thread_id),
+                    lock_key=f"windlass\0{getattr(self.owner, 'pk', self.owner)}\0{thread_id}",
                 )
                 self._threads[thread_id] = stored
             return stored
@@ -210,10 +216,24 @@ class BufferMemory:
 
         Raises:
             InvalidMessageError: a message our storage cannot hold; nothing is stored.
+            ConversationNotFound: the conversation given for the thread (``conversation=``,
+                ``threads=``) was deleted. A thread this memory created that was cleared
+                elsewhere meanwhile is started again.
         """
         items = _as_list(messages)
-        if items:
-            self._thread(thread_id).append([to_chat_message(m) for m in items])
+        if not items:
+            return
+        batch = [to_chat_message(m) for m in items]
+        try:
+            self._thread(thread_id).append(batch)
+        except ConversationNotFound:
+            # Another memory (another process) cleared the thread since this one last used
+            # it: the thread starts again, as after this memory's own clear().
+            if thread_id in self._attached:
+                raise
+            with self._lock:
+                self._threads.pop(thread_id, None)
+            self._thread(thread_id).append(batch)
 
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None

@@ -460,7 +460,7 @@ class ContextWindowBuilder(MemoryBlock):
             if not self.fit_newest_turn:
                 raise
             return self._with_summary_cut(max_tokens, max_messages, exc), True
-        if window.uncovered and window.summary_id is not None:
+        if window.summary_id is not None and (window.uncovered or self._summary_to_share):
             window = self._summary_fitted_to_window(window, max_tokens, max_messages)
         return window, False
 
@@ -471,9 +471,12 @@ class ContextWindowBuilder(MemoryBlock):
         (``summary_token_budget``) when the summary is longer and stored messages after it
         are left out: such a summary was made for a larger window (``request_compaction``
         without the budget the windows are built with) and took the room of the messages it
-        does not cover. Kept as it is when cutting leaves as many messages out. Logged as a
-        warning naming the budget to pass."""
-        share = summary_token_budget(max_tokens, system_tokens=window.system_tokens)
+        does not cover. Kept as it is when cutting leaves as many messages out. When none is
+        left out and a memory block is to join the window (``_summary_to_share``), cut to the
+        share of the request's budget: the block gets the room. Logged as a warning naming
+        the budget to pass when messages gain the room."""
+        of = max_tokens if window.uncovered else self._summary_to_share  # the request's budget
+        share = summary_token_budget(of, system_tokens=window.system_tokens)
         if window.summary_tokens <= share:
             return window
         try:
@@ -481,6 +484,8 @@ class ContextWindowBuilder(MemoryBlock):
         except ContextBudgetExceeded:
             return window
         if cut.uncovered.count >= window.uncovered.count:
+            if self._summary_to_share and not window.uncovered:
+                return cut
             return self._assemble(max_tokens, max_messages)  # the state of the window returned
         logger.warning(
             "the summary of conversation %s (%d tokens) was made for a larger window than this one "

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
         _UNSET: Any
         _memory_owner: Any
+        _summary_to_share: int
 
         @property
         def signal_sender(self) -> type: ...
@@ -62,6 +63,12 @@ if TYPE_CHECKING:
             self, window: ContextWindow, block: Any, room: int | None = None
         ) -> ContextWindow: ...
         def _with_memory(
+            self,
+            max_tokens: int,
+            max_messages: int | None,
+            window_of: Callable[[int, int | None], ContextWindow],
+        ) -> ContextWindow: ...
+        def _with_memory_within(
             self,
             max_tokens: int,
             max_messages: int | None,
@@ -151,6 +158,11 @@ class MemoryBlock:
 
     #: the sender of ``context_built``: ``ContextWindowBuilder``, for its subclasses too
     signal_sender: ClassVar[type]
+    #: the request's budget (tokens) while ``_with_memory`` builds a window the block is to
+    #: join, else 0: a summary longer than a summary made for that budget may be
+    #: (``summary_token_budget``) is then sent cut to that length even when no stored message
+    #: is left out (``ContextWindowBuilder.fit``), the rest going to the block
+    _summary_to_share: int = 0
 
     def complete(
         self: _Builder,
@@ -201,10 +213,31 @@ class MemoryBlock:
     ) -> ContextWindow:
         """The window built within ``max_tokens`` less the memory block's share
         (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
-        not fit in less, then the memory block in what is left (``_add_memory``). When that
-        window leaves messages out or cuts the summary and the block takes less than its share (or does not
-        come), the window is built again within ``max_tokens`` less the block's tokens (the
-        block kept unless that window sends messages it shows): one more window read."""
+        not fit in less, then the memory block in what is left (``_add_memory``). A summary
+        longer than a summary made for ``max_tokens`` may be (``summary_token_budget``: one
+        made for a larger window) is sent cut to that length, so that the block, which
+        recalls what the summary folded for the turn at hand, gets the rest. When that window
+        leaves messages out or cuts the summary and the block takes less than its share (or
+        does not come), the window is built again within ``max_tokens`` less the block's
+        tokens (the summary whole when it fits there; the block kept unless that window
+        sends messages it shows): one more window read.
+
+        Measured (docs/benchmarks.md, LoCoMo asked in the stored conversation at 2,000
+        tokens): the evidence in the request rose from 0.794 to 0.813 (full text) and from
+        0.836 to 0.847 (with the local embedder)."""
+        self._summary_to_share = max_tokens
+        try:
+            return self._with_memory_within(max_tokens, max_messages, window_of)
+        finally:
+            self._summary_to_share = 0
+
+    def _with_memory_within(
+        self: _Builder,
+        max_tokens: int,
+        max_messages: int | None,
+        window_of: Callable[[int, int | None], ContextWindow],
+    ) -> ContextWindow:
+        """``_with_memory``'s steps, run while ``_summary_to_share`` is set."""
         reserved = int(max_tokens * app_settings().MEMORY_RECALL_SHARE)
         window = None
         if 0 < reserved < max_tokens:
@@ -221,7 +254,8 @@ class MemoryBlock:
         # The block took less than its share (or did not come) while the window left history
         # out or cut the summary: the window is built again within what the block took, so
         # that the share is not lost, and keeps the block unless the wider window now sends
-        # what the block shows.
+        # what the block shows. The summary has that room back: whole when it fits.
+        self._summary_to_share = 0
         try:
             wider = replace(window_of(max_tokens - sent.memory_tokens, max_messages), max_tokens=max_tokens)
         except ContextBudgetExceeded:

@@ -12,9 +12,9 @@ into one delimited message of at most a given number of tokens.
    the messages the window already sends (``exclude_seqs``) are left out; its older
    messages, folded into a summary, are recallable like every past conversation's.
 2. **What comes along.** Each message found brings the message before it (the question an
-   answer needs) and the one after it (the reply); while the budget lasts, the messages two
-   places away follow. Messages are raised for the weight of their conversation
-   (``CONVERSATION_WEIGHT``), for their conversation's score as one document
+   answer needs) and the one after it (the reply); the messages two places away rank at
+   ``NEIGHBOUR_SHARE`` of its score among the other hits. Messages are raised for the
+   weight of their conversation (``CONVERSATION_WEIGHT``), for their conversation's score as one document
    (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a speaker the query names
    (``SPEAKER_WEIGHT``) and for being said in a time the query names relative to ``now``,
    when it is asked ("four weeks ago", "last Saturday": ``when.windows_in``, ``TIME_WEIGHT``).
@@ -80,11 +80,12 @@ MAX_KEPT_SENTENCES = 2
 #: fewer found than at 100 at half the cost; with an embedder 100, more found (docs/benchmarks.md)
 MAX_HITS = 50
 MAX_HITS_WITH_EMBEDDINGS = 100
-#: a neighbour of a hit, shown once every hit is, ranks at this share of the hit's score
-NEIGHBOUR_SHARE = 0.5
+#: a message two places from a hit ranks at this share of the hit's score, among the hits
+#: (LoCoMo, docs/benchmarks.md: 0.6 put more evidence in the block than 0.3, 0.5 and 0.85)
+NEIGHBOUR_SHARE = 0.6
 #: the places, relative to a hit, packed with it (the hit itself at 0) ...
 NEAR_OFFSETS = (-1, 0, 1)
-#: ... and the places packed later, at ``NEIGHBOUR_SHARE`` of its score, while the budget lasts
+#: ... and the places packed at ``NEIGHBOUR_SHARE`` of its score
 AROUND_OFFSETS = (-2, 2)
 #: a message's score is raised by up to this share for the weight of its conversation (its
 #: hits' scores summed, each next one counting ``CONVERSATION_DECAY`` of the one before,
@@ -416,7 +417,7 @@ def recall_memory(
         return None
 
     # 2. what each hit brings along: the message before an answer found through it, the reply
-    # after a matching question; then, while the budget lasts, the messages next to the hits
+    # after a matching question; the messages next to those at a share of the hit's score
     best = max((h.score for h in hits), default=0.0) or 1.0
     units: list[_Unit] = []
     later: list[_Unit] = []
@@ -437,8 +438,8 @@ def recall_memory(
         wanted.setdefault(hit.conversation_id, set()).update(keep)
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
     units += [_Unit(h.score / fact_best, fact=h.fact) for h in fact_hits]
-    units.sort(key=lambda u: -u.score)
     units += later
+    units.sort(key=lambda u: -u.score)
 
     hit_keys = {(h.conversation_id, h.seq) for h in hits}
     lines = _read_lines(owner_id, wanted, using, words, hit_keys, read)
