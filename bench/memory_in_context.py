@@ -35,7 +35,10 @@
   default: the LoCoMo turns of ``--data`` again and again, each with a running number) in
   conversations of 200 messages of one user, the tables analysed; then the time
   ``recall_memory`` adds to a turn, p50 and p95 over ``--queries`` of LoCoMo's questions, at
-  a 4,000-token budget. The rows are deleted and the tables vacuumed at the end.
+  a 4,000-token budget. The rows are deleted and the tables vacuumed at the end, unless
+  ``--keep``: then the messages are stored for a user named after their number
+  (``bench-memory-latency-<messages>``) and kept, and a later run with ``--keep`` and the
+  same ``--messages`` times the recalls over them without storing them again.
 
 Runs on the database of ``DATABASE_URL`` (SQLite by default) in scratch users' rows, deleted
 at the end, with the example project's ``AGENTMEMORY`` settings: ``AGENTMEMORY_EMBEDDER`` and
@@ -617,12 +620,26 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
 
     rng = random.Random(7)
     users = get_user_model().objects
-    owner = users.create(username=f"bench-memory-latency-{os.getpid()}-{time.time_ns()}")
     per_conversation = 200
     texts, questions = latency_texts(Path(args.data or DEFAULT_LOCOMO), rng)
+    kept = None
+    if args.keep:
+        # a kept history is reused only when it is whole (a run stopped while storing is not)
+        kept = users.filter(username=f"bench-memory-latency-{args.messages}").first()
+        if kept is not None and Message.objects.filter(conversation__owner=kept).count() != args.messages:
+            Conversation.objects.filter(owner=kept).delete()
+            kept.delete()
+            kept = None
+    if kept is not None:
+        owner = kept
+        log(f"reusing the {args.messages} messages kept by an earlier run with --keep")
+    elif args.keep:
+        owner = users.create(username=f"bench-memory-latency-{args.messages}")
+    else:
+        owner = users.create(username=f"bench-memory-latency-{os.getpid()}-{time.time_ns()}")
     try:
         started = time.perf_counter()
-        remaining = args.messages
+        remaining = 0 if kept is not None else args.messages
         while remaining > 0:
             n = min(per_conversation, remaining)
             conv = Conversation.objects.create(owner=owner, agent_key=AGENT_KEY)
@@ -637,8 +654,10 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
                 for seq in range(1, n + 1)
             )
             remaining -= n
-        log(f"stored {args.messages} messages in {time.perf_counter() - started:.1f}s on {connection.vendor}")
-        if connection.vendor == "postgresql":  # what autovacuum does after a bulk load
+        if kept is None:
+            took = time.perf_counter() - started
+            log(f"stored {args.messages} messages in {took:.1f}s on {connection.vendor}")
+        if connection.vendor == "postgresql" and kept is None:  # what autovacuum does after a bulk load
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE agentmemory_conversation, agentmemory_message")
         durations = []
@@ -649,11 +668,12 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
             if i >= 5:  # warm-up
                 durations.append(time.perf_counter() - started)
     finally:
-        Conversation.objects.filter(owner=owner).delete()
-        owner.delete()
+        if not args.keep:
+            Conversation.objects.filter(owner=owner).delete()
+            owner.delete()
         # what autovacuum does after a bulk delete: without it a second run in the same
         # database reads this run's dead rows (VACUUM runs outside a transaction only)
-        if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        if connection.vendor == "postgresql" and not args.keep and not connection.in_atomic_block:
             with connection.cursor() as cursor:
                 cursor.execute("VACUUM ANALYZE agentmemory_conversation, agentmemory_message")
     durations.sort()
@@ -687,6 +707,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--questions", type=int, help="LongMemEval: the first N questions")
     parser.add_argument("--messages", type=int, default=100_000, help="latency: stored messages")
     parser.add_argument("--queries", type=int, default=200, help="latency: recalls timed")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="latency: keep the stored messages, and reuse those an earlier --keep run kept",
+    )
     parser.add_argument("--json", dest="json_path", help="write the figures to this file")
     return parser.parse_args(argv)
 

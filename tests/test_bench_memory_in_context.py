@@ -123,6 +123,23 @@ def test_latency_runs_and_cleans_up() -> None:
     assert not Conversation.objects.exists()
 
 
+def test_latency_keep_reuses_the_stored_messages() -> None:
+    """``--keep`` leaves the stored messages in place and a second run with the same
+    ``--messages`` times its recalls over them instead of storing them again."""
+    from agentmemory.models import Message
+
+    lines: list[str] = []
+    args = ["latency", "--messages", "300", "--queries", "5", "--keep"]
+    first = run(parse_args(args), lines.append)
+    ids = set(Message.objects.values_list("pk", flat=True))
+    assert first["queries"] == 5 and len(ids) == 300
+    second = run(parse_args(args), lines.append)
+    assert second["queries"] == 5
+    assert set(Message.objects.values_list("pk", flat=True)) == ids
+    assert sum(line.startswith("stored 300 messages") for line in lines) == 1
+    assert sum(line.startswith("reusing the 300 messages") for line in lines) == 1
+
+
 def test_locomo_measures_the_request_agent_run_sends(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The plain window and memory block rows are what ``agent.run()`` of an agent with the
     compactor, knowledge memory and recall sends to its model: one model call per question,

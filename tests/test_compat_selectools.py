@@ -381,11 +381,22 @@ def test_a_round_trip_keeps_each_messages_metadata() -> None:
             TypeError,
             "parameters are a mapping",
         ),
+        (
+            {"messages": [{"role": "user", "content": "Hi"}], "summary": {"a": 1}},
+            TypeError,
+            "summary must be text",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "Hi"}], "summary": "x" * 31},
+            ValueError,
+            "MAX_MESSAGE_CHARS",
+        ),
     ],
 )
 def test_from_dict_refuses_a_malformed_document_and_stores_nothing(
-    data: dict[str, Any], error: type, match: str
+    data: dict[str, Any], error: type, match: str, settings: Any
 ) -> None:
+    settings.AGENTMEMORY = {**getattr(settings, "AGENTMEMORY", {}), "MAX_MESSAGE_CHARS": 30}
     with pytest.raises(error, match=match):
         ConversationMemory.from_dict(data)
     assert Conversation.objects.count() == 0

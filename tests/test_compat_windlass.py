@@ -339,6 +339,22 @@ def test_summaries_are_made_every_summarize_every_overflowed_messages_and_replay
     assert "msg 2" not in llm.calls[1][1].text
 
 
+def test_a_summary_prompt_is_bounded_and_keeps_the_newest_messages() -> None:
+    # a backlog of long messages must not make a request no model accepts (and that would
+    # fail again on every get)
+    from agentmemory.compat.windlass import SUMMARY_MESSAGE_CHARS, SUMMARY_PROMPT_CHARS
+
+    llm = FakeLLM(["folded"])
+    m = SummaryMemory(llm=llm, window=1, summarize_every=6)
+    m.add([Message.user(f"m{i} " + "x" * 50_000) for i in range(20)] + [Message.user("last")])
+    assert m.get()[0].content.endswith("folded")
+    prompt = llm.calls[0][1].text
+    assert len(prompt) < SUMMARY_PROMPT_CHARS + 200
+    assert len(llm.calls) == 1
+    assert "m19 " in prompt and "m0 " not in prompt  # the newest overflowed kept, the oldest left
+    assert "x" * (SUMMARY_MESSAGE_CHARS + 1) not in prompt
+
+
 def test_a_summary_survives_a_new_memory_of_the_same_owner() -> None:
     user = UserFactory()
     m = SummaryMemory(llm=FakeLLM(["kept"]), window=1, summarize_every=1, owner=user)

@@ -19,7 +19,8 @@ from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import MemoryScopeError
-from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory, trimmed
+from agentmemory.recall.lines import trimmed
+from agentmemory.recall.memory import BLOCK_CLOSE, BLOCK_OPEN, recall_memory
 from agentmemory.tokens import TiktokenCounter
 from tests.factories import UserFactory
 
@@ -394,21 +395,34 @@ def test_a_block_from_the_rows_the_search_read_is_the_block_read_anew(monkeypatc
 def test_round_trips_are_pinned(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     """One recall's statements: the message search (its ranking, which gives the candidates'
     places on PostgreSQL and needs a query of its own for them elsewhere; the neighbours,
-    read with the hits on PostgreSQL; the hits), whether the fact scope holds a fact, the
-    facts' ranking when it does, and one read of the messages shown with their
-    conversations' titles (on PostgreSQL, of those the search did not read)."""
+    read with the hits on PostgreSQL; the hits), one read of the messages shown with their
+    conversations' titles (on PostgreSQL, of those the search did not read), which also
+    answers whether the fact scope holds a fact, and the facts' ranking when it does."""
     user = UserFactory()
     for n in range(3):
         stored(user, [*FILLER, (None, f"The pottery class {n} is on Tuesday."), (None, "Noted.")])
     search = 2 if connection.vendor == "postgresql" else 4
-    with django_assert_num_queries(search + 1 + 1):
+    with django_assert_num_queries(search + 1):
         block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
     assert block is not None and not any(item.kind == "fact" for item in block.items)
     KnowledgeMemory(user).remember("The pottery class moved to Thursday.")
     facts = 1 if connection.vendor == "postgresql" else 2  # ranking and reading are one statement there
-    with django_assert_num_queries(search + 1 + facts + 1):
+    with django_assert_num_queries(search + 1 + facts):
         block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
     assert block is not None and any(item.kind == "fact" for item in block.items)
+
+
+def test_a_recall_that_reads_no_line_asks_for_facts_on_its_own(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """Where no message matches, no line is read: whether the scope holds a fact is asked
+    in a statement of its own, and the facts found make the block."""
+    user = UserFactory()
+    stored(user, [(None, "Hello there."), (None, "Hi.")])
+    KnowledgeMemory(user).remember("The pottery class moved to Thursday.")
+    search = 1  # the ranking finds nothing
+    facts = 1 if connection.vendor == "postgresql" else 2
+    with django_assert_num_queries(search + 1 + facts):
+        block = recall_memory(owner=user, query="When is the pottery class?", max_tokens=800)
+    assert block is not None and [item.kind for item in block.items] == ["fact"]
 
 
 def test_each_line_and_heading_is_counted_once() -> None:

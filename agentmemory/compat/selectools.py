@@ -27,6 +27,8 @@ from agentmemory.compat.selectools_agent import (
 )
 from agentmemory.compat.store import StoredConversation
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
+from agentmemory.conf import app_settings
+from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
 
@@ -199,6 +201,9 @@ class ConversationMemory:
 
     @summary.setter
     def summary(self, value: str | None) -> None:
+        """Raises TypeError: ``value`` is not text or None. InvalidMessageError: longer than
+        ``AGENTMEMORY["MAX_MESSAGE_CHARS"]`` (the summary is sent to the model as a message)."""
+        _check_summary(value)
         self._store.update_state(summary=value)
         self._summary = value
         self._summary_read = True
@@ -230,8 +235,10 @@ class ConversationMemory:
 
         Raises:
             ValueError: an invalid limit, a missing or unknown role.
-            TypeError: ``messages`` is not a list of mappings, or a tool call is malformed.
-            InvalidMessageError: a message our storage cannot hold.
+            TypeError: ``messages`` is not a list of mappings, a tool call is malformed, or
+                ``summary`` is neither text nor None.
+            InvalidMessageError: a message our storage cannot hold, or a summary longer
+                than ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``.
         Nothing is stored when any of them is raised.
         """
         memory = cls(
@@ -244,6 +251,7 @@ class ConversationMemory:
         if not isinstance(listed, list | tuple):
             raise TypeError(f"messages is a list of message mappings, not {type(listed).__name__}")
         messages = fix_tool_pair_boundary([Message.from_dict(m) for m in listed])
+        _check_summary(data.get("summary"))
         memory._floor = memory._store.last_seq()
         memory._store.append([to_chat_message(m) for m in messages])
         memory._exact = True
@@ -261,4 +269,18 @@ class ConversationMemory:
         return (
             f"ConversationMemory(max_messages={self.max_messages}, max_tokens={self.max_tokens}, "
             f"current_messages={len(self)})"
+        )
+
+
+def _check_summary(value: Any) -> None:
+    """Raises TypeError: ``value`` is neither text nor None. InvalidMessageError: longer than
+    ``AGENTMEMORY["MAX_MESSAGE_CHARS"]`` (a summary is sent to the model as a message)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"summary must be text or None, not {type(value).__name__}")
+    most = app_settings().MAX_MESSAGE_CHARS
+    if len(value) > most:
+        raise InvalidMessageError(
+            f"summary holds {len(value)} characters, more than AGENTMEMORY['MAX_MESSAGE_CHARS'] ({most})"
         )

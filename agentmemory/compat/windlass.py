@@ -53,6 +53,13 @@ SUMMARY_INSTRUCTIONS = (
     "Answer with the summary only, in a few sentences."
 )
 
+#: most characters of one message quoted in a summary prompt (the rest is cut, marked "…")
+SUMMARY_MESSAGE_CHARS = 4_000
+#: most characters of the messages quoted in one summary prompt: the newest are kept, so a
+#: fold of a long backlog (up to ``max_stored`` messages of up to ``MAX_MESSAGE_CHARS``) sends
+#: a request a model accepts instead of one that fails and is retried on every ``get``
+SUMMARY_PROMPT_CHARS = 60_000
+
 T = TypeVar("T")
 
 
@@ -389,7 +396,20 @@ class SummaryMemory(BufferMemory):
     def _fold(self, stored: StoredConversation, summary: str, overflow: list[Message]) -> str | None:
         """Ask the model for a summary of ``summary`` and ``overflow``; store and return it,
         or log the failure and return ``None``."""
-        transcript = "\n".join(f"{m.role.value}: {m.content}" for m in overflow)
+        lines: list[str] = []
+        room = SUMMARY_PROMPT_CHARS
+        for m in reversed(overflow):
+            content = (
+                m.content
+                if len(m.content) <= SUMMARY_MESSAGE_CHARS
+                else m.content[:SUMMARY_MESSAGE_CHARS] + "…"
+            )
+            line = f"{m.role.value}: {content}"
+            if len(line) > room:
+                break
+            lines.append(line)
+            room -= len(line) + 1
+        transcript = "\n".join(reversed(lines))
         prompt = f"Earlier summary:\n{summary or '(none)'}\n\nNew messages:\n{transcript}"
         try:
             response = self.llm.invoke([ChatMessage.system(SUMMARY_INSTRUCTIONS), ChatMessage.human(prompt)])

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -304,7 +305,21 @@ def _hits(
     does (recency; then the date named), sorted by score, newest message first."""
     now = timezone.now()
     date_boost = 1.0 + conf.RECALL_DATE_WEIGHT
-    hits = [
+    # scored and sorted first: only the ``k`` kept become hits
+    scored = [
+        (
+            -(
+                _boosted(spread_scores[row[0]], row[6], now, conf)
+                * (date_boost if written_in(row[6], periods) else 1.0)
+            ),
+            -row[0],
+            row,
+        )
+        for row in rows
+        if row[0] in spread_scores
+    ]
+    scored.sort(key=itemgetter(0, 1))  # best first, then the newest; ids are unique
+    return [
         MessageHit(
             message_id=pk,
             conversation_id=conversation_id,
@@ -314,16 +329,12 @@ def _hits(
             content=content or "",
             metadata=metadata or {},
             created_at=created_at,
-            score=_boosted(spread_scores[pk], created_at, now, conf)
-            * (date_boost if written_in(created_at, periods) else 1.0),
+            score=-score,
             relevance=relevance.get(pk, 0.0),
         )
-        for row in rows
+        for score, _pk, row in scored[:k]
         for pk, conversation_id, seq, role, content, metadata, created_at in (row[:7],)
-        if pk in spread_scores
     ]
-    hits.sort(key=lambda h: (-h.score, -h.message_id))
-    return hits[:k]
 
 
 def _boosted(score: float, created_at: datetime, now: datetime, conf: Any) -> float:
@@ -370,48 +381,59 @@ def _pg_spread_rows(
     in one statement (``_pg_places``), which settles the ``k``-th best and the cut-off."""
     places: dict[int, tuple[int, int]] = ranking.places
     scores: dict[int, float] = ranking.known
-    at_place = {place: pk for pk, place in places.items()}
     span = len(weights)
-    # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
-    at: dict[tuple[int, int], float] = {places[pk]: relevance[pk] for pk in relevance}
-    exact: dict[tuple[int, int], int] = {places[pk]: pk for pk in relevance}
-    unknown: set[tuple[int, int]] = set()
-    found_relevance: dict[int, float] = {}
+    steps = list(enumerate(weights, start=1))
+    # Worked out per conversation, seqs as plain ints (a tuple per lookup cost a third of
+    # this function's time): the ranked rows by seq, and the candidates' seqs
+    ranked_at: dict[int, dict[int, int]] = {}
+    for pk, (conversation_id, seq) in places.items():
+        here = ranked_at.get(conversation_id)
+        if here is None:
+            here = ranked_at[conversation_id] = {}
+        here[seq] = pk
+    candidates: dict[int, list[int]] = {}
     for pk in relevance:
         conversation_id, seq = places[pk]
-        for distance in range(1, span + 1):
-            for near in ((conversation_id, seq - distance), (conversation_id, seq + distance)):
-                if near in exact or near in unknown:
-                    continue
-                other = at_place.get(near)
-                if other is None:
-                    unknown.add(near)
-                else:
-                    exact[near] = other
-                    score = scores.get(other)
-                    at[near] = 0.0
-                    if score is not None:
-                        at[near] = found_relevance[other] = score / best
-    relevance.update(found_relevance)
-    steps = list(enumerate(weights, start=1))
-    get = at.get
-    # each place's relevance plus the weighted relevance of the places around it, added in
-    # the order ``spread`` adds them (the same sums to the last bit)
+        candidates.setdefault(conversation_id, []).append(seq)
     known_scores: dict[tuple[int, int], float] = {}
     maybe: dict[tuple[int, int], float] = {}
-    for into, where in ((known_scores, exact), (maybe, unknown)):
-        for place in where:
-            conversation_id, seq = place
-            score = get(place, 0.0)
-            for distance, weight in steps:
-                before = get((conversation_id, seq - distance))
-                if before:
-                    score += weight * before
-                after = get((conversation_id, seq + distance))
-                if after:
-                    score += weight * after
-            if score > 0:
-                into[place] = score
+    found_relevance: dict[int, float] = {}
+    for conversation_id, seqs in candidates.items():
+        ranked_here = ranked_at[conversation_id]
+        # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
+        at = {seq: relevance[ranked_here[seq]] for seq in seqs}
+        near: set[int] = set()
+        for seq in seqs:
+            near.update(range(seq - span, seq + span + 1))
+        near.difference_update(at)
+        exact = list(at)
+        unknown = []
+        for seq in near:
+            other = ranked_here.get(seq)
+            if other is None:
+                unknown.append(seq)
+                continue
+            exact.append(seq)
+            score = scores.get(other)
+            at[seq] = 0.0
+            if score is not None:
+                at[seq] = found_relevance[other] = score / best
+        get = at.get
+        # each place's relevance plus the weighted relevance of the places around it, added
+        # in the order ``spread`` adds them (the same sums to the last bit)
+        for into, where in ((known_scores, exact), (maybe, unknown)):
+            for seq in where:
+                score = get(seq, 0.0)
+                for distance, weight in steps:
+                    before = get(seq - distance)
+                    if before:
+                        score += weight * before
+                    after = get(seq + distance)
+                    if after:
+                        score += weight * after
+                if score > 0:
+                    into[(conversation_id, seq)] = score
+    relevance.update(found_relevance)
     ranked = sorted(known_scores.values(), reverse=True)
     floor = ranked[k - 1] / most if len(ranked) >= k else 0.0
     wanted = [place for place, score in known_scores.items() if score >= floor]

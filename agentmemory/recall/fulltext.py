@@ -378,16 +378,24 @@ def _pg_bm25(
     # Word weights come from the candidates: counting the whole scope on every query cost
     # 70 ms at 100,000 facts, and among the candidates a word's rarity orders them the same way.
     total = len(rows)
-    df = [sum(1 for row in rows if row[first + 1 + i]) for i in range(n_words)]
+    # each row's length and flags as one tuple: rows alike score alike, computed once
+    shapes = [row[first:] for row in rows]
+    by_column = list(zip(*shapes, strict=True))
+    df = [sum(1 for held in by_column[1 + i] if held) for i in range(n_words)]
     idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) for d in df]
-    avg_len = (sum(row[first] for row in rows) / len(rows)) or 1.0
-    scored = []
-    for row in rows:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * row[first] / avg_len)
-        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i in range(n_words) if row[first + 1 + i])
-        scored.append((row[0], score))
-    scored.sort(key=lambda item: (-item[1], -item[0]))
-    return scored[:limit]
+    avg_len = (sum(by_column[0]) / len(rows)) or 1.0
+    # each term as ``idf * (k1 + 1) / (1 + norm)``, evaluated in that order, summed in word order
+    weights = [weight * (BM25_K1 + 1) for weight in idf]
+    scores: dict[tuple[Any, ...], float] = {}
+    scored: list[tuple[float, int]] = []
+    for row, shape in zip(rows, shapes, strict=True):
+        score = scores.get(shape)
+        if score is None:
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * shape[0] / avg_len)
+            score = scores[shape] = sum(weights[i] / (1 + norm) for i in range(n_words) if shape[1 + i])
+        scored.append((-score, -row[0]))
+    scored.sort()  # best first, then the newest (highest id)
+    return [(-pk, -score) for score, pk in scored[:limit]]
 
 
 def one_conversation(queryset: QuerySet[Any]) -> int | None:

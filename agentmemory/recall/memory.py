@@ -30,26 +30,40 @@ into one delimited message of at most a given number of tokens.
    line, who said it (the transcript's speaker name, else "user" / "assistant").
 
 Cost: the queries of ``search_messages`` and ``KnowledgeMemory.recall`` and one query
-reading the messages shown with their conversations: a number independent of the history's
-length (pinned in ``tests/test_recall_memory.py``).
+reading the messages shown with their conversations, which also asks whether the fact
+scope holds a fact (``KnowledgeMemory.recall`` runs only when it does): a number
+independent of the history's length (pinned in ``tests/test_recall_memory.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
+from functools import lru_cache, partial
 from typing import Any
 
-from django.db import connections, router
+from django.db import router
 from django.utils import timezone
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.recall import _search, embeddings_wanted, pg_instant, pg_message_rows
+from agentmemory.recall import _search, embeddings_wanted
 from agentmemory.recall.dates import Period
+from agentmemory.recall.lines import (
+    MAX_READ_CHARS,
+    SHOWN_ROLES,
+    TRANSCRIPT_DATE_KEYS,
+    _Line,
+    _stem,
+    date_text,
+    neutralised,
+    read_lines,
+    session_date,
+    shown_day,
+)
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
 
@@ -62,20 +76,6 @@ BLOCK_HEADER = (
     "Recalled from the user's past conversations and saved facts, oldest first; each item "
     "gives the date it was said, the conversation (when it changes) and the speaker."
 )
-#: message metadata keys holding the date a transcript gave a message, first found wins
-TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
-#: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
-_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
-#: a message longer than this (characters) is cut to its relevant sentences (measured on
-#: LoCoMo, docs/benchmarks.md: 160 and 120 put more evidence in the block than 240 and 160,
-#: most with an embedder, where more hits compete for the budget)
-LONG_MESSAGE_CHARS = 160
-#: a message shown for a hit next to it is cut from this length (characters)
-NEIGHBOUR_MESSAGE_CHARS = 120
-#: the opening of a long message that is always kept (characters, whole sentences)
-OPENING_CHARS = 100
-#: most sentences kept from a long message beside its first one
-MAX_KEPT_SENTENCES = 2
 #: most messages searched for per block (five times as many candidates): with full text 50, no
 #: fewer found than at 100 at half the cost; with an embedder 100, more found (docs/benchmarks.md)
 MAX_HITS = 50
@@ -109,21 +109,6 @@ SPEAKER_WEIGHT = 0.3
 TIME_WEIGHT = 2.0
 #: most facts recalled per block
 MAX_FACTS = 10
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
-#: the roles of the messages a block shows: tool results are left out, whatever their tool's
-#: ``memory=`` policy ("omit", "stub"), which is the agent's at run time and not stored
-SHOWN_ROLES = ("human", "ai")
-#: the block's delimiter tags written anywhere in recalled text (any case, spaces, a slash)
-_TAG = re.compile(r"<(\s*/?\s*memory)", re.IGNORECASE)
-#: role words a transcript's speaker name may not be shown as (any word of the name)
-_ROLE_WORDS = frozenset({"system", "assistant", "user", "human", "ai", "tool", "developer", "model"})
-#: the label of a message's role where no speaker name is shown
-_ROLE_LABELS = {"human": "user", "ai": "assistant"}
-#: the characters a speaker name keeps
-_NAME_CHAR = re.compile(r"[^\w .'-]")
-#: most characters of a stored message read and cut (``trimmed``): the cost of a block is
-#: bounded by this, not by the size of a message
-MAX_READ_CHARS = 8000
 
 
 @dataclass(frozen=True)
@@ -166,158 +151,11 @@ class MemoryBlock:
 
 
 @dataclass
-class _Line:
-    conversation_id: int
-    seq: int
-    message_id: int
-    role: str
-    speaker: str
-    text: str
-    said_at: datetime
-    score: float
-    title: str
-    #: ``date_text(said_at)``, computed once per line
-    date: str = ""
-
-
-@dataclass
 class _Unit:
     score: float
     conversation_id: int | None = None
     seqs: list[int] = field(default_factory=list)
     fact: Any = None
-
-
-def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
-    """When a message was said: the session date a transcript gave in its metadata
-    (``TRANSCRIPT_DATE_KEYS``; LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's
-    "2023/05/21 (Sun) 19:50" or ISO 8601; read as UTC when it names no zone), else
-    ``created_at``. A value that does not parse, or names a date out of the range the block
-    can show (``OverflowError`` in UTC or the current time zone), is passed over."""
-    if isinstance(metadata, dict):
-        for key in TRANSCRIPT_DATE_KEYS:
-            value = metadata.get(key)
-            if isinstance(value, str) and value.strip():
-                text = " ".join(value.split())
-                parsed = None
-                for fmt in _DATE_FORMATS:
-                    try:
-                        parsed = datetime.strptime(text, fmt).replace(tzinfo=UTC)
-                        break
-                    except ValueError:
-                        continue
-                if parsed is None:
-                    try:
-                        parsed = datetime.fromisoformat(text)
-                    except ValueError:
-                        continue
-                    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-                try:
-                    # a date that cannot be shown in UTC or the current time zone (year 9999
-                    # west of UTC, year 1 east of it) is not a date the block can use
-                    parsed.astimezone(UTC)
-                    timezone.localtime(parsed)
-                except (OverflowError, ValueError):
-                    continue
-                return parsed
-    return created_at
-
-
-def date_text(when: datetime | None) -> str:
-    """``when`` as an absolute date a reader cannot misread: "Mon 8 May 2023"; "" for None.
-    It depends on ``shown_day(when)`` only."""
-    if when is None:
-        return ""
-    when = _shown(when)
-    return f"{when:%a} {when.day} {when:%B %Y}"
-
-
-def shown_day(when: datetime) -> date:
-    """The calendar day ``date_text`` shows for ``when``: its day in the current time zone
-    (aware, not UTC), else as given."""
-    return _shown(when).date()
-
-
-def _shown(when: datetime) -> datetime:
-    if timezone.is_aware(when) and when.tzinfo is not UTC:
-        with contextlib.suppress(OverflowError, ValueError):  # else shown as given
-            return timezone.localtime(when)
-    return when
-
-
-def _stem(word: str) -> str:
-    return word[:5]
-
-
-def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
-    """``text`` (its first ``MAX_READ_CHARS`` characters, whitespace collapsed, the block's
-    tags made inert: ``neutralised``) or, when longer than ``LONG_MESSAGE_CHARS``, its
-    opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
-    about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
-    by their first five letters, a rough stem), in their order, "…" where sentences are left
-    out."""
-    text = neutralised(text[:MAX_READ_CHARS])
-    if len(text) <= longest:
-        return text
-    sentences = _SENTENCE.split(text)
-    if len(sentences) <= 1:
-        return text[:longest].rstrip() + " …"
-    keep = set()
-    length = 0
-    for index, sentence in enumerate(sentences):
-        if length >= OPENING_CHARS:
-            break
-        keep.add(index)
-        length += len(sentence) + 1
-    wanted = {_stem(word) for word in words}
-    scored = []
-    for index, sentence in enumerate(sentences):
-        if index in keep:
-            continue
-        # An ASCII sentence's words are its lower-cased letters as written: a stem not in it
-        # stems none of them, so it holds none of ``words`` without being split into words
-        # (splitting each sentence cost about a third of cutting a recall's messages).
-        if sentence.isascii():
-            lowered = sentence.lower()
-            if not any(stem in lowered for stem in wanted):
-                continue
-        found = {_stem(word) for word in query_words(sentence)} & wanted
-        if found:
-            scored.append((-len(found), index))
-    keep |= {index for _n, index in sorted(scored)[:MAX_KEPT_SENTENCES]}
-    parts: list[str] = []
-    previous = -1
-    for index in sorted(keep):
-        if previous >= 0 and index != previous + 1:
-            parts.append("…")
-        parts.append(sentences[index])
-        previous = index
-    if previous != len(sentences) - 1:
-        parts.append("…")
-    return " ".join(parts)
-
-
-def neutralised(text: str) -> str:
-    """``text`` on one line (whitespace collapsed) with the block's delimiter tags written
-    in it made inert: their ``<`` becomes U+2039 (single left-pointing angle quotation mark),
-    so stored text can neither close the block nor open another."""
-    text = " ".join(text.split())
-    return _TAG.sub("\u2039\\1", text) if "<" in text else text  # most text has no tag
-
-
-def _speaker(role: str, metadata: Any) -> str:
-    """Who said a message: the transcript's speaker name (``metadata["speaker"]``) kept to
-    letters, digits, spaces, ``.'-`` and 40 characters, unless it is empty or one of its
-    words is a role word (``_ROLE_WORDS``); else the stored role's label ("user" /
-    "assistant"). A stored name can thus never pass a message off as another role's."""
-    label = _ROLE_LABELS.get(role, "tool")
-    if isinstance(metadata, dict):
-        name = metadata.get("speaker")
-        if isinstance(name, str):
-            name = " ".join(_NAME_CHAR.sub(" ", name).split())[:40].strip()
-            if name and not any(word.lower() in _ROLE_WORDS for word in name.split()):
-                return name
-    return label
 
 
 def recall_memory(
@@ -405,17 +243,6 @@ def recall_memory(
         now=now,
         read=read,
     )
-    fact_hits: list[Any] = []
-    if facts:
-        memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
-        skip = {int(pk) for pk in exclude_fact_ids}
-        # most owners of a long history keep few or no facts in a scope: ranking none cost more
-        # (the ranking statement's planning, 3-8 ms) than asking whether there is one
-        if memory.live_facts().exists():
-            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
-    if not hits and not fact_hits:
-        return None
-
     # 2. what each hit brings along: the message before an answer found through it, the reply
     # after a matching question; the messages next to those at a share of the hit's score
     best = max((h.score for h in hits), default=0.0) or 1.0
@@ -436,13 +263,33 @@ def recall_memory(
         units.append(_Unit(score, hit.conversation_id, [s for s in seqs if s in keep]))
         later.append(_Unit(score * NEIGHBOUR_SHARE, hit.conversation_id, [s for s in around if s in keep]))
         wanted.setdefault(hit.conversation_id, set()).update(keep)
+    hit_keys = {(h.conversation_id, h.seq) for h in hits}
+
+    # the facts: whether the scope holds one is asked in the statement reading the lines
+    # when there is one (a round trip less), else on its own
+    fact_hits: list[Any] = []
+    memory = None
+    holds_facts: bool | None = None
+    if facts:
+        memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
+    lines, holds_facts = read_lines(
+        owner_id, wanted, using, words, hit_keys, read, probe=None if memory is None else memory.live_facts()
+    )
+    if memory is not None:
+        skip = {int(pk) for pk in exclude_fact_ids}
+        # most owners of a long history keep few or no facts in a scope: ranking none cost more
+        # (the ranking statement's planning, 3-8 ms) than asking whether there is one
+        if holds_facts is None:
+            holds_facts = memory.live_facts().exists()
+        if holds_facts:
+            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
+    if not hits and not fact_hits:
+        return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
     units += [_Unit(h.score / fact_best, fact=h.fact) for h in fact_hits]
     units += later
     units.sort(key=lambda u: -u.score)
 
-    hit_keys = {(h.conversation_id, h.seq) for h in hits}
-    lines = _read_lines(owner_id, wanted, using, words, hit_keys, read)
     for unit in units:
         if unit.fact is None:
             unit.seqs = [s for s in unit.seqs if (unit.conversation_id, s) in lines]
@@ -455,6 +302,7 @@ def recall_memory(
     # left out (the message says it, with its neighbours), its tokens given back. Each line
     # and each heading is counted once (a unit that does not fit may be tried again later).
     line_costs: dict[tuple[int, int], int] = {}
+    line_floors: dict[tuple[int, int], int] = {}  # a line's fewest tokens, worked out once
     head_costs: dict[tuple[int, str, bool], int] = {}
     # A unit that cannot fit even at its fewest possible tokens is passed over uncounted:
     # with a tiktoken counter a line costs at least one token a word (its texts' only
@@ -462,18 +310,19 @@ def recall_memory(
     # words in one piece, and each piece is at least one token). Most units tried once the
     # block is nearly full are passed over so, instead of counting each of their lines.
     floors = type(counter) is TiktokenCounter
+    count_text = partial(_tiktoken_count, counter) if floors else counter.count_text
 
     def line_cost(key: tuple[int, int]) -> int:
         cost = line_costs.get(key)
         if cost is None:
-            cost = line_costs[key] = counter.count_text(_line_text(lines[key])) + 2
+            cost = line_costs[key] = count_text(_line_text(lines[key])) + 2
         return cost
 
     def head_cost(line: _Line, titled: bool) -> int:
         key = (line.conversation_id, line.date, titled)
         cost = head_costs.get(key)
         if cost is None:
-            cost = head_costs[key] = counter.count_text(_head(line, titled=titled)) + 1
+            cost = head_costs[key] = count_text(_head(line, titled=titled)) + 1
         return cost
 
     chosen: set[tuple[int, int]] = set()
@@ -487,7 +336,7 @@ def recall_memory(
         if unit.fact is not None:
             if unit.fact.source_message_id in shown_ids:
                 continue
-            cost = counter.count_text(_fact_text(unit.fact)) + 1
+            cost = count_text(_fact_text(unit.fact)) + 1
             if estimate + cost <= budget:
                 chosen_facts.append((unit.fact, unit.score))
                 fact_costs[unit.fact.pk] = cost
@@ -500,7 +349,10 @@ def recall_memory(
         if floors:
             fewest = estimate
             for key in new:
-                fewest += len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
+                least = line_floors.get(key)  # type: ignore[arg-type]
+                if least is None:
+                    least = line_floors[key] = len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
+                fewest += least
             if fewest > budget:
                 continue
         cost = 0
@@ -528,21 +380,95 @@ def recall_memory(
             if fact.source_message_id in shown_ids:
                 chosen_facts.remove((fact, score))
                 estimate -= fact_costs[fact.pk]
-    counted: dict[str, int] = {}  # an item the loop below leaves as it was is not counted again
-    items = _items(lines, chosen, chosen_facts, counter, counted)
-    tokens = block_cost([item.text for item in items])
+    counts = _Counts(counter, empty, block_cost)  # an item left as it was is not counted again
+    items = _items(lines, chosen, chosen_facts, counts)
+    tokens = counts.block(items)
     while items and tokens > max_tokens:
         weakest = min(chosen, key=lambda key: lines[key].score, default=None)
         if weakest is not None:
             chosen.discard(weakest)
         elif chosen_facts:
             chosen_facts.pop()
-        items = _items(lines, chosen, chosen_facts, counter, counted)
-        tokens = block_cost([item.text for item in items])
+        items = _items(lines, chosen, chosen_facts, counts)
+        tokens = counts.block(items)
     if not items:
         return None
     text = render([item.text for item in items])
     return MemoryBlock(text=text, tokens=tokens, items=tuple(items), query=query)
+
+
+#: most texts whose tiktoken counts ``_tiktoken_count`` keeps
+COUNTS_KEPT = 4096
+
+
+@lru_cache(maxsize=COUNTS_KEPT)
+def _tiktoken_count(counter: Any, text: str) -> int:
+    """``counter.count_text(text)`` for a ``TiktokenCounter`` (whose count depends on the
+    text alone), kept across recalls: the lines and headings of a user's blocks recur (over
+    200 LoCoMo questions at 100,000 stored messages, 59% of the characters of the lines
+    counted and 91% of the headings' had been counted by an earlier recall)."""
+    return int(counter.count_text(text))
+
+
+#: the pre-tokenizer pattern of tiktoken's cl100k_base (``tiktoken_ext.openai_public``).
+#: Under it, for texts A and B where B begins with a character other than whitespace,
+#: count(A + "\n" + B) == count(A + "\n") + count(B): no alternative of the pattern
+#: reaches past a newline into a character that is not whitespace (a punctuation run takes
+#: the newlines after it and stops; a whitespace run ends at the newline, ``\s++$`` and
+#: ``\s*[\r\n]`` giving the same piece there), and none looks behind, so the pieces of
+#: A + "\n" + B are those of A + "\n" followed by those of B, and tiktoken encodes each
+#: piece on its own. And count(A + "\n") == count(A) + count("\n") when A ends with a
+#: letter or digit: its last piece ends there whatever follows.
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
+class _Counts:
+    """The token counts of one recall's items (``item``) and of its block (``block``), each
+    item's kept by its text. With a tiktoken counter of ``_CL100K_PATTERN`` they are added
+    up from the counts of the lines (``_tiktoken_count``, kept across recalls) instead of
+    counting the items and the whole block again: the same numbers (the rule above; every
+    line, heading and the block's header and closing tag begin with a character other
+    than whitespace, which is checked), about a third of a recall's counting."""
+
+    def __init__(self, counter: Any, empty: int, block_cost: Any) -> None:
+        from agentmemory.tokens import TiktokenCounter
+
+        self.counter = counter
+        self.empty = empty
+        self.block_cost = block_cost
+        encoding = getattr(counter, "_encoding", None)
+        self.adds_up = (
+            type(counter) is TiktokenCounter and getattr(encoding, "_pat_str", None) == _CL100K_PATTERN
+        )
+        #: {item text: (its tokens, its tokens with a newline after it)}
+        self.texts: dict[str, tuple[int, int]] = {}
+
+    def item(self, parts: list[str]) -> tuple[str, int]:
+        """The text of the lines ``parts`` joined by newlines, and its tokens."""
+        text = "\n".join(parts)
+        known = self.texts.get(text)
+        if known is None:
+            count = partial(_tiktoken_count, self.counter) if self.adds_up else self.counter.count_text
+            if self.adds_up and all(part and not part[0].isspace() for part in parts):
+                newline = count("\n")
+                ends = [
+                    count(part) + newline if unicodedata.category(part[-1])[0] in "LN" else count(part + "\n")
+                    for part in parts
+                ]
+                known = (sum(ends[:-1]) + count(parts[-1]), sum(ends))
+            else:
+                known = (int(count(text)), int(count(text + "\n")) if self.adds_up else 0)
+            self.texts[text] = known
+        return text, known[0]
+
+    def block(self, items: Sequence[RecalledItem]) -> int:
+        """What the block of ``items`` costs as a message (``block_cost``)."""
+        if self.adds_up and all(item.text and not item.text[0].isspace() for item in items):
+            return self.empty + sum(self.texts[item.text][1] for item in items)
+        return int(self.block_cost([item.text for item in items]))
 
 
 def rank_messages(
@@ -744,162 +670,6 @@ def render(bodies: Sequence[str]) -> str:
     return "\n".join([BLOCK_OPEN, BLOCK_HEADER, *bodies, BLOCK_CLOSE])
 
 
-def _read_lines(
-    owner_id: int,
-    wanted: dict[int, set[int]],
-    using: str,
-    words: Sequence[str],
-    hit_keys: Collection[tuple[int, int]] = (),
-    read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
-) -> dict[tuple[int, int], _Line]:
-    """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
-    their conversations' titles: those of ``read`` (rows the search read, in the form of
-    ``_LINE_FIELDS`` with the title and uuid) as they are, the others in one query (none
-    when ``read`` holds them all). Each conversation's title and each session date a
-    transcript gave is read once."""
-    if not wanted:
-        return {}
-    read = read or {}
-    rows = [
-        row for c, seqs in wanted.items() for q in seqs if (row := read.get((c, q))) and row[3] in SHOWN_ROLES
-    ]
-    wanted = {c: left for c, seqs in wanted.items() if (left := {q for q in seqs if (c, q) not in read})}
-    if wanted:
-        read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
-        rows += read_lines(owner_id, wanted, using)
-    lines = {}
-    titles: dict[int, str] = {}
-    dates: dict[tuple[Any, ...], datetime | None] = {}
-    shown_dates: dict[date, str] = {}
-    for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
-        heading = titles.get(conversation_id)
-        if heading is None:
-            # the heading's own syntax (brackets, quotes) is not kept from a stored title
-            title = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
-            if len(title) > 48:
-                title = title[:47].rstrip() + "…"
-            heading = titles[conversation_id] = f'"{title}"' if title else f"conversation {str(uuid)[:8]}"
-        said_at = created_at
-        if metadata and isinstance(metadata, dict):  # most messages have none
-            # only text is read as a date (``session_date``): other values (a list, an
-            # object) count as absent, and a key of texts can be hashed
-            given = tuple(
-                value if isinstance(value := metadata.get(key), str) else None for key in TRANSCRIPT_DATE_KEYS
-            )
-            if given not in dates:
-                dates[given] = session_date(dict(zip(TRANSCRIPT_DATE_KEYS, given, strict=True)), None)
-            said_at = dates[given] or created_at
-        # the text shows the day only: worked out once per day (nearly every stored message
-        # has an instant of its own; formatting each cost 6 ms a recall)
-        day = shown_day(said_at)
-        shown = shown_dates.get(day)
-        if shown is None:
-            shown = shown_dates[day] = date_text(said_at)
-        lines[(conversation_id, seq)] = _Line(
-            conversation_id=conversation_id,
-            seq=seq,
-            message_id=message_id,
-            role=role,
-            speaker=_speaker(role, metadata) if metadata else _ROLE_LABELS.get(role, "tool"),
-            text=trimmed(
-                content or "",
-                words,
-                LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
-            ),
-            said_at=said_at,
-            score=0.0,
-            title=heading,
-            date=shown,
-        )
-    return lines
-
-
-#: the columns ``_read_lines`` reads, in order
-_LINE_FIELDS = ("id", "conversation", "seq", "role", "content", "metadata", "created_at")
-
-
-def _pg_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
-    """PostgreSQL: the rows of ``_read_lines``, each message found by the unique index of
-    ``(conversation, seq)`` (a ``LATERAL`` lookup per place, as ``recall._pg_near`` does); a
-    wide ``OR`` of ``(conversation = x AND seq IN (...))`` made the planner read every
-    message of the conversations named and filter them (40-60 ms at 100,000 messages)."""
-    from agentmemory.models import Conversation, Message
-
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    meta = Message._meta
-    columns = {field.name: str(field.column) for field in meta.concrete_fields}
-    column = {name: quote(columns[name]) for name in _LINE_FIELDS}
-    conversations = Conversation._meta
-    of_conversation = {field.name: str(field.column) for field in conversations.concrete_fields}
-    owner_column, title, uuid = (quote(of_conversation[name]) for name in ("owner", "title", "uuid"))
-    pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
-    created_at, instant = pg_instant(connection, "created_at")
-    sql = (
-        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.opening, m.metadata, {created_at}, "
-        f"c.{title}, c.{uuid} FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
-        f"CROSS JOIN LATERAL (SELECT {column['id']} AS id, {column['conversation']} AS conversation_id, "
-        f"{column['seq']} AS seq, {column['role']} AS role, "
-        # a bounded prefix of each message: reading and cutting cost what the block can show,
-        # whatever the message's size
-        f"SUBSTRING({column['content']}, 1, {MAX_READ_CHARS}) AS opening, "
-        f"{column['metadata']} AS metadata, {column['created_at']} AS created_at "
-        f"FROM {quote(meta.db_table)} WHERE {column['conversation']} = p.c AND {column['seq']} = p.s "
-        f"OFFSET 0) AS m JOIN {quote(conversations.db_table)} AS c ON c.{quote('id')} = m.conversation_id "
-        f"WHERE c.{owner_column} = %s AND m.role = ANY(%s) AND m.opening > ''"
-    )
-    # the arrays as literals: psycopg's adaptation of a list cost ten times as much
-    arrays = ["{" + ",".join(str(place[i]) for place in pairs) + "}" for i in (0, 1)]
-    params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return pg_message_rows(connection, cursor.fetchall(), instant)
-
-
-def _orm_lines(owner_id: int, wanted: dict[int, set[int]], using: str) -> list[tuple[Any, ...]]:
-    """The rows of ``_read_lines`` on other databases: one query with an ``OR`` of the places
-    of each conversation."""
-    from django.db.models import BooleanField
-    from django.db.models.expressions import RawSQL
-    from django.db.models.functions import Substr
-
-    from agentmemory.models import Message
-
-    quote = connections[using].ops.quote_name
-    meta = Message._meta
-    table = quote(meta.db_table)
-    conversation_column = f"{table}.{quote(str(meta.get_field('conversation').column))}"
-    seq_column = f"{table}.{quote(str(meta.get_field('seq').column))}"
-    terms, params = [], []
-    for conversation_id, seqs in wanted.items():
-        terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
-        params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
-    near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
-    return list(
-        Message.objects.using(using)
-        .filter(
-            near,
-            conversation_id__in=list(wanted),
-            conversation__owner_id=owner_id,
-            role__in=SHOWN_ROLES,
-            content__gt="",
-        )
-        .order_by()
-        .annotate(opening=Substr("content", 1, MAX_READ_CHARS))
-        .values_list(
-            "pk",
-            "conversation_id",
-            "seq",
-            "role",
-            "opening",
-            "metadata",
-            "created_at",
-            "conversation__title",
-            "conversation__uuid",
-        )
-    )
-
-
 def _head(line: _Line, *, titled: bool = True) -> str:
     return f"[{line.date} · {line.title}]" if titled else f"[{line.date}]"
 
@@ -926,20 +696,13 @@ def _items(
     lines: dict[tuple[int, int], _Line],
     chosen: set[tuple[int, int]],
     chosen_facts: list[Any],
-    counter: Any,
-    counts: dict[str, int],
+    counts: _Counts,
 ) -> list[RecalledItem]:
     """The chosen messages grouped by conversation and date (one item each: a provenance line,
     then the messages in order, "…" where messages between them are left out), and the chosen
-    facts, oldest first. ``counts`` caches the token counts by text across calls."""
-
-    def count(text: str) -> int:
-        if text not in counts:
-            counts[text] = int(counter.count_text(text))
-        return counts[text]
-
+    facts, oldest first. ``counts`` counts them (and keeps the counts across calls)."""
     items: list[RecalledItem] = []
-    heads: dict[int, _Line] = {}
+    heads: dict[int, tuple[_Line, list[str]]] = {}
     groups: dict[tuple[int, str], list[_Line]] = {}
     for key in sorted(chosen):
         line = lines[key]
@@ -950,12 +713,12 @@ def _items(
             if index and line.seq != run[index - 1].seq + 1:
                 texts.append("…")
             texts.append(_line_text(line))
-        text = "\n".join(texts)
+        text, tokens = counts.item(texts)
         items.append(
             RecalledItem(
                 kind="message",
                 text=text,
-                tokens=count(text),
+                tokens=tokens,
                 score=max(line.score for line in run),
                 conversation_id=run[0].conversation_id,
                 seqs=tuple(line.seq for line in run),
@@ -963,14 +726,14 @@ def _items(
                 said_at=run[0].said_at,
             )
         )
-        heads[len(items) - 1] = run[0]
+        heads[len(items) - 1] = (run[0], texts)
     for fact, score in chosen_facts:
-        text = _fact_text(fact)
+        text, tokens = counts.item([_fact_text(fact)])
         items.append(
             RecalledItem(
                 kind="fact",
                 text=text,
-                tokens=count(text),
+                tokens=tokens,
                 score=score,
                 conversation_id=None,
                 seqs=(),
@@ -989,11 +752,11 @@ def _items(
     ordered = []
     for index in order:
         item = items[index]
-        head = heads.get(index)
-        if head is not None:
+        if index in heads:
+            head, texts = heads[index]
             if head.conversation_id == previous:
-                text = item.text.replace(_head(head), _head(head, titled=False), 1)
-                item = replace(item, text=text, tokens=count(text))
+                text, tokens = counts.item([_head(head, titled=False), *texts[1:]])
+                item = replace(item, text=text, tokens=tokens)
             previous = head.conversation_id
         ordered.append(item)
     return ordered

@@ -1,0 +1,397 @@
+"""The lines of a memory block: the stored messages it shows, read in one statement with
+their conversations, cut to what the block can show (``trimmed``) and given their provenance
+(the date said: ``session_date``, ``date_text``; the speaker: ``_speaker``).
+``agentmemory.recall.memory`` packs them."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.db import connections
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from agentmemory.recall import pg_instant, pg_message_rows
+from agentmemory.recall.text import query_words
+
+#: message metadata keys holding the date a transcript gave a message, first found wins
+TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
+#: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
+#: a message longer than this (characters) is cut to its relevant sentences (measured on
+#: LoCoMo, docs/benchmarks.md: 160 and 120 put more evidence in the block than 240 and 160,
+#: most with an embedder, where more hits compete for the budget)
+LONG_MESSAGE_CHARS = 160
+#: a message shown for a hit next to it is cut from this length (characters)
+NEIGHBOUR_MESSAGE_CHARS = 120
+#: the opening of a long message that is always kept (characters, whole sentences)
+OPENING_CHARS = 100
+#: most sentences kept from a long message beside its first one
+MAX_KEPT_SENTENCES = 2
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+#: the roles of the messages a block shows: tool results are left out, whatever their tool's
+#: ``memory=`` policy ("omit", "stub"), which is the agent's at run time and not stored
+SHOWN_ROLES = ("human", "ai")
+#: the block's delimiter tags written anywhere in recalled text (any case, spaces, a slash)
+_TAG = re.compile(r"<(\s*/?\s*memory)", re.IGNORECASE)
+#: role words a transcript's speaker name may not be shown as (any word of the name)
+_ROLE_WORDS = frozenset({"system", "assistant", "user", "human", "ai", "tool", "developer", "model"})
+#: the label of a message's role where no speaker name is shown
+_ROLE_LABELS = {"human": "user", "ai": "assistant"}
+#: the characters a speaker name keeps
+_NAME_CHAR = re.compile(r"[^\w .'-]")
+#: most characters of a stored message read and cut (``trimmed``): the cost of a block is
+#: bounded by this, not by the size of a message
+MAX_READ_CHARS = 8000
+
+
+@dataclass
+class _Line:
+    conversation_id: int
+    seq: int
+    message_id: int
+    role: str
+    speaker: str
+    text: str
+    said_at: datetime
+    score: float
+    title: str
+    #: ``date_text(said_at)``, computed once per line
+    date: str = ""
+
+
+def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
+    """When a message was said: the session date a transcript gave in its metadata
+    (``TRANSCRIPT_DATE_KEYS``; LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's
+    "2023/05/21 (Sun) 19:50" or ISO 8601; read as UTC when it names no zone), else
+    ``created_at``. A value that does not parse, or names a date out of the range the block
+    can show (``OverflowError`` in UTC or the current time zone), is passed over."""
+    if isinstance(metadata, dict):
+        for key in TRANSCRIPT_DATE_KEYS:
+            value = metadata.get(key)
+            if isinstance(value, str) and value.strip():
+                text = " ".join(value.split())
+                parsed = None
+                for fmt in _DATE_FORMATS:
+                    try:
+                        parsed = datetime.strptime(text, fmt).replace(tzinfo=UTC)
+                        break
+                    except ValueError:
+                        continue
+                if parsed is None:
+                    try:
+                        parsed = datetime.fromisoformat(text)
+                    except ValueError:
+                        continue
+                    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+                try:
+                    # a date that cannot be shown in UTC or the current time zone (year 9999
+                    # west of UTC, year 1 east of it) is not a date the block can use
+                    parsed.astimezone(UTC)
+                    timezone.localtime(parsed)
+                except (OverflowError, ValueError):
+                    continue
+                return parsed
+    return created_at
+
+
+def date_text(when: datetime | None) -> str:
+    """``when`` as an absolute date a reader cannot misread: "Mon 8 May 2023"; "" for None.
+    It depends on ``shown_day(when)`` only."""
+    if when is None:
+        return ""
+    when = _shown(when)
+    return f"{when:%a} {when.day} {when:%B %Y}"
+
+
+def shown_day(when: datetime) -> date:
+    """The calendar day ``date_text`` shows for ``when``: its day in the current time zone
+    (aware, not UTC), else as given."""
+    return _shown(when).date()
+
+
+def _shown(when: datetime) -> datetime:
+    if timezone.is_aware(when) and when.tzinfo is not UTC:
+        with contextlib.suppress(OverflowError, ValueError):  # else shown as given
+            return timezone.localtime(when)
+    return when
+
+
+def _stem(word: str) -> str:
+    return word[:5]
+
+
+def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) -> str:
+    """``text`` (its first ``MAX_READ_CHARS`` characters, whitespace collapsed, the block's
+    tags made inert: ``neutralised``) or, when longer than ``LONG_MESSAGE_CHARS``, its
+    opening (its first sentences up to ``OPENING_CHARS`` characters: what the message is
+    about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
+    by their first five letters, a rough stem), in their order, "…" where sentences are left
+    out."""
+    return _cut(text, frozenset(_stem(word) for word in words), longest)
+
+
+def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
+    """``trimmed`` with the stems of its words (``_stem``) worked out once by the caller."""
+    text = neutralised(text[:MAX_READ_CHARS])
+    if len(text) <= longest:
+        return text
+    sentences = _SENTENCE.split(text)
+    if len(sentences) <= 1:
+        return text[:longest].rstrip() + " …"
+    keep = set()
+    length = 0
+    for index, sentence in enumerate(sentences):
+        if length >= OPENING_CHARS:
+            break
+        keep.add(index)
+        length += len(sentence) + 1
+    scored = []
+    # an ASCII text none of whose sentences can hold a stem (see below) is not looked at
+    # sentence by sentence
+    searched = not text.isascii() or any(stem in text.lower() for stem in wanted)
+    for index, sentence in enumerate(sentences if searched else ()):
+        if index in keep:
+            continue
+        # An ASCII sentence's words are its lower-cased letters as written: a stem not in it
+        # stems none of them, so it holds none of ``words`` without being split into words
+        # (splitting each sentence cost about a third of cutting a recall's messages).
+        if sentence.isascii():
+            lowered = sentence.lower()
+            if not any(stem in lowered for stem in wanted):
+                continue
+        found = {_stem(word) for word in query_words(sentence)} & wanted
+        if found:
+            scored.append((-len(found), index))
+    keep |= {index for _n, index in sorted(scored)[:MAX_KEPT_SENTENCES]}
+    parts: list[str] = []
+    previous = -1
+    for index in sorted(keep):
+        if previous >= 0 and index != previous + 1:
+            parts.append("…")
+        parts.append(sentences[index])
+        previous = index
+    if previous != len(sentences) - 1:
+        parts.append("…")
+    return " ".join(parts)
+
+
+def neutralised(text: str) -> str:
+    """``text`` on one line (whitespace collapsed) with the block's delimiter tags written
+    in it made inert: their ``<`` becomes U+2039 (single left-pointing angle quotation mark),
+    so stored text can neither close the block nor open another."""
+    text = " ".join(text.split())
+    return _TAG.sub("\u2039\\1", text) if "<" in text else text  # most text has no tag
+
+
+def _speaker(role: str, metadata: Any) -> str:
+    """Who said a message: the transcript's speaker name (``metadata["speaker"]``) kept to
+    letters, digits, spaces, ``.'-`` and 40 characters, unless it is empty or one of its
+    words is a role word (``_ROLE_WORDS``); else the stored role's label ("user" /
+    "assistant"). A stored name can thus never pass a message off as another role's."""
+    label = _ROLE_LABELS.get(role, "tool")
+    if isinstance(metadata, dict):
+        name = metadata.get("speaker")
+        if isinstance(name, str):
+            name = " ".join(_NAME_CHAR.sub(" ", name).split())[:40].strip()
+            if name and not any(word.lower() in _ROLE_WORDS for word in name.split()):
+                return name
+    return label
+
+
+def read_lines(
+    owner_id: int,
+    wanted: dict[int, set[int]],
+    using: str,
+    words: Sequence[str],
+    hit_keys: Collection[tuple[int, int]] = (),
+    read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
+    *,
+    probe: QuerySet[Any] | None = None,
+) -> tuple[dict[tuple[int, int], _Line], bool | None]:
+    """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
+    their conversations' titles: those of ``read`` (rows the search read, in the form of
+    ``_LINE_FIELDS`` with the title and uuid) as they are, the others in one query (none
+    when ``read`` holds them all). Each conversation's title and each session date a
+    transcript gave is read once.
+
+    ``probe``: a queryset (of any model) whose ``exists()`` that query answers too (it is
+    then run even when ``read`` holds every line), saving the caller a round trip. Returns
+    the lines by ``(conversation id, seq)`` and whether ``probe`` holds a row (None without
+    a probe, or when nothing is ``wanted``: no query is run)."""
+    if not wanted:
+        return {}, None
+    read = read or {}
+    rows = [
+        row for c, seqs in wanted.items() for q in seqs if (row := read.get((c, q))) and row[3] in SHOWN_ROLES
+    ]
+    wanted = {c: left for c, seqs in wanted.items() if (left := {q for q in seqs if (c, q) not in read})}
+    probed = None
+    if wanted or probe is not None:
+        read_lines = _pg_lines if connections[using].vendor == "postgresql" else _orm_lines
+        more, probed = read_lines(owner_id, wanted, using, probe)
+        rows += more
+    lines = {}
+    stems = frozenset(_stem(word) for word in words)
+    titles: dict[int, str] = {}
+    dates: dict[tuple[Any, ...], datetime | None] = {}
+    shown_dates: dict[date, str] = {}
+    for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
+        heading = titles.get(conversation_id)
+        if heading is None:
+            # the heading's own syntax (brackets, quotes) is not kept from a stored title
+            title = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
+            if len(title) > 48:
+                title = title[:47].rstrip() + "…"
+            heading = titles[conversation_id] = f'"{title}"' if title else f"conversation {str(uuid)[:8]}"
+        said_at = created_at
+        if metadata and isinstance(metadata, dict):  # most messages have none
+            # only text is read as a date (``session_date``): other values (a list, an
+            # object) count as absent, and a key of texts can be hashed
+            given = tuple(
+                value if isinstance(value := metadata.get(key), str) else None for key in TRANSCRIPT_DATE_KEYS
+            )
+            if given not in dates:
+                dates[given] = session_date(dict(zip(TRANSCRIPT_DATE_KEYS, given, strict=True)), None)
+            said_at = dates[given] or created_at
+        # the text shows the day only: worked out once per day (nearly every stored message
+        # has an instant of its own; formatting each cost 6 ms a recall)
+        day = shown_day(said_at)
+        shown = shown_dates.get(day)
+        if shown is None:
+            shown = shown_dates[day] = date_text(said_at)
+        lines[(conversation_id, seq)] = _Line(
+            conversation_id=conversation_id,
+            seq=seq,
+            message_id=message_id,
+            role=role,
+            speaker=_speaker(role, metadata) if metadata else _ROLE_LABELS.get(role, "tool"),
+            text=_cut(
+                content or "",
+                stems,
+                LONG_MESSAGE_CHARS if (conversation_id, seq) in hit_keys else NEIGHBOUR_MESSAGE_CHARS,
+            ),
+            said_at=said_at,
+            score=0.0,
+            title=heading,
+            date=shown,
+        )
+    return lines, probed
+
+
+#: the columns ``read_lines`` reads, in order
+_LINE_FIELDS = ("id", "conversation", "seq", "role", "content", "metadata", "created_at")
+
+
+def _pg_lines(
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+) -> tuple[list[tuple[Any, ...]], bool | None]:
+    """PostgreSQL: the rows of ``read_lines``, each message found by the unique index of
+    ``(conversation, seq)`` (a ``LATERAL`` lookup per place, as ``recall._pg_near`` does); a
+    wide ``OR`` of ``(conversation = x AND seq IN (...))`` made the planner read every
+    message of the conversations named and filter them (40-60 ms at 100,000 messages).
+    With ``probe``, the statement also says whether it holds a row: the places are joined
+    to one row of that ``EXISTS`` (``LEFT JOIN``: the answer comes back when no message is
+    found; None without a probe)."""
+    from agentmemory.models import Conversation, Message
+
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = Message._meta
+    columns = {field.name: str(field.column) for field in meta.concrete_fields}
+    column = {name: quote(columns[name]) for name in _LINE_FIELDS}
+    conversations = Conversation._meta
+    of_conversation = {field.name: str(field.column) for field in conversations.concrete_fields}
+    owner_column, title, uuid = (quote(of_conversation[name]) for name in ("owner", "title", "uuid"))
+    pairs = [(int(c), int(q)) for c, seqs in wanted.items() for q in sorted(seqs)]
+    created_at, instant = pg_instant(connection, "created_at")
+    sql = (
+        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.opening, m.metadata, {created_at}, "
+        f"c.{title}, c.{uuid} FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) "
+        f"CROSS JOIN LATERAL (SELECT {column['id']} AS id, {column['conversation']} AS conversation_id, "
+        f"{column['seq']} AS seq, {column['role']} AS role, "
+        # a bounded prefix of each message: reading and cutting cost what the block can show,
+        # whatever the message's size
+        f"SUBSTRING({column['content']}, 1, {MAX_READ_CHARS}) AS opening, "
+        f"{column['metadata']} AS metadata, {column['created_at']} AS created_at "
+        f"FROM {quote(meta.db_table)} WHERE {column['conversation']} = p.c AND {column['seq']} = p.s "
+        f"OFFSET 0) AS m JOIN {quote(conversations.db_table)} AS c ON c.{quote('id')} = m.conversation_id "
+        f"WHERE c.{owner_column} = %s AND m.role = ANY(%s) AND m.opening > ''"
+    )
+    # the arrays as literals: psycopg's adaptation of a list cost ten times as much
+    arrays = ["{" + ",".join(str(place[i]) for place in pairs) + "}" for i in (0, 1)]
+    params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
+    if probe is not None:
+        inner, probe_params = probe.order_by().values("pk")[:1].query.sql_with_params()
+        probed = f"(SELECT EXISTS({inner}) AS probed) AS f"
+        sql = f"SELECT l.*, f.probed FROM {probed} LEFT JOIN ({sql}) AS l ON true"
+        params = [*probe_params, *params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if probe is None:
+        return pg_message_rows(connection, rows, instant), None
+    found = [row[:-1] for row in rows if row[0] is not None]
+    return pg_message_rows(connection, found, instant), bool(rows[0][-1])
+
+
+def _orm_lines(
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+) -> tuple[list[tuple[Any, ...]], bool | None]:
+    """The rows of ``read_lines`` on other databases: one query with an ``OR`` of the places
+    of each conversation; with ``probe``, whether it holds a row, as ``_pg_lines`` says it."""
+    from django.db.models import BooleanField, Exists
+    from django.db.models.expressions import RawSQL
+    from django.db.models.functions import Substr
+
+    from agentmemory.models import Message
+
+    if not wanted:
+        return [], None if probe is None else probe.exists()
+    quote = connections[using].ops.quote_name
+    meta = Message._meta
+    table = quote(meta.db_table)
+    conversation_column = f"{table}.{quote(str(meta.get_field('conversation').column))}"
+    seq_column = f"{table}.{quote(str(meta.get_field('seq').column))}"
+    terms, params = [], []
+    for conversation_id, seqs in wanted.items():
+        terms.append(f"({conversation_column} = %s AND {seq_column} IN ({', '.join(['%s'] * len(seqs))}))")
+        params += [int(conversation_id), *sorted(int(seq) for seq in seqs)]
+    near = RawSQL(" OR ".join(terms), params, output_field=BooleanField())
+    fields = [
+        "pk",
+        "conversation_id",
+        "seq",
+        "role",
+        "opening",
+        "metadata",
+        "created_at",
+        "conversation__title",
+        "conversation__uuid",
+    ]
+    annotations: dict[str, Any] = {"opening": Substr("content", 1, MAX_READ_CHARS)}
+    if probe is not None:
+        annotations["probed"] = Exists(probe.order_by().values("pk"))
+        fields.append("probed")
+    rows = list(
+        Message.objects.using(using)
+        .filter(
+            near,
+            conversation_id__in=list(wanted),
+            conversation__owner_id=owner_id,
+            role__in=SHOWN_ROLES,
+            content__gt="",
+        )
+        .order_by()
+        .annotate(**annotations)
+        .values_list(*fields)
+    )
+    if probe is None or not rows:
+        return rows, None
+    return [row[:-1] for row in rows], bool(rows[0][-1])
