@@ -151,6 +151,19 @@ def test_facts_of_the_scope_are_recalled_and_excluded_facts_are_not() -> None:
     assert recall_memory(owner=user, query="favourite tea", max_tokens=400, facts=False) is None
 
 
+def test_facts_are_those_live_when_the_question_is_asked() -> None:
+    # a question replayed as of a later time must not be shown what had expired by then
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    user = UserFactory()
+    KnowledgeMemory(user).remember("The user's favourite tea is oolong.", ttl=timedelta(days=1))
+    assert recall_memory(owner=user, query="favourite tea", max_tokens=400) is not None
+    later = timezone.now() + timedelta(days=2)
+    assert recall_memory(owner=user, query="favourite tea", max_tokens=400, now=later) is None
+
+
 def test_none_when_nothing_matches_or_no_room() -> None:
     user = UserFactory()
     stored(user, FILLER)

@@ -69,3 +69,24 @@ def test_any_lines_count_as_the_counter_counts_them(parts: list[str]) -> None:
     text, tokens = counts.item(parts)
     assert tokens == COUNTER.count_text(text)
     assert counts.texts[text][1] == COUNTER.count_text(text + "\n")
+
+
+def test_counts_are_kept_by_encoding_so_a_counter_made_per_build_reuses_them() -> None:
+    # a host that makes a TiktokenCounter for each build must neither miss the cache nor
+    # keep every counter alive in it
+    import gc
+    import weakref
+
+    from agentmemory.recall.memory import _encoding_count, _tiktoken_count
+
+    text = "Caroline: a line counted by one counter, then by another one."
+    first = TiktokenCounter("cl100k_base")
+    assert _tiktoken_count(first, text) == first.count_text(text)
+    hits = _encoding_count.cache_info().hits
+    second = TiktokenCounter("cl100k_base")
+    assert _tiktoken_count(second, text) == second.count_text(text)
+    assert _encoding_count.cache_info().hits == hits + 1
+    gone = weakref.ref(second)
+    del second
+    gc.collect()
+    assert gone() is None

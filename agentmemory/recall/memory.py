@@ -192,7 +192,9 @@ def recall_memory(
             None: the facts stored without one).
         now: when ``query`` is asked (an aware datetime): the times it names relative to
             then ("last Saturday") favour the messages said then (``rank_messages``);
-            default ``timezone.now()``, the time of a turn being answered.
+            default ``timezone.now()``, the time of a turn being answered. Facts are
+            those live then (an entry expired by ``now`` is left out) and their recall is
+            recorded at ``now``.
 
     Returns:
         A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
@@ -273,16 +275,22 @@ def recall_memory(
     if facts:
         memory = KnowledgeMemory(owner_id, agent_key=fact_agent_key, namespace=namespace, using=using)
     lines, holds_facts = read_lines(
-        owner_id, wanted, using, words, hit_keys, read, probe=None if memory is None else memory.live_facts()
+        owner_id,
+        wanted,
+        using,
+        words,
+        hit_keys,
+        read,
+        probe=None if memory is None else memory.live_facts(now),
     )
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
-            holds_facts = memory.live_facts().exists()
+            holds_facts = memory.live_facts(now).exists()
         if holds_facts:
-            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS) if h.fact.pk not in skip]
+            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS, now=now) if h.fact.pk not in skip]
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
@@ -401,13 +409,20 @@ def recall_memory(
 COUNTS_KEPT = 4096
 
 
-@lru_cache(maxsize=COUNTS_KEPT)
 def _tiktoken_count(counter: Any, text: str) -> int:
-    """``counter.count_text(text)`` for a ``TiktokenCounter`` (whose count depends on the
-    text alone), kept across recalls: the lines and headings of a user's blocks recur (over
-    200 LoCoMo questions at 100,000 stored messages, 59% of the characters of the lines
-    counted and 91% of the headings' had been counted by an earlier recall)."""
-    return int(counter.count_text(text))
+    """``counter.count_text(text)`` for a ``TiktokenCounter`` (whose count depends on its
+    encoding and the text alone), kept across recalls by encoding (``_encoding_count``): the
+    lines and headings of a user's blocks recur (over 200 LoCoMo questions at 100,000 stored
+    messages, 59% of the characters of the lines counted and 91% of the headings' had been
+    counted by an earlier recall). Keyed by the encoding, which tiktoken makes once per
+    process, so a counter made for each build neither misses the cache nor is kept alive."""
+    return _encoding_count(counter._encoding, text)
+
+
+@lru_cache(maxsize=COUNTS_KEPT)
+def _encoding_count(encoding: Any, text: str) -> int:
+    """``TiktokenCounter.count_text``: tokens of ``text`` by ``encoding.encode_ordinary``."""
+    return len(encoding.encode_ordinary(text)) if text else 0
 
 
 #: the pre-tokenizer pattern of tiktoken's cl100k_base (``tiktoken_ext.openai_public``).
