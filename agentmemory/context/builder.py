@@ -736,15 +736,20 @@ class ContextWindowBuilder(MemoryBlock):
         )
         messages.extend(history)
         seqs = [m.seq for m in history if m.seq is not None]
-
-        window = ContextWindow(
+        first_seq = min(seqs) if seqs else None  # results go in call order, not seq order
+        self._pinned_floor = conv.pinned_through
+        # What the gap accounting needs, here and in ``_with_summary_cut``.
+        self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen, head)
+        uncovered = NO_UNCOVERED  # worked out first: the window is made once, not ``replace``d
+        if self.gap_policy != "ignore" and not coverage_unknown:
+            uncovered = self._uncovered_after(packed, using, floor_seq, conv, first_seq)
+        return ContextWindow(
             messages=messages,
             max_tokens=max_tokens,
             system_tokens=system_tokens,
             summary_tokens=summary_tokens,
             history_tokens=history_tokens,
-            # Parallel results are sent in call order, not seq order: take min and max.
-            first_seq=min(seqs) if seqs else None,
+            first_seq=first_seq,
             last_seq=max(seqs) if seqs else None,
             summary_id=summary.pk if summary else None,
             summary_through_seq=summary.through_seq if summary else None,
@@ -754,13 +759,8 @@ class ContextWindowBuilder(MemoryBlock):
             placeholders=tuple(packed.placeholders),
             truncated=(SUMMARY_CUT, *truncated) if summary_cut else tuple(truncated),
             rows_read=reader.rows_read,
+            uncovered=uncovered,
         )
-        self._pinned_floor = conv.pinned_through
-        # What the gap accounting needs, here and in ``_with_summary_cut``.
-        self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen, head)
-        if self.gap_policy == "ignore" or coverage_unknown:
-            return window
-        return self._account_gap(window, packed, using, floor_seq=floor_seq, conv=conv)
 
     def _summary_part(
         self, summary: SummaryRow | None, custom_text: str | None, summary_limit: int | None
@@ -902,18 +902,19 @@ class ContextWindowBuilder(MemoryBlock):
             seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
         )
 
-    def _account_gap(
-        self, window: ContextWindow, packed: PackResult, using: str, *, floor_seq: int, conv: ConversationRow
-    ) -> ContextWindow:
-        """``window`` with what it leaves in neither itself nor the summary
-        (``uncovered``): nothing to look up when packing read every row down to the floor
-        (nothing blocked it) and dropped nothing older than the window but waiting
-        exchanges and orphans; otherwise ``_gap`` works it out."""
-        before = window.first_seq if window.first_seq is not None else _NO_SEQ
+    def _uncovered_after(
+        self, packed: PackResult, using: str, floor_seq: int, conv: ConversationRow, first_seq: int | None
+    ) -> UncoveredMessages:
+        """What the window whose oldest history seq is ``first_seq`` leaves in neither
+        itself nor the summary (``ContextWindow.uncovered``; ``NO_UNCOVERED`` for none):
+        nothing to look up when packing read every row down to the floor (nothing blocked
+        it) and dropped nothing older than the window but waiting exchanges and orphans;
+        otherwise ``_gap`` works it out."""
+        before = first_seq if first_seq is not None else _NO_SEQ
         if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
-            return window
+            return NO_UNCOVERED
         uncovered = self._gap(using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges)
-        return replace(window, uncovered=uncovered) if uncovered.count else window
+        return uncovered if uncovered.count else NO_UNCOVERED
 
     def _marker_tokens(
         self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmemory import signals
+from agentmemory.context.packing import _SEQ, _TOKENS
 from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
 from agentmemory.store.window import GapProbe, WindowHead
@@ -102,7 +103,8 @@ def _derive_gap(
         return NO_UNCOVERED
     count = hi - lo + 1
     # The window read every row from ``before`` on (the reader goes newest first).
-    tokens = conv.stored_tokens - below - sum(r.token_count for r in state.rows_seen if r.seq >= before)
+    # (``RowMeta`` fields by position: one pass over every row read, in every reported build.)
+    tokens = conv.stored_tokens - below - sum([r[_TOKENS] for r in state.rows_seen if r[_SEQ] >= before])
     excluded: set[int] = set()
     for seq, row_tokens in probe.orphans:
         if seq > after:
@@ -157,7 +159,10 @@ def report_left_out(sender: Any, conversation_id: int, window: ContextWindow, re
             bounds[1] if bounds else "-",
             reason,
         )
-    signals.messages_left_out.send(
+    signal = signals.messages_left_out
+    if not signal.receivers:
+        return  # ``Signal.send`` returns at once too: its arguments are not worked out
+    signal.send(
         sender=sender,
         conversation_id=conversation_id,
         window=window,

@@ -199,6 +199,11 @@ def pack_history(
                 unit = _with_placeholders(row, unit, unanswered, placeholder_tokens)
             if uncapped:
                 cost = sum([r[_TOKENS] for r in unit])
+            elif not marker_tokens and max_tool_result_tokens is not None:
+                # ``_effective_tokens`` with a cap and no markers, inlined: the default
+                # builder caps tool results, and this runs for every exchange of its windows.
+                limit = max_tool_result_tokens
+                cost = sum([limit if r[_ROLE] == _TOOL and r[_TOKENS] > limit else r[_TOKENS] for r in unit])
             else:
                 cost = sum(_effective_tokens(r, max_tool_result_tokens, marker_tokens) for r in unit)
         else:
@@ -243,13 +248,14 @@ def pack_history(
             r.seq for r in chosen if r.role == _TOOL and not r.placeholder and r.seq in marked
         ]
     if max_tool_result_tokens is not None:
+        # By position, the cheap comparisons first: the default builder caps tool results.
         result.capped = [
-            r.seq
+            r[_SEQ]
             for r in chosen
-            if r.role == _TOOL
-            and not r.placeholder
-            and r.token_count > max_tool_result_tokens
-            and r.seq not in marked
+            if r[_ROLE] == _TOOL
+            and r[_TOKENS] > max_tool_result_tokens
+            and not r[_PLACEHOLDER]
+            and r[_SEQ] not in marked
         ]
     return result
 
