@@ -21,6 +21,7 @@ from agentmemory.conf import get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.builder import turn_query
 from agentmemory.context.window import MEMORY_BLOCK_KEY
+from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
@@ -790,3 +791,43 @@ def test_a_summary_over_its_share_is_whole_beside_a_small_block(user, past) -> N
     # the block (two messages) took less than its share: the summary had its room back
     assert window.memory is not None and "flowerpot" in window.memory.text
     assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens
+
+
+@pytest.mark.parametrize("recall_fails", [True, False])
+def test_a_turn_too_large_for_less_than_the_budget_keeps_its_summary(
+    user, past, monkeypatch, recall_fails
+) -> None:  # type: ignore[no-untyped-def]
+    # the turn does not fit beside the system prompt in the budget less the block's share,
+    # so the window is built within the whole budget: a summary cut to its share there for a
+    # block that then fails, or takes less, has the room back
+    question = "Where is the spare key to the boathouse? " + " ".join(f"detail{i}" for i in range(150))
+    conv = ask(user, question, before=["Hello there.", "Hi!"])
+    text = " ".join(f"The user talked about garden topic {i}." for i in range(25))
+    tokens = get_token_counter().count_message(ChatMessage.system(text))
+    summary = Summary.objects.create(
+        conversation=conv, text=text, first_seq=1, through_seq=2, token_count=tokens
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    if recall_fails:
+
+        def broken(**kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("the database is away")
+
+        monkeypatch.setattr("agentmemory.recall.memory.recall_memory", broken)
+    system = "You are a careful assistant. " * 100
+    budget = 1_200
+    plain = ContextWindowBuilder(conv, memory_recall=False, system_prompt=system).build(budget)
+    assert "summary" not in plain.truncated and plain.total_tokens <= budget
+    with pytest.raises(ContextBudgetExceeded):  # the case: no room in the budget less the share
+        ContextWindowBuilder(conv, memory_recall=False, system_prompt=system).build(budget - budget // 4)
+    window = ContextWindowBuilder(conv, memory_recall=True, system_prompt=system).build(budget)
+    assert window.total_tokens <= budget
+    if recall_fails:
+        assert window.memory is None
+        assert "summary" not in window.truncated and window.summary_tokens == plain.summary_tokens
+    else:
+        # the block came and took less than its share: the summary keeps all but its room
+        assert window.memory is not None
+        room = budget - window.memory_tokens - plain.system_tokens - plain.history_tokens
+        assert window.summary_tokens >= min(plain.summary_tokens, room - 5)
+        assert ("summary" in window.truncated) == (window.summary_tokens < plain.summary_tokens)

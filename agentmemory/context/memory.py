@@ -224,7 +224,11 @@ class MemoryBlock:
 
         Measured (docs/benchmarks.md, LoCoMo asked in the stored conversation at 2,000
         tokens): the evidence in the request rose from 0.794 to 0.813 (full text) and from
-        0.836 to 0.847 (with the local embedder)."""
+        0.836 to 0.847 (with the local embedder).
+
+        When the turn does not fit in the budget less the share, the window is built within
+        the whole budget, its summary still cut to its share, and built again the same way
+        when the block takes less than its share."""
         self._summary_to_share = max_tokens
         try:
             return self._with_memory_within(max_tokens, max_messages, window_of)
@@ -245,10 +249,14 @@ class MemoryBlock:
                 window = window_of(max_tokens - reserved, max_messages)
             except ContextBudgetExceeded:
                 window = None  # the turn needs the block's share too: the block gets what is left
+        whole = window is None
         if window is None:
-            return self._add_memory(replace(window_of(max_tokens, max_messages), max_tokens=max_tokens))
+            window = window_of(max_tokens, max_messages)
         sent = self._add_memory(replace(window, max_tokens=max_tokens))
-        cut = bool(window.uncovered) or "summary" in window.truncated
+        # Within the whole budget the summary is still cut to its share for the block: when
+        # the block then takes less (or fails), the summary has that room back below. What
+        # such a window leaves out is not the block's doing and is not built again for.
+        cut = "summary" in window.truncated or (not whole and bool(window.uncovered))
         if not cut or sent.memory_tokens >= reserved:
             return sent
         # The block took less than its share (or did not come) while the window left history
