@@ -633,6 +633,17 @@ def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: i
     assert "flowerpot" in body["memory"]["text"]
     assert body["memory"]["tokens"] == body["memory_tokens"]
     assert body["memory"]["items"][0]["kind"] in ("message", "fact")
+    # each item says where it comes from by the public ids the rest of the API uses
+    said = [i for i in body["memory"]["items"] if i["kind"] == "message"]
+    assert said and {i["conversation"] for i in said} == {str(past.uuid)}
+    assert all(i["fact"] is None for i in said)
+    fact = (
+        KnowledgeMemory(user, agent_key="support")
+        .store("The boathouse spare key is under the flowerpot.")
+        .fact
+    )
+    facts = api.get(url + "?max_tokens=2000&memory_recall=true").json()["memory"]["items"]
+    assert [(i["fact"], i["conversation"]) for i in facts if i["kind"] == "fact"] == [(str(fact.uuid), None)]
     assert [m["part"] for m in body["messages"]] == ["memory", "history"]
     assert body["messages"][0]["token_count"] == body["memory_tokens"]
     assert body["total_tokens"] == body["memory_tokens"] + body["history_tokens"] <= 2_000

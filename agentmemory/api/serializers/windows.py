@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import router
 from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
@@ -21,6 +22,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.formats.anthropic import to_anthropic
 from agentmemory.formats.openai import to_openai_messages
 from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Fact
 from agentmemory.tokens import TokenCounter
 
 # -- context windows ------------------------------------------------------------------------
@@ -125,6 +127,15 @@ class RecalledItemSerializer(serializers.Serializer):
     said_at = serializers.DateTimeField(
         allow_null=True, help_text="When it was said: the date a transcript gave, else when it was stored."
     )
+    conversation = serializers.UUIDField(
+        allow_null=True,
+        help_text="The public id of the conversation the messages were said in (null for a fact, "
+        "or when that conversation was deleted meanwhile).",
+    )
+    fact = serializers.UUIDField(
+        allow_null=True,
+        help_text="The public id of the fact (null for messages, or when it was deleted meanwhile).",
+    )
 
 
 class MemoryBlockSerializer(serializers.Serializer):
@@ -190,6 +201,10 @@ class ContextWindowSerializer(serializers.Serializer):
         block = window.memory
         if block is None:
             return None
+        conversations = _public_ids(
+            Conversation, {i.conversation_id for i in block.items if i.conversation_id}
+        )
+        facts = _public_ids(Fact, {i.fact_id for i in block.items if i.fact_id})
         return {
             "text": block.text,
             "tokens": window.memory_tokens,
@@ -202,6 +217,8 @@ class ContextWindowSerializer(serializers.Serializer):
                     "score": item.score,
                     "seqs": list(item.seqs),
                     "said_at": item.said_at.isoformat() if item.said_at is not None else None,
+                    "conversation": conversations.get(item.conversation_id),
+                    "fact": facts.get(item.fact_id),
                 }
                 for item in block.items
             ],
@@ -261,3 +278,12 @@ class ContextBudgetErrorSerializer(serializers.Serializer):
     tokens = serializers.IntegerField(help_text="Its size (tokens).")
     available = serializers.IntegerField(help_text="Tokens left for it after system prompt and summary.")
     max_tokens = serializers.IntegerField()
+
+
+def _public_ids(model: Any, pks: set[Any]) -> dict[Any, str]:
+    """``{primary key: uuid as text}`` of the rows of ``model`` among ``pks``: one query, none
+    when ``pks`` is empty (the API names conversations and facts by their uuid only)."""
+    if not pks:
+        return {}
+    rows = model.objects.using(router.db_for_read(model)).filter(pk__in=pks).values_list("pk", "uuid")
+    return {pk: str(public) for pk, public in rows}
