@@ -657,6 +657,22 @@ def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: i
     assert "flowerpot" in langchain["messages"][0]["data"]["content"]
 
 
+def test_the_admin_context_page_recalls_in_the_scope_the_api_does(
+    admin_client, api, user, past, settings
+) -> None:  # type: ignore[no-untyped-def]
+    # one rule for what a conversation's block may draw on: the page must not show memory of
+    # other agent keys that the endpoint (and an agent of that key) leaves out
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    conv = ask(user, "Where is the spare key to the boathouse?", agent_key="other")
+    api_body = api.get(f"/api/conversations/{conv.uuid}/context/?max_tokens=2000").json()
+    assert api_body["memory"] is None
+    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+    assert page.status_code == 200 and "flowerpot" not in page.content.decode()
+    same_key = ask(user, "Where is the spare key to the boathouse?", agent_key="support")
+    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[same_key.pk]))
+    assert "flowerpot" in page.content.decode()
+
+
 def test_the_admin_context_page_labels_the_block(admin_client, user, past, settings) -> None:  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
     conv = ask(user, "Where is the spare key to the boathouse?")

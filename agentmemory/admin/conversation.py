@@ -531,9 +531,12 @@ class ConversationAdmin(CheckedQueryAdmin):
         if not errors:
             counter = get_token_counter()
             try:
-                window = ContextWindowBuilder(obj, token_counter=counter).build(
-                    max_tokens, max_messages=max_messages
-                )
+                # the memory block in the scope the API's context endpoint uses: the
+                # conversations and facts of the conversation's agent key (all of the
+                # owner's when it has none), so the page shows what the endpoint answers
+                window = ContextWindowBuilder(
+                    obj, token_counter=counter, memory_agent_key=obj.agent_key or None
+                ).build(max_tokens, max_messages=max_messages)
             except ContextBudgetExceeded as exc:
                 budget_error = exc
             else:
