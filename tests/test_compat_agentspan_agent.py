@@ -123,7 +123,12 @@ def test_expose_as_a_tool_block(openai_env: FakeOpenAIServer, capsys: Any) -> No
     assert declared == {
         "name": "get_context",
         "description": "Retrieve relevant context from memory.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "additionalProperties": False,  # our Tool's declaration: other arguments are refused
+        },
     }
     [call] = result.tool_calls
     assert call["name"] == "get_context" and call["input"] == {"query": "Python JavaScript"}
@@ -133,6 +138,55 @@ def test_expose_as_a_tool_block(openai_env: FakeOpenAIServer, capsys: Any) -> No
     assert [m["role"] for m in result.messages] == ["user", "tool_call", "tool", "assistant"]
     # without instructions no system message is sent
     assert openai_env.requests[0]["messages"] == [{"role": "user", "content": "What language should I use?"}]
+
+
+def test_a_tool_argument_of_the_wrong_type_is_answered_with_an_error_and_the_tool_not_run(
+    openai_env: FakeOpenAIServer,
+) -> None:
+    openai_env.enqueue_tool_call("lookup_order", {"order_id": 1001}, call_id="call_1")
+    openai_env.enqueue_text("Which order number?")
+    ran = []
+
+    def lookup_order(order_id: str) -> str:
+        """Look up an order by its number."""
+        ran.append(order_id)
+        return "shipped"
+
+    with AgentRuntime() as runtime:
+        result = runtime.run(Agent(name="a", model="openai/gpt-4o", tools=[lookup_order]), "Where is it?")
+
+    assert ran == []
+    [call] = result.tool_calls
+    assert call["output"] == "Error: invalid arguments for lookup_order: order_id must be a string, not 1001"
+    assert openai_env.requests[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": call["output"],
+    }
+    assert result.output == {"result": "Which order number?"}
+
+
+def test_a_tool_our_tool_cannot_describe_or_run_is_refused_when_the_agent_is_made() -> None:
+    def scale(factor: complex) -> str:
+        """Scale."""
+        return str(factor)
+
+    def recall(context, query: str) -> str:  # type: ignore[no-untyped-def]
+        """Recall."""
+        return query
+
+    def search(query: str) -> str:
+        """Search."""
+        return query
+
+    with pytest.raises(TypeError, match="no JSON Schema"):
+        Agent(name="a", model="openai/gpt-4o", tools=[scale])
+    with pytest.raises(TypeError, match="ToolContext"):
+        Agent(name="a", model="openai/gpt-4o", tools=[recall])
+    with pytest.raises(TypeError, match="not int"):
+        Agent(name="a", model="openai/gpt-4o", tools=[3])
+    with pytest.raises(ValueError, match="share a name"):
+        Agent(name="a", model="openai/gpt-4o", tools=[search, tool(search)])
 
 
 def test_inject_into_system_prompt_block(openai_env: FakeOpenAIServer) -> None:

@@ -195,6 +195,7 @@ def test_a_tool_of_yours_beside_remember_and_its_result_in_the_agent_result(
         "type": "object",
         "properties": {"city": {"type": "string"}},
         "required": ["city"],
+        "additionalProperties": False,  # our Tool's declaration: other arguments are refused
     }
 
 
@@ -536,9 +537,51 @@ def test_one_of_our_chat_models_and_our_tool_declarations_are_accepted() -> None
                 "type": "object",
                 "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                 "required": ["a", "b"],
+                "additionalProperties": False,
             },
         }
     ]
+
+
+def test_tools_are_ours_and_an_argument_of_the_wrong_type_is_an_error_result_the_model_reads() -> None:
+    """The agent's tools are our ``Tool`` (a ``@tool`` and a plain function alike): the model's
+    arguments are checked against the signature's types before the function runs, as in our
+    agents, and a bad one is answered with an error text, so the model can call again."""
+    from agentmemory.agents import Tool
+    from agentmemory.compat.selectools import tool
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.messages import ChatMessage
+
+    ran = []
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        ran.append((a, b))
+        return a + b
+
+    def shout(text: str) -> str:
+        """Say it loud."""
+        return text.upper()
+
+    wrong = [{"id": "c1", "name": "add", "arguments": {"a": "2", "b": 3}}]  # a string for an int
+    again = [{"id": "c2", "name": "add", "arguments": {"a": 2, "b": 3}}]
+    model = ScriptedChatModel(
+        [ChatMessage.ai(None, tool_calls=wrong), ChatMessage.ai(None, tool_calls=again), "5"]
+    )
+    memory = ConversationMemory()
+    agent = Agent(tools=[add, shout], provider=model, memory=memory)
+    assert [(type(t), t.name) for t in agent.tools] == [(Tool, "add"), (Tool, "shout")]
+
+    result = agent.run("2 + 3?")
+
+    assert (result.content, result.iterations) == ("5", 3)
+    assert ran == [(2, 3)]  # the function never ran with the bad argument
+    refused, answered = [m for m in memory.get_history() if m.role is Role.TOOL]
+    assert refused.content == 'Error: invalid arguments for add: a must be an integer, not "2"'
+    assert (refused.tool_call_id, refused.metadata) == ("c1", {})
+    assert answered.content == "5"
+    assert model.calls[1][0][-1].content == refused.content  # the model is sent the error
 
 
 RESTART_SCRIPT = """

@@ -1,10 +1,10 @@
 """The layers of ``docs/architecture.md`` hold: no module imports one of a higher layer, no
 import circle spans two folders, no module is over 1,000 lines; the storage floor imports only
-models, messages and settings; the core never imports an integration; the chat history does
-not import recall; the window builder never asks for a compaction (``agentmemory.closing``
-does). Imports inside functions count like those at the top of a module, and importing
-``a.b.c`` counts as importing the package ``a.b`` too (Python runs its ``__init__`` first);
-type-only imports do not count."""
+models, messages and settings; the core never imports an integration (``contrib``,
+``compat``), nor one integration another; the chat history does not import recall; the window
+builder never asks for a compaction (``agentmemory.closing`` does). Imports inside functions
+count like those at the top of a module, and importing ``a.b.c`` counts as importing the
+package ``a.b`` too (Python runs its ``__init__`` first); type-only imports do not count."""
 
 from __future__ import annotations
 
@@ -55,12 +55,20 @@ def test_the_storage_floor_imports_only_models_messages_and_settings(path: Path)
     assert outside == set()
 
 
-def test_the_core_never_imports_an_integration() -> None:
+#: the integration folders: ``contrib/`` (optional apps) and ``compat/`` (other frameworks' classes)
+INTEGRATIONS = ("contrib", "compat")
+
+
+def test_the_core_never_imports_an_integration_nor_one_integration_another() -> None:
     offenders = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "contrib" in path.relative_to(PACKAGE).parts:
-            continue
-        reached = {name for name in imported_modules(path) if name.startswith("agentmemory.contrib")}
+        own = path.relative_to(PACKAGE).parts[0]
+        others = tuple(f"agentmemory.{name}" for name in INTEGRATIONS if name != own)
+        reached = {
+            name
+            for name in imported_modules(path)
+            if any(name == other or name.startswith(other + ".") for other in others)
+        }
         if reached:
             offenders[str(path.relative_to(PACKAGE))] = reached
     assert offenders == {}
@@ -101,11 +109,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("knowledge and the memory block", ("knowledge", "recall.memory")),
     (
         "compaction and upkeep",
-        ("compaction", "flush", "calls", "semantic", "compat", "tasks", "transfer", "deletion", "retention"),
+        ("compaction", "flush", "calls", "semantic", "tasks", "transfer", "deletion", "retention"),
     ),
     ("agent loop", ("agents", "closing")),
     ("surfaces", ("api", "admin", "management", "replay", "checks", "apps")),
-    ("integrations", ("contrib",)),
+    ("integrations", ("contrib", "compat")),
 ]
 
 

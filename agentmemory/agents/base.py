@@ -60,9 +60,8 @@ from agentmemory.agents.tools import (
     MemoryPolicy,
     Tool,
     ToolOutcome,
-    invalid_json_outcome,
     not_run_outcome,
-    unknown_tool_outcome,
+    prepared_call,
 )
 from agentmemory.calls import USAGE_COUNTED, USAGE_PROVIDER, ChatCallRecorder, counted_usage, tools_text
 from agentmemory.closing import build_closing_gap
@@ -423,13 +422,8 @@ class BaseToolCallingAgent:
     # -- tools --------------------------------------------------------------------------
 
     def _prepared(self, call: ToolCall) -> Tool | ToolOutcome:
-        """The tool to run, or the error result for a call that cannot run."""
-        found = self.tools.get(call.name)
-        if found is None:
-            return unknown_tool_outcome(call, list(self.tools))
-        if RAW_ARGUMENTS_KEY in call.arguments:
-            return invalid_json_outcome(call)
-        return found
+        """The tool to run, or the error result for a call that cannot run (``prepared_call``)."""
+        return prepared_call(call, self.tools)
 
     def execute_tool(self, call: ToolCall, injector: AgentInjector) -> ToolOutcome:
         """Run one call; every failure (unknown tool, bad arguments, exception) becomes an

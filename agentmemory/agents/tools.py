@@ -672,6 +672,27 @@ def invalid_json_outcome(call: ToolCall) -> ToolOutcome:
     return _outcome(call, text, time.monotonic(), error=True)
 
 
+def prepared_call(call: ToolCall, tools: Mapping[str, Tool]) -> Tool | ToolOutcome:
+    """The tool of ``tools`` (by name) that answers ``call``, or the error result of a call
+    that cannot run: a name no tool has (``unknown_tool_outcome``), or arguments that were
+    not a JSON object (``invalid_json_outcome``)."""
+    found = tools.get(call.name)
+    if found is None:
+        return unknown_tool_outcome(call, list(tools))
+    if RAW_ARGUMENTS_KEY in call.arguments:
+        return invalid_json_outcome(call)
+    return found
+
+
+def run_call(call: ToolCall, tools: Mapping[str, Tool], injector: AgentInjector | None = None) -> ToolOutcome:
+    """Answer ``call`` with the tool of ``tools`` it names (``Tool.run``: arguments checked
+    against the signature and types); never raises ``Exception``: an unknown tool, arguments
+    that are not a JSON object or do not fit, and the tool's own failure become an
+    ``"Error: ..."`` result the model reads."""
+    prepared = prepared_call(call, tools)
+    return prepared if isinstance(prepared, ToolOutcome) else prepared.run(call, injector)
+
+
 def not_run_outcome(call: ToolCall, max_rounds: int) -> ToolOutcome:
     """The result for a call made after the turn's tool-round bound: not run."""
     text = (

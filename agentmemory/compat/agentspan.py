@@ -1,7 +1,7 @@
 """agentspan's memories (seed 003): ``ConversationMemory`` backed by a stored conversation,
 ``SemanticMemory`` over our semantic memory, and (from ``agentmemory.compat.agentspan_agent``)
-``Agent``, ``AgentRuntime``, ``AgentResult`` and ``tool``, run in process through our LLM
-adapters.
+``Agent``, ``AgentRuntime`` and ``AgentResult``, run in process through our LLM adapters; and
+``tool``, our ``agentmemory.agents.tool`` (agentspan's decorator spelling, giving our ``Tool``).
 
     from agentmemory.compat.agentspan import Agent, AgentRuntime, ConversationMemory, tool
     from agentmemory.compat.agentspan import SemanticMemory
@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from agentmemory.agents.tools import tool
 from agentmemory.compat.agentspan_agent import Agent, AgentResult, AgentRuntime, SemanticMemory, TokenUsage
 from agentmemory.compat.agentspan_messages import as_dict as _as_dict
 from agentmemory.compat.agentspan_messages import from_dict as _from_dict
-from agentmemory.compat.loop import tool
 from agentmemory.compat.store import StoredConversation
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation

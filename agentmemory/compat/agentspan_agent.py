@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmemory.agents.tools import Tool
 from agentmemory.compat.agentspan_messages import as_dict, from_dict
-from agentmemory.compat.loop import FunctionTool, as_tool, model_from_string, run_loop
+from agentmemory.compat.loop import as_tools, model_from_string, run_loop
 from agentmemory.compat.owners import owner_or_shared
 from agentmemory.exceptions import LLMError
 from agentmemory.llm.base import ChatModel
@@ -162,14 +163,17 @@ class Agent:
             of our ``ChatModel``s; resolved when a run starts.
         instructions: the system prompt: text, or a function of no arguments returning it
             (called on each run).
-        tools: functions or ``@tool`` objects.
+        tools: functions or ``@tool`` objects: our ``Tool``s, whose arguments are checked
+            against the signature and types before the function runs
+            (``agentmemory.compat.loop.as_tools``).
         memory: a ``ConversationMemory`` (``agentmemory.compat.agentspan``) whose
             ``messages`` are sent before the prompt.
         max_turns: model calls per run at most.
 
     Raises:
         TypeError: a ``memory`` without ``messages`` (a ``SemanticMemory``: expose it as a
-            tool or in ``instructions``, as agentspan's document shows).
+            tool or in ``instructions``, as agentspan's document shows); a tool that is not
+            callable or that ``Tool`` refuses (``as_tools``).
         ValueError: two tools with one name.
     """
 
@@ -190,10 +194,7 @@ class Agent:
         self.name = name
         self.model = model
         self.instructions = instructions
-        self.tools: list[FunctionTool] = [as_tool(t) for t in tools or ()]
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"two tools share a name: {names}")
+        self.tools: list[Tool] = as_tools(tools)
         self.memory = memory
         self.max_turns = max_turns
 

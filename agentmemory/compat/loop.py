@@ -5,160 +5,57 @@ model strings.
 The loop is the frameworks' own: their memories decide what is sent (selectools sends its
 ``ConversationMemory`` window, agentspan prepends ``memory.messages``), so the turn does
 not go through ``BaseToolCallingAgent`` (which builds our token-budgeted window over a
-stored conversation, and is a layer above this package). The models are our adapters
-(``agentmemory.llm``), so a compat agent reaches the same providers as ours.
+stored conversation). Their tools are ours (``agentmemory.agents.tools.Tool``, what the
+frameworks' ``@tool`` and a plain function become), run as our agents run them
+(``run_call``), and the models are our adapters (``agentmemory.llm``), so a compat agent
+reaches the same providers as ours.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
 import os
-import re
-import types
-import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmemory.agents.tools import Tool, run_call
 from agentmemory.conf import app_settings
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
-from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.validation import safe_str, storable_json, storable_text
 
-__all__ = ["FunctionTool", "LoopResult", "as_tool", "model_from_string", "run_loop", "tool"]
-
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_JSON_TYPES: dict[Any, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    dict: "object",
-}
+__all__ = ["LoopResult", "as_tools", "model_from_string", "run_loop"]
 
 
-def _schema(hint: Any) -> dict[str, Any]:
-    """The JSON Schema of a parameter annotation: the plain JSON types, ``list[...]``,
-    ``dict[...]`` and ``X | None``; anything else is left open (``{}``)."""
-    origin = typing.get_origin(hint)
-    if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _schema(args[0]) if len(args) == 1 else {}
-    base = origin or hint
-    kind = _JSON_TYPES.get(base)
-    return {"type": kind} if kind else {}
-
-
-class FunctionTool:
-    """A function a compat agent's model can call: ``name``, ``description`` (the docstring's
-    first paragraph unless given), ``parameters`` (a JSON Schema object built from the
-    signature); calling it calls the function.
+def as_tools(items: Sequence[Any] | None) -> list[Tool]:
+    """The ``tools=[...]`` of a compat agent as our ``Tool`` objects: a ``Tool`` (``@tool``
+    from ``agentmemory.compat.selectools``, ``agentmemory.compat.agentspan`` or
+    ``agentmemory.agents``) as it is, a plain function as ``Tool(function)``.
 
     Raises:
-        TypeError: a name outside ``[A-Za-z0-9_-]{1,64}`` (the providers' rule), or
-            ``*args``/``**kwargs``.
+        TypeError: an item that is not callable; a function ``Tool`` refuses (a parameter
+            type without a JSON Schema, ``*args``/``**kwargs``, a name the providers refuse);
+            a tool taking a ``ToolContext`` (only our agents have one to give).
+        ValueError: two tools with one name.
     """
-
-    def __init__(
-        self, func: Callable[..., Any], *, name: str | None = None, description: str | None = None
-    ) -> None:
-        self.func = func
-        self.name = name or func.__name__
-        if not _NAME.match(self.name):
-            raise TypeError(f"tool name {self.name!r} must match [A-Za-z0-9_-]{{1,64}} (provider rule)")
-        doc = inspect.getdoc(func) or ""
-        self.description = description if description is not None else doc.split("\n\n")[0].strip()
-        try:
-            hints = typing.get_type_hints(func)
-        except Exception:  # unresolvable annotations: parameters are left open
-            hints = {}
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        for param in inspect.signature(func).parameters.values():
-            if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-                raise TypeError(f"tool {self.name!r}: *args and **kwargs cannot be described to a model")
-            schema = _schema(hints.get(param.name))
-            if param.default is inspect.Parameter.empty:
-                required.append(param.name)
-            elif isinstance(param.default, str | int | float | bool):
-                schema["default"] = param.default
-            properties[param.name] = schema
-        self.parameters: dict[str, Any] = {"type": "object", "properties": properties}
-        if required:
-            self.parameters["required"] = required
-        self._required = required
-        self.__doc__ = func.__doc__
-        self.__name__ = self.name
-        self.__wrapped__ = func
-
-    def __repr__(self) -> str:
-        return f"<FunctionTool {self.name}>"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(*args, **kwargs)
-
-    def schema(self) -> dict[str, Any]:
-        """The declaration sent to the model: ``{"name", "description", "parameters"}``."""
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
-
-    def run(self, arguments: Mapping[str, Any]) -> tuple[str, bool]:
-        """Call the function with the model's arguments; returns ``(text, error)``. Never
-        raises ``Exception``: a bad argument or a failure becomes an ``"Error: ..."`` text the
-        model can read (a ``str`` result is sent as is, anything else as JSON)."""
-        if RAW_ARGUMENTS_KEY in arguments:
-            return f"Error: the arguments of {self.name} were not a JSON object", True
-        known = self.parameters["properties"]
-        unknown = sorted(set(arguments) - set(known))
-        missing = [n for n in self._required if n not in arguments]
-        if unknown or missing:
-            problem = f"unknown argument(s) {', '.join(unknown)}" if unknown else ""
-            problem += ("; " if problem and missing else "") + (
-                f"missing required argument(s): {', '.join(missing)}" if missing else ""
+    tools: list[Tool] = []
+    for item in items or ():
+        if not isinstance(item, Tool):
+            if not callable(item):
+                raise TypeError(f"a tool is a function or a @tool, not {type(item).__name__}")
+            item = Tool(item)
+        if item.context_param is not None:
+            raise TypeError(
+                f"tool {item.name!r}: parameter {item.context_param!r} asks for a ToolContext, which "
+                "only our agents give; annotate it with its type if the model should fill it"
             )
-            return f"Error: invalid arguments for {self.name}: {problem}", True
-        try:
-            value = self.func(**arguments)
-        except Exception as exc:
-            return f"Error: {type(exc).__name__}: {exc}", True
-        if isinstance(value, str):
-            return value, False
-        try:
-            return json.dumps(value, default=str), False
-        except (TypeError, ValueError):
-            return str(value), False
-
-
-def tool(
-    func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
-) -> Any:
-    """``@tool`` and ``@tool(name=..., description=...)``: the function as a ``FunctionTool``
-    (agentspan's and selectools' decorator spelling)."""
-
-    def decorate(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description)
-
-    return decorate(func) if func is not None else decorate
-
-
-def as_tool(item: Any) -> FunctionTool:
-    """A ``FunctionTool`` from itself, any object with ``name``, ``schema()`` and a callable
-    ``func`` (our ``agentmemory.agents.tool``), or a plain function.
-
-    Raises:
-        TypeError: not callable.
-    """
-    if isinstance(item, FunctionTool):
-        return item
-    func = getattr(item, "func", None)
-    if callable(func) and isinstance(getattr(item, "name", None), str):
-        return FunctionTool(func, name=item.name, description=getattr(item, "description", None))
-    if callable(item):
-        return FunctionTool(item)
-    raise TypeError(f"a tool is a function or a @tool, not {type(item).__name__}")
+        tools.append(item)
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two tools share a name: {names}")
+    return tools
 
 
 @dataclass
@@ -206,7 +103,7 @@ def storable_reply(message: ChatMessage) -> ChatMessage:
 def run_loop(
     llm: ChatModel,
     messages: Sequence[ChatMessage],
-    tools: Sequence[FunctionTool],
+    tools: Sequence[Tool],
     *,
     max_iterations: int,
     on_step: Callable[[list[ChatMessage]], None] | None = None,
@@ -216,7 +113,10 @@ def run_loop(
     without calling a tool or ``max_iterations`` model calls were made.
 
     ``on_step`` gets each step as it is made (an AI message with its results, or the final
-    answer), for a memory to store it. An unknown tool name is answered with an error result.
+    answer), for a memory to store it. Each call is answered as our agents answer one
+    (``agentmemory.agents.tools.run_call``): arguments checked against the tool's signature
+    and types, and an unknown tool, arguments that do not fit, or the tool's failure sent
+    back as an ``"Error: ..."`` result the model reads.
 
     Raises:
         LLMError: a model call failed (``on_step`` has had the steps made before).
@@ -240,15 +140,11 @@ def run_loop(
             break
         step = [ai]
         for call in ai.tool_calls:
-            found = by_name.get(call.name)
-            if found is None:
-                text, error = f"Error: unknown tool {call.name!r}; available: {', '.join(by_name)}", True
-            else:
-                text, error = found.run(call.arguments)
-            # a tool's text is stored whatever it holds (a NUL character, a lone surrogate)
-            text = storable_text(text, max_chars=app_settings().MAX_MESSAGE_CHARS)
-            result.calls.append((call, text, error))
-            step.append(ChatMessage.tool(text, tool_call_id=call.id, name=call.name))
+            outcome = run_call(call, by_name)
+            # the result as the frameworks keep one: its text (made storable), no timing
+            message = dataclasses.replace(outcome.message, metadata={})
+            result.calls.append((call, message.text, outcome.error))
+            step.append(message)
         sent.extend(step)
         result.added.extend(step)
         if on_step is not None:

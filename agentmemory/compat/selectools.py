@@ -1,6 +1,7 @@
 """selectools' ``ConversationMemory`` (seed 000), backed by a stored conversation, and (from
 ``agentmemory.compat.selectools_agent``, seed 001) its ``KnowledgeMemory``, ``Agent``,
-``AgentConfig``, ``AgentResult``, ``OpenAIProvider``, ``LocalProvider`` and ``tool``.
+``AgentConfig``, ``AgentResult``, ``OpenAIProvider``, ``LocalProvider``; and ``tool``, our
+``agentmemory.agents.tool`` (selectools' decorator spelling, giving our ``Tool``).
 
     from agentmemory.compat.selectools import ConversationMemory, Message, Role
 
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from agentmemory.compat.loop import tool
+from agentmemory.agents.tools import tool
 from agentmemory.compat.selectools_agent import (
     Agent,
     AgentConfig,

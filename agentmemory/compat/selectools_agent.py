@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from agentmemory.compat.loop import FunctionTool, as_tool, last_human_text, run_loop
+from agentmemory.agents.tools import Tool
+from agentmemory.compat.loop import as_tools, last_human_text, run_loop
 from agentmemory.compat.owners import namespace_for_dir, owner_or_shared
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
 from agentmemory.knowledge import KnowledgeMemory as StoredKnowledgeMemory
@@ -247,12 +248,21 @@ class LocalProvider:
         return _EchoModel(model or DEFAULT_MODEL)
 
 
-def _remember_tool(knowledge: KnowledgeMemory) -> FunctionTool:
+def _remember_tool(knowledge: KnowledgeMemory) -> Tool:
+    """selectools' auto-registered ``remember`` tool over ``knowledge`` (its definition: the
+    description and the docstring's parameters are the seed's)."""
+
     def remember(content: str, category: str = "general", persistent: bool = False) -> str:
-        """Remember a fact or piece of information."""
+        """Remember a fact or piece of information.
+
+        Args:
+            content: The information to remember.
+            category: Category for organization (e.g., "preferences", "personal", "technical").
+            persistent: Whether this should be stored permanently.
+        """
         return knowledge.remember(content, category, persistent)
 
-    return FunctionTool(remember, name="remember", description=REMEMBER_DESCRIPTION)
+    return Tool(remember, name="remember", description=REMEMBER_DESCRIPTION)
 
 
 class Agent:
@@ -261,7 +271,9 @@ class Agent:
     ``AgentResult``.
 
     Args:
-        tools: functions or ``@tool`` objects (ours or ``agentmemory.compat.loop.tool``).
+        tools: functions or ``@tool`` objects (``tool`` of this module or of
+            ``agentmemory.agents``): our ``Tool``s, whose arguments are checked against the
+            signature and types before the function runs (``agentmemory.compat.loop.as_tools``).
         provider: an ``OpenAIProvider``, a ``LocalProvider``, any object with
             ``chat_model(model, temperature)``, or one of our ``ChatModel``s.
         memory: a ``ConversationMemory`` (``agentmemory.compat.selectools``): its window is
@@ -271,6 +283,7 @@ class Agent:
             to ``tools``.
 
     Raises:
+        TypeError: a tool that is not callable or that ``Tool`` refuses (``as_tools``).
         ValueError: two tools with one name (``remember`` included).
     """
 
@@ -284,12 +297,8 @@ class Agent:
         self.config = config if config is not None else AgentConfig()
         self.provider: Any = provider if provider is not None else OpenAIProvider()
         self.memory = memory
-        self.tools: list[FunctionTool] = [as_tool(t) for t in tools or ()]
-        if self.config.knowledge_memory is not None:
-            self.tools.append(_remember_tool(self.config.knowledge_memory))
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"two tools share a name: {names}")
+        added = [] if self.config.knowledge_memory is None else [_remember_tool(self.config.knowledge_memory)]
+        self.tools: list[Tool] = as_tools([*(tools or ()), *added])
         provider_model = getattr(self.provider, "chat_model", None)
         self.llm: ChatModel = (
             provider_model(self.config.model, self.config.temperature)
