@@ -438,7 +438,7 @@ def test_the_way_back_keeps_the_storage_parameters_set_on_each_partitions_index(
     partitioned: layout.LayoutChange,
 ) -> None:
     """PostgreSQL sets no storage parameter on a partitioned index, so a migration sets each
-    partition's (agentmemory's 0031); the plain table rebuilt from the partitions takes
+    partition's (agentmemory's 0031 and 0032); the plain table rebuilt from the partitions takes
     theirs, not the partitioned index's."""
     with connection.cursor() as cursor:
         cursor.execute(
