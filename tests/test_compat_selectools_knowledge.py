@@ -486,7 +486,9 @@ def test_the_seed_tests_leave_no_file_behind(tmp_path: Path) -> None:
 def test_a_run_stores_whatever_the_model_and_the_tools_send() -> None:
     """A NUL character or a lone surrogate in a tool's text or the model's reply, and tool
     call ids a server left empty or repeated, used to fail the run (``InvalidMessageError``)
-    after the user's message was stored; they are made storable, as our agents make them."""
+    after the user's message was stored; they are made storable, as our agents make them:
+    arguments that cannot be stored as they are kept as text and answered with an error."""
+    from agentmemory.agents.tools import RAW_ARGUMENTS_KEY
     from agentmemory.llm.fake import ScriptedChatModel
     from agentmemory.messages import ChatMessage
 
@@ -507,8 +509,31 @@ def test_a_run_stores_whatever_the_model_and_the_tools_send() -> None:
     assert [m.role for m in stored] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.ASSISTANT]
     ids = [c.id for c in stored[1].tool_calls or ()]
     assert len(set(ids)) == 2 and all(ids) and [m.tool_call_id for m in stored[2:4]] == ids
-    assert stored[1].tool_calls[0].parameters == {"path": "a\ufffd.zip"}
-    assert stored[2].content == "PK\ufffd\x03 \ufffd header"
+    assert set(stored[1].tool_calls[0].parameters) == {RAW_ARGUMENTS_KEY}
+    assert stored[2].content.startswith("Error")
+    assert stored[3].content == "PK\ufffd\x03 \ufffd header"
+
+
+def test_a_reply_with_more_tool_calls_than_allowed_runs_only_the_first(settings: Any) -> None:
+    # as our agents do (MAX_TOOL_CALLS_PER_MESSAGE): a model must not make a run execute
+    # an unbounded number of tools from one reply
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.messages import ChatMessage
+
+    settings.AGENTMEMORY = {**getattr(settings, "AGENTMEMORY", {}), "MAX_TOOL_CALLS_PER_MESSAGE": 2}
+    ran: list[int] = []
+
+    def step(n: int) -> str:
+        """Take a step."""
+        ran.append(n)
+        return "ok"
+
+    calls = [{"id": f"c{n}", "name": "step", "arguments": {"n": n}} for n in range(5)]
+    model = ScriptedChatModel([ChatMessage.ai(None, tool_calls=calls), ChatMessage.ai("done")])
+    memory = ConversationMemory()
+    Agent(tools=[step], provider=model, memory=memory).run("Go")
+    assert ran == [0, 1]
+    assert [c.id for c in memory.get_history()[1].tool_calls or ()] == ["c0", "c1"]
 
 
 def test_one_of_our_chat_models_and_our_tool_declarations_are_accepted() -> None:

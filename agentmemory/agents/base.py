@@ -727,7 +727,7 @@ class BaseToolCallingAgent:
         if content is not None:
             content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
         name = storable_text(safe_str(message.name or ""))[:255]
-        ai = ChatMessage.ai(content, _usable_calls(message.tool_calls), name=name, metadata=metadata)
+        ai = ChatMessage.ai(content, usable_calls(message.tool_calls), name=name, metadata=metadata)
         call = ModelCall(
             round=round_,
             window=shaped.window,
@@ -793,7 +793,7 @@ def _clear_of(ai: ChatMessage, taken: set[str]) -> ChatMessage:
     """``ai`` with fresh ids for its calls whose id is in ``taken``."""
     if not any(call.id in taken for call in ai.tool_calls):
         return ai
-    return dataclasses.replace(ai, tool_calls=tuple(_usable_calls(ai.tool_calls, taken)))
+    return dataclasses.replace(ai, tool_calls=tuple(usable_calls(ai.tool_calls, taken)))
 
 
 def _storable_short(value: Any) -> bool:
@@ -803,7 +803,7 @@ def _storable_short(value: Any) -> bool:
 _MAX_ID_CHARS = 255
 
 
-def _usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> list[ToolCall]:
+def usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> list[ToolCall]:
     """Tool calls that storage accepts, whatever the model sent: an id that is missing,
     repeated, already awaiting a result in the conversation (``taken``), too long or not
     storable text gets a fresh one (some OpenAI-compatible servers send none, or number

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmemory.agents.base import usable_calls
 from agentmemory.agents.tools import Tool, run_call
 from agentmemory.conf import app_settings
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
@@ -82,17 +82,13 @@ class LoopResult:
 def storable_reply(message: ChatMessage) -> ChatMessage:
     """The model's reply as storage takes it, whatever the model sent: NUL characters and
     lone surrogates in its text and arguments replaced by U+FFFD (``storable_text``), text
-    over ``MAX_MESSAGE_CHARS`` cut, and a tool call id that is empty or repeated within the
-    reply replaced by a fresh one (some OpenAI-compatible servers send none). Refusing the
-    reply would fail the run after the user's messages were stored."""
-    seen: set[str] = set()
-    calls = []
-    for call in message.tool_calls:
-        call_id = call.id if call.id and call.id not in seen and "\x00" not in call.id else ""
-        call_id = call_id or f"call_{uuid.uuid4().hex}"
-        seen.add(call_id)
-        arguments = storable_json(call.arguments) if isinstance(call.arguments, Mapping) else call.arguments
-        calls.append(ToolCall(id=call_id, name=storable_text(call.name), arguments=arguments))
+    over ``MAX_MESSAGE_CHARS`` cut, and its tool calls cleaned as our agents clean them
+    (``agentmemory.agents.base.usable_calls``: an id that is empty or repeated replaced by a
+    fresh one, as some OpenAI-compatible servers send none; arguments that are not a
+    storable JSON object kept as text and answered with an error result; at most
+    ``MAX_TOOL_CALLS_PER_MESSAGE`` calls kept). Refusing the reply would fail the run after
+    the user's messages were stored."""
+    calls = usable_calls(message.tool_calls)
     content = message.content
     if content is not None:
         content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
