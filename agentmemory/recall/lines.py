@@ -13,9 +13,12 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import BooleanField, Exists, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Substr
 from django.utils import timezone
 
+from agentmemory.models import Conversation, Message
 from agentmemory.recall import pg_instant, pg_message_rows
 from agentmemory.recall.text import query_words
 
@@ -299,7 +302,6 @@ def _pg_lines(
     With ``probe``, the statement also says whether it holds a row: the places are joined
     to one row of that ``EXISTS`` (``LEFT JOIN``: the answer comes back when no message is
     found; None without a probe)."""
-    from agentmemory.models import Conversation, Message
 
     connection = connections[using]
     quote = connection.ops.quote_name
@@ -346,11 +348,6 @@ def _orm_lines(
 ) -> tuple[list[tuple[Any, ...]], bool | None]:
     """The rows of ``read_lines`` on other databases: one query with an ``OR`` of the places
     of each conversation; with ``probe``, whether it holds a row, as ``_pg_lines`` says it."""
-    from django.db.models import BooleanField, Exists
-    from django.db.models.expressions import RawSQL
-    from django.db.models.functions import Substr
-
-    from agentmemory.models import Message
 
     if not wanted:
         return [], None if probe is None else probe.exists()

@@ -49,7 +49,10 @@ from typing import Any
 from django.db import router
 from django.utils import timezone
 
+from agentmemory.conf import get_token_counter
 from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Message
 from agentmemory.recall import _search, embeddings_wanted
 from agentmemory.recall.dates import Period
 from agentmemory.recall.lines import (
@@ -64,8 +67,10 @@ from agentmemory.recall.lines import (
     session_date,
     shown_day,
 )
+from agentmemory.recall.scope import owner_id_of
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
+from agentmemory.tokens import TiktokenCounter
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
@@ -204,11 +209,6 @@ def recall_memory(
         MemoryScopeError: no owner. TypeError / ValueError: ``query`` not a string,
             ``max_tokens`` not an integer, a bad ``agent_key`` or ``conversation_id``.
     """
-    from agentmemory.conf import get_token_counter
-    from agentmemory.messages import ChatMessage
-    from agentmemory.models import Message
-    from agentmemory.recall.scope import owner_id_of
-    from agentmemory.tokens import TiktokenCounter
 
     owner_id = owner_id_of(owner)
     if not isinstance(query, str):
@@ -449,7 +449,6 @@ class _Counts:
     than whitespace, which is checked), about a third of a recall's counting."""
 
     def __init__(self, counter: Any, empty: int, block_cost: Any) -> None:
-        from agentmemory.tokens import TiktokenCounter
 
         self.counter = counter
         self.empty = empty
