@@ -711,23 +711,15 @@ class BaseToolCallingAgent:
         # What the model sent is stored whatever it holds (a NUL character, a lone surrogate,
         # a provider field that is not JSON): refusing it would fail the turn after the human
         # message is stored.
-        provider = message.metadata if isinstance(message.metadata, Mapping) else {}
-        metadata = storable_json(
+        ai = storable_reply(
+            message,
             {
-                **provider,
                 "usage": usage_metadata,
                 "model": model,
                 "finish_reason": response.finish_reason,
                 "latency_s": round(latency, 6),
-            }
+            },
         )
-        content = message.content
-        if content is None and not message.tool_calls:
-            content = ""
-        if content is not None:
-            content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
-        name = storable_text(safe_str(message.name or ""))[:255]
-        ai = ChatMessage.ai(content, usable_calls(message.tool_calls), name=name, metadata=metadata)
         call = ModelCall(
             round=round_,
             window=shaped.window,
@@ -801,6 +793,27 @@ def _storable_short(value: Any) -> bool:
 
 
 _MAX_ID_CHARS = 255
+
+
+def storable_reply(message: ChatMessage, metadata: Mapping[str, Any] | None = None) -> ChatMessage:
+    """The model's reply as storage takes it, whatever the model sent (refusing it would fail
+    the turn after the human message is stored): NUL characters and lone surrogates in its
+    text, name and metadata made storable (U+FFFD), text over ``MAX_MESSAGE_CHARS`` cut, an
+    empty reply without calls stored as ``""``, its calls cleaned by ``usable_calls``, and
+    ``metadata`` (usage, model, ...) merged over the provider's own."""
+    provider = message.metadata if isinstance(message.metadata, Mapping) else {}
+    content = message.content
+    if content is None and not message.tool_calls:
+        content = ""
+    if content is not None:
+        content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
+    name = storable_text(safe_str(message.name or ""))[:255]
+    return ChatMessage.ai(
+        content,
+        usable_calls(message.tool_calls),
+        name=name,
+        metadata=storable_json({**provider, **(metadata or {})}),
+    )
 
 
 def usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> list[ToolCall]:

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmemory.agents.base import usable_calls
+from agentmemory.agents.base import storable_reply
 from agentmemory.agents.tools import Tool, run_call
-from agentmemory.conf import app_settings
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role, ToolCall
-from agentmemory.validation import safe_str, storable_json, storable_text
 
 __all__ = ["LoopResult", "as_tools", "model_from_string", "run_loop"]
 
@@ -77,23 +75,6 @@ class LoopResult:
     iterations: int = 0
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = ""
-
-
-def storable_reply(message: ChatMessage) -> ChatMessage:
-    """The model's reply as storage takes it, whatever the model sent: NUL characters and
-    lone surrogates in its text and arguments replaced by U+FFFD (``storable_text``), text
-    over ``MAX_MESSAGE_CHARS`` cut, and its tool calls cleaned as our agents clean them
-    (``agentmemory.agents.base.usable_calls``: an id that is empty or repeated replaced by a
-    fresh one, as some OpenAI-compatible servers send none; arguments that are not a
-    storable JSON object kept as text and answered with an error result; at most
-    ``MAX_TOOL_CALLS_PER_MESSAGE`` calls kept). Refusing the reply would fail the run after
-    the user's messages were stored."""
-    calls = usable_calls(message.tool_calls)
-    content = message.content
-    if content is not None:
-        content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
-    metadata = storable_json(dict(message.metadata)) if isinstance(message.metadata, Mapping) else {}
-    return dataclasses.replace(message, content=content, tool_calls=tuple(calls), metadata=metadata)
 
 
 def run_loop(
