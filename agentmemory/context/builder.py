@@ -34,11 +34,9 @@ from agentmemory.context.fitting import (
     _newest_turn,
     _placeholders_cost,
     _sent_history,
-    _seq_span,
     _turn_floor,
     _turn_rows,
     _TurnFloor,
-    _unread,
 )
 from agentmemory.context.fitting import (
     MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
@@ -63,6 +61,8 @@ from agentmemory.context.memory import (  # noqa: F401  (re-exported)
     turn_query,
 )
 from agentmemory.context.packing import (
+    _PLACEHOLDER,
+    _SEQ,
     PackResult,
     RowMeta,
     marker_only_copy,
@@ -719,7 +719,7 @@ class ContextWindowBuilder(MemoryBlock):
 
         rows = packed.rows
         contents = reader.contents
-        missing = _unread(rows, contents)
+        missing = [r[_SEQ] for r in rows if r[_SEQ] not in contents and not r[_PLACEHOLDER]]
         if missing:
             # Rows past the running budget (skipped orphans before them, or the oversized
             # newest human message taken truncated) were read without their content.
@@ -735,7 +735,8 @@ class ContextWindowBuilder(MemoryBlock):
             cap=cap,
         )
         messages.extend(history)
-        first_seq, last_seq = _seq_span(history)  # results go in call order, not seq order
+        seqs = [m.seq for m in history if m.seq is not None]
+        first_seq = min(seqs) if seqs else None  # results go in call order, not seq order
         self._pinned_floor = conv.pinned_through
         # What the gap accounting needs, here and in ``_with_summary_cut``.
         self._gap_state = _GapState(conv, summary, head.newest_seq, rows_seen, head)
@@ -749,7 +750,7 @@ class ContextWindowBuilder(MemoryBlock):
             summary_tokens=summary_tokens,
             history_tokens=history_tokens,
             first_seq=first_seq,
-            last_seq=last_seq,
+            last_seq=max(seqs) if seqs else None,
             summary_id=summary.pk if summary else None,
             summary_through_seq=summary.through_seq if summary else None,
             skipped_orphans=tuple(sorted(packed.skipped_orphans)),

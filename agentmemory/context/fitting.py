@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 from agentmemory.context.packing import (
+    _SEQ,
     RowMeta,
     _replace,
     marker_only_copy,
     pending_placeholder,
-    seq_of,
     truncate_message,
 )
 from agentmemory.exceptions import TurnTooLarge
@@ -25,7 +24,6 @@ from agentmemory.messages import ChatMessage, Role
 from agentmemory.tokens import TokenCounter
 
 _HUMAN, _TOOL, _AI = Role.HUMAN.value, Role.TOOL.value, Role.AI.value
-_token_count_of, _seq_attr = attrgetter("token_count"), attrgetter("seq")
 
 #: the shortest truncated copy of a tool result sent to fit a tool loop into the window
 #: (tokens): below it the marker alone would be most of the copy (a bare marked copy of a
@@ -222,23 +220,6 @@ def _turn_rows(units: list[list[RowMeta]]) -> list[RowMeta]:
 #: a seq above every stored one: ``before`` of an empty window
 
 
-def _unread(rows: list[RowMeta], contents: dict[int, ChatMessage]) -> list[int]:
-    """The seqs of ``rows`` (placeholders aside) whose content was not read: none in the
-    usual window, told by one set comparison in C before any row is looked at in Python."""
-    if contents.keys() >= set(map(seq_of, rows)):
-        return []
-    return [r.seq for r in rows if r.seq not in contents and not r.placeholder]
-
-
-def _seq_span(history: list[ChatMessage]) -> tuple[int | None, int | None]:
-    """The lowest and highest seq of the stored messages of ``history`` (placeholders have
-    none): ``(None, None)`` when it holds none."""
-    seqs = list(map(_seq_attr, history))
-    if None in seqs:
-        seqs = [seq for seq in seqs if seq is not None]
-    return (min(seqs), max(seqs)) if seqs else (None, None)
-
-
 def _sent_history(
     rows: list[RowMeta],
     contents: dict[int, ChatMessage],
@@ -258,10 +239,8 @@ def _sent_history(
         # The usual window: every message as stored, none cut, no placeholder, each read
         # with the row the packer counted (``RowMeta`` fields by position, as in
         # ``pack_history``: this runs for every message of most windows).
-        # In C (``map``, ``filter``): a ``ChatMessage`` is always true, and a token count of
-        # ``None`` or 0 adds nothing either way.
-        history = list(filter(None, map(contents.get, map(seq_of, rows))))
-        return history, sum(filter(None, map(_token_count_of, history))), []
+        history = [chat for row in rows if (chat := contents.get(row[_SEQ])) is not None]
+        return history, sum([chat.token_count or 0 for chat in history]), []
     history = []
     history_tokens = 0
     truncated: list[int] = []

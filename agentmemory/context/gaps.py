@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import le
 from typing import Any
 
 from agentmemory import signals
-from agentmemory.context.packing import seq_of, tokens_of
+from agentmemory.context.packing import _SEQ, _TOKENS
 from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
 from agentmemory.store.window import GapProbe, WindowHead
@@ -105,14 +103,8 @@ def _derive_gap(
         return NO_UNCOVERED
     count = hi - lo + 1
     # The window read every row from ``before`` on (the reader goes newest first).
-    # (One pass over every row read, in every reported build: in C, ``seq >= before`` as
-    # ``le(before, seq)``.)
-    seen = state.rows_seen
-    tokens = (
-        conv.stored_tokens
-        - below
-        - sum(compress(map(tokens_of, seen), map(le, repeat(before), map(seq_of, seen))))
-    )
+    # (``RowMeta`` fields by position: one pass over every row read, in every reported build.)
+    tokens = conv.stored_tokens - below - sum([r[_TOKENS] for r in state.rows_seen if r[_SEQ] >= before])
     excluded: set[int] = set()
     for seq, row_tokens in probe.orphans:
         if seq > after:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
-from operator import itemgetter
 from typing import Any, Final
 
 from agentmemory.conf import app_settings
@@ -39,11 +37,6 @@ _EXCHANGE: Final = 3
 _CALL_ID: Final = 4
 _CALLS: Final = 5
 _PLACEHOLDER: Final = 6
-#: the same fields as C-level getters: the passes over every row of a window that only
-#: read a field run in ``map`` and ``sum``/``min``/``any`` without a Python step per row
-seq_of = itemgetter(_SEQ)
-tokens_of = itemgetter(_TOKENS)
-placeholder_of = itemgetter(_PLACEHOLDER)
 
 
 @dataclass
@@ -89,7 +82,7 @@ class PackResult:
     @cached_property
     def rows(self) -> list[RowMeta]:
         """The rows of ``units``, oldest first (made once: ``units`` is final when set)."""
-        return list(chain.from_iterable(self.units))
+        return [row for unit in self.units for row in unit]
 
 
 def pending_placeholder(call_id: str, name: str = "") -> ChatMessage:
@@ -243,21 +236,19 @@ def pack_history(
     result.units = list(reversed(newest_first_units))
     chosen = result.rows
     # Results of exchanges older than the window that were stored after its start.
-    first = min(map(seq_of, chosen), default=0)
+    first = min([r[_SEQ] for r in chosen], default=0)
     outside.extend(r for rows in held.values() for r in rows)
     result.skipped_late = sorted(
         r.seq for r in outside if r.role == _TOOL and not r.placeholder and r.seq > first
     )
-    if any(map(placeholder_of, chosen)):
-        result.placeholders = [r[_CALL_ID] for r in chosen if r[_PLACEHOLDER]]
+    result.placeholders = [r[_CALL_ID] for r in chosen if r[_PLACEHOLDER]]
     marked = marker_tokens or {}
     if marked:
         result.marker_only = [
             r.seq for r in chosen if r.role == _TOOL and not r.placeholder and r.seq in marked
         ]
-    if max_tool_result_tokens is not None and max(map(tokens_of, chosen), default=0) > max_tool_result_tokens:
-        # By position, the cheap comparisons first: the default builder caps tool results
-        # (and most windows hold no row over the cap, which the ``max`` above tells in C).
+    if max_tool_result_tokens is not None:
+        # By position, the cheap comparisons first: the default builder caps tool results.
         result.capped = [
             r[_SEQ]
             for r in chosen

@@ -17,8 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from django.db import connections, router
@@ -482,10 +481,9 @@ def _probe_sql() -> str:
     )
 
 
-#: indexes of the role, the token count, the exchange seq and the content flag in a tail row
-#: (the row layout, ``kind`` first; ``_SEQ`` is the seq), and getters of the first three
-_ROLE_COL, _TOKENS_COL, _EXCHANGE_COL, _HAS_CONTENT = 2, 3, 4, 9
-_ROLE_OF, _TOKENS_OF, _EXCHANGE_OF = itemgetter(_ROLE_COL), itemgetter(_TOKENS_COL), itemgetter(_EXCHANGE_COL)
+#: indexes of the role, the exchange seq and the content flag in a tail row (the row layout,
+#: ``kind`` first; ``_SEQ`` is the seq)
+_ROLE_COL, _EXCHANGE_COL, _HAS_CONTENT = 2, 4, 9
 #: the types of a stored seq as the drivers return it
 _NUMBERS = (int, float)
 
@@ -517,9 +515,14 @@ def _exact_page(rows: list[Any]) -> list[Any]:
     # The oldest call answered by a result that starts inside. Only numbers: SQLite keeps
     # text written into the integer column around Django, and its MIN and >= put numbers
     # before text, so text there reaches no row (Python would refuse to compare them).
-    head = rows[:inside]
-    answered = compress(map(_EXCHANGE_OF, head), map(eq, map(_ROLE_OF, head), repeat(_TOOL)))
-    reach = min([seq for seq in answered if type(seq) in _NUMBERS], default=None)
+    reach = min(
+        [
+            row[_EXCHANGE_COL]
+            for row in rows[:inside]
+            if row[_ROLE_COL] == _TOOL and type(row[_EXCHANGE_COL]) in _NUMBERS
+        ],
+        default=None,
+    )
     end = inside
     if reach is not None:
         while end < len(rows) and rows[end][_SEQ] >= reach:
@@ -791,6 +794,7 @@ class TailReader:
                     # NULL but for an ``ai`` row with stored thinking blocks
                     if thinking is not None and (kept := _thinking(thinking)) is not None:
                         _set_metadata(chat, kept)
+                spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
                 # ``_new_row`` inlined: one call per row
                 row = new_tuple(
                     row_type, (seq, role, token_count, exchange_seq, tool_call_id, tool_calls, False, "")
@@ -798,11 +802,8 @@ class TailReader:
                 seen(row)
                 yield row
             else:
-                # Every row of the page is above the boundary (and was yielded): its (capped)
-                # tokens counted once, in C, rather than row by row.
-                spent += _page_tokens(page, cap)
-                # The head's page is trimmed after the first row past its room: one that got
-                # there may have more after it.
+                # Every row of the page is above the boundary. The head's page is trimmed
+                # after the first row past its room: one that got there may have more after it.
                 if first_room is not None and spent > first_room:
                     complete = False
             first_room = None  # later pages are whole
@@ -811,16 +812,6 @@ class TailReader:
             upper = page[-1][_SEQ]
             size *= 2
             page = None
-
-
-def _page_tokens(page: list[tuple[Any, ...]], cap: int | None) -> int:
-    """The stored token counts of the tail rows ``page``, each tool result counted at
-    ``cap`` at most (``None``: uncapped): what the window can spend on them."""
-    total = sum(map(_TOKENS_OF, page))
-    if cap is None:
-        return total
-    results = list(compress(map(_TOKENS_OF, page), map(eq, map(_ROLE_OF, page), repeat(_TOOL))))
-    return total - sum(results) + sum(map(min, results, repeat(cap)))
 
 
 def first_page_size(budget: int, conv: Any, max_messages: int | None) -> int:
