@@ -621,7 +621,16 @@ def run_latency(args: argparse.Namespace, log: Callable[[str], Any] = print) -> 
     rng = random.Random(7)
     users = get_user_model().objects
     per_conversation = 200
-    texts, questions = latency_texts(Path(args.data or DEFAULT_LOCOMO), rng)
+    source = Path(args.data or DEFAULT_LOCOMO)
+    if args.data and not source.exists():
+        raise SystemExit(f"latency: --data {source} does not exist")
+    # the figures are only comparable between runs that timed the same questions: say which
+    log(
+        f"latency: questions from {source}"
+        if source.exists()
+        else f"latency: {source} not found, timing questions made up from WORDS (pass --data)"
+    )
+    texts, questions = latency_texts(source, rng)
     kept = None
     if args.keep:
         # a kept history is reused only when it is whole (a run stopped while storing is not)

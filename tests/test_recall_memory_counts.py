@@ -90,3 +90,34 @@ def test_counts_are_kept_by_encoding_so_a_counter_made_per_build_reuses_them() -
     del second
     gc.collect()
     assert gone() is None
+
+
+#: characters where a line's last piece is decided: punctuation runs (ASCII and "…"),
+#: spaces, letters and digits of several scripts, marks, quotes, whitespace of other kinds
+ENDINGS = "ab Z9 .…!?)(]['\"-:,é中\u0301\u00a0\t\u2019\u2039🙂"
+
+
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=ENDINGS, min_size=1, max_size=12))
+def test_a_line_with_a_newline_counts_as_the_counter_counts_it(text: str) -> None:
+    """``count(text + "\\n")`` worked out from the count of ``text`` and of its last piece
+    is the counter's own count, whatever the text ends with."""
+    from agentmemory.recall.memory import _newline_count, _tiktoken_count
+
+    if text[0].isspace():
+        text = "x" + text  # a line of the block never begins with whitespace
+    count = lambda t: _tiktoken_count(COUNTER, t)  # noqa: E731
+    assert _newline_count(count, text) == COUNTER.count_text(text + "\n")
+
+
+def test_lines_cut_or_closed_by_punctuation_count_their_newline_from_the_last_piece() -> None:
+    from agentmemory.recall.memory import _last_piece
+
+    assert _last_piece("Caroline: I went there. …") == " …"
+    assert _last_piece("user: what?!") == "?!"
+    assert _last_piece("end.)") == ".)"
+    assert _last_piece('[Mon 8 May 2023 · "Trip"]') == '"]'
+    assert _last_piece("…") == "…"
+    assert _last_piece("assistant: 42") is None  # a digit: the newline is a piece of its own
+    assert _last_piece("emoji 🙂") is None  # not ASCII punctuation: counted with its newline
+    assert _last_piece("a\u00a0.") is None  # whitespace of another kind before the run
