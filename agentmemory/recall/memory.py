@@ -102,6 +102,12 @@ CONVERSATION_DECAY = 0.5
 #: document (``conversation_scores``), scaled to the best conversation's. Measured on
 #: LongMemEval-S (each haystack session a conversation): 0.5 and 2 gave less than 1
 DOCUMENT_WEIGHT = 1.0
+#: with full text, a message's score is raised by up to this share for the score of its
+#: passage (``fulltext.passage_scores`` over all of the search's candidates, up to
+#: ``PG_MAX_MATCHES``, scaled to the best passage's) before the ``MAX_HITS`` are chosen, in
+#: place of ``DOCUMENT_WEIGHT``: an answer of the best passages enters the hits though its own
+#: words rank it low (docs/benchmarks.md: 1 beat 2 and 4)
+PASSAGE_WEIGHT = 1.0
 #: BM25's term-frequency saturation for those documents
 DOCUMENT_K1 = 1.2
 #: characters of a hit read for its conversation's score (bounds its cost: ``_stems_in``)
@@ -540,7 +546,17 @@ def _ranked(
         searched = rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
     searched = searched_query(searched)
     most = MAX_HITS_WITH_EMBEDDINGS if embeddings_wanted() else MAX_HITS
-    hits = _search(searched, owner=owner, agent_key=agent_key, k=most, using=using, read=read)
+    passages: dict[int, float] = {}
+    hits = _search(
+        searched,
+        owner=owner,
+        agent_key=agent_key,
+        k=most,
+        using=using,
+        read=read,
+        passage_weight=PASSAGE_WEIGHT,
+        passages=passages,
+    )
     hits = [
         h
         for h in hits
@@ -560,7 +576,9 @@ def _ranked(
     top = max(weight.values()) or 1.0
     named = set(query_words(query))
     said: dict[tuple[Any, ...], date | None] = {}
-    documents = conversation_scores(hits, query)
+    # the full-text ranking weighed each candidate's passage before the hits were chosen;
+    # another backend's hits are weighed by their conversation's text among them
+    documents = {} if passages else conversation_scores(hits, query)
     top_document = max(documents.values(), default=0.0) or 1.0
     ranked = [
         replace(
