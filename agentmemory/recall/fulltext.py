@@ -248,7 +248,7 @@ def _sqlite_located(
         rows = cursor.fetchall()
     places.update({row[0]: (row[2], row[3]) for row in rows})
     if passages is not None:
-        passages.update(passage_scores((row[0], row[2], row[3], row[4:]) for row in rows))
+        passages.update(passage_scores([(row[0], row[2], row[3], row[4:]) for row in rows]))
     # bm25() is lower for better matches; negate so that higher is better everywhere
     return [(row[0], -float(row[1])) for row in rows]
 
@@ -262,7 +262,7 @@ PASSAGE_SEQS = 8
 PASSAGE_K1 = 1.2
 
 
-def passage_scores(rows: Iterable[tuple[int, int, int, Sequence[Any]]]) -> dict[int, float]:
+def passage_scores(rows: Sequence[tuple[int, int, int, Sequence[Any]]]) -> dict[int, float]:
     """Each candidate's passage score: BM25 (``PASSAGE_K1``; Robertson and Zaragoza 2009) of
     its passage (``PASSAGE_SEQS`` places of its conversation, as fixed windows: Callan,
     "Passage-level evidence in document retrieval", SIGIR 1994) taken as one document made
@@ -274,17 +274,19 @@ def passage_scores(rows: Iterable[tuple[int, int, int, Sequence[Any]]]) -> dict[
 
     ``rows``: ``(pk, conversation id, seq, per-word flags)`` of every candidate of one
     search. Returns ``{pk: score}`` (0.0 and up)."""
-    keyed = [(pk, (conversation_id, seq // PASSAGE_SEQS), flags) for pk, conversation_id, seq, flags in rows]
-    if not keyed:
-        return {}
-    # per passage, per word, the number of its candidates holding the word (bools add as 1)
+    width = PASSAGE_SEQS
+    # per passage, per word, the number of its candidates holding the word (flags add as 1)
     counts: dict[tuple[int, int], tuple[int, ...]] = {}
-    for _pk, key, flags in keyed:
-        held = counts.get(key)
+    get = counts.get
+    for _pk, conversation_id, seq, flags in rows:
+        key = (conversation_id, seq // width)
+        held = get(key)
         counts[key] = tuple(flags) if held is None else tuple(map(add, held, flags))
+    if not counts:
+        return {}
     n = len(counts)
-    columns = list(zip(*counts.values(), strict=True))
-    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in (len(c) - c.count(0) for c in columns)]
+    held_by = (len(column) - column.count(0) for column in zip(*counts.values(), strict=True))
+    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in held_by]
     k1 = PASSAGE_K1
     # each passage's terms summed in word order (the same float in every process); passages
     # alike (most hold one word once) are scored once
@@ -295,7 +297,7 @@ def passage_scores(rows: Iterable[tuple[int, int, int, Sequence[Any]]]) -> dict[
         if value is None:
             value = scored[held] = sum(idf[i] * c * (k1 + 1) / (c + k1) for i, c in enumerate(held) if c)
         score[key] = value
-    return {pk: score[key] for pk, key, _flags in keyed}
+    return {pk: score[(conversation_id, seq // width)] for pk, conversation_id, seq, _flags in rows}
 
 
 #: most rows read by the substring match of a query in an unspaced script (newest first)
@@ -480,7 +482,7 @@ def _pg_bm25(
     if located and places is not None:
         places.update({row[0]: (row[1], row[2]) for row in rows})
         if passages is not None:
-            passages.update(passage_scores((row[0], row[1], row[2], row[first + 1 :]) for row in rows))
+            passages.update(passage_scores([(row[0], row[1], row[2], row[first + 1 :]) for row in rows]))
     n_words = len(words)
     # Word weights come from the candidates: counting the whole scope on every query cost
     # 70 ms at 100,000 facts, and among the candidates a word's rarity orders them the same way.

@@ -13,9 +13,12 @@ into one delimited message of at most a given number of tokens.
    messages, folded into a summary, are recallable like every past conversation's.
 2. **What comes along.** Each message found brings the message before it (the question an
    answer needs) and the one after it (the reply); the messages two places away rank at
-   ``NEIGHBOUR_SHARE`` of its score among the other hits. Messages are raised for the
-   weight of their conversation (``CONVERSATION_WEIGHT``), for their conversation's score as one document
-   (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a speaker the query names
+   ``NEIGHBOUR_SHARE`` of its score among the other hits. With full text, the search's
+   candidates are raised for their passage's score before the hits are chosen
+   (``fulltext.passage_scores``, ``PASSAGE_WEIGHT``). Messages are raised for the weight of
+   their conversation (``CONVERSATION_WEIGHT``), with another backend for their
+   conversation's score as one document (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a
+   speaker the query names
    (``SPEAKER_WEIGHT``) and for being said in a time the query names relative to ``now``,
    when it is asked ("four weeks ago", "last Saturday": ``when.windows_in``, ``TIME_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
@@ -106,7 +109,7 @@ DOCUMENT_WEIGHT = 1.0
 #: passage (``fulltext.passage_scores`` over all of the search's candidates, up to
 #: ``PG_MAX_MATCHES``, scaled to the best passage's) before the ``MAX_HITS`` are chosen, in
 #: place of ``DOCUMENT_WEIGHT``: an answer of the best passages enters the hits though its own
-#: words rank it low (docs/benchmarks.md: 1 beat 2 and 4)
+#: words rank it low (docs/benchmarks.md: 2 and 4 lost LoCoMo evidence at 2,000 tokens)
 PASSAGE_WEIGHT = 1.0
 #: BM25's term-frequency saturation for those documents
 DOCUMENT_K1 = 1.2
