@@ -338,13 +338,41 @@ def check_llm_sdks(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
             return []
         return [
             Warning(
-                f"{' and '.join(configured)} configure the {provider} provider, but the "
-                f"{provider!r} package is not installed: summaries and agent turns that use it fail.",
+                f"{' and '.join(configured)} {'is' if len(configured) == 1 else 'are'} set for the "
+                f"{provider} provider, but the {provider!r} package is not installed: summaries and "
+                "agent turns that use it fail.",
                 hint=f"pip install 'django-agentmemory[{provider}]', or unset {' and '.join(configured)}.",
                 id="agentmemory.W006",
             )
         ]
     return []
+
+
+@register(Tags.urls)
+def check_api_needs_rest_framework(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """The API included in the URLconf (``include("agentmemory.api.urls")``) while
+    ``"rest_framework"`` is not in ``INSTALLED_APPS``: JSON requests work, but DRF's
+    browsable pages (``rest_framework/api.html``) and its templates are not found, so a
+    browser's request answers 500 (``agentmemory.W007``)."""
+    from django.apps import apps
+    from django.urls import NoReverseMatch, reverse
+
+    if apps.is_installed("rest_framework"):
+        return []
+    try:
+        reverse("agentmemory:conversation-list")
+    except NoReverseMatch:
+        return []  # the API is not served
+    except Exception:  # a broken URLconf is Django's own check's to report
+        return []
+    return [
+        Warning(
+            "agentmemory's API is in the URLconf but 'rest_framework' is not in INSTALLED_APPS: "
+            "a browser's request to it answers 500 (DRF's templates are not found).",
+            hint='Add "rest_framework" to INSTALLED_APPS, as the README\'s setup does.',
+            id="agentmemory.W007",
+        )
+    ]
 
 
 @register(Tags.database)

@@ -564,14 +564,21 @@ def check_system_prompt(prompt: str | None) -> None:
     the window's budget refused it.
 
     Raises:
+        TypeError: ``prompt`` is neither a string nor ``None``.
         InvalidMessageError: ``prompt`` holds more than ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``
-            characters.
+            characters, or text no database stores (a NUL character, a lone surrogate:
+            ``text_problem``), which the model call's record could not keep.
     """
     if prompt is None:
         return
+    if not isinstance(prompt, str):
+        raise TypeError(f"the system prompt must be a string or None, not {type(prompt).__name__}")
     limit = app_settings().MAX_MESSAGE_CHARS
     if len(prompt) > limit:
         raise InvalidMessageError(
             f"the system prompt has {len(prompt):,} characters, over the maximum of {limit:,} "
             "(AGENTMEMORY['MAX_MESSAGE_CHARS'])"
         )
+    problem = text_problem(prompt)
+    if problem:
+        raise InvalidMessageError(f"the system prompt {problem}")

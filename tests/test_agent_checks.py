@@ -148,3 +148,16 @@ def test_system_check_reports_agents_module_import_error(monkeypatch):
     monkeypatch.setattr(registry, "all", fail)
     [error] = check_agents()
     assert error.id == "agentmemory.E104" and "shop.missing" in error.msg
+
+
+def test_the_api_without_rest_framework_installed_warns(settings) -> None:  # type: ignore[no-untyped-def]
+    # JSON requests work without it, but a browser's request to the API answered 500
+    # (TemplateDoesNotExist: rest_framework/api.html) and nothing said why at startup
+    from agentmemory.checks import check_api_needs_rest_framework
+
+    assert check_api_needs_rest_framework() == []
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "rest_framework"]
+    (warning,) = check_api_needs_rest_framework()
+    assert warning.id == "agentmemory.W007" and "rest_framework" in warning.hint
+    settings.ROOT_URLCONF = "rest_framework.urls"  # a URLconf without the API
+    assert check_api_needs_rest_framework() == []

@@ -531,6 +531,36 @@ def test_context_window_compacts_what_it_would_leave_out_as_an_agent_does(api, u
     assert body["messages"][0]["part"] == "summary"  # no stored system prompt: the summary first
 
 
+def test_context_window_with_gap_policy_report_previews_without_writing(api, user):  # type: ignore[no-untyped-def]
+    # A client that only looks (a dashboard, a tiny budget tried out) must not leave a summary
+    # sized to its request behind: with the default policy that GET compacted, and every later
+    # window, whatever its budget, sent the summary in place of the turns it covers.
+    conv = make_conversation(user)
+    history = PersistentChatHistory(conv)
+    for n in range(6):
+        history.add_messages(
+            [ChatMessage.human(f"question {n} " + "about shipping " * 8), ChatMessage.ai(f"answer {n}")]
+        )
+    url = conv_url(conv, "context/") + "?max_tokens=150&gap_policy=report"
+    body = api.get(url).json()
+    assert body["uncovered"]["count"] > 0 and body["summary_through_seq"] is None
+    assert not Summary.objects.filter(conversation=conv).exists()
+    whole = api.get(conv_url(conv, "context/") + "?max_tokens=5000").json()
+    assert [m["seq"] for m in whole["messages"] if m["part"] == "history"] == list(range(1, 13))
+    ignored = api.get(conv_url(conv, "context/") + "?max_tokens=150&gap_policy=ignore").json()
+    assert ignored["uncovered"]["count"] == 0 and ignored["first_seq"] > 1
+    assert not Summary.objects.filter(conversation=conv).exists()
+
+
+@pytest.mark.parametrize("value", ["", "CLOSE", "none", "close\x00"])
+def test_context_window_refuses_an_unknown_gap_policy(api, user, value):  # type: ignore[no-untyped-def]
+    conv = make_conversation(user)
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("hi")])
+    response = api.get(conv_url(conv, "context/"), {"gap_policy": value})
+    assert response.status_code == 400
+    assert "gap_policy" in response.json()["fields"]
+
+
 def test_context_window_in_the_openai_format(api, user):  # type: ignore[no-untyped-def]
     conv = make_conversation(user)
     history = PersistentChatHistory(conv)

@@ -292,6 +292,17 @@ def test_admin_context_page_refuses_bad_and_huge_max_tokens(admin_client_, conv,
     assert response.context["errors"]
 
 
+@pytest.mark.parametrize("value", [str(10**30), "0" * 30 + "100001", "9" * 5_000])
+def test_admin_context_page_says_a_huge_max_tokens_is_over_the_bound(admin_client_, conv, value, settings):  # type: ignore[no-untyped-def]
+    # as the API says it: a number of 31 digits is a whole number, over the maximum
+    settings.AGENTMEMORY = {"MAX_CONTEXT_TOKENS": 100_000}
+    response = admin_client_.get(f"/admin/agentmemory/conversation/{conv.pk}/context/", {"max_tokens": value})
+    assert response.status_code == 400
+    assert [str(e) for e in response.context["errors"]] == [
+        "max_tokens must be at most 100,000 (AGENTMEMORY['MAX_CONTEXT_TOKENS'] for max_tokens)."
+    ]
+
+
 @pytest.mark.parametrize(
     "param", ["agent_key", "format", "page_size", "cursor", "after_seq", "max_tokens", "max_messages"]
 )

@@ -443,6 +443,19 @@ def test_offline_summaries_are_labelled_and_bounded(monkeypatch) -> None:  # typ
     assert newest.splitlines()[1].startswith("- Left out to fit: ")
 
 
+def test_offline_summary_lines_are_cut_between_words() -> None:
+    from agentmemory.llm.offline import extractive_items
+
+    long = "I would like to hear about the label features of the shipping form " * 6
+    (item,) = extractive_items([ChatMessage.human(long)])
+    assert item.endswith("...") and len(item) <= 200
+    kept = item.removeprefix("User asked: ").removesuffix("...")
+    assert long.startswith(kept) and long[len(kept)] == " "  # a whole word last
+    # a text without spaces to cut at is cut at the length
+    (item,) = extractive_items([ChatMessage.human("x" * 400)])
+    assert item.endswith("x...")
+
+
 def test_offline_summaries_stay_bounded_for_dense_text(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # Chinese (and ids, digits) cost far more than half a token per character: the offline
     # summariser's 2-characters-per-token budget overshoots, every condensing attempt returns

@@ -263,12 +263,25 @@ def test_a_failed_model_call_is_a_failed_result(openai_env: FakeOpenAIServer, ca
 
 
 def test_model_strings_and_memory_types() -> None:
+    # refused when the agent is made, as agentspan's own Agent does, not at its first run
     with pytest.raises(ValueError, match="provider"):
-        AgentRuntime().run(Agent(name="a", model="gpt-4o"), "hi")
+        Agent(name="a", model="gpt-4o")
     with pytest.raises(ValueError, match="not supported"):
-        AgentRuntime().run(Agent(name="a", model="mistral/large"), "hi")
+        Agent(name="a", model="gemini/flash")
+    for model in (None, 42):
+        with pytest.raises(TypeError, match="model must be a 'provider/name' string or a ChatModel"):
+            Agent(name="a", model=model)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="SemanticMemory"):
         Agent(name="a", model="openai/gpt-4o", memory=SemanticMemory())
+
+
+def test_conversation_memory_arguments_of_the_wrong_type_say_so() -> None:
+    with pytest.raises(TypeError, match="max_messages must be a whole number, not str"):
+        ConversationMemory(max_messages="3")  # type: ignore[arg-type]
+    memory = ConversationMemory()
+    with pytest.raises(TypeError, match="arguments must be a mapping"):
+        memory.add_tool_call("lookup", "notadict")  # type: ignore[arg-type]
+    assert memory.messages == []
 
 
 def test_agentspan_arguments_not_provided_are_refused() -> None:

@@ -268,6 +268,18 @@ def test_limits_below_one_are_refused() -> None:
         ConversationMemory().get_recent(0)
 
 
+@pytest.mark.parametrize("value", ["3", 2.5, True, None])
+def test_limits_that_are_not_whole_numbers_say_so(value: Any) -> None:
+    # a "3" failed later with "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(TypeError, match="max_messages must be a whole number"):
+        ConversationMemory(max_messages=value)
+    if value is not None:
+        with pytest.raises(TypeError, match="max_tokens must be a whole number"):
+            ConversationMemory(max_tokens=value)
+    with pytest.raises(TypeError, match="n must be a whole number"):
+        ConversationMemory().get_recent(value)
+
+
 def test_every_message_stays_stored_whatever_the_window() -> None:
     memory = ConversationMemory(max_messages=2)
     for i in range(6):

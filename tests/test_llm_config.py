@@ -279,7 +279,11 @@ def test_check_warns_when_the_environment_configures_a_provider_whose_sdk_is_mis
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     (warning,) = check_llm_sdks()
     assert warning.id == "agentmemory.W006" and "'openai' package is not installed" in warning.msg
+    assert warning.msg.startswith("OPENAI_API_KEY is set for the openai provider")
     assert "django-agentmemory[openai]" in warning.hint
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    (warning,) = check_llm_sdks()
+    assert warning.msg.startswith("OPENAI_API_KEY and OPENAI_BASE_URL are set for the openai provider")
     monkeypatch.setenv("AGENTMEMORY_LLM_PROVIDER", "anthropic")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
     assert check_llm_sdks() == []  # anthropic is installed, and it is the one named

@@ -67,8 +67,8 @@ def test_import_from_stdin_into_a_scope_and_errors() -> None:
     assert KnowledgeMemory(bob).get_persistent_facts() == {}
     with pytest.raises(CommandError):
         run("export", "--user", "nobody")
-    with pytest.raises(CommandError, match="nothing imported"):
-        run("import", "--user", "bob", stdin="- ok\n- bad\x00fact\n")
+    with pytest.raises(CommandError, match="nothing imported: line 4: "):
+        run("import", "--user", "bob", stdin="- ok\n## notes\n- fine\n- bad\x00fact\n  more\n")
     assert Fact.objects.filter(content="ok").count() == 0
 
 

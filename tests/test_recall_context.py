@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -680,6 +681,26 @@ def test_the_admin_context_page_labels_the_block(admin_client, user, past, setti
     body = page.content.decode()
     assert page.status_code == 200
     assert "memory block" in body and "Memory block" in body and "flowerpot" in body
+
+
+def test_the_admin_context_page_draws_the_block_in_its_budget(admin_client, user, past, settings) -> None:  # type: ignore[no-untyped-def]
+    # the accounting, the bar and its legend split the budget into every part sent: a block
+    # left out of the bar drew a window of 73% memory as a 5% sliver
+    settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+    conv = ask(user, "Where is the spare key to the boathouse?")
+    page = admin_client.get(
+        reverse("admin:agentmemory_conversation_context", args=[conv.pk]), {"max_tokens": 300}
+    )
+    window = page.context["window"]
+    assert window.memory_tokens > 0
+    body = page.content.decode()
+    share = round(window.memory_tokens * 100 / 300)
+    bar = body[body.index('class="am-bar"') : body.index("</div>", body.index('class="am-bar"'))]
+    assert f"memory block {window.memory_tokens}," in bar
+    assert re.search(rf'<span class="memory" style="width: {share}(\.\d+)?%">', bar), bar
+    accounting = body[body.index('id="am-accounting"') : body.index('class="am-bar"')]
+    assert re.search(rf"Memory block</dt><dd>{window.memory_tokens} tokens", accounting)
+    assert '<span class="am-swatch memory">' in body
 
 
 def test_context_endpoint_default_follows_the_setting(api, user, past, settings) -> None:  # type: ignore[no-untyped-def]

@@ -29,7 +29,7 @@ from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
-from agentmemory.models import Conversation, Fact
+from agentmemory.models import Conversation, Fact, Message
 from agentmemory.recall import FullTextBackend, search_messages
 from agentmemory.recall.text import MAX_QUERY_CHARS
 from agentmemory.retention import purge_conversations
@@ -226,6 +226,33 @@ def test_an_agent_with_a_huge_system_prompt_is_refused_before_counting(conv, use
     with pytest.raises(InvalidMessageError, match="system prompt"):
         agent.run(agent.start_conversation(owner=user), "hello")
     assert llm.calls == [] and CountingCounter.counted < 100  # the human message, not the prompt
+
+
+@pytest.mark.parametrize("prompt", ["be brief\x00", "be brief \ud800"])
+def test_a_system_prompt_no_database_stores_is_refused_before_the_turn(conv, user, prompt) -> None:  # type: ignore[no-untyped-def]
+    # it was sent, and the model call's record, which keeps the prompt's text, could not store it
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.llm.fake import ScriptedChatModel
+
+    with pytest.raises(InvalidMessageError, match="system prompt contains a"):
+        ContextWindowBuilder(conv, system_prompt=prompt).build(10_000)
+
+    class Unstorable(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "unstorable"
+        SYSTEM_PROMPT = prompt
+
+    llm = ScriptedChatModel(["never sent"])
+    agent = Unstorable(llm=llm)
+    conversation = agent.start_conversation(owner=user)
+    with pytest.raises(InvalidMessageError, match="system prompt"):
+        agent.run(conversation, "hello")
+    assert llm.calls == [] and not Message.objects.filter(conversation_id=conversation.pk).exists()
+
+
+@pytest.mark.parametrize("prompt", [5, b"be brief", ["be brief"]])
+def test_a_system_prompt_that_is_not_text_is_a_clear_type_error(conv, prompt) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeError, match="system prompt must be a string or None, not"):
+        ContextWindowBuilder(conv, system_prompt=prompt)
 
 
 class SpyBackend(FullTextBackend):

@@ -64,6 +64,7 @@ from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
+from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import Role
@@ -501,6 +502,15 @@ class ConversationViewSet(
                 "false; default: AGENTMEMORY['MEMORY_RECALL_ENABLED']); none for a conversation "
                 "the requester does not own.",
             ),
+            OpenApiParameter(
+                "gap_policy",
+                OpenApiTypes.STR,
+                enum=list(GAP_POLICIES),
+                description="What to do when stored messages would be in neither the window nor "
+                "the summary: `close` compacts first (writes a summary; with an LLM summariser, a "
+                "model call), `report` only lists them under `uncovered` and writes nothing, "
+                "`ignore` trims silently (default: AGENTMEMORY['CONTEXT_GAP_POLICY'], `close`).",
+            ),
             MESSAGE_FORMAT_PARAMETER,
             FORMAT_PARAMETER,
         ],
@@ -518,6 +528,7 @@ class ConversationViewSet(
         starting on a human message. A window that would leave stored messages in neither
         itself nor the summary gets a compaction first (``CONTEXT_GAP_POLICY``, "close" by
         default), as an agent's model call does; what it could not close is in ``uncovered``.
+        ``gap_policy=report`` previews the window without writing anything.
         With ``memory_recall=true`` the owner's memory block follows the summary (``memory``):
         recalled in the scope of the conversation's agent key, and only for the owner (staff
         reading another user's conversation get none)."""
@@ -532,6 +543,9 @@ class ConversationViewSet(
             if "memory_recall" in request.query_params
             else app_settings().MEMORY_RECALL_ENABLED
         )
+        gap_policy = request.query_params.get("gap_policy", app_settings().CONTEXT_GAP_POLICY)
+        if gap_policy not in GAP_POLICIES:
+            raise serializers.ValidationError({"gap_policy": [f"Must be one of {', '.join(GAP_POLICIES)}."]})
         # Facts and search stay the requester's own: staff reading another user's
         # conversation (API_STAFF_SEES_ALL_CONVERSATIONS) get no memory block.
         if conversation.owner_id != request.user.pk:
@@ -543,7 +557,7 @@ class ConversationViewSet(
             builder = ContextWindowBuilder(
                 conversation,
                 token_counter=counter,
-                gap_policy=app_settings().CONTEXT_GAP_POLICY,
+                gap_policy=gap_policy,
                 memory_recall=memory_recall,
                 # the conversations and facts of the conversation's agent key (all of the
                 # owner's when it has none), as an agent scoped by KNOWLEDGE_MEMORY_AGENT_KEY

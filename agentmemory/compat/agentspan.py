@@ -22,6 +22,7 @@ from agentmemory.compat.store import StoredConversation
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation
 from agentmemory.semantic import MemoryEntry, MemoryStore
+from agentmemory.validation import whole_number
 
 __all__ = [
     "Agent",
@@ -63,7 +64,7 @@ class ConversationMemory:
         conversation: Conversation | int | str | UUID | None = None,
         owner: Any = None,
     ) -> None:
-        self.max_messages = max_messages
+        self.max_messages = None if max_messages is None else whole_number(max_messages, "max_messages")
         self._store = StoredConversation(conversation, owner=owner, metadata={"compat": "agentspan"})
         initial = [_from_dict(m) for m in messages or ()]
         if initial:
@@ -94,6 +95,8 @@ class ConversationMemory:
     ) -> None:
         """Record a tool call; its id is ``task_reference_name`` (default
         ``"<tool_name>_ref"``, as in agentspan)."""
+        if not isinstance(arguments, Mapping):
+            raise TypeError(f"arguments must be a mapping of names to values, not {type(arguments).__name__}")
         ref = task_reference_name or f"{tool_name}_ref"
         self._add(
             ChatMessage.ai(None, tool_calls=[{"id": ref, "name": tool_name, "arguments": dict(arguments)}])

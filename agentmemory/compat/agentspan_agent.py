@@ -17,7 +17,7 @@ from typing import Any
 
 from agentmemory.agents.tools import Tool
 from agentmemory.compat.agentspan_messages import as_dict, from_dict
-from agentmemory.compat.loop import as_tools, model_from_string, run_loop
+from agentmemory.compat.loop import as_tools, model_from_string, model_provider, run_loop
 from agentmemory.compat.owners import owner_or_shared
 from agentmemory.exceptions import LLMError
 from agentmemory.llm.base import ChatModel
@@ -171,10 +171,12 @@ class Agent:
         max_turns: model calls per run at most.
 
     Raises:
-        TypeError: a ``memory`` without ``messages`` (a ``SemanticMemory``: expose it as a
+        TypeError: a ``model`` that is neither a string nor a ``ChatModel``; a ``memory``
+            without ``messages`` (a ``SemanticMemory``: expose it as a
             tool or in ``instructions``, as agentspan's document shows); a tool that is not
             callable or that ``Tool`` refuses (``as_tools``).
-        ValueError: two tools with one name.
+        ValueError: two tools with one name; a model string naming no supported provider
+            (``loop.model_provider``).
     """
 
     def __init__(
@@ -186,6 +188,12 @@ class Agent:
         memory: Any = None,
         max_turns: int = DEFAULT_MAX_TURNS,
     ) -> None:
+        if isinstance(model, str):
+            model_provider(model)  # refused now, not at the first run
+        elif not callable(getattr(model, "invoke", None)):
+            raise TypeError(
+                f"model must be a 'provider/name' string or a ChatModel, not {type(model).__name__}"
+            )
         if memory is not None and not hasattr(memory, "messages"):
             raise TypeError(
                 f"memory must be a ConversationMemory, not {type(memory).__name__}; expose a "

@@ -140,20 +140,35 @@ def model_from_string(spec: str | ChatModel) -> ChatModel:
     """
     if not isinstance(spec, str):
         return spec
-    provider, _, name = spec.partition("/")
-    if not name:
-        raise ValueError(f"a model is 'provider/name' (e.g. 'openai/gpt-4o'), not {spec!r}")
+    provider, name = model_provider(spec)
     if provider == "openai":
         from agentmemory.llm.openai import OpenAIChatModel
 
         return OpenAIChatModel(model=name, base_url=os.environ.get("OPENAI_BASE_URL") or None)
-    if provider == "anthropic":
-        from agentmemory.llm.anthropic import AnthropicChatModel
+    from agentmemory.llm.anthropic import AnthropicChatModel
 
-        return AnthropicChatModel(model=name, base_url=os.environ.get("ANTHROPIC_BASE_URL") or None)
-    raise ValueError(
-        f"model provider {provider!r} is not supported here; use 'openai/...' or 'anthropic/...'"
-    )
+    return AnthropicChatModel(model=name, base_url=os.environ.get("ANTHROPIC_BASE_URL") or None)
+
+
+#: the providers of agentspan's ``"provider/model"`` strings that ``model_from_string`` makes
+MODEL_PROVIDERS = ("openai", "anthropic")
+
+
+def model_provider(spec: str) -> tuple[str, str]:
+    """``(provider, model name)`` of agentspan's ``"provider/model"`` string, checked
+    without making the model (so an agent can refuse it when it is made, not at its first run).
+
+    Raises:
+        ValueError: no ``provider/`` prefix, or a provider not in ``MODEL_PROVIDERS``.
+    """
+    provider, _, name = spec.partition("/")
+    if not name:
+        raise ValueError(f"a model is 'provider/name' (e.g. 'openai/gpt-4o'), not {spec!r}")
+    if provider not in MODEL_PROVIDERS:
+        raise ValueError(
+            f"model provider {provider!r} is not supported here; use 'openai/...' or 'anthropic/...'"
+        )
+    return provider, name
 
 
 def last_human_text(messages: Sequence[ChatMessage]) -> str:

@@ -32,6 +32,7 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
+from agentmemory.validation import whole_number
 
 __all__ = [
     "Agent",
@@ -104,9 +105,10 @@ class ConversationMemory:
         conversation: Conversation | int | str | UUID | None = None,
         owner: Any = None,
     ) -> None:
-        if max_messages < 1:
+        # the seed's messages for values below 1; a value that is no whole number is a TypeError
+        if whole_number(max_messages, "max_messages") < 1:
             raise ValueError("max_messages must be at least 1")
-        if max_tokens is not None and max_tokens < 1:
+        if max_tokens is not None and whole_number(max_tokens, "max_tokens") < 1:
             raise ValueError("max_tokens must be at least 1")
         self.max_messages = max_messages
         self.max_tokens = max_tokens
@@ -178,9 +180,10 @@ class ConversationMemory:
         """The last ``n`` messages of the window.
 
         Raises:
+            TypeError: ``n`` is not a whole number.
             ValueError: ``n`` below 1.
         """
-        if n < 1:
+        if whole_number(n, "n") < 1:
             raise ValueError("n must be at least 1")
         return self._window()[-n:]
 

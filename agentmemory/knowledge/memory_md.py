@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from agentmemory.knowledge.context import indented
-from agentmemory.knowledge.storage import content_hash
+from agentmemory.knowledge.storage import InvalidFactError, content_hash
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory
@@ -55,35 +55,45 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     it, its new value.
 
     Raises:
-        InvalidFactError: a fact that cannot be stored (nothing of the file is stored then).
+        InvalidFactError: a fact that cannot be stored, its message starting with the line
+            of the file its bullet begins on ("line 12: ..."); nothing of the file is stored
+            then.
     """
     counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0, "skipped": 0}
-    facts: list[tuple[str, str]] = []
+    facts: list[tuple[str, str, int]] = []
     category = "general"
     # a byte order mark is not text of the first line (it hid a "## category" heading there)
-    for raw in text.removeprefix("\ufeff").splitlines():
+    for number, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         line = raw.rstrip()
         if line.startswith("## "):
             category = line[3:].strip() or "general"
         elif line.startswith(("- ", "* ")):
-            facts.append((category, line[2:].strip()))
+            facts.append((category, line[2:].strip(), number))
         elif line.startswith("  ") and line.strip() and facts:
-            cat, content = facts[-1]
-            facts[-1] = (cat, f"{content}\n{line.strip()}")
+            cat, content, first = facts[-1]
+            facts[-1] = (cat, f"{content}\n{line.strip()}", first)
         elif line.strip() and not line.startswith("# "):
             counts["skipped"] += 1
     with transaction.atomic(using=memory.using):
-        for cat, content in facts:
-            if not content:
-                counts["skipped"] += 1
-                continue
-            history = memory.all_facts().filter(superseded_by__isnull=False)
-            if history.filter(content_hash=content_hash(content)).exists():
-                # Already stored and since replaced: the seed's MEMORY.md appends a changed
-                # "key: value" line below the old one, and storing the old line again made
-                # it supersede the newer fact, which the next line then superseded back, two
-                # new rows on every import of the same file.
-                counts["duplicate"] += 1
-                continue
-            counts[memory.store(content, cat, persistent=True).action] += 1
+        for cat, content, number in facts:
+            try:
+                _import_fact(memory, cat, content, counts)
+            except InvalidFactError as exc:
+                raise InvalidFactError(f"line {number}: {exc}") from exc
     return ImportReport(**counts)
+
+
+def _import_fact(memory: KnowledgeMemory, cat: str, content: str, counts: dict[str, int]) -> None:
+    """One bullet of ``import_memory_md``, its outcome added to ``counts``."""
+    if not content:
+        counts["skipped"] += 1
+        return
+    history = memory.all_facts().filter(superseded_by__isnull=False)
+    if history.filter(content_hash=content_hash(content)).exists():
+        # Already stored and since replaced: the seed's MEMORY.md appends a changed
+        # "key: value" line below the old one, and storing the old line again made
+        # it supersede the newer fact, which the next line then superseded back, two
+        # new rows on every import of the same file.
+        counts["duplicate"] += 1
+        return
+    counts[memory.store(content, cat, persistent=True).action] += 1

@@ -118,7 +118,14 @@ def _dated_items(messages: Sequence[ChatMessage]) -> list[Item]:
 
 def _clip(text: str) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 3] + "..."
+    if len(text) <= _ITEM_CHARS:
+        return text
+    cut = text[: _ITEM_CHARS - 3]
+    # at the last word's end when one ends in the last fifth (a half word reads as a typo)
+    space = cut.rfind(" ")
+    if space >= (_ITEM_CHARS - 3) * 4 // 5:
+        cut = cut[:space].rstrip(" ,;:")
+    return cut + "..."
 
 
 _DATED_LINE = re.compile(r"^\[([^\]\n]{1,80})\] (.*)$")
