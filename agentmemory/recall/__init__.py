@@ -408,8 +408,29 @@ def _pg_spread_rows(
     known_scores: dict[tuple[int, int], float] = {}
     maybe: dict[tuple[int, int], float] = {}
     found_relevance: dict[int, float] = {}
-    for conversation_id, seqs in candidates.items():
+    reach = range(1, 2 * span + 1)
+    for conversation_id, all_seqs in candidates.items():
         ranked_here = ranked_at[conversation_id]
+        # A candidate with no other ranked row within twice the span (most of them) scores
+        # its relevance, and the places around it their weight of it (``0.0 + weight * r``
+        # is ``weight * r``): the sums below, without them. Nothing else reaches its places.
+        seqs = []
+        for seq in all_seqs:
+            for distance in reach:
+                if seq - distance in ranked_here or seq + distance in ranked_here:
+                    seqs.append(seq)
+                    break
+            else:
+                own = relevance[ranked_here[seq]]
+                if own > 0:
+                    known_scores[(conversation_id, seq)] = own
+                for distance, weight in steps:
+                    score = weight * own
+                    if score > 0:
+                        maybe[(conversation_id, seq - distance)] = score
+                        maybe[(conversation_id, seq + distance)] = score
+        if not seqs:
+            continue
         # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
         at = {seq: relevance[ranked_here[seq]] for seq in seqs}
         near: set[int] = set()
