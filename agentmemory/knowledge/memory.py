@@ -42,6 +42,7 @@ from agentmemory.knowledge.storage import (
 from agentmemory.models import Fact, FactKind, Message
 from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_recall
 from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
+from agentmemory.recall.compiled import Scope
 from agentmemory.recall.embedders import Embedder
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
@@ -158,6 +159,28 @@ class KnowledgeMemory:
         now = clock(now)
         cutoff = days_before(now, self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+
+    def live_probe(self, now: datetime | None = None) -> Scope:
+        """Whether ``live_facts(now)`` holds a fact, as a query to run within another
+        (``recall.lines.read_lines``): a ``Scope`` of the first fact's primary key, whose
+        SQL is compiled once per database on PostgreSQL (``recall.compiled``), where
+        building and compiling the queryset cost about 0.7 ms a recall. A subclass that
+        changes ``all_facts`` or ``live_facts`` gets its own queryset, compiled each time."""
+        now = clock(now)
+        if type(self).live_facts is not KnowledgeMemory.live_facts or (
+            type(self).all_facts is not KnowledgeMemory.all_facts
+        ):
+            return Scope("", lambda using: self.live_facts(now).order_by().values("pk")[:1], (), self.using)
+        scope = self.scope
+        values = (
+            scope.owner_id,
+            scope.agent_key,
+            scope.namespace,
+            self.kind,
+            now,
+            days_before(now, self.max_log_days),
+        )
+        return Scope("knowledge.live_probe", _live_probe, values, self.using)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -613,3 +636,15 @@ def knowledge_memory_for(agent: Any, conversation: Any) -> KnowledgeMemory | Non
         agent_key=getattr(agent, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
         namespace=getattr(agent, "KNOWLEDGE_MEMORY_NAMESPACE", None),
     )
+
+
+def _live_probe(
+    using: str, owner_id: int, agent_key: str, namespace: str, kind: str, now: datetime, cutoff: datetime
+) -> Any:
+    """``KnowledgeMemory.live_facts``'s queryset (its scope, ``now`` and ``cutoff`` given),
+    as the primary key of its first fact: the builder of ``KnowledgeMemory.live_probe``."""
+    facts = Fact.objects.using(using).filter(
+        owner_id=owner_id, agent_key=agent_key, namespace=namespace, kind=kind
+    )
+    live = facts.live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+    return live.order_by().values("pk")[:1]

@@ -425,10 +425,10 @@ def _pg_spread_rows(
                 if own > 0:
                     known_scores[(conversation_id, seq)] = own
                 for distance, weight in steps:
-                    score = weight * own
-                    if score > 0:
-                        maybe[(conversation_id, seq - distance)] = score
-                        maybe[(conversation_id, seq + distance)] = score
+                    share = weight * own
+                    if share > 0:
+                        maybe[(conversation_id, seq - distance)] = share
+                        maybe[(conversation_id, seq + distance)] = share
         if not seqs:
             continue
         # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from agentmemory.models import Conversation, Message
 from agentmemory.recall import pg_instant, pg_message_rows
+from agentmemory.recall.compiled import Scope
 from agentmemory.recall.text import query_words
 
 #: message metadata keys holding the date a transcript gave a message, first found wins
@@ -216,7 +217,7 @@ def read_lines(
     hit_keys: Collection[tuple[int, int]] = (),
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
     *,
-    probe: QuerySet[Any] | None = None,
+    probe: QuerySet[Any] | Scope | None = None,
 ) -> tuple[dict[tuple[int, int], _Line], bool | None]:
     """The messages ``wanted`` ({conversation id: seqs}) of the owner's conversations, with
     their conversations' titles: those of ``read`` (rows the search read, in the form of
@@ -224,7 +225,8 @@ def read_lines(
     when ``read`` holds them all). Each conversation's title and each session date a
     transcript gave is read once.
 
-    ``probe``: a queryset (of any model) whose ``exists()`` that query answers too (it is
+    ``probe``: a queryset (of any model), or a ``compiled.Scope`` of one, whose ``exists()``
+    that query answers too (it is
     then run even when ``read`` holds every line), saving the caller a round trip. Returns
     the lines by ``(conversation id, seq)`` and whether ``probe`` holds a row (None without
     a probe, or when nothing is ``wanted``: no query is run)."""
@@ -293,7 +295,7 @@ _LINE_FIELDS = ("id", "conversation", "seq", "role", "content", "metadata", "cre
 
 
 def _pg_lines(
-    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | Scope | None = None
 ) -> tuple[list[tuple[Any, ...]], bool | None]:
     """PostgreSQL: the rows of ``read_lines``, each message found by the unique index of
     ``(conversation, seq)`` (a ``LATERAL`` lookup per place, as ``recall._pg_near`` does); a
@@ -330,7 +332,11 @@ def _pg_lines(
     arrays = ["{" + ",".join(str(place[i]) for place in pairs) + "}" for i in (0, 1)]
     params: list[Any] = [*arrays, int(owner_id), list(SHOWN_ROLES)]
     if probe is not None:
-        inner, probe_params = probe.order_by().values("pk")[:1].query.sql_with_params()
+        if isinstance(probe, Scope):  # a scope of the first row's primary key, compiled once
+            inner, probe_params = probe.sql_with_params()
+        else:
+            inner, compiled_params = probe.order_by().values("pk")[:1].query.sql_with_params()
+            probe_params = list(compiled_params)
         probed = f"(SELECT EXISTS({inner}) AS probed) AS f"
         sql = f"SELECT l.*, f.probed FROM {probed} LEFT JOIN ({sql}) AS l ON true"
         params = [*probe_params, *params]
@@ -344,13 +350,18 @@ def _pg_lines(
 
 
 def _orm_lines(
-    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | None = None
+    owner_id: int, wanted: dict[int, set[int]], using: str, probe: QuerySet[Any] | Scope | None = None
 ) -> tuple[list[tuple[Any, ...]], bool | None]:
     """The rows of ``read_lines`` on other databases: one query with an ``OR`` of the places
     of each conversation; with ``probe``, whether it holds a row, as ``_pg_lines`` says it."""
 
+    first: QuerySet[Any] | None = None  # the probe's first row's primary key
+    if isinstance(probe, Scope):
+        first = probe.queryset()
+    elif probe is not None:
+        first = probe.order_by().values("pk")[:1]
     if not wanted:
-        return [], None if probe is None else probe.exists()
+        return [], None if first is None else first.exists()
     quote = connections[using].ops.quote_name
     meta = Message._meta
     table = quote(meta.db_table)
@@ -373,8 +384,8 @@ def _orm_lines(
         "conversation__uuid",
     ]
     annotations: dict[str, Any] = {"opening": Substr("content", 1, MAX_READ_CHARS)}
-    if probe is not None:
-        annotations["probed"] = Exists(probe.order_by().values("pk"))
+    if first is not None:
+        annotations["probed"] = Exists(first)
         fields.append("probed")
     rows = list(
         Message.objects.using(using)

@@ -291,7 +291,7 @@ def recall_memory(
         words,
         hit_keys,
         read,
-        probe=None if memory is None else memory.live_facts(now),
+        probe=None if memory is None else memory.live_probe(now),
     )
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}

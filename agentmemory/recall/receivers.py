@@ -1,11 +1,12 @@
 """Signal receivers of recall, connected in ``AgentMemoryConfig.ready()``: the embedding of
 new messages (``message_appended``) and the SQL function the SQLite full-text triggers call
-(``connection_created``)."""
+(``connection_created``), and the compiled scopes emptied when ``DATABASES`` changes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
@@ -29,3 +30,13 @@ def add_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
     from agentmemory.recall.fulltext import register_sqlite_functions
 
     register_sqlite_functions(sender, connection, **kwargs)
+
+
+@receiver(setting_changed)
+def clear_compiled_scopes(sender: Any, setting: str, **kwargs: Any) -> None:
+    """A changed ``DATABASES`` empties the compiled SQL of ``agentmemory.recall.compiled``
+    (keyed by alias)."""
+    if setting == "DATABASES":
+        from agentmemory.recall import compiled
+
+        compiled.clear()
