@@ -33,6 +33,7 @@ from agentmemory.recall.backends import (
     get_embedder,
     ranking_for,
 )
+from agentmemory.recall.compiled import Scope
 from agentmemory.recall.dates import Period, periods_in, without_dates
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
 from agentmemory.recall.text import bounded_query, query_words
@@ -212,20 +213,21 @@ def _search(
     owner_id = owner_id_of(owner)
     _check_query(query, k)
     query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
-    messages = Message.objects.filter(conversation__owner_id=owner_id, role__in=SEARCHED_ROLES)
-    if using:
-        messages = messages.using(using)
     if agent_key is not None:
         # the rule of a memory scope's agent key: at most 100 characters, no NUL (which
         # PostgreSQL refuses in text); MemoryScopeError is a ValueError
         agent_key = MemoryScope.of(owner_id, agent_key).agent_key
-        messages = messages.filter(conversation__agent_key=agent_key)
+    messages = searched_messages(using or None, owner_id, agent_key)
+    # the scope's SQL, compiled once per database (``compiled.Scope``) while no conversation
+    # is named
+    scope: Scope | None = Scope("recall.searched_ids", _searched_ids, (owner_id, agent_key), messages.db)
     if conversation is not None:
         if isinstance(conversation, str):
             try:
                 conversation = UUID(conversation)
             except ValueError:
                 raise ValueError(f"conversation {conversation!r} is not a uuid") from None
+        scope = None
         if isinstance(conversation, Conversation):
             messages = messages.filter(conversation_id=conversation.pk)
         elif isinstance(conversation, UUID):
@@ -248,8 +250,9 @@ def _search(
         ranked_query = without_dates(query)
     with usage_scope(owner_id=owner_id, agent_key=agent_key or ""):
         ranking = ranking_for(backend, messages, ranked_query)
-        if passage_weight and type(ranking) is FullTextRanking:
+        if type(ranking) is FullTextRanking:
             ranking.passage_weight = passage_weight
+            ranking.scope = scope
         ranked = ranking.top(max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
         if passages is not None and type(ranking) is FullTextRanking:
             passages.update(ranking.passages)
@@ -300,6 +303,25 @@ def _search(
     hits = _hits(rows, spread_scores, relevance, conf, periods, k)
     report_recall("messages", owner_id, backend, len(hits), started)
     return hits
+
+
+def searched_messages(using: str | None, owner_id: int, agent_key: str | None = None) -> Any:
+    """The messages ``search_messages`` searches: ``owner_id``'s of ``SEARCHED_ROLES``, of
+    conversations of ``agent_key`` (exact) when given, on the database ``using`` (None: the
+    router's choice)."""
+    from agentmemory.models import Message
+
+    messages = Message.objects.filter(conversation__owner_id=owner_id, role__in=SEARCHED_ROLES)
+    if using:
+        messages = messages.using(using)
+    if agent_key is not None:
+        messages = messages.filter(conversation__agent_key=agent_key)
+    return messages
+
+
+def _searched_ids(using: str, owner_id: int, agent_key: str | None) -> Any:
+    """The ids of ``searched_messages``, as ``fulltext.fenced`` compiles a scope."""
+    return searched_messages(using, owner_id, agent_key).order_by().values("pk")
 
 
 def _hits(

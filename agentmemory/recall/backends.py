@@ -135,12 +135,19 @@ class FullTextRanking:
         self.passage_weight = 0.0
         #: ``{pk: passage score}`` of the candidates, once ``top`` ran with a weight
         self.passages: dict[int, float] = {}
+        #: the ids of ``queryset`` as a ``compiled.Scope`` (its SQL compiled once), or None
+        self.scope: Any = None
 
     def top(self, limit: int) -> list[tuple[int, float]]:
         if self.complete:
             passages: dict[int, float] | None = {} if self.passage_weight else None
             every = fulltext.search(
-                self.queryset, self.query, fulltext.PG_MAX_MATCHES, places=self.places, passages=passages
+                self.queryset,
+                self.query,
+                fulltext.PG_MAX_MATCHES,
+                places=self.places,
+                passages=passages,
+                scope=self.scope,
             )
             if passages:
                 self.passages = passages

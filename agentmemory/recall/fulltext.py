@@ -154,6 +154,7 @@ def search(
     *,
     places: dict[int, tuple[int, int]] | None = None,
     passages: dict[int, float] | None = None,
+    scope: Any = None,
 ) -> list[tuple[int, float]]:
     """Ids of rows of ``queryset`` (facts or messages, already scoped) whose content matches
     any word of ``query``, best first, with a relevance score (higher is better; comparable
@@ -162,13 +163,15 @@ def search(
     ranked (at least those returned; not those only a substring match found).
     ``passages``: a dict that such a search (with ``places``) fills with ``{pk: score}``,
     the ``passage_scores`` of the rows it ranked, worked out from the same statement (on
-    SQLite, that statement then also matches each query word on its own)."""
+    SQLite, that statement then also matches each query word on its own).
+    ``scope``: a ``compiled.Scope`` of ``queryset.order_by().values("pk")`` (the same
+    statement, its text compiled once), which a PostgreSQL message search uses for it."""
     words = query_words(query)
     if not words or limit <= 0:
         return []
     # the substring match reads the stored text, which is not in the normal form
     terms = unspaced_terms(literal_words(query))
-    found = _indexed(queryset, words, limit, places, passages)
+    found = _indexed(queryset, words, limit, places, passages, scope)
     if terms:
         found = _with_unspaced(found, _unspaced(queryset, terms), limit)
     return found
@@ -180,12 +183,13 @@ def _indexed(
     limit: int,
     places: dict[int, tuple[int, int]] | None = None,
     passages: dict[int, float] | None = None,
+    scope: Any = None,
 ) -> list[tuple[int, float]]:
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
         if _is_fact(queryset):
             return _pg_fact_ids(queryset, words, limit)
-        return _pg_bm25(queryset, words, limit, places, passages)
+        return _pg_bm25(queryset, words, limit, places, passages, scope)
     if vendor == "sqlite":
         model = queryset.model
         if places is not None and _located(model):
@@ -362,6 +366,7 @@ def fenced(
     columns: Sequence[str] = ("id",),
     *,
     source: str | None = None,
+    scope: Any = None,
 ) -> tuple[str, list[Any]]:
     """PostgreSQL: SQL and parameters of the ``columns`` (of the table, unqualified) of the
     rows of ``queryset``'s table that match the SQL ``condition`` and are in the scope
@@ -383,6 +388,9 @@ def fenced(
     that form is kept for a ``source`` (rows read from another table expression, alias
     ``m``) and for a scope whose statement has a shape this does not know.
 
+    ``scope``: a ``compiled.Scope`` of ``queryset.order_by().values("pk")``, whose SQL is
+    then not compiled again (``search``).
+
     Raises:
         ValueError: the database is not PostgreSQL.
     """
@@ -394,7 +402,10 @@ def fenced(
     table = connection.ops.quote_name(queryset.model._meta.db_table)
     quote = connection.ops.quote_name
     if source is None:
-        scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
+        if scope is not None:
+            scope_sql, scope_params = scope.sql_with_params()
+        else:
+            scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
         head = f" FROM {table}"
         at = scope_sql.find(head)
         rest = scope_sql[at + len(head) :] if at >= 0 else None
@@ -432,6 +443,7 @@ def _pg_bm25(
     limit: int,
     places: dict[int, tuple[int, int]] | None = None,
     passages: dict[int, float] | None = None,
+    scope: Any = None,
 ) -> list[tuple[int, float]]:
     """BM25 over a bounded candidate set, in one statement.
 
@@ -466,7 +478,9 @@ def _pg_bm25(
     flags = ", ".join(f"(x.search_vector @@ {tsq})" for _ in words)
     kept = ", ".join(f"x.{column}" for column in columns[:-1])
     # the same statement for every word, its first parameter the word: compiled once
-    part, part_params = fenced(queryset, f"search_vector @@ {tsq}{within}", ["", *within_params], columns)
+    part, part_params = fenced(
+        queryset, f"search_vector @@ {tsq}{within}", ["", *within_params], columns, scope=scope
+    )
     # a row found through several words is the same row: UNION keeps it once
     one = f"SELECT {kept}, length(x.search_vector), {flags} FROM ({part} LIMIT {cap}) AS x"
     sql = " UNION ".join([one] * len(words))
