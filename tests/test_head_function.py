@@ -191,6 +191,35 @@ def test_the_function_gives_the_windows_the_statement_as_text_gives(
 
 
 @pytest.mark.postgres
+def test_the_head_function_called_with_its_values_in_place_gives_the_windows_of_the_bound_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conv = _conversation(summary=True)
+    _windows(conv)  # the connection finds the function
+    with CaptureQueriesContext(connection) as queries:
+        in_place = _windows(conv)
+    calls = [q["sql"] for q in queries.captured_queries if functions.PREFIX + "head_" in q["sql"]]
+    assert calls and all(f"({conv.pk}::bigint, " in sql for sql in calls)
+    with monkeypatch.context() as patch:
+        patch.setattr(functions, "literal_call", lambda key, params: None)  # bound by the driver
+        bound = _windows(conv)
+    assert in_place == bound
+
+
+def test_a_call_is_written_in_place_only_with_integers_null_and_role_names() -> None:
+    key = (True, True)
+    params = {"id": 7, "system": "system", "room": 10, "half": 15, "triple": 30, "max_page": 2**62}
+    params.update(tool="tool", cap=4000, floor=None)
+    assert functions.literal_call(key, params) == (
+        "SELECT * FROM agentmemory_window_head_pc(7::bigint, 'system'::text, 10::bigint, 15::bigint, "
+        "30::bigint, 4611686018427387904::bigint, 'tool'::text, 4000::bigint, NULL::bigint)"
+    )
+    for value in (True, 2**63, -(2**63) - 1, "sys'tem", 1.5):
+        assert functions.literal_call(key, {**params, "id": value}) is None
+    assert functions.literal_call(key, {**params, "system": "human'); DROP"}) is None
+
+
+@pytest.mark.postgres
 def test_the_gap_probe_goes_through_its_function() -> None:
     conv = _conversation()
     # A window that starts after the call still waiting: the probe is asked about it (in

@@ -318,11 +318,11 @@ def test_a_block_that_does_not_come_costs_the_history_nothing(user) -> None:  # 
         ContextWindowBuilder(conv, memory_recall=False, gap_policy="report").build(300)
     # two window reads (a plain build's queries each: one statement, its gap report in it)
     # and the recall's (a savepoint around it, the message search, whether the owner has
-    # facts): one window read more than a build whose block came. The search's candidates'
-    # places and their neighbours are queries of their own except on PostgreSQL, whose
-    # ranking statement gives the places and scores them all.
+    # facts): one window read more than a build whose block came. The search's ranking
+    # statement gives the candidates' places; their neighbours are a query of their own
+    # except on PostgreSQL, whose ranking statement scores them all.
     assert len(plain_queries) == 1
-    assert len(queries) == 2 * len(plain_queries) + (5 if connection.vendor == "postgresql" else 7)
+    assert len(queries) == 2 * len(plain_queries) + (5 if connection.vendor == "postgresql" else 6)
 
 
 def test_the_summary_is_not_cut_for_a_block_that_does_not_come(user) -> None:  # type: ignore[no-untyped-def]

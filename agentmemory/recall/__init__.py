@@ -195,11 +195,17 @@ def _search(
     backend: RecallBackend | None = None,
     using: str | None = None,
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
+    passage_weight: float = 0.0,
+    passages: dict[int, float] | None = None,
 ) -> list[MessageHit]:
-    """``search_messages``; ``read``, when given, is filled with the rows the hits were read
-    from where the search read them by place (PostgreSQL, full-text): ``{(conversation id,
-    seq): (pk, conversation id, seq, role, content, metadata, created_at, conversation
-    title, conversation uuid)}``, every searched message with content at those places."""
+    """``search_messages``; ``passage_weight``: with full text, each candidate's score raised
+    by up to that share for its passage's score (``FullTextRanking.passage_weight``) before
+    the candidates and hits are chosen, those scores put in ``passages`` ({pk: score}; left
+    empty where the ranking did not compute them); ``read``, when given, is filled with
+    the rows the hits were read from where the search read them by place (PostgreSQL,
+    full-text): ``{(conversation id, seq): (pk, conversation id, seq, role, content,
+    metadata, created_at, conversation title, conversation uuid)}``, every searched message
+    with content at those places."""
     from agentmemory.conf import app_settings
     from agentmemory.models import Conversation, Message
 
@@ -242,7 +248,11 @@ def _search(
         ranked_query = without_dates(query)
     with usage_scope(owner_id=owner_id, agent_key=agent_key or ""):
         ranking = ranking_for(backend, messages, ranked_query)
+        if passage_weight and type(ranking) is FullTextRanking:
+            ranking.passage_weight = passage_weight
         ranked = ranking.top(max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES))
+        if passages is not None and type(ranking) is FullTextRanking:
+            passages.update(ranking.passages)
         best = max((score for _pk, score in ranked), default=0.0)
         if best <= 0:
             report_recall("messages", owner_id, backend, 0, started)

@@ -129,10 +129,22 @@ class FullTextRanking:
         #: ``{pk: (conversation_id, seq)}`` of the ranked messages where the ranking
         #: statement gave them (PostgreSQL), else empty
         self.places: dict[int, tuple[int, int]] = {}
+        #: a message's score is raised by up to this share for the score of its passage
+        #: (``fulltext.passage_scores`` over every candidate, where the database gives it:
+        #: PostgreSQL and SQLite), scaled to the best passage's; 0: not (the default)
+        self.passage_weight = 0.0
+        #: ``{pk: passage score}`` of the candidates, once ``top`` ran with a weight
+        self.passages: dict[int, float] = {}
 
     def top(self, limit: int) -> list[tuple[int, float]]:
         if self.complete:
-            every = fulltext.search(self.queryset, self.query, fulltext.PG_MAX_MATCHES, places=self.places)
+            passages: dict[int, float] | None = {} if self.passage_weight else None
+            every = fulltext.search(
+                self.queryset, self.query, fulltext.PG_MAX_MATCHES, places=self.places, passages=passages
+            )
+            if passages:
+                self.passages = passages
+                every = _weighted(every, passages, self.passage_weight)
             self.known = dict(every)
             return every[:limit]
         return fulltext.search(self.queryset, self.query, limit)
@@ -143,6 +155,18 @@ class FullTextRanking:
         if self.known is not None:
             return {pk: self.known[pk] for pk in ids if pk in self.known}
         return dict(fulltext.search(self.queryset.filter(pk__in=list(ids)), self.query, len(ids)))
+
+
+def _weighted(
+    ranked: list[tuple[int, float]], passages: dict[int, float], weight: float
+) -> list[tuple[int, float]]:
+    """``ranked`` with each score times ``1 + weight * p / best``, ``p`` the row's passage
+    score (0 for a row without one, found by a substring match only), re-sorted best first,
+    then the newest (highest id)."""
+    scale = weight / (max(passages.values()) or 1.0)
+    get = passages.get
+    scored = sorted([(-score * (1.0 + scale * get(pk, 0.0)), -pk) for pk, score in ranked])
+    return [(-pk, -score) for score, pk in scored]
 
 
 class FullTextBackend:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Sequence
+from operator import add
 from typing import Any
 
 from django.db import connections
@@ -147,19 +148,27 @@ def _pg_query(words: Sequence[str]) -> str:
 
 
 def search(
-    queryset: QuerySet[Any], query: str, limit: int, *, places: dict[int, tuple[int, int]] | None = None
+    queryset: QuerySet[Any],
+    query: str,
+    limit: int,
+    *,
+    places: dict[int, tuple[int, int]] | None = None,
+    passages: dict[int, float] | None = None,
 ) -> list[tuple[int, float]]:
     """Ids of rows of ``queryset`` (facts or messages, already scoped) whose content matches
     any word of ``query``, best first, with a relevance score (higher is better; comparable
-    only within one call). At most ``limit`` rows. ``places``: a dict that a PostgreSQL
-    message search fills with ``{pk: (conversation_id, seq)}`` of the rows it ranked (at
-    least those returned; not those only a substring match found)."""
+    only within one call). At most ``limit`` rows. ``places``: a dict that a message search
+    on PostgreSQL or SQLite fills with ``{pk: (conversation_id, seq)}`` of the rows it
+    ranked (at least those returned; not those only a substring match found).
+    ``passages``: a dict that such a search (with ``places``) fills with ``{pk: score}``,
+    the ``passage_scores`` of the rows it ranked, worked out from the same statement (on
+    SQLite, that statement then also matches each query word on its own)."""
     words = query_words(query)
     if not words or limit <= 0:
         return []
     # the substring match reads the stored text, which is not in the normal form
     terms = unspaced_terms(literal_words(query))
-    found = _indexed(queryset, words, limit, places)
+    found = _indexed(queryset, words, limit, places, passages)
     if terms:
         found = _with_unspaced(found, _unspaced(queryset, terms), limit)
     return found
@@ -170,14 +179,17 @@ def _indexed(
     words: Sequence[str],
     limit: int,
     places: dict[int, tuple[int, int]] | None = None,
+    passages: dict[int, float] | None = None,
 ) -> list[tuple[int, float]]:
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
         if _is_fact(queryset):
             return _pg_fact_ids(queryset, words, limit)
-        return _pg_bm25(queryset, words, limit, places)
+        return _pg_bm25(queryset, words, limit, places, passages)
     if vendor == "sqlite":
         model = queryset.model
+        if places is not None and _located(model):
+            return _sqlite_located(queryset, words, limit, places, passages)
         table = model._meta.db_table
         fts = f"{table}_fts"
         scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
@@ -194,6 +206,98 @@ def _indexed(
             # bm25() is lower for better matches; negate so that higher is better everywhere
             return [(pk, -float(score)) for pk, score in cursor.fetchall()]
     return _fallback(queryset, words, limit)
+
+
+def _located(model: Any) -> bool:
+    """Whether rows of ``model`` have a place (``conversation_id`` and ``seq``): messages."""
+    return {"conversation_id", "seq"} <= {f.attname for f in model._meta.concrete_fields}
+
+
+def _sqlite_located(
+    queryset: QuerySet[Any],
+    words: Sequence[str],
+    limit: int,
+    places: dict[int, tuple[int, int]],
+    passages: dict[int, float] | None,
+) -> list[tuple[int, float]]:
+    """SQLite, messages: the FTS5 search of ``_indexed``, in the same one statement with each
+    row's place (``places`` gets ``{pk: (conversation_id, seq)}``; no query of its own for
+    them) and, when ``passages`` is given, per query word whether the row holds it (one
+    FTS5 match per word, each materialised once), from which ``passages`` gets every
+    returned row's ``passage_scores``."""
+    model = queryset.model
+    quote = connections[queryset.db].ops.quote_name
+    table = quote(model._meta.db_table)
+    fts = f"{model._meta.db_table}_fts"
+    scope_sql, scope_params = queryset.order_by().values("pk").query.sql_with_params()
+    flagged = range(len(words)) if passages is not None else range(0)
+    each = "".join(
+        f", w{i} AS MATERIALIZED (SELECT rowid AS id FROM {fts} WHERE {fts} MATCH %s)" for i in flagged
+    )
+    flags = "".join(f", hits.id IN w{i}" for i in flagged)
+    sql = (
+        f"WITH hits AS MATERIALIZED (SELECT rowid AS id, bm25({fts}) AS score FROM {fts} "
+        f"WHERE {fts} MATCH %s){each} "
+        f"SELECT hits.id, hits.score, m.conversation_id, m.seq{flags} FROM hits "
+        f"JOIN {table} AS m ON m.id = hits.id WHERE hits.id IN ({scope_sql}) "
+        f"ORDER BY hits.score, hits.id DESC LIMIT %s"
+    )
+    params = [_fts5_query(words), *(_fts5_query([words[i]]) for i in flagged), *scope_params, limit]
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    places.update({row[0]: (row[2], row[3]) for row in rows})
+    if passages is not None:
+        passages.update(passage_scores([(row[0], row[2], row[3], row[4:]) for row in rows]))
+    # bm25() is lower for better matches; negate so that higher is better everywhere
+    return [(row[0], -float(row[1])) for row in rows]
+
+
+#: a passage: this many consecutive places (``seq``) of a conversation, ``seq // PASSAGE_SEQS``.
+#: Measured on LongMemEval-S (sessions of about 10-12 messages) and LoCoMo (one conversation
+#: of 19-32 sessions): 8 raised both, 12 and 16 lowered LongMemEval's recall_all@5, whole
+#: conversations left LoCoMo as it was (docs/benchmarks.md)
+PASSAGE_SEQS = 8
+#: BM25's term-frequency saturation for a passage taken as one document (``passage_scores``)
+PASSAGE_K1 = 1.2
+
+
+def passage_scores(rows: Sequence[tuple[int, int, int, Sequence[Any]]]) -> dict[int, float]:
+    """Each candidate's passage score: BM25 (``PASSAGE_K1``; Robertson and Zaragoza 2009) of
+    its passage (``PASSAGE_SEQS`` places of its conversation, as fixed windows: Callan,
+    "Passage-level evidence in document retrieval", SIGIR 1994) taken as one document made
+    of the passage's candidates, over the query's words: a word's frequency is the number
+    of the passage's candidates holding it, its weight comes from how many of the passages
+    hold it; no length normalisation (a passage's length here would be its number of
+    matches, itself evidence). A passage that answers holds several of the query's words
+    across its turns; a stray match elsewhere holds one.
+
+    ``rows``: ``(pk, conversation id, seq, per-word flags)`` of every candidate of one
+    search. Returns ``{pk: score}`` (0.0 and up)."""
+    width = PASSAGE_SEQS
+    # per passage, per word, the number of its candidates holding the word (flags add as 1)
+    counts: dict[tuple[int, int], tuple[int, ...]] = {}
+    get = counts.get
+    for _pk, conversation_id, seq, flags in rows:
+        key = (conversation_id, seq // width)
+        held = get(key)
+        counts[key] = tuple(flags) if held is None else tuple(map(add, held, flags))
+    if not counts:
+        return {}
+    n = len(counts)
+    held_by = (len(column) - column.count(0) for column in zip(*counts.values(), strict=True))
+    idf = [math.log(1 + (n - d + 0.5) / (d + 0.5)) for d in held_by]
+    k1 = PASSAGE_K1
+    # each passage's terms summed in word order (the same float in every process); passages
+    # alike (most hold one word once) are scored once
+    scored: dict[tuple[int, ...], float] = {}
+    score: dict[tuple[int, int], float] = {}
+    for key, held in counts.items():
+        value = scored.get(held)
+        if value is None:
+            value = scored[held] = sum(idf[i] * c * (k1 + 1) / (c + k1) for i, c in enumerate(held) if c)
+        score[key] = value
+    return {pk: score[(conversation_id, seq // width)] for pk, conversation_id, seq, _flags in rows}
 
 
 #: most rows read by the substring match of a query in an unspaced script (newest first)
@@ -327,6 +431,7 @@ def _pg_bm25(
     words: Sequence[str],
     limit: int,
     places: dict[int, tuple[int, int]] | None = None,
+    passages: dict[int, float] | None = None,
 ) -> list[tuple[int, float]]:
     """BM25 over a bounded candidate set, in one statement.
 
@@ -343,7 +448,9 @@ def _pg_bm25(
     ranked exactly.
 
     ``places``: when given and the rows are messages, filled with ``{pk: (conversation_id,
-    seq)}`` of every candidate (``search_messages`` then needs no query for them)."""
+    seq)}`` of every candidate (``search_messages`` then needs no query for them), and
+    ``passages``, when given too, with ``{pk: score}`` of every candidate
+    (``passage_scores``, from the same flags)."""
     model = queryset.model
     located = places is not None and {"conversation_id", "seq"} <= {
         f.attname for f in model._meta.concrete_fields
@@ -374,6 +481,8 @@ def _pg_bm25(
     first = len(columns) - 1  # the row's length; its flags follow
     if located and places is not None:
         places.update({row[0]: (row[1], row[2]) for row in rows})
+        if passages is not None:
+            passages.update(passage_scores([(row[0], row[1], row[2], row[first + 1 :]) for row in rows]))
     n_words = len(words)
     # Word weights come from the candidates: counting the whole scope on every query cost
     # 70 ms at 100,000 facts, and among the candidates a word's rarity orders them the same way.

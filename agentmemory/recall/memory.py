@@ -13,9 +13,12 @@ into one delimited message of at most a given number of tokens.
    messages, folded into a summary, are recallable like every past conversation's.
 2. **What comes along.** Each message found brings the message before it (the question an
    answer needs) and the one after it (the reply); the messages two places away rank at
-   ``NEIGHBOUR_SHARE`` of its score among the other hits. Messages are raised for the
-   weight of their conversation (``CONVERSATION_WEIGHT``), for their conversation's score as one document
-   (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a speaker the query names
+   ``NEIGHBOUR_SHARE`` of its score among the other hits. With full text, the search's
+   candidates are raised for their passage's score before the hits are chosen
+   (``fulltext.passage_scores``, ``PASSAGE_WEIGHT``). Messages are raised for the weight of
+   their conversation (``CONVERSATION_WEIGHT``), with another backend for their
+   conversation's score as one document (``conversation_scores``, ``DOCUMENT_WEIGHT``), for a
+   speaker the query names
    (``SPEAKER_WEIGHT``) and for being said in a time the query names relative to ``now``,
    when it is asked ("four weeks ago", "last Saturday": ``when.windows_in``, ``TIME_WEIGHT``).
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
@@ -103,6 +106,12 @@ CONVERSATION_DECAY = 0.5
 #: document (``conversation_scores``), scaled to the best conversation's. Measured on
 #: LongMemEval-S (each haystack session a conversation): 0.5 and 2 gave less than 1
 DOCUMENT_WEIGHT = 1.0
+#: with full text, a message's score is raised by up to this share for the score of its
+#: passage (``fulltext.passage_scores`` over all of the search's candidates, up to
+#: ``PG_MAX_MATCHES``, scaled to the best passage's) before the ``MAX_HITS`` are chosen, in
+#: place of ``DOCUMENT_WEIGHT``: an answer of the best passages enters the hits though its own
+#: words rank it low (docs/benchmarks.md: 2 and 4 lost LoCoMo evidence at 2,000 tokens)
+PASSAGE_WEIGHT = 1.0
 #: BM25's term-frequency saturation for those documents
 DOCUMENT_K1 = 1.2
 #: characters of a hit read for its conversation's score (bounds its cost: ``_stems_in``)
@@ -580,7 +589,17 @@ def _ranked(
         searched = rest if any(word not in STOP_WORDS for word in query_words(rest)) else query
     searched = searched_query(searched)
     most = MAX_HITS_WITH_EMBEDDINGS if embeddings_wanted() else MAX_HITS
-    hits = _search(searched, owner=owner, agent_key=agent_key, k=most, using=using, read=read)
+    passages: dict[int, float] = {}
+    hits = _search(
+        searched,
+        owner=owner,
+        agent_key=agent_key,
+        k=most,
+        using=using,
+        read=read,
+        passage_weight=PASSAGE_WEIGHT,
+        passages=passages,
+    )
     hits = [
         h
         for h in hits
@@ -600,7 +619,9 @@ def _ranked(
     top = max(weight.values()) or 1.0
     named = set(query_words(query))
     said: dict[tuple[Any, ...], date | None] = {}
-    documents = conversation_scores(hits, query)
+    # the full-text ranking weighed each candidate's passage before the hits were chosen;
+    # another backend's hits are weighed by their conversation's text among them
+    documents = {} if passages else conversation_scores(hits, query)
     top_document = max(documents.values(), default=0.0) or 1.0
     ranked = [
         replace(
