@@ -483,8 +483,6 @@ def test_a_summary_storage_cannot_hold_or_too_long_is_a_failed_summary(reply: st
         (lambda: BufferMemory(max_stored=-1), ValueError),
         (lambda: BufferMemory(max_stored=2.5), TypeError),
         (lambda: WindowMemory(window="5"), TypeError),
-        (lambda: SummaryMemory(llm=FakeLLM(), summarize_every=0), ValueError),
-        (lambda: SummaryMemory(llm=FakeLLM(), summarize_every=-1), ValueError),
         (lambda: SummaryMemory(llm=FakeLLM(), window=-1), ValueError),
         (lambda: SummaryMemory(llm="gpt"), TypeError),
     ],
@@ -495,8 +493,6 @@ def test_a_summary_storage_cannot_hold_or_too_long_is_a_failed_summary(reply: st
         "max_stored-negative",
         "max_stored-float",
         "window-str",
-        "summarize_every-zero",
-        "summarize_every-negative",
         "summary-window-negative",
         "llm-not-a-model",
     ],
@@ -597,3 +593,9 @@ def test_adds_racing_clears_of_another_memory_never_fail() -> None:
         done.set()
         clearing.join(30)
     assert failures == []
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_summarize_every_below_one_is_one_as_in_the_seed(value: int) -> None:
+    # the seed's constructor: self.summarize_every = max(1, summarize_every)
+    assert SummaryMemory(llm=FakeLLM(), summarize_every=value).summarize_every == 1

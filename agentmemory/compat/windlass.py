@@ -428,8 +428,8 @@ class SummaryMemory(BufferMemory):
         ConfigurationError: no ``llm``.
         TypeError: ``llm`` is not a ``ChatModel`` (no ``invoke``), ``window`` or
             ``summarize_every`` is not a whole number.
-        ValueError: ``window`` below 0, ``summarize_every`` below 1 (the seed takes it as
-            1).
+        ValueError: ``window`` below 0. A ``summarize_every`` below 1 is taken as 1, as
+            the seed takes it.
 
     The model is called inline during ``get``; a failure is logged and skipped (the memory
     works as a plain window and tries again on the next ``get``). A reply that cannot be
@@ -450,12 +450,13 @@ class SummaryMemory(BufferMemory):
         if not callable(getattr(llm, "invoke", None)):
             raise TypeError(f"llm must be a ChatModel (with an invoke method), not {type(llm).__name__}")
         whole_number(window, "window", minimum=0)
-        whole_number(summarize_every, "summarize_every", minimum=1)
+        # the seed's own rule: ``max(1, summarize_every)``, so code written for it runs here
+        whole_number(summarize_every, "summarize_every")
         config.pop("max_messages", None)
         super().__init__(max_messages=None, **config)
         self.llm = llm
         self.window = window
-        self.summarize_every = summarize_every
+        self.summarize_every = max(1, summarize_every)
 
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
