@@ -46,6 +46,73 @@ def _import_error(path: str) -> str | None:
     return None
 
 
+#: the types a setting of each annotation of ``AgentMemorySettings`` takes (numbers have
+#: checks of their own, with their ranges)
+_SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "bool": (bool,),
+    "bool | None": (bool, type(None)),
+    "dict[str, Any]": (dict,),
+    "dict[str, int | None]": (dict,),
+}
+
+
+def _type_problems(raw: dict[str, Any]) -> list[Error]:
+    """E012 for each setting given in ``raw`` whose value is not of its declared type: a
+    ``SUMMARY_MESSAGE_PREFIX`` of ``None`` passed every check, then made every compaction
+    fail with a ``TypeError``."""
+    from dataclasses import fields
+
+    from agentmemory.conf import AgentMemorySettings
+
+    problems = []
+    for field in fields(AgentMemorySettings):
+        wanted = _SETTING_TYPES.get(str(field.type))
+        if field.name not in raw or wanted is None:
+            continue
+        value = raw[field.name]
+        if not isinstance(value, wanted) or (bool not in wanted and isinstance(value, bool)):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in wanted)
+            problems.append(
+                Error(
+                    f"AGENTMEMORY['{field.name}'] must be {names}, "
+                    f"not {type(value).__name__} ({value!r:.60}).",
+                    hint="See the README's settings table for the setting's type and default.",
+                    id="agentmemory.E012",
+                )
+            )
+    return problems
+
+
+def _token_counter_problems(conf: Any) -> list[Error]:
+    """E013 when ``TOKEN_COUNTER`` imports but what it makes is no token counter (no
+    ``count_text`` and ``count_message``): ``"os.getcwd"`` passed, then every append failed
+    with an ``AttributeError``."""
+    try:
+        counter = conf.import_token_counter()()
+    except Exception as exc:  # a factory that fails is reported, not raised by the check
+        return [
+            Error(
+                f"AGENTMEMORY['TOKEN_COUNTER'] = {conf.TOKEN_COUNTER!r} failed to make a counter: "
+                f"{exc!r:.200}",
+                hint="Give a TokenCounter class, or a factory returning one, that takes no argument.",
+                id="agentmemory.E013",
+            )
+        ]
+    missing = [name for name in ("count_text", "count_message") if not callable(getattr(counter, name, None))]
+    if not missing:
+        return []
+    return [
+        Error(
+            f"AGENTMEMORY['TOKEN_COUNTER'] = {conf.TOKEN_COUNTER!r} makes a {type(counter).__name__}, "
+            f"which has no {' or '.join(missing)}: it is not a token counter.",
+            hint="Subclass agentmemory.tokens.TokenCounter, or give a factory returning one.",
+            id="agentmemory.E013",
+        )
+    ]
+
+
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
     """Validate keys, types and import paths of ``settings.AGENTMEMORY``."""
@@ -82,6 +149,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
                 )
             )
     conf = app_settings()
+    problems.extend(_type_problems(raw))
     for name in _POSITIVE_INTS:
         value = getattr(conf, name)
         if not _is_positive_int(value):
@@ -174,6 +242,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
         )
     elif DEFAULTS["TOKEN_COUNTER"] == conf.TOKEN_COUNTER:
         problems.extend(_tokenizer_warnings())
+    if not problems:
+        problems.extend(_token_counter_problems(conf))
     if not problems:
         from agentmemory.compaction import BaseMemoryCompactor
 

@@ -208,7 +208,10 @@ def _env_token_limit() -> int | None:
 def app_settings() -> AgentMemorySettings:
     """The current settings. Precedence for the token limit: ``AGENTMEMORY`` key, a
     top-level Django setting of the same name, the environment variable, then 10,000."""
-    user = dict(getattr(settings, "AGENTMEMORY", {}) or {})
+    raw = getattr(settings, "AGENTMEMORY", {}) or {}
+    # not a dict: the defaults, and check agentmemory.E001 says so (a list here made every
+    # other system check fail with a traceback instead)
+    user = dict(raw) if isinstance(raw, dict) else {}
     known = {k: v for k, v in user.items() if k in KNOWN_KEYS}
     if ENV_TOKEN_LIMIT not in known:
         top = getattr(settings, ENV_TOKEN_LIMIT, None)

@@ -161,3 +161,35 @@ def test_the_api_without_rest_framework_installed_warns(settings) -> None:  # ty
     assert warning.id == "agentmemory.W007" and "rest_framework" in warning.hint
     settings.ROOT_URLCONF = "rest_framework.urls"  # a URLconf without the API
     assert check_api_needs_rest_framework() == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"SUMMARY_MESSAGE_PREFIX": None}, "agentmemory.E012"),
+        ({"SUMMARY_MESSAGE_PREFIX": 5}, "agentmemory.E012"),
+        ({"RECORD_MODEL_CALLS": "yes"}, "agentmemory.E012"),
+        ({"TOKEN_COUNTER": "os.getcwd"}, "agentmemory.E013"),
+        ({"TOKEN_COUNTER": "tests.test_agent_checks.failing_counter"}, "agentmemory.E013"),
+    ],
+)
+def test_settings_of_the_wrong_kind_are_refused_at_startup(settings, value, expected) -> None:  # type: ignore[no-untyped-def]
+    # each passed the checks, then failed every compaction or append at run time
+    from agentmemory.checks import check_settings
+
+    settings.AGENTMEMORY = value
+    assert expected in {problem.id for problem in check_settings()}
+
+
+def failing_counter() -> None:
+    raise RuntimeError("no tokenizer here")
+
+
+@pytest.mark.parametrize("value", [[1, 2], "abc", 5])
+def test_settings_that_are_not_a_dict_are_one_clear_error(settings, value) -> None:  # type: ignore[no-untyped-def]
+    # every other check read them too and failed with a TypeError traceback
+    from django.core.checks import run_checks
+
+    settings.AGENTMEMORY = value
+    ids = {problem.id for problem in run_checks() if problem.id and problem.id.startswith("agentmemory.E")}
+    assert ids == {"agentmemory.E001"}

@@ -456,10 +456,10 @@ def test_query_counts_do_not_grow_with_the_data(api, user, django_assert_max_num
     batch = {"messages": [{"role": "human" if i % 2 == 0 else "ai", "content": f"b{i}"} for i in range(50)]}
     with django_assert_max_num_queries(11):
         assert api.post(conv_url(conv, "messages/"), batch, format="json").status_code == 201
-    # The first window of this budget compacts what it would leave out (the default gap
-    # policy "close"); after that: session, user, conversation, then the builder's constant
-    # number of reads (C7).
-    assert api.get(conv_url(conv, "context/") + "?max_tokens=2000").json()["uncovered"]["count"] == 0
+    # The first window of this budget compacts what it would leave out (gap_policy=close);
+    # after that: session, user, conversation, then the builder's constant number of reads (C7).
+    closing = api.get(conv_url(conv, "context/") + "?max_tokens=2000&gap_policy=close").json()
+    assert closing["uncovered"]["count"] == 0
     with django_assert_max_num_queries(7):
         assert api.get(conv_url(conv, "context/") + "?max_tokens=2000").status_code == 200
 
@@ -512,9 +512,8 @@ def test_context_window_reports_what_it_leaves_in_neither_window_nor_summary(api
 
 
 def test_context_window_compacts_what_it_would_leave_out_as_an_agent_does(api, user):  # type: ignore[no-untyped-def]
-    # By default (CONTEXT_GAP_POLICY "close", compaction inline without a broker) the window
-    # a client fetches to send to its model loses no turn: the messages older than it are
-    # summarised first.
+    # With gap_policy=close (compaction inline without a broker) the window a client fetches
+    # to send to its model loses no turn: the messages older than it are summarised first.
     conv = make_conversation(user)
     history = PersistentChatHistory(conv)
     for n in range(6):
@@ -522,7 +521,7 @@ def test_context_window_compacts_what_it_would_leave_out_as_an_agent_does(api, u
             [ChatMessage.human(f"question {n} " + "about shipping " * 8), ChatMessage.ai(f"answer {n}")]
         )
     assert not Summary.objects.filter(conversation=conv).exists()
-    response = api.get(conv_url(conv, "context/") + "?max_tokens=150")
+    response = api.get(conv_url(conv, "context/") + "?max_tokens=150&gap_policy=close")
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["uncovered"] == {"count": 0, "tokens": 0, "seqs": []}
@@ -541,10 +540,13 @@ def test_context_window_with_gap_policy_report_previews_without_writing(api, use
         history.add_messages(
             [ChatMessage.human(f"question {n} " + "about shipping " * 8), ChatMessage.ai(f"answer {n}")]
         )
-    url = conv_url(conv, "context/") + "?max_tokens=150&gap_policy=report"
-    body = api.get(url).json()
-    assert body["uncovered"]["count"] > 0 and body["summary_through_seq"] is None
-    assert not Summary.objects.filter(conversation=conv).exists()
+    for url in (
+        conv_url(conv, "context/") + "?max_tokens=150",
+        conv_url(conv, "context/") + "?max_tokens=150&gap_policy=report",
+    ):
+        body = api.get(url).json()  # report is the default: a GET is safe
+        assert body["uncovered"]["count"] > 0 and body["summary_through_seq"] is None
+        assert not Summary.objects.filter(conversation=conv).exists()
     whole = api.get(conv_url(conv, "context/") + "?max_tokens=5000").json()
     assert [m["seq"] for m in whole["messages"] if m["part"] == "history"] == list(range(1, 13))
     ignored = api.get(conv_url(conv, "context/") + "?max_tokens=150&gap_policy=ignore").json()

@@ -129,6 +129,7 @@ def test_history_is_true_or_false(api_forced, value) -> None:  # type: ignore[no
         ("{conv}messages/", "after_seq=1&after_seq=2"),
         ("{conv}context/", "max_tokens=100&max_tokens=200"),
         ("{conv}context/", "memory_recall=true&memory_recall=false"),
+        ("{conv}context/", "max_tokens=150&gap_policy=report&gap_policy=close"),
         ("/api/usage/", "since=2026-01-01T00:00:00Z&since=2026-02-01T00:00:00Z"),
     ],
 )
@@ -254,3 +255,20 @@ def test_a_summary_without_text_is_refused_by_the_schema_too(text, valid) -> Non
     errors = [e for e in Draft202012Validator(schema).iter_errors(row) if "text" in list(e.absolute_path)]
     assert (not errors) is valid
     assert bool(text.strip()) is valid  # what import keeps (a summary of white space is refused)
+
+
+def test_every_query_parameter_of_the_schema_is_refused_twice(client) -> None:  # type: ignore[no-untyped-def]
+    # one list for the whole API: a parameter added to an operation but not to it (gap_policy
+    # was) took the last of two values, ?gap_policy=report&gap_policy=close wrote a summary
+    from agentmemory.api.views import SINGLE_VALUE_PARAMETERS
+
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    single = {
+        parameter["name"]
+        for operations in schema["paths"].values()
+        for operation in operations.values()
+        if isinstance(operation, dict)
+        for parameter in operation.get("parameters", ())
+        if parameter["in"] == "query" and parameter.get("schema", {}).get("type") != "array"
+    }
+    assert single - SINGLE_VALUE_PARAMETERS == set()

@@ -193,3 +193,28 @@ def test_the_trim_is_the_seeds_after_every_add(db: Any, roles: list[str], max_me
         add[role](f"{role} {i}")
         expected = seed_trim([*expected, {"role": role, "message": f"{role} {i}"}], max_messages)
         assert memory.messages == expected
+
+
+def test_a_negative_max_messages_is_refused() -> None:
+    """It returned no message at all."""
+    with pytest.raises(ValueError, match="max_messages"):
+        ConversationMemory(max_messages=-2)
+
+
+@pytest.mark.parametrize(
+    "add",
+    [
+        lambda m: m.add_user_message(None),
+        lambda m: m.add_user_message(5),
+        lambda m: m.add_tool_call("t", {"a": float("nan")}),
+    ],
+    ids=["none", "int", "nan-argument"],
+)
+def test_a_refused_first_add_leaves_no_conversation(add: Any) -> None:
+    from agentmemory.exceptions import InvalidMessageError
+
+    memory = ConversationMemory()
+    with pytest.raises(InvalidMessageError):
+        add(memory)
+    assert Conversation.objects.count() == 0
+    assert memory.messages == []

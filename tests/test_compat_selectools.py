@@ -520,3 +520,76 @@ def test_the_view_is_what_the_seeds_list_holds_after_every_add(
         memory.add_many(batch)
         got = [(m.role, m.content, m.tool_call_id) for m in memory.get_history()]
         assert got == [(m.role, m.content, m.tool_call_id) for m in seed._messages]
+
+
+# -- nothing stored when refused, and typed errors instead of raw database errors -------------
+
+
+@pytest.mark.parametrize("summary", ["s\x00", "s\udc00"], ids=["nul", "lone-surrogate"])
+def test_from_dict_with_a_summary_storage_cannot_hold_stores_nothing(summary: str) -> None:
+    """The messages and a conversation were stored, then PostgreSQL's ``DataError`` was
+    raised for the summary, although nothing is to be stored when ``from_dict`` raises."""
+    from agentmemory.exceptions import InvalidMessageError
+
+    data = {"messages": [{"role": "user", "content": "ok"}], "summary": summary}
+    with pytest.raises(InvalidMessageError, match="summary"):
+        ConversationMemory.from_dict(data)
+    assert Conversation.objects.count() == 0
+
+
+@pytest.mark.parametrize("summary", ["a\x00", "a\ud800"], ids=["nul", "lone-surrogate"])
+def test_a_summary_storage_cannot_hold_is_refused(summary: str) -> None:
+    from agentmemory.exceptions import InvalidMessageError
+
+    memory = ConversationMemory()
+    memory.add(Message(role=Role.USER, content="hi"))
+    with pytest.raises(InvalidMessageError, match="summary"):
+        memory.summary = summary
+    assert ConversationMemory(conversation=memory.conversation).summary is None
+
+
+@pytest.mark.parametrize("data", [[1, 2], "abc", None], ids=["list", "str", "none"])
+def test_from_dict_of_what_is_not_a_mapping_is_a_type_error(data: Any) -> None:
+    with pytest.raises(TypeError, match="mapping"):
+        ConversationMemory.from_dict(data)
+
+
+def test_a_conversation_key_naming_none_is_conversation_not_found() -> None:
+    """It was Django's ``Conversation.DoesNotExist``."""
+    from agentmemory.exceptions import ConversationNotFound
+
+    with pytest.raises(ConversationNotFound):
+        ConversationMemory(conversation=-1)
+
+
+def test_an_owner_id_naming_no_user_is_refused_and_stores_nothing() -> None:
+    """The foreign key refused it only at the commit, as an ``IntegrityError``."""
+    from agentmemory.recall.scope import MemoryScopeError
+
+    with pytest.raises(MemoryScopeError, match="no user"):
+        ConversationMemory(owner=999_999).add(Message(role=Role.USER, content="x"))
+    assert Conversation.objects.count() == 0
+    user = UserFactory()
+    ConversationMemory(owner=user.pk).add(Message(role=Role.USER, content="x"))
+    assert Conversation.objects.get().owner_id == user.pk
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage.human("a\x00b"),
+        Message(role=Role.ASSISTANT, content="", tool_calls=[ToolCall("t", {"a": float("nan")}, id="c1")]),
+    ],
+    ids=["nul-content", "nan-tool-argument"],
+)
+def test_a_refused_first_add_leaves_no_conversation(message: Any) -> None:
+    """The conversation was created before the batch was refused, and left empty."""
+    from agentmemory.exceptions import InvalidMessageError
+
+    memory = ConversationMemory()
+    with pytest.raises(InvalidMessageError):
+        memory.add(message)
+    assert Conversation.objects.count() == 0
+    memory.add(Message(role=Role.USER, content="fine"))
+    assert contents(memory.get_history()) == ["fine"]
+    assert Conversation.objects.count() == 1

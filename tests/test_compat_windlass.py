@@ -445,3 +445,157 @@ def test_the_window_is_the_seeds(
     m.add(transcript)
     got = [(x.role, x.content) for x in m.get(limit=limit)]
     assert got == [(x.role, x.content) for x in seed_window(transcript, window, limit, return_system)]
+
+
+# -- what storage cannot hold, and arguments checked before anything is stored ----------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["a summary with a NUL \x00 byte", "a lone \ud800 surrogate", "s" * 5_000_000, "word " * 5_000],
+    ids=["nul", "lone-surrogate", "5-mb", "over-max-summary-tokens"],
+)
+def test_a_summary_storage_cannot_hold_or_too_long_is_a_failed_summary(reply: str, caplog: Any) -> None:
+    """A reply that no database stores (PostgreSQL refuses NUL in jsonb; no database encodes a
+    lone surrogate) made every later ``get`` of the thread raise ``DataError``; a 5 MB reply
+    was stored whole. Each is now a failed summary: logged, the plain window returned, the
+    thread still usable."""
+    llm = FakeLLM([reply, "Talked about x."])
+    m = SummaryMemory(llm=llm, window=2, summarize_every=2)
+    m.add([Message.user(f"x{i}") for i in range(6)])
+
+    assert contents(m.get()) == ["x4", "x5"]
+    assert m.summary() == ""
+    assert "it is not kept and the window is used alone" in caplog.text
+
+    recalled = m.get()  # tried again, as after a failed call; the next reply is kept
+    assert recalled[0].role == Role.SYSTEM and recalled[0].content.endswith("Talked about x.")
+    assert m.summary() == "Talked about x."
+    assert len(llm.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: BufferMemory(max_messages="2"), TypeError),
+        (lambda: BufferMemory(max_messages=-3), ValueError),
+        (lambda: BufferMemory(max_messages=0), ValueError),
+        (lambda: BufferMemory(max_stored=-1), ValueError),
+        (lambda: BufferMemory(max_stored=2.5), TypeError),
+        (lambda: WindowMemory(window="5"), TypeError),
+        (lambda: SummaryMemory(llm=FakeLLM(), window=-1), ValueError),
+        (lambda: SummaryMemory(llm="gpt"), TypeError),
+    ],
+    ids=[
+        "max_messages-str",
+        "max_messages-negative",
+        "max_messages-zero",
+        "max_stored-negative",
+        "max_stored-float",
+        "window-str",
+        "summary-window-negative",
+        "llm-not-a-model",
+    ],
+)
+def test_bad_arguments_are_refused_by_the_constructor(make: Any, error: type[Exception]) -> None:
+    """They used to be accepted and fail (or be ignored) at the first ``get``, after the
+    messages were stored."""
+    with pytest.raises(error):
+        make()
+    assert Conversation.objects.count() == 0
+
+
+def test_a_bad_get_limit_is_refused() -> None:
+    m = BufferMemory()
+    m.add([Message.user("a"), Message.user("b"), Message.user("c")])
+    with pytest.raises(ValueError, match="limit"):
+        m.get(limit=-2)
+    assert contents(m.get(limit=0)) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("thread_id", "error"),
+    [
+        ("t\x00", ValueError),
+        ("t\ud800", ValueError),
+        (None, TypeError),
+        ({"a": 1}, TypeError),
+        (1, TypeError),
+    ],
+    ids=["nul", "lone-surrogate", "none", "dict", "int"],
+)
+def test_a_thread_id_storage_cannot_hold_is_refused(thread_id: Any, error: type[Exception]) -> None:
+    """A NUL or a lone surrogate in a thread id raised PostgreSQL's ``DataError``."""
+    user = UserFactory()
+    with pytest.raises(error, match="thread_id"):
+        BufferMemory(owner=user).add(Message.user("x"), thread_id=thread_id)
+    with pytest.raises(error, match="thread_id"):
+        BufferMemory(owner=user).get(thread_id=thread_id)
+    assert Conversation.objects.count() == 0
+
+
+def test_an_add_starts_the_thread_again_each_time_another_memory_clears_it(monkeypatch: Any) -> None:
+    """One retry was not enough when another memory cleared the thread again between the
+    retry's lookup and its append; ``add`` now tries up to ``ADD_ATTEMPTS`` times."""
+    from agentmemory.compat import windlass
+    from agentmemory.compat.store import StoredConversation
+
+    user = UserFactory()
+    adder, clearer = BufferMemory(owner=user), BufferMemory(owner=user)
+    adder.add(Message.user("one"), thread_id="t")
+    append = StoredConversation.append
+    clears = {"left": windlass.ADD_ATTEMPTS - 1}
+
+    def cleared_first(self: StoredConversation, messages: Any) -> Any:
+        if clears["left"]:  # the other memory clears the thread just before the append
+            clears["left"] -= 1
+            clearer.clear(thread_id="t")
+            raise ConversationNotFound("cleared meanwhile")
+        return append(self, messages)
+
+    monkeypatch.setattr(StoredConversation, "append", cleared_first)
+    adder.add(Message.user("two"), thread_id="t")
+    assert contents(BufferMemory(owner=user).get(thread_id="t")) == ["two"]
+
+    clears["left"] = windlass.ADD_ATTEMPTS  # cleared every time: the error is raised at last
+    with pytest.raises(ConversationNotFound):
+        adder.add(Message.user("three"), thread_id="t")
+    assert clears["left"] == 0
+
+
+@pytest.mark.postgres  # SQLite's test database runs one transaction at a time
+@pytest.mark.django_db(transaction=True)
+def test_adds_racing_clears_of_another_memory_never_fail() -> None:
+    """The breaker's race: one worker adds to an owner's thread while another keeps
+    clearing it; one add in 90 raised ``ConversationNotFound``."""
+    user = UserFactory()
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def clear() -> None:
+        try:
+            clearer = BufferMemory(owner=user)
+            while not done.is_set():
+                clearer.clear(thread_id="t")
+        finally:
+            connections.close_all()
+
+    clearing = threading.Thread(target=clear)
+    clearing.start()
+    try:
+        adder = BufferMemory(owner=user)
+        for i in range(90):
+            try:
+                adder.add(Message.user(f"m{i}"), thread_id="t")
+            except Exception as error:  # reported by the assertion below
+                failures.append(error)
+    finally:
+        done.set()
+        clearing.join(30)
+    assert failures == []
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_summarize_every_below_one_is_one_as_in_the_seed(value: int) -> None:
+    # the seed's constructor: self.summarize_every = max(1, summarize_every)
+    assert SummaryMemory(llm=FakeLLM(), summarize_every=value).summarize_every == 1

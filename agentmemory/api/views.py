@@ -274,6 +274,7 @@ SINGLE_VALUE_PARAMETERS = frozenset(
         "conversation",
         "cursor",
         "format",
+        "gap_policy",
         "history",
         "k",
         "max_messages",
@@ -506,10 +507,12 @@ class ConversationViewSet(
                 "gap_policy",
                 OpenApiTypes.STR,
                 enum=list(GAP_POLICIES),
+                default="report",
                 description="What to do when stored messages would be in neither the window nor "
-                "the summary: `close` compacts first (writes a summary; with an LLM summariser, a "
-                "model call), `report` only lists them under `uncovered` and writes nothing, "
-                "`ignore` trims silently (default: AGENTMEMORY['CONTEXT_GAP_POLICY'], `close`).",
+                "the summary: `report` (the default) only lists them under `uncovered` and writes "
+                "nothing; `close` compacts first, as an agent's model call does (writes a summary "
+                "made for this budget, which later windows send in place of the turns it covers; "
+                "with an LLM summariser, a model call); `ignore` trims silently.",
             ),
             MESSAGE_FORMAT_PARAMETER,
             FORMAT_PARAMETER,
@@ -525,10 +528,10 @@ class ConversationViewSet(
     def context(self, request: Request, uuid: str | None = None) -> Response:
         """The context window a model would be sent now: pinned system prompt, summary, the
         newest contiguous history that fits ``max_tokens``: within the budget, tool exchanges whole,
-        starting on a human message. A window that would leave stored messages in neither
-        itself nor the summary gets a compaction first (``CONTEXT_GAP_POLICY``, "close" by
-        default), as an agent's model call does; what it could not close is in ``uncovered``.
-        ``gap_policy=report`` previews the window without writing anything.
+        starting on a human message. Reading it writes nothing: stored messages that would be
+        in neither the window nor the summary are listed in ``uncovered``; with
+        ``gap_policy=close`` they get a compaction first, as an agent's model call does, and
+        ``uncovered`` holds what it could not close.
         With ``memory_recall=true`` the owner's memory block follows the summary (``memory``):
         recalled in the scope of the conversation's agent key, and only for the owner (staff
         reading another user's conversation get none)."""
@@ -543,7 +546,8 @@ class ConversationViewSet(
             if "memory_recall" in request.query_params
             else app_settings().MEMORY_RECALL_ENABLED
         )
-        gap_policy = request.query_params.get("gap_policy", app_settings().CONTEXT_GAP_POLICY)
+        # A GET is safe (RFC 9110, 9.2.1): it only compacts when the client asks for it
+        gap_policy = request.query_params.get("gap_policy", "report")
         if gap_policy not in GAP_POLICIES:
             raise serializers.ValidationError({"gap_policy": [f"Must be one of {', '.join(GAP_POLICIES)}."]})
         # Facts and search stay the requester's own: staff reading another user's
@@ -552,8 +556,8 @@ class ConversationViewSet(
             memory_recall = False
         counter = get_token_counter()
         try:
-            # As for an agent's model call: a window that would leave stored messages in
-            # neither itself nor the summary gets a compaction first ("close", the default).
+            # With gap_policy=close, as for an agent's model call: a window that would leave
+            # stored messages in neither itself nor the summary gets a compaction first.
             builder = ContextWindowBuilder(
                 conversation,
                 token_counter=counter,

@@ -51,6 +51,16 @@ class ConversationMemory:
             created on the first add.
         owner: the user a created conversation belongs to.
 
+    Raises:
+        TypeError: ``max_messages`` is not a whole number.
+        ValueError: ``max_messages`` below 0 (0, like ``None``, keeps every message, as the
+            seed's falsy check does).
+        ConversationNotFound: ``conversation`` names none.
+        InvalidMessageError: one of ``messages`` cannot be stored; nothing is stored.
+
+    A refused add (``InvalidMessageError``) stores nothing, and a first add that is refused
+    creates no conversation.
+
     The trim is the seed's, on what ``messages`` returns: every message stays stored.
     Like the seed's, it does not keep tool calls with their results (our
     ``ContextWindowBuilder`` does). ``clear()`` deletes the stored messages.
@@ -64,7 +74,9 @@ class ConversationMemory:
         conversation: Conversation | int | str | UUID | None = None,
         owner: Any = None,
     ) -> None:
-        self.max_messages = None if max_messages is None else whole_number(max_messages, "max_messages")
+        self.max_messages = (
+            None if max_messages is None else whole_number(max_messages, "max_messages", minimum=0)
+        )
         self._store = StoredConversation(conversation, owner=owner, metadata={"compat": "agentspan"})
         initial = [_from_dict(m) for m in messages or ()]
         if initial:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from django.db import router, transaction
+
 from agentmemory.agents.tools import tool
 from agentmemory.compat.selectools_agent import (
     Agent,
@@ -32,7 +34,7 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
-from agentmemory.validation import whole_number
+from agentmemory.validation import text_problem, whole_number
 
 __all__ = [
     "Agent",
@@ -87,6 +89,7 @@ class ConversationMemory:
     Raises:
         ValueError: ``max_messages`` or ``max_tokens`` below 1 (the seed's checks).
         ConversationNotFound: ``conversation`` names none.
+        MemoryScopeError: (on the first write) ``owner`` is a user id that names no user.
 
     ``add`` and ``add_many`` take this module's ``Message`` or our ``ChatMessage``; reads
     return ``Message`` objects (``seq`` and ``id`` set). Each add stores the messages, then
@@ -205,8 +208,10 @@ class ConversationMemory:
 
     @summary.setter
     def summary(self, value: str | None) -> None:
-        """Raises TypeError: ``value`` is not text or None. InvalidMessageError: longer than
-        ``AGENTMEMORY["MAX_MESSAGE_CHARS"]`` (the summary is sent to the model as a message)."""
+        """Raises TypeError: ``value`` is not text or None. InvalidMessageError: text our
+        storage cannot hold (NUL characters, lone surrogates) or longer than
+        ``AGENTMEMORY["MAX_MESSAGE_CHARS"]`` (the summary is sent to the model as a message);
+        nothing is stored."""
         _check_summary(value)
         self._store.update_state(summary=value)
         self._summary = value
@@ -239,12 +244,18 @@ class ConversationMemory:
 
         Raises:
             ValueError: an invalid limit, a missing or unknown role.
-            TypeError: ``messages`` is not a list of mappings, a tool call is malformed, or
-                ``summary`` is neither text nor None.
-            InvalidMessageError: a message our storage cannot hold, or a summary longer
-                than ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``.
-        Nothing is stored when any of them is raised.
+            TypeError: ``data`` is not a mapping, ``messages`` is not a list of mappings, a
+                tool call is malformed, or ``summary`` is neither text nor None.
+            InvalidMessageError: a message our storage cannot hold, or a summary it cannot
+                hold (NUL characters, lone surrogates, longer than
+                ``AGENTMEMORY["MAX_MESSAGE_CHARS"]``).
+            ConversationNotFound: ``conversation`` names none.
+            MemoryScopeError: ``owner`` is a user id that names no user.
+        Nothing is stored when any of them is raised (the messages and the summary are
+        written in one transaction).
         """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"data must be a mapping (what to_dict returns), not {type(data).__name__}")
         memory = cls(
             max_messages=data.get("max_messages", 20),
             max_tokens=data.get("max_tokens"),
@@ -255,12 +266,15 @@ class ConversationMemory:
         if not isinstance(listed, list | tuple):
             raise TypeError(f"messages is a list of message mappings, not {type(listed).__name__}")
         messages = fix_tool_pair_boundary([Message.from_dict(m) for m in listed])
-        _check_summary(data.get("summary"))
+        batch = [to_chat_message(m) for m in messages]
+        summary = data.get("summary")
+        _check_summary(summary)
         memory._floor = memory._store.last_seq()
-        memory._store.append([to_chat_message(m) for m in messages])
+        with transaction.atomic(using=router.db_for_write(Conversation)):
+            memory._store.append(batch)
+            if summary is not None:
+                memory.summary = summary
         memory._exact = True
-        if data.get("summary") is not None:
-            memory.summary = data["summary"]
         return memory
 
     def __len__(self) -> int:
@@ -277,12 +291,16 @@ class ConversationMemory:
 
 
 def _check_summary(value: Any) -> None:
-    """Raises TypeError: ``value`` is neither text nor None. InvalidMessageError: longer than
+    """Raises TypeError: ``value`` is neither text nor None. InvalidMessageError: text no
+    database stores (``text_problem``: NUL characters, lone surrogates), or longer than
     ``AGENTMEMORY["MAX_MESSAGE_CHARS"]`` (a summary is sent to the model as a message)."""
     if value is None:
         return
     if not isinstance(value, str):
         raise TypeError(f"summary must be text or None, not {type(value).__name__}")
+    problem = text_problem(value)
+    if problem:
+        raise InvalidMessageError(f"summary {problem}")
     most = app_settings().MAX_MESSAGE_CHARS
     if len(value) > most:
         raise InvalidMessageError(

@@ -9,11 +9,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.db import connections, router, transaction
 
+from agentmemory.exceptions import ConversationNotFound
 from agentmemory.history import PersistentChatHistory, resolve_conversation_id
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.recall.scope import MemoryScopeError
 from agentmemory.validation import whole_number
 
 #: the key of ``Conversation.metadata`` holding what a compat memory keeps beside the
@@ -73,6 +76,9 @@ class StoredConversation:
     Raises:
         ConversationNotFound: ``conversation`` is a uuid or key that names none.
 
+    A write that creates the conversation and is refused (``append`` raising
+    ``InvalidMessageError``, an owner id naming no user) leaves no conversation behind.
+
     Appends go through ``PersistentChatHistory`` with ``validate_tool_pairs=False``: the
     in-process memories these classes stand in for store any message, so a tool result
     whose call was never stored is kept as an orphan (context windows skip it) instead of
@@ -98,7 +104,10 @@ class StoredConversation:
                 self._conversation = conversation
             else:
                 pk = resolve_conversation_id(conversation)
-                self._conversation = Conversation.objects.using(router.db_for_read(Conversation)).get(pk=pk)
+                found = Conversation.objects.using(router.db_for_read(Conversation)).filter(pk=pk).first()
+                if found is None:
+                    raise ConversationNotFound(f"no conversation {conversation!r}")
+                self._conversation = found
         self.owner = owner
         self.agent_key = agent_key
         self.metadata = dict(metadata or {})
@@ -110,17 +119,27 @@ class StoredConversation:
 
     @property
     def conversation(self) -> Conversation:
-        """The conversation, created now if it does not exist yet."""
+        """The conversation, created now if it does not exist yet.
+
+        Raises:
+            MemoryScopeError: ``owner`` is a user id that names no user (the foreign key
+                would refuse it only at the commit, as an ``IntegrityError``).
+        """
         with self._lock:
             if self._conversation is None:
                 using = router.db_for_write(Conversation)
+                owner = owner_field(self.owner)
+                if "owner_id" in owner and not (
+                    get_user_model()._default_manager.using(using).filter(pk=owner["owner_id"]).exists()
+                ):
+                    raise MemoryScopeError(f"no user with id {owner['owner_id']}")
                 with transaction.atomic(using=using):
                     found = None
                     if self._find is not None:
                         take_creation_lock(using, self._lock_key)
                         found = self._find()
                     self._conversation = found or Conversation.objects.using(using).create(
-                        **owner_field(self.owner), agent_key=self.agent_key, metadata=dict(self.metadata)
+                        **owner, agent_key=self.agent_key, metadata=dict(self.metadata)
                     )
             return self._conversation
 
@@ -132,11 +151,24 @@ class StoredConversation:
 
         Raises:
             InvalidMessageError: a message our storage cannot hold (see
-                ``PersistentChatHistory.add_messages``); nothing of the batch is stored.
+                ``PersistentChatHistory.add_messages``); nothing of the batch is stored,
+                and a conversation this write would have created is not created either.
         """
         if not messages:
             return []
-        return self.history().add_messages(messages)
+        if self._conversation is not None:
+            return self.history().add_messages(messages)
+        with self._lock:
+            if self._conversation is not None:
+                return self.history().add_messages(messages)
+            # The first write: the conversation is created in the same transaction as the
+            # messages, so a refused batch leaves no empty conversation behind.
+            try:
+                with transaction.atomic(using=router.db_for_write(Conversation)):
+                    return self.history().add_messages(messages)
+            except BaseException:
+                self._conversation = None
+                raise
 
     def newest(
         self,

@@ -21,10 +21,12 @@ from django.db import router
 
 from agentmemory.compat.store import StoredConversation
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
+from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import AgentMemoryError, ConversationNotFound
 from agentmemory.llm.base import ChatModel, ChatResponse
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
+from agentmemory.validation import text_problem, whole_number
 
 __all__ = [
     "DEFAULT_THREAD",
@@ -52,6 +54,10 @@ SUMMARY_INSTRUCTIONS = (
     "summary: keep names, facts, preferences, decisions and open questions, drop small talk. "
     "Answer with the summary only, in a few sentences."
 )
+
+#: how many times ``add`` starts a thread again when other memories of the owner keep
+#: clearing it between the lookup and the append (each attempt is one lookup and one append)
+ADD_ATTEMPTS = 5
 
 #: most characters of one message quoted in a summary prompt (the rest is cut, marked "…")
 SUMMARY_MESSAGE_CHARS = 4_000
@@ -111,6 +117,48 @@ def _as_list(
     return list(messages)
 
 
+def _check_thread_id(thread_id: Any) -> str:
+    """``thread_id``, checked to be text a database stores (it is kept in
+    ``Conversation.metadata``).
+
+    Raises:
+        TypeError: not text.
+        ValueError: NUL characters or lone surrogates (``text_problem``).
+    """
+    if not isinstance(thread_id, str):
+        raise TypeError(f"thread_id must be text, not {type(thread_id).__name__}")
+    problem = text_problem(thread_id)
+    if problem:
+        raise ValueError(f"thread_id {problem}")
+    return thread_id
+
+
+def _check_limit(limit: int | None) -> None:
+    """Raises TypeError: ``limit`` is neither None nor a whole number. ValueError: below 0."""
+    if limit is not None:
+        whole_number(limit, "limit", minimum=0)
+
+
+def summary_problem(text: str) -> str | None:
+    """Why a model's summary cannot be kept, or ``None``: the checks of compaction's
+    ``validate`` that apply to any reply (empty, ``text_problem``: NUL characters or lone
+    surrogates) and its cap, ``AGENTMEMORY["MAX_SUMMARY_TOKENS"]`` counted by the
+    configured token counter (a text over ``MAX_MESSAGE_CHARS`` characters is refused
+    without counting)."""
+    if not text:
+        return "is empty"
+    problem = text_problem(text)
+    if problem:
+        return problem
+    conf = app_settings()
+    if len(text) > conf.MAX_MESSAGE_CHARS:
+        return f"holds {len(text):,} characters, over MAX_MESSAGE_CHARS ({conf.MAX_MESSAGE_CHARS:,})"
+    tokens = get_token_counter().count_text(text)
+    if tokens > conf.MAX_SUMMARY_TOKENS:
+        return f"holds {tokens:,} tokens, over MAX_SUMMARY_TOKENS ({conf.MAX_SUMMARY_TOKENS:,})"
+    return None
+
+
 async def _run(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await sync_to_async(function)(*args, **kwargs)
 
@@ -133,6 +181,15 @@ class BufferMemory:
         agent_key: ``Conversation.agent_key`` of the conversations created.
         **config: other options of the seed's base class, kept in ``self.config``.
 
+    Raises:
+        TypeError: ``max_messages`` or ``max_stored`` is not a whole number, a thread id is
+            not text.
+        ValueError: ``max_messages`` or ``max_stored`` below 1 (the seed does not check
+            them; a bad value failed at the first ``get``, after messages were stored), a
+            thread id holding NUL characters or lone surrogates (also raised by the methods
+            taking ``thread_id``).
+        ConversationNotFound: ``conversation`` or one of ``threads`` names none.
+
     Messages are this module's ``Message`` or our ``ChatMessage``; ``get`` returns
     ``Message`` objects, oldest first. Sync methods (``add``, ``get``, ``clear``,
     ``threads``) and async ones (``aadd``, ``aget``, ``aclear``, ``athreads``) do the same.
@@ -150,6 +207,9 @@ class BufferMemory:
         agent_key: str = "",
         **config: Any,
     ) -> None:
+        if max_messages is not None:
+            whole_number(max_messages, "max_messages", minimum=1)
+        whole_number(max_stored, "max_stored", minimum=1)
         self.max_messages = max_messages
         self.max_stored = max_stored
         self.return_system = return_system
@@ -161,7 +221,7 @@ class BufferMemory:
         if conversation is not None:
             self._threads[DEFAULT_THREAD] = StoredConversation(conversation)
         for thread_id, attached in (threads or {}).items():
-            self._threads[thread_id] = StoredConversation(attached)
+            self._threads[_check_thread_id(thread_id)] = StoredConversation(attached)
         # threads given a conversation of the caller's: never replaced by a new one
         self._attached = frozenset(self._threads)
 
@@ -174,6 +234,7 @@ class BufferMemory:
 
     def _thread(self, thread_id: str) -> StoredConversation:
         """The stored conversation of ``thread_id`` (not created until written to)."""
+        _check_thread_id(thread_id)
         with self._lock:
             stored = self._threads.get(thread_id)
             if stored is None:
@@ -224,29 +285,40 @@ class BufferMemory:
         Raises:
             InvalidMessageError: a message our storage cannot hold; nothing is stored.
             ConversationNotFound: the conversation given for the thread (``conversation=``,
-                ``threads=``) was deleted. A thread this memory created that was cleared
-                elsewhere meanwhile is started again.
+                ``threads=``) was deleted; or the thread was cleared by other memories
+                ``ADD_ATTEMPTS`` times in a row, each time between this memory's lookup of
+                its conversation and the append. A thread this memory created that was
+                cleared elsewhere meanwhile is started again.
+            TypeError, ValueError: ``thread_id`` is not storable text.
         """
+        _check_thread_id(thread_id)
         items = _as_list(messages)
         if not items:
             return
         batch = [to_chat_message(m) for m in items]
-        try:
-            self._thread(thread_id).append(batch)
-        except ConversationNotFound:
-            # Another memory (another process) cleared the thread since this one last used
-            # it: the thread starts again, as after this memory's own clear().
-            if thread_id in self._attached:
-                raise
-            with self._lock:
-                self._threads.pop(thread_id, None)
-            self._thread(thread_id).append(batch)
+        for attempt in range(1, ADD_ATTEMPTS + 1):
+            try:
+                self._thread(thread_id).append(batch)
+                return
+            except ConversationNotFound:
+                # Another memory (another process) cleared the thread since this one last
+                # used it: the thread starts again, as after this memory's own clear().
+                if thread_id in self._attached or attempt == ADD_ATTEMPTS:
+                    raise
+                with self._lock:
+                    self._threads.pop(thread_id, None)
 
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
     ) -> list[Message]:
         """The thread's messages, oldest first (the newest ``limit`` or ``max_messages``);
-        ``query`` is ignored (recall is recency-based)."""
+        ``query`` is ignored (recall is recency-based).
+
+        Raises:
+            TypeError, ValueError: ``limit`` is not a whole number of at least 0 (0: all), or
+                ``thread_id`` is not storable text.
+        """
+        _check_limit(limit)
         size = limit if limit is not None else self.max_messages
         needed = size if size and self.return_system else None
         return self._filter(self._retained(thread_id, needed), limit)
@@ -308,11 +380,12 @@ class WindowMemory(BufferMemory):
         **config: as for ``BufferMemory`` (``max_messages`` is ignored).
 
     Raises:
+        TypeError: ``window`` is not a whole number.
         ValueError: ``window`` is not positive.
     """
 
     def __init__(self, *, window: int = 20, **config: Any) -> None:
-        if window <= 0:
+        if whole_number(window, "window") <= 0:
             raise ValueError("window must be positive")
         config.pop("max_messages", None)
         super().__init__(max_messages=window, **config)
@@ -321,7 +394,9 @@ class WindowMemory(BufferMemory):
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
     ) -> list[Message]:
-        """The most recent messages, keeping tool pairs intact."""
+        """The most recent messages, keeping tool pairs intact (``limit``: as for
+        ``BufferMemory.get``)."""
+        _check_limit(limit)
         size = limit if limit is not None else self.window
         messages = self._retained(thread_id, None if size <= 0 or not self.return_system else size + 1)
         if not self.return_system:
@@ -343,7 +418,7 @@ class SummaryMemory(BufferMemory):
 
     Args:
         llm: the ``ChatModel`` that writes summaries (a small, cheap one).
-        window: how many recent messages to return verbatim.
+        window: how many recent messages to return verbatim (0: the summary alone).
         summarize_every: summarise once this many messages have fallen out of the window
             and are not in the summary yet (at least 1), so the model is not called on
             every turn.
@@ -351,10 +426,17 @@ class SummaryMemory(BufferMemory):
 
     Raises:
         ConfigurationError: no ``llm``.
+        TypeError: ``llm`` is not a ``ChatModel`` (no ``invoke``), ``window`` or
+            ``summarize_every`` is not a whole number.
+        ValueError: ``window`` below 0. A ``summarize_every`` below 1 is taken as 1, as
+            the seed takes it.
 
     The model is called inline during ``get``; a failure is logged and skipped (the memory
-    works as a plain window and tries again on the next ``get``). The summary and the seq
-    it reaches are kept in the thread's ``Conversation.metadata``.
+    works as a plain window and tries again on the next ``get``). A reply that cannot be
+    kept is such a failure: empty, holding NUL characters or lone surrogates, or longer
+    than ``AGENTMEMORY["MAX_SUMMARY_TOKENS"]`` (``summary_problem``, the checks and the cap
+    of compaction's summaries). The summary and the seq it reaches are kept in the
+    thread's ``Conversation.metadata``.
     """
 
     def __init__(
@@ -365,6 +447,11 @@ class SummaryMemory(BufferMemory):
                 "Summary memory needs a language model.",
                 hint="Pass llm=agentmemory.llm.get_llm() or any ChatModel.",
             )
+        if not callable(getattr(llm, "invoke", None)):
+            raise TypeError(f"llm must be a ChatModel (with an invoke method), not {type(llm).__name__}")
+        whole_number(window, "window", minimum=0)
+        # the seed's own rule: ``max(1, summarize_every)``, so code written for it runs here
+        whole_number(summarize_every, "summarize_every")
         config.pop("max_messages", None)
         super().__init__(max_messages=None, **config)
         self.llm = llm
@@ -374,7 +461,9 @@ class SummaryMemory(BufferMemory):
     def get(
         self, *, thread_id: str = DEFAULT_THREAD, query: str | None = None, limit: int | None = None
     ) -> list[Message]:
-        """A summary message (when there is a summary) followed by the recent window."""
+        """A summary message (when there is a summary) followed by the recent window
+        (``limit``: its size instead of ``window``)."""
+        _check_limit(limit)
         stored = self._thread(thread_id)
         messages = self._retained(thread_id)
         state = stored.state()
@@ -419,7 +508,13 @@ class SummaryMemory(BufferMemory):
                 "summarising %d messages failed; the window is used alone", len(overflow), exc_info=True
             )
             return None
-        if not text:
+        problem = summary_problem(text)
+        if problem:
+            logger.warning(
+                "the summary of %d messages %s; it is not kept and the window is used alone",
+                len(overflow),
+                problem,
+            )
             return None
         stored.update_state(summary=text, through_seq=overflow[-1].seq)
         return text

@@ -7,6 +7,7 @@ is the seed's daily log. Reading never changes a fact.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -109,10 +110,17 @@ def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
     return "\n\n".join(sections), tuple(shown)
 
 
+#: where a line of a fact or of a MEMORY.md file ends
+LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def indented(content: str) -> str:
     """A fact's later lines indented under its bullet: unindented, a line of a fact could
-    read as a heading or a bullet of its own ("## instructions", "- ...") in the context."""
-    return content.replace("\n", "\n  ")
+    read as a heading or a bullet of its own ("## instructions", "- ...") in the context.
+    A line ends at ``\\n``, ``\\r\\n`` or ``\\r``, as ``import_memory_md`` reads them."""
+    if "\r" not in content:
+        return content.replace("\n", "\n  ")
+    return LINE_END.sub(lambda end: end.group() + "  ", content)
 
 
 def _entry(fact: Fact) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from agentmemory.knowledge.context import indented
+from agentmemory.knowledge.context import LINE_END, indented
 from agentmemory.knowledge.storage import InvalidFactError, content_hash
 
 if TYPE_CHECKING:
@@ -62,8 +62,11 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
     counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0, "skipped": 0}
     facts: list[tuple[str, str, int]] = []
     category = "general"
-    # a byte order mark is not text of the first line (it hid a "## category" heading there)
-    for number, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
+    # a byte order mark is not text of the first line (it hid a "## category" heading there);
+    # lines end at \n, \r\n or \r only: str.splitlines also breaks at U+2028, U+0085, \x0b,
+    # \x1c-\x1e, which a fact may hold and the export writes as they are, so a fact holding
+    # "\u2028## secrets\u2028- ..." came back as a heading and a fact of its own
+    for number, raw in enumerate(LINE_END.split(text.removeprefix("\ufeff")), start=1):
         line = raw.rstrip()
         if line.startswith("## "):
             category = line[3:].strip() or "general"

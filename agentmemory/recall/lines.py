@@ -42,8 +42,30 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: the roles of the messages a block shows: tool results are left out, whatever their tool's
 #: ``memory=`` policy ("omit", "stub"), which is the agent's at run time and not stored
 SHOWN_ROLES = ("human", "ai")
-#: the block's delimiter tags written anywhere in recalled text (any case, spaces, a slash)
-_TAG = re.compile(r"<(\s*/?\s*memory)", re.IGNORECASE)
+#: characters a reader does not see, which may sit inside a tag without showing: soft
+#: hyphen, Mongolian vowel separator, zero-width spaces and joiners, direction marks,
+#: embeddings, overrides and isolates, the word joiner and invisible operators, BOM
+_HIDDEN = "\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+#: a letter of "memory" as a model may read it: the ASCII letter, its fullwidth form and the
+#: Cyrillic or Greek letter drawn the same (either case with ``re.IGNORECASE``), then any
+#: hidden characters
+_LETTERS = {
+    "m": "m\uff4d\u041c\u043c",
+    "e": "e\uff45\u0415\u0435",
+    "o": "o\uff4f\u041e\u043e\u039f\u03bf",
+    "r": "r\uff52",
+    "y": "y\uff59\u0423\u0443",
+}
+_WORD = "".join(f"[{_LETTERS[c]}][{_HIDDEN}]*" for c in "memory")
+#: the block's delimiter tags written anywhere in recalled text: any case, spaces, a slash,
+#: hidden characters between the letters, fullwidth and small forms of "<" and "/", look-alike
+#: letters, and the "<" written as an HTML character reference (a model reads "&lt;" as "<")
+_TAG = re.compile(
+    rf"(?:<|\uff1c|\ufe64|&lt;|&#0*60;|&#x0*3c;)((?:\s|[{_HIDDEN}])*[/\uff0f]?(?:\s|[{_HIDDEN}])*{_WORD})",
+    re.IGNORECASE,
+)
+#: a text holding none of these has no tag (the common case, tested before the pattern)
+_OPENERS = ("<", "\uff1c", "\ufe64", "&")
 #: role words a transcript's speaker name may not be shown as (any word of the name)
 _ROLE_WORDS = frozenset({"system", "assistant", "user", "human", "ai", "tool", "developer", "model"})
 #: the label of a message's role where no speaker name is shown
@@ -188,10 +210,14 @@ def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
 
 def neutralised(text: str) -> str:
     """``text`` on one line (whitespace collapsed) with the block's delimiter tags written
-    in it made inert: their ``<`` becomes U+2039 (single left-pointing angle quotation mark),
-    so stored text can neither close the block nor open another."""
+    in it made inert: their ``<`` (or the form of it written, ``_TAG``) becomes U+2039
+    (single left-pointing angle quotation mark), so stored text can neither close the block
+    nor open another, also when spelled with hidden characters, fullwidth or look-alike
+    letters, or ``&lt;``."""
     text = " ".join(text.split())
-    return _TAG.sub("\u2039\\1", text) if "<" in text else text  # most text has no tag
+    if not any(opener in text for opener in _OPENERS):
+        return text  # most text has no tag
+    return _TAG.sub("\u2039\\1", text)
 
 
 def _speaker(role: str, metadata: Any) -> str:
