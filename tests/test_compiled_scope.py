@@ -90,5 +90,12 @@ def test_a_subclass_changing_live_facts_gets_its_own_queryset() -> None:
         def live_facts(self, now=None):  # type: ignore[no-untyped-def]
             return super().live_facts(now).filter(category="tagged")
 
-    memory = Tagged(UserFactory())
-    assert memory.live_probe(NOW).sql_with_params() == probe_sql(memory, NOW)
+    compiled.clear()
+    a, b = Tagged(UserFactory()), Tagged(UserFactory(), agent_key="support")
+    for memory in (a, b, a):
+        probe = memory.live_probe(NOW)
+        sql, params = probe.order_by().values("pk")[:1].query.sql_with_params()
+        assert (sql, list(params)) == probe_sql(memory, NOW)
+    b.remember("prefers tea", category="tagged", persistent=True)
+    assert b.live_probe().exists() and not a.live_probe().exists()
+    assert not compiled._CACHE  # nothing of a subclass is kept

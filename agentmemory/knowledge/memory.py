@@ -160,17 +160,18 @@ class KnowledgeMemory:
         cutoff = days_before(now, self.max_log_days)
         return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
 
-    def live_probe(self, now: datetime | None = None) -> Scope:
+    def live_probe(self, now: datetime | None = None) -> Scope | Any:
         """Whether ``live_facts(now)`` holds a fact, as a query to run within another
         (``recall.lines.read_lines``): a ``Scope`` of the first fact's primary key, whose
         SQL is compiled once per database on PostgreSQL (``recall.compiled``), where
         building and compiling the queryset cost about 0.7 ms a recall. A subclass that
-        changes ``all_facts`` or ``live_facts`` gets its own queryset, compiled each time."""
+        changes ``all_facts`` or ``live_facts`` gets its ``live_facts(now)`` queryset itself,
+        compiled each time."""
         now = clock(now)
         if type(self).live_facts is not KnowledgeMemory.live_facts or (
             type(self).all_facts is not KnowledgeMemory.all_facts
         ):
-            return Scope("", lambda using: self.live_facts(now).order_by().values("pk")[:1], (), self.using)
+            return self.live_facts(now)
         scope = self.scope
         values = (
             scope.owner_id,

@@ -69,9 +69,15 @@ class Scope:
         return self.build(self.using, *self.values)
 
     def sql_with_params(self) -> tuple[str, list[Any]]:
-        """The SQL of ``queryset().query`` with its parameters (a list)."""
+        """The SQL of ``queryset().query`` with its parameters (a list); a scope without a
+        name or without values is compiled each time."""
         values = self.values
-        if connections[self.using].vendor != "postgresql" or not _cacheable(values):
+        if (
+            not self.name
+            or not values
+            or connections[self.using].vendor != "postgresql"
+            or not _cacheable(values)
+        ):
             sql, params = self.queryset().query.sql_with_params()
             return sql, list(params)
         key = (self.name, self.using, *(type(value) for value in values))
