@@ -6,14 +6,17 @@ import importlib
 import importlib.util
 import inspect
 import os
+from dataclasses import fields
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
 from django.db import router
+from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
-from agentmemory.conf import DEFAULTS, ENV_TOKEN_LIMIT, KNOWN_KEYS, app_settings
+from agentmemory.conf import DEFAULTS, ENV_TOKEN_LIMIT, KNOWN_KEYS, AgentMemorySettings, app_settings
 
 _POSITIVE_INTS = (
     "DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT",
@@ -62,10 +65,6 @@ def _type_problems(raw: dict[str, Any]) -> list[Error]:
     """E012 for each setting given in ``raw`` whose value is not of its declared type: a
     ``SUMMARY_MESSAGE_PREFIX`` of ``None`` passed every check, then made every compaction
     fail with a ``TypeError``."""
-    from dataclasses import fields
-
-    from agentmemory.conf import AgentMemorySettings
-
     problems = []
     for field in fields(AgentMemorySettings):
         wanted = _SETTING_TYPES.get(str(field.type))
@@ -424,9 +423,6 @@ def check_api_needs_rest_framework(app_configs: Any = None, **kwargs: Any) -> li
     ``"rest_framework"`` is not in ``INSTALLED_APPS``: JSON requests work, but DRF's
     browsable pages (``rest_framework/api.html``) and its templates are not found, so a
     browser's request answers 500 (``agentmemory.W007``)."""
-    from django.apps import apps
-    from django.urls import NoReverseMatch, reverse
-
     if apps.is_installed("rest_framework"):
         return []
     try:

@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth import get_user_model
 from django.db import connections, router, transaction
 
 from agentmemory.exceptions import ConversationNotFound
 from agentmemory.history import PersistentChatHistory, resolve_conversation_id
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
-from agentmemory.recall.scope import MemoryScopeError
+from agentmemory.recall.scope import require_user
 from agentmemory.validation import whole_number
 
 #: the key of ``Conversation.metadata`` holding what a compat memory keeps beside the
@@ -129,10 +128,8 @@ class StoredConversation:
             if self._conversation is None:
                 using = router.db_for_write(Conversation)
                 owner = owner_field(self.owner)
-                if "owner_id" in owner and not (
-                    get_user_model()._default_manager.using(using).filter(pk=owner["owner_id"]).exists()
-                ):
-                    raise MemoryScopeError(f"no user with id {owner['owner_id']}")
+                if "owner_id" in owner:
+                    require_user(owner["owner_id"], using)
                 with transaction.atomic(using=using):
                     found = None
                     if self._find is not None:

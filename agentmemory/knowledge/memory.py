@@ -157,8 +157,7 @@ class KnowledgeMemory:
         not superseded, not expired, and, for transient entries, not older than
         ``max_log_days``."""
         now = clock(now)
-        cutoff = days_before(now, self.max_log_days)
-        return self.all_facts().live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+        return _in_recall(self.all_facts(), now, days_before(now, self.max_log_days))
 
     def live_probe(self, now: datetime | None = None) -> Scope | Any:
         """Whether ``live_facts(now)`` holds a fact, as a query to run within another
@@ -647,5 +646,11 @@ def _live_probe(
     facts = Fact.objects.using(using).filter(
         owner_id=owner_id, agent_key=agent_key, namespace=namespace, kind=kind
     )
-    live = facts.live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
-    return live.order_by().values("pk")[:1]
+    return _in_recall(facts, now, cutoff).order_by().values("pk")[:1]
+
+
+def _in_recall(facts: Any, now: datetime, cutoff: datetime) -> Any:
+    """The ``facts`` in default recall at ``now``: live (not superseded, not expired), and
+    persistent or written since ``cutoff`` (``KnowledgeMemory.live_facts``'s rule, which
+    its probe shares)."""
+    return facts.live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))

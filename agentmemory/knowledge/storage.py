@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -28,7 +27,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.scope import MemoryScopeError
+from agentmemory.recall.scope import require_user
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -279,9 +278,7 @@ def check_owner(memory: KnowledgeMemory) -> None:
     """
     if memory._owner_checked:
         return
-    users = get_user_model()._default_manager.using(memory.using)
-    if not users.filter(pk=memory.scope.owner_id).exists():
-        raise MemoryScopeError(f"no user with id {memory.scope.owner_id}")
+    require_user(memory.scope.owner_id, memory.using)
     memory._owner_checked = True
 
 

@@ -464,9 +464,7 @@ def _pg_bm25(
     ``passages``, when given too, with ``{pk: score}`` of every candidate
     (``passage_scores``, from the same flags)."""
     model = queryset.model
-    located = places is not None and {"conversation_id", "seq"} <= {
-        f.attname for f in model._meta.concrete_fields
-    }
+    located = places is not None and _located(model)
     columns = ("id", "conversation_id", "seq", "search_vector") if located else ("id", "search_vector")
     cap = max(PG_MIN_WORD_CAP, min(PG_WORD_CAP, PG_MAX_MATCHES // len(words)))
     tsq = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"

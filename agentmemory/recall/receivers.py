@@ -11,6 +11,7 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from agentmemory import signals
+from agentmemory.recall import compiled
 
 
 @receiver(signals.message_appended, dispatch_uid="agentmemory_recall_index_appended")
@@ -37,6 +38,4 @@ def clear_compiled_scopes(sender: Any, setting: str, **kwargs: Any) -> None:
     """A changed ``DATABASES`` empties the compiled SQL of ``agentmemory.recall.compiled``
     (keyed by alias)."""
     if setting == "DATABASES":
-        from agentmemory.recall import compiled
-
         compiled.clear()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.validation import MAX_ID, text_problem
 
-__all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of"]
+__all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of", "require_user"]
 
 
 class MemoryScopeError(AgentMemoryError, ValueError):
@@ -16,6 +18,18 @@ class MemoryScopeError(AgentMemoryError, ValueError):
     saved user). Every fact and every searched message belongs to one user; an unscoped
     call could reach another user's memory, so it is refused (the peer bug report behind this
     rule: mem0ai/mem0#3928, a user's ``delete_all`` that wiped every user's memories)."""
+
+
+def require_user(owner_id: int, using: str) -> None:
+    """Refuse an owner id that names no user on the database ``using``. A row's foreign key
+    would refuse it too, but late: at the commit, as an ``IntegrityError`` a caller can
+    take for something else (a race of writers).
+
+    Raises:
+        MemoryScopeError: no user has the id.
+    """
+    if not get_user_model()._default_manager.using(using).filter(pk=owner_id).exists():
+        raise MemoryScopeError(f"no user with id {owner_id}")
 
 
 def owner_id_of(owner: Any) -> int:
