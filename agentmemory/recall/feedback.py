@@ -12,12 +12,11 @@ the two rankings are mixed.
 ``rank_messages`` (``agentmemory.recall.memory``) does this only for a question that asks
 for every instance (``asks_for_every``: "how many", "how much", "in total", "the order
 of", "list ..."), where finding one instance is not enough. Any other question is searched
-once, as before: a second search costs its statements (three with full text), and on
-questions about one thing it measured no better (docs/benchmarks.md, "Pseudo-relevance
-feedback for questions about every instance").
-
-Measured on LongMemEval-S (the 215 dev questions with evidence, full text, SQLite):
-session recall_all@5 0.902 -> 0.926, recall_any@5 and turn recall_any@10 unchanged.
+once, as before: a second search costs the search's statements again (2 on PostgreSQL, 3
+on SQLite), and on questions about one thing it measured no better. On LongMemEval-S (the
+215 dev questions with evidence, full text, every haystack in one SQLite database) it moved
+session recall_all@5 from 0.902 to 0.926, recall_any@5 and turn recall_any@10 unchanged
+(docs/benchmarks.md, "Questions about every instance, pronouns, and long questions").
 """
 
 from __future__ import annotations
