@@ -40,6 +40,32 @@ def test_query_words_drop_stop_words_and_operators() -> None:
     assert query_words("x_y%z") == ["x", "y", "z"]
 
 
+def test_indefinite_pronouns_are_not_searched_for() -> None:
+    # "something" names nothing to look for; it matched every "try something new"
+    assert query_words("I cooked something for my friend, what was it?") == ["cooked", "friend"]
+    assert query_words("Something") == ["something"]  # nothing else: kept
+
+
+def test_a_long_query_is_read_by_its_questions_first() -> None:
+    """Of more than ``MAX_QUERY_WORDS`` words, those of the query's questions come first;
+    of a query longer than ``MAX_QUERY_CHARS``, the questions of its end come before its
+    opening. A question after a pasted text was past both limits."""
+    from agentmemory.recall.text import MAX_QUERY_CHARS, MAX_QUERY_WORDS, bounded_query
+
+    pasted = " ".join(f"word{i}" for i in range(3000))
+    words = query_words(f"{pasted}. So where is the kayak?")
+    assert words[0] == "kayak" and len(words) == MAX_QUERY_WORDS
+    assert query_words("Where is the kayak? " + pasted)[0] == "kayak"
+    short = "Is it the paddle? Or the kayak."
+    assert query_words(short) == ["paddle", "kayak"]  # under the limit: as written
+    long_query = f"{pasted}. So where is the kayak?"
+    assert len(long_query) > MAX_QUERY_CHARS
+    bounded = bounded_query(long_query)
+    assert len(bounded) <= MAX_QUERY_CHARS and bounded.startswith("So where is the kayak?\nword0 word1")
+    assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # no question: the opening
+    assert bounded_query("Where is it?") == "Where is it?"
+
+
 def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:
     alice = UserFactory(username="alice")
     conv = conversation_with(

@@ -27,6 +27,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY, ContextWindow
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.recall.text import bounded_query
 
 if TYPE_CHECKING:
     from agentmemory.tokens import TokenCounter
@@ -89,8 +90,9 @@ logger = logging.getLogger("agentmemory.context")
 
 
 #: longest recall query made from the turn (characters): the newest human message comes
-#: first and is kept whole up to this length; the turn's tool calls and results after it
-#: fill the rest, each result cut to ``MEMORY_QUERY_PART_CHARS``
+#: first and is kept whole up to this length (a longer one gives its questions, then its
+#: opening: ``recall.text.bounded_query``); the turn's tool calls and results after it fill
+#: the rest, each result cut to ``MEMORY_QUERY_PART_CHARS``
 MEMORY_QUERY_MAX_CHARS = 2_000
 
 
@@ -108,8 +110,9 @@ def _words_of(message: ChatMessage) -> str:
 
 
 def turn_query(history: Sequence[ChatMessage]) -> str:
-    """The recall query of a window: the text of its newest human message, then what the
-    turn did after it (the AI messages' text, the names and arguments of their tool calls,
+    """The recall query of a window: the text of its newest human message (when longer than
+    ``MEMORY_QUERY_MAX_CHARS``, its questions first, then its opening), then what the turn
+    did after it (the AI messages' text, the names and arguments of their tool calls,
     the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
     history holds no human message. A message of parts gives the text of its text parts only:
     an image-only question with nothing after it gives ``""`` (no recall), not "[image]".
@@ -125,7 +128,8 @@ def turn_query(history: Sequence[ChatMessage]) -> str:
             break
     if start is None:
         return ""
-    parts = [_words_of(history[start])]
+    # a long message is read by its questions first (a question after a pasted text)
+    parts = [bounded_query(_words_of(history[start]), MEMORY_QUERY_MAX_CHARS)]
     for message in history[start + 1 :]:
         if message.role is Role.AI:
             if message.text.strip():

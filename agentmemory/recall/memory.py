@@ -59,6 +59,7 @@ from agentmemory.messages import ChatMessage
 from agentmemory.models import Message
 from agentmemory.recall import _search, embeddings_wanted
 from agentmemory.recall.dates import Period
+from agentmemory.recall.feedback import asks_for_every, expansion_words, mixed
 from agentmemory.recall.lines import (
     MAX_READ_CHARS,
     SHOWN_ROLES,
@@ -590,16 +591,20 @@ def _ranked(
     searched = searched_query(searched)
     most = MAX_HITS_WITH_EMBEDDINGS if embeddings_wanted() else MAX_HITS
     passages: dict[int, float] = {}
-    hits = _search(
-        searched,
+    search = partial(
+        _search,
         owner=owner,
         agent_key=agent_key,
         k=most,
         using=using,
         read=read,
         passage_weight=PASSAGE_WEIGHT,
-        passages=passages,
     )
+    hits = search(searched, passages=passages)
+    if asks_for_every(query) and (extra := expansion_words(searched, hits)):
+        # a count or a list needs every instance: search again with the words the first
+        # results share and mix the two rankings (``recall.feedback``)
+        hits = mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most)
     hits = [
         h
         for h in hits

@@ -7,8 +7,12 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-#: common English function words; a query made only of them keeps them (better than nothing)
+#: common English function words (the indefinite pronouns among them: "something" in "I
+#: cooked something for my friend" names nothing to look for); a query made only of them
+#: keeps them (better than nothing)
 _STOP_WORDS_TEXT = """
+    anybody anyone anything anywhere everybody everyone everything everywhere nobody nothing
+    somebody someone something somewhere
     a about above after again against all am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from further
     had has have having he her here hers herself him himself his how i if in into is it its itself
@@ -32,9 +36,37 @@ MAX_QUERY_WORDS = 32
 MAX_QUERY_CHARS = 10_000
 
 
-def bounded_query(query: str) -> str:
-    """The part of ``query`` recall reads: its first ``MAX_QUERY_CHARS`` characters."""
-    return query[:MAX_QUERY_CHARS]
+# A question: a run of text up to a "?" that crosses no sentence end or line break.
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+
+
+def questions_in(text: str, longest: int) -> str:
+    """The questions of ``text`` (its sentences ending in "?", each stripped), joined by
+    spaces, at most ``longest`` characters of them: what a message pasting a long text and
+    asking about it asks. ``""`` when it asks nothing."""
+    found = []
+    size = 0
+    for question in _QUESTION.findall(text):
+        question = question.strip()
+        if question and size + len(question) < longest:
+            found.append(question)
+            size += len(question) + 1
+    return " ".join(found)
+
+
+def bounded_query(query: str, longest: int = MAX_QUERY_CHARS) -> str:
+    """The part of ``query`` recall reads, at most ``longest`` characters: the whole query
+    when it fits; otherwise the questions of its last ``longest`` characters (at most half
+    of them: a question after a pasted text is what the message asks) and then its opening
+    up to ``longest``. ``MAX_QUERY_CHARS`` characters by default (``search_messages``,
+    ``KnowledgeMemory.recall``); the turn's query of a window is bounded the same way
+    (``agentmemory.context.memory.turn_query``)."""
+    if len(query) <= longest:
+        return query
+    asked = questions_in(query[-longest:], longest // 2)
+    if not asked:
+        return query[:longest]
+    return f"{asked}\n{query[: longest - len(asked) - 1]}"
 
 
 #: Combining marks that decorate a letter without making another one, left out of the text
@@ -113,15 +145,23 @@ def _words(text: str) -> Iterator[str]:
 def query_words(query: str) -> list[str]:
     """The distinct lower-cased words of ``query`` in its normal form (``search_text``), in
     order, stop words removed unless the query has nothing else; at most
-    ``MAX_QUERY_WORDS``."""
-    return _distinct(_words(search_text(query).lower()))
+    ``MAX_QUERY_WORDS``, and when it holds more, the words of its questions (``questions_in``)
+    first: a long message asking about a text it pastes is searched by what it asks."""
+    return _asked_first(search_text(query).lower())
 
 
 def literal_words(query: str) -> list[str]:
     """The words of ``query`` as written (only composed, NFC), lower-cased, stop words
     removed as in ``query_words``: what a substring match against stored text compares
     (``unspaced_terms``), since the stored text is not in the normal form."""
-    return _distinct(_words(unicodedata.normalize("NFC", query).lower()))
+    return _asked_first(unicodedata.normalize("NFC", query).lower())
+
+
+def _asked_first(text: str) -> list[str]:
+    words = _distinct(_words(text))
+    if len(words) < MAX_QUERY_WORDS or not (asked := questions_in(text, MAX_QUERY_CHARS)):
+        return words
+    return _distinct(_words(f"{asked}\n{text}"))
 
 
 def _distinct(found: Iterator[str]) -> list[str]:
