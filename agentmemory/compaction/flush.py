@@ -60,7 +60,6 @@ from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, PreparedFac
 from agentmemory.llm.facts import SUMMARY_WITH_FACTS, FactDraft, read_summary_with_facts, said_at
 from agentmemory.llm.offline import extract_facts
 from agentmemory.messages import ChatMessage
-from agentmemory.recall.embedders import EmbeddingError
 
 if TYPE_CHECKING:
     from agentmemory.compaction.summarisers import LLMMemoryCompactor
@@ -214,18 +213,8 @@ class MemoryFlush:
                 "metadata": self._metadata(draft, source),
             }
             try:
-                try:
-                    prepared = self.memory.prepare(draft.content, draft.category, draft.persistent, **options)
-                except EmbeddingError as exc:
-                    logger.warning(
-                        "memory flush of conversation %s: embedding a fact failed (%s); it is kept "
-                        "without a vector (manage.py rebuild_recall_index adds it)",
-                        self.conversation_id,
-                        exc,
-                    )
-                    prepared = self.memory.prepare(
-                        draft.content, draft.category, draft.persistent, embed=False, **options
-                    )
+                # an embedder that fails leaves the fact without a vector (``embed_content``)
+                prepared = self.memory.prepare(draft.content, draft.category, draft.persistent, **options)
             except InvalidFactError as exc:
                 self.dropped += 1
                 logger.info(

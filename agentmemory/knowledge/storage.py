@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import logging
 import re
 import uuid
 from collections.abc import Sequence
@@ -26,13 +27,15 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
-from agentmemory.recall.embedders import cosine_scores, from_bytes, numpy, to_bytes
+from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import require_user
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory
+
+logger = logging.getLogger("agentmemory.knowledge")
 
 Action = Literal["created", "duplicate", "updated", "superseded"]
 
@@ -362,11 +365,23 @@ def validate_fact(
 
 def embed_content(memory: KnowledgeMemory, content: str) -> list[float] | None:
     """The vector of ``content`` by ``memory``'s embedder (one model call, its usage counted
-    for the scope's owner and agent key), or ``None`` without an embedder."""
+    for the scope's owner and agent key), or ``None`` without an embedder or when the
+    embedder fails (``EmbeddingError``, logged as a warning): the fact is then stored
+    without its vector, found by full text, superseded only by the "key:" rule and exact
+    repeats, and ``manage.py rebuild_recall_index`` adds the vector later. An embedding
+    service that is down must never lose a fact nor fail the write that stores it."""
     if memory.embedder is None:
         return None
-    with usage_scope(owner_id=memory.scope.owner_id, agent_key=memory.scope.agent_key):
-        (vector,) = memory.embedder.embed([content])
+    try:
+        with usage_scope(owner_id=memory.scope.owner_id, agent_key=memory.scope.agent_key):
+            (vector,) = memory.embedder.embed([content])
+    except EmbeddingError as exc:
+        logger.warning(
+            "embedding a fact failed (%s); it is stored without a vector (manage.py "
+            "rebuild_recall_index adds it)",
+            exc,
+        )
+        return None
     return vector
 
 
