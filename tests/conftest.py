@@ -50,6 +50,17 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
                 item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://..."))
 
 
+@pytest.fixture(autouse=True)
+def _no_embedding_pause() -> Iterator[None]:
+    """A failing embedder pauses in-process embedding of new messages for a minute
+    (``agentmemory.recall.inprocess``); no test inherits another's pause."""
+    from agentmemory.recall import inprocess
+
+    inprocess.reset()
+    yield
+    inprocess.reset()
+
+
 @pytest.fixture
 def _fail_without_postgres() -> None:
     pytest.fail(

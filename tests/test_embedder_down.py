@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import io
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.models import Fact, FactEmbedding
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Fact, FactEmbedding, Message, MessageEmbedding
 from agentmemory.recall.embedders import EmbeddingError
+from tests.embedders import StubEmbedder
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -60,3 +67,96 @@ def test_post_fact_with_a_failing_embedder_answers_201(settings) -> None:  # typ
     assert created.json()["fact"]["content"] == "Preferred language: Python"
     assert Fact.objects.filter(owner=user, content="Preferred language: Python").exists()
     assert FactEmbedding.objects.count() == 0
+
+
+# -- appends with an embedding service that hangs (no Celery broker: embedded in process) --------
+
+
+@pytest.fixture
+def hanging_server() -> Iterator[str]:
+    """A server on 127.0.0.1 that accepts connections and never answers; its base URL."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=hold, name="hanging-embeddings", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_appends_with_a_hanging_embedder_return_quickly_and_store_every_message(  # type: ignore[no-untyped-def]
+    settings, hanging_server, monkeypatch, django_capture_on_commit_callbacks, caplog
+) -> None:
+    """Each append waited the embedder's 30 s timeout (five appends: 152 s); now the first
+    waits at most ``INPROCESS_EMBED_TIMEOUT_SECONDS`` and the next ones skip embedding."""
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.setattr("agentmemory.broker.celery_broker", lambda: ("", False))
+    settings.AGENTMEMORY = {
+        "EMBEDDER": "agentmemory.recall.embedders.OpenAICompatibleEmbedder",
+        "EMBEDDER_OPTIONS": {"model": "m", "base_url": hanging_server, "api_key": "k"},
+        "RECALL_BACKEND": "hybrid",
+    }
+    conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
+    history = PersistentChatHistory(conv)
+    started = time.monotonic()
+    for n in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            history.add_messages([ChatMessage.human(f"message {n}")])
+    took = time.monotonic() - started
+    assert took < 10, f"five appends took {took:.1f} s with a hanging embedder"
+    assert Message.objects.filter(conversation=conv).count() == 5
+    assert MessageEmbedding.objects.count() == 0
+    assert caplog.text.count("rebuild_recall_index will retry") == 1  # once per pause
+
+
+class FlakyEmbedder(DownEmbedder):
+    """Down until ``up`` is set, then the stub embedder's vectors."""
+
+    model = "stub-embedder"
+    up = False
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if not FlakyEmbedder.up:
+            return super().embed(texts)
+        return StubEmbedder().embed(texts)
+
+
+def test_after_the_pause_new_messages_are_embedded_again(  # type: ignore[no-untyped-def]
+    settings, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    from agentmemory.recall import inprocess
+
+    monkeypatch.setattr("agentmemory.broker.celery_broker", lambda: ("", False))
+    monkeypatch.setattr(FlakyEmbedder, "up", False)
+    settings.AGENTMEMORY = {**DOWN, "EMBEDDER": "tests.test_embedder_down.FlakyEmbedder"}
+    conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
+
+    def append(text: str) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            PersistentChatHistory(conv).add_messages([ChatMessage.human(text)])
+
+    append("first")  # fails: pauses in-process embedding
+    monkeypatch.setattr(FlakyEmbedder, "up", True)
+    append("second")  # paused: not embedded
+    assert MessageEmbedding.objects.count() == 0
+    later = time.monotonic() + inprocess.INPROCESS_EMBED_COOLDOWN_SECONDS + 1
+    monkeypatch.setattr(inprocess.time, "monotonic", lambda: later)
+    append("third")
+    assert list(MessageEmbedding.objects.values_list("message__content", flat=True)) == ["third"]
+    call_command("rebuild_recall_index", stdout=io.StringIO())
+    assert MessageEmbedding.objects.count() == 3

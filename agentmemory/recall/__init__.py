@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -800,7 +800,8 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
     """Embed ``message_ids`` where compaction's ``"auto"`` mode would run: with a Celery
     broker configured (and tasks not run eagerly), the ``embed_messages`` task is sent to
     it; otherwise it runs here, in process (an embedding error is logged as a warning and
-    left for ``rebuild_recall_index``). A host without Celery settings has no broker: sending
+    left for ``rebuild_recall_index``; a hung or failing embedder is bounded and paused, see
+    ``agentmemory.recall.inprocess``). A host without Celery settings has no broker: sending
     the task there tried Celery's default one (``amqp://guest@localhost//``), logged an
     ERROR and held every append for about 0.8 s, and nothing was embedded. A broker error is
     logged, never raised; a broker that does not answer costs at most
@@ -810,7 +811,9 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
 
     broker, eager = celery_broker()
     if not broker or eager:
-        embed_messages.apply(args=(message_ids,))
+        from agentmemory.recall.inprocess import embed_appended
+
+        embed_appended(message_ids)
         return
     try:
         publish(embed_messages, (message_ids,))
@@ -818,12 +821,15 @@ def enqueue_message_embedding(message_ids: list[int]) -> None:
         logger.exception("could not enqueue embedding of %d message(s)", len(message_ids))
 
 
-def embed_stored_messages(message_ids: list[int], *, using: str | None = None) -> int:
+def embed_stored_messages(
+    message_ids: list[int], *, using: str | None = None, bound: Callable[[Any], Any] | None = None
+) -> int:
     """Embed the messages of ``message_ids`` that search can return (searched roles, with
     content, in a conversation that has an owner) and have no vector of the configured
     embedder's model yet; returns how many vectors were stored. Reads and writes the
     database the routers choose for writing ``Message`` unless ``using`` is given. Calls the
-    embedding model.
+    embedding model (through ``bound(embedder)`` when given: the in-process append path
+    shortens its timeout).
 
     Raises:
         EmbeddingError: the model could not be reached or answered badly.
@@ -833,6 +839,8 @@ def embed_stored_messages(message_ids: list[int], *, using: str | None = None) -
     embedder = get_embedder()
     if embedder is None or not message_ids:
         return 0
+    if bound is not None:
+        embedder = bound(embedder)
     using = using or router.db_for_write(Message)
     rows = list(
         Message.objects.using(using)
