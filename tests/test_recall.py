@@ -62,8 +62,26 @@ def test_a_long_query_is_read_by_its_questions_first() -> None:
     assert len(long_query) > MAX_QUERY_CHARS
     bounded = bounded_query(long_query)
     assert len(bounded) <= MAX_QUERY_CHARS and bounded.startswith("So where is the kayak?\nword0 word1")
-    assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # no question: the opening
+    assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # nothing that fits: the opening
     assert bounded_query("Where is it?") == "Where is it?"
+    # the newest first: the last sentence, then the questions from the last
+    many = " ".join(f"Is clause{i} fine?" for i in range(40)) + " Also, where is the kayak"
+    assert query_words(many)[:3] == ["also", "kayak", "clause39"]
+
+
+def test_reading_what_a_query_asks_is_linear() -> None:
+    """Sentence breaks are found in one pass: runs of spaces, line breaks or question marks
+    that a backtracking pattern would read again from each position cost no more."""
+    import time
+
+    from agentmemory.recall.text import asked_in, bounded_query
+
+    for hostile in (" " * 200_000, "\n" * 200_000, "?" * 200_000, " \n" * 100_000, "a? " * 70_000):
+        started = time.perf_counter()
+        asked_in(hostile, 5_000)
+        query_words(hostile)
+        bounded_query(hostile + " where is the kayak?")
+        assert time.perf_counter() - started < 2.0, repr(hostile[:4])
 
 
 def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:
