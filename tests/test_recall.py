@@ -4,8 +4,12 @@ on SQLite (FTS5) and PostgreSQL (tsvector with a GIN index)."""
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from django.apps import apps
 from django.db import connection
 from django.test import override_settings
@@ -64,6 +68,31 @@ def test_a_long_query_is_read_by_its_questions_first() -> None:
     assert len(bounded) <= MAX_QUERY_CHARS and bounded.startswith("So where is the kayak?\nword0 word1")
     assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # no question: the opening
     assert bounded_query("Where is it?") == "Where is it?"
+
+
+@given(st.text(alphabet="ab .!?\n\u3002", max_size=30))
+def test_the_questions_of_a_text_are_its_sentences_ending_in_a_question_mark(text: str) -> None:
+    from agentmemory.recall.text import questions_in
+
+    # each run of text between sentence ends and line breaks, when a "?" ends it
+    pieces = re.split(r"([.!?\n])", text)
+    asked = [(run + "?").strip() for run, end in zip(pieces[::2], pieces[1::2], strict=False) if end == "?"]
+    assert questions_in(text, 1000) == " ".join(q for q in asked if q)
+
+
+def test_a_long_text_asking_nothing_is_read_in_linear_time() -> None:
+    """A run of text with no sentence end (a pasted log, a script without these marks) was
+    tried from each of its characters: 29,000 characters took 3 s a read, 10,000 (a query
+    at ``MAX_QUERY_CHARS``) 0.4 s, on every read of the query. The bound leaves a margin
+    of a hundred times the time it takes."""
+    from agentmemory.recall.text import bounded_query, questions_in
+
+    pasted = " ".join(f"w{i}" for i in range(5_000))  # about 29,000 characters
+    started = time.perf_counter()
+    assert questions_in(pasted, 1000) == ""
+    assert len(query_words(pasted)) == 32 and bounded_query(pasted) == pasted[:10_000]
+    assert questions_in("?" * 1_000_000, 10) == "? ? ? ? ?"
+    assert time.perf_counter() - started < 1.0
 
 
 def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:
