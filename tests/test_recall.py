@@ -95,6 +95,26 @@ def test_a_long_text_asking_nothing_is_read_in_linear_time() -> None:
     assert time.perf_counter() - started < 1.0
 
 
+@pytest.mark.django_db
+def test_the_memory_block_reads_a_pasted_text_as_search_does() -> None:
+    """``recall_memory`` and ``rank_messages`` read ``bounded_query`` of their query, as
+    ``search_messages`` does: a 10 MB text with a question at its end (a whole document given
+    as ``memory_query``) took 10-30 s of CPU before any statement ran."""
+    from agentmemory.recall.memory import rank_messages, recall_memory
+    from agentmemory.recall.text import MAX_QUERY_CHARS
+
+    user = UserFactory()
+    conversation_with(user, ["The kayak is in the boathouse.", "Noted."])
+    pasted = "Report of the quarter, line after line " * 250_000 + ". So where is the kayak?"
+    started = time.perf_counter()
+    hits = rank_messages(owner=user, query=pasted, k=5)
+    block = recall_memory(owner=user, query=pasted, max_tokens=2000)
+    assert time.perf_counter() - started < 5.0
+    assert [hit.content for hit in hits][:1] == ["The kayak is in the boathouse."]
+    assert block is not None and "boathouse" in block.text
+    assert block.query.startswith("So where is the kayak?\n") and len(block.query) <= MAX_QUERY_CHARS
+
+
 def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:
     alice = UserFactory(username="alice")
     conv = conversation_with(

@@ -73,7 +73,7 @@ from agentmemory.recall.lines import (
     shown_day,
 )
 from agentmemory.recall.scope import owner_id_of
-from agentmemory.recall.text import STOP_WORDS, query_words, search_text
+from agentmemory.recall.text import STOP_WORDS, bounded_query, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
 from agentmemory.tokens import TiktokenCounter
 
@@ -194,7 +194,8 @@ def recall_memory(
 
     Args:
         owner: a saved user or a user id (required).
-        query: what to recall for: the newest human message, with the turn so far.
+        query: what to recall for: the newest human message, with the turn so far; read as
+            ``recall.text.bounded_query`` gives it (``MAX_QUERY_CHARS``, questions first).
         max_tokens: the most the block may cost as a message (tokens).
         token_counter: counts the block; default the configured one.
         agent_key: only conversations of this agent key (exact match); None: all of the owner's.
@@ -224,6 +225,7 @@ def recall_memory(
     owner_id = owner_id_of(owner)
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, not {type(query).__name__}")
+    query = bounded_query(query)  # as search reads it: a pasted 10 MB text cost 10-30 s
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise TypeError(f"max_tokens must be an integer, not {type(max_tokens).__name__}")
     if conversation_id is not None and (
@@ -582,6 +584,7 @@ def _ranked(
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
     excluded = set(exclude_seqs) if conversation_id is not None else set()
+    query = bounded_query(query)  # the first MAX_QUERY_CHARS characters, questions first
     today = shown_day(now or timezone.now())
     windows = windows_in(query, today)
     searched = query
