@@ -44,7 +44,7 @@ import math
 import re
 import string
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import lru_cache, partial
@@ -603,16 +603,16 @@ def _ranked(
         read=read,
         passage_weight=PASSAGE_WEIGHT,
     )
-    hits = search(searched, passages=passages)
+
+    def shown(found: Iterable[Any]) -> list[Any]:
+        return [h for h in found if h.role in SHOWN_ROLES and (h.conversation_id, h.seq) not in left_out]
+
+    left_out = {(conversation_id, seq) for seq in excluded}
+    hits = shown(search(searched, passages=passages))
+    # a count or a list needs every instance: search again with the words the first results
+    # share (the window's own messages left out: it sends them) and mix the two rankings
     if asks_for_every(query) and (extra := expansion_words(searched, hits)):
-        # a count or a list needs every instance: search again with the words the first
-        # results share and mix the two rankings (``recall.feedback``)
-        hits = mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most)
-    hits = [
-        h
-        for h in hits
-        if h.role in SHOWN_ROLES and not (h.conversation_id == conversation_id and h.seq in excluded)
-    ]
+        hits = shown(mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most))
     if not hits:
         return []
     best = max(h.score for h in hits) or 1.0
