@@ -8,11 +8,11 @@ import re
 import time
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from django.apps import apps
 from django.db import connection
 from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentmemory.compaction import LLMMemoryCompactor
 from agentmemory.conf import app_settings
