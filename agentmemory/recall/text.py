@@ -58,6 +58,8 @@ def asked_in(text: str, longest: int) -> str:
         if size + len(sentence) < longest:
             found.append(sentence)
             size += len(sentence) + 1
+            if size >= longest - 1:
+                break  # no other sentence fits (a text of a million "a?")
     return " ".join(found)
 
 
