@@ -36,6 +36,9 @@ def add_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
 @receiver(setting_changed)
 def clear_compiled_scopes(sender: Any, setting: str, **kwargs: Any) -> None:
     """A changed ``DATABASES`` empties the compiled SQL of ``agentmemory.recall.compiled``
-    (keyed by alias)."""
+    (keyed by alias) and the searched scopes' querysets (``searched_messages``)."""
     if setting == "DATABASES":
+        from agentmemory.recall import _searched_scope
+
         compiled.clear()
+        _searched_scope.cache_clear()
