@@ -87,8 +87,12 @@ class BaseTokenCounter:
             return self.count_text(part.text)
         return app_settings().FILE_PART_TOKENS
 
+    def _count_role(self, role: Role) -> int:
+        """Tokens of the role's name (``count_text``; ``TiktokenCounter`` counts each once)."""
+        return self.count_text(str(role))
+
     def count_message(self, message: ChatMessage) -> int:
-        total = TOKENS_PER_MESSAGE + self.count_text(str(message.role))
+        total = TOKENS_PER_MESSAGE + self._count_role(message.role)
         if message.parts and not message.truncated:
             total += sum(self.count_part(part) for part in message.parts)
         elif message.content:
@@ -528,6 +532,12 @@ class TiktokenCounter(BaseTokenCounter):
         self.image_rule = image_rule
         self.id = f"tiktoken:{encoding}" + ("" if image_rule == "openai" else f"/images:{image_rule}")
         self._encoding = _load_encoding(encoding)
+        #: tokens of each role's name, counted once: every message costs its role
+        self._role_tokens = {role: self.count_text(str(role)) for role in Role}
+
+    def _count_role(self, role: Role) -> int:
+        tokens = self._role_tokens.get(role)
+        return self.count_text(str(role)) if tokens is None else tokens
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` as the model reads it. Special-token strings in it (a user who

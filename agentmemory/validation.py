@@ -72,7 +72,8 @@ def text_problem(value: str) -> str | None:
     no database can encode a lone UTF-16 surrogate (``"\\ud800"``) as UTF-8."""
     if "\x00" in value:
         return "contains a NUL character"
-    if _SURROGATE.search(value):
+    # ``isascii`` reads a flag of the string: most text is ASCII and holds no surrogate
+    if not value.isascii() and _SURROGATE.search(value):
         return "contains a lone surrogate (not valid Unicode text)"
     return None
 

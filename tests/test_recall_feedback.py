@@ -32,7 +32,8 @@ def doctors(owner: Any) -> Conversation:
     the words "appointment", "specialist" and "prescribed" with the first two; and others."""
     stored(
         owner,
-        "I went to see my doctor about the allergies; the specialist prescribed a nasal spray at the appointment.",
+        "I went to see my doctor about the allergies; the specialist prescribed a nasal spray "
+        "at the appointment.",
         "I hope it helps.",
     )
     stored(

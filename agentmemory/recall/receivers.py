@@ -11,17 +11,37 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from agentmemory import signals
-from agentmemory.recall import compiled
+from agentmemory.recall import compiled, embeddings_wanted, index_new_messages
+
+#: ``dispatch_uid`` of ``index_appended_messages`` on ``message_appended``
+INDEX_APPENDED = "agentmemory_recall_index_appended"
 
 
-@receiver(signals.message_appended, dispatch_uid="agentmemory_recall_index_appended")
+@receiver(signals.message_appended, dispatch_uid=INDEX_APPENDED)
 def index_appended_messages(sender: Any, messages: Any, using: str = "default", **kwargs: Any) -> None:
     """New messages on the database ``using`` get their embedding scheduled for after its
     transaction commits, with an embedding or hybrid backend
-    (``agentmemory.recall.index_new_messages``); full-text needs nothing."""
-    from agentmemory.recall import index_new_messages
+    (``agentmemory.recall.index_new_messages``); full-text needs nothing.
 
+    Without an embedding backend (``embeddings_wanted()``: the default) it disconnects
+    itself, so that ``message_appended`` goes back to costing an append nothing while no
+    other receiver listens (Django's ``Signal.send`` returns at once without receivers;
+    with this one it cost about 5 µs of every append, in a loop of appends three times
+    that). ``reconnect_index_receiver`` connects it again whenever ``AGENTMEMORY``
+    changes, and it asks again on the next append."""
+    if not embeddings_wanted():
+        signals.message_appended.disconnect(dispatch_uid=INDEX_APPENDED)
+        return
     index_new_messages(messages, using=using)
+
+
+@receiver(setting_changed)
+def reconnect_index_receiver(sender: Any, setting: str, **kwargs: Any) -> None:
+    """A changed ``AGENTMEMORY`` (which may name an embedder now) connects
+    ``index_appended_messages`` again; it decides on the next append, once every receiver
+    of the change (the settings' own cache included) has run."""
+    if setting == "AGENTMEMORY":
+        signals.message_appended.connect(index_appended_messages, dispatch_uid=INDEX_APPENDED)
 
 
 @receiver(connection_created)

@@ -35,7 +35,7 @@ from django.utils import timezone
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message, pinned_end
 from agentmemory.store import functions
-from agentmemory.store.connection import statement_cursor
+from agentmemory.store.connection import prepares_statements, statement_cursor
 from agentmemory.store.rows import _new_chat, _set_metadata
 
 
@@ -298,17 +298,17 @@ def _run_one(using: str, variant: str, params: dict[str, Any]) -> tuple[Any, ...
     then on (inside a transaction the error is raised once: roll back and retry). Where the
     connection prepares its statements (``agentmemory.store.connection``), the statement
     itself, prepared."""
-    if not functions.usable(using):
-        with statement_cursor(using) as cursor:
+    if prepares_statements(using):
+        with statement_cursor(using, prepared=True) as cursor:
             cursor.execute(append_one_sql(variant), params)
             return cursor.fetchone()  # type: ignore[no-any-return]
+    # not prepared, on PostgreSQL (the only caller's condition): ``functions.usable``
     key = ("append", variant)
     rows = functions.call(using, key, params, functions.APPEND_KEYS)
     if rows is not None:
         return rows[0] if rows else None
-    conn = connections[using]
-    with conn.cursor() as cursor:
-        raw = conn.connection
+    with statement_cursor(using, prepared=False) as cursor:
+        raw = connections[using].connection
         found = functions.known(raw, key)
         sql = append_one_sql(variant)
         if found is None:

@@ -51,8 +51,6 @@ database error is, and the transaction must be rolled back.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections
@@ -106,21 +104,23 @@ def _compose(connection: Any, query: Any, params: Any) -> str:
 
 def prepares_statements(alias: str) -> bool:
     """Whether ``statement_cursor(alias)`` prepares its statements (see the module's doc)."""
-    conn = connections[alias]
-    wanted = app_settings().PREPARED_STATEMENTS
+    return _prepares(connections[alias], app_settings().PREPARED_STATEMENTS)
+
+
+def _prepares(conn: Any, wanted: bool | None) -> bool:
+    """``prepares_statements`` for the connection ``conn`` and the setting's value ``wanted``."""
     if conn.vendor != "postgresql" or wanted is False:
         return False
-    if conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+    settings_dict = conn.settings_dict
+    if settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
         return False
-    options = conn.settings_dict.get("OPTIONS") or {}
+    options = settings_dict.get("OPTIONS") or {}
     threshold = options.get("prepare_threshold")
     if "prepare_threshold" in options and threshold is None:
         return False
     if wanted is not True and (isinstance(threshold, bool) or not isinstance(threshold, int)):
         return False  # Django's default: off, to keep transaction poolers working
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return bool(is_psycopg3)
+    return _psycopg3()
 
 
 def _preparing_cursor_class() -> Any:
@@ -190,37 +190,124 @@ def _preparing_cursor_class() -> Any:
     return _cursor_class
 
 
-@contextmanager
-def statement_cursor(alias: str) -> Iterator[Any]:
+class statement_cursor:
     """A Django cursor on ``alias`` whose statements are prepared on the server where
     ``prepares_statements(alias)``; ``connections[alias].cursor()`` otherwise.
 
     Parameters are written as for any Django cursor (``%s`` or ``%(name)s``); on PostgreSQL
     they are sent apart from the statement, so a value can only stand where SQL accepts a
     parameter (not for a table name or inside a quoted literal).
+
+    On PostgreSQL with psycopg 3 the driver's cursor under Django's wrapper is kept on the
+    connection and used again by the next ``statement_cursor`` (``_kept_cursor``): the
+    statements run here take one row or a page each, on every model call and append, and
+    making, setting up and closing a cursor for each cost about as much Python as binding
+    its values. Django's wrapper is made for each use all the same, so the query log,
+    ``execute_wrapper()`` hooks and Django's errors are as for any cursor. Used as a context
+    manager (``with statement_cursor(alias) as cursor``); a class rather than a generator,
+    which would cost the same again.
     """
-    conn = connections[alias]
-    if not prepares_statements(alias):
-        with conn.cursor() as cursor:
-            yield cursor
-        return
-    # What ``BaseDatabaseWrapper._cursor()`` does, with psycopg's server-side binding
-    # cursor in place of the connection's client-side one.
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
-    raw = conn.connection
-    if raw in _unprepared:
-        with conn.cursor() as cursor:
-            yield cursor
-        return
-    with conn.wrap_database_errors:
+
+    __slots__ = ("alias", "kept", "prepared", "wrapped")
+
+    def __init__(self, alias: str, *, prepared: bool | None = None) -> None:
+        self.alias = alias
+        #: ``prepares_statements(alias)`` when the caller knows it already
+        self.prepared = prepared
+        self.kept: _Kept | None = None
+
+    def __enter__(self) -> Any:
+        conn = connections[self.alias]
+        prepared = self.prepared
+        if prepared is None:
+            prepared = _prepares(conn, app_settings().PREPARED_STATEMENTS)
+        if conn.vendor != "postgresql" or not _psycopg3():
+            self.wrapped = conn.cursor()
+            return self.wrapped
+        # What ``BaseDatabaseWrapper._cursor()`` does, with a kept cursor, and for prepared
+        # statements psycopg's server-side binding cursor in place of the connection's
+        # client-side one.
+        conn.close_if_health_check_failed()
+        conn.ensure_connection()
+        raw = conn.connection
+        if prepared and raw in _unprepared:
+            prepared = False
+        with conn.wrap_database_errors:
+            kept = self.kept = _kept_cursor(conn, raw, prepared)
+            cursor = kept.cursor
+            if prepared:
+                cursor.log_queries = conn.queries_logged
+        conn.validate_thread_sharing()
+        self.wrapped = conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
+        return self.wrapped
+
+    def __exit__(self, *exc_info: Any) -> None:
+        kept = self.kept
+        if kept is None:
+            self.wrapped.__exit__(*exc_info)  # Django's: closes its cursor
+        elif kept.keep:
+            kept.busy = False
+        else:
+            self.wrapped.__exit__(*exc_info)
+
+
+class _Kept:
+    """A psycopg cursor kept on a Django connection (``_kept_cursor``)."""
+
+    __slots__ = ("busy", "cursor", "keep", "raw", "timezone")
+
+    def __init__(self, raw: Any, cursor: Any, timezone: Any, *, keep: bool) -> None:
+        self.raw = raw
+        self.cursor = cursor
+        self.timezone = timezone
+        #: kept on the connection for the next use (else closed after this one)
+        self.keep = keep
+        #: handed out and not given back yet
+        self.busy = True
+
+
+#: the attribute of a Django connection that holds its kept cursors: [plain, preparing]
+_KEPT = "_agentmemory_kept_cursors"
+
+
+def _kept_cursor(conn: Any, raw: Any, prepared: bool) -> _Kept:
+    """The cursor ``statement_cursor`` hands out on ``conn`` (whose psycopg connection is
+    ``raw``): the one kept for ``prepared`` (server-side binding) or not, made again when
+    the psycopg connection or the connection's time zone changed since. A cursor in use
+    (a statement run from inside another's ``execute_wrapper()`` hook) or a connection
+    shared between threads (``allow_thread_sharing``), where two threads would read each
+    other's rows, gets a cursor of its own, closed after it (``keep`` is ``False``)."""
+    kept: list[_Kept | None] | None = conn.__dict__.get(_KEPT)
+    if kept is None:
+        kept = [None, None]
+        conn.__dict__[_KEPT] = kept
+    slot = kept[prepared]
+    timezone = conn.timezone
+    if (
+        slot is not None
+        and slot.raw is raw
+        and slot.timezone is timezone
+        and not slot.busy
+        and not conn.allow_thread_sharing
+    ):
+        slot.busy = True
+        return slot
+    if prepared:
         cursor = _preparing_cursor_class()(raw)
-        cursor.log_queries = conn.queries_logged
         _use_connection_time_zone(conn, cursor)
-    conn.validate_thread_sharing()
-    wrapped = conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
-    with wrapped:
-        yield wrapped
+    else:
+        cursor = conn.create_cursor()
+    keep = (slot is None or slot.raw is not raw or not slot.busy) and not conn.allow_thread_sharing
+    made = _Kept(raw, cursor, timezone, keep=keep)
+    if keep:
+        kept[prepared] = made
+    return made
+
+
+def _psycopg3() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
 
 
 def _use_connection_time_zone(conn: Any, cursor: Any) -> None:

@@ -54,7 +54,7 @@ from typing import Any
 
 from django.db import ProgrammingError, connections
 
-from agentmemory.store.connection import prepares_statements
+from agentmemory.store.connection import prepares_statements, statement_cursor
 
 #: The head statement's parameters, in the order of the function's arguments, with the
 #: SQL type of each argument.
@@ -293,7 +293,7 @@ def call(
     if raw is None or not known(raw, key) or not _fits(key, params):
         return None
     literal = literal_call(key, params) if key in VARIANTS else None
-    with conn.cursor() as cursor:
+    with statement_cursor(alias, prepared=False) as cursor:  # ``usable``: not prepared
         try:
             if literal is None:
                 cursor.execute(call_sql(key), params)
