@@ -195,7 +195,7 @@ def recall_memory(
     Args:
         owner: a saved user or a user id (required).
         query: what to recall for: the newest human message, with the turn so far; read as
-            ``recall.text.bounded_query`` gives it (``MAX_QUERY_CHARS``, questions first).
+            ``recall.text.bounded_query`` gives it (``MAX_QUERY_CHARS``, what it asks first).
         max_tokens: the most the block may cost as a message (tokens).
         token_counter: counts the block; default the configured one.
         agent_key: only conversations of this agent key (exact match); None: all of the owner's.
@@ -584,7 +584,7 @@ def _ranked(
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
     excluded = set(exclude_seqs) if conversation_id is not None else set()
-    query = bounded_query(query)  # the first MAX_QUERY_CHARS characters, questions first
+    query = bounded_query(query)  # at most MAX_QUERY_CHARS characters, what it asks first
     today = shown_day(now or timezone.now())
     windows = windows_in(query, today)
     searched = query
