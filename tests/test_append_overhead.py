@@ -156,3 +156,24 @@ def test_each_thread_has_its_own_cursor() -> None:
     thread.start()
     thread.join()
     assert theirs and theirs[0] is not mine
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("prepared", [False, True])
+def test_a_kept_cursor_holds_no_rows_between_statements(settings, prepared: bool) -> None:  # type: ignore[no-untyped-def]
+    """The rows a statement read are the caller's: the cursor kept for the next statement
+    holds none of them (a window of long messages was held, megabytes per connection,
+    until the connection's next statement), after an error inside the block too."""
+    settings.AGENTMEMORY = {"PREPARED_STATEMENTS": prepared}
+    conv = ConversationFactory()
+    history = PersistentChatHistory(conv)
+    history.add_messages([ChatMessage.human("lorem ipsum " * 20_000), ChatMessage.ai("noted")] * 2)
+    for _ in range(2):  # the second time prepared, where statements are
+        window = ContextWindowBuilder(conv.pk).build(max_tokens=100_000)
+    assert len(window.messages) == 4
+    kept = _raw_cursor()
+    assert kept.pgresult is None
+    with pytest.raises(ValueError), statement_cursor("default") as cursor:
+        cursor.execute("SELECT generate_series(1, 1000)")
+        raise ValueError("the caller failed before reading the rows")
+    assert _raw_cursor() is kept and kept.pgresult is None

@@ -4,6 +4,7 @@ on SQLite (FTS5) and PostgreSQL (tsvector with a GIN index)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.apps import apps
@@ -62,8 +63,61 @@ def test_a_long_query_is_read_by_its_questions_first() -> None:
     assert len(long_query) > MAX_QUERY_CHARS
     bounded = bounded_query(long_query)
     assert len(bounded) <= MAX_QUERY_CHARS and bounded.startswith("So where is the kayak?\nword0 word1")
-    assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # no question: the opening
+    assert bounded_query(pasted * 2) == (pasted * 2)[:MAX_QUERY_CHARS]  # nothing that fits: the opening
     assert bounded_query("Where is it?") == "Where is it?"
+    # the newest first: the last sentence, then the questions from the last
+    many = " ".join(f"Is clause{i} fine?" for i in range(40)) + " Also, where is the kayak"
+    assert query_words(many)[:3] == ["also", "kayak", "clause39"]
+
+
+def test_reading_what_a_query_asks_is_linear() -> None:
+    """Sentence breaks are found in one pass: runs of spaces, line breaks or question marks
+    that a backtracking pattern would read again from each position cost no more."""
+    import time
+
+    from agentmemory.recall.text import asked_in, bounded_query
+
+    for hostile in (" " * 200_000, "\n" * 200_000, "?" * 200_000, " \n" * 100_000, "a? " * 70_000):
+        started = time.perf_counter()
+        asked_in(hostile, 5_000)
+        query_words(hostile)
+        bounded_query(hostile + " where is the kayak?")
+        assert time.perf_counter() - started < 2.0, repr(hostile[:4])
+
+
+def test_a_long_text_asking_nothing_is_read_in_linear_time() -> None:
+    """A run of text with no sentence end (a pasted log, a script without these marks) was
+    tried from each of its characters: 29,000 characters took 3 s a read, 10,000 (a query
+    at ``MAX_QUERY_CHARS``) 0.4 s, on every read of the query. The bound leaves a margin
+    of a hundred times the time it takes."""
+    from agentmemory.recall.text import asked_in, bounded_query
+
+    pasted = " ".join(f"w{i}" for i in range(5_000))  # about 29,000 characters
+    started = time.perf_counter()
+    assert asked_in(pasted, 1000) == ""  # one sentence, longer than what is read of it
+    assert len(query_words(pasted)) == 32 and bounded_query(pasted) == pasted[:10_000]
+    assert asked_in("a? " * 100_000, 10) == "a? a? a?"
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.django_db
+def test_the_memory_block_reads_a_pasted_text_as_search_does() -> None:
+    """``recall_memory`` and ``rank_messages`` read ``bounded_query`` of their query, as
+    ``search_messages`` does: a 10 MB text with a question at its end (a whole document given
+    as ``memory_query``) took 10-30 s of CPU before any statement ran."""
+    from agentmemory.recall.memory import rank_messages, recall_memory
+    from agentmemory.recall.text import MAX_QUERY_CHARS
+
+    user = UserFactory()
+    conversation_with(user, ["The kayak is in the boathouse.", "Noted."])
+    pasted = "Report of the quarter, line after line " * 250_000 + ". So where is the kayak?"
+    started = time.perf_counter()
+    hits = rank_messages(owner=user, query=pasted, k=5)
+    block = recall_memory(owner=user, query=pasted, max_tokens=2000)
+    assert time.perf_counter() - started < 5.0
+    assert [hit.content for hit in hits][:1] == ["The kayak is in the boathouse."]
+    assert block is not None and "boathouse" in block.text
+    assert block.query.startswith("So where is the kayak?\n") and len(block.query) <= MAX_QUERY_CHARS
 
 
 def test_finds_messages_of_the_owner_with_seq_conversation_and_metadata() -> None:

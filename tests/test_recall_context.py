@@ -283,19 +283,29 @@ def test_turn_query_is_the_newest_human_message_and_the_turn_so_far() -> None:
 PASTED = " ".join(f"Clause {i} of the lease covers paragraph{i} and appendix{i}." for i in range(400))
 
 
-def test_a_question_after_a_long_pasted_text_recalls_by_what_it_asks(user, past) -> None:  # type: ignore[no-untyped-def]
-    """A message pasting a long text (here 22,000 characters, over a thousand distinct words)
-    and asking about it at the end: the query leads with the question, so the block holds
-    what the past conversation said of it; before, the text's opening was all recall read."""
-    text = f"Here is my lease:\n{PASTED}\nAnyway, where did I leave the spare key to the boathouse?"
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a question after a pasted text (22,000 characters, over a thousand distinct words)
+        f"Here is my lease:\n{PASTED}\nAnyway, where did I leave the spare key to the boathouse?",
+        # the same without its "?"
+        f"Here is my lease:\n{PASTED}\nAnyway, remind me where I left the spare key to the boathouse",
+        # a question, then the text
+        f"Where did I leave the spare key to the boathouse? Here is my lease:\n{PASTED}",
+        # other people's questions listed before the user's own (under 2,000 characters)
+        "\n".join(f"Q{i}: What is the refund policy of team{i} in region{i} this quarter?" for i in range(10))
+        + "\nAnyway: where did I leave the spare key to the boathouse?",
+    ],
+    ids=["question-after-paste", "no-question-mark", "question-before-paste", "other-questions-first"],
+)
+def test_a_long_message_recalls_by_what_it_asks(user, past, text) -> None:  # type: ignore[no-untyped-def]
+    """A long message is read by what it asks (its last sentence and its questions, the
+    newest first): the block holds what the past conversation said of it. Before, only the
+    opening of a long text was read, or the first questions of many."""
     query = turn_query([ChatMessage.human(text, seq=1)])
-    assert query.startswith("Anyway, where did I leave the spare key to the boathouse?")
-    assert len(query) <= 2_000
+    assert "spare key to the boathouse" in query and len(query) <= 2_000
     window = ContextWindowBuilder(ask(user, text), memory_recall=True).build(30_000)
     assert window.memory is not None and "flowerpot" in window.memory.text
-    # a question first, then the text
-    first = f"Where did I leave the spare key to the boathouse? Here is my lease:\n{PASTED}"
-    assert turn_query([ChatMessage.human(first, seq=1)]).startswith("Where did I leave the spare key")
 
 
 def test_an_image_only_question_recalls_nothing(user) -> None:  # type: ignore[no-untyped-def]

@@ -111,7 +111,7 @@ def _words_of(message: ChatMessage) -> str:
 
 def turn_query(history: Sequence[ChatMessage]) -> str:
     """The recall query of a window: the text of its newest human message (when longer than
-    ``MEMORY_QUERY_MAX_CHARS``, its questions first, then its opening), then what the turn
+    ``MEMORY_QUERY_MAX_CHARS``, what it asks first, then its opening), then what the turn
     did after it (the AI messages' text, the names and arguments of their tool calls,
     the tool results), at most ``MEMORY_QUERY_MAX_CHARS`` characters; ``""`` when the
     history holds no human message. A message of parts gives the text of its text parts only:
@@ -128,7 +128,7 @@ def turn_query(history: Sequence[ChatMessage]) -> str:
             break
     if start is None:
         return ""
-    # a long message is read by its questions first (a question after a pasted text)
+    # a long message is read by what it asks first (a question after a pasted text)
     parts = [bounded_query(_words_of(history[start]), MEMORY_QUERY_MAX_CHARS)]
     for message in history[start + 1 :]:
         if message.role is Role.AI:

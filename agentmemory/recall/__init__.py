@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import lru_cache, partial
 from operator import itemgetter
 from typing import Any
 from uuid import UUID
@@ -308,7 +308,19 @@ def _search(
 def searched_messages(using: str | None, owner_id: int, agent_key: str | None = None) -> Any:
     """The messages ``search_messages`` searches: ``owner_id``'s of ``SEARCHED_ROLES``, of
     conversations of ``agent_key`` (exact) when given, on the database ``using`` (None: the
-    router's choice)."""
+    router's choice). A new queryset each call, cloned (``all()``) from one built once per
+    scope (``_searched_scope``): building its three lookups cost about 0.2 ms a search."""
+    return _searched_scope(using or None, owner_id, agent_key).all()
+
+
+#: most scopes whose queryset ``searched_messages`` keeps built
+SCOPES_KEPT = 256
+
+
+@lru_cache(maxsize=SCOPES_KEPT)
+def _searched_scope(using: str | None, owner_id: int, agent_key: str | None) -> Any:
+    """The queryset ``searched_messages`` clones: never evaluated itself (a clone is), so it
+    holds no rows, only the scope's lookups (values, not rows: nothing in it goes stale)."""
     from agentmemory.models import Message
 
     messages = Message.objects.filter(conversation__owner_id=owner_id, role__in=SEARCHED_ROLES)

@@ -1,9 +1,11 @@
 """Pseudo-relevance feedback for questions that ask for every instance of something.
 
 "How many doctors did I visit?" needs every conversation that mentions one, but the words
-of the question name the kind ("doctors") while the conversations name the instances ("Dr.
-Patel, the ENT specialist", "my dermatologist"). The first search finds some of them; the
-words those first results share ("specialist", "appointment", "prescribed") find the rest.
+of the question name the kind ("doctors") while the conversations often name the instances
+("Dr. Patel, the ENT specialist"). The first search finds some of them; the words those
+first results share ("specialist", "appointment", "prescribed") find others that use them.
+An instance that shares no word with the first results is still missed: that needs
+matches by meaning (an embedder).
 This is pseudo-relevance feedback in the manner of RM3 (Lavrenko and Croft 2001, "Relevance
 based language models"; Abdul-Jaleel et al. 2004, "UMass at TREC 2004"): the query is
 expanded with the words that weigh most in the best first results and searched again, and

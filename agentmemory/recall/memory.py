@@ -44,7 +44,7 @@ import math
 import re
 import string
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import lru_cache, partial
@@ -73,7 +73,7 @@ from agentmemory.recall.lines import (
     shown_day,
 )
 from agentmemory.recall.scope import owner_id_of
-from agentmemory.recall.text import STOP_WORDS, query_words, search_text
+from agentmemory.recall.text import STOP_WORDS, bounded_query, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
 from agentmemory.tokens import TiktokenCounter
 
@@ -194,7 +194,8 @@ def recall_memory(
 
     Args:
         owner: a saved user or a user id (required).
-        query: what to recall for: the newest human message, with the turn so far.
+        query: what to recall for: the newest human message, with the turn so far; read as
+            ``recall.text.bounded_query`` gives it (``MAX_QUERY_CHARS``, what it asks first).
         max_tokens: the most the block may cost as a message (tokens).
         token_counter: counts the block; default the configured one.
         agent_key: only conversations of this agent key (exact match); None: all of the owner's.
@@ -224,6 +225,7 @@ def recall_memory(
     owner_id = owner_id_of(owner)
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, not {type(query).__name__}")
+    query = bounded_query(query)  # as search reads it: a pasted 10 MB text cost 10-30 s
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise TypeError(f"max_tokens must be an integer, not {type(max_tokens).__name__}")
     if conversation_id is not None and (
@@ -582,6 +584,7 @@ def _ranked(
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
     excluded = set(exclude_seqs) if conversation_id is not None else set()
+    query = bounded_query(query)  # at most MAX_QUERY_CHARS characters, what it asks first
     today = shown_day(now or timezone.now())
     windows = windows_in(query, today)
     searched = query
@@ -600,16 +603,16 @@ def _ranked(
         read=read,
         passage_weight=PASSAGE_WEIGHT,
     )
-    hits = search(searched, passages=passages)
+
+    def shown(found: Iterable[Any]) -> list[Any]:
+        return [h for h in found if h.role in SHOWN_ROLES and (h.conversation_id, h.seq) not in left_out]
+
+    left_out = {(conversation_id, seq) for seq in excluded}
+    hits = shown(search(searched, passages=passages))
+    # a count or a list needs every instance: search again with the words the first results
+    # share (the window's own messages left out: it sends them) and mix the two rankings
     if asks_for_every(query) and (extra := expansion_words(searched, hits)):
-        # a count or a list needs every instance: search again with the words the first
-        # results share and mix the two rankings (``recall.feedback``)
-        hits = mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most)
-    hits = [
-        h
-        for h in hits
-        if h.role in SHOWN_ROLES and not (h.conversation_id == conversation_id and h.seq in excluded)
-    ]
+        hits = shown(mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most))
     if not hits:
         return []
     best = max(h.score for h in hits) or 1.0

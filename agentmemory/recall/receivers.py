@@ -11,7 +11,7 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from agentmemory import signals
-from agentmemory.recall import compiled, embeddings_wanted, index_new_messages
+from agentmemory.recall import _searched_scope, compiled, embeddings_wanted, index_new_messages
 
 #: ``dispatch_uid`` of ``index_appended_messages`` on ``message_appended``
 INDEX_APPENDED = "agentmemory_recall_index_appended"
@@ -56,6 +56,7 @@ def add_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
 @receiver(setting_changed)
 def clear_compiled_scopes(sender: Any, setting: str, **kwargs: Any) -> None:
     """A changed ``DATABASES`` empties the compiled SQL of ``agentmemory.recall.compiled``
-    (keyed by alias)."""
+    (keyed by alias) and the searched scopes' querysets (``searched_messages``)."""
     if setting == "DATABASES":
         compiled.clear()
+        _searched_scope.cache_clear()

@@ -36,34 +36,43 @@ MAX_QUERY_WORDS = 32
 MAX_QUERY_CHARS = 10_000
 
 
-# A question: a run of text up to a "?" that crosses no sentence end or line break.
-_QUESTION = re.compile(r"[^.!?\n]*\?")
+# Where one sentence ends and the next begins: after ".", "!" or "?" and space, or at a line
+# break. Each branch starts at one character and takes one run: linear in the text.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*")
 
 
-def questions_in(text: str, longest: int) -> str:
-    """The questions of ``text`` (its sentences ending in "?", each stripped), joined by
-    spaces, at most ``longest`` characters of them: what a message pasting a long text and
-    asking about it asks. ``""`` when it asks nothing."""
+def asked_in(text: str, longest: int) -> str:
+    """What ``text`` asks, the newest first: its last sentence (people often type a question
+    without its "?"), then its other sentences ending in "?" from the last to the first, each
+    stripped, joined by spaces, at most ``longest`` characters of them (a sentence that does
+    not fit is left out): what a message pasting a long text, or listing other people's
+    questions, asks at its end. ``""`` when it holds no sentence that fits."""
+    sentences = [sentence for sentence in _SENTENCE_END.split(text) if sentence.strip()]
+    if not sentences:
+        return ""
+    picked = [sentences[-1].strip()]
+    picked.extend(s.strip() for s in reversed(sentences[:-1]) if s.rstrip().endswith("?"))
     found = []
     size = 0
-    for question in _QUESTION.findall(text):
-        question = question.strip()
-        if question and size + len(question) < longest:
-            found.append(question)
-            size += len(question) + 1
+    for sentence in picked:
+        if size + len(sentence) < longest:
+            found.append(sentence)
+            size += len(sentence) + 1
+            if size >= longest - 1:
+                break  # no other sentence fits (a text of a million "a?")
     return " ".join(found)
 
 
 def bounded_query(query: str, longest: int = MAX_QUERY_CHARS) -> str:
     """The part of ``query`` recall reads, at most ``longest`` characters: the whole query
-    when it fits; otherwise the questions of its last ``longest`` characters (at most half
-    of them: a question after a pasted text is what the message asks) and then its opening
-    up to ``longest``. ``MAX_QUERY_CHARS`` characters by default (``search_messages``,
+    when it fits; otherwise what its last ``longest`` characters ask (``asked_in``, at most
+    half of them: a question after a pasted text is what the message asks) and then its
+    opening up to ``longest``. ``MAX_QUERY_CHARS`` characters by default (``search_messages``,
     ``KnowledgeMemory.recall``); the turn's query of a window is bounded the same way
     (``agentmemory.context.memory.turn_query``)."""
     if len(query) <= longest:
         return query
-    asked = questions_in(query[-longest:], longest // 2)
+    asked = asked_in(query[-longest:], longest // 2)
     if not asked:
         return query[:longest]
     return f"{asked}\n{query[: longest - len(asked) - 1]}"
@@ -145,8 +154,9 @@ def _words(text: str) -> Iterator[str]:
 def query_words(query: str) -> list[str]:
     """The distinct lower-cased words of ``query`` in its normal form (``search_text``), in
     order, stop words removed unless the query has nothing else; at most
-    ``MAX_QUERY_WORDS``, and when it holds more, the words of its questions (``questions_in``)
-    first: a long message asking about a text it pastes is searched by what it asks."""
+    ``MAX_QUERY_WORDS``, and when it holds more, the words of what it asks (``asked_in``: its
+    last sentence and its questions, the newest first) first: a long message asking about a
+    text it pastes is searched by what it asks."""
     return _asked_first(search_text(query).lower())
 
 
@@ -159,7 +169,7 @@ def literal_words(query: str) -> list[str]:
 
 def _asked_first(text: str) -> list[str]:
     words = _distinct(_words(text))
-    if len(words) < MAX_QUERY_WORDS or not (asked := questions_in(text, MAX_QUERY_CHARS)):
+    if len(words) < MAX_QUERY_WORDS or not (asked := asked_in(text, MAX_QUERY_CHARS)):
         return words
     return _distinct(_words(f"{asked}\n{text}"))
 

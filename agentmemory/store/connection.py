@@ -246,6 +246,11 @@ class statement_cursor:
         if kept is None:
             self.wrapped.__exit__(*exc_info)  # Django's: closes its cursor
         elif kept.keep:
+            # psycopg holds a statement's rows until the cursor runs the next one: a window's
+            # page of long messages (megabytes) stayed alive on an idle connection, and on a
+            # closed one until the thread's next statement. Its ``_reset`` is what each
+            # ``execute`` starts with (and ``close`` runs).
+            kept.cursor._reset()
             kept.busy = False
         else:
             self.wrapped.__exit__(*exc_info)
