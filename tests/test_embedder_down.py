@@ -160,3 +160,40 @@ def test_after_the_pause_new_messages_are_embedded_again(  # type: ignore[no-unt
     assert list(MessageEmbedding.objects.values_list("message__content", flat=True)) == ["third"]
     call_command("rebuild_recall_index", stdout=io.StringIO())
     assert MessageEmbedding.objects.count() == 3
+
+
+def test_the_agents_remember_tool_stores_the_fact_when_the_embedder_fails(  # type: ignore[no-untyped-def]
+    settings, fake_openai, monkeypatch, tmp_path
+) -> None:
+    """The tool answered an error and the fact was lost; now it is remembered, without a vector."""
+    from agentmemory.compat.selectools import (
+        Agent,
+        AgentConfig,
+        ConversationMemory,
+        OpenAIProvider,
+        Role,
+    )
+    from agentmemory.compat.selectools import (
+        KnowledgeMemory as ToolKnowledge,
+    )
+    from agentmemory.compat.selectools import (
+        Message as AgentMessage,
+    )
+
+    settings.AGENTMEMORY = DOWN
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.chdir(tmp_path)
+    fake_openai.enqueue_tool_calls([("remember", {"content": "Works at Acme Corp", "persistent": True})])
+    fake_openai.enqueue_text("Saved.")
+    agent = Agent(
+        tools=[],
+        provider=OpenAIProvider(),
+        memory=ConversationMemory(max_messages=50),
+        config=AgentConfig(knowledge_memory=ToolKnowledge(storage_dir="./agent_memory")),
+    )
+    agent.run([AgentMessage(role=Role.USER, content="Remember that I work at Acme Corp.")])
+    tool_reply = fake_openai.requests[1]["messages"][-1]["content"]
+    assert tool_reply == "Remembered (general, persistent): Works at Acme Corp"
+    assert list(Fact.objects.values_list("content", flat=True)) == ["Works at Acme Corp"]
+    assert FactEmbedding.objects.count() == 0
