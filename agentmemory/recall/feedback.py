@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentmemory.recall.lines import _stem
 from agentmemory.recall.text import STOP_WORDS, _words, query_words, search_text
 
 __all__ = ["FEEDBACK_HITS", "FEEDBACK_SHARE", "FEEDBACK_WORDS", "asks_for_every", "expansion_words", "mixed"]
@@ -56,11 +57,6 @@ def asks_for_every(query: str) -> bool:
     a list: "How many model kits have I bought?", "What is the total weight of the feed?",
     "What is the order of the museums I visited?"). Pure; about 2 µs."""
     return bool(_EVERY.search(query[:2000]))
-
-
-def _stem(word: str) -> str:
-    # the rough stem recall compares words by elsewhere (first five letters)
-    return word[:5]
 
 
 def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
