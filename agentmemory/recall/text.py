@@ -132,10 +132,10 @@ def search_text(text: str) -> str:
     return unicodedata.normalize("NFC", _OPTIONAL_MARKS.sub("", unicodedata.normalize("NFKD", text)))
 
 
-def _words(text: str) -> Iterator[str]:
-    """Runs of letters, digits and combining marks: a mark inside a word (a vowel sign, a
-    virama, a diacritic) never splits it, as Python's ``\\w`` alone would ("हिन्दी" was
-    cut into "ह", "न", "द")."""
+def word_runs(text: str) -> Iterator[str]:
+    """The words of ``text`` as they appear (case kept, stop words kept), in order: runs of letters,
+    digits and combining marks: a mark inside a word (a vowel sign, a virama, a diacritic) never
+    splits it, as Python's ``\\w`` alone would ("हिन्दी" was cut into "ह", "न", "द")."""
     if text.isascii():
         yield from _WORD.findall(text)
         return
@@ -168,10 +168,10 @@ def literal_words(query: str) -> list[str]:
 
 
 def _asked_first(text: str) -> list[str]:
-    words = _distinct(_words(text))
+    words = _distinct(word_runs(text))
     if len(words) < MAX_QUERY_WORDS or not (asked := asked_in(text, MAX_QUERY_CHARS)):
         return words
-    return _distinct(_words(f"{asked}\n{text}"))
+    return _distinct(word_runs(f"{asked}\n{text}"))
 
 
 def _distinct(found: Iterator[str]) -> list[str]:
