@@ -529,7 +529,7 @@ class ConversationAdmin(CheckedQueryAdmin):
         max_messages = int_param(request, "max_messages", None, minimum=0, maximum=10**9, errors=errors)
         recall_choice = request.GET.get("memory_recall", "").strip()
         if recall_choice not in ("", "on", "off"):
-            errors.append(_("memory_recall must be on or off."))
+            errors.append(str(_("memory_recall must be on or off.")))
             recall_choice = ""
         memory_recall = conf.MEMORY_RECALL_ENABLED if not recall_choice else recall_choice == "on"
         window = None
