@@ -1,6 +1,8 @@
 """Variants of fixed faults of memory that still failed: words lost to recall where an
 invisible format character sits inside them or a letter's diacritic is not a combining mark
-(``agentmemory.recall.text.search_text``, migration 0033)."""
+(``agentmemory.recall.text.search_text``, migration 0033); a new fact superseding another
+still true one (a day, a time or a label read as a "key:"; a subject of several words taken
+for none) or failing to supersede the fact it negates (``agentmemory.knowledge.storage``)."""
 
 from __future__ import annotations
 
@@ -79,3 +81,79 @@ def test_rows_stored_before_are_indexed_again_by_the_migration() -> None:
     for query, expected in (("Strasse", 1), ("password", 2)):
         found = fulltext.search(scope, query, 5)
         assert [Message.objects.get(pk=pk).seq for pk, _score in found] == [expected], query
+
+
+# A new fact superseding a different, still true one
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Monday: dentist at 9", "Monday: call Bob about the car"),
+        ("2024-05-01: haircut", "2024-05-01: pick up the parcel"),
+        ("9am: gym", "9am: standup with the team"),
+        ("May 3: Lea's recital", "May 3: Tom's football match"),
+        ("Note: buy milk", "Note: call the plumber"),
+        ("Reminder: renew the passport", "Reminder: water the plants"),
+        ("TODO: book flights", "TODO: pay the rent"),
+    ],
+)
+@pytest.mark.django_db
+def test_entries_headed_by_a_day_a_time_or_a_label_both_stay(first, second) -> None:  # type: ignore[no-untyped-def]
+    km = KnowledgeMemory(UserFactory())
+    km.remember(first, "notes", persistent=True)
+    assert km.store(second, "notes", persistent=True).action == "created"
+    assert sorted(f.content for f in km.live_facts()) == sorted([first, second])
+
+
+@pytest.mark.django_db
+def test_a_key_naming_what_still_supersedes() -> None:
+    km = KnowledgeMemory(UserFactory())
+    old = km.store("Monday standup: 9:30", "work", persistent=True).fact
+    result = km.store("Monday standup: 10:00", "work", persistent=True)
+    assert (result.action, result.superseded_ids) == ("superseded", (old.pk,))
+
+
+def _finding_alike(*texts: str) -> KnowledgeMemory:
+    """A memory whose embedder finds ``texts`` alike (cosine 1.0), as sentence embeddings
+    find sentences differing in one word ("Tom likes jazz" and "Tom doesn't like jazz": 0.91
+    with the local model)."""
+    from tests.embedders import StubEmbedder
+
+    embedder = StubEmbedder({text: [1.0, 0.0, 0.0] for text in texts})
+    return KnowledgeMemory(UserFactory(), embedder=embedder, supersede_similarity=0.85)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Room 101 is booked for Monday", "Room 205 is booked for Monday"),
+        ("Flight LH123 departs at 9:00", "Flight BA456 departs at 9:00"),
+        ("Lunch with Tom is at noon", "Lunch with Ann is at noon"),
+    ],
+)
+def test_similar_facts_about_subjects_named_in_several_words_both_stay(old, new) -> None:  # type: ignore[no-untyped-def]
+    km = _finding_alike(old, new)
+    km.remember(old, "notes", persistent=True)
+    assert km.store(new, "notes", persistent=True).action == "created"
+    assert sorted(f.content for f in km.live_facts()) == sorted([old, new])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Tom likes jazz", "Tom doesn't like jazz"),
+        ("Alice is vegetarian", "Alice isn't vegetarian anymore"),
+        ("Alice works at Google", "Alice now works at Stripe"),
+        ("Tom lives in Oslo", "Tom no longer lives in Oslo"),
+        ("I like jazz", "I don't like jazz"),
+    ],
+)
+def test_a_negated_or_changed_fact_about_a_named_subject_supersedes(old, new) -> None:  # type: ignore[no-untyped-def]
+    km = _finding_alike(old, new)
+    first = km.store(old, "people", persistent=True).fact
+    result = km.store(new, "people", persistent=True)
+    assert (result.action, result.superseded_ids) == ("superseded", (first.pk,)), (old, new)
+    assert [f.content for f in km.live_facts()] == [new]
