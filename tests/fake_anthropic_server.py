@@ -102,6 +102,8 @@ def _check_blocks(content: Any, role: str, i: int) -> list[dict[str, Any]]:
                 raise InvalidRequest(f"{where}.content: Input should be a valid string or list")
             if "is_error" in block and not isinstance(block["is_error"], bool):
                 raise InvalidRequest(f"{where}.is_error: Input should be a valid boolean")
+            if block.get("is_error") and not result:
+                raise InvalidRequest(f"{where}.tool_result: content cannot be empty if `is_error` is true")
         elif kind in ("image", "document", "thinking", "redacted_thinking"):
             continue
         else:
@@ -220,6 +222,9 @@ def validate_messages_request(body: Any) -> None:
                 )
             pending = []
         previous_role = role
+    last = blocks[-1] if role == "assistant" and blocks else None
+    if last is not None and last["type"] == "text" and last["text"] != last["text"].rstrip():
+        raise InvalidRequest("messages: final assistant content cannot end with trailing whitespace")
 
     tools = body.get("tools")
     if tools is not None:

@@ -72,7 +72,9 @@ def test_rows_stored_before_are_indexed_again_by_the_migration() -> None:
         owner = User.objects.create(username="alice")
         conv = Conv.objects.create(owner_id=owner.pk, agent_key="a")
         for seq, text in enumerate(["Die Straße ist gesperrt", "The pass\u200bword"], start=1):
-            OldMessage.objects.create(conversation_id=conv.pk, seq=seq, role="human", content=text, token_count=5)
+            OldMessage.objects.create(
+                conversation_id=conv.pk, seq=seq, role="human", content=text, token_count=5
+            )
     finally:
         migrate_to_latest()
     from agentmemory.models import Message
@@ -157,3 +159,44 @@ def test_a_negated_or_changed_fact_about_a_named_subject_supersedes(old, new) ->
     result = km.store(new, "people", persistent=True)
     assert (result.action, result.superseded_ids) == ("superseded", (first.pk,)), (old, new)
     assert [f.content for f in km.live_facts()] == [new]
+
+
+# Stored histories replayed into requests the provider refuses
+
+
+def test_an_error_tool_result_without_text_is_sent_with_some() -> None:
+    """Anthropic refuses a ``tool_result`` with ``is_error`` and no content ("content cannot be
+    empty if `is_error` is true"): a tool that failed silently made every later request of
+    the conversation fail."""
+    from agentmemory.formats.anthropic import to_anthropic
+    from agentmemory.messages import ToolCall
+    from tests.fake_anthropic_server import validate_messages_request
+
+    for failed in (
+        ChatMessage.tool("", tool_call_id="toolu_1", metadata={"is_error": True}),
+        ChatMessage.tool("  \n", tool_call_id="toolu_1", metadata={"is_error": True}),
+    ):
+        history = [
+            ChatMessage.human("Book it"),
+            ChatMessage.ai(None, [ToolCall("toolu_1", "book", {})]),
+            failed,
+            ChatMessage.human("Did it work?"),
+        ]
+        _system, turns = to_anthropic(history)
+        validate_messages_request({"model": "m", "max_tokens": 10, "messages": turns})
+        result = turns[2]["content"][0]
+        assert result["is_error"] is True and result["content"].strip()
+
+
+def test_a_history_ending_on_an_answer_with_trailing_whitespace_is_sent_stripped() -> None:
+    """Anthropic refuses a request whose final assistant turn ends in whitespace ("final
+    assistant content cannot end with trailing whitespace"); replies often end in a newline."""
+    from agentmemory.formats.anthropic import to_anthropic
+    from tests.fake_anthropic_server import validate_messages_request
+
+    history = [ChatMessage.human("Write a haiku"), ChatMessage.ai("Autumn moonlight -\n")]
+    _system, turns = to_anthropic(history)
+    validate_messages_request({"model": "m", "max_tokens": 10, "messages": turns})
+    assert turns[-1] == {"role": "assistant", "content": "Autumn moonlight -"}
+    earlier = [*history, ChatMessage.human("Another")]
+    assert to_anthropic(earlier)[1][1]["content"] == "Autumn moonlight -\n"  # only the final turn

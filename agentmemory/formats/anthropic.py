@@ -46,6 +46,9 @@ __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
 #: the text sent for a blank human message that opens the conversation (the API requires a
 #: non-empty first user turn; a blank one elsewhere is left out)
 EMPTY_HUMAN_TEXT = "[empty message]"
+#: the content sent for a tool result marked as an error that holds no text: the API refuses
+#: such a result ("content cannot be empty if `is_error` is true")
+EMPTY_ERROR_TEXT = "[the tool failed without a message]"
 
 # Assistant block types that carry no text to store; kept in ``metadata`` so nothing is lost.
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -139,6 +142,7 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
+            block.setdefault("content", EMPTY_ERROR_TEXT)
         return [block]
     if parts:
         return _part_blocks(message, media=True)
@@ -199,6 +203,16 @@ def _thinking_of_current_loop_only(turns: list[dict[str, Any]]) -> None:
     for turn in turns[:last_human]:
         if turn["role"] == "assistant":
             turn["content"] = [b for b in turn["content"] if b["type"] not in _THINKING_BLOCKS]
+
+
+def _without_trailing_whitespace(turns: list[dict[str, Any]]) -> None:
+    """A request that ends on an assistant turn (a prefill, which the model continues) is
+    refused when that turn's text ends in whitespace ("final assistant content cannot end
+    with trailing whitespace"): its last block, when it is text, is sent stripped at the end
+    (text blocks are never blank here, so some text is left)."""
+    if turns and turns[-1]["role"] == "assistant" and turns[-1]["content"][-1]["type"] == "text":
+        last = turns[-1]["content"][-1]
+        last["text"] = last["text"].rstrip()
 
 
 def _has_results(turn: dict[str, Any]) -> bool:
@@ -313,7 +327,10 @@ def to_anthropic(
         one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
         turn must be a non-empty user turn; and one that is the newest message after an
         assistant turn, sent the same way: a request that ends on an assistant turn is a
-        prefill, which the model continues instead of answering. Thinking blocks stored with an ``ai`` message
+        prefill, which the model continues instead of answering. A request that does end on
+        an assistant turn has that turn's final text sent without its trailing whitespace
+        (refused otherwise), and a tool result marked as an error with no text is sent with
+        ``EMPTY_ERROR_TEXT`` (the API refuses an empty one). Thinking blocks stored with an ``ai`` message
         (``metadata["thinking"]``) lead its turn verbatim, signatures intact, in the tool loop
         in progress (the turns after the last user turn without tool results); the API
         ignores those of earlier turns. Tool call ids
@@ -388,6 +405,7 @@ def to_anthropic(
         # model with extended thinking refuses): send it marked as empty.
         turns.append({"role": "user", "content": [_text_block(EMPTY_HUMAN_TEXT)]})
         first_index.append(blank_last)
+    _without_trailing_whitespace(turns)
     _thinking_of_current_loop_only(turns)
     _request_ids(turns)
     for position, turn in enumerate(turns):
