@@ -21,13 +21,13 @@ from tests.helpers_migrations import migrate_to, migrate_to_latest
 #: (stored text, query, what is looked for): a word written one way, asked for another way
 CASES = [
     ("The pass\u200bword is in the vault", "password", "a zero-width space"),
-    ("می\u200cخواهم بروم", "میخواهم", "a Persian zero-width non-joiner"),
+    ("می\u200cخواهم بروم", "میخواهم", "a Persian zero-width non-joiner"),  # noqa: RUF001
     ("Ein Super\u00admarkt in der Nähe", "Supermarkt", "a soft hyphen"),
     ("Fahrrad\u2060schloss gekauft", "Fahrradschloss", "a word joiner"),
     ("Die Straße ist gesperrt", "Strasse", "German sharp s, query with ss"),
     ("Die Strasse ist gesperrt", "Straße", "German ss, query with sharp s"),
     ("ΟΔΥΣΣΕΥΣ story", "Οδυσσευς", "Greek upper case, query with a final sigma"),
-    ("ıspanak yemeği", "ispanak", "Turkish dotless i"),
+    ("\u0131spanak yemeği", "ispanak", "Turkish dotless i"),
     ("Łódź city trip", "Lodz", "Polish l with stroke"),
     ("Øresund bridge", "Oresund", "Danish o with stroke"),
     ("Œuvre complète", "oeuvre", "a ligature Unicode does not decompose"),

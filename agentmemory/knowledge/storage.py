@@ -47,7 +47,9 @@ DELETE_BATCH = 500
 _KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
 #: dentist on Monday"): a new note is another note, not a new value of the last one
-_LABELS_TEXT = "note notes reminder reminders todo to-do task fyi ps nb btw re fwd update important tip idea memo"
+_LABELS_TEXT = """
+    note notes reminder reminders todo to-do task fyi ps nb btw re fwd update important tip idea memo
+"""
 _LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do"])
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
 #: gym", "May 3: recital"): entries of a day, as a clock time is (two things happen on one day)
@@ -156,7 +158,9 @@ _VERBS_TEXT = """
 _VERBS = frozenset(_VERBS_TEXT.split())
 #: words between a subject and its verb that are neither ("Alice now works at Stripe",
 #: "Tom no longer lives in Oslo")
-_ADVERBS_TEXT = "not never now no longer still also always usually often recently just already finally currently"
+_ADVERBS_TEXT = """
+    not never now no longer still also always usually often recently just already finally currently
+"""
 _ADVERBS = frozenset(_ADVERBS_TEXT.split())
 #: most words of a subject named before its verb ("Room 101 is booked", "Flight LH123 leaves")
 _SUBJECT_WORDS = 3

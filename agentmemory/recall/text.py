@@ -108,8 +108,8 @@ OPTIONAL_MARK_RANGES = (
 )
 #: Invisible format characters that join or break a word without being part of it, left out
 #: as well: the soft hyphen (U+00AD, in text copied from typeset pages), the Mongolian vowel
-#: separator, the zero-width space, non-joiner and joiner (U+200B-U+200D: Persian writes
-#: "می\u200cخواهم", emoji sequences), the direction marks, the word joiner and invisible
+#: separator, the zero-width space, non-joiner and joiner (U+200B-U+200D: Persian puts the
+#: non-joiner inside words, emoji sequences the joiner), the direction marks, the word joiner and invisible
 #: operators (U+2060-U+2064) and the byte order mark, all Unicode "Default_Ignorable"
 #: characters of category Cf. People type the same words without them; the tokenizers of
 #: both databases cut a word at them ("pass\u200bword" was "pass" and "word").
@@ -134,9 +134,9 @@ _OPTIONAL_MARKS = re.compile(OPTIONAL_MARKS_CLASS)
 
 #: Letters whose diacritic or ligature Unicode does not decompose, written as the letters
 #: people type without them, as PostgreSQL's ``unaccent`` rules write them: "Łódź" and
-#: "Lodz", "Straße" and "Strasse", "ıspanak" and "ispanak", "Œuvre" and "Oeuvre"; and the
-#: Greek final sigma as the sigma it is (an upper-case "ΟΔΥΣΣΕΥΣ" lower-cases with a σ at
-#: its end on PostgreSQL, with a ς in Python).
+#: "Lodz", "Straße" and "Strasse", the Turkish dotless i and "i", "Œuvre" and "Oeuvre"; and
+#: the Greek final sigma (U+03C2) as the sigma it is (an upper-case "ΟΔΥΣΣΕΥΣ" lower-cases
+#: to a final U+03C3 on PostgreSQL, to U+03C2 in Python).
 FOLDED_LETTERS = {
     "ß": "ss",
     "ẞ": "SS",
@@ -144,7 +144,7 @@ FOLDED_LETTERS = {
     "Æ": "AE",
     "œ": "oe",
     "Œ": "OE",
-    "ı": "i",
+    "\u0131": "i",
     "ł": "l",
     "Ł": "L",
     "ø": "o",
@@ -153,7 +153,7 @@ FOLDED_LETTERS = {
     "Đ": "D",
     "ħ": "h",
     "Ħ": "H",
-    "ς": "σ",
+    "\u03c2": "\u03c3",
 }
 _FOLD = str.maketrans(FOLDED_LETTERS)
 
