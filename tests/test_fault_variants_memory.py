@@ -200,3 +200,63 @@ def test_a_history_ending_on_an_answer_with_trailing_whitespace_is_sent_stripped
     assert turns[-1] == {"role": "assistant", "content": "Autumn moonlight -"}
     earlier = [*history, ChatMessage.human("Another")]
     assert to_anthropic(earlier)[1][1]["content"] == "Autumn moonlight -\n"  # only the final turn
+
+
+# The system prompt of an agent whose SYSTEM_PROMPT is an async function or returns no text
+
+
+async def _async_prompt(injector):  # type: ignore[no-untyped-def]
+    return "You answer in French."
+
+
+async def _async_prompt_without_injector() -> str:
+    return "You answer in French."
+
+
+def _prompt_forgetting_return(injector):  # type: ignore[no-untyped-def]
+    """You answer in French."""  # the text, its ``return`` forgotten: the function gives None
+
+
+def _agent(prompt):  # type: ignore[no-untyped-def]
+    from agentmemory.agents import BaseToolCallingAgent
+
+    class PromptAgent(BaseToolCallingAgent, register=False):
+        SYSTEM_PROMPT = prompt
+
+    return PromptAgent
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prompt", [_async_prompt, _async_prompt_without_injector])
+def test_an_async_system_prompt_function_is_awaited(prompt) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.messages import Role
+
+    model = ScriptedChatModel(["Bonjour.", "Bonjour."])
+    agent = _agent(prompt)(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    agent.run(conversation, "Hello")
+    asyncio.run(agent.arun(conversation, "Hello again"))
+    for sent, _tools in model.calls:
+        assert (sent[0].role, sent[0].content) == (Role.SYSTEM, "You answer in French.")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_system_prompt_function_returning_no_text_stops_the_turn_before_anything_is_stored() -> None:
+    import asyncio
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.models import Message
+
+    model = ScriptedChatModel(["Bonjour."])
+    agent = _agent(_prompt_forgetting_return)(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    with pytest.raises(ImproperlyConfigured, match="returned NoneType"):
+        agent.run(conversation, "Hello")
+    with pytest.raises(ImproperlyConfigured, match="returned NoneType"):
+        asyncio.run(agent.arun(conversation, "Hello"))
+    assert model.calls == [] and not Message.objects.filter(conversation=conversation).exists()
