@@ -260,3 +260,25 @@ def test_a_system_prompt_function_returning_no_text_stops_the_turn_before_anythi
     with pytest.raises(ImproperlyConfigured, match="returned NoneType"):
         asyncio.run(agent.arun(conversation, "Hello"))
     assert model.calls == [] and not Message.objects.filter(conversation=conversation).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("stored", "query"),
+    [
+        ("我下周去东京出差", "东京"),
+        ("明日は東京へ行きます", "東京"),
+        ("ผมชอบกินข้าวผัด", "ข้าวผัด"),
+        ("한국어를 공부해요", "한국어"),
+        ("Flight to 東京 on Monday", "東京 flight"),
+    ],
+)
+def test_the_admin_search_finds_a_word_of_a_script_without_spaces(admin_client, stored, query) -> None:  # type: ignore[no-untyped-def]
+    owner = UserFactory()
+    conv = Conversation.objects.create(owner=owner, agent_key="a")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human(stored), ChatMessage.human("Other text")])
+    KnowledgeMemory(owner).remember(stored, "notes", persistent=True)
+    for path in ("/admin/agentmemory/message/", "/admin/agentmemory/fact/"):
+        page = admin_client.get(path, {"q": query})
+        assert page.status_code == 200 and stored in page.content.decode(), path
+        assert "Other text" not in page.content.decode()
