@@ -282,3 +282,34 @@ def test_the_admin_search_finds_a_word_of_a_script_without_spaces(admin_client, 
         page = admin_client.get(path, {"q": query})
         assert page.status_code == 200 and stored in page.content.decode(), path
         assert "Other text" not in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_stored_image_anthropic_refuses_for_its_size_is_sent_as_its_placeholder() -> None:
+    """Anthropic refuses any image over 8000 px on a side, and one whose base64 data passes
+    5 MiB ("image exceeds 5 MB maximum"): measured on the encoded text, which a stored image
+    within ``MAX_PART_DATA_BYTES`` (decoded) can pass. Every later request of the
+    conversation failed; one image alone, not only in a request of many."""
+    import base64
+
+    from agentmemory.formats.anthropic import to_anthropic
+    from agentmemory.messages import ContentPart, PartKind
+    from tests.fake_anthropic_server import validate_messages_request
+    from tests.test_provider_limits import png
+
+    tall = png(1200, 9000)
+    heavy = base64.b64encode(base64.b64decode(png(800, 600)) + bytes(4_000_000)).decode()
+    conv = Conversation.objects.create(owner=UserFactory(), agent_key="a")
+    history = PersistentChatHistory(conv)
+    for data in (tall, heavy):
+        image = ContentPart(PartKind.IMAGE, data=data, mime_type="image/png")
+        history.add_messages([ChatMessage.human("What is this?", parts=(image,)), ChatMessage.ai("A chart.")])
+    history.add_messages([ChatMessage.human("And now?")])
+    _system, turns = to_anthropic(history.messages)
+    validate_messages_request({"model": "m", "max_tokens": 10, "messages": turns})
+    assert "image" not in str(
+        [b.get("type") for t in turns if isinstance(t["content"], list) for b in t["content"]]
+    )
+    small = ContentPart(PartKind.IMAGE, data=png(1200, 900), mime_type="image/png")
+    _system, turns = to_anthropic([ChatMessage.human("What is this?", parts=(small,))])
+    assert turns[0]["content"][0]["type"] == "image"  # within the limits: sent

@@ -72,6 +72,13 @@ MAX_MEDIA_PER_REQUEST = 100
 #: max allowed size for many-image requests: 2000 pixels")
 MANY_IMAGES = 20
 MANY_IMAGES_MAX_PIXELS = 2000
+#: the longest side of any image ("At least one of the image dimensions exceed max allowed
+#: size: 8000 pixels")
+MAX_IMAGE_PIXELS = 8000
+#: the most characters of one image's base64 data ("image exceeds 5 MB maximum: 6275800
+#: bytes > 5242880 bytes": the encoded string is measured, a third more than the image's
+#: bytes, so an image within ``AGENTMEMORY['MAX_PART_DATA_BYTES']`` may pass it)
+MAX_IMAGE_BASE64_CHARS = 5 * 1024 * 1024
 
 
 def _text_block(text: str) -> dict[str, Any]:
@@ -347,7 +354,9 @@ def to_anthropic(
         (``limit_cache_breakpoints``); at most ``MAX_MEDIA_PER_REQUEST`` (100) images and
         documents, the newest kept and the older sent as their placeholder text
         (``[image]``); and with more than ``MANY_IMAGES`` (20) of them, images over
-        ``MANY_IMAGES_MAX_PIXELS`` (2000) on a side (their size known) sent as placeholders.
+        ``MANY_IMAGES_MAX_PIXELS`` (2000) on a side (their size known) sent as placeholders;
+        so is, in any request, an image over ``MAX_IMAGE_PIXELS`` (8000) on a side or with
+        more than ``MAX_IMAGE_BASE64_CHARS`` (5 MiB) of base64 data.
 
     Raises:
         InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
@@ -361,7 +370,7 @@ def to_anthropic(
     turns: list[dict[str, Any]] = []
     first_index: list[int] = []  # position in ``messages`` of the first message of each turn
     messages = with_media_limit(
-        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large_for_many
+        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large
     )
     blank_last = None  # position of the newest non-system message when it is a blank human one
     for index, message in enumerate(messages):
@@ -443,15 +452,20 @@ def _sent_as_media(message: ChatMessage, part: ContentPart) -> bool:
     return bool(part.text or part.url or part.file_id or part.mime_type == "application/pdf")
 
 
-def _too_large_for_many(part: ContentPart, sent: int) -> bool:
-    """An image over ``MANY_IMAGES_MAX_PIXELS`` on a side, in a request of more than
-    ``MANY_IMAGES`` media parts (its size from the part or its inline data's header)."""
-    if sent <= MANY_IMAGES or part.kind is not PartKind.IMAGE:
+def _too_large(part: ContentPart, sent: int) -> bool:
+    """An image the API refuses for its size: inline data over ``MAX_IMAGE_BASE64_CHARS``,
+    a side over ``MAX_IMAGE_PIXELS``, or, in a request of more than ``MANY_IMAGES`` media
+    parts, over ``MANY_IMAGES_MAX_PIXELS`` (its size from the part or its inline data's
+    header)."""
+    if part.kind is not PartKind.IMAGE:
         return False
+    if len(part.data or "") > MAX_IMAGE_BASE64_CHARS:
+        return True
     size = (part.width, part.height) if part.width and part.height else None
     if size is None and part.data:
         size = image_size(part.data)
-    return size is not None and max(size) > MANY_IMAGES_MAX_PIXELS
+    longest = MANY_IMAGES_MAX_PIXELS if sent > MANY_IMAGES else MAX_IMAGE_PIXELS
+    return size is not None and max(size) > longest
 
 
 def _marked(blocks: Iterable[Any]) -> Iterable[dict[str, Any]]:
