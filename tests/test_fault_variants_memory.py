@@ -313,3 +313,36 @@ def test_a_stored_image_anthropic_refuses_for_its_size_is_sent_as_its_placeholde
     small = ContentPart(PartKind.IMAGE, data=png(1200, 900), mime_type="image/png")
     _system, turns = to_anthropic([ChatMessage.human("What is this?", parts=(small,))])
     assert turns[0]["content"][0]["type"] == "image"  # within the limits: sent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_overridden_build_window_as_the_docs_show_still_sends_the_memory_block() -> None:
+    """``MEMORY_RECALL_ENABLED`` promises every model call the memory block; the seed's window
+    code builds its window without ``memory_recall``, and the block was missing."""
+    import asyncio
+
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.context import ContextWindowBuilder
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.messages import Role
+
+    class SeedWindowRecallAgent(BaseToolCallingAgent, register=False):
+        SYSTEM_PROMPT = "You are the pets agent."
+        MEMORY_RECALL_ENABLED = True
+
+        def build_window(self, builder, injector):  # type: ignore[no-untyped-def]
+            return ContextWindowBuilder(
+                chat_history=self._injector.chat_history,
+                memory_compactor=self._injector.memory_compactor,
+            ).build(max_tokens=self._conversation_history_token_limit)
+
+    owner = UserFactory()
+    KnowledgeMemory(owner).remember("The user's dog is called Rex", "pets", persistent=True)
+    model = ScriptedChatModel(["Rex.", "Rex."])
+    agent = SeedWindowRecallAgent(llm=model)
+    result = agent.run(agent.start_conversation(owner=owner), "What is my dog called?")
+    asyncio.run(agent.arun(agent.start_conversation(owner=owner), "What is my dog called?"))
+    for sent, _tools in model.calls:
+        assert [m.role for m in sent] == [Role.SYSTEM, Role.SYSTEM, Role.HUMAN]
+        assert sent[0].content == "You are the pets agent." and "Rex" in sent[1].content
+    assert result.windows[0].memory is not None and result.windows[0].memory_tokens > 0

@@ -512,6 +512,7 @@ class BaseToolCallingAgent:
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             window = self._with_system_prompt(self.build_window(builder, injector), prompt)
+            window = self._with_memory_block(window, builder)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -573,8 +574,11 @@ class BaseToolCallingAgent:
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
-            window = await sync_to_async(self.build_window)(builder, injector)
-            shaped = self._shape(self._with_system_prompt(window, prompt), human.seq or 0)
+            window = self._with_system_prompt(
+                await sync_to_async(self.build_window)(builder, injector), prompt
+            )
+            window = await sync_to_async(self._with_memory_block)(window, builder)
+            shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
             response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
@@ -641,6 +645,20 @@ class BaseToolCallingAgent:
         message = ChatMessage.system(prompt)
         tokens = self.token_counter.count_message(message)
         return dataclasses.replace(window, messages=[message, *messages[pinned:]], system_tokens=tokens)
+
+    def _with_memory_block(self, window: ContextWindow, builder: ContextWindowBuilder) -> ContextWindow:
+        """``window`` with the memory block of ``MEMORY_RECALL_ENABLED`` when an overridden
+        ``build_window`` made it with a builder of its own (the seed's window code builds
+        without ``memory_recall``): recalled by the agent's builder (``builder``, its scope)
+        within what the window leaves of its ``max_tokens``. The agent's own windows, and
+        windows that carry a block, are returned as they are."""
+        if (
+            not builder.memory_recall
+            or window.memory is not None
+            or type(self).build_window is BaseToolCallingAgent.build_window
+        ):
+            return window
+        return builder._add_memory(window)
 
     def compact_if_needed(self, injector: AgentInjector) -> bool:
         """After a turn: let a compaction run when one is due. Returns whether one was
