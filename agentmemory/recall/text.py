@@ -109,9 +109,9 @@ OPTIONAL_MARK_RANGES = (
 #: Invisible format characters that join or break a word without being part of it, left out
 #: as well: the soft hyphen (U+00AD, in text copied from typeset pages), the Mongolian vowel
 #: separator, the zero-width space, non-joiner and joiner (U+200B-U+200D: Persian puts the
-#: non-joiner inside words, emoji sequences the joiner), the direction marks, the word joiner and invisible
-#: operators (U+2060-U+2064) and the byte order mark, all Unicode "Default_Ignorable"
-#: characters of category Cf. People type the same words without them; the tokenizers of
+#: non-joiner inside words, emoji sequences the joiner), the direction marks, the word
+#: joiner and invisible operators (U+2060-U+2064) and the byte order mark, all Unicode
+#: "Default_Ignorable" characters of category Cf. People type the same words without them; the tokenizers of
 #: both databases cut a word at them ("pass\u200bword" was "pass" and "word").
 INVISIBLE_RANGES = (
     (0x00AD, 0x00AD),
@@ -175,10 +175,10 @@ def search_text(text: str) -> str:
     return text.translate(_FOLD)
 
 
-def _words(text: str) -> Iterator[str]:
-    """Runs of letters, digits and combining marks: a mark inside a word (a vowel sign, a
-    virama, a diacritic) never splits it, as Python's ``\\w`` alone would ("हिन्दी" was
-    cut into "ह", "न", "द")."""
+def word_runs(text: str) -> Iterator[str]:
+    """The words of ``text`` as they appear (case kept, stop words kept), in order: runs of letters,
+    digits and combining marks: a mark inside a word (a vowel sign, a virama, a diacritic) never
+    splits it, as Python's ``\\w`` alone would ("हिन्दी" was cut into "ह", "न", "द")."""
     if text.isascii():
         yield from _WORD.findall(text)
         return
@@ -211,10 +211,10 @@ def literal_words(query: str) -> list[str]:
 
 
 def _asked_first(text: str) -> list[str]:
-    words = _distinct(_words(text))
+    words = _distinct(word_runs(text))
     if len(words) < MAX_QUERY_WORDS or not (asked := asked_in(text, MAX_QUERY_CHARS)):
         return words
-    return _distinct(_words(f"{asked}\n{text}"))
+    return _distinct(word_runs(f"{asked}\n{text}"))
 
 
 def _distinct(found: Iterator[str]) -> list[str]:
