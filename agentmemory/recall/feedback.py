@@ -76,7 +76,7 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
     for hit in feedback:
         words = [
             word
-            for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS]).lower())
+            for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))
             if len(word) >= MIN_WORD_CHARS and word not in STOP_WORDS and not word.isdigit()
         ]
         if not words:
