@@ -153,7 +153,7 @@ def test_message_list_is_one_conversation_newest_first(admin_client, chat):  # t
     assert [m.seq for m in rows] == list(range(8, 0, -1))
     body = response.content.decode()
     assert "Messages of Order &lt;7&gt; help" in body
-    assert "lookup_order, weather" in body
+    assert "lookup_<wbr>order, weather" in body  # a break opportunity after each "_"
     assert "elsewhere" not in body
 
 
@@ -409,3 +409,17 @@ def test_the_fact_search_page_takes_an_owner_that_is_not_an_id_as_a_username(adm
 
     assert response.status_code == 400  # the page, with the error
     assert "No user ²" in response.content.decode()
+
+
+def test_the_message_list_escapes_tool_names(admin_client, admin_user):  # type: ignore[no-untyped-def]
+    conv = Conversation.objects.create(owner=admin_user, agent_key="support")
+    PersistentChatHistory(conv).add_messages(
+        [
+            ChatMessage.human("hi"),
+            ChatMessage.ai(None, tool_calls=[ToolCall(id="c1", name="get_weather", arguments={})]),
+            ChatMessage.tool("<b>sunny</b>", tool_call_id="c1", name="<script>x_y</script>"),
+        ]
+    )
+    body = admin_client.get(url("message_changelist"), {"conversation__id__exact": conv.pk}).content.decode()
+    assert "get_<wbr>weather" in body
+    assert "<script>x_" not in body and "&lt;script&gt;x_<wbr>y&lt;/script&gt;" in body

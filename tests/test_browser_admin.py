@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]' (playwright)")
@@ -258,10 +260,27 @@ def test_every_list_of_the_app_fits_the_screen(page: Any, replayed: Conversation
             output_tokens=7_890,
             usage_source="provider",
         )
-    KnowledgeMemory(owner, agent_key="airline-support-agent").store(
+    memory = KnowledgeMemory(owner, agent_key="airline-support-agent")
+    memory.store(
         "The customer prefers aisle seats on long-haul flights and travels with a folding bike",
         "preferences",
         True,
+    )
+    # a superseded fact (its status the longest word) and a tool name of one long word
+    memory.store("Preferred language: Python", "preferences", True)
+    memory.store("Preferred language: Rust", "preferences", True)
+    tool_name = "update_customer_address_and_delivery_preferences"
+    PersistentChatHistory(titled).add_messages(
+        [
+            ChatMessage.human("Please move my address."),
+            ChatMessage.ai(
+                None,
+                tool_calls=[ToolCall(id="c1", name=tool_name, arguments={})],
+            ),
+            ChatMessage.tool(
+                "done", tool_call_id="c1", name="update_customer_address_and_delivery_preferences"
+            ),
+        ]
     )
     for name in ("Conversations", "Messages", "Model calls", "Summaries", "Facts"):
         page.goto(f"{live_server.url}/admin/")

@@ -11,7 +11,8 @@ from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
@@ -170,6 +171,7 @@ class MessagePaginator(BoundedCountPaginator):
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ("conversation_short", "seq", "role", "preview", "tool_names", "tokens", "created")
     list_display_links = ("seq",)
+    change_list_template = "agentmemory/admin/message_change_list.html"
     list_select_related = ("conversation",)
     list_filter = (AgentFilter, "role", ToolCallsFilter, ConversationFilter)
     # Facet counts would be a COUNT per choice over every message of the table.
@@ -224,9 +226,15 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("tools"))
     def tool_names(self, obj: Message) -> str:
+        """The tool names, escaped, with a break opportunity after each "_" and "." so that
+        "update_customer_address" wraps between its words in a narrow column."""
         if obj.tool_calls:
-            return ", ".join(str(call.get("name", "?")) for call in obj.tool_calls)
-        return obj.name if obj.role == "tool" else ""
+            names = ", ".join(str(call.get("name", "?")) for call in obj.tool_calls)
+        else:
+            names = obj.name if obj.role == "tool" else ""
+        if not names:
+            return ""
+        return mark_safe(escape(names).replace("_", "_<wbr>").replace(".", ".<wbr>"))
 
     @admin.display(description=_("conversation"))
     def conversation_link(self, obj: Message) -> str:
