@@ -1,0 +1,76 @@
+"""Variants of faults fixed before, found by trying the same kind of input elsewhere.
+
+Each test names the kind it belongs to; the fixed fault it varies has its own test module
+(``test_blank_content_copies``, ``test_recall_extreme_values``, ``test_response_bounds``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agentmemory.history import PersistentChatHistory
+from agentmemory.models import Conversation, Message
+from agentmemory.retention import purge_conversations
+from tests.factories import ConversationFactory
+
+pytestmark = pytest.mark.django_db
+
+
+# --- purge_conversations --blank-content: every copy of what was said -----------------------
+
+
+def _stored_through_adapters(conversation: Conversation) -> None:
+    """Messages as the contrib adapters store them: the whole item or message kept in the
+    metadata beside the columns, because the columns cannot give it back exactly."""
+    pytest.importorskip("agents")
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage
+    from pydantic_ai.messages import ModelResponse, TextPart, ThinkingPart
+
+    from agentmemory.contrib.langchain import message_from_langchain
+    from agentmemory.contrib.openai_agents import item_to_message
+    from agentmemory.contrib.pydantic_ai import from_pydantic_ai
+
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "The zeppelin leaves at dawn", "annotations": []}],
+    }
+    lc = AIMessage("The zeppelin hangar is open", response_metadata={"model_name": "m"}, id="lc1")
+    response = ModelResponse(parts=[ThinkingPart("pondering the zeppelin"), TextPart("A zeppelin it is")])
+    history = PersistentChatHistory(conversation)
+    history.add_messages([item_to_message(item), message_from_langchain(lc), *from_pydantic_ai([response])])
+    kept = {key for m in Message.objects.filter(conversation=conversation) for key in m.metadata}
+    assert {"openai_item", "langchain_message", "pydantic_ai_thinking"} <= kept  # the copies
+
+
+def test_blanking_reaches_the_copies_the_adapters_keep_in_metadata() -> None:
+    conversation = ConversationFactory()
+    _stored_through_adapters(conversation)
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timedelta(days=400))
+
+    purge_conversations(older_than=timedelta(days=30), blank_content=True)
+
+    rows = list(Message.objects.filter(conversation=conversation))
+    assert rows and all(m.content in ("", None) for m in rows)
+    assert not any("zeppelin" in str(m.metadata).lower() for m in rows), [m.metadata for m in rows]
+    # what the adapters read back is blanked too, not the kept copy
+    from agentmemory.contrib.openai_agents import message_to_items
+
+    items = [item for m in PersistentChatHistory(conversation).get_messages() for item in message_to_items(m)]
+    assert "zeppelin" not in str(items).lower()
+
+
+def test_the_blanked_metadata_keys_are_the_adapters_own() -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("langchain_core")
+    from agentmemory.contrib.langchain import MESSAGE_KEY
+    from agentmemory.contrib.openai_agents import ITEM_KEY
+    from agentmemory.retention import WORD_KEYS
+
+    assert {ITEM_KEY, MESSAGE_KEY} <= set(WORD_KEYS)
