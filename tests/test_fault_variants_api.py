@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentmemory.history import PersistentChatHistory
-from agentmemory.models import Conversation, Message
+from agentmemory.models import Conversation, Message, ModelCall
 from agentmemory.retention import purge_conversations
 from tests.factories import ConversationFactory
 
@@ -74,3 +75,25 @@ def test_the_blanked_metadata_keys_are_the_adapters_own() -> None:
     from agentmemory.retention import WORD_KEYS
 
     assert {ITEM_KEY, MESSAGE_KEY} <= set(WORD_KEYS)
+
+
+# --- stored values at the edges of their columns never make a read fail ----------------------
+
+
+@pytest.mark.parametrize("latency", [float("inf"), float("-inf"), float("nan")])
+def test_a_model_call_whose_latency_is_not_finite_is_listed(api_forced, user, latency) -> None:  # type: ignore[no-untyped-def]
+    conversation = ConversationFactory(owner=user)
+    call = ModelCall.objects.create(
+        kind="chat", usage_source="provider", owner=user, conversation=conversation, model="m", latency=1.5
+    )
+    try:  # SQLite stores NaN as NULL, which the column refuses
+        with transaction.atomic():
+            ModelCall.objects.filter(pk=call.pk).update(latency=latency)
+    except IntegrityError:
+        pytest.skip("this database does not store the value")
+    base = f"/api/conversations/{conversation.uuid}/model-calls/"
+    listed = api_forced.get(base)
+    assert listed.status_code == 200, listed.content[:200]
+    assert [c["latency"] for c in listed.json()["results"]] == [None]
+    one = api_forced.get(f"{base}{call.uuid}/")
+    assert one.status_code == 200 and one.json()["latency"] is None
