@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from agentmemory.history import PersistentChatHistory
@@ -97,3 +98,30 @@ def test_a_model_call_whose_latency_is_not_finite_is_listed(api_forced, user, la
     assert [c["latency"] for c in listed.json()["results"]] == [None]
     one = api_forced.get(f"{base}{call.uuid}/")
     assert one.status_code == 200 and one.json()["latency"] is None
+
+
+def test_usage_adds_up_token_counts_at_the_columns_largest_value(api_forced, user, admin_client) -> None:  # type: ignore[no-untyped-def]
+    # SQLite's SUM raised "integer overflow" past 2**63 - 1, which two such rows reach there
+    most = connection.ops.integer_field_range("PositiveIntegerField")[1]
+    conversation = ConversationFactory(owner=user)
+    for _ in range(2):
+        ModelCall.objects.create(
+            kind="chat",
+            usage_source="provider",
+            owner=user,
+            conversation=conversation,
+            model="m",
+            input_tokens=most,
+            output_tokens=most,
+            cached_input_tokens=most,
+            cache_creation_input_tokens=most,
+        )
+    for url in ("/api/usage/", f"/api/conversations/{conversation.uuid}/model-calls/usage/"):
+        answer = api_forced.get(url)
+        assert answer.status_code == 200, (url, answer.content[:200])
+        assert answer.json()["calls"] == 2 and answer.json()["input_tokens"] >= most
+    for page in (
+        reverse("admin:agentmemory_conversation_change", args=[conversation.pk]),
+        reverse("admin:agentmemory_modelcall_changelist"),
+    ):
+        assert admin_client.get(page).status_code == 200, page
