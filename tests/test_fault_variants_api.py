@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message, ModelCall
 from agentmemory.retention import purge_conversations
 from tests.factories import ConversationFactory
@@ -125,3 +126,18 @@ def test_usage_adds_up_token_counts_at_the_columns_largest_value(api_forced, use
         reverse("admin:agentmemory_modelcall_changelist"),
     ):
         assert admin_client.get(page).status_code == 200, page
+
+
+def test_a_context_window_over_token_counts_at_the_columns_largest_value(api_forced, user) -> None:  # type: ignore[no-untyped-def]
+    # the running sums of the window's statements overflowed on SQLite, as usage's did
+    most = connection.ops.integer_field_range("PositiveIntegerField")[1]
+    conversation = ConversationFactory(owner=user)
+    PersistentChatHistory(conversation).add_messages(
+        [ChatMessage.human("first"), ChatMessage.ai("second"), ChatMessage.human("third")]
+    )
+    Message.objects.filter(conversation=conversation, seq__lt=3).update(token_count=most)
+    for query in ("", "?gap_policy=ignore", "?memory_recall=true"):
+        answer = api_forced.get(f"/api/conversations/{conversation.uuid}/context/{query}")
+        assert answer.status_code == 200, (query, answer.content[:300])
+        history = [m["content"] for m in answer.json()["messages"] if m["part"] == "history"]
+        assert history == ["third"]
