@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentmemory.history import PersistentChatHistory
-from agentmemory.messages import ChatMessage
-from agentmemory.models import Conversation, Message, ModelCall
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation, Message, ModelCall, Summary
 from agentmemory.retention import purge_conversations
 from tests.factories import ConversationFactory
 
@@ -141,3 +141,35 @@ def test_a_context_window_over_token_counts_at_the_columns_largest_value(api_for
         assert answer.status_code == 200, (query, answer.content[:300])
         history = [m["content"] for m in answer.json()["messages"] if m["part"] == "history"]
         assert history == ["third"]
+
+
+# --- answers bounded in bytes ---------------------------------------------------------------
+
+
+def test_a_transcript_page_of_long_messages_is_bounded(admin_client, user) -> None:  # type: ignore[no-untyped-def]
+    # A page showed every message whole: 50 messages of 2 MB made a 100 MB admin page.
+    SHOWN_CHARS = 20_000  # noqa: N806  # agentmemory.admin.transcript.SHOWN_CHARS
+
+    conversation = ConversationFactory(owner=user)
+    long = 5 * SHOWN_CHARS
+    PersistentChatHistory(conversation).add_messages(
+        [
+            ChatMessage.human("q" * long),
+            ChatMessage.ai(None, [ToolCall("c1", "look", {"text": "a" * long})]),
+            ChatMessage.tool("r" * long, tool_call_id="c1", name="look"),
+            ChatMessage.ai("s" * long),
+        ]
+    )
+    summary = Summary.objects.create(conversation=conversation, text="u" * long, first_seq=1, through_seq=3)
+    Conversation.objects.filter(pk=conversation.pk).update(summary=summary)
+    page = admin_client.get(reverse("admin:agentmemory_conversation_change", args=[conversation.pk]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    # each of the six long texts (the summary twice: the field and the transcript) at most
+    # SHOWN_CHARS, where whole they were 30 times that
+    assert len(body) < 8 * SHOWN_CHARS + 100_000
+    assert body.count(f"{long - SHOWN_CHARS:,} more characters") + body.count(
+        f"{long - SHOWN_CHARS} more characters"
+    ) >= 4
+    first = Message.objects.get(conversation=conversation, seq=1)
+    assert reverse("admin:agentmemory_message_change", args=[first.pk]) in body
