@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import IntegrityError, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -173,3 +174,47 @@ def test_a_transcript_page_of_long_messages_is_bounded(admin_client, user) -> No
     ) >= 4
     first = Message.objects.get(conversation=conversation, seq=1)
     assert reverse("admin:agentmemory_message_change", args=[first.pk]) in body
+
+
+# --- text the database refuses (NUL, lone surrogates) ----------------------------------------
+
+ODD_SESSION_IDS = ["chat\x00one", "chat\ud800one", "tab\tand space "]
+
+
+@pytest.mark.parametrize("session_id", ODD_SESSION_IDS)
+def test_a_session_id_of_any_text_names_a_session(user, session_id) -> None:  # type: ignore[no-untyped-def]
+    # PostgreSQL refused the session id's copies in the title and metadata (DataError)
+    pytest.importorskip("agents")
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import HumanMessage
+
+    from agentmemory.contrib.langchain import DjangoChatMessageHistory
+    from agentmemory.contrib.openai_agents import AgentMemorySession
+
+    session = AgentMemorySession(session_id, owner=user)
+    async_to_sync(session.add_items)([{"role": "user", "content": "hello"}])
+    again = AgentMemorySession(session_id, owner=user)
+    assert async_to_sync(again.get_items)() == [{"role": "user", "content": "hello"}]
+    # another id, however alike, is another session
+    assert async_to_sync(AgentMemorySession(session_id + "x", owner=user).get_items)() == []
+    history = DjangoChatMessageHistory.for_session(session_id, owner=user)
+    history.add_messages([HumanMessage("hello")])
+    assert [m.content for m in DjangoChatMessageHistory.for_session(session_id, owner=user).messages] == [
+        "hello"
+    ]
+
+
+@pytest.mark.parametrize("agent_key", ["k\x00", "k\udc00", "k" * 101, 7])
+def test_a_session_agent_key_the_column_cannot_hold_is_refused_before_any_query(
+    user, agent_key, django_assert_num_queries
+) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("agents")
+    pytest.importorskip("langchain_core")
+    from agentmemory.contrib.langchain import DjangoChatMessageHistory
+    from agentmemory.contrib.openai_agents import AgentMemorySession
+
+    with django_assert_num_queries(0):
+        with pytest.raises((TypeError, ValueError), match="agent_key"):
+            AgentMemorySession("s", owner=user, agent_key=agent_key)
+        with pytest.raises((TypeError, ValueError), match="agent_key"):
+            DjangoChatMessageHistory.for_session("s", owner=user, agent_key=agent_key)
