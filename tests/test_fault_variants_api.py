@@ -149,7 +149,7 @@ def test_a_context_window_over_token_counts_at_the_columns_largest_value(api_for
 
 def test_a_transcript_page_of_long_messages_is_bounded(admin_client, user) -> None:  # type: ignore[no-untyped-def]
     # A page showed every message whole: 50 messages of 2 MB made a 100 MB admin page.
-    SHOWN_CHARS = 20_000  # noqa: N806  # agentmemory.admin.transcript.SHOWN_CHARS
+    SHOWN_CHARS = 20_000  # agentmemory.admin.transcript.SHOWN_CHARS
 
     conversation = ConversationFactory(owner=user)
     long = 5 * SHOWN_CHARS
