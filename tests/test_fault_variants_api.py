@@ -169,9 +169,11 @@ def test_a_transcript_page_of_long_messages_is_bounded(admin_client, user) -> No
     # each of the six long texts (the summary twice: the field and the transcript) at most
     # SHOWN_CHARS, where whole they were 30 times that
     assert len(body) < 8 * SHOWN_CHARS + 100_000
-    assert body.count(f"{long - SHOWN_CHARS:,} more characters") + body.count(
-        f"{long - SHOWN_CHARS} more characters"
-    ) >= 4
+    assert (
+        body.count(f"{long - SHOWN_CHARS:,} more characters")
+        + body.count(f"{long - SHOWN_CHARS} more characters")
+        >= 4
+    )
     first = Message.objects.get(conversation=conversation, seq=1)
     assert reverse("admin:agentmemory_message_change", args=[first.pk]) in body
 
@@ -218,3 +220,36 @@ def test_a_session_agent_key_the_column_cannot_hold_is_refused_before_any_query(
             AgentMemorySession("s", owner=user, agent_key=agent_key)
         with pytest.raises((TypeError, ValueError), match="agent_key"):
             DjangoChatMessageHistory.for_session("s", owner=user, agent_key=agent_key)
+
+
+def test_the_langgraph_store_refuses_what_no_database_stores_alike_on_every_database() -> None:
+    # PostgreSQL raised DataError for NUL and NaN, in a put and in a get; SQLite stored them
+    pytest.importorskip("langgraph")
+    from agentmemory.contrib.langgraph.store import DjangoStore
+
+    store = DjangoStore()
+    store.put(("notes",), "ferry", {"text": "leaves at noon"})
+    for key, value in (
+        ("k\x00", {"v": 1}),
+        ("k\ud800", {"v": 1}),
+        ("k", {"v": float("nan")}),
+        ("k", {"v\x00": "x"}),
+    ):
+        with pytest.raises(ValueError, match="cannot store"):
+            store.put(("notes",), key, value)
+    assert store.get(("notes",), "ferry\x00") is None
+    assert store.get(("notes",), "ferry") is not None
+    assert store.search(("notes",), filter={"text": "leaves\x00"}) == []
+    assert [i.key for i in store.search(("notes",), query="noon", limit=2**70, offset=0)] == ["ferry"]
+
+
+@pytest.mark.parametrize("ttl", [1e20, float("inf"), 2**70])
+def test_a_langgraph_ttl_past_the_last_date_never_expires(ttl) -> None:  # type: ignore[no-untyped-def]
+    # an expiry past year 9999 raised OverflowError, on the put and on each read refreshing it
+    pytest.importorskip("langgraph")
+    from agentmemory.contrib.langgraph.store import DjangoStore
+
+    store = DjangoStore()
+    store.put(("notes",), "ferry", {"text": "leaves at noon"}, ttl=ttl)
+    assert store.get(("notes",), "ferry", refresh_ttl=True) is not None
+    assert [i.key for i in store.search(("notes",), refresh_ttl=True)] == ["ferry"]
