@@ -11,6 +11,7 @@ accept every connection and never send a byte.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -88,10 +89,8 @@ class TricklingBroker(FrozenBroker):
 
     def _trickle(self, conn: socket.socket) -> None:
         conn.settimeout(0.01)
-        try:
+        with contextlib.suppress(OSError):
             conn.recv(65536)  # the client speaks first, for both protocols
-        except OSError:
-            pass
         head = b"\x01\x00\x00\x00\x10\x00\x00" if self.scheme == "amqp" else b"$1000000\r\n"
         sent = 0
         while not self.stopped.is_set():
