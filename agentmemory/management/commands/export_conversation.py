@@ -6,17 +6,23 @@ import json
 import uuid
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.models import Conversation
 from agentmemory.transfer import export_conversation
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Write a conversation (messages, tool calls, token counts, summaries, counters) as a JSON "
         "document that import_conversation restores exactly."
     )
+
+    path_options = ("output",)
+    #: the widest ``--indent`` (spaces): more only makes the file larger (a huge one ran out
+    #: of memory)
+    max_indent = 16
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("uuid", help="the conversation's public uuid")
@@ -24,6 +30,10 @@ class Command(BaseCommand):
         parser.add_argument("--indent", type=int, default=None, help="indent the JSON by this many spaces")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["indent"] is not None and not 0 <= options["indent"] <= self.max_indent:
+            raise CommandError(
+                f"--indent must be from 0 to {self.max_indent} spaces, not {options['indent']}"
+            )
         try:
             key = uuid.UUID(options["uuid"])
         except ValueError:
