@@ -73,3 +73,31 @@ def test_an_export_indent_past_reason_is_refused(indent) -> None:  # type: ignor
     with pytest.raises(CommandError, match="--indent must be from 0 to 16"):
         _run("export_conversation", str(conversation.uuid), "--indent", indent)
     assert '"format"' in _run("export_conversation", str(conversation.uuid), "--indent", "2")
+
+
+def test_an_export_to_a_file_never_holds_the_whole_document(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The command built the document and its text in memory, where the API's export streams.
+    import json
+    import tracemalloc
+
+    from agentmemory import transfer
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.tokens import ApproximateTokenCounter
+
+    monkeypatch.setattr(transfer, "_BATCH", 5)  # rows read at once, as 1,000 are of far more
+    conversation, _ = conversation_with_turns(1)
+    PersistentChatHistory(conversation, token_counter=ApproximateTokenCounter()).add_messages(
+        [ChatMessage.human(f"{i} " + "é" * 50_000) for i in range(40)]
+    )
+    target = tmp_path / "export.json"
+    tracemalloc.start()
+    try:
+        _run("export_conversation", str(conversation.uuid), "--output", str(target))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = target.stat().st_size
+    conversation.refresh_from_db()
+    assert size > 4_000_000 and peak < size / 2, (size, peak)
+    assert len(json.loads(target.read_text(encoding="utf-8"))["messages"]) == conversation.message_count

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.models import Conversation
-from agentmemory.transfer import export_conversation
+from agentmemory.transfer import export_conversation, export_json
 
 
 class Command(TextArgumentsCommand):
@@ -41,10 +42,18 @@ class Command(TextArgumentsCommand):
         conversation = Conversation.objects.filter(uuid=key).first()
         if conversation is None:
             raise CommandError(f"no conversation {key}")
-        text = json.dumps(export_conversation(conversation), ensure_ascii=False, indent=options["indent"])
+        if options["indent"] is None:
+            # a message at a time, as the API's export: the document is never held whole
+            pieces: Iterable[str] = (piece.decode() for piece in export_json(conversation))
+        else:
+            pieces = [
+                json.dumps(export_conversation(conversation), ensure_ascii=False, indent=options["indent"])
+            ]
         if options["output"] == "-":
-            self.stdout.write(text)
+            for piece in pieces:
+                self.stdout.write(piece, ending="")
+            self.stdout.write("")
             return
         with open(options["output"], "w", encoding="utf-8") as handle:
-            handle.write(text)
+            handle.writelines(pieces)
         self.stderr.write(f"exported {conversation.message_count} messages of {key} to {options['output']}")
