@@ -7,6 +7,9 @@ They are configured through the environment the test gives the worker:
 - ``DRILL_FAIL_FLAG``: a file; while it exists every call fails with a timeout
   (``TransientLLMError``, as the adapters report one).
 - ``DRILL_PIDS``: a file; each call appends the id of the process making it.
+- ``DRILL_MAX_RETRIES``: the compaction task's ``max_retries`` in the worker (the task's own is
+  5, whose backoff takes about half a minute; a drill of the same rule with fewer tries ends
+  sooner).
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from agentmemory.llm.base import ChatResponse, Usage
 from agentmemory.messages import ChatMessage
 
 DRILL_SUMMARY = "Drill summary: the user asked numbered questions and got answers."
+
+
+if os.environ.get("DRILL_MAX_RETRIES"):  # read when the worker first loads the summariser
+    from agentmemory.compaction.tasks import compact_conversation
+
+    compact_conversation.max_retries = int(os.environ["DRILL_MAX_RETRIES"])
 
 
 class DrillModel:

@@ -102,6 +102,8 @@ def _check_blocks(content: Any, role: str, i: int) -> list[dict[str, Any]]:
                 raise InvalidRequest(f"{where}.content: Input should be a valid string or list")
             if "is_error" in block and not isinstance(block["is_error"], bool):
                 raise InvalidRequest(f"{where}.is_error: Input should be a valid boolean")
+            if block.get("is_error") and not result:
+                raise InvalidRequest(f"{where}.tool_result: content cannot be empty if `is_error` is true")
         elif kind in ("image", "document", "thinking", "redacted_thinking"):
             continue
         else:
@@ -220,6 +222,9 @@ def validate_messages_request(body: Any) -> None:
                 )
             pending = []
         previous_role = role
+    last = blocks[-1] if role == "assistant" and blocks else None
+    if last is not None and last["type"] == "text" and last["text"] != last["text"].rstrip():
+        raise InvalidRequest("messages: final assistant content cannot end with trailing whitespace")
 
     tools = body.get("tools")
     if tools is not None:
@@ -288,8 +293,8 @@ def _media(blocks: Any) -> Iterator[dict[str, Any]]:
 def _validate_request_limits(body: Mapping[str, Any]) -> None:
     """The Messages API's per-request limits, with its wording: at most 4 ``cache_control``
     breakpoints (tools, system, messages), no ``ttl`` of "1h" after a shorter one, none on a
-    thinking block; at most 100 images and documents; above 20 images, none over 2000 px on
-    a side."""
+    thinking block; at most 100 images and documents; no image over 8000 px on a side or
+    over 5 MiB of base64; above 20 images, none over 2000 px on a side."""
     marked = list(_cache_marked(body.get("tools"), "tools"))
     marked += _cache_marked(body.get("system"), "system")
     for i, message in enumerate(body["messages"]):
@@ -316,17 +321,26 @@ def _validate_request_limits(body: Mapping[str, Any]) -> None:
     documents = len(media) - len(images)
     if len(media) > 100:
         raise InvalidRequest(f"Too much media: {documents} document pages + {len(images)} images > 100")
-    if len(images) > 20:
-        from agentmemory.formats.media import image_size
+    from agentmemory.formats.media import image_size
 
-        for block in images:
-            source = block.get("source") or {}
-            size = image_size(source["data"]) if source.get("type") == "base64" else None
-            if size is not None and max(size) > 2000:
-                raise InvalidRequest(
-                    "image.source.base64.data: At least one of the image dimensions exceed max allowed "
-                    "size for many-image requests: 2000 pixels"
-                )
+    for block in images:
+        source = block.get("source") or {}
+        data = source["data"] if source.get("type") == "base64" else ""
+        if len(data) > 5 * 1024 * 1024:
+            raise InvalidRequest(
+                f"image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > 5242880 bytes"
+            )
+        size = image_size(data) if data else None
+        if size is not None and max(size) > 8000:
+            raise InvalidRequest(
+                "image.source.base64.data: At least one of the image dimensions exceed max allowed size: "
+                "8000 pixels"
+            )
+        if len(images) > 20 and size is not None and max(size) > 2000:
+            raise InvalidRequest(
+                "image.source.base64.data: At least one of the image dimensions exceed max allowed "
+                "size for many-image requests: 2000 pixels"
+            )
 
 
 class FakeAnthropicServer(FakeHTTPServer):

@@ -263,6 +263,32 @@ def test_context_window_page_shows_budget_errors_not_500(admin_client, chat):  #
     assert admin_client.get(url("conversation_context", 987654)).status_code == 404
 
 
+def test_context_window_page_switches_the_memory_block(admin_client, chat, admin_user, settings):  # type: ignore[no-untyped-def]
+    # The page builds what an agent with MEMORY_RECALL_ENABLED sends when asked to, whatever
+    # the setting: before, a host with the setting off could never see a block here.
+    settings.AGENTMEMORY = {**settings.AGENTMEMORY, "MEMORY_RECALL_ENABLED": False}
+    old = Conversation.objects.create(owner=admin_user, agent_key="support", title="Lamp order")
+    PersistentChatHistory(old).add_messages(
+        [ChatMessage.human("The lamp I ordered is the brass Anglepoise."), ChatMessage.ai("Noted.")]
+    )
+    PersistentChatHistory(chat).add_messages([ChatMessage.human("Which lamp did I order?")])
+    page = url("conversation_context", chat.pk)
+    default = admin_client.get(page)
+    assert default.status_code == 200 and default.context["window"].memory is None
+    assert "as the setting says (off)" in default.content.decode()
+    shown = admin_client.get(page, {"memory_recall": "on"})
+    assert shown.context["window"].memory_tokens > 0
+    assert "memory" in [e["part"] for e in shown.context["entries"]]
+    assert "brass Anglepoise" in shown.content.decode()
+    assert '<option value="on" selected>' in shown.content.decode()
+    settings.AGENTMEMORY = {**settings.AGENTMEMORY, "MEMORY_RECALL_ENABLED": True}
+    assert admin_client.get(page).context["window"].memory_tokens > 0
+    hidden = admin_client.get(page, {"memory_recall": "off"})
+    assert hidden.context["window"].memory is None and "brass Anglepoise" not in hidden.content.decode()
+    bad = admin_client.get(page, {"memory_recall": "yes please"})
+    assert bad.status_code == 400 and "memory_recall must be on or off" in bad.content.decode()
+
+
 def test_non_staff_users_are_sent_to_the_login_page(client, django_user_model, chat):  # type: ignore[no-untyped-def]
     user = django_user_model.objects.create_user("bob", password="pw")
     client.force_login(user)

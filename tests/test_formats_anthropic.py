@@ -221,7 +221,7 @@ CONVERSATION = [
     ChatMessage.tool("20°C", tool_call_id="toolu_b", name="get_weather"),
     ChatMessage.human("Thanks"),
     ChatMessage.ai(None, [ToolCall("toolu_c", "log", {})]),
-    ChatMessage.tool("", tool_call_id="toolu_c", name="log", metadata={"is_error": True}),
+    ChatMessage.tool("disk full", tool_call_id="toolu_c", name="log", metadata={"is_error": True}),
     ChatMessage.ai("You're welcome."),
 ]
 

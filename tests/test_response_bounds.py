@@ -95,9 +95,9 @@ def test_a_message_larger_than_the_bound_is_sent_alone(api_forced, user, setting
 
 def test_the_default_bound_holds_for_messages_of_two_megabytes(api_forced, user) -> None:  # type: ignore[no-untyped-def]
     # The reported case: a page of such messages was 99.5 MB for 50 of them.
-    conv = _conversation(user, [1_999_000] * 12, word="x")
+    conv = _conversation(user, [1_999_000] * 6, word="x")
     items, sizes = _walk(api_forced, f"/api/conversations/{conv.uuid}/messages/?page_size=1000")
-    assert len(items) == 12 and max(sizes) <= 10_000_000
+    assert len(items) == 6 and len(sizes) >= 2 and max(sizes) <= 10_000_000
 
 
 def test_every_list_is_bounded(api_forced, user, settings) -> None:  # type: ignore[no-untyped-def]

@@ -511,8 +511,10 @@ class ConversationAdmin(CheckedQueryAdmin):
 
     def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``
-        with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``) and
-        ``max_messages`` from the query string, and the window's accounting."""
+        with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
+        ``max_messages`` and ``memory_recall`` (``on``, ``off``, or the
+        ``MEMORY_RECALL_ENABLED`` setting when absent) from the query string, and the window's
+        accounting."""
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
@@ -525,6 +527,11 @@ class ConversationAdmin(CheckedQueryAdmin):
             request, "max_tokens", default_tokens, minimum=1, maximum=conf.MAX_CONTEXT_TOKENS, errors=errors
         )
         max_messages = int_param(request, "max_messages", None, minimum=0, maximum=10**9, errors=errors)
+        recall_choice = request.GET.get("memory_recall", "").strip()
+        if recall_choice not in ("", "on", "off"):
+            errors.append(str(_("memory_recall must be on or off.")))
+            recall_choice = ""
+        memory_recall = conf.MEMORY_RECALL_ENABLED if not recall_choice else recall_choice == "on"
         window = None
         budget_error = None
         entries: list[dict[str, Any]] = []
@@ -535,7 +542,10 @@ class ConversationAdmin(CheckedQueryAdmin):
                 # conversations and facts of the conversation's agent key (all of the
                 # owner's when it has none), so the page shows what the endpoint answers
                 window = ContextWindowBuilder(
-                    obj, token_counter=counter, memory_agent_key=obj.agent_key or None
+                    obj,
+                    token_counter=counter,
+                    memory_recall=memory_recall,
+                    memory_agent_key=obj.agent_key or None,
                 ).build(max_tokens, max_messages=max_messages)
             except ContextBudgetExceeded as exc:
                 budget_error = exc
@@ -593,6 +603,8 @@ class ConversationAdmin(CheckedQueryAdmin):
             "max_tokens": max_tokens,
             "max_messages": max_messages,
             "default_tokens": default_tokens,
+            "recall_choice": recall_choice,
+            "recall_default": conf.MEMORY_RECALL_ENABLED,
             "left_out": left_out,
             "remaining": (window.max_tokens - window.total_tokens) if window else None,
             "messages_url": changelist_url(Message, conversation__id__exact=obj.pk),

@@ -28,7 +28,7 @@ from agentmemory.admin.utils import (
 )
 from agentmemory.models import Conversation, Message
 from agentmemory.recall.fulltext import PG_CONFIG
-from agentmemory.recall.text import STOP_WORDS, query_words
+from agentmemory.recall.text import STOP_WORDS, literal_words, query_words, unspaced_terms
 from agentmemory.validation import parse_id
 
 
@@ -46,12 +46,22 @@ def fulltext_filter(queryset: QuerySet[Any], term: str, *, table: str) -> QueryS
       "w2"'``;
     - any other database: ``content`` containing each word (``icontains``, not indexed).
 
+    A word of a script written without spaces (Chinese, Japanese, Thai, Korean with its
+    particles: ``agentmemory.recall.text.unspaced_terms``) is one long token to both indexes,
+    never found inside a sentence through them: it is matched as a substring of the content
+    as typed (``content__contains``, not indexed), as recall's own search does.
+
     A term with no word but stop words in it matches nothing.
     """
     # PostgreSQL's English configuration indexes no stop word: leave them out everywhere.
-    words = [word for word in query_words(term) if word not in STOP_WORDS]
-    if not words:
+    words = [word for word in query_words(term) if word not in STOP_WORDS and not unspaced_terms([word])]
+    inside = [word for word in literal_words(term) if unspaced_terms([word])]
+    if not words and not inside:
         return queryset.none()
+    for word in inside:
+        queryset = queryset.filter(content__contains=word)
+    if not words:
+        return queryset
     vendor = connections[queryset.db].vendor
     if vendor == "postgresql":
         matched = RawSQL(
@@ -294,8 +304,9 @@ class MessageAdmin(ReadOnlyAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Message], search_term: str
     ) -> tuple[QuerySet[Message], bool]:
-        """Full-text search on the message text (``search_message_text``), never a ``LIKE``
-        scan of the table; no duplicates are possible, so no ``DISTINCT``."""
+        """Full-text search on the message text (``search_message_text``), a ``LIKE`` scan of
+        the table only for a word of a script written without spaces; no duplicates are
+        possible, so no ``DISTINCT``."""
         if not search_term.strip():
             return queryset, False
         return search_message_text(queryset, search_term), False

@@ -32,9 +32,10 @@ from contextvars import ContextVar
 from typing import Any, ClassVar
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
+from django.utils.functional import Promise
 
 from agentmemory.agents import registry
 from agentmemory.agents.config import AgentConfig, MemoryConfig
@@ -148,8 +149,12 @@ def system_prompt_problem(agent_cls: type[BaseToolCallingAgent]) -> str | None:
 
 SYSTEM_PROMPT_HINT = (
     "Set SYSTEM_PROMPT to text, or to a function returning text that takes the AgentInjector "
-    "(def prompt(injector): ...) or nothing (def prompt(): ...)."
+    "(def prompt(injector): ...) or nothing (def prompt(): ...), or an async def one."
 )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def compactor_problem(agent_cls: type[BaseToolCallingAgent], config: AgentConfig) -> str | None:
@@ -342,13 +347,15 @@ class BaseToolCallingAgent:
     def get_system_prompt(self, injector: AgentInjector) -> str:
         """``SYSTEM_PROMPT`` as text, with the owner's long-term memory block when
         ``KNOWLEDGE_MEMORY_ENABLED``. A function is called with the injector when it takes an
-        argument, with none when it takes none (seed 003's ``build_instructions()``). Called
-        before the turn stores anything: an error here leaves no unanswered message.
+        argument, with none when it takes none (seed 003's ``build_instructions()``); an
+        ``async def`` function is awaited. Called before the turn stores anything: an error
+        here leaves no unanswered message.
 
         Raises:
             ImproperlyConfigured: ``SYSTEM_PROMPT`` is neither text nor a function callable
                 with the injector or with nothing (also the system check
-                ``agentmemory.E105``).
+                ``agentmemory.E105``), or its function returned something other than text
+                (``None``, from a missing ``return``, was sent as the prompt "None").
         """
         cls = type(self)
         prompt = declared_system_prompt(cls)
@@ -358,6 +365,15 @@ class BaseToolCallingAgent:
         if arguments is None:
             raise ImproperlyConfigured(f"{system_prompt_problem(cls)}. {SYSTEM_PROMPT_HINT}")
         text = prompt(injector) if arguments else prompt()
+        if inspect.isawaitable(text):
+            # sent as "<coroutine object ...>" before; in ``arun`` this runs in a worker
+            # thread, from which the awaitable runs on the turn's event loop
+            text = async_to_sync(_awaited)(text)
+        if not isinstance(text, str | Promise):
+            raise ImproperlyConfigured(
+                f"{cls.__module__}.{cls.__qualname__}.SYSTEM_PROMPT returned {type(text).__name__} "
+                f"{text!r}, not text. {SYSTEM_PROMPT_HINT}"
+            )
         return with_knowledge(self, injector, str(text))
 
     # -- conversations ------------------------------------------------------------------
@@ -496,6 +512,7 @@ class BaseToolCallingAgent:
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             window = self._with_system_prompt(self.build_window(builder, injector), prompt)
+            window = self._with_memory_block(window, builder)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -557,8 +574,11 @@ class BaseToolCallingAgent:
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
-            window = await sync_to_async(self.build_window)(builder, injector)
-            shaped = self._shape(self._with_system_prompt(window, prompt), human.seq or 0)
+            window = self._with_system_prompt(
+                await sync_to_async(self.build_window)(builder, injector), prompt
+            )
+            window = await sync_to_async(self._with_memory_block)(window, builder)
+            shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
             response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
@@ -625,6 +645,20 @@ class BaseToolCallingAgent:
         message = ChatMessage.system(prompt)
         tokens = self.token_counter.count_message(message)
         return dataclasses.replace(window, messages=[message, *messages[pinned:]], system_tokens=tokens)
+
+    def _with_memory_block(self, window: ContextWindow, builder: ContextWindowBuilder) -> ContextWindow:
+        """``window`` with the memory block of ``MEMORY_RECALL_ENABLED`` when an overridden
+        ``build_window`` made it with a builder of its own (the seed's window code builds
+        without ``memory_recall``): recalled by the agent's builder (``builder``, its scope)
+        within what the window leaves of its ``max_tokens``. The agent's own windows, and
+        windows that carry a block, are returned as they are."""
+        if (
+            not builder.memory_recall
+            or window.memory is not None
+            or type(self).build_window is BaseToolCallingAgent.build_window
+        ):
+            return window
+        return builder._add_memory(window)
 
     def compact_if_needed(self, injector: AgentInjector) -> bool:
         """After a turn: let a compaction run when one is due. Returns whether one was

@@ -46,6 +46,9 @@ __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
 #: the text sent for a blank human message that opens the conversation (the API requires a
 #: non-empty first user turn; a blank one elsewhere is left out)
 EMPTY_HUMAN_TEXT = "[empty message]"
+#: the content sent for a tool result marked as an error that holds no text: the API refuses
+#: such a result ("content cannot be empty if `is_error` is true")
+EMPTY_ERROR_TEXT = "[the tool failed without a message]"
 
 # Assistant block types that carry no text to store; kept in ``metadata`` so nothing is lost.
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -69,6 +72,13 @@ MAX_MEDIA_PER_REQUEST = 100
 #: max allowed size for many-image requests: 2000 pixels")
 MANY_IMAGES = 20
 MANY_IMAGES_MAX_PIXELS = 2000
+#: the longest side of any image ("At least one of the image dimensions exceed max allowed
+#: size: 8000 pixels")
+MAX_IMAGE_PIXELS = 8000
+#: the most characters of one image's base64 data ("image exceeds 5 MB maximum: 6275800
+#: bytes > 5242880 bytes": the encoded string is measured, a third more than the image's
+#: bytes, so an image within ``AGENTMEMORY['MAX_PART_DATA_BYTES']`` may pass it)
+MAX_IMAGE_BASE64_CHARS = 5 * 1024 * 1024
 
 
 def _text_block(text: str) -> dict[str, Any]:
@@ -139,6 +149,7 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
+            block.setdefault("content", EMPTY_ERROR_TEXT)
         return [block]
     if parts:
         return _part_blocks(message, media=True)
@@ -199,6 +210,16 @@ def _thinking_of_current_loop_only(turns: list[dict[str, Any]]) -> None:
     for turn in turns[:last_human]:
         if turn["role"] == "assistant":
             turn["content"] = [b for b in turn["content"] if b["type"] not in _THINKING_BLOCKS]
+
+
+def _without_trailing_whitespace(turns: list[dict[str, Any]]) -> None:
+    """A request that ends on an assistant turn (a prefill, which the model continues) is
+    refused when that turn's text ends in whitespace ("final assistant content cannot end
+    with trailing whitespace"): its last block, when it is text, is sent stripped at the end
+    (text blocks are never blank here, so some text is left)."""
+    if turns and turns[-1]["role"] == "assistant" and turns[-1]["content"][-1]["type"] == "text":
+        last = turns[-1]["content"][-1]
+        last["text"] = last["text"].rstrip()
 
 
 def _has_results(turn: dict[str, Any]) -> bool:
@@ -313,7 +334,10 @@ def to_anthropic(
         one that opens the conversation: it is sent as ``EMPTY_HUMAN_TEXT``, since the first
         turn must be a non-empty user turn; and one that is the newest message after an
         assistant turn, sent the same way: a request that ends on an assistant turn is a
-        prefill, which the model continues instead of answering. Thinking blocks stored with an ``ai`` message
+        prefill, which the model continues instead of answering. A request that does end on
+        an assistant turn has that turn's final text sent without its trailing whitespace
+        (refused otherwise), and a tool result marked as an error with no text is sent with
+        ``EMPTY_ERROR_TEXT`` (the API refuses an empty one). Thinking blocks stored with an ``ai`` message
         (``metadata["thinking"]``) lead its turn verbatim, signatures intact, in the tool loop
         in progress (the turns after the last user turn without tool results); the API
         ignores those of earlier turns. Tool call ids
@@ -330,7 +354,9 @@ def to_anthropic(
         (``limit_cache_breakpoints``); at most ``MAX_MEDIA_PER_REQUEST`` (100) images and
         documents, the newest kept and the older sent as their placeholder text
         (``[image]``); and with more than ``MANY_IMAGES`` (20) of them, images over
-        ``MANY_IMAGES_MAX_PIXELS`` (2000) on a side (their size known) sent as placeholders.
+        ``MANY_IMAGES_MAX_PIXELS`` (2000) on a side (their size known) sent as placeholders;
+        so is, in any request, an image over ``MAX_IMAGE_PIXELS`` (8000) on a side or with
+        more than ``MAX_IMAGE_BASE64_CHARS`` (5 MiB) of base64 data.
 
     Raises:
         InvalidMessageError (a ``ValueError``): the first non-system message is not ``human`` or
@@ -344,7 +370,7 @@ def to_anthropic(
     turns: list[dict[str, Any]] = []
     first_index: list[int] = []  # position in ``messages`` of the first message of each turn
     messages = with_media_limit(
-        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large_for_many
+        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large
     )
     blank_last = None  # position of the newest non-system message when it is a blank human one
     for index, message in enumerate(messages):
@@ -388,6 +414,7 @@ def to_anthropic(
         # model with extended thinking refuses): send it marked as empty.
         turns.append({"role": "user", "content": [_text_block(EMPTY_HUMAN_TEXT)]})
         first_index.append(blank_last)
+    _without_trailing_whitespace(turns)
     _thinking_of_current_loop_only(turns)
     _request_ids(turns)
     for position, turn in enumerate(turns):
@@ -425,15 +452,20 @@ def _sent_as_media(message: ChatMessage, part: ContentPart) -> bool:
     return bool(part.text or part.url or part.file_id or part.mime_type == "application/pdf")
 
 
-def _too_large_for_many(part: ContentPart, sent: int) -> bool:
-    """An image over ``MANY_IMAGES_MAX_PIXELS`` on a side, in a request of more than
-    ``MANY_IMAGES`` media parts (its size from the part or its inline data's header)."""
-    if sent <= MANY_IMAGES or part.kind is not PartKind.IMAGE:
+def _too_large(part: ContentPart, sent: int) -> bool:
+    """An image the API refuses for its size: inline data over ``MAX_IMAGE_BASE64_CHARS``,
+    a side over ``MAX_IMAGE_PIXELS``, or, in a request of more than ``MANY_IMAGES`` media
+    parts, over ``MANY_IMAGES_MAX_PIXELS`` (its size from the part or its inline data's
+    header)."""
+    if part.kind is not PartKind.IMAGE:
         return False
+    if len(part.data or "") > MAX_IMAGE_BASE64_CHARS:
+        return True
     size = (part.width, part.height) if part.width and part.height else None
     if size is None and part.data:
         size = image_size(part.data)
-    return size is not None and max(size) > MANY_IMAGES_MAX_PIXELS
+    longest = MANY_IMAGES_MAX_PIXELS if sent > MANY_IMAGES else MAX_IMAGE_PIXELS
+    return size is not None and max(size) > longest
 
 
 def _marked(blocks: Iterable[Any]) -> Iterable[dict[str, Any]]:

@@ -135,8 +135,9 @@ def with_media_limit(
     placeholder text (``[image]``), in copies: storage keeps them whole. Stored histories
     carry their images into every later request, and a provider refuses the whole request
     once they pass its count. ``also_placeholder(part, kept)``, told how many media parts are
-    sent, may name more parts to send as placeholders (Anthropic's size limit on images in a
-    request holding many). Returns the list unchanged (the same objects) when nothing goes."""
+    sent, may name more parts to send as placeholders (Anthropic's size limits on images,
+    one of them for a request holding many). Returns the list unchanged (the same objects)
+    when nothing goes."""
     from agentmemory.messages import ContentPart, PartKind
 
     found = [

@@ -45,6 +45,22 @@ DELETE_BATCH = 500
 #: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
 #: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
 _KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+#: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
+#: dentist on Monday"): a new note is another note, not a new value of the last one
+_LABELS_TEXT = """
+    note notes reminder reminders todo to-do task fyi ps nb btw re fwd update important tip idea memo
+"""
+_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do"])
+#: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
+#: gym", "May 3: recital"): entries of a day, as a clock time is (two things happen on one day)
+_WHEN_TEXT = """
+    monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
+    sat sun january february march april may june july august september october november
+    december jan feb mar apr jun jul aug sep sept oct nov dec today tomorrow tonight yesterday
+    morning afternoon evening night noon midnight am pm at on of the this next every weekend
+"""
+_WHEN = frozenset(_WHEN_TEXT.split())
+_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h)?")
 
 
 class InvalidFactError(AgentMemoryError, ValueError):
@@ -109,11 +125,17 @@ def fact_key(content: str) -> str | None:
     "preferred language"), or None. A new fact with the key of a live fact of the same scope
     and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
-    as a key made "Pickup at 8:40 for Tom" replace Lea's pickup)."""
+    as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
+    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day or a time alone
+    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day)."""
     match = _KEY.match(content)
     if not match:
         return None
-    return " ".join(match.group(1).split()).casefold()
+    key = " ".join(match.group(1).split()).casefold()
+    words = re.findall(r"[^\W_]+", key)
+    if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
+        return None
+    return key
 
 
 #: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
@@ -134,14 +156,23 @@ _VERBS_TEXT = """
     ran met wrote drove flew lost won paid
 """
 _VERBS = frozenset(_VERBS_TEXT.split())
+#: words between a subject and its verb that are neither ("Alice now works at Stripe",
+#: "Tom no longer lives in Oslo")
+_ADVERBS_TEXT = """
+    not never now no longer still also always usually often recently just already finally currently
+"""
+_ADVERBS = frozenset(_ADVERBS_TEXT.split())
+#: most words of a subject named before its verb ("Room 101 is booked", "Flight LH123 leaves")
+_SUBJECT_WORDS = 3
 #: a replaced span of at most this many words on each side is a slot of a shared template
 _SLOT_WORDS = 2
 
 
 def _verb_like(word: str) -> bool:
-    """A word written like an English verb form: a known one, or a third-person "-s" or a
-    past "-ed" of three letters or more ("likes", "joined"; not "as", "bus", "class")."""
-    if word in _VERBS:
+    """A word written like an English verb form: a known one, a negated one ("doesn't",
+    "isn't"), or a third-person "-s" or a past "-ed" of three letters or more ("likes",
+    "joined"; not "as", "bus", "class")."""
+    if word in _VERBS or word.endswith(("n't", "n\u2019t")):
         return True
     if len(word) < 3 or not word.isalpha():
         return False
@@ -153,7 +184,9 @@ def fact_subject(content: str) -> tuple[str, ...]:
     names none (a fact about the user written without a subject: "Likes spicy food",
     "Works at Northwind"). Named: determiners and the word after them ("my sister", "the
     dentist"), a pronoun ("i", "user"), a possessive and the word after it ("alice's
-    birthday"), or a first word followed by a verb ("alice" in "Alice works at Google").
+    birthday"), or up to ``_SUBJECT_WORDS`` first words followed by a verb, adverbs such as
+    "now" or "no longer" between them left out ("alice" in "Alice works at Google" and in
+    "Alice now works at Stripe", "room 101" in "Room 101 is booked").
     A rule of thumb for English word order (subject first), not a parser: both facts
     compared go through the same rule."""
     words = _SUBJECT_WORD.findall(content.casefold())
@@ -166,11 +199,27 @@ def fact_subject(content: str) -> tuple[str, ...]:
         while end < len(words) - 1 and words[end] in _DETERMINERS:
             end += 1
         end += 1
-    elif words[0].endswith(("'s", "\u2019s")) or (len(words) > 1 and _verb_like(words[1])):
+    elif words[0].endswith(("'s", "\u2019s")):
         end = 1
+    elif words[0] not in _VERBS:
+        return _named_before_verb(words)
     while 0 < end < len(words) and words[end - 1].endswith(("'s", "\u2019s")):
         end += 1
     return tuple(words[:end])
+
+
+def _named_before_verb(words: list[str]) -> tuple[str, ...]:
+    """The first words of ``words`` (at most ``_SUBJECT_WORDS``, adverbs left out) when a verb
+    follows them, else ``()``."""
+    named: list[str] = []
+    for word in words:
+        if named and _verb_like(word):
+            return tuple(named)
+        if word not in _ADVERBS:
+            if len(named) == _SUBJECT_WORDS:
+                return ()
+            named.append(word)
+    return ()
 
 
 def same_subject(old: str, new: str) -> bool:

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from agentmemory.recall.lines import _stem
-from agentmemory.recall.text import STOP_WORDS, _words, query_words, search_text
+from agentmemory.recall.lines import rough_stem
+from agentmemory.recall.text import STOP_WORDS, query_words, search_text, word_runs
 
 __all__ = ["FEEDBACK_HITS", "FEEDBACK_SHARE", "FEEDBACK_WORDS", "asks_for_every", "expansion_words", "mixed"]
 
@@ -69,14 +69,14 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
     feedback = [hit for hit in hits if hit.role == "human"][:FEEDBACK_HITS]
     if len(feedback) < 2:
         return []
-    asked = {_stem(word) for word in query_words(query)}
+    asked = {rough_stem(word) for word in query_words(query)}
     best = max(hit.score for hit in feedback) or 1.0
     weight: dict[str, float] = {}
     held: dict[str, int] = {}
     for hit in feedback:
         words = [
             word
-            for word in _words(search_text(hit.content[:FEEDBACK_CHARS]).lower())
+            for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))
             if len(word) >= MIN_WORD_CHARS and word not in STOP_WORDS and not word.isdigit()
         ]
         if not words:
@@ -89,7 +89,7 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
             weight[word] = weight.get(word, 0.0) + share * count
             held[word] = held.get(word, 0) + 1
     ranked = sorted(
-        (word for word in weight if held[word] >= 2 and _stem(word) not in asked),
+        (word for word in weight if held[word] >= 2 and rough_stem(word) not in asked),
         key=lambda word: (-weight[word] * held[word], word),
     )
     return ranked[:FEEDBACK_WORDS]

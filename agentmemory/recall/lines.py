@@ -150,7 +150,11 @@ def _shown(when: datetime) -> datetime:
     return when
 
 
-def _stem(word: str) -> str:
+def rough_stem(word: str) -> str:
+    """The first five characters of a lower-cased ``word``: the rough stem the block's cutting,
+    conversation scores and query feedback compare words by ("visited", "visiting" and
+    "visits" meet as "visit"; it over-joins some unrelated words, which only weighs a
+    sentence or conversation, never filters one)."""
     return word[:5]
 
 
@@ -161,11 +165,11 @@ def trimmed(text: str, words: Sequence[str], longest: int = LONG_MESSAGE_CHARS) 
     about) and the ``MAX_KEPT_SENTENCES`` later sentences holding most of ``words`` (compared
     by their first five letters, a rough stem), in their order, "…" where sentences are left
     out."""
-    return _cut(text, frozenset(_stem(word) for word in words), longest)
+    return _cut(text, frozenset(rough_stem(word) for word in words), longest)
 
 
 def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
-    """``trimmed`` with the stems of its words (``_stem``) worked out once by the caller."""
+    """``trimmed`` with the stems of its words (``rough_stem``) worked out once by the caller."""
     text = neutralised(text[:MAX_READ_CHARS])
     if len(text) <= longest:
         return text
@@ -191,7 +195,7 @@ def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
             for index in range(opening, len(sentences)):
                 low = lowered_sentences[index]
                 if any(stem in low for stem in wanted):
-                    found = {_stem(word) for word in query_words(sentences[index])} & wanted
+                    found = {rough_stem(word) for word in query_words(sentences[index])} & wanted
                     if found:
                         scored.append((-len(found), index))
     else:
@@ -201,7 +205,7 @@ def _cut(text: str, wanted: frozenset[str], longest: int) -> str:
                 low = sentence.lower()
                 if not any(stem in low for stem in wanted):
                     continue
-            found = {_stem(word) for word in query_words(sentence)} & wanted
+            found = {rough_stem(word) for word in query_words(sentence)} & wanted
             if found:
                 scored.append((-len(found), index))
     keep = set(range(opening))
@@ -287,7 +291,7 @@ def read_lines(
         more, probed = read_lines(owner_id, wanted, using, probe)
         rows += more
     lines = {}
-    stems = frozenset(_stem(word) for word in words)
+    stems = frozenset(rough_stem(word) for word in words)
     titles: dict[int, str] = {}
     dates: dict[tuple[Any, ...], datetime | None] = {}
     shown_dates: dict[date, str] = {}

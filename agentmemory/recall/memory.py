@@ -65,10 +65,10 @@ from agentmemory.recall.lines import (
     SHOWN_ROLES,
     TRANSCRIPT_DATE_KEYS,
     _Line,
-    _stem,
     date_text,
     neutralised,
     read_lines,
+    rough_stem,
     session_date,
     shown_day,
 )
@@ -648,7 +648,7 @@ def _ranked(
 
 
 def _begins_word(text: str, stem: str) -> bool:
-    """Whether the rough stem ``stem`` (``_stem`` of a word) stands for a word of ``text``:
+    """Whether the rough stem ``stem`` (``rough_stem`` of a word) stands for a word of ``text``:
     a stem of five letters any word it begins, a shorter one (a whole short word) only that
     word. ``str.find`` and a look at the characters around: a pattern with a look-behind
     scans the whole text (about 60 µs for 2,000 characters)."""
@@ -669,24 +669,23 @@ def _stems_in(text: str, stems: Collection[str]) -> set[str]:
     stem is not ASCII: an ASCII stem is compared with the text as stored, so "cafe" does
     not find "café" here, which only weakens this score). 100 hits of 8,000 characters cost
     330 ms tokenised, a few ms so."""
-    text = text[:DOCUMENT_CHARS]
+    text = text[:DOCUMENT_CHARS].lower()
     if not all(stem.isascii() for stem in stems):
         text = search_text(text)
-    text = text.lower()
     return {stem for stem in stems if _begins_word(text, stem)}
 
 
 def conversation_scores(hits: Sequence[Any], query: str) -> dict[int, float]:
     """Each conversation's score as one document, the text of its hits taken together: BM25
     (``DOCUMENT_K1``; Robertson and Zaragoza 2009) over the rough stems of the query's words
-    (``_stem``, both sides), a stem's weight from how many of the hits' conversations hold
+    (``rough_stem``, both sides), a stem's weight from how many of the hits' conversations hold
     it, its frequency the number of the conversation's hits holding it, without length
     normalisation (a conversation's length here would be its number of hits, which is
     itself evidence of a match: normalising by it measured worse). A conversation that
     answers holds several of the query's words across its turns; a stray match elsewhere
     holds one. Reads nothing: the hits carry their text. {conversation id: score}; empty
     when the query has no word."""
-    wanted = {_stem(word) for word in query_words(query)}
+    wanted = {rough_stem(word) for word in query_words(query)}
     if not wanted:
         return {}
     frequency: dict[int, dict[str, int]] = {}

@@ -106,36 +106,79 @@ OPTIONAL_MARK_RANGES = (
     (0x20D0, 0x20FF),
     (0xFE20, 0xFE2F),
 )
-#: ``OPTIONAL_MARK_RANGES`` as a bracket expression that Python's ``re`` and PostgreSQL's
-#: regular expressions read alike (``\uXXXX`` escapes)
+#: Invisible format characters that join or break a word without being part of it, left out
+#: as well: the soft hyphen (U+00AD, in text copied from typeset pages), the Mongolian vowel
+#: separator, the zero-width space, non-joiner and joiner (U+200B-U+200D: Persian puts the
+#: non-joiner inside words, emoji sequences the joiner), the direction marks, the word
+#: joiner and invisible operators (U+2060-U+2064) and the byte order mark, all Unicode
+#: "Default_Ignorable" characters of category Cf. People type the same words without them; the tokenizers of
+#: both databases cut a word at them ("pass\u200bword" was "pass" and "word").
+INVISIBLE_RANGES = (
+    (0x00AD, 0x00AD),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x2060, 0x2064),
+    (0xFEFF, 0xFEFF),
+)
+#: ``OPTIONAL_MARK_RANGES`` and ``INVISIBLE_RANGES`` as a bracket expression that Python's
+#: ``re`` and PostgreSQL's regular expressions read alike (``\uXXXX`` escapes)
 OPTIONAL_MARKS_CLASS = (
     "["
     + "".join(
         f"\\u{low:04x}" if low == high else f"\\u{low:04x}-\\u{high:04x}"
-        for low, high in OPTIONAL_MARK_RANGES
+        for low, high in OPTIONAL_MARK_RANGES + INVISIBLE_RANGES
     )
     + "]"
 )
 _OPTIONAL_MARKS = re.compile(OPTIONAL_MARKS_CLASS)
 
+#: Letters whose diacritic or ligature Unicode does not decompose, written as the letters
+#: people type without them, as PostgreSQL's ``unaccent`` rules write them: "Łódź" and
+#: "Lodz", "Straße" and "Strasse", the Turkish dotless i and "i", "Œuvre" and "Oeuvre"; and
+#: the Greek final sigma (U+03C2) as the sigma it is (an upper-case "ΟΔΥΣΣΕΥΣ" lower-cases
+#: to a final U+03C3 on PostgreSQL, to U+03C2 in Python).
+FOLDED_LETTERS = {
+    "ß": "ss",
+    "ẞ": "SS",
+    "æ": "ae",
+    "Æ": "AE",
+    "œ": "oe",
+    "Œ": "OE",
+    "\u0131": "i",
+    "ł": "l",
+    "Ł": "L",
+    "ø": "o",
+    "Ø": "O",
+    "đ": "d",
+    "Đ": "D",
+    "ħ": "h",
+    "Ħ": "H",
+    "\u03c2": "\u03c3",
+}
+_FOLD = str.maketrans(FOLDED_LETTERS)
+
 
 def search_text(text: str) -> str:
     """``text`` in the form the full-text indexes of both databases and the query words see
     it: compatibility forms unfolded (NFKD: full-width letters, ligatures, superscripts),
-    the ``OPTIONAL_MARK_RANGES`` marks left out, then composed again (NFC). "Zu\u0308rich"
-    (decomposed), "Zürich" and "Zurich" become "Zurich"; "الطَّالِبُ" becomes "الطالب";
-    "full" in full-width letters becomes "full"; "हिन्दी" stays as it is. Case is kept. The same rule runs in
+    the ``OPTIONAL_MARK_RANGES`` marks and ``INVISIBLE_RANGES`` characters left out,
+    composed again (NFC), the ``FOLDED_LETTERS`` written as their plain letters.
+    "Zu\u0308rich" (decomposed), "Zürich" and "Zurich" become "Zurich"; "الطَّالِبُ" becomes
+    "الطالب"; "full" in full-width letters becomes "full"; "Straße" becomes "Strasse";
+    "pass\u200bword" becomes "password"; "हिन्दी" stays as it is. Case is kept (lower-case
+    before, not after: Python lower-cases a final "Σ" to "ς"). The same rule runs in
     PostgreSQL (``agentmemory_tsvector``) and SQLite (the ``agentmemory_search_text``
     function of the FTS5 triggers), so a word stored in one form is found in any other."""
     if text.isascii():
         return text
-    return unicodedata.normalize("NFC", _OPTIONAL_MARKS.sub("", unicodedata.normalize("NFKD", text)))
+    text = unicodedata.normalize("NFC", _OPTIONAL_MARKS.sub("", unicodedata.normalize("NFKD", text)))
+    return text.translate(_FOLD)
 
 
-def _words(text: str) -> Iterator[str]:
-    """Runs of letters, digits and combining marks: a mark inside a word (a vowel sign, a
-    virama, a diacritic) never splits it, as Python's ``\\w`` alone would ("हिन्दी" was
-    cut into "ह", "न", "द")."""
+def word_runs(text: str) -> Iterator[str]:
+    """The words of ``text`` as they appear (case kept, stop words kept), in order: runs of letters,
+    digits and combining marks: a mark inside a word (a vowel sign, a virama, a diacritic) never
+    splits it, as Python's ``\\w`` alone would ("हिन्दी" was cut into "ह", "न", "द")."""
     if text.isascii():
         yield from _WORD.findall(text)
         return
@@ -157,7 +200,7 @@ def query_words(query: str) -> list[str]:
     ``MAX_QUERY_WORDS``, and when it holds more, the words of what it asks (``asked_in``: its
     last sentence and its questions, the newest first) first: a long message asking about a
     text it pastes is searched by what it asks."""
-    return _asked_first(search_text(query).lower())
+    return _asked_first(search_text(query.lower()))
 
 
 def literal_words(query: str) -> list[str]:
@@ -168,10 +211,10 @@ def literal_words(query: str) -> list[str]:
 
 
 def _asked_first(text: str) -> list[str]:
-    words = _distinct(_words(text))
+    words = _distinct(word_runs(text))
     if len(words) < MAX_QUERY_WORDS or not (asked := asked_in(text, MAX_QUERY_CHARS)):
         return words
-    return _distinct(_words(f"{asked}\n{text}"))
+    return _distinct(word_runs(f"{asked}\n{text}"))
 
 
 def _distinct(found: Iterator[str]) -> list[str]:
