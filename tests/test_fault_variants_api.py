@@ -253,3 +253,23 @@ def test_a_langgraph_ttl_past_the_last_date_never_expires(ttl) -> None:  # type:
     store.put(("notes",), "ferry", {"text": "leaves at noon"}, ttl=ttl)
     assert store.get(("notes",), "ferry", refresh_ttl=True) is not None
     assert [i.key for i in store.search(("notes",), refresh_ttl=True)] == ["ferry"]
+
+
+@pytest.mark.parametrize(
+    ("title", "metadata"),
+    [("t\x00", {}), ("t\ud800", {}), ("t" * 201, {}), ("", {"a": float("nan")}), ("", {"a\x00": "b"}), (7, {})],
+)
+def test_an_agents_conversation_refuses_what_the_api_refuses(user, title, metadata) -> None:  # type: ignore[no-untyped-def]
+    # the database refused them at the INSERT, each its own way (SQLite kept a long title)
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.llm.fake import ScriptedChatModel
+
+    class Agent(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "variants"
+        SYSTEM_PROMPT = "You help."
+
+    agent = Agent(llm=ScriptedChatModel([]))
+    with pytest.raises(ValueError, match="title|metadata"):
+        agent.start_conversation(owner=user, title=title, metadata=metadata)
+    assert not Conversation.objects.filter(agent_key="variants").exists()
+    assert agent.start_conversation(owner=user, title="t" * 200, metadata={"a": 1.5}).title == "t" * 200
