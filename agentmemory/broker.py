@@ -47,11 +47,17 @@ def enqueue_timeout() -> float:
     return float(app_settings().ENQUEUE_TIMEOUT_SECONDS)
 
 
+#: the least a caller of ``publish`` waits for it in all (seconds): the publish's thread may
+#: not even have connected after one second on a loaded machine (two busy cores), and one
+#: that gives up before the broker is reached records a failure a working broker never had
+MIN_PUBLISH_WAIT = 3.0
+
+
 def publish_wait(timeout: float) -> float:
     """Seconds a caller of ``publish`` waits for it in all, the broker's answers however
     slow: four times ``timeout`` (a connection, a handshake, the publish and one retry),
-    and at least one second (starting a transport on a loaded machine takes a while)."""
-    return max(1.0, 4 * timeout)
+    and at least ``MIN_PUBLISH_WAIT``."""
+    return max(MIN_PUBLISH_WAIT, 4 * timeout)
 
 
 def bounded_transport_options(timeout: float) -> dict[str, Any]:

@@ -195,10 +195,11 @@ def test_an_api_append_that_makes_compaction_due_is_not_held_by_a_frozen_broker(
 
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])
 def test_a_broker_that_trickles_its_answer_holds_an_enqueue_no_longer(
-    scheme, point_celery_at, settings
+    scheme, point_celery_at, settings, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     # Each socket operation was bounded, not the publish: a byte every 20 ms held it forever.
     settings.AGENTMEMORY = {}
+    monkeypatch.setattr(broker, "MIN_PUBLISH_WAIT", 0.5)  # three seconds by default
     conv, _ = conversation_with_turns(2)
     server = TricklingBroker(scheme)
     try:
