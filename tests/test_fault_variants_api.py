@@ -257,7 +257,14 @@ def test_a_langgraph_ttl_past_the_last_date_never_expires(ttl) -> None:  # type:
 
 @pytest.mark.parametrize(
     ("title", "metadata"),
-    [("t\x00", {}), ("t\ud800", {}), ("t" * 201, {}), ("", {"a": float("nan")}), ("", {"a\x00": "b"}), (7, {})],
+    [
+        ("t\x00", {}),
+        ("t\ud800", {}),
+        ("t" * 201, {}),
+        ("", {"a": float("nan")}),
+        ("", {"a\x00": "b"}),
+        (7, {}),
+    ],
 )
 def test_an_agents_conversation_refuses_what_the_api_refuses(user, title, metadata) -> None:  # type: ignore[no-untyped-def]
     # the database refused them at the INSERT, each its own way (SQLite kept a long title)
@@ -269,7 +276,7 @@ def test_an_agents_conversation_refuses_what_the_api_refuses(user, title, metada
         SYSTEM_PROMPT = "You help."
 
     agent = Agent(llm=ScriptedChatModel([]))
-    with pytest.raises(ValueError, match="title|metadata"):
+    with pytest.raises(ValueError, match=r"title|metadata"):
         agent.start_conversation(owner=user, title=title, metadata=metadata)
     assert not Conversation.objects.filter(agent_key="variants").exists()
     assert agent.start_conversation(owner=user, title="t" * 200, metadata={"a": 1.5}).title == "t" * 200
