@@ -22,7 +22,7 @@ from django.utils.module_loading import autodiscover_modules
 if TYPE_CHECKING:
     from agentmemory.agents.base import BaseToolCallingAgent
 
-__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "register", "unregister"]
+__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "memory_scope", "register", "unregister"]
 
 _agents: dict[str, type[BaseToolCallingAgent]] = {}
 _lock = threading.RLock()
@@ -102,3 +102,24 @@ def all() -> dict[str, type[BaseToolCallingAgent]]:
     autodiscover()
     with _lock:
         return dict(sorted(_agents.items()))
+
+
+def memory_scope(agent_key: str) -> tuple[str | None, str | None]:
+    """``(agent key, namespace)``: the scope, besides the owner, in which the agent registered
+    under ``agent_key`` recalls its memory block (its ``KNOWLEDGE_MEMORY_AGENT_KEY`` and
+    ``KNOWLEDGE_MEMORY_NAMESPACE``, ``None`` by default: every conversation of the owner and
+    the facts stored without an agent key), so that a preview of a conversation's window
+    (the API's context endpoint, the admin's context page) recalls what its agent sends.
+    For a key no agent holds, or an empty one: ``(agent_key or None, None)``, the
+    conversations and facts of that agent key."""
+    if agent_key:
+        try:
+            cls = get(agent_key)
+        except AgentNotRegistered:
+            pass
+        else:
+            return (
+                getattr(cls, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
+                getattr(cls, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+            )
+    return (agent_key or None, None)

@@ -477,7 +477,7 @@ def test_compaction_enqueued_after_ten_human_messages(conv, settings, django_cap
     assert len(callbacks) == 1
     summary = Summary.objects.get(conversation=conv)
     assert summary.through_seq == 18  # everything before the newest human turn (K6)
-    assert "User asked: question 0" in summary.text
+    assert "User said: question 0" in summary.text
 
     llm = agent.llm
     agent.run(conv, "question 10")

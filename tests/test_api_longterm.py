@@ -234,6 +234,18 @@ def test_forget_deletes_the_fact_and_its_history(api_forced, user):  # type: ign
     assert api_forced.get(f"/api/facts/{first['id']}/").status_code == 404
 
 
+def test_forgetting_an_old_version_forgets_the_fact_in_force_it_led_to(api_forced, user):  # type: ignore[no-untyped-def]
+    """docs/api.md, DELETE /api/facts/{id}/: the id of a superseded version (as listed with
+    ?history=true) forgets the whole fact, the version in force included."""
+    first = api_forced.post("/api/facts/", {"content": "Lives in Oslo"}, format="json").json()["fact"]
+    second = api_forced.patch(
+        f"/api/facts/{first['id']}/", {"content": "Lives in Bergen"}, format="json"
+    ).json()
+    assert api_forced.delete(f"/api/facts/{first['id']}/").status_code == 204
+    assert api_forced.get(f"/api/facts/{second['fact']['id']}/").status_code == 404
+    assert api_forced.get("/api/facts/?history=true").json()["results"] == []
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -449,7 +449,7 @@ def test_offline_summary_lines_are_cut_between_words() -> None:
     long = "I would like to hear about the label features of the shipping form " * 6
     (item,) = extractive_items([ChatMessage.human(long)])
     assert item.endswith("...") and len(item) <= 200
-    kept = item.removeprefix("User asked: ").removesuffix("...")
+    kept = item.removeprefix("User said: ").removesuffix("...")
     assert long.startswith(kept) and long[len(kept)] == " "  # a whole word last
     # a text without spaces to cut at is cut at the length
     (item,) = extractive_items([ChatMessage.human("x" * 400)])

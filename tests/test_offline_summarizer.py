@@ -49,7 +49,7 @@ def test_text_that_looks_like_the_prompt_is_summarised_as_text() -> None:
     # a prompt line ("User: ...", "- item") was taken for structure; now it is just text.
     text = _summarise(None, [ChatMessage.human("User: pretend\n- not an item\nPrevious summary: none")])
     assert text.count("\n- ") == 1
-    assert "User asked: User: pretend - not an item Previous summary: none" in text
+    assert "User said: User: pretend - not an item Previous summary: none" in text
 
 
 @pytest.mark.django_db
@@ -170,4 +170,24 @@ def test_offline_rules_skip_how_someone_has_been_but_keep_what_they_have_been_do
     assert _facts("I've been so stressed at work.") == []
     assert _facts("I've been volunteering at the animal shelter.") == [
         ("personal", 'The user said "I\'ve been volunteering at the animal shelter".')
+    ]
+
+
+def test_a_user_statement_is_said_and_a_question_asked() -> None:
+    # "User asked: I moved to Lisbon." read as a question in the summary the model is sent.
+    from agentmemory.llm.offline import extractive_items
+
+    items = extractive_items(
+        [
+            ChatMessage.human("I moved to Lisbon in March."),
+            ChatMessage.human("Where should I eat tonight?"),
+            ChatMessage.human("Is the museum open ('today')? "),
+            ChatMessage.human("東京の天気は\uff1f"),
+        ]
+    )
+    assert items == [
+        "User said: I moved to Lisbon in March.",
+        "User asked: Where should I eat tonight?",
+        "User asked: Is the museum open ('today')?",
+        "User asked: 東京の天気は\uff1f",
     ]

@@ -667,11 +667,9 @@ def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: i
     said = [i for i in body["memory"]["items"] if i["kind"] == "message"]
     assert said and {i["conversation"] for i in said} == {str(past.uuid)}
     assert all(i["fact"] is None for i in said)
-    fact = (
-        KnowledgeMemory(user, agent_key="support")
-        .store("The boathouse spare key is under the flowerpot.")
-        .fact
-    )
+    # "support" is the example project's SupportAgent, whose block draws on the facts stored
+    # without an agent key (its KNOWLEDGE_MEMORY_AGENT_KEY is None)
+    fact = KnowledgeMemory(user).store("The boathouse spare key is under the flowerpot.").fact
     facts = api.get(url + "?max_tokens=2000&memory_recall=true").json()["memory"]["items"]
     assert [(i["fact"], i["conversation"]) for i in facts if i["kind"] == "fact"] == [(str(fact.uuid), None)]
     assert [m["part"] for m in body["messages"]] == ["memory", "history"]
@@ -685,6 +683,45 @@ def test_context_endpoint_returns_the_block(api, user, past) -> None:  # type: i
     langchain = api.get(url + "?memory_recall=true&message_format=langchain").json()
     assert [m["type"] for m in langchain["messages"]] == ["system", "human"]
     assert "flowerpot" in langchain["messages"][0]["data"]["content"]
+
+
+def test_the_endpoint_and_the_admin_page_recall_what_the_registered_agent_sends(
+    admin_client, api, user, settings
+) -> None:  # type: ignore[no-untyped-def]
+    # An agent with the default scope recalls every conversation of its user and the facts
+    # stored without an agent key; the previews recalled in the conversation's agent key
+    # only, so they showed a different block from the one the agent sent.
+    from agentmemory import agent_registry
+
+    class Concierge(BaseToolCallingAgent):
+        AGENT_KEY = "concierge-preview"
+        SYSTEM_PROMPT = "You are a concierge."
+        MEMORY_RECALL_ENABLED = True
+
+    try:
+        KnowledgeMemory(user).store("Wife's diet: vegetarian", "family", persistent=True)
+        stored(user, [*FILLER, "Our anniversary dinner is at Taberna da Rua.", "Noted."], agent_key="trips")
+        question = "What diet does my wife follow, and where is our anniversary dinner?"
+        conv = Conversation.objects.create(owner=user, agent_key="concierge-preview")
+        llm = ScriptedChatModel(["Vegetarian; Taberna da Rua."])
+        Concierge(llm).run(conv, question)
+        sent = memory_messages(llm.calls[0][0])[0].text
+        assert "vegetarian" in sent and "Taberna da Rua" in sent
+        preview = ask(user, question, agent_key="concierge-preview")
+        body = api.get(f"/api/conversations/{preview.uuid}/context/?memory_recall=true").json()
+        assert "vegetarian" in body["memory"]["text"] and "Taberna da Rua" in body["memory"]["text"]
+        page = admin_client.get(
+            reverse("admin:agentmemory_conversation_context", args=[preview.pk]), {"memory_recall": "on"}
+        )
+        shown = page.content.decode()
+        assert "vegetarian" in shown and "Taberna da Rua" in shown
+        assert "every conversation of the owner" in shown
+        # a key no agent holds keeps the scope of that key: none of the above
+        other = ask(user, question, agent_key="no-such-agent")
+        body = api.get(f"/api/conversations/{other.uuid}/context/?memory_recall=true").json()
+        assert body["memory"] is None
+    finally:
+        agent_registry.unregister("concierge-preview")
 
 
 def test_the_admin_context_page_recalls_in_the_scope_the_api_does(
@@ -756,7 +793,7 @@ def test_context_endpoint_of_another_user_is_a_404(api, user) -> None:  # type: 
 
 def test_context_endpoint_gives_staff_no_block_of_another_users_memory(user, past, settings) -> None:  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"API_STAFF_SEES_ALL_CONVERSATIONS": True}
-    KnowledgeMemory(user, agent_key="support").store("The boathouse alarm code is 4321.")
+    KnowledgeMemory(user).store("The boathouse alarm code is 4321.")  # SupportAgent's scope
     conv = ask(user, "Where is the spare key to the boathouse?")
     staff = UserFactory(is_staff=True)
     client = APIClient()

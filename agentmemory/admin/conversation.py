@@ -42,6 +42,7 @@ from agentmemory.admin.utils import (
     int_param,
     short_datetime,
 )
+from agentmemory.agent_registry import memory_scope
 from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
@@ -532,20 +533,22 @@ class ConversationAdmin(CheckedQueryAdmin):
             errors.append(str(_("memory_recall must be on or off.")))
             recall_choice = ""
         memory_recall = conf.MEMORY_RECALL_ENABLED if not recall_choice else recall_choice == "on"
+        recall_scope = memory_scope(obj.agent_key)
         window = None
         budget_error = None
         entries: list[dict[str, Any]] = []
         if not errors:
             counter = get_token_counter()
             try:
-                # the memory block in the scope the API's context endpoint uses: the
-                # conversations and facts of the conversation's agent key (all of the
-                # owner's when it has none), so the page shows what the endpoint answers
+                # the memory block in the scope the API's context endpoint uses: that of
+                # the agent registered under the conversation's agent key, else the
+                # conversations and facts of that key (all of the owner's when it has none)
                 window = ContextWindowBuilder(
                     obj,
                     token_counter=counter,
                     memory_recall=memory_recall,
-                    memory_agent_key=obj.agent_key or None,
+                    memory_agent_key=recall_scope[0],
+                    memory_namespace=recall_scope[1],
                 ).build(max_tokens, max_messages=max_messages)
             except ContextBudgetExceeded as exc:
                 budget_error = exc
@@ -604,6 +607,8 @@ class ConversationAdmin(CheckedQueryAdmin):
             "max_messages": max_messages,
             "default_tokens": default_tokens,
             "recall_choice": recall_choice,
+            "recall_scope": recall_scope,
+            "memory_recall": memory_recall,
             "recall_default": conf.MEMORY_RECALL_ENABLED,
             "left_out": left_out,
             "remaining": (window.max_tokens - window.total_tokens) if window else None,

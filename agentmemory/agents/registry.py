@@ -6,8 +6,9 @@ from agentmemory.agent_registry import (
     all,
     autodiscover,
     get,
+    memory_scope,
     register,
     unregister,
 )
 
-__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "register", "unregister"]
+__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "memory_scope", "register", "unregister"]

@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.utils import formatting
 from rest_framework.viewsets import GenericViewSet
 
+from agentmemory.agent_registry import memory_scope
 from agentmemory.api import access
 from agentmemory.api import serializers as s
 from agentmemory.api.access import (
@@ -533,8 +534,10 @@ class ConversationViewSet(
         ``gap_policy=close`` they get a compaction first, as an agent's model call does, and
         ``uncovered`` holds what it could not close.
         With ``memory_recall=true`` the owner's memory block follows the summary (``memory``):
-        recalled in the scope of the conversation's agent key, and only for the owner (staff
-        reading another user's conversation get none)."""
+        recalled in the scope the agent registered under the conversation's agent key uses
+        (``agent_registry.memory_scope``: what that agent sends), else in the scope of the
+        conversation's agent key, and only for the owner (staff reading another user's
+        conversation get none)."""
         conversation = self.get_object()
         shape = message_format(request)
         max_tokens = _positive_int_param(
@@ -554,6 +557,7 @@ class ConversationViewSet(
         # conversation (API_STAFF_SEES_ALL_CONVERSATIONS) get no memory block.
         if conversation.owner_id != request.user.pk:
             memory_recall = False
+        memory_agent_key, memory_namespace = memory_scope(conversation.agent_key)
         counter = get_token_counter()
         try:
             # With gap_policy=close, as for an agent's model call: a window that would leave
@@ -563,9 +567,10 @@ class ConversationViewSet(
                 token_counter=counter,
                 gap_policy=gap_policy,
                 memory_recall=memory_recall,
-                # the conversations and facts of the conversation's agent key (all of the
-                # owner's when it has none), as an agent scoped by KNOWLEDGE_MEMORY_AGENT_KEY
-                memory_agent_key=conversation.agent_key or None,
+                # the scope the conversation's registered agent recalls in, else the
+                # conversations and facts of its agent key (all of the owner's when none)
+                memory_agent_key=memory_agent_key,
+                memory_namespace=memory_namespace,
             )
             window = build_closing_gap(builder, max_tokens, max_messages=max_messages)
         except ContextBudgetExceeded as exc:

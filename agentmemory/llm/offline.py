@@ -94,11 +94,18 @@ def extractive_summary(previous: str | None, messages: Sequence[ChatMessage], *,
     return _fit(items + _dated_items(messages), max_tokens, earlier)
 
 
+def _asks(text: str) -> bool:
+    """Whether ``text`` ends as a question ("?", or the full-width U+FF1F, before any closing
+    quotes, brackets or spaces)."""
+    return text.rstrip(" \t\n\"')]}\u201d\u2019").endswith(("?", "\uff1f"))
+
+
 def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
-    """One line per user message ("User asked: ...", or "NAME said: ..." when the message
-    names its speaker), assistant reply ("Assistant said: ...", or "NAME said: ...") and tool
-    call ("Assistant used tool NAME."), each cut to 160 characters; tool results and system
-    messages are left out."""
+    """One line per user message ("User asked: ..." for a question, one whose text ends with "?",
+    else "User said: ...", or "NAME said: ..." when the message names its speaker),
+    assistant reply ("Assistant said: ...", or "NAME said: ...") and tool call ("Assistant
+    used tool NAME."), each cut to 160 characters; tool results and system messages are left
+    out."""
     return [text for _when, text in _dated_items(messages)]
 
 
@@ -108,7 +115,8 @@ def _dated_items(messages: Sequence[ChatMessage]) -> list[Item]:
         when = _day(said_at(m))
         name = speaker(m)
         if m.role is Role.HUMAN and m.text.strip():
-            items.append((when, (f"{name} said: " if name else "User asked: ") + _clip(m.text)))
+            label = f"{name} said: " if name else "User asked: " if _asks(m.text) else "User said: "
+            items.append((when, label + _clip(m.text)))
         elif m.role is Role.AI:
             if m.text.strip():
                 items.append((when, f"{name or 'Assistant'} said: " + _clip(m.text)))
