@@ -15,6 +15,9 @@ options ``socket_connect_timeout`` and ``socket_timeout``, py-amqp's ``connect_t
 ``read_timeout`` and ``write_timeout``, and kombu's ``connect_retries_timeout`` for its
 reconnection loop. A publish gives up once that time has passed (``ENQUEUE_RETRY_POLICY``
 retries at once, while time is left: a pooled connection the broker dropped is made again).
+Those bounds are per socket operation, so a broker that trickles its answers (a byte at a
+time, each within the bound) still held a publish for as long as it went on: the publish
+runs in a thread of its own, and its caller waits for it at most ``publish_wait()``.
 The app's own connection pool, which its workers and your code use, is left as configured.
 """
 
@@ -42,6 +45,19 @@ def enqueue_timeout() -> float:
     from agentmemory.conf import app_settings
 
     return float(app_settings().ENQUEUE_TIMEOUT_SECONDS)
+
+
+#: the least a caller of ``publish`` waits for it in all (seconds): the publish's thread may
+#: not even have connected after one second on a loaded machine (two busy cores), and one
+#: that gives up before the broker is reached records a failure a working broker never had
+MIN_PUBLISH_WAIT = 3.0
+
+
+def publish_wait(timeout: float) -> float:
+    """Seconds a caller of ``publish`` waits for it in all, the broker's answers however
+    slow: four times ``timeout`` (a connection, a handshake, the publish and one retry),
+    and at least ``MIN_PUBLISH_WAIT``."""
+    return max(MIN_PUBLISH_WAIT, 4 * timeout)
 
 
 def bounded_transport_options(timeout: float) -> dict[str, Any]:
@@ -98,8 +114,9 @@ def publish(
     Raises:
         Whatever ``apply_async`` raises when the broker cannot take the task in time
         (kombu's ``OperationalError`` for a refused or timed-out connection, a
-        ``LimitExceeded`` when every pooled connection is busy): callers log it and record
-        the failure; nothing is retried later by this function.
+        ``LimitExceeded`` when every pooled connection is busy), and kombu's
+        ``OperationalError`` when it has not returned after ``publish_wait()`` seconds:
+        callers log it and record the failure; nothing is retried later by this function.
     """
     app = task.app
     if app.conf.task_always_eager:  # runs here: no broker to wait for
@@ -115,10 +132,30 @@ def publish(
             raise exc
 
     policy = dict(ENQUEUE_RETRY_POLICY, errback=give_up_at_the_deadline)
-    with _producer_pool(app, timeout).acquire(block=True, timeout=timeout) as producer:
-        return task.apply_async(
-            args=args, kwargs=kwargs, producer=producer, retry=True, retry_policy=policy, **options
-        )
+    outcome: dict[str, Any] = {}
+
+    def send() -> None:
+        try:
+            with _producer_pool(app, timeout).acquire(block=True, timeout=timeout) as producer:
+                outcome["result"] = task.apply_async(
+                    args=args, kwargs=kwargs, producer=producer, retry=True, retry_policy=policy, **options
+                )
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+
+    # A daemon thread: one that the broker still holds is left to its socket timeouts (a
+    # task it publishes late is a duplicate that compaction and embedding skip).
+    sender = threading.Thread(target=send, name="agentmemory-publish", daemon=True)
+    sender.start()
+    wait = publish_wait(timeout)
+    sender.join(wait)
+    if sender.is_alive():
+        from kombu.exceptions import OperationalError
+
+        raise OperationalError(f"the broker did not take the task within {wait:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def celery_broker() -> tuple[str, bool]:

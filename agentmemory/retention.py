@@ -38,6 +38,12 @@ TOOL_CALL_PAGE = 1_000
 #: the metadata key of an AI message's Anthropic thinking blocks (the model's own words),
 #: which blanking removes (``agentmemory.formats.anthropic``)
 THINKING_KEY = "thinking"
+#: metadata keys that hold what was said, which blanking removes: the thinking blocks, and
+#: the whole item or message the contrib adapters keep beside the columns when these cannot
+#: give it back exactly (``openai_agents.ITEM_KEY``, ``langchain.MESSAGE_KEY``, and
+#: pydantic-ai's thinking and other response parts); named here, since importing the
+#: adapters needs their optional libraries
+WORD_KEYS = (THINKING_KEY, "openai_item", "langchain_message", "pydantic_ai_thinking", "pydantic_ai_parts")
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "": "days"}
@@ -301,8 +307,8 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
     blanked = messages.update(
         content=Case(When(content__isnull=True, then=Value(None)), default=Value("")), parts=None
     )
-    # tool call arguments, and the model's words kept in metadata (Anthropic thinking blocks)
-    with_words = messages.filter(~Q(tool_calls=[]) | Q(metadata__has_key=THINKING_KEY)).order_by("pk")
+    # tool call arguments, and the words kept in metadata (thinking blocks, adapters' copies)
+    with_words = messages.filter(~Q(tool_calls=[]) | Q(metadata__has_any_keys=WORD_KEYS)).order_by("pk")
     last = 0
     while True:
         page = list(with_words.filter(pk__gt=last).only("pk", "tool_calls", "metadata")[:TOOL_CALL_PAGE])
@@ -311,7 +317,8 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
         for message in page:
             message.tool_calls = [{**call, "arguments": {}} for call in message.tool_calls or ()]
             if isinstance(message.metadata, dict):
-                message.metadata.pop(THINKING_KEY, None)
+                for key in WORD_KEYS:
+                    message.metadata.pop(key, None)
         Message.objects.using(alias).bulk_update(page, ["tool_calls", "metadata"])
         last = page[-1].pk
     summaries = Summary.objects.using(alias).filter(conversation_id__in=batch).update(text="")

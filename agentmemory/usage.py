@@ -179,8 +179,18 @@ class UsageTotals:
     by_model: tuple[ModelUsage, ...] = field(default=())
 
 
+class _Total(Sum):
+    """``SUM``, except on SQLite, whose ``SUM`` of integers raises "integer overflow" past
+    2**63 - 1, a bound two rows reach there (a positive integer column holds up to that
+    much): its ``TOTAL``, a float, exact up to 2**53 tokens. (PostgreSQL sums the integer
+    columns as a bigint.)"""
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, function="TOTAL", **extra_context)
+
+
 def _annotations() -> dict[str, Any]:
-    sums: dict[str, Any] = {name: Sum(name) for name in _SUMS}
+    sums: dict[str, Any] = {name: _Total(name) for name in _SUMS}
     return {
         "n_calls": Count("id"),
         "n_counted": Count("id", filter=Q(usage_source=UsageSource.COUNTED)),

@@ -11,6 +11,7 @@ accept every connection and never send a byte.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -67,6 +68,38 @@ class FrozenBroker:
         for conn in self.held:
             conn.close()
         self.sock.close()
+
+
+class TricklingBroker(FrozenBroker):
+    """A TCP port that answers every connection a byte at a time, each well within the
+    socket timeouts, without end: the start of a long AMQP frame or Redis reply."""
+
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+        super().__init__()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.held.append(conn)
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        conn.settimeout(0.01)
+        with contextlib.suppress(OSError):
+            conn.recv(65536)  # the client speaks first, for both protocols
+        head = b"\x01\x00\x00\x00\x10\x00\x00" if self.scheme == "amqp" else b"$1000000\r\n"
+        sent = 0
+        while not self.stopped.is_set():
+            try:
+                conn.send(head[sent : sent + 1] or b"x")
+            except OSError:
+                return
+            sent += 1
+            self.stopped.wait(0.02)
 
 
 def _refused_url(scheme: str) -> str:
@@ -158,6 +191,25 @@ def test_an_api_append_that_makes_compaction_due_is_not_held_by_a_frozen_broker(
     conv.refresh_from_db()
     assert conv.message_count == 2 and "enqueue failed" in conv.compaction_error
     assert conv.compaction_requested_at is not None  # the sweep picks it up later
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_a_broker_that_trickles_its_answer_holds_an_enqueue_no_longer(
+    scheme, point_celery_at, settings, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Each socket operation was bounded, not the publish: a byte every 20 ms held it forever.
+    settings.AGENTMEMORY = {}
+    monkeypatch.setattr(broker, "MIN_PUBLISH_WAIT", 0.5)  # three seconds by default
+    conv, _ = conversation_with_turns(2)
+    server = TricklingBroker(scheme)
+    try:
+        point_celery_at(server.url(scheme))
+        took, error = _timed(lambda: enqueue_compaction(conv.pk))
+        assert server.held, "the broker was never reached"
+    finally:
+        server.close()
+    assert took < BOUND, f"a trickling {scheme} broker held the enqueue {took:.2f} s"
+    assert "enqueue failed" in (error or "")
 
 
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])

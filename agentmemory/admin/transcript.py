@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote as urlquote
 
 from django.db import router
+from django.urls import reverse
 
 from agentmemory.models import Conversation, Message, Summary
 
@@ -31,6 +32,17 @@ FOLD_LINES = 30
 FOLD_CHARS = 3_000
 #: characters of a folded message shown in its summary line
 PREVIEW_CHARS = 160
+#: characters of one message's text, tool call's arguments or summary shown on a transcript
+#: page; the rest is on the message's or summary's own page (a page of 50 messages of 2 MB
+#: each was a 100 MB page, as the API's message list was before its byte bound)
+SHOWN_CHARS = 20_000
+
+
+def shown(text: str | None) -> tuple[str | None, int]:
+    """``(text cut to SHOWN_CHARS characters, characters cut off)``."""
+    if text is None or len(text) <= SHOWN_CHARS:
+        return text, 0
+    return text[:SHOWN_CHARS], len(text) - SHOWN_CHARS
 
 
 def call_anchor(ai_seq: int, call_id: str) -> str:
@@ -78,6 +90,8 @@ class TranscriptCall:
     result_seq: int | None = None
     pending: bool = False
     abandoned: bool = False
+    #: characters of the arguments not shown (``SHOWN_CHARS``)
+    cut: int = 0
 
 
 @dataclass
@@ -104,6 +118,12 @@ class TranscriptEntry:
     anchor: str = ""
     summary: Summary | None = None
     summary_current: bool = False
+    #: characters of the whole text (``text`` holds at most ``SHOWN_CHARS`` of them)
+    chars: int = 0
+    #: characters of the text not shown, which the message's or summary's own page shows
+    cut: int = 0
+    #: the message's own admin page, when something of it is not shown here
+    whole_href: str = ""
 
 
 @dataclass
@@ -217,12 +237,16 @@ def build_page(
         text, is_json = pretty_text(message.content)
         limit = {"system": FOLD_SYSTEM_CHARS, "tool": FOLD_TOOL_CHARS}.get(message.role, FOLD_CHARS)
         folded = bool(text) and (len(text or "") > limit or (text or "").count("\n") >= FOLD_LINES)
+        chars = len(text or "")
+        text, cut = shown(text)
         entry = TranscriptEntry(
             kind="message",
             seq=message.seq,
             role=message.role,
             name=message.name,
             text=text,
+            chars=chars,
+            cut=cut,
             is_json=is_json,
             folded=folded,
             preview=" ".join((message.content or "").split())[:PREVIEW_CHARS] if folded else "",
@@ -238,12 +262,15 @@ def build_page(
                 entry.parts.append(str(part.get("mime_type") or kind))
         for call in message.tool_calls or ():
             call_id = str(call.get("id", ""))
-            arguments = call.get("arguments", {})
+            arguments, cut = shown(
+                json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False, sort_keys=True)
+            )
             item = TranscriptCall(
                 id=call_id,
                 name=str(call.get("name", "?")),
-                arguments=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
+                arguments=arguments or "",
                 anchor=call_anchor(message.seq, call_id),
+                cut=cut,
             )
             if call_id in pending:
                 item.pending = True
@@ -254,6 +281,8 @@ def build_page(
             else:
                 item.result_href = f"{result_url}?call={urlquote(call_id, safe='')}&after={message.seq}"
             entry.calls.append(item)
+        if entry.cut or any(call.cut for call in entry.calls):
+            entry.whole_href = reverse("admin:agentmemory_message_change", args=[message.pk])
         if message.role == "tool":
             # What the model read as a failure: an agent marks a failed tool run in the
             # metadata, and every error result (an agent's, a cancelled call's) starts with
@@ -285,10 +314,14 @@ def build_page(
 
 
 def _summary_end(summary: Summary, conversation: Conversation) -> TranscriptEntry:
+    text, cut = shown(summary.text)
     return TranscriptEntry(
         kind="summary_end",
         seq=summary.through_seq,
         summary=summary,
+        text=text,
+        chars=len(summary.text),
+        cut=cut,
         summary_current=summary.pk == conversation.summary_id,
         anchor=f"summary-{summary.pk}",
     )

@@ -381,9 +381,29 @@ class BaseToolCallingAgent:
     def start_conversation(
         self, owner: Any = None, title: str = "", metadata: Mapping[str, Any] | None = None
     ) -> Conversation:
-        """Create a conversation for this agent (``agent_key = AGENT_KEY``)."""
+        """Create a conversation for this agent (``agent_key = AGENT_KEY``).
+
+        Args:
+            title: at most 200 characters (the column's), without NUL or lone surrogates.
+            metadata: a JSON object the database stores (no NaN, infinities, NUL or lone
+                surrogates), as the API requires of a conversation's.
+
+        Raises:
+            ValueError: a title or metadata the API refuses too, before any query (the
+                database refused them, each its own way: PostgreSQL a NUL, a long title or
+                NaN, SQLite NaN; SQLite kept a long title whole).
+        """
+        metadata = dict(metadata or {})
+        limit = Conversation._meta.get_field("title").max_length or 0
+        if not isinstance(title, str) or len(title) > limit or text_problem(title):
+            raise ValueError(
+                f"title must be text of at most {limit} characters without NUL or lone surrogates"
+            )
+        problem = json_problem(metadata)
+        if problem:
+            raise ValueError(f"metadata {problem}")
         return Conversation.objects.create(
-            owner=owner, title=title, agent_key=self.AGENT_KEY, metadata=dict(metadata or {})
+            owner=owner, title=title, agent_key=self.AGENT_KEY, metadata=metadata
         )
 
     async def astart_conversation(

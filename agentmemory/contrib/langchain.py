@@ -214,9 +214,13 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
         whose uuid is derived from the three (``agentmemory.contrib.sessions.session_uuid``),
         so another owner's session of the same id is another conversation. Makes no query,
         so it may be called in an event loop's thread (``RunnableWithMessageHistory`` calls
-        its factory there for ``ainvoke``). ``kwargs`` as for the class."""
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be text, not {type(session_id).__name__}")
+        its factory there for ``ainvoke``). ``kwargs`` as for the class.
+
+        Raises:
+            TypeError, ValueError: a ``session_id`` that is not text, an ``agent_key`` the
+                conversation cannot hold (``agentmemory.contrib.sessions.check_session``).
+        """
+        sessions.check_session(session_id, agent_key)
         owner_id = getattr(owner, "pk", owner)
         uuid = sessions.session_uuid(FRAMEWORK, session_id, owner_id=owner_id, agent_key=agent_key)
         return cls(_session=(uuid, session_id, owner_id, agent_key), **kwargs)

@@ -448,6 +448,10 @@ class AgentMemorySession:
     thread (``asgiref.sync.sync_to_async``), never on the event loop, where Django refuses
     queries. The conversation is created by the first ``add_items``; reads of a session
     never written return nothing.
+
+    Raises:
+        TypeError, ValueError: a ``session_id`` that is not text, an ``agent_key`` the
+            conversation cannot hold (``agentmemory.contrib.sessions.check_session``).
     """
 
     def __init__(
@@ -460,8 +464,7 @@ class AgentMemorySession:
         window_tokens: int | None = None,
         compaction_tokens: int | None = None,
     ) -> None:
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be text, not {type(session_id).__name__}")
+        sessions.check_session(session_id, agent_key)
         self.session_id = session_id
         self.owner_id = getattr(owner, "pk", owner)
         self.agent_key = agent_key
@@ -493,18 +496,13 @@ class AgentMemorySession:
 
     def _get_or_create(self) -> int:
         if self._conversation_id is None:
-            conversation, _ = Conversation.objects.db_manager(
-                router.db_for_write(Conversation)
-            ).get_or_create(
-                uuid=self.conversation_uuid,
-                defaults={
-                    "owner_id": self.owner_id,
-                    "agent_key": self.agent_key,
-                    "title": self.session_id[:200],
-                    "metadata": {SESSION_KEY: self.session_id},
-                },
+            self._conversation_id = sessions.get_or_create_session_conversation(
+                self.conversation_uuid,
+                session_id=self.session_id,
+                metadata_key=SESSION_KEY,
+                owner_id=self.owner_id,
+                agent_key=self.agent_key,
             )
-            self._conversation_id = conversation.pk
         return self._conversation_id
 
     def get_conversation(self) -> Conversation | None:

@@ -11,9 +11,11 @@ from typing import Any
 from django.db import router
 
 from agentmemory.models import Conversation
+from agentmemory.validation import storable_text, text_problem
 
 __all__ = [
     "SESSION_NAMESPACE",
+    "check_session",
     "find_session_conversation",
     "get_or_create_session_conversation",
     "session_uuid",
@@ -21,6 +23,25 @@ __all__ = [
 
 #: namespace of the conversations' uuids (``session_uuid``)
 SESSION_NAMESPACE = uuid.UUID("5d0b8a52-2f4c-4a8e-9a53-0c1f7e0a6b21")
+
+
+def check_session(session_id: Any, agent_key: Any) -> None:
+    """Refuse, before any query, what names no session: a ``session_id`` that is not text, an
+    ``agent_key`` that the conversation's column cannot hold (text of at most 100 characters
+    without NUL or lone surrogates, as ``KnowledgeMemory`` requires of its agent key); the
+    database refused those at the first write (PostgreSQL's ``DataError``).
+
+    Raises:
+        TypeError: ``session_id`` or ``agent_key`` is not text.
+        ValueError: ``agent_key`` is too long or holds NUL or a lone surrogate.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be text, not {type(session_id).__name__}")
+    if not isinstance(agent_key, str):
+        raise TypeError(f"agent_key must be text, not {type(agent_key).__name__}")
+    max_length = Conversation._meta.get_field("agent_key").max_length or 0
+    if len(agent_key) > max_length or text_problem(agent_key):
+        raise ValueError(f"agent_key must be at most {max_length} characters without NUL or lone surrogates")
 
 
 def session_uuid(framework: str, session_id: str, *, owner_id: Any = None, agent_key: str = "") -> uuid.UUID:
@@ -51,14 +72,16 @@ def get_or_create_session_conversation(
 ) -> int:
     """The primary key of the conversation with this uuid, created when missing with the
     owner, the agent key, the session id as its title (first 200 characters) and in its
-    metadata under ``metadata_key``."""
+    metadata under ``metadata_key`` (NUL and lone surrogates, which the database refuses,
+    replaced by U+FFFD there)."""
     conversation, _ = Conversation.objects.db_manager(router.db_for_write(Conversation)).get_or_create(
         uuid=conversation_uuid,
         defaults={
             "owner_id": owner_id,
             "agent_key": agent_key,
-            "title": session_id[:200],
-            "metadata": {metadata_key: session_id},
+            # any text names a session (its uuid is a hash); the copies are what storage takes
+            "title": storable_text(session_id[:200]),
+            "metadata": {metadata_key: storable_text(session_id)},
         },
     )
     return conversation.pk

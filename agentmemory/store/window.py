@@ -97,6 +97,16 @@ def _names(alias: str) -> tuple[Any, Any, Any]:
     return helper(Conversation), helper(Summary), helper(Message)
 
 
+def _sum(alias: str, expression: str) -> str:
+    """SQL adding up the token counts ``expression`` on ``alias``: ``SUM``, except on SQLite,
+    whose ``SUM`` of integers raises "integer overflow" past 2**63 - 1, which two messages at
+    the column's largest value reach there: it adds them as floats (exact up to 2**53
+    tokens; NULL over no rows, as ``SUM``). PostgreSQL sums the integer column as a bigint."""
+    if connections[alias].vendor == "sqlite":
+        return f"SUM(CAST({expression} AS REAL))"
+    return f"SUM({expression})"
+
+
 def _tail_select(
     alias: str,
     *,
@@ -150,12 +160,12 @@ def _tail_select(
         # The role is a literal: the statement has no %(tool)s parameter when uncapped.
         window = f"WINDOW w AS (ORDER BY {m('seq')} DESC ROWS UNBOUNDED PRECEDING) "
         running = (
-            f"SUM({tokens}) OVER w AS running, {tokens} AS tok, "
+            f"{_sum(alias, tokens)} OVER w AS running, {tokens} AS tok, "
             f"MIN(CASE WHEN {m('role')} = '{Role.TOOL.value}' THEN {m('exchange_seq')} END) OVER w AS reach"
         )
     else:
         window = ""
-        running = f"SUM({tokens}) OVER (ORDER BY {m('seq')} DESC) AS running"
+        running = f"{_sum(alias, tokens)} OVER (ORDER BY {m('seq')} DESC) AS running"
     page = (
         f"SELECT {', '.join(meta)}, {m('id')}, {m('name')}, {m('content')}, {m('parts')}, {m('metadata')}, "
         f"{running} FROM {qn(Message._meta.db_table)} WHERE {where} {window}"
@@ -848,7 +858,7 @@ def _uncovered_sql(alias: str, *, pending: int) -> str:
             else ""
         )
         sql = _SQL_CACHE[key] = (
-            f"SELECT {m('seq')}, COUNT(*) OVER (), SUM({m('token_count')}) OVER () "
+            f"SELECT {m('seq')}, COUNT(*) OVER (), {_sum(alias, m('token_count'))} OVER () "
             f"FROM {qn(Message._meta.db_table)} WHERE {m('conversation')} = %s AND {m('seq')} > %s "
             f"AND {m('seq')} < %s AND NOT ({m('role')} = %s AND {exchange} IS NULL){waiting} "
             f"ORDER BY {m('seq')} DESC LIMIT %s"
@@ -914,7 +924,7 @@ def _gap_probe_sql(alias: str, *, pending: int, pending_array: bool = False) -> 
     conv = f"{m('conversation')} = %(id)s"
     branches = [
         f"SELECT 0, (SELECT {m('seq')} FROM {messages} WHERE {conv} ORDER BY {m('seq')} LIMIT 1), "
-        f"(SELECT SUM({m('token_count')}) FROM {messages} WHERE {conv} "
+        f"(SELECT {_sum(alias, m('token_count'))} FROM {messages} WHERE {conv} "
         f"AND {m('seq')} BETWEEN %(pinned)s AND %(pinned_last)s AND {m('role')} = %(system)s), "
         f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
         f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"

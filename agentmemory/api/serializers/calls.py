@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentmemory.api.serializers.common import FiniteFloatField
 from agentmemory.api.serializers.windows import ContextWindowSerializer
 from agentmemory.calls import recorded_memory_tokens
 from agentmemory.models import ModelCall
@@ -20,6 +21,9 @@ class ModelCallSerializer(serializers.ModelSerializer):
     message_seq = serializers.SerializerMethodField()
     summary_through_seq = serializers.SerializerMethodField()
     memory_tokens = serializers.SerializerMethodField()
+    #: seconds; null for a stored value that is not a number (PostgreSQL's float column
+    #: takes NaN and infinities)
+    latency = FiniteFloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = ModelCall

@@ -267,7 +267,13 @@ class StrictBooleanField(serializers.BooleanField):
 
 class FiniteFloatField(serializers.FloatField):
     """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)
-    and JSON booleans (DRF's field reads ``true`` as 1.0; the schema says a number)."""
+    and JSON booleans (DRF's field reads ``true`` as 1.0; the schema says a number). A stored
+    value that is not finite reads as ``null`` (give the field ``allow_null=True``): JSON has
+    no NaN, and DRF's strict renderer raised on one, so a single such row made a page a 500."""
+
+    def to_representation(self, value: Any) -> float | None:
+        number: float = super().to_representation(value)
+        return number if math.isfinite(number) else None
 
     def to_internal_value(self, data: Any) -> float:
         if isinstance(data, bool):

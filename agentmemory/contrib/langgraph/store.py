@@ -25,10 +25,11 @@ applied after them, the last put of a namespace and key winning (as in ``InMemor
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -60,6 +61,7 @@ from langgraph.store.base import (
 from agentmemory.contrib.langgraph.connections import tidy_method
 from agentmemory.contrib.langgraph.models import StoreItem, StoreVector
 from agentmemory.recall.backends import FullTextBackend, RecallBackend
+from agentmemory.validation import MAX_ID, text_problem
 
 logger = logging.getLogger("agentmemory.contrib.langgraph")
 
@@ -70,6 +72,30 @@ CHUNK = 200
 #: most full-text candidates ranked for one search (before the filter and the page)
 MAX_TEXT_CANDIDATES = 1000
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+#: the expiry of an item whose TTL reaches past what a date holds (LangGraph's ``ttl`` is
+#: minutes, any number): in practice it never expires
+LAST_EXPIRY = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def _expiry(now: datetime, ttl: float) -> datetime:
+    try:
+        return now + timedelta(minutes=ttl)
+    except OverflowError:
+        return LAST_EXPIRY
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why the database cannot store ``value`` as JSON (PostgreSQL's ``jsonb`` refuses NaN,
+    infinities and the NUL character; no driver sends a lone surrogate), or ``None``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "holds NaN or an infinity"
+    if isinstance(value, str):
+        return text_problem(value)
+    if isinstance(value, Mapping):
+        return next((p for k, v in value.items() if (p := _value_problem(k) or _value_problem(v))), None)
+    if isinstance(value, list | tuple):
+        return next((p for item in value if (p := _value_problem(item))), None)
+    return None
 
 
 def _join(namespace: Sequence[str]) -> str:
@@ -154,6 +180,8 @@ def _narrow(rows: QuerySet[StoreItem], filter: Mapping[str, Any] | None) -> Quer
             wanted = wanted["$eq"]
         if not isinstance(wanted, str):
             continue
+        if text_problem(wanted) or text_problem(str(key)):
+            return rows.none()  # no stored value holds it (PostgreSQL refused it in a query)
         alias = f"_value_{i}"
         rows = rows.alias(**{alias: KeyTransform(str(key), "value")}).filter(**{alias: wanted})
     return rows
@@ -260,7 +288,9 @@ class DjangoStore(BaseStore):
         Raises:
             InvalidNamespaceError: a namespace label that is empty, not a string, or holds
                 "." or a NUL character; an empty namespace in a ``PutOp``.
-            ValueError: an unknown filter operator or namespace match type.
+            ValueError: an unknown filter operator or namespace match type; a put whose key
+                or value holds what the database cannot store (NUL, a lone surrogate, NaN
+                or an infinity), on every database alike.
         """
         ops = list(ops)
         plan = self._plan(ops)
@@ -281,6 +311,11 @@ class DjangoStore(BaseStore):
             if isinstance(op, PutOp):
                 if not op.namespace:
                     raise InvalidNamespaceError("Namespace cannot be empty.")
+                problem = _value_problem(str(op.key))
+                if problem is None and op.value is not None:
+                    problem = _value_problem(op.value)
+                if problem:
+                    raise ValueError(f"cannot store the item {op.key!r}: it {problem}")
                 plan.puts[(tuple(op.namespace), op.key)] = op
             elif isinstance(op, SearchOp):
                 if op.query and self.embeddings is not None:
@@ -389,7 +424,8 @@ class DjangoStore(BaseStore):
     def _get_many(self, db: str, ops: list[GetOp], now: datetime) -> dict[tuple[str, str], StoreItem]:
         wanted: dict[str, set[str]] = defaultdict(set)
         for op in ops:
-            wanted[_join(op.namespace)].add(str(op.key))
+            if not text_problem(str(op.key)):  # no item has such a key: it is not found
+                wanted[_join(op.namespace)].add(str(op.key))
         query = Q()
         for namespace, keys in wanted.items():
             query |= Q(namespace=namespace, key__in=keys)
@@ -437,7 +473,7 @@ class DjangoStore(BaseStore):
     def _fulltext(self, scope: QuerySet[StoreItem], op: SearchOp) -> list[tuple[StoreItem, Item]]:
         assert op.query is not None
         ranked = self.backend.rank(
-            scope, op.query, MAX_TEXT_CANDIDATES if op.filter else op.offset + op.limit
+            scope, op.query, MAX_TEXT_CANDIDATES if op.filter else min(op.offset + op.limit, MAX_ID)
         )
         if not ranked:
             return []
@@ -508,7 +544,7 @@ class DjangoStore(BaseStore):
             if ttl is not None:
                 by_ttl[ttl].append(pk)
         for ttl, ids in by_ttl.items():
-            StoreItem.objects.using(db).filter(pk__in=ids).update(expires_at=now + timedelta(minutes=ttl))
+            StoreItem.objects.using(db).filter(pk__in=ids).update(expires_at=_expiry(now, ttl))
 
     def _apply_puts(self, db: str, plan: _Plan, documents: dict[str, list[float]], now: datetime) -> None:
         deletes: dict[str, list[str]] = defaultdict(list)
@@ -527,7 +563,7 @@ class DjangoStore(BaseStore):
                     content="\n".join(text for _path, text in plan.texts[(namespace, key)]),
                     created_at=now,
                     updated_at=now,
-                    expires_at=now + timedelta(minutes=ttl) if ttl is not None else None,
+                    expires_at=_expiry(now, ttl) if ttl is not None else None,
                     ttl_minutes=ttl,
                 )
             )

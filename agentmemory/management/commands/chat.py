@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from agentmemory.agents import registry
@@ -16,12 +16,13 @@ from agentmemory.agents.injector import load_conversation
 from agentmemory.agents.results import FinalAnswer, ToolResultEvent
 from agentmemory.exceptions import AgentMemoryError, ConversationNotFound, PermanentLLMError
 from agentmemory.llm._sdk import import_sdk
+from agentmemory.management.base import TextArgumentsCommand
 
 QUIT = ("/quit", "/exit")
 _PREVIEW = 200
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Chat with a registered agent in the terminal: each line you type is one turn, stored in a "
         "conversation. /quit (or end of input) leaves."

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agentmemory.compaction import compaction_mode, pending_compactions, sweep
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.models import Conversation
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Compact conversations whose compaction was requested and has not run (requested more "
         "than COMPACTION_LEASE_SECONDS ago or failed, and not running now). With --all, also "

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agentmemory.deletion import erasure_counts, forget_user
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.validation import parse_id
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Erase every conversation, message, summary, long-term fact, embedding, full-text index "
         "entry and usage record of one user (the account stays) and print the counts. USER is a "

@@ -7,16 +7,19 @@ import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.transfer import ConversationExists, InvalidConversationData, import_conversation
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Create a conversation from a document written by export_conversation, in the exact state "
         "it describes (seqs, token counts, summaries, counters); nothing is re-counted or trimmed."
     )
+
+    path_options = ("file",)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="the JSON document ('-' reads standard input)")

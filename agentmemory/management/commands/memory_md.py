@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, export_memory_md, import_memory_md
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.recall.scope import MemoryScopeError
 from agentmemory.validation import parse_id
 
@@ -26,12 +27,14 @@ def find_user(value: str) -> Any:
     return user
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Export a user's persistent long-term facts as MEMORY.md (categories as '## ' headings, "
         "facts as '- ' bullets), or import such a file as persistent facts. Importing a file "
         "twice adds nothing the second time."
     )
+
+    path_options = ("file",)
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("action", choices=["export", "import"])

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from agentmemory.management.base import TextArgumentsCommand
 from agentmemory.retention import parse_period, purge_conversations
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Delete conversations inactive for longer than their retention period (the conversation's "
         "retention_days, else AGENTMEMORY['RETENTION_DAYS_BY_AGENT'], else "

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+from django.db import connections
 
 from agentmemory import signals
+from agentmemory.management.base import TextArgumentsCommand, check_batch_size
 from agentmemory.models import Fact, Message
 from agentmemory.recall import SEARCHED_ROLES, fulltext
 from agentmemory.recall.backends import EmbeddingBackend, get_embedder
 from agentmemory.recall.embedders import EmbeddingError
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Rebuild the full-text indexes of long-term facts and stored messages (PostgreSQL GIN "
         "indexes, SQLite FTS5 tables and their triggers). With AGENTMEMORY['EMBEDDER'] set, "
@@ -34,9 +36,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]
-        batch_size = options["batch_size"]
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
+        batch_size = check_batch_size(options["batch_size"])
+        if using not in connections:
+            raise CommandError(f"no database {using!r} in DATABASES")
         fulltext.rebuild(using)
         self.stdout.write("full-text indexes rebuilt")
         embedder = None if options["skip_embeddings"] else get_embedder()

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import router, transaction
 from django.db.models import Q, Sum
 
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.management.base import TextArgumentsCommand, check_batch_size
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message, Summary
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Recount the stored token counts of messages and summaries with the configured counter "
         "(AGENTMEMORY['TOKEN_COUNTER'], by default the tokenizer of AGENTMEMORY['TOKENIZER_MODEL']), "
@@ -43,9 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         counter = get_token_counter()
-        batch_size = options["batch_size"]
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
+        batch_size = check_batch_size(options["batch_size"])
         conversations = Conversation.objects.all()
         if options["conversation"]:
             try:

@@ -12,10 +12,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.hashers import make_password
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.db import IntegrityError, connection, models, router, transaction
 
+from agentmemory.conf import app_settings
 from agentmemory.formats.transcripts import FORMATS, TranscriptError, load_transcripts
+from agentmemory.management.base import TextArgumentsCommand
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "support_demo.json"
 
@@ -100,7 +102,7 @@ def resolve_owner(username: str, stdout: OutputWrapper) -> AbstractBaseUser:
     return user
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Import transcripts (tau-bench runs, LoCoMo conversations or OpenAI message lists) and "
         "replay them turn by turn as an agent would: store the human message, build the context "
@@ -114,6 +116,8 @@ class Command(BaseCommand):
         "creates new conversations. LoCoMo: the first speaker (speaker_a) is the human, the second the AI; "
         "each dialogue turn is one message with its dia_id and session date in metadata."
     )
+
+    path_options = ("path",)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -189,8 +193,11 @@ class Command(BaseCommand):
 
         path = Path(options["path"]) if options["path"] else SAMPLE
         max_tokens, limit = options["max_tokens"], options["limit"]
-        if max_tokens is not None and max_tokens <= 0:
-            raise CommandError("--max-tokens must be a positive number of tokens")
+        most = app_settings().MAX_CONTEXT_TOKENS
+        if max_tokens is not None and not 0 < max_tokens <= most:
+            raise CommandError(
+                f"--max-tokens must be from 1 to {most:,} tokens (AGENTMEMORY['MAX_CONTEXT_TOKENS'])"
+            )
         if limit is not None and limit <= 0:
             raise CommandError("--limit must be at least 1")
         try:

@@ -7,10 +7,12 @@ from typing import Any
 
 import anyio
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+
+from agentmemory.management.base import TextArgumentsCommand
 
 
-class Command(BaseCommand):
+class Command(TextArgumentsCommand):
     help = (
         "Serve USERNAME's memory to an MCP client over stdin and stdout (the stdio transport): "
         "remember, recall, search_conversations, list_conversations, get_context_window, forget. "

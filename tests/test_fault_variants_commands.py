@@ -1,0 +1,103 @@
+"""Management commands refuse with a clear message what a command line can hold and the
+database cannot take, before any work (variants of ``--older-than 800000d``).
+
+Bytes of the command line that are not UTF-8 reach a command as lone surrogates (PEP 383):
+they stopped six commands with a ``UnicodeEncodeError`` traceback at their first query.
+Numbers past what a query or memory holds (``--batch-size``, ``--indent``, ``--max-tokens``)
+ended in a database error, a ``MemoryError`` or a ``ValueError`` traceback.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agentmemory.knowledge import KnowledgeMemory
+from tests.factories import conversation_with_turns
+
+pytestmark = pytest.mark.django_db
+
+#: what Python makes of the byte 0xff in an argument (``os.fsdecode(b"caf\xff")``)
+NOT_UTF8 = "caf\udcff"
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("purge_conversations", "--agent", NOT_UTF8, "--dry-run", "--no-progress"),
+        ("memory_md", "export", "--user", NOT_UTF8),
+        ("import_conversation", "-", "--owner", NOT_UTF8),
+        ("forget_user", NOT_UTF8, "--noinput"),
+        ("replay_conversations", "--owner", NOT_UTF8, "--limit", "1"),
+        ("mcp_server", "--user", NOT_UTF8),
+        ("purge_conversations", "--agent", "b\x00", "--dry-run", "--no-progress"),
+    ],
+)
+def test_an_argument_that_is_not_text_is_refused_by_name(args) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CommandError, match=r"argument (agent|user|owner) contains"):
+        _run(*args)
+
+
+def test_a_file_name_may_hold_any_bytes(user, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    KnowledgeMemory(user).store("Takes the night ferry", "travel", persistent=True)
+    target = tmp_path / f"{NOT_UTF8}.md"
+    _run("memory_md", "export", "--user", user.username, "--file", str(target))
+    assert "Takes the night ferry" in target.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("recount_tokens", "--batch-size", str(2**70)), "--batch-size must be from 1 to 100,000"),
+        (("rebuild_recall_index", "--batch-size", str(2**70)), "--batch-size must be from 1 to 100,000"),
+        (("rebuild_recall_index", "--database", "nope"), "no database 'nope'"),
+        (("replay_conversations", "--max-tokens", str(2**70), "--limit", "1"), "--max-tokens must be from 1"),
+    ],
+)
+def test_numbers_past_what_the_work_can_hold_are_refused(args, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CommandError, match=message):
+        _run(*args)
+
+
+@pytest.mark.parametrize("indent", [str(2**70), "100000000", "-1"])
+def test_an_export_indent_past_reason_is_refused(indent) -> None:  # type: ignore[no-untyped-def]
+    conversation, _ = conversation_with_turns(2)
+    with pytest.raises(CommandError, match="--indent must be from 0 to 16"):
+        _run("export_conversation", str(conversation.uuid), "--indent", indent)
+    assert '"format"' in _run("export_conversation", str(conversation.uuid), "--indent", "2")
+
+
+def test_an_export_to_a_file_never_holds_the_whole_document(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The command built the document and its text in memory, where the API's export streams.
+    import json
+    import tracemalloc
+
+    from agentmemory import transfer
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.tokens import ApproximateTokenCounter
+
+    monkeypatch.setattr(transfer, "_BATCH", 5)  # rows read at once, as 1,000 are of far more
+    conversation, _ = conversation_with_turns(1)
+    PersistentChatHistory(conversation, token_counter=ApproximateTokenCounter()).add_messages(
+        [ChatMessage.human(f"{i} " + "é" * 50_000) for i in range(40)]
+    )
+    target = tmp_path / "export.json"
+    tracemalloc.start()
+    try:
+        _run("export_conversation", str(conversation.uuid), "--output", str(target))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = target.stat().st_size
+    conversation.refresh_from_db()
+    assert size > 4_000_000 and peak < size / 2, (size, peak)
+    assert len(json.loads(target.read_text(encoding="utf-8"))["messages"]) == conversation.message_count
