@@ -13,6 +13,7 @@ as ``agentmemory.agents.registry``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from agentmemory.agents.base import BaseToolCallingAgent
 
 __all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "memory_scope", "register", "unregister"]
+
+logger = logging.getLogger("agentmemory.agents")
 
 _agents: dict[str, type[BaseToolCallingAgent]] = {}
 _lock = threading.RLock()
@@ -111,15 +114,25 @@ def memory_scope(agent_key: str) -> tuple[str | None, str | None]:
     the facts stored without an agent key), so that a preview of a conversation's window
     (the API's context endpoint, the admin's context page) recalls what its agent sends.
     For a key no agent holds, or an empty one: ``(agent_key or None, None)``, the
-    conversations and facts of that agent key."""
-    if agent_key:
-        try:
-            cls = get(agent_key)
-        except AgentNotRegistered:
-            pass
-        else:
-            return (
-                getattr(cls, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
-                getattr(cls, "KNOWLEDGE_MEMORY_NAMESPACE", None),
-            )
-    return (agent_key or None, None)
+    conversations and facts of that agent key. An ``agents`` module that fails to import
+    (``autodiscover``) is logged, and the agents registered so far are looked in: a preview
+    is not refused for another app's broken module. Raises nothing."""
+    if not agent_key:
+        return (None, None)
+    try:
+        cls = get(agent_key)
+    except AgentNotRegistered:
+        return (agent_key, None)
+    except Exception:
+        logger.exception(
+            "cannot discover the agents; the memory scope of %r is looked up among those loaded", agent_key
+        )
+        with _lock:
+            found = _agents.get(agent_key)
+        if found is None:
+            return (agent_key, None)
+        cls = found
+    return (
+        getattr(cls, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
+        getattr(cls, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+    )

@@ -945,3 +945,27 @@ def test_a_turn_too_large_for_less_than_the_budget_keeps_its_summary(
         room = budget - window.memory_tokens - plain.system_tokens - plain.history_tokens
         assert window.summary_tokens >= min(plain.summary_tokens, room - 5)
         assert ("summary" in window.truncated) == (window.summary_tokens < plain.summary_tokens)
+
+
+def test_an_agents_module_that_fails_to_import_does_not_break_the_previews(
+    admin_client, api, user, past, monkeypatch, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    # The previews look up the conversation's agent in the registry, whose first lookup
+    # imports every app's agents module; one that raised made the endpoint and the page a 500,
+    # with or without the memory block asked for. They recall in the agent key's scope instead.
+    from agentmemory import agent_registry
+
+    def broken(name: str) -> None:
+        raise ImportError("cannot import name 'Missing' from 'project.tools'")
+
+    monkeypatch.setattr(agent_registry, "_discovered", False)
+    monkeypatch.setattr(agent_registry, "autodiscover_modules", broken)
+    conv = ask(user, "Where did I leave the spare key to the boathouse?")
+    url = f"/api/conversations/{conv.uuid}/context/"
+    with caplog.at_level(logging.ERROR, logger="agentmemory.agents"):
+        assert api.get(url).status_code == 200
+        body = api.get(url + "?memory_recall=true").json()
+        page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+    assert "flowerpot" in body["memory"]["text"]  # the "support" key's conversations
+    assert page.status_code == 200
+    assert "cannot import name 'Missing'" in caplog.text
