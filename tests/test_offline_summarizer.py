@@ -191,3 +191,31 @@ def test_a_user_statement_is_said_and_a_question_asked() -> None:
         "User asked: Is the museum open ('today')?",
         "User asked: 東京の天気は\uff1f",
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Where should I eat tonight?\r\n",  # a Windows line ending
+        "Where should I eat tonight?\u00a0",  # a no-break space
+        "東京の天気は\uff1f\u3000",  # an ideographic space
+        "「本当ですか\uff1f」",  # a corner bracket closes the quotation
+        "He said «are you coming?»",
+        "أين تسكن؟",  # the Arabic question mark
+        "You sold the house?!",
+        "You sold the house‽",
+    ],
+)
+def test_a_question_is_asked_whatever_closes_it(text) -> None:  # type: ignore[no-untyped-def]
+    # Only " \t\n" and ASCII and curly closing quotes were passed over, and only "?" and U+FF1F
+    # counted, so these questions were told to the model as statements ("User said:").
+    from agentmemory.llm.offline import extractive_items
+
+    assert extractive_items([ChatMessage.human(text)])[0].startswith("User asked: ")
+
+
+@pytest.mark.parametrize("text", ["Stop!", '"""', "\x00", "?\x00x", "Is it? No, it is not.", "x" * 10**6])
+def test_a_statement_is_said(text) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.llm.offline import extractive_items
+
+    assert extractive_items([ChatMessage.human(text)])[0].startswith("User said: ")

@@ -43,6 +43,7 @@ found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -94,10 +95,22 @@ def extractive_summary(previous: str | None, messages: Sequence[ChatMessage], *,
     return _fit(items + _dated_items(messages), max_tokens, earlier)
 
 
+#: the marks a question ends with: "?", the full-width, small and Arabic question marks,
+#: the interrobang and the double marks (Unicode's Sentence_Terminal characters of questions)
+_QUESTION_MARKS = frozenset("?\uff1f\ufe56\u061f\u203d\u2047\u2048\u2049")
+
+
 def _asks(text: str) -> bool:
-    """Whether ``text`` ends as a question ("?", or the full-width U+FF1F, before any closing
-    quotes, brackets or spaces)."""
-    return text.rstrip(" \t\n\"')]}\u201d\u2019").endswith(("?", "\uff1f"))
+    """Whether ``text`` ends as a question: a ``_QUESTION_MARKS`` mark before any spaces (any
+    Unicode white space: "\\r", no-break and ideographic spaces), closing quotes and brackets
+    (Unicode categories Pe and Pf, and the ASCII quotes: "」", "»", '"') and exclamation marks
+    ("?!")."""
+    for char in reversed(text):
+        if char in _QUESTION_MARKS:
+            return True
+        if not (char.isspace() or char in "\"'!" or unicodedata.category(char) in ("Pe", "Pf")):
+            return False
+    return False
 
 
 def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
