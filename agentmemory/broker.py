@@ -39,6 +39,16 @@ logger = logging.getLogger("agentmemory.compaction")
 _pools: dict[tuple[Any, ...], Any] = {}
 _pools_lock = threading.Lock()
 
+#: the most publishes a process leaves running after their callers gave up on them (Celery's
+#: default ``broker_pool_limit``): past it a publish fails at once. Each holds a thread and a
+#: connection for as long as the broker holds it; without a pool limit (``broker_pool_limit``
+#: None or 0) a broker that trickled its answers held one more of each per append, without end.
+MAX_ABANDONED_PUBLISHES = 10
+
+#: the publish threads whose callers gave up on them and that have not ended
+_abandoned: set[threading.Thread] = set()
+_abandoned_lock = threading.Lock()
+
 
 def enqueue_timeout() -> float:
     """``AGENTMEMORY["ENQUEUE_TIMEOUT_SECONDS"]`` (seconds)."""
@@ -115,8 +125,10 @@ def publish(
         Whatever ``apply_async`` raises when the broker cannot take the task in time
         (kombu's ``OperationalError`` for a refused or timed-out connection, a
         ``LimitExceeded`` when every pooled connection is busy), and kombu's
-        ``OperationalError`` when it has not returned after ``publish_wait()`` seconds:
-        callers log it and record the failure; nothing is retried later by this function.
+        ``OperationalError`` when it has not returned after ``publish_wait()`` seconds, or
+        at once while ``MAX_ABANDONED_PUBLISHES`` earlier publishes of this process are still
+        held by the broker after their callers gave up: callers log it and record the
+        failure; nothing is retried later by this function.
     """
     app = task.app
     if app.conf.task_always_eager:  # runs here: no broker to wait for
@@ -133,6 +145,7 @@ def publish(
 
     policy = dict(ENQUEUE_RETRY_POLICY, errback=give_up_at_the_deadline)
     outcome: dict[str, Any] = {}
+    from kombu.exceptions import OperationalError
 
     def send() -> None:
         try:
@@ -142,7 +155,16 @@ def publish(
                 )
         except BaseException as exc:  # handed to the caller below
             outcome["error"] = exc
+        finally:
+            with _abandoned_lock:
+                _abandoned.discard(threading.current_thread())
 
+    with _abandoned_lock:
+        # those that ended (or, after a fork, were the parent's) no longer count
+        _abandoned.intersection_update([t for t in _abandoned if t.is_alive()])
+        held = len(_abandoned)
+    if held >= MAX_ABANDONED_PUBLISHES:
+        raise OperationalError(f"the broker still holds {held} publishes given up on; not sending another")
     # A daemon thread: one that the broker still holds is left to its socket timeouts (a
     # task it publishes late is a duplicate that compaction and embedding skip).
     sender = threading.Thread(target=send, name="agentmemory-publish", daemon=True)
@@ -150,8 +172,8 @@ def publish(
     wait = publish_wait(timeout)
     sender.join(wait)
     if sender.is_alive():
-        from kombu.exceptions import OperationalError
-
+        with _abandoned_lock:
+            _abandoned.add(sender)
         raise OperationalError(f"the broker did not take the task within {wait:g} s")
     if "error" in outcome:
         raise outcome["error"]

@@ -212,6 +212,41 @@ def test_a_broker_that_trickles_its_answer_holds_an_enqueue_no_longer(
     assert "enqueue failed" in (error or "")
 
 
+def test_a_trickling_broker_holds_no_more_than_a_few_publishes(
+    point_celery_at, settings, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Each publish the caller gave up on keeps its thread and connection while the broker
+    # trickles; without a pool limit to stop them, every append added one more, without end.
+    from agentmemory.tasks import compact_conversation
+    from project.celery import app
+
+    settings.AGENTMEMORY = {"ENQUEUE_TIMEOUT_SECONDS": 1}  # each byte comes well within it
+    monkeypatch.setattr(broker, "publish_wait", lambda timeout: 0.1)
+    monkeypatch.setattr(broker, "MAX_ABANDONED_PUBLISHES", 2, raising=False)
+    limit = app.conf.broker_pool_limit
+    app.conf.broker_pool_limit = None  # Celery's "no pool"
+    server = TricklingBroker("redis")
+    errors = []
+    try:
+        point_celery_at(server.url("redis"))
+        for _ in range(4):
+            with pytest.raises(Exception) as failed:
+                broker.publish(compact_conversation, (1,))
+            errors.append(str(failed.value))
+        held = [t for t in threading.enumerate() if t.name == "agentmemory-publish" and t.is_alive()]
+    finally:
+        server.close()
+        app.conf.broker_pool_limit = limit
+    assert len(held) == 2, errors
+    assert ["still holds 2 publishes" in e for e in errors] == [False, False, True, True], errors
+    for thread in held:  # the broker closed their connections: they end
+        thread.join(5)
+    point_celery_at(_refused_url("redis"))
+    with pytest.raises(Exception) as failed:
+        broker.publish(compact_conversation, (1,))
+    assert "still holds" not in str(failed.value)  # sent again, not refused unsent
+
+
 @pytest.mark.parametrize("scheme", ["redis", "amqp"])
 def test_the_embedding_enqueue_is_bounded_too(scheme, frozen, point_celery_at, settings, caplog) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.recall import enqueue_message_embedding
