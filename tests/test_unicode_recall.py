@@ -1,8 +1,10 @@
 """Recall of words whose letters carry combining marks: Indic scripts (vowel signs, viramas),
 Arabic with vowel marks (harakat), Hebrew points, decomposed Latin ("Zu\\u0308rich"),
-compatibility forms (full width, ligatures). Both databases' full-text indexes and the
+compatibility forms (full width, ligatures), invisible format characters inside a word
+(zero-width spaces and joiners, soft hyphens) and letters whose diacritic is not a combining
+mark (ß, Ł, ø, the dotless i, œ, the final sigma). Both databases' full-text indexes and the
 Python side see text in one normalised form (``agentmemory.recall.text.search_text``), on
-the index side and the query side, for rows stored before as well (migration 0025)."""
+the index side and the query side, for rows stored before as well (migrations 0025 and 0033)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,17 @@ CASES = [
     ("Ελληνικά μαθήματα την Τρίτη", "ελληνικα", "Greek accents"),
     (FULL_WIDTH + " text search is down", "full", "full-width letters"),
     ("The ﬁle server is down", "file", "a ligature"),
+    ("The pass\u200bword is in the vault", "password", "a zero-width space"),
+    ("می\u200cخواهم بروم", "میخواهم", "a Persian zero-width non-joiner"),  # noqa: RUF001
+    ("Ein Super\u00admarkt in der Nähe", "Supermarkt", "a soft hyphen"),
+    ("Fahrrad\u2060schloss gekauft", "Fahrradschloss", "a word joiner"),
+    ("Die Straße ist gesperrt", "Strasse", "German sharp s, query with ss"),
+    ("Die Strasse ist gesperrt", "Straße", "German ss, query with sharp s"),
+    ("ΟΔΥΣΣΕΥΣ story", "Οδυσσευς", "Greek upper case, query with a final sigma"),
+    ("\u0131spanak yemeği", "ispanak", "Turkish dotless i"),
+    ("Łódź city trip", "Lodz", "Polish l with stroke"),
+    ("Øresund bridge", "Oresund", "Danish o with stroke"),
+    ("Œuvre complète", "oeuvre", "a ligature Unicode does not decompose"),
 ]
 IDS = [case[2] for case in CASES]
 FILLER = ["Weather is fine today", "We discussed the budget", "Call the plumber on Monday"]
@@ -127,3 +140,26 @@ def test_rows_stored_before_are_indexed_in_the_normal_form_by_the_migration() ->
     # the index is rebuilt the same way by hand
     fulltext.rebuild()
     assert len(fulltext.search(scope, "हिन्दी", 5)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_stored_before_are_indexed_again_by_the_migration() -> None:
+    apps = migrate_to([("agentmemory", "0032_message_fulltext_no_pending_list_again")])
+    try:
+        User = apps.get_model("auth", "User")
+        Conv = apps.get_model("agentmemory", "Conversation")
+        OldMessage = apps.get_model("agentmemory", "Message")
+        owner = User.objects.create(username="alice")
+        conv = Conv.objects.create(owner_id=owner.pk, agent_key="a")
+        for seq, text in enumerate(["Die Straße ist gesperrt", "The pass\u200bword"], start=1):
+            OldMessage.objects.create(
+                conversation_id=conv.pk, seq=seq, role="human", content=text, token_count=5
+            )
+    finally:
+        migrate_to_latest()
+    from agentmemory.models import Message
+
+    scope = Message.objects.filter(conversation__owner_id=owner.pk)
+    for query, expected in (("Strasse", 1), ("password", 2)):
+        found = fulltext.search(scope, query, 5)
+        assert [Message.objects.get(pk=pk).seq for pk, _score in found] == [expected], query
