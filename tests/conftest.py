@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -48,6 +49,28 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
                 item.add_marker(pytest.mark.usefixtures("_fail_without_postgres"))
             else:
                 item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://..."))
+
+
+def _skipped_in_ci(report: Any) -> None:
+    """In CI (``CI`` set, as ``.ci/run`` sets it) a skipped test or module is a failure: every
+    test must run there, and a skip would hide what it checks."""
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _skipped_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _skipped_in_ci(outcome.get_result())
 
 
 @pytest.fixture(autouse=True)
