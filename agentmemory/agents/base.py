@@ -532,7 +532,8 @@ class BaseToolCallingAgent:
         recorder = self.get_call_recorder(injector, prompt)
         for round_ in itertools.count():
             window = self._with_system_prompt(self.build_window(builder, injector), prompt)
-            window = self._with_memory_block(window, builder)
+            if self._lacks_memory_block(window, builder):
+                window = builder.add_memory_block(window)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -597,7 +598,8 @@ class BaseToolCallingAgent:
             window = self._with_system_prompt(
                 await sync_to_async(self.build_window)(builder, injector), prompt
             )
-            window = await sync_to_async(self._with_memory_block)(window, builder)
+            if self._lacks_memory_block(window, builder):  # a thread hop only then
+                window = await sync_to_async(builder.add_memory_block)(window)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -666,19 +668,17 @@ class BaseToolCallingAgent:
         tokens = self.token_counter.count_message(message)
         return dataclasses.replace(window, messages=[message, *messages[pinned:]], system_tokens=tokens)
 
-    def _with_memory_block(self, window: ContextWindow, builder: ContextWindowBuilder) -> ContextWindow:
-        """``window`` with the memory block of ``MEMORY_RECALL_ENABLED`` when an overridden
-        ``build_window`` made it with a builder of its own (the seed's window code builds
-        without ``memory_recall``): recalled by the agent's builder (``builder``, its scope)
-        within what the window leaves of its ``max_tokens``. The agent's own windows, and
-        windows that carry a block, are returned as they are."""
-        if (
-            not builder.memory_recall
-            or window.memory is not None
-            or type(self).build_window is BaseToolCallingAgent.build_window
-        ):
-            return window
-        return builder._add_memory(window)
+    def _lacks_memory_block(self, window: ContextWindow, builder: ContextWindowBuilder) -> bool:
+        """Whether ``window`` should get the memory block of ``MEMORY_RECALL_ENABLED`` from the
+        agent's builder (``builder.add_memory_block``: its scope, within what the window
+        leaves of its ``max_tokens``): an overridden ``build_window`` made it with a builder
+        of its own (the seed's window code builds without ``memory_recall``). The agent's
+        own windows, and windows that carry a block, need nothing."""
+        return (
+            builder.memory_recall
+            and window.memory is None
+            and type(self).build_window is not BaseToolCallingAgent.build_window
+        )
 
     def compact_if_needed(self, injector: AgentInjector) -> bool:
         """After a turn: let a compaction run when one is due. Returns whether one was

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
         @property
         def token_counter(self) -> TokenCounter: ...
         def _owner_id(self) -> Any: ...
-        def _add_memory(self, window: ContextWindow) -> ContextWindow: ...
+        def add_memory_block(self, window: ContextWindow) -> ContextWindow: ...
         def _insert_memory(
             self, window: ContextWindow, block: Any, room: int | None = None
         ) -> ContextWindow: ...
@@ -217,7 +217,7 @@ class MemoryBlock:
     ) -> ContextWindow:
         """The window built within ``max_tokens`` less the memory block's share
         (``MEMORY_RECALL_SHARE``), or within the whole budget when the turn in progress does
-        not fit in less, then the memory block in what is left (``_add_memory``). A summary
+        not fit in less, then the memory block in what is left (``add_memory_block``). A summary
         longer than a summary made for ``max_tokens`` may be (``summary_token_budget``: one
         made for a larger window) is sent cut to that length, so that the block, which
         recalls what the summary folded for the turn at hand, gets the rest. When that window
@@ -256,7 +256,7 @@ class MemoryBlock:
         whole = window is None
         if window is None:
             window = window_of(max_tokens, max_messages)
-        sent = self._add_memory(replace(window, max_tokens=max_tokens))
+        sent = self.add_memory_block(replace(window, max_tokens=max_tokens))
         # Within the whole budget the summary is still cut to its share for the block: when
         # the block then takes less (or fails), the summary has that room back below. What
         # such a window leaves out is not the block's doing and is not built again for.
@@ -295,9 +295,10 @@ class MemoryBlock:
                 )
         return self._memory_owner
 
-    def _add_memory(self: _Builder, window: ContextWindow) -> ContextWindow:
-        """``window`` with the memory block after its summary, within the tokens the window
-        leaves of its ``max_tokens``; ``window`` itself when there is no room, no query, no
+    def add_memory_block(self: _Builder, window: ContextWindow) -> ContextWindow:
+        """``window`` (one this builder or other code built) with the memory block recalled in
+        this builder's scope after its summary, within the tokens the window leaves of its
+        ``max_tokens``; ``window`` itself when there is no room, no query, no
         owner, nothing recalled, or the recall failed (logged: the model call goes on without
         the block rather than fail the turn)."""
         room = window.max_tokens - window.total_tokens
