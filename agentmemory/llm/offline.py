@@ -114,11 +114,11 @@ def _asks(text: str) -> bool:
 
 
 def extractive_items(messages: Sequence[ChatMessage]) -> list[str]:
-    """One line per user message ("User asked: ..." for a question, one whose text ends with "?",
-    else "User said: ...", or "NAME said: ..." when the message names its speaker),
-    assistant reply ("Assistant said: ...", or "NAME said: ...") and tool call ("Assistant
-    used tool NAME."), each cut to 160 characters; tool results and system messages are left
-    out."""
+    """One line per user message ("User asked: ..." for a question, its text ending with a
+    question mark (``_asks``), else "User said: ...", or "NAME said: ..." when the message
+    names its speaker), assistant reply ("Assistant said: ...", or "NAME said: ...") and tool
+    call ("Assistant used tool NAME."), each cut to 160 characters; tool results and system
+    messages are left out."""
     return [text for _when, text in _dated_items(messages)]
 
 
