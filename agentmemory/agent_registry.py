@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
@@ -23,7 +23,16 @@ from django.utils.module_loading import autodiscover_modules
 if TYPE_CHECKING:
     from agentmemory.agents.base import BaseToolCallingAgent
 
-__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "memory_scope", "register", "unregister"]
+__all__ = [
+    "AgentNotRegistered",
+    "agent_scope",
+    "all",
+    "autodiscover",
+    "get",
+    "memory_scope",
+    "register",
+    "unregister",
+]
 
 logger = logging.getLogger("agentmemory.agents")
 
@@ -132,7 +141,15 @@ def memory_scope(agent_key: str) -> tuple[str | None, str | None]:
         if found is None:
             return (agent_key, None)
         cls = found
+    return agent_scope(cls)
+
+
+def agent_scope(agent: Any) -> tuple[str | None, str | None]:
+    """``(agent key, namespace)`` of an agent class or instance's knowledge memory and memory
+    block: its ``KNOWLEDGE_MEMORY_AGENT_KEY`` and ``KNOWLEDGE_MEMORY_NAMESPACE``, ``None``
+    for each it does not set (and for ``agent`` ``None``). The one rule the agent's windows,
+    its memory tools, the memory flush and the previews (``memory_scope``) follow."""
     return (
-        getattr(cls, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
-        getattr(cls, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+        getattr(agent, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
+        getattr(agent, "KNOWLEDGE_MEMORY_NAMESPACE", None),
     )

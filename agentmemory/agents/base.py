@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 from django.utils.functional import Promise
 
+from agentmemory.agent_registry import agent_scope
 from agentmemory.agents import registry
 from agentmemory.agents.config import AgentConfig, MemoryConfig
 from agentmemory.agents.injector import AgentInjector
@@ -430,10 +431,11 @@ class BaseToolCallingAgent:
         block)."""
         memory: dict[str, Any] = {"memory_recall": False}
         if self.MEMORY_RECALL_ENABLED:
+            agent_key, namespace = agent_scope(self)
             memory = {
                 "memory_recall": True,
-                "memory_agent_key": getattr(self, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
-                "memory_namespace": getattr(self, "KNOWLEDGE_MEMORY_NAMESPACE", None),
+                "memory_agent_key": agent_key,
+                "memory_namespace": namespace,
                 "memory_exclude_fact_ids": injector.knowledge_fact_ids,
             }
         if injector.memory_compactor is None:

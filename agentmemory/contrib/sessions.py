@@ -11,7 +11,8 @@ from typing import Any
 from django.db import router
 
 from agentmemory.models import Conversation
-from agentmemory.validation import storable_text, text_problem
+from agentmemory.recall.scope import scope_key
+from agentmemory.validation import storable_text
 
 __all__ = [
     "SESSION_NAMESPACE",
@@ -33,15 +34,14 @@ def check_session(session_id: Any, agent_key: Any) -> None:
 
     Raises:
         TypeError: ``session_id`` or ``agent_key`` is not text.
-        ValueError: ``agent_key`` is too long or holds NUL or a lone surrogate.
+        ValueError: ``agent_key`` is too long or holds NUL or a lone surrogate
+            (``MemoryScopeError``, the check of a knowledge memory's agent key).
     """
     if not isinstance(session_id, str):
         raise TypeError(f"session_id must be text, not {type(session_id).__name__}")
     if not isinstance(agent_key, str):
         raise TypeError(f"agent_key must be text, not {type(agent_key).__name__}")
-    max_length = Conversation._meta.get_field("agent_key").max_length or 0
-    if len(agent_key) > max_length or text_problem(agent_key):
-        raise ValueError(f"agent_key must be at most {max_length} characters without NUL or lone surrogates")
+    scope_key(agent_key, "agent_key", Conversation._meta.get_field("agent_key").max_length or 0)
 
 
 def session_uuid(framework: str, session_id: str, *, owner_id: Any = None, agent_key: str = "") -> uuid.UUID:

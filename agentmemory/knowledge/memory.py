@@ -20,6 +20,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, PositiveIntegerField, Q, When
 from django.utils import timezone
 
+from agentmemory.agent_registry import agent_scope
 from agentmemory.conf import app_settings
 from agentmemory.knowledge.context import persistent_facts, recent_entries, render_context
 from agentmemory.knowledge.storage import (
@@ -631,11 +632,8 @@ def knowledge_memory_for(agent: Any, conversation: Any) -> KnowledgeMemory | Non
     memory tools and the memory flush both write to."""
     if conversation is None or conversation.owner_id is None:
         return None
-    return KnowledgeMemory(
-        conversation.owner_id,
-        agent_key=getattr(agent, "KNOWLEDGE_MEMORY_AGENT_KEY", None),
-        namespace=getattr(agent, "KNOWLEDGE_MEMORY_NAMESPACE", None),
-    )
+    agent_key, namespace = agent_scope(agent)
+    return KnowledgeMemory(conversation.owner_id, agent_key=agent_key, namespace=namespace)
 
 
 def _live_probe(

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from agentmemory.exceptions import AgentMemoryError
 from agentmemory.validation import MAX_ID, text_problem
 
-__all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of", "require_user"]
+__all__ = ["MemoryScope", "MemoryScopeError", "owner_id_of", "require_user", "scope_key"]
 
 
 class MemoryScopeError(AgentMemoryError, ValueError):
@@ -55,7 +55,13 @@ def owner_id_of(owner: Any) -> int:
     return pk
 
 
-def _key(value: str | None, what: str, max_length: int) -> str:
+def scope_key(value: str | None, what: str, max_length: int) -> str:
+    """``value`` as a scope's agent key or namespace (``None`` is ``""``).
+
+    Raises:
+        MemoryScopeError (a ``ValueError``): not text, longer than ``max_length``
+            characters, or holding a NUL or a lone surrogate, which the database refuses.
+    """
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -81,8 +87,8 @@ class MemoryScope:
     def of(cls, owner: Any, agent_key: str | None = None, namespace: str | None = None) -> MemoryScope:
         return cls(
             owner_id=owner_id_of(owner),
-            agent_key=_key(agent_key, "agent_key", 100),
-            namespace=_key(namespace, "namespace", 200),
+            agent_key=scope_key(agent_key, "agent_key", 100),
+            namespace=scope_key(namespace, "namespace", 200),
         )
 
     def filter(self) -> dict[str, Any]:
