@@ -107,6 +107,15 @@ def test_crafted_conversation_cursor_is_4xx(api, conv, query):  # type: ignore[n
     assert_error(response, (400, 404))
 
 
+@pytest.mark.parametrize("position", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+@pytest.mark.parametrize("path", ["/api/conversations/", "/api/facts/"])
+def test_cursor_time_that_has_no_utc_time_is_404(api, conv, path, position):  # type: ignore[no-untyped-def]
+    # a time the database would compare in UTC, where it falls outside years 1-9999
+    # (OverflowError: a 500 before)
+    response = api.get(path, {"cursor": _cursor(urlencode({"p": position}))})
+    assert_error(response, 404, "not_found")
+
+
 def test_undecodable_cursor_is_404_json(api, conv):  # type: ignore[no-untyped-def]
     not_ascii = base64.b64encode(b"\xff\xfe=").decode()
     assert_error(api.get(url(conv, "summaries/"), {"cursor": not_ascii}), 404)
@@ -514,3 +523,60 @@ def test_json_sent_as_a_form_is_a_400_that_names_the_content_type(api, conv) -> 
         url(conv, "messages/"), '{"role": "human", "content": "x"}', content_type="application/json"
     )
     assert stored.status_code == 201, stored.content
+
+
+@pytest.mark.parametrize(
+    ("suffix", "body"),
+    [
+        ("messages/", '{"messages": [{"\\ud800": 1}]}'),
+        ("messages/", '{"role": "human", "content": "x", "\\udfff": 1}'),
+        ("cancel-pending-tool-calls/", '{"\\ud800": 1}'),
+        ("import", '{"format": "\\ud800", "version": 1, "conversation": {}, "messages": []}'),
+    ],
+)
+def test_a_lone_surrogate_quoted_by_an_error_is_a_400_not_a_500(api, conv, suffix, body):  # type: ignore[no-untyped-def]
+    # the error names the unknown key or quotes the value, and UTF-8 cannot write a lone
+    # surrogate: the JSON renderer failed with a 500
+    before = snapshot()
+    path = "/api/conversations/import/" if suffix == "import" else url(conv, suffix)
+    response = api.post(path, data=body, content_type="application/json")
+    body = assert_error(response, 400)
+    assert "\\ud800" in response.content.decode() or "\\udfff" in response.content.decode()
+    assert snapshot() == before
+
+
+def test_an_error_quoting_a_huge_value_is_bounded(api, conv):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    role = list(range(100_000))
+    response = api.post(url(conv, "messages/"), {"role": role, "content": "x"}, format="json")
+    body = assert_error(response, 400, "invalid_message")
+    assert len(response.content) < 20_000  # it quoted all 100,000 numbers: 700 kB
+    assert "more characters" in body["reason"]
+    assert snapshot() == before
+
+
+def test_100000_wrong_tool_calls_are_refused_by_their_count(api, conv):  # type: ignore[no-untyped-def]
+    # each was validated and named in the answer before the count was checked: 7 MB, 5 s
+    before = snapshot()
+    response = api.post(
+        url(conv, "messages/"), {"role": "ai", "content": "x", "tool_calls": [0] * 100_000}, format="json"
+    )
+    body = assert_error(response, 400, "invalid_message")
+    assert list(body["fields"]) == ["tool_calls"]
+    assert "MAX_TOOL_CALLS_PER_MESSAGE" in body["fields"]["tool_calls"][0]
+    assert snapshot() == before
+
+
+def test_an_import_document_with_100000_wrong_messages_names_at_most_100(api, conv):  # type: ignore[no-untyped-def]
+    before = snapshot()
+    document = {
+        "format": "agentmemory.conversation",
+        "version": 1,
+        "conversation": {},
+        "messages": [0] * 100_000,
+    }
+    response = api.post("/api/conversations/import/", document, format="json")
+    body = assert_error(response, 400, "invalid_document")
+    assert len(body["fields"]) <= 100
+    assert len(response.content) < 50_000  # 5.8 MB before
+    assert snapshot() == before

@@ -30,10 +30,13 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 __all__ = [
     "MAX_BODY_DEPTH",
+    "MAX_ERROR_FIELDS",
+    "MAX_ERROR_TEXT",
     "BoundedJSONParser",
     "DatabaseUnavailable",
     "JSONAwareFormParser",
     "PayloadTooLarge",
+    "bounded_error_body",
     "error_response",
     "exception_handler",
     "flatten_errors",
@@ -42,6 +45,10 @@ __all__ = [
 
 #: deepest nesting of objects and arrays accepted in a request body
 MAX_BODY_DEPTH = 100
+#: most characters of one text in an error answer (a message that quotes the value sent)
+MAX_ERROR_TEXT = 1_000
+#: most entries of an error answer's ``fields`` (a list of 100,000 wrong items has as many)
+MAX_ERROR_FIELDS = 100
 
 
 class DatabaseUnavailable(exceptions.APIException):
@@ -159,6 +166,55 @@ def error_response(
 ) -> Response:
     """A ``Response`` in the API's error shape."""
     return Response({"error": error, "detail": detail, **extra}, status=status_code, headers=headers)
+
+
+def _printable(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """``text`` as an error answer can carry it: lone surrogates (which a body may send as
+    ``"\\ud800"`` and no UTF-8 encoder writes) as their escape, and at most ``limit``
+    characters, cut with a note of how many were left out."""
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str):
+        return _printable(value)
+    if isinstance(value, dict):
+        return {_printable(str(key)): _bounded(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded(item) for item in value[:MAX_ERROR_FIELDS]]
+    return value
+
+
+def bounded_error_body(body: dict[str, Any]) -> dict[str, Any]:
+    """An error answer bounded in size and writable as UTF-8, whatever the request sent: each
+    text at most ``MAX_ERROR_TEXT`` characters (the ``detail`` four times that), ``fields``
+    and each of its lists at most ``MAX_ERROR_FIELDS`` entries (the ``detail`` says how many
+    more there were), lone surrogates written as their escapes. Validation messages quote
+    what was sent (an unknown role, a field name), so without this a 200 kB body of 100,000
+    wrong items answered 7 MB after 5 s, and a key ``"\\ud800"`` made the JSON renderer
+    fail with a 500."""
+    out = dict(body)
+    fields = out.get("fields")
+    left_out = 0
+    if isinstance(fields, dict) and len(fields) > MAX_ERROR_FIELDS:
+        left_out = len(fields) - MAX_ERROR_FIELDS
+        out["fields"] = dict(list(fields.items())[:MAX_ERROR_FIELDS])
+    for key, value in out.items():
+        if key != "detail":
+            out[key] = _bounded(value)
+    detail = out.get("detail")
+    if isinstance(detail, str):
+        detail = _printable(detail, 4 * MAX_ERROR_TEXT)
+        if left_out:
+            detail += f" ({left_out:,} more fields with errors are left out.)"
+        out["detail"] = detail
+    return out
 
 
 def _flatten(detail: Any) -> list[str]:

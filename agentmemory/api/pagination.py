@@ -6,6 +6,7 @@ import base64
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -167,7 +168,11 @@ class CheckedCursorPagination(CursorPagination):
         if field.endswith("_at"):
             try:
                 parsed = parse_datetime(position)
-            except ValueError:
+                if parsed is not None and parsed.tzinfo is not None:
+                    # the database compares it in UTC: year 1 at +14:00 or 9999-12-31 at
+                    # -14:00 has no UTC time (OverflowError, a 500 before)
+                    parsed.astimezone(UTC)
+            except (ValueError, OverflowError):
                 return False
             # The cursors this pagination makes carry the offset when time zones are on; a
             # naive position would be compared as local time (and warned about) instead.

@@ -39,6 +39,7 @@ from agentmemory.api.access import (
 from agentmemory.api.errors import (
     BoundedJSONParser,
     JSONAwareFormParser,
+    bounded_error_body,
     error_response,
     exception_handler,
     flatten_errors,
@@ -259,6 +260,16 @@ class AppAPIView:
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            isinstance(response, Response)
+            and response.status_code >= 400
+            and isinstance(response.data, dict)
+            and "error" in response.data
+        ):
+            response.data = bounded_error_body(response.data)
+        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         reject_oversized_body(request)

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.validators import MaxLengthValidator
 from rest_framework import serializers
 
+from agentmemory.api.errors import MAX_ERROR_FIELDS
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.validation import TEXT_PATTERN, WHITE_SPACE_CLASS, json_problem, text_problem
 
@@ -176,6 +177,34 @@ class JSONObjectField(serializers.JSONField):
         if problem := json_problem(data):
             raise serializers.ValidationError(f"The value {problem}.")
         return dict(data)
+
+
+class BoundedListField(serializers.ListField):
+    """DRF's ``ListField`` that refuses a list over its ``max_length`` before validating its
+    items, and stops validating them after ``MAX_ERROR_FIELDS`` refused items. DRF checks the
+    length after every item and collects an error for each: 100,000 wrong tool calls in a
+    200 kB body took 5 s to refuse (and an import document's messages, without a length
+    bound, 3 s per 100,000), where the answer names at most ``MAX_ERROR_FIELDS`` of them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if self.max_length is not None and isinstance(data, list) and len(data) > self.max_length:
+            self.run_validators(data)  # the setting's own message (``_SettingLimits``), if any
+            self.fail("max_length", max_length=self.max_length)
+        return super().to_internal_value(data)
+
+    def run_child_validation(self, data: Any) -> list[Any]:
+        result: list[Any] = []
+        errors: dict[int, Any] = {}
+        for index, item in enumerate(data):
+            try:
+                result.append(self.child.run_validation(item))
+            except serializers.ValidationError as exc:
+                errors[index] = exc.detail
+                if len(errors) >= MAX_ERROR_FIELDS:
+                    break
+        if errors:
+            raise serializers.ValidationError(errors)
+        return result
 
 
 class _SettingLimits:

@@ -9,7 +9,12 @@ from django.db import models
 from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
-from agentmemory.api.serializers.common import JSONObjectField, StrictInputMixin, StrictTextField
+from agentmemory.api.serializers.common import (
+    BoundedListField,
+    JSONObjectField,
+    StrictInputMixin,
+    StrictTextField,
+)
 from agentmemory.api.serializers.summaries import SummarySerializer
 from agentmemory.models import Conversation
 from agentmemory.transfer import row_schema
@@ -132,8 +137,8 @@ class ImportDocumentSerializer(serializers.Serializer):
         required=False, allow_blank=True, help_text="When it was exported (ISO 8601); not read."
     )
     conversation = _ConversationRowField(help_text="The conversation's columns and counters.")
-    messages = serializers.ListField(child=_MessageRowField(), help_text="Its messages, in seq order.")
-    summaries = serializers.ListField(child=_SummaryRowField(), required=False)
+    messages = BoundedListField(child=_MessageRowField(), help_text="Its messages, in seq order.")
+    summaries = BoundedListField(child=_SummaryRowField(), required=False)
 
     @staticmethod
     def error_path(field: str) -> str:

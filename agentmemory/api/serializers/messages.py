@@ -40,6 +40,7 @@ from agentmemory.api.serializers.common import (
     IMAGE_URL_PATTERN,
     MAX_SHORT_TEXT,
     URL_PATTERN,
+    BoundedListField,
     JSONObjectField,
     PixelsField,
     StrictInputMixin,
@@ -409,7 +410,7 @@ class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers
             "null, empty or the parts' text: a different text is refused, never dropped)."
         ),
     )
-    tool_calls = serializers.ListField(
+    tool_calls = BoundedListField(
         child=ToolCallInputSerializer(), required=False, help_text="ai messages only."
     )
     tool_call_id = StrictTextField(
@@ -419,7 +420,7 @@ class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers
         required=False, allow_blank=True, max_length=MAX_SHORT_TEXT, help_text="A tool result's tool name."
     )
     metadata = JSONObjectField(required=False, help_text="Stored, never sent to a model.")
-    parts = serializers.ListField(
+    parts = BoundedListField(
         child=ContentPartInputSerializer(),
         required=False,
         allow_null=True,
@@ -504,7 +505,7 @@ class NativeMessageInputSerializer(_SettingLimits, StrictInputMixin, serializers
 class MessageBatchInputSerializer(StrictInputMixin, serializers.Serializer):
     """A batch of native messages to append atomically, in order."""
 
-    messages = serializers.ListField(child=NativeMessageInputSerializer(), min_length=1, max_length=MAX_BATCH)
+    messages = BoundedListField(child=NativeMessageInputSerializer(), min_length=1, max_length=MAX_BATCH)
 
 
 class MessageFormSerializer(serializers.Serializer):
