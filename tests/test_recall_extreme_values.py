@@ -140,3 +140,32 @@ def test_extreme_values_under_every_setting_the_checks_accept(settings, boosts) 
     hits = memory.recall("ferry note", k=10)
     assert {h.fact.pk for h in hits} == {f.pk for f in facts}
     assert all(math.isfinite(h.score) for h in hits)
+
+
+@pytest.mark.parametrize("last", [2**63 - 1, 2**63 - 2])
+def test_messages_at_the_largest_seq_are_found_and_recalled(last) -> None:  # type: ignore[no-untyped-def]
+    # the places next to a hit (``RECALL_NEIGHBOUR_WEIGHTS``, the memory block's question
+    # and reply) went past the seq column's largest value: SQLite's OverflowError,
+    # PostgreSQL's "out of range for type bigint", a 500 on search
+    from agentmemory.history import PersistentChatHistory
+    from agentmemory.messages import ChatMessage
+    from agentmemory.models import Conversation, Message
+
+    user = UserFactory()
+    conversation = Conversation.objects.create(owner=user)
+    PersistentChatHistory(conversation).add_messages(
+        [ChatMessage.human("hello there"), ChatMessage.ai("hello back")]
+    )
+    Message.objects.filter(conversation=conversation, seq=2).update(seq=last)
+    Message.objects.filter(conversation=conversation, seq=1).update(seq=last - 1)
+    Conversation.objects.filter(pk=conversation.pk).update(last_seq=last)
+    client = APIClient(raise_request_exception=False)
+    client.force_authenticate(user)
+    found = client.get("/api/search/", {"q": "hello"})
+    assert found.status_code == 200, found.content[:300]
+    assert {hit["seq"] for hit in found.json()["messages"]} == {last - 1, last}
+    other = Conversation.objects.create(owner=user)
+    PersistentChatHistory(other).add_messages([ChatMessage.human("hello again")])
+    window = client.get(f"/api/conversations/{other.uuid}/context/", {"memory_recall": "true"})
+    assert window.status_code == 200, window.content[:300]
+    assert "hello back" in window.json()["memory"]["text"]

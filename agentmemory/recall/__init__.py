@@ -462,14 +462,15 @@ def _pg_spread_rows(
                     share = weight * own
                     if share > 0:
                         maybe[(conversation_id, seq - distance)] = share
-                        maybe[(conversation_id, seq + distance)] = share
+                        if seq <= MAX_ID - distance:  # no place past the column's largest value
+                            maybe[(conversation_id, seq + distance)] = share
         if not seqs:
             continue
         # each place's relevance (candidates, and the ranked rows next to one), as ``spread``'s
         at = {seq: relevance[ranked_here[seq]] for seq in seqs}
         near: set[int] = set()
         for seq in seqs:
-            near.update(range(seq - span, seq + span + 1))
+            near.update(seq_range(seq, span))
         near.difference_update(at)
         exact = list(at)
         unknown = []
@@ -629,6 +630,14 @@ def places_of(
         return [(int(pk), int(conversation_id), int(seq)) for pk, conversation_id, seq in cursor.fetchall()]
 
 
+def seq_range(seq: int, span: int) -> range:
+    """The seqs at most ``span`` places from ``seq`` that a message can have: 0 to ``MAX_ID``
+    (2**63 - 1, the largest value of the column). Past it, SQLite cannot take the number as a
+    parameter (OverflowError) and PostgreSQL refuses it as a ``bigint`` (DataError): a message
+    stored at the largest seq made every search that found it fail with a 500."""
+    return range(max(seq - span, 0), min(seq, MAX_ID - span) + span + 1)
+
+
 def neighbours(
     messages: Any, places: Sequence[tuple[Any, ...]], span: int, *, exclude: Any = ()
 ) -> list[tuple[Any, ...]]:
@@ -651,7 +660,7 @@ def neighbours(
     wanted: dict[int, set[int]] = {}
     for _pk, conversation_id, seq, *_rest in places:
         seqs = wanted.setdefault(conversation_id, set())
-        seqs.update(range(seq - span, seq + span + 1))
+        seqs.update(seq_range(seq, span))
 
     connection = connections[messages.db]
     quote = connection.ops.quote_name

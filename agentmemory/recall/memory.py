@@ -76,6 +76,7 @@ from agentmemory.recall.scope import owner_id_of
 from agentmemory.recall.text import STOP_WORDS, bounded_query, query_words, search_text
 from agentmemory.recall.when import windows_in, without_times
 from agentmemory.tokens import TiktokenCounter
+from agentmemory.validation import MAX_ID
 
 __all__ = ["MemoryBlock", "RecalledItem", "rank_messages", "recall_memory"]
 
@@ -272,7 +273,7 @@ def recall_memory(
         keep = [
             s
             for s in [*seqs, *around]
-            if s >= 0 and not (hit.conversation_id == conversation_id and s in excluded)
+            if 0 <= s <= MAX_ID and not (hit.conversation_id == conversation_id and s in excluded)
         ]
         score = hit.score / best
         units.append(_Unit(score, hit.conversation_id, [s for s in seqs if s in keep]))
