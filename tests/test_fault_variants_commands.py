@@ -101,3 +101,41 @@ def test_an_export_to_a_file_never_holds_the_whole_document(tmp_path, monkeypatc
     conversation.refresh_from_db()
     assert size > 4_000_000 and peak < size / 2, (size, peak)
     assert len(json.loads(target.read_text(encoding="utf-8"))["messages"]) == conversation.message_count
+
+
+@pytest.mark.parametrize("where", ["missing/export.json", "."])
+def test_an_export_to_a_place_that_is_no_file_is_refused(tmp_path, user, where) -> None:  # type: ignore[no-untyped-def]
+    # a missing directory or a directory: FileNotFoundError and IsADirectoryError tracebacks
+    conversation, _ = conversation_with_turns(1)
+    target = tmp_path / where
+    with pytest.raises(CommandError, match="cannot write"):
+        _run("export_conversation", str(conversation.uuid), "--output", str(target))
+    with pytest.raises(CommandError, match="cannot write"):
+        _run("memory_md", "export", "--user", user.username, "--file", str(target))
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
+def test_an_export_that_fails_half_way_leaves_the_file_as_it_was(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the document was written into the file as it was read: a failure (a lost database
+    # connection) left a truncated document in place of the previous one
+    from django.db import OperationalError
+
+    from agentmemory.management.commands import export_conversation
+
+    conversation, _ = conversation_with_turns(2)
+    target = tmp_path / "export.json"
+    target.write_text("the previous export", encoding="utf-8")
+    target.chmod(0o640)
+
+    def fails_half_way(conversation):  # type: ignore[no-untyped-def]
+        yield b'{"format": "agentmemory.conversation", '
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(export_conversation, "export_json", fails_half_way)
+    with pytest.raises(OperationalError):
+        _run("export_conversation", str(conversation.uuid), "--output", str(target))
+    assert target.read_text(encoding="utf-8") == "the previous export"
+    assert [path.name for path in tmp_path.iterdir()] == ["export.json"]
+    monkeypatch.undo()
+    _run("export_conversation", str(conversation.uuid), "--output", str(target))
+    assert '"format"' in target.read_text(encoding="utf-8") and target.stat().st_mode & 0o777 == 0o640

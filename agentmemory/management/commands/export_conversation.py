@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -54,6 +57,41 @@ class Command(TextArgumentsCommand):
                 self.stdout.write(piece, ending="")
             self.stdout.write("")
             return
-        with open(options["output"], "w", encoding="utf-8") as handle:
-            handle.writelines(pieces)
+        write_whole(options["output"], pieces)
         self.stderr.write(f"exported {conversation.message_count} messages of {key} to {options['output']}")
+
+
+def write_whole(path: str, pieces: Iterable[str]) -> None:
+    """Write ``pieces`` to the file ``path`` whole or not at all: into a new file beside it,
+    renamed over ``path`` once complete, so a run that fails half-way (a lost database
+    connection, a full disk) leaves no truncated document and an existing file as it was. The
+    file gets the permissions an existing one had, else those ``open`` gives. A path that is
+    not a regular file (``/dev/stdout``, a named pipe) is written directly.
+
+    Raises:
+        CommandError: the file cannot be created or written (no such directory, a directory,
+            no permission; an ``OSError`` traceback before).
+    """
+    temporary = None
+    try:
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.writelines(pieces)
+            return
+        directory = os.path.dirname(os.path.abspath(path))
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".export-", suffix=".json.part")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.writelines(pieces)
+        if os.path.isfile(path):
+            shutil.copymode(path, temporary)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+        temporary = None
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)

@@ -56,7 +56,10 @@ class Command(TextArgumentsCommand):
             if path == "-":
                 self.stdout.write(text, ending="")
             else:
-                Path(path).write_text(text, encoding="utf-8")
+                try:
+                    Path(path).write_text(text, encoding="utf-8")
+                except OSError as exc:
+                    raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
             return
         try:
             # utf-8-sig: a byte order mark (editors on Windows write one) is not text
