@@ -9,6 +9,7 @@ import json
 from urllib.parse import urlencode
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
@@ -249,6 +250,47 @@ def admin_client_(django_user_model, client):  # type: ignore[no-untyped-def]
 def test_admin_conversation_filters_with_nul_bytes_are_4xx(admin_client_, conv, query):  # type: ignore[no-untyped-def]
     response = admin_client_.get("/admin/agentmemory/conversation/", query)
     assert 400 <= response.status_code < 500 or response.status_code == 302, response.status_code
+
+
+@pytest.mark.parametrize("model", ["conversation", "message", "summary", "fact", "modelcall"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pk__in=9223372036854775808",
+        "created_at__year=0",
+        "created_at__year=10000",
+        "created_at__year=9223372036854775808",
+        "created_at__gte=0001-01-01T00:00:00%2B14:00",
+        "created_at__lt=9999-12-31T23:59:59-14:00",
+    ],
+)
+def test_admin_filter_values_past_the_database_are_400(admin_client_, conv, model, query):  # type: ignore[no-untyped-def]
+    # the admin passes any lookup on a model's own fields to the database; these raised
+    # OverflowError or ValueError in the list's count: a 500 (PostgreSQL compares the
+    # numbers and times that SQLite's driver refuses: a list there)
+    response = admin_client_.get(f"/admin/agentmemory/{model}/?{query}")
+    assert response.status_code in (200, 400), (response.status_code, response.content[:200])
+    if response.status_code == 400 or "year" in query or connection.vendor == "sqlite":
+        assert response.status_code == 400 and "cannot be compared" in response.content.decode()
+    assert admin_client_.get(f"/admin/agentmemory/{model}/").status_code == 200
+
+
+@pytest.mark.parametrize(("model", "search"), [("conversation", "x" * 100_000), ("summary", "a " * 5_000)])
+def test_admin_search_longer_than_a_title_is_400(admin_client_, conv, model, search):  # type: ignore[no-untyped-def]
+    # SQLite: "LIKE or GLOB pattern too complex" (over 50,000 bytes), "Expression tree is too
+    # large" (a term per word): a 500
+    response = admin_client_.get(f"/admin/agentmemory/{model}/", {"q": search})
+    assert response.status_code == 400, (response.status_code, response.content[:200])
+    assert admin_client_.get(f"/admin/agentmemory/{model}/", {"q": "x" * 1_000}).status_code == 200
+
+
+def test_admin_recall_with_an_agent_key_no_fact_can_have_is_400(admin_client_, conv):  # type: ignore[no-untyped-def]
+    owner = conv.owner_id
+    response = admin_client_.get(
+        "/admin/agentmemory/fact/recall/", {"owner": owner, "q": "hello", "agent_key": "x" * 101}
+    )
+    assert response.status_code == 400, response.status_code
+    assert "agent_key must be at most 100 characters" in response.content.decode()
 
 
 def test_admin_filter_with_undecodable_bytes_is_answered(admin_client_, conv):  # type: ignore[no-untyped-def]

@@ -104,6 +104,8 @@ class ConversationAdmin(CheckedQueryAdmin):
     list_select_related = ("owner",)
     list_filter = ("agent_key", "created_at")
     search_fields = ("title", "=uuid")
+    #: a title is at most 200 characters and a uuid 36: a longer search finds nothing
+    max_search_chars = 1_000
     raw_id_fields = ("owner",)
     show_full_result_count = False
     paginator = BoundedCountPaginator

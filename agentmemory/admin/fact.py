@@ -31,6 +31,7 @@ from agentmemory.admin.utils import (
 )
 from agentmemory.knowledge import DELETE_BATCH
 from agentmemory.models import Fact
+from agentmemory.recall.scope import MemoryScopeError, scope_key
 from agentmemory.validation import parse_id
 
 #: most superseded versions listed on a fact's page
@@ -369,6 +370,10 @@ class FactAdmin(CheckedQueryAdmin):
                 errors.append(_("No user %(owner)s.") % {"owner": owner_text[:100]})
         elif query:
             errors.append(_("Choose an owner: recall never searches across users."))
+        try:
+            scope_key(agent_key, "agent_key", Fact._meta.get_field("agent_key").max_length)
+        except MemoryScopeError as exc:  # no fact has it; message recall refused it with a 500
+            errors.append(str(exc))
         facts: list[tuple[Fact, float]] = []
         hits: list[Any] = []
         if owner is not None and query and not errors:

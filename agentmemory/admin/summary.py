@@ -31,6 +31,8 @@ class SummaryAdmin(ReadOnlyAdmin):
     list_select_related = ("conversation",)
     list_filter = ("prompt_version", "model", "created_at")
     search_fields = ("=conversation__uuid", "conversation__title")
+    #: a title is at most 200 characters and a uuid 36: a longer search finds nothing
+    max_search_chars = 1_000
     search_help_text = _("Search by conversation title or exact uuid.")
     show_full_result_count = False
     ordering = ("conversation_id", "-through_seq")

@@ -7,7 +7,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.paginator import Paginator
+from django.db import DataError, router, transaction
 from django.db.models import Model, QuerySet
 from django.http import (
     HttpRequest,
@@ -118,16 +120,54 @@ def query_problem(request: HttpRequest) -> str | None:
     return None
 
 
+class _UncomparableFilter(Exception):
+    """A filter value of the query string that the database cannot compare."""
+
+
 class CheckedQueryAdmin(admin.ModelAdmin):
-    """Refuses filters the database cannot compare with a 400, instead of a server error."""
+    """Refuses filters the database cannot compare with a 400, instead of a server error.
+
+    Besides ``query_problem``'s checks: the admin passes any lookup on the model's own
+    fields from the query string to the database (``?pk__in=``, ``?created_at__year=``), and
+    a value past what the database or Python can hold (a number over 64 bits, a year
+    outside 1-9999, a time with no UTC time such as year 1 at +14:00) raised an
+    ``OverflowError``, ``ValueError`` or ``DataError`` from the list's count: a 500. A search
+    longer than ``max_search_chars`` is refused too (SQLite: "LIKE or GLOB pattern too
+    complex" past 50,000 bytes, "Expression tree is too large" past 1,000 words)."""
+
+    #: longest search (characters) the list takes; ``None``: no bound of its own
+    max_search_chars: int | None = None
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         problem = query_problem(request)
+        search = request.GET.get(SEARCH_VAR, "")
+        if not problem and self.max_search_chars is not None and len(search) > self.max_search_chars:
+            problem = _("A search is at most %(max)s characters.") % {"max": self.max_search_chars}
         if problem:
             return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
-        return super().changelist_view(request, extra_context)
+        try:
+            return super().changelist_view(request, extra_context)
+        except _UncomparableFilter as exc:
+            return HttpResponseBadRequest(
+                _("A filter cannot be compared: %(reason)s.") % {"reason": exc},
+                content_type="text/plain; charset=utf-8",
+            )
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        # The list's count runs here (the page's rows, with the same conditions, when the
+        # page is drawn).
+        try:
+            return super().get_changelist_instance(request)
+        except (OverflowError, ValueError, DataError) as exc:
+            using = router.db_for_read(self.model)
+            if isinstance(exc, DataError) and transaction.get_connection(using).in_atomic_block:
+                # the database refused the statement (OverflowError and ValueError come from
+                # Python, before it), and PostgreSQL's transaction is unusable after that
+                # (ATOMIC_REQUESTS): the request's transaction is rolled back, not committed
+                transaction.set_rollback(True, using=using)
+            raise _UncomparableFilter(str(exc).strip()[:200]) from None
 
 
 class ReadOnlyAdmin(CheckedQueryAdmin):
