@@ -371,7 +371,7 @@ class FactAdmin(CheckedQueryAdmin):
         elif query:
             errors.append(_("Choose an owner: recall never searches across users."))
         try:
-            scope_key(agent_key, "agent_key", Fact._meta.get_field("agent_key").max_length)
+            scope_key(agent_key, "agent_key", Fact._meta.get_field("agent_key").max_length or 100)
         except MemoryScopeError as exc:  # no fact has it; message recall refused it with a 500
             errors.append(str(exc))
         facts: list[tuple[Fact, float]] = []
