@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import logging
 import re
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import require_user
+from agentmemory.recall.text import INVISIBLE_RANGES
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -110,10 +112,29 @@ class FactHit:
     score: float
 
 
+#: invisible characters a repeat may hold or lack without being another fact
+#: (``recall.text.INVISIBLE_RANGES`` less the zero-width non-joiner and joiner, which change
+#: how a Persian word or an emoji sequence is drawn): the soft hyphen, the zero-width space,
+#: direction marks, the word joiner, variation selectors ("❤\ufe0f"), the byte order mark
+_UNSEEN = re.compile(
+    "["
+    + "".join(
+        chr(low) if low == high else f"{chr(low)}-{chr(high)}"
+        for low, high in INVISIBLE_RANGES
+        if (low, high) != (0x200B, 0x200F)
+    )
+    + "\u200b\u200e\u200f]"
+)
+
+
 def normalize(content: str) -> str:
-    """Content with every run of whitespace made one space and the ends stripped: the form
-    compared for exact repeats. Case and punctuation are kept (they may be the change)."""
-    return " ".join(content.split())
+    """The form compared for exact repeats: compatibility forms unfolded (Unicode NFKC: a
+    letter typed composed or decomposed, "ü" and "u\u0308", full-width and ligature forms,
+    "\uff44" and "d"), invisible characters left out (``_UNSEEN``: a zero-width space pasted
+    with the text), every run of whitespace made one space and the ends stripped. Case and
+    punctuation are kept (they may be the change). The same text in two Unicode forms was
+    two live facts, both shown in the context."""
+    return " ".join(_UNSEEN.sub("", unicodedata.normalize("NFKC", content)).split())
 
 
 def content_hash(content: str) -> str:
@@ -131,7 +152,7 @@ def fact_key(content: str) -> str | None:
     match = _KEY.match(content)
     if not match:
         return None
-    key = " ".join(match.group(1).split()).casefold()
+    key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
     words = re.findall(r"[^\W_]+", key)
     if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
         return None
@@ -379,8 +400,9 @@ def validate_fact(
     content: Any, category: Any, importance: Any, ttl: Any
 ) -> tuple[str, str, float, float | None]:
     """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
-    of 1 to ``MAX_FACT_CHARS`` characters, a one-line category of at most 100, importance
-    0.0-1.0 (default 0.5), ttl as ``_seconds`` reads it.
+    of 1 to ``MAX_FACT_CHARS`` characters (stripped, in Unicode's composed form NFC), a
+    one-line category of at most 100, importance 0.0-1.0 (default 0.5), ttl as ``_seconds``
+    reads it.
 
     Raises:
         InvalidFactError: any of them out of bounds, or text a database refuses.
@@ -409,7 +431,10 @@ def validate_fact(
         value = float(importance)
         if not 0.0 <= value <= 1.0:
             raise InvalidFactError(f"importance must be from 0.0 to 1.0, not {importance!r}")
-    return content.strip(), category.strip(), value, _seconds(ttl)
+    # stored composed (NFC), the form text is typed in on most systems: a key typed
+    # decomposed ("Cafe\u0301:", as macOS writes it) then finds the stored one
+    content = unicodedata.normalize("NFC", content.strip())
+    return content, category.strip(), value, _seconds(ttl)
 
 
 def embed_content(memory: KnowledgeMemory, content: str) -> list[float] | None:
