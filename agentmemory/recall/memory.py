@@ -185,6 +185,7 @@ def recall_memory(
     conversation_id: int | None = None,
     exclude_seqs: Collection[int] = (),
     exclude_fact_ids: Collection[int] = (),
+    exclude_message_ids: Collection[int] = (),
     facts: bool = True,
     using: str | None = None,
     fact_agent_key: str | None = None,
@@ -203,6 +204,11 @@ def recall_memory(
         conversation_id: the conversation being answered; its ``exclude_seqs`` are left out.
         exclude_seqs: seqs of ``conversation_id`` the window already sends.
         exclude_fact_ids: facts already sent (by ``build_context()`` for instance).
+        exclude_message_ids: ids of the stored messages the request already sends (the
+            window's): a fact taken from one of them (its ``source_message``, such as the
+            fact the ``remember`` tool keeps from the turn's own question) is left out, as
+            the message says it. Without it the second model call of that turn was sent the
+            question and, in the block, the fact made of it.
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
@@ -298,12 +304,17 @@ def recall_memory(
     )
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
+        sent = {int(pk) for pk in exclude_message_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
             holds_facts = memory.live_facts(now).exists()
         if holds_facts:
-            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS, now=now) if h.fact.pk not in skip]
+            fact_hits = [
+                h
+                for h in memory.recall(query, k=MAX_FACTS, now=now)
+                if h.fact.pk not in skip and h.fact.source_message_id not in sent
+            ]
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
