@@ -110,3 +110,31 @@ def test_the_migration_composes_stored_facts_and_makes_repeats_history() -> None
     finally:
         migrate_to_latest()
     assert Fact.objects.filter(superseded_by__isnull=True, owner__username="alice").count() == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("\u9996\u9009\u8bed\u8a00\uff1aPython", "\u9996\u9009\u8bed\u8a00\uff1aRust"),  # U+FF1A
+        (
+            "\u597d\u304d\u306a\u8272\uff1a\u9752",
+            "\u597d\u304d\u306a\u8272\uff1a \u8d64",
+        ),  # with a space after it
+    ],
+)
+def test_a_key_before_a_full_width_colon_supersedes(old: str, new: str) -> None:
+    # Chinese and Japanese write "key\uff1avalue" with the full-width colon and no space: the
+    # new value of a key stayed in force beside the old one
+    memory = KnowledgeMemory(UserFactory())
+    first = memory.store(old).fact
+    result = memory.store(new)
+    assert result.action == "superseded" and result.superseded_ids == (first.pk,)
+
+
+@pytest.mark.django_db
+def test_a_full_width_clock_time_is_not_a_key() -> None:
+    memory = KnowledgeMemory(UserFactory())
+    memory.store("\u4f1a\u8b70\u306f14\uff1a30\u304b\u3089")  # "the meeting is from 14\uff1a30"
+    assert memory.store("\u4f1a\u8b70\u306f14\uff1a00\u304b\u3089").action == "created"
+    assert memory.live_facts().count() == 2

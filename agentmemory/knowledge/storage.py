@@ -46,7 +46,9 @@ DELETE_BATCH = 500
 #: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
 #: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
 #: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
-_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+#: Chinese and Japanese write the full-width colon, U+FF1A, with no space after it;
+#: between two digits it is a clock time ("14\uff1a30"), never a key's end.
+_KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
 #: dentist on Monday"): a new note is another note, not a new value of the last one
 _LABELS_TEXT = """
@@ -148,9 +150,12 @@ def fact_key(content: str) -> str | None:
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
     as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
     a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day or a time alone
-    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day)."""
+    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day).
+    The full-width colon of Chinese and Japanese ends a key without a space after it
+    ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
+    (a clock time, "14\uff1a30")."""
     match = _KEY.match(content)
-    if not match:
+    if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
         return None
     key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
     words = re.findall(r"[^\W_]+", key)
@@ -279,8 +284,8 @@ def _key_pattern(content: str) -> str:
     "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
     ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
     in PostgreSQL's regular expressions too."""
-    words = content.split(":", 1)[0].split()
-    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + r"\s*:"
+    words = re.split("[:\uff1a]", content, maxsplit=1)[0].split()
+    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + "\\s*[:\uff1a]"
 
 
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
