@@ -6,6 +6,7 @@ their wording; storage always keeps the history as it was."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import zlib
 
@@ -276,3 +277,56 @@ def test_an_agent_with_more_tools_than_openai_takes_is_a_system_check_warning() 
     finally:
         registry.unregister("crowded-tools")
     assert found == [("agentmemory.W101", 30)]
+
+
+# -- stored rows written around validation -------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("stored", "sent"),
+    [
+        ('{"path": "a.txt"}', {"path": "a.txt"}),  # OpenAI's wire form, written as it came
+        ([1, 2], {"_raw_arguments": "[1, 2]"}),
+        ("not json", {"_raw_arguments": "not json"}),
+        (5, {"_raw_arguments": "5"}),
+    ],
+)
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_stored_arguments_that_are_not_an_object_are_sent_as_one(
+    fake_anthropic, fake_openai, request, provider, stored, sent
+) -> None:  # type: ignore[no-untyped-def]
+    class Assistant(BaseToolCallingAgent, register=False):
+        SYSTEM_PROMPT = "Be brief."
+
+    if provider == "anthropic":
+        fake_anthropic.enqueue_text("Here you are.")
+        model = AnthropicChatModel(
+            model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+        )
+    else:
+        fake_openai.enqueue_text("Here you are.")
+        model = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="k", max_retries=0)
+    request.addfinalizer(model.close)
+    agent = Assistant(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    PersistentChatHistory(conversation).add_messages(
+        [
+            ChatMessage.human("Read the file"),
+            ChatMessage.ai(None, [ToolCall("c1", "read", {"path": "x"})]),
+            ChatMessage.tool("contents", tool_call_id="c1", name="read"),
+            ChatMessage.ai("It says: contents."),
+        ]
+    )
+    # a row written around validation (the ORM, SQL, an older version)
+    row = Message.objects.get(conversation=conversation, role="ai", seq=2)
+    Message.objects.filter(pk=row.pk).update(tool_calls=[{"id": "c1", "name": "read", "arguments": stored}])
+
+    assert agent.run(conversation, "Thanks, and now?").answer == "Here you are."
+    if provider == "anthropic":
+        [call] = [b for b in fake_anthropic.requests[-1]["messages"][1]["content"] if b["type"] == "tool_use"]
+        assert call["input"] == sent
+    else:
+        [call] = fake_openai.requests[-1]["messages"][2]["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == sent
+    assert Message.objects.get(pk=row.pk).tool_calls[0]["arguments"] == stored  # storage as it was
