@@ -154,6 +154,57 @@ def test_in_a_request_of_many_images_a_large_one_is_sent_as_its_placeholder() ->
     assert [b["type"] for b in few[0]["content"]] == ["text", "image"]
 
 
+JPEG = base64.b64encode(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 32).decode()
+BMP = base64.b64encode(b"BM" + b"\x00" * 40).decode()
+
+
+def stored_image(data: str, mime_type: str) -> list[ChatMessage]:
+    return [
+        ChatMessage.human(
+            "Look",
+            parts=(
+                ContentPart(PartKind.TEXT, text="Look"),
+                ContentPart(PartKind.IMAGE, data=data, mime_type=mime_type),
+            ),
+        ),
+        ChatMessage.ai("A cat."),
+        ChatMessage.human("And now?"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "mime_type", "sent"),
+    [
+        (JPEG, "image/jpg", "image/jpeg"),  # OpenAI's data URLs take image/jpg
+        (png(64, 64), "image/jpeg", "image/png"),  # a client that labels every image JPEG
+        (png(64, 64), "", "image/png"),
+        (JPEG, "IMAGE/JPEG", "image/jpeg"),
+    ],
+    ids=["jpg", "png-labelled-jpeg", "no-type", "upper-case"],
+)
+def test_an_inline_image_is_sent_with_the_media_type_its_data_shows(data, mime_type, sent) -> None:  # type: ignore[no-untyped-def]
+    history = stored_image(data, mime_type)
+    _system, messages = to_anthropic(history)
+    validate_messages_request({"model": "m", "max_tokens": 10, "messages": messages})
+    assert messages[0]["content"][1]["source"] == {"type": "base64", "media_type": sent, "data": data}
+    assert history[0].parts[1].mime_type == mime_type  # storage's copy is untouched
+
+
+def test_an_inline_image_of_a_format_anthropic_does_not_take_is_sent_as_its_placeholder(
+    fake_anthropic, request
+) -> None:  # type: ignore[no-untyped-def]
+    fake_anthropic.enqueue_text("Fine.")
+    model = AnthropicChatModel(
+        model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+    )
+    request.addfinalizer(model.close)
+    assert model.invoke(stored_image(BMP, "image/bmp")).message.content == "Fine."
+    assert fake_anthropic.requests[-1]["messages"][0]["content"] == [
+        {"type": "text", "text": "Look"},
+        {"type": "text", "text": "[image]"},
+    ]
+
+
 @pytest.mark.django_db
 def test_an_agent_replays_a_long_cached_history_to_anthropic_without_a_refusal(
     fake_anthropic, request

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.formats.media import image_size, with_media_limit
+from agentmemory.formats.media import image_format, image_size, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
@@ -75,6 +75,12 @@ MANY_IMAGES_MAX_PIXELS = 2000
 #: the longest side of any image ("At least one of the image dimensions exceed max allowed
 #: size: 8000 pixels")
 MAX_IMAGE_PIXELS = 8000
+#: the media types an inline image may be sent with (``Base64ImageSourceParam.media_type``
+#: of the SDK; 400 "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+#: for ``image/jpg``, which OpenAI takes); the API also refuses a type its data does not
+#: match ("The image was specified using the image/jpeg media type, but the image appears
+#: to be a image/png image")
+IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 #: the most characters of one image's base64 data ("image exceeds 5 MB maximum: 6275800
 #: bytes > 5242880 bytes": the encoded string is measured, a third more than the image's
 #: bytes, so an image within ``AGENTMEMORY['MAX_PART_DATA_BYTES']`` may pass it)
@@ -94,12 +100,19 @@ def _has_text(text: str | None) -> TypeGuard[str]:
 def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
     """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty or
     whitespace-only text (the API refuses such text blocks). Audio, which Anthropic does not
-    take, and files it cannot carry (inline data that is not a PDF) are sent as their
-    placeholder text."""
+    take, files it cannot carry (inline data that is not a PDF) and inline images of a
+    format it does not take are sent as their placeholder text; an inline image goes with
+    the media type its data shows (``_image_media_type``)."""
     if part.kind is PartKind.TEXT:
         block = _text_block(part.text) if _has_text(part.text) else None
     elif part.kind is PartKind.IMAGE:
-        block = {"type": "image", "source": _source(part)}
+        media_type = _image_media_type(part) if part.data else None
+        if part.data and media_type is None:
+            block = _text_block(part.placeholder)
+        else:
+            block = {"type": "image", "source": _source(part)}
+            if media_type is not None:
+                block["source"]["media_type"] = media_type
     elif part.kind is PartKind.FILE and part.text:
         block = {
             "type": "document",
@@ -112,6 +125,16 @@ def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
     if (block is not None and block["type"] != "text") or (block is not None and part.kind is PartKind.TEXT):
         block.update({key: part.extra[key] for key in _BLOCK_EXTRAS if key in part.extra})
     return block
+
+
+def _image_media_type(part: ContentPart) -> str | None:
+    """The media type an inline image is sent with: the one its data's signature shows
+    (``image_format``), else its stored type when the API takes it, else ``None`` (it is
+    sent as its placeholder text). Stored types come from every source a history was made
+    from: ``image/jpg`` from an OpenAI data URL, a PNG labelled ``image/jpeg`` by a client;
+    the Messages API refuses both (``IMAGE_MEDIA_TYPES``), in every later request."""
+    stored = part.mime_type.lower()
+    return image_format(part.data) or (stored if stored in IMAGE_MEDIA_TYPES else None)
 
 
 def _source(part: ContentPart) -> dict[str, Any]:
