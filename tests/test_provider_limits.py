@@ -205,6 +205,41 @@ def test_an_inline_image_of_a_format_anthropic_does_not_take_is_sent_as_its_plac
     ]
 
 
+def large_png(chars: int) -> str:
+    """A base64 PNG of ``chars`` characters (a header, then zero bytes): within every
+    per-image limit, large in a request."""
+    header = base64.b64decode(png(800, 600))[:33]  # signature and IHDR chunk
+    return base64.b64encode(header + b"\x00" * (chars * 3 // 4 - len(header))).decode()
+
+
+def test_a_request_over_32_mb_sends_its_oldest_inline_images_as_placeholders(fake_anthropic, request) -> None:  # type: ignore[no-untyped-def]
+    fake_anthropic.enqueue_text("Fine.")
+    model = AnthropicChatModel(
+        model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+    )
+    request.addfinalizer(model.close)
+    data = large_png(5_000_000)  # under the 5 MiB of one image
+    stored = []
+    for i in range(7):  # 35 MB of images
+        stored += [
+            ChatMessage.human(
+                f"photo {i}",
+                parts=(
+                    ContentPart(PartKind.TEXT, text=f"photo {i}"),
+                    ContentPart(PartKind.IMAGE, data=data, mime_type="image/png"),
+                ),
+            ),
+            ChatMessage.ai(f"seen {i}"),
+        ]
+    stored.append(ChatMessage.human("Which was sharpest?"))
+    assert model.invoke(stored).message.content == "Fine."
+    sent = fake_anthropic.requests[-1]["messages"]
+    kinds = [[b["type"] for b in m["content"]] for m in sent if isinstance(m["content"], list)]
+    assert kinds == [["text", "text"]] + [["text", "image"]] * 6
+    assert sent[0]["content"][1] == {"type": "text", "text": "[image]"}
+    assert stored[0].parts[1].data == data  # the caller's (storage's) copy is untouched
+
+
 @pytest.mark.django_db
 def test_an_agent_replays_a_long_cached_history_to_anthropic_without_a_refusal(
     fake_anthropic, request

@@ -32,6 +32,7 @@ Mapping: ``system`` -> the ``system`` parameter, ``human`` -> ``user`` text, ``a
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,7 +42,7 @@ from agentmemory.exceptions import InvalidMessageError
 from agentmemory.formats.media import image_format, image_size, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
-__all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
+__all__ = ["from_anthropic", "from_anthropic_message", "limit_request_size", "to_anthropic"]
 
 #: the text sent for a blank human message that opens the conversation (the API requires a
 #: non-empty first user turn; a blank one elsewhere is left out)
@@ -75,6 +76,11 @@ MANY_IMAGES_MAX_PIXELS = 2000
 #: the longest side of any image ("At least one of the image dimensions exceed max allowed
 #: size: 8000 pixels")
 MAX_IMAGE_PIXELS = 8000
+#: the largest request body the Messages API takes: "32 MB" (API overview, "Request size
+#: limits": a larger one is answered 413 ``request_too_large``, by Cloudflare, before the API
+#: reads it), read here as 32,000,000 bytes, the smaller of its two readings. A hundred
+#: images of up to 5 MiB each pass every per-image limit and still make a request of 500 MB.
+MAX_REQUEST_BYTES = 32_000_000
 #: the media types an inline image may be sent with (``Base64ImageSourceParam.media_type``
 #: of the SDK; 400 "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 #: for ``image/jpg``, which OpenAI takes); the API also refuses a type its data does not
@@ -544,6 +550,60 @@ def limit_cache_breakpoints(
             shorter_seen = True
         elif shorter_seen:
             block["cache_control"] = {key: value for key, value in control.items() if key != "ttl"}
+
+
+def _json_bytes(value: Any) -> int:
+    """Bytes of ``value`` as JSON, as the SDK sends it (``json`` with its default
+    separators and ``ensure_ascii``: the larger encoding of non-ASCII text)."""
+    return len(json.dumps(value, default=str))
+
+
+def _inline_media(blocks: Any) -> Iterable[tuple[list[Any], int]]:
+    """``(list, index)`` of each image or document block with inline (base64) data in
+    ``blocks`` and in the content of its ``tool_result`` blocks, in request order."""
+    if not isinstance(blocks, list):
+        return
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_result":
+            yield from _inline_media(block.get("content"))
+        elif block.get("type") in ("image", "document"):
+            source = block.get("source")
+            if isinstance(source, Mapping) and source.get("type") == "base64":
+                yield blocks, index
+
+
+def limit_request_size(request: dict[str, Any]) -> None:
+    """Keep a Messages API request within ``MAX_REQUEST_BYTES`` (32 MB), in place: while its
+    JSON is larger, the oldest inline image or document of ``request["messages"]`` is sent
+    as its placeholder text (``[image]``, ``[file]`` or ``[file: <title>]``, keeping the
+    block's ``cache_control``). The newest media are kept, as with the count limit.
+
+    Stored images and PDFs come back in every later request; past 32 MB each one is refused
+    with a 413 before the API reads it, so a conversation would fail on every later turn.
+    Storage is not changed (the blocks are the request's own). A request still too large
+    without its inline media (text alone) is left as it is: the window's token budget
+    keeps text far below that size.
+    """
+    excess = _json_bytes(request) - MAX_REQUEST_BYTES
+    if excess <= 0:
+        return
+    for turn in request.get("messages") or ():
+        for blocks, index in list(_inline_media(turn.get("content"))):
+            block = blocks[index]
+            if block["type"] == "image":
+                text = "[image]"
+            else:
+                title = block.get("title")
+                text = f"[file: {title}]" if isinstance(title, str) and title else "[file]"
+            placeholder = _text_block(text)
+            if "cache_control" in block:
+                placeholder["cache_control"] = block["cache_control"]
+            excess -= _json_bytes(block) - _json_bytes(placeholder)
+            blocks[index] = placeholder
+            if excess <= 0:
+                return
 
 
 # -- Anthropic -> ChatMessage -------------------------------------------------------------------
