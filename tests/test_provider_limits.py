@@ -295,6 +295,25 @@ def test_at_most_five_hundred_images_are_sent_to_openai() -> None:
     assert messages[2]["content"][1]["type"] == "image_url"
 
 
+def test_a_tool_output_over_openais_longest_message_is_sent_cut_with_a_marker(fake_openai, request) -> None:  # type: ignore[no-untyped-def]
+    fake_openai.enqueue_text("Done.")
+    model = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="k", max_retries=0)
+    request.addfinalizer(model.close)
+    output = "x" * 10_600_000  # a recursive listing (Shopify/roast#52)
+    stored = [
+        ChatMessage.human("List the files"),
+        ChatMessage.ai(None, [ToolCall("c1", "shell", {"cmd": "ls -R ."})]),
+        ChatMessage.tool(output, tool_call_id="c1", name="shell"),
+    ]
+    assert model.invoke(stored).message.content == "Done."
+    sent = fake_openai.requests[-1]["messages"][2]["content"]
+    assert 10_485_760 - 10 < len(sent) <= 10_485_760
+    kept, marker = sent.split("\n[... ")
+    assert set(kept) == {"x"}
+    assert marker == f"cut to the API's longest message: {len(output) - len(kept)} of 10600000 characters omitted ...]"
+    assert stored[2].content == output  # the caller's (storage's) copy is whole
+
+
 def test_the_fake_refuses_what_the_api_refuses() -> None:
     """The checks the tests above rely on."""
     with pytest.raises(InvalidRequest, match="maximum length 40"):
