@@ -407,7 +407,9 @@ class FakeAnthropicServer(FakeHTTPServer):
             return 400, error_body("anthropic-version: header is required")
         if int(headers.get("content-length") or 0) > 32_000_000:
             # API overview, "Request size limits": 32 MB for the Messages API
-            return 413, error_body("Request exceeds the maximum allowed number of bytes.", type="request_too_large")
+            return 413, error_body(
+                "Request exceeds the maximum allowed number of bytes.", type="request_too_large"
+            )
         try:
             validate_messages_request(body)
         except InvalidRequest as exc:

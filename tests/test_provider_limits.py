@@ -310,7 +310,10 @@ def test_a_tool_output_over_openais_longest_message_is_sent_cut_with_a_marker(fa
     assert 10_485_760 - 10 < len(sent) <= 10_485_760
     kept, marker = sent.split("\n[... ")
     assert set(kept) == {"x"}
-    assert marker == f"cut to the API's longest message: {len(output) - len(kept)} of 10600000 characters omitted ...]"
+    assert (
+        marker
+        == f"cut to the API's longest message: {len(output) - len(kept)} of 10600000 characters omitted ...]"
+    )
     assert stored[2].content == output  # the caller's (storage's) copy is whole
 
 
