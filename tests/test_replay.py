@@ -315,8 +315,8 @@ def test_owner_is_created_once_without_a_password_and_owns_the_replayed_conversa
 
     alice = get_user_model().objects.get(username="alice")
     assert (
-        "Created user 'alice' to own the replayed conversations (no password yet: "
-        "`manage.py changepassword alice` sets one)" in first
+        "Created user 'alice' to own the replayed conversations; it logs in once it is given "
+        "a password (`manage.py changepassword alice`)" in first
     )
     assert not alice.has_usable_password()
     assert Conversation.objects.count() == 4

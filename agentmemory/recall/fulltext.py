@@ -1,8 +1,9 @@
 """Full-text indexes of facts and messages, per database, and the queries that use them.
 
 - PostgreSQL: a stored generated column ``search_vector`` (``agentmemory_tsvector(content)``:
-  ``to_tsvector('english', ...)`` of its normal form, kept by the database on every insert and
-  update) with a GIN index on the fact and message tables. Ranking is BM25 over the query's
+  ``to_tsvector('english', ...)`` of its normal form with punctuation read as spaces, as
+  queries and SQLite's tokenizer read it: migration 0034; kept by the database on every insert
+  and update) with a GIN index on the fact and message tables. Ranking is BM25 over the query's
   words (each word's weight from how many rows of the searched scope hold it), which
   ``ts_rank`` lacks.
 - SQLite: FTS5 tables with external content (``agentmemory_fact_fts``,

@@ -111,21 +111,32 @@ OPTIONAL_MARK_RANGES = (
 #: separator, the zero-width space, non-joiner and joiner (U+200B-U+200D: Persian puts the
 #: non-joiner inside words, emoji sequences the joiner), the direction marks, the word
 #: joiner and invisible operators (U+2060-U+2064) and the byte order mark, all Unicode
-#: "Default_Ignorable" characters of category Cf. People type the same words without them; the tokenizers of
-#: both databases cut a word at them ("pass\u200bword" was "pass" and "word").
+#: "Default_Ignorable" characters of category Cf; and the variation selectors (U+FE00-U+FE0F,
+#: U+E0100-U+E01EF, Default_Ignorable marks that pick a glyph: "❤\ufe0f" is the red heart
+#: emoji, and "coffee\ufe0f" or "\u2764\ufe0fParis" in chat text kept the word from being found).
+#: People type the same words without them; the tokenizers of both databases cut a word at
+#: them ("pass\u200bword" was "pass" and "word") or take them into it.
 INVISIBLE_RANGES = (
     (0x00AD, 0x00AD),
     (0x180E, 0x180E),
     (0x200B, 0x200F),
     (0x2060, 0x2064),
+    (0xFE00, 0xFE0F),
     (0xFEFF, 0xFEFF),
+    (0xE0100, 0xE01EF),
 )
+
+
+def _escaped(code: int) -> str:
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 #: ``OPTIONAL_MARK_RANGES`` and ``INVISIBLE_RANGES`` as a bracket expression that Python's
-#: ``re`` and PostgreSQL's regular expressions read alike (``\uXXXX`` escapes)
+#: ``re`` and PostgreSQL's regular expressions read alike (``\uXXXX`` and ``\UXXXXXXXX`` escapes)
 OPTIONAL_MARKS_CLASS = (
     "["
     + "".join(
-        f"\\u{low:04x}" if low == high else f"\\u{low:04x}-\\u{high:04x}"
+        _escaped(low) if low == high else f"{_escaped(low)}-{_escaped(high)}"
         for low, high in OPTIONAL_MARK_RANGES + INVISIBLE_RANGES
     )
     + "]"

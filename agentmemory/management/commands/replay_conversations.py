@@ -96,8 +96,8 @@ def resolve_owner(username: str, stdout: OutputWrapper) -> AbstractBaseUser:
     except (IntegrityError, ValueError, TypeError) as exc:
         raise CommandError(f"--owner {username!r}: no such user, and none could be created ({exc})") from exc
     stdout.write(
-        f"Created user {username!r} to own the replayed conversations (no password yet: "
-        f"`manage.py changepassword {username}` sets one)"
+        f"Created user {username!r} to own the replayed conversations; it logs in once it is given "
+        f"a password (`manage.py changepassword {username}`)"
     )
     return user
 
