@@ -502,7 +502,7 @@ class Message(models.Model):
         return ChatMessage(
             role=Role(self.role),
             content=self.content,
-            tool_calls=tuple(ToolCall.from_dict(c) for c in self.tool_calls or ()),
+            tool_calls=tuple(ToolCall.from_stored(c) for c in self.tool_calls or ()),
             tool_call_id=self.tool_call_id,
             name=self.name,
             metadata=self.metadata or {},
