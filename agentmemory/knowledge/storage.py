@@ -50,11 +50,15 @@ DELETE_BATCH = 500
 #: between two digits it is a clock time ("14\uff1a30"), never a key's end.
 _KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
-#: dentist on Monday"): a new note is another note, not a new value of the last one
+#: dentist on Monday", "Warning: the stove is hot"): a new note is another note, not a new
+#: value of the last one
 _LABELS_TEXT = """
-    note notes reminder reminders todo to-do task fyi ps nb btw re fwd update important tip idea memo
+    note notes reminder reminders todo to-do task tasks fyi ps nb btw re fwd update updates
+    important tip tips idea ideas memo warning caution alert attention example question answer
+    hint quote comment observation thought insight lesson news log journal diary entry edit
+    aside heads-up
 """
-_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do"])
+_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
 #: gym", "May 3: recital"): entries of a day, as a clock time is (two things happen on one day)
 _WHEN_TEXT = """
