@@ -782,7 +782,12 @@ def _fact_said(fact: Any) -> datetime | None:
 
 
 def _fact_text(fact: Any) -> str:
-    return f"[{date_text(_fact_said(fact))} · saved fact] {neutralised(fact.content[:MAX_READ_CHARS])}"
+    """A fact's line: its date, and its content up to ``MAX_READ_CHARS`` characters, ending
+    in " …" when cut there (as a cut message does: the model is told the fact goes on)."""
+    content = neutralised(fact.content[:MAX_READ_CHARS])
+    if len(fact.content) > MAX_READ_CHARS:
+        content = content.rstrip() + " …"
+    return f"[{date_text(_fact_said(fact))} · saved fact] {content}"
 
 
 def _items(
