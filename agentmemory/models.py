@@ -654,10 +654,7 @@ class Fact(models.Model):
         _("content hash"),
         max_length=64,
         editable=False,
-        help_text=_(
-            "SHA-256 of the content in one Unicode form (NFKC, invisible characters left out, runs of "
-            "whitespace collapsed): finds exact repeats."
-        ),
+        help_text=_("SHA-256 of the content in one normal form (NFKC, spaces collapsed): repeats."),
     )
     category = models.CharField(_("category"), max_length=100, default="general")
     importance = models.FloatField(_("importance"), default=0.5)

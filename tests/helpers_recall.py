@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from agentmemory.history import PersistentChatHistory
@@ -29,9 +30,11 @@ def assert_message_found(stored: str, query: str) -> None:
 
 def assert_fact_found(stored: str, query: str, owner: Any = None) -> None:
     """``stored``, a fact among ``FILLER`` facts of ``owner`` (default: a new user), is
-    ``query``'s first recall."""
+    ``query``'s first recall (facts are stored composed, NFC)."""
     knowledge = KnowledgeMemory(owner or UserFactory())
     for text in FILLER:
         knowledge.remember(text, "notes", persistent=True)
     knowledge.remember(stored, "notes", persistent=True)
-    assert [hit.fact.content for hit in knowledge.recall(query, k=1)] == [stored]
+    assert [hit.fact.content for hit in knowledge.recall(query, k=1)] == [
+        unicodedata.normalize("NFC", stored)
+    ]

@@ -8,6 +8,8 @@ the index side and the query side, for rows stored before as well (migrations 00
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from agentmemory.history import PersistentChatHistory
@@ -80,7 +82,9 @@ def test_facts_are_found_whatever_form_their_marks_take(stored, query, _kind) ->
     assert_fact_found(stored, query, owner)
     semantic = SemanticMemory(owner=owner, max_results=1)
     semantic.add(stored)
-    assert [entry.content for entry in semantic.search(query, top_k=1)] == [stored]
+    assert [entry.content for entry in semantic.search(query, top_k=1)] == [
+        unicodedata.normalize("NFC", stored)
+    ]
 
 
 @pytest.mark.django_db

@@ -97,10 +97,7 @@ class Migration(migrations.Migration):
             name="content_hash",
             field=models.CharField(
                 editable=False,
-                help_text=(
-                    "SHA-256 of the content in one Unicode form (NFKC, invisible characters left out, "
-                    "runs of whitespace collapsed): finds exact repeats."
-                ),
+                help_text="SHA-256 of the content in one normal form (NFKC, spaces collapsed): repeats.",
                 max_length=64,
                 verbose_name="content hash",
             ),
