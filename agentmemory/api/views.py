@@ -61,7 +61,7 @@ from agentmemory.api.schema import (
     extend_schema_view,
     view_schema,
 )
-from agentmemory.api.serializers.common import _json_type
+from agentmemory.api.serializers.common import json_type
 from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
@@ -382,7 +382,7 @@ def _body_shape_problem(body: Any) -> str:
     such, with the batch shape to send instead."""
     if isinstance(body, list):
         return 'the body is a JSON array: send a batch as {"messages": [...]}, or one message as an object'
-    kind = _json_type(body)
+    kind = json_type(body)
     return f'the body must be one message (a JSON object) or a batch {{"messages": [...]}}, not {kind}'
 
 
