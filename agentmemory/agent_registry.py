@@ -28,6 +28,7 @@ __all__ = [
     "agent_scope",
     "all",
     "autodiscover",
+    "find",
     "get",
     "memory_scope",
     "register",
@@ -116,31 +117,34 @@ def all() -> dict[str, type[BaseToolCallingAgent]]:
         return dict(sorted(_agents.items()))
 
 
+def find(agent_key: str) -> type[BaseToolCallingAgent] | None:
+    """The agent class registered under ``agent_key``, or ``None`` (no agent holds that key,
+    or it is empty). An ``agents`` module that fails to import (``autodiscover``) is logged,
+    and the agents registered so far are looked in: a preview or a memory flush is not
+    refused for another app's broken module. Raises nothing."""
+    if not agent_key:
+        return None
+    try:
+        return get(agent_key)
+    except AgentNotRegistered:
+        return None
+    except Exception:
+        logger.exception("cannot discover the agents; %r is looked up among those loaded", agent_key)
+        with _lock:
+            return _agents.get(agent_key)
+
+
 def memory_scope(agent_key: str) -> tuple[str | None, str | None]:
     """``(agent key, namespace)``: the scope, besides the owner, in which the agent registered
     under ``agent_key`` recalls its memory block (its ``KNOWLEDGE_MEMORY_AGENT_KEY`` and
     ``KNOWLEDGE_MEMORY_NAMESPACE``, ``None`` by default: every conversation of the owner and
     the facts stored without an agent key), so that a preview of a conversation's window
     (the API's context endpoint, the admin's context page) recalls what its agent sends.
-    For a key no agent holds, or an empty one: ``(agent_key or None, None)``, the
-    conversations and facts of that agent key. An ``agents`` module that fails to import
-    (``autodiscover``) is logged, and the agents registered so far are looked in: a preview
-    is not refused for another app's broken module. Raises nothing."""
-    if not agent_key:
-        return (None, None)
-    try:
-        cls = get(agent_key)
-    except AgentNotRegistered:
-        return (agent_key, None)
-    except Exception:
-        logger.exception(
-            "cannot discover the agents; the memory scope of %r is looked up among those loaded", agent_key
-        )
-        with _lock:
-            found = _agents.get(agent_key)
-        if found is None:
-            return (agent_key, None)
-        cls = found
+    For a key no agent holds (``find``), or an empty one: ``(agent_key or None, None)``, the
+    conversations and facts of that agent key. Raises nothing."""
+    cls = find(agent_key)
+    if cls is None:
+        return (agent_key or None, None)
     return agent_scope(cls)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,46 @@ class ToolCall:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         return cls(id=data["id"], name=data["name"], arguments=dict(data.get("arguments") or {}))
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> ToolCall:
+        """A call read back from a stored row: as ``from_dict``, with ``arguments`` read by
+        ``stored_arguments`` (a row written around validation may hold arguments that are
+        not a JSON object)."""
+        return cls(id=data["id"], name=data["name"], arguments=stored_arguments(data.get("arguments")))
+
+
+def stored_arguments(value: Any) -> dict[str, Any]:
+    """A stored call's ``arguments`` as the JSON object every provider takes: the object
+    itself (a copy); ``{}`` for null or a missing value; the object a JSON *string* holds
+    (``'{"path": "a.txt"}'``, OpenAI's wire form written as it came); anything else (a list,
+    a number, text that is not a JSON object) as ``{RAW_ARGUMENTS_KEY: <its text>}``.
+
+    Storage refuses arguments that are not an object, but rows written around it (the ORM,
+    SQL, an older version) are read by every later window. Each provider refuses such a
+    call in the request: Anthropic's ``tool_use.input`` is an object (Messages API,
+    ``ToolUseBlockParam.input: Dict[str, object]``) and OpenAI's ``function.arguments`` is
+    the JSON text of one; reading the row failed every later turn. The row is not changed.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            decoded = json.loads(value)
+        except (ValueError, RecursionError):  # RecursionError: nested ~1,000 levels deep
+            decoded = None
+        if isinstance(decoded, dict):
+            return decoded
+        return {RAW_ARGUMENTS_KEY: value}
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return {RAW_ARGUMENTS_KEY: text}
 
 
 @dataclass(frozen=True, slots=True)

@@ -502,7 +502,7 @@ class Message(models.Model):
         return ChatMessage(
             role=Role(self.role),
             content=self.content,
-            tool_calls=tuple(ToolCall.from_dict(c) for c in self.tool_calls or ()),
+            tool_calls=tuple(ToolCall.from_stored(c) for c in self.tool_calls or ()),
             tool_call_id=self.tool_call_id,
             name=self.name,
             metadata=self.metadata or {},
@@ -654,7 +654,7 @@ class Fact(models.Model):
         _("content hash"),
         max_length=64,
         editable=False,
-        help_text=_("SHA-256 of the content with runs of whitespace collapsed (finds exact repeats)."),
+        help_text=_("SHA-256 of the content in one normal form (NFKC, spaces collapsed): repeats."),
     )
     category = models.CharField(_("category"), max_length=100, default="general")
     importance = models.FloatField(_("importance"), default=0.5)

@@ -16,6 +16,7 @@ The fixture is registered for the whole suite by ``pytest_plugins`` in ``tests/c
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -111,6 +112,33 @@ def _check_blocks(content: Any, role: str, i: int) -> list[dict[str, Any]]:
                 f"{where}: Input tag '{kind}' found using 'type' does not match any expected tag"
             )
     return content
+
+
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+    b"\xff\xd8\xff": "image/jpeg",
+}
+
+
+def _check_image_media_type(media_type: Any, data: str) -> None:
+    """The API's checks of an inline image's ``media_type``: one of four, and the one its
+    data shows (400 answers quoted)."""
+    if media_type not in ("image/jpeg", "image/png", "image/gif", "image/webp"):
+        raise InvalidRequest(
+            "image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
+            "or 'image/webp'"
+        )
+    head = base64.b64decode(data[:32] + "=" * (-len(data[:32]) % 4), validate=False)
+    shown = next((kind for sig, kind in _SIGNATURES.items() if head.startswith(sig)), None)
+    if shown is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        shown = "image/webp"
+    if shown is not None and shown != media_type:
+        raise InvalidRequest(
+            f"image.source.base64: The image was specified using the {media_type} media type, but the "
+            f"image appears to be a {shown} image"
+        )
 
 
 def validate_messages_request(body: Any) -> None:
@@ -330,6 +358,8 @@ def _validate_request_limits(body: Mapping[str, Any]) -> None:
             raise InvalidRequest(
                 f"image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > 5242880 bytes"
             )
+        if data:
+            _check_image_media_type(source.get("media_type"), data)
         size = image_size(data) if data else None
         if size is not None and max(size) > 8000:
             raise InvalidRequest(
@@ -375,6 +405,11 @@ class FakeAnthropicServer(FakeHTTPServer):
             return 401, error_body("x-api-key header is required", type="authentication_error")
         if not headers.get("anthropic-version"):
             return 400, error_body("anthropic-version: header is required")
+        if int(headers.get("content-length") or 0) > 32_000_000:
+            # API overview, "Request size limits": 32 MB for the Messages API
+            return 413, error_body(
+                "Request exceeds the maximum allowed number of bytes.", type="request_too_large"
+            )
         try:
             validate_messages_request(body)
         except InvalidRequest as exc:

@@ -71,6 +71,11 @@ def validate_chat_request(body: Any) -> None:
                 "'system', 'assistant', 'user', 'function', 'tool', and 'developer'."
             )
         content = message.get("content")
+        if isinstance(content, str) and len(content) > 10_485_760:
+            raise InvalidRequest(
+                f"Invalid 'messages[{i}].content': string too long. Expected a string with maximum length "
+                f"10485760, but got a string with length {len(content)} instead."
+            )
         if role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:

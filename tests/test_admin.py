@@ -289,6 +289,32 @@ def test_context_window_page_switches_the_memory_block(admin_client, chat, admin
     assert bad.status_code == 400 and "memory_recall must be on or off" in bad.content.decode()
 
 
+def test_context_window_page_says_which_agent_chose_the_memory_scope(admin_client, admin_user):  # type: ignore[no-untyped-def]
+    # The accounting said "(the scope of the agent registered under the conversation's agent
+    # key, else of that key)" on every page, so a reader could not tell which rule applied.
+    from agentmemory.agent_registry import get
+
+    support = get("support")
+    path = f"{support.__module__}.{support.__qualname__}"
+    pages = {}
+    for key in ("support", "no-such-agent", ""):
+        conv = Conversation.objects.create(owner=admin_user, agent_key=key)
+        PersistentChatHistory(conv).add_messages([ChatMessage.human("Which lamp did I order?")])
+        response = admin_client.get(url("conversation_context", conv.pk), {"memory_recall": "on"})
+        assert response.status_code == 200
+        pages[key] = response.content.decode()
+    assert (
+        f"the scope of {path}, the agent registered under agent key &ldquo;support&rdquo;" in pages["support"]
+    )
+    assert (
+        "no agent is registered under agent key &ldquo;no-such-agent&rdquo;: "
+        "the conversations and facts of that key" in pages["no-such-agent"]
+    )
+    assert "the conversation has no agent key" in pages[""]
+    for body in pages.values():
+        assert "else of that key" not in body
+
+
 def test_non_staff_users_are_sent_to_the_login_page(client, django_user_model, chat):  # type: ignore[no-untyped-def]
     user = django_user_model.objects.create_user("bob", password="pw")
     client.force_login(user)

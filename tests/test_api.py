@@ -407,6 +407,39 @@ def test_a_batch_with_keys_beside_messages_is_refused_naming_them(api, user, que
     assert Message.objects.filter(conversation=conv).count() == 0
 
 
+@pytest.mark.parametrize(
+    ("query", "body", "words"),
+    [
+        # the messages array of a provider request, posted as the body itself
+        ("", [{"role": "human", "content": "hi"}], 'send a batch as {"messages": [...]}'),
+        (
+            "?message_format=openai",
+            [{"role": "user", "content": "hi"}],
+            'send a batch as {"messages": [...]}',
+        ),
+        ("", "hi", "not a string"),
+        ("", 7, "not a number"),
+        ("", None, "not null"),
+    ],
+)
+def test_a_body_that_is_not_an_object_is_refused_naming_its_shape(api, user, query, body, words):  # type: ignore[no-untyped-def]
+    # A JSON array was answered "message 0: Invalid data. Expected a dictionary, but got
+    # list.", which blamed the first message; the body is at fault, and the 400 says which
+    # shape to send.
+    conv = make_conversation(user)
+    response = api.post(
+        conv_url(conv, "messages/") + query, json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    data = response.json()
+    assert data["error"] == "invalid_message"
+    assert data["index"] is None
+    assert words in data["detail"]
+    assert not data["detail"].startswith("message 0")
+    assert data["fields"] == {"non_field_errors": [data["reason"]]}
+    assert Message.objects.filter(conversation=conv).count() == 0
+
+
 def test_message_list_pages_in_seq_order_with_a_cursor(api, user, django_assert_max_num_queries):  # type: ignore[no-untyped-def]
     conv = make_conversation(user)
     history = PersistentChatHistory(conv)

@@ -561,12 +561,12 @@ def test_rows_and_messages_built_for_speed_equal_the_dataclasses_own() -> None:
         [{"id": "c1", "name": "f", "arguments": [["k", "v"]]}],  # stored around validation
     ],
 )
-def test_tool_calls_read_from_a_row_equal_from_dict(stored: list[dict[str, object]]) -> None:
+def test_tool_calls_read_from_a_row_equal_from_stored(stored: list[dict[str, object]]) -> None:
     from agentmemory.messages import ToolCall
     from agentmemory.store.rows import _call_objects
 
     made = _call_objects(json.loads(json.dumps(stored)))
-    assert made == tuple(ToolCall.from_dict(c) for c in stored)
+    assert made == tuple(ToolCall.from_stored(c) for c in stored)
     assert all(type(call) is ToolCall for call in made)
 
 

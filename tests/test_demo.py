@@ -81,6 +81,9 @@ def test_make_demo_leaves_the_demo_user_a_login_and_a_non_empty_api_list(client)
         outputs.append(out.getvalue())
 
     password = printed_password(outputs[-1])
+    # the replay made the user without a password; the last step says it gave it one
+    assert "it logs in once it is given a password" in outputs[1]
+    assert "made without a password by the step before; it has one now" in outputs[-1]
     assert "http://127.0.0.1:8000/admin/" in outputs[-1]
     assert "manage.py drf_create_token demo" in outputs[-1]
     assert 'curl -H "Authorization: Token TOKEN" http://127.0.0.1:8000/api/conversations/' in outputs[-1]

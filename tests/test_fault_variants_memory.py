@@ -27,6 +27,10 @@ from tests.factories import UserFactory
         ("Note: buy milk", "Note: call the plumber"),
         ("Reminder: renew the passport", "Reminder: water the plants"),
         ("TODO: book flights", "TODO: pay the rent"),
+        ("Warning: the stove is hot", "Warning: the back door is open"),
+        ("Example: a haiku about rain", "Example: a limerick about cats"),
+        ("Question: when is the recital?", "Question: who drives Lea home?"),
+        ("Heads up: the office is closed Friday", "Heads up: the parking garage is full"),
     ],
 )
 @pytest.mark.django_db

@@ -493,6 +493,25 @@ def test_the_setting_and_the_agent_decide(setting: str, agent_key: str, kept: bo
         assert KnowledgeMemory(user).live_facts().count() == 2
 
 
+def test_an_agents_module_that_fails_to_import_does_not_stop_the_flush(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    # The flush looks the conversation's agent up in the registry, whose first lookup imports
+    # every app's agents module: one that raised made the run keep no facts, though the agent
+    # (registered already) enables knowledge memory. It is looked up among those loaded.
+    from agentmemory import agent_registry
+
+    def broken(name: str) -> None:
+        raise ImportError("cannot import name 'Missing' from 'project.tools'")
+
+    monkeypatch.setattr(agent_registry, "_discovered", False)
+    monkeypatch.setattr(agent_registry, "autodiscover_modules", broken)
+    user = UserFactory()
+    conv = conversation(user)
+    with caplog.at_level(logging.ERROR, logger="agentmemory.agents"):
+        assert run_compaction(conv.pk, llm=ScriptedChatModel([json.dumps(reply())])).status == STORED
+    assert scope(user).live_facts().count() == 2
+    assert "cannot import name 'Missing'" in caplog.text
+
+
 # -- without a model ------------------------------------------------------------------------------
 
 

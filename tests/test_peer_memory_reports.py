@@ -263,8 +263,10 @@ def test_reading_never_extends_an_expiry() -> None:
 @override_settings(TIME_ZONE="America/Los_Angeles")
 def test_timestamps_are_utc_instants_whatever_the_local_time_zone() -> None:
     """mem0ai/mem0#4402 (timestamps written in US/Pacific) and agno-agi/agno#10322 (naive
-    local stamps read back as UTC): a stamp must name the instant it was written, so the
-    calendar day near UTC midnight stays right and a naive clock is refused."""
+    local stamps read back as UTC): a stored stamp names the instant it was written (UTC in
+    the row, the entries and the API), a naive clock is refused, and the text the model
+    reads gives that instant in the project's ``TIME_ZONE``, the zone the memory block
+    dates its items in, so the calendar day near UTC midnight is the user's."""
     user = UserFactory()
     km = KnowledgeMemory(user, max_log_days=3650)
     late = datetime(2025, 7, 25, 2, 0, tzinfo=UTC)  # still 24 July in Los Angeles
@@ -272,7 +274,7 @@ def test_timestamps_are_utc_instants_whatever_the_local_time_zone() -> None:
         km.store("Flight lands at 02:00 UTC", "travel", now=late)
         fact = Fact.objects.get()
         assert fact.created_at == late
-        assert "- [2025-07-25 02:00] (travel) Flight lands at 02:00 UTC" in km.build_context()
+        assert "- [2025-07-24 19:00] (travel) Flight lands at 02:00 UTC" in km.build_context()
         (entry,) = km.get_recent_entries(days=3650)
         assert datetime.fromisoformat(entry["timestamp"]) == late
         body = client_for(user).get("/api/facts/", {"history": "true"}).json()["results"][0]

@@ -6,6 +6,7 @@ their wording; storage always keeps the history as it was."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import zlib
 
@@ -153,6 +154,92 @@ def test_in_a_request_of_many_images_a_large_one_is_sent_as_its_placeholder() ->
     assert [b["type"] for b in few[0]["content"]] == ["text", "image"]
 
 
+JPEG = base64.b64encode(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 32).decode()
+BMP = base64.b64encode(b"BM" + b"\x00" * 40).decode()
+
+
+def stored_image(data: str, mime_type: str) -> list[ChatMessage]:
+    return [
+        ChatMessage.human(
+            "Look",
+            parts=(
+                ContentPart(PartKind.TEXT, text="Look"),
+                ContentPart(PartKind.IMAGE, data=data, mime_type=mime_type),
+            ),
+        ),
+        ChatMessage.ai("A cat."),
+        ChatMessage.human("And now?"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "mime_type", "sent"),
+    [
+        (JPEG, "image/jpg", "image/jpeg"),  # OpenAI's data URLs take image/jpg
+        (png(64, 64), "image/jpeg", "image/png"),  # a client that labels every image JPEG
+        (png(64, 64), "", "image/png"),
+        (JPEG, "IMAGE/JPEG", "image/jpeg"),
+    ],
+    ids=["jpg", "png-labelled-jpeg", "no-type", "upper-case"],
+)
+def test_an_inline_image_is_sent_with_the_media_type_its_data_shows(data, mime_type, sent) -> None:  # type: ignore[no-untyped-def]
+    history = stored_image(data, mime_type)
+    _system, messages = to_anthropic(history)
+    validate_messages_request({"model": "m", "max_tokens": 10, "messages": messages})
+    assert messages[0]["content"][1]["source"] == {"type": "base64", "media_type": sent, "data": data}
+    assert history[0].parts[1].mime_type == mime_type  # storage's copy is untouched
+
+
+def test_an_inline_image_of_a_format_anthropic_does_not_take_is_sent_as_its_placeholder(
+    fake_anthropic, request
+) -> None:  # type: ignore[no-untyped-def]
+    fake_anthropic.enqueue_text("Fine.")
+    model = AnthropicChatModel(
+        model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+    )
+    request.addfinalizer(model.close)
+    assert model.invoke(stored_image(BMP, "image/bmp")).message.content == "Fine."
+    assert fake_anthropic.requests[-1]["messages"][0]["content"] == [
+        {"type": "text", "text": "Look"},
+        {"type": "text", "text": "[image]"},
+    ]
+
+
+def large_png(chars: int) -> str:
+    """A base64 PNG of ``chars`` characters (a header, then zero bytes): within every
+    per-image limit, large in a request."""
+    header = base64.b64decode(png(800, 600))[:33]  # signature and IHDR chunk
+    return base64.b64encode(header + b"\x00" * (chars * 3 // 4 - len(header))).decode()
+
+
+def test_a_request_over_32_mb_sends_its_oldest_inline_images_as_placeholders(fake_anthropic, request) -> None:  # type: ignore[no-untyped-def]
+    fake_anthropic.enqueue_text("Fine.")
+    model = AnthropicChatModel(
+        model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+    )
+    request.addfinalizer(model.close)
+    data = large_png(5_000_000)  # under the 5 MiB of one image
+    stored = []
+    for i in range(7):  # 35 MB of images
+        stored += [
+            ChatMessage.human(
+                f"photo {i}",
+                parts=(
+                    ContentPart(PartKind.TEXT, text=f"photo {i}"),
+                    ContentPart(PartKind.IMAGE, data=data, mime_type="image/png"),
+                ),
+            ),
+            ChatMessage.ai(f"seen {i}"),
+        ]
+    stored.append(ChatMessage.human("Which was sharpest?"))
+    assert model.invoke(stored).message.content == "Fine."
+    sent = fake_anthropic.requests[-1]["messages"]
+    kinds = [[b["type"] for b in m["content"]] for m in sent if isinstance(m["content"], list)]
+    assert kinds == [["text", "text"]] + [["text", "image"]] * 6
+    assert sent[0]["content"][1] == {"type": "text", "text": "[image]"}
+    assert stored[0].parts[1].data == data  # the caller's (storage's) copy is untouched
+
+
 @pytest.mark.django_db
 def test_an_agent_replays_a_long_cached_history_to_anthropic_without_a_refusal(
     fake_anthropic, request
@@ -206,6 +293,28 @@ def test_at_most_five_hundred_images_are_sent_to_openai() -> None:
     validate_chat_request({"model": "m", "messages": messages})
     assert messages[0]["content"][1] == {"type": "text", "text": "[image]"}
     assert messages[2]["content"][1]["type"] == "image_url"
+
+
+def test_a_tool_output_over_openais_longest_message_is_sent_cut_with_a_marker(fake_openai, request) -> None:  # type: ignore[no-untyped-def]
+    fake_openai.enqueue_text("Done.")
+    model = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="k", max_retries=0)
+    request.addfinalizer(model.close)
+    output = "x" * 10_600_000  # a recursive listing (Shopify/roast#52)
+    stored = [
+        ChatMessage.human("List the files"),
+        ChatMessage.ai(None, [ToolCall("c1", "shell", {"cmd": "ls -R ."})]),
+        ChatMessage.tool(output, tool_call_id="c1", name="shell"),
+    ]
+    assert model.invoke(stored).message.content == "Done."
+    sent = fake_openai.requests[-1]["messages"][2]["content"]
+    assert 10_485_760 - 10 < len(sent) <= 10_485_760
+    kept, marker = sent.split("\n[... ")
+    assert set(kept) == {"x"}
+    assert (
+        marker
+        == f"cut to the API's longest message: {len(output) - len(kept)} of 10600000 characters omitted ...]"
+    )
+    assert stored[2].content == output  # the caller's (storage's) copy is whole
 
 
 def test_the_fake_refuses_what_the_api_refuses() -> None:
@@ -276,3 +385,56 @@ def test_an_agent_with_more_tools_than_openai_takes_is_a_system_check_warning() 
     finally:
         registry.unregister("crowded-tools")
     assert found == [("agentmemory.W101", 30)]
+
+
+# -- stored rows written around validation -------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("stored", "sent"),
+    [
+        ('{"path": "a.txt"}', {"path": "a.txt"}),  # OpenAI's wire form, written as it came
+        ([1, 2], {"_raw_arguments": "[1, 2]"}),
+        ("not json", {"_raw_arguments": "not json"}),
+        (5, {"_raw_arguments": "5"}),
+    ],
+)
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_stored_arguments_that_are_not_an_object_are_sent_as_one(
+    fake_anthropic, fake_openai, request, provider, stored, sent
+) -> None:  # type: ignore[no-untyped-def]
+    class Assistant(BaseToolCallingAgent, register=False):
+        SYSTEM_PROMPT = "Be brief."
+
+    if provider == "anthropic":
+        fake_anthropic.enqueue_text("Here you are.")
+        model = AnthropicChatModel(
+            model="claude-test", base_url=fake_anthropic.base_url, api_key="k", max_retries=0
+        )
+    else:
+        fake_openai.enqueue_text("Here you are.")
+        model = OpenAIChatModel(model="gpt-test", base_url=fake_openai.base_url, api_key="k", max_retries=0)
+    request.addfinalizer(model.close)
+    agent = Assistant(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    PersistentChatHistory(conversation).add_messages(
+        [
+            ChatMessage.human("Read the file"),
+            ChatMessage.ai(None, [ToolCall("c1", "read", {"path": "x"})]),
+            ChatMessage.tool("contents", tool_call_id="c1", name="read"),
+            ChatMessage.ai("It says: contents."),
+        ]
+    )
+    # a row written around validation (the ORM, SQL, an older version)
+    row = Message.objects.get(conversation=conversation, role="ai", seq=2)
+    Message.objects.filter(pk=row.pk).update(tool_calls=[{"id": "c1", "name": "read", "arguments": stored}])
+
+    assert agent.run(conversation, "Thanks, and now?").answer == "Here you are."
+    if provider == "anthropic":
+        [call] = [b for b in fake_anthropic.requests[-1]["messages"][1]["content"] if b["type"] == "tool_use"]
+        assert call["input"] == sent
+    else:
+        [call] = fake_openai.requests[-1]["messages"][2]["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == sent
+    assert Message.objects.get(pk=row.pk).tool_calls[0]["arguments"] == stored  # storage as it was

@@ -354,6 +354,20 @@ def test_a_huge_message_is_read_and_cut_from_a_bounded_opening() -> None:
     assert "Quokka" not in trimmed(filler + "The zebrafish is called Quokka.", ["zebrafish", "called"])
 
 
+def test_a_fact_longer_than_the_opening_read_is_shown_cut_with_a_mark() -> None:
+    from agentmemory.recall.memory import MAX_READ_CHARS
+
+    user = UserFactory()
+    stored(user, FILLER)
+    long_fact = "Quokka recipe: " + "stir the zebrafish broth slowly. " * (MAX_READ_CHARS // 30)
+    assert len(long_fact) > MAX_READ_CHARS
+    KnowledgeMemory(user).remember(long_fact, "cooking", persistent=True)
+    block = recall_memory(owner=user, query="quokka recipe zebrafish broth", max_tokens=4000)
+    assert block is not None
+    line = next(line for line in block.text.splitlines() if "saved fact]" in line)
+    assert line.endswith(" …")  # the model is told the fact goes on
+
+
 def test_a_fact_whose_source_message_is_shown_is_left_out() -> None:
     user = UserFactory()
     conv = stored(user, [*FILLER, (None, "My sister's wedding is on 12 June in Porto."), (None, "Lovely!")])

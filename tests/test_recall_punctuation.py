@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 
 from agentmemory.history import PersistentChatHistory
-from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message
-from agentmemory.recall import fulltext, search_messages
+from agentmemory.recall import fulltext
 from agentmemory.recall.text import query_words
 from tests.factories import UserFactory
 from tests.helpers_migrations import migrate_to, migrate_to_latest
+from tests.helpers_recall import FILLER, assert_fact_found, assert_message_found
 
 #: (stored text, query, what is looked for)
 CASES = [
@@ -40,31 +40,18 @@ CASES = [
     ("\u2764\ufe0fParis forever", "Paris", "an emoji with its variation selector"),
 ]
 IDS = [case[2] for case in CASES]
-FILLER = ["Weather is fine today", "We discussed the budget", "Call the plumber on Monday"]
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("stored", "query", "_kind"), CASES, ids=IDS)
 def test_messages_are_found_by_the_words_between_punctuation(stored, query, _kind) -> None:  # type: ignore[no-untyped-def]
-    owner = UserFactory()
-    conv = Conversation.objects.create(owner=owner, agent_key="a")
-    history = PersistentChatHistory(conv)
-    for text in FILLER:
-        history.add_messages([ChatMessage.human(text), ChatMessage.ai("Noted.")])
-    history.add_messages([ChatMessage.human(stored), ChatMessage.ai("Noted.")])
-    hits = search_messages(query, owner=owner, k=3)
-    assert hits and hits[0].content == stored, [h.content for h in hits]
+    assert_message_found(stored, query)
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("stored", "query", "_kind"), CASES, ids=IDS)
 def test_facts_are_found_by_the_words_between_punctuation(stored, query, _kind) -> None:  # type: ignore[no-untyped-def]
-    owner = UserFactory()
-    knowledge = KnowledgeMemory(owner)
-    for text in FILLER:
-        knowledge.remember(text, "notes", persistent=True)
-    knowledge.remember(stored, "notes", persistent=True)
-    assert [hit.fact.content for hit in knowledge.recall(query, k=1)] == [stored]
+    assert_fact_found(stored, query)
 
 
 #: texts mixing what the parsers read differently; every word of each must find it

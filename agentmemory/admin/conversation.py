@@ -42,7 +42,7 @@ from agentmemory.admin.utils import (
     int_param,
     short_datetime,
 )
-from agentmemory.agent_registry import memory_scope
+from agentmemory.agent_registry import find, memory_scope
 from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
@@ -87,6 +87,11 @@ class ConversationAdminForm(forms.ModelForm):
         if problem:
             raise forms.ValidationError(_("Metadata %(problem)s.") % {"problem": problem})
         return value
+
+
+def _agent_path(cls: type | None) -> str:
+    """The dotted path of an agent class (``project.agents.SupportAgent``), or "" for none."""
+    return f"{cls.__module__}.{cls.__qualname__}" if cls is not None else ""
 
 
 @admin.register(Conversation)
@@ -610,6 +615,8 @@ class ConversationAdmin(CheckedQueryAdmin):
             "default_tokens": default_tokens,
             "recall_choice": recall_choice,
             "recall_scope": recall_scope,
+            # which rule chose the scope: the registered agent's (named), else the key's own
+            "recall_agent": _agent_path(find(obj.agent_key)),
             "memory_recall": memory_recall,
             "recall_default": conf.MEMORY_RECALL_ENABLED,
             "left_out": left_out,

@@ -5,10 +5,20 @@ from agentmemory.agent_registry import (
     AgentNotRegistered,
     all,
     autodiscover,
+    find,
     get,
     memory_scope,
     register,
     unregister,
 )
 
-__all__ = ["AgentNotRegistered", "all", "autodiscover", "get", "memory_scope", "register", "unregister"]
+__all__ = [
+    "AgentNotRegistered",
+    "all",
+    "autodiscover",
+    "find",
+    "get",
+    "memory_scope",
+    "register",
+    "unregister",
+]

@@ -62,6 +62,7 @@ from agentmemory.api.schema import (
     extend_schema_view,
     view_schema,
 )
+from agentmemory.api.serializers.common import json_type
 from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
@@ -384,6 +385,16 @@ def batch_extra_keys_response(body: dict[str, Any], message_format: str) -> Resp
         },
         status=status.HTTP_400_BAD_REQUEST,
     )
+
+
+def _body_shape_problem(body: Any) -> str:
+    """Why an append's body that is not a JSON object is refused: the body is one message
+    (an object) or a batch (``{"messages": [...]}``); a JSON array of messages is named as
+    such, with the batch shape to send instead."""
+    if isinstance(body, list):
+        return 'the body is a JSON array: send a batch as {"messages": [...]}, or one message as an object'
+    kind = json_type(body)
+    return f'the body must be one message (a JSON object) or a batch {{"messages": [...]}}, not {kind}'
 
 
 def invalid_message_response(exc: InvalidMessageError, *, batch: bool) -> Response:
@@ -756,8 +767,13 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
             # A form post (``role=human&content=hi``): one value per field, the last one as
             # Django's ``QueryDict.dict()`` and DRF's form fields take it.
             body = body.dict()
-        batch = isinstance(body, dict) and set(body) == {"messages"}
-        if isinstance(body, dict) and "messages" in body and not batch:
+        if not isinstance(body, dict):
+            # A JSON array of messages (the shape of a provider request's ``messages``), or a
+            # string, number or null: no message to number, so the 400 names the body's shape
+            # rather than "message 0".
+            return invalid_message_response(InvalidMessageError(_body_shape_problem(body)), batch=False)
+        batch = set(body) == {"messages"}
+        if "messages" in body and not batch:
             return batch_extra_keys_response(body, message_format(request))
         items = body["messages"] if batch else [body]
         if not isinstance(items, list):

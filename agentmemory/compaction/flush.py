@@ -159,7 +159,7 @@ class MemoryFlush:
         if mode == "off" or conversation.owner_id is None:
             return None
         try:
-            agent = registered_agent(conversation.agent_key)
+            agent = agent_registry.find(conversation.agent_key)
             if mode != "always" and not getattr(agent, "KNOWLEDGE_MEMORY_ENABLED", False):
                 return None
             memory = knowledge_memory_for(agent, conversation)
@@ -306,17 +306,6 @@ class MemoryFlush:
 
 def _counts(result: FlushResult) -> dict[str, int]:
     return {name: getattr(result, name) for name in FlushResult.__slots__}
-
-
-def registered_agent(agent_key: str) -> type | None:
-    """The agent class registered under ``agent_key``, or ``None`` (``agent_registry``, which
-    imports nothing of the agents: the flush only reads which knowledge scope an agent uses)."""
-    if not agent_key:
-        return None
-    try:
-        return agent_registry.get(agent_key)
-    except agent_registry.AgentNotRegistered:
-        return None
 
 
 def _degraded(conversation: Conversation) -> bool:

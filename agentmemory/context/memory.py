@@ -328,6 +328,7 @@ class MemoryBlock:
                     conversation_id=self.conversation_id,
                     exclude_seqs=seqs,
                     exclude_fact_ids=self.memory_exclude_fact_ids,
+                    exclude_message_ids=tuple(m.id for m in window.messages if m.id is not None),
                     using=alias,
                 )
         except Exception:

@@ -32,16 +32,17 @@ Mapping: ``system`` -> the ``system`` parameter, ``human`` -> ``user`` text, ``a
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.formats.media import image_size, with_media_limit
+from agentmemory.formats.media import image_format, image_size, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
-__all__ = ["from_anthropic", "from_anthropic_message", "to_anthropic"]
+__all__ = ["from_anthropic", "from_anthropic_message", "limit_request_size", "to_anthropic"]
 
 #: the text sent for a blank human message that opens the conversation (the API requires a
 #: non-empty first user turn; a blank one elsewhere is left out)
@@ -75,6 +76,17 @@ MANY_IMAGES_MAX_PIXELS = 2000
 #: the longest side of any image ("At least one of the image dimensions exceed max allowed
 #: size: 8000 pixels")
 MAX_IMAGE_PIXELS = 8000
+#: the largest request body the Messages API takes: "32 MB" (API overview, "Request size
+#: limits": a larger one is answered 413 ``request_too_large``, by Cloudflare, before the API
+#: reads it), read here as 32,000,000 bytes, the smaller of its two readings. A hundred
+#: images of up to 5 MiB each pass every per-image limit and still make a request of 500 MB.
+MAX_REQUEST_BYTES = 32_000_000
+#: the media types an inline image may be sent with (``Base64ImageSourceParam.media_type``
+#: of the SDK; 400 "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+#: for ``image/jpg``, which OpenAI takes); the API also refuses a type its data does not
+#: match ("The image was specified using the image/jpeg media type, but the image appears
+#: to be a image/png image")
+IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 #: the most characters of one image's base64 data ("image exceeds 5 MB maximum: 6275800
 #: bytes > 5242880 bytes": the encoded string is measured, a third more than the image's
 #: bytes, so an image within ``AGENTMEMORY['MAX_PART_DATA_BYTES']`` may pass it)
@@ -94,12 +106,19 @@ def _has_text(text: str | None) -> TypeGuard[str]:
 def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
     """One ``ContentPart`` as an Anthropic content block, or ``None`` for empty or
     whitespace-only text (the API refuses such text blocks). Audio, which Anthropic does not
-    take, and files it cannot carry (inline data that is not a PDF) are sent as their
-    placeholder text."""
+    take, files it cannot carry (inline data that is not a PDF) and inline images of a
+    format it does not take are sent as their placeholder text; an inline image goes with
+    the media type its data shows (``_image_media_type``)."""
     if part.kind is PartKind.TEXT:
         block = _text_block(part.text) if _has_text(part.text) else None
     elif part.kind is PartKind.IMAGE:
-        block = {"type": "image", "source": _source(part)}
+        media_type = _image_media_type(part) if part.data else None
+        if part.data and media_type is None:
+            block = _text_block(part.placeholder)
+        else:
+            block = {"type": "image", "source": _source(part)}
+            if media_type is not None:
+                block["source"]["media_type"] = media_type
     elif part.kind is PartKind.FILE and part.text:
         block = {
             "type": "document",
@@ -112,6 +131,16 @@ def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
     if (block is not None and block["type"] != "text") or (block is not None and part.kind is PartKind.TEXT):
         block.update({key: part.extra[key] for key in _BLOCK_EXTRAS if key in part.extra})
     return block
+
+
+def _image_media_type(part: ContentPart) -> str | None:
+    """The media type an inline image is sent with: the one its data's signature shows
+    (``image_format``), else its stored type when the API takes it, else ``None`` (it is
+    sent as its placeholder text). Stored types come from every source a history was made
+    from: ``image/jpg`` from an OpenAI data URL, a PNG labelled ``image/jpeg`` by a client;
+    the Messages API refuses both (``IMAGE_MEDIA_TYPES``), in every later request."""
+    stored = part.mime_type.lower()
+    return image_format(part.data) or (stored if stored in IMAGE_MEDIA_TYPES else None)
 
 
 def _source(part: ContentPart) -> dict[str, Any]:
@@ -521,6 +550,60 @@ def limit_cache_breakpoints(
             shorter_seen = True
         elif shorter_seen:
             block["cache_control"] = {key: value for key, value in control.items() if key != "ttl"}
+
+
+def _json_bytes(value: Any) -> int:
+    """Bytes of ``value`` as JSON, as the SDK sends it (``json`` with its default
+    separators and ``ensure_ascii``: the larger encoding of non-ASCII text)."""
+    return len(json.dumps(value, default=str))
+
+
+def _inline_media(blocks: Any) -> Iterable[tuple[list[Any], int]]:
+    """``(list, index)`` of each image or document block with inline (base64) data in
+    ``blocks`` and in the content of its ``tool_result`` blocks, in request order."""
+    if not isinstance(blocks, list):
+        return
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_result":
+            yield from _inline_media(block.get("content"))
+        elif block.get("type") in ("image", "document"):
+            source = block.get("source")
+            if isinstance(source, Mapping) and source.get("type") == "base64":
+                yield blocks, index
+
+
+def limit_request_size(request: dict[str, Any]) -> None:
+    """Keep a Messages API request within ``MAX_REQUEST_BYTES`` (32 MB), in place: while its
+    JSON is larger, the oldest inline image or document of ``request["messages"]`` is sent
+    as its placeholder text (``[image]``, ``[file]`` or ``[file: <title>]``, keeping the
+    block's ``cache_control``). The newest media are kept, as with the count limit.
+
+    Stored images and PDFs come back in every later request; past 32 MB each one is refused
+    with a 413 before the API reads it, so a conversation would fail on every later turn.
+    Storage is not changed (the blocks are the request's own). A request still too large
+    without its inline media (text alone) is left as it is: the window's token budget
+    keeps text far below that size.
+    """
+    excess = _json_bytes(request) - MAX_REQUEST_BYTES
+    if excess <= 0:
+        return
+    for turn in request.get("messages") or ():
+        for blocks, index in list(_inline_media(turn.get("content"))):
+            block = blocks[index]
+            if block["type"] == "image":
+                text = "[image]"
+            else:
+                title = block.get("title")
+                text = f"[file: {title}]" if isinstance(title, str) and title else "[file]"
+            placeholder = _text_block(text)
+            if "cache_control" in block:
+                placeholder["cache_control"] = block["cache_control"]
+            excess -= _json_bytes(block) - _json_bytes(placeholder)
+            blocks[index] = placeholder
+            if excess <= 0:
+                return
 
 
 # -- Anthropic -> ChatMessage -------------------------------------------------------------------

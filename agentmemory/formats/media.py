@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agentmemory.messages import ChatMessage, ContentPart
 
-__all__ = ["AUDIO_FORMATS", "data_url", "image_size", "parse_data_url", "with_media_limit"]
+__all__ = ["AUDIO_FORMATS", "data_url", "image_format", "image_size", "parse_data_url", "with_media_limit"]
 
 _DATA_URL = re.compile(
     r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*);base64,", re.ASCII
@@ -56,6 +56,21 @@ def _head(data: str) -> bytes:
         return base64.b64decode(chunk, validate=False)
     except (binascii.Error, ValueError):
         return b""
+
+
+def image_format(data: str) -> str | None:
+    """The MIME type of a base64 PNG, GIF, JPEG or WebP image, read from its first bytes
+    (its signature), whatever type it was stored with; ``None`` for any other data."""
+    head = _head(data[:64])
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def image_size(data: str) -> tuple[int, int] | None:

@@ -61,6 +61,13 @@ MAX_TOOL_CALL_ID_CHARS = 40
 #: ``^[a-zA-Z0-9_-]+$``, in the declarations and in the calls of earlier assistant messages
 #: ("Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern")
 MAX_FUNCTION_NAME_CHARS = 64
+#: longest string the API takes as a message's content: 400 "Invalid 'messages[5].content':
+#: string too long. Expected a string with maximum length 10485760" (code
+#: ``string_above_max_length``; reported in Shopify/roast#52, a tool output that then failed
+#: every request). Text parts are held to it as well.
+MAX_CONTENT_CHARS = 10_485_760
+#: what a text cut to ``MAX_CONTENT_CHARS`` ends with
+CUT_MARKER = "\n[... cut to the API's longest message: {omitted} of {total} characters omitted ...]"
 #: images one request may carry (OpenAI's vision guide: up to 500 image inputs per request)
 MAX_IMAGES_PER_REQUEST = 500
 
@@ -415,6 +422,31 @@ def _sent_as_image(message: ChatMessage, part: ContentPart) -> bool:
     return message.role is Role.HUMAN and part.kind is PartKind.IMAGE and not part.file_id
 
 
+def _within_length(text: str) -> str:
+    """``text``, or when longer than ``MAX_CONTENT_CHARS`` its start with ``CUT_MARKER``
+    (the whole fits the limit)."""
+    if len(text) <= MAX_CONTENT_CHARS:
+        return text
+    # the marker's longest form: fewer characters are omitted than the text holds
+    keep = MAX_CONTENT_CHARS - len(CUT_MARKER.format(omitted=len(text), total=len(text)))
+    return text[:keep] + CUT_MARKER.format(omitted=len(text) - keep, total=len(text))
+
+
+def _content_within_length(content: Any) -> Any:
+    """A message's ``content`` (a string, ``None`` or parts) with every string and text part
+    within ``MAX_CONTENT_CHARS``."""
+    if isinstance(content, str):
+        return _within_length(content)
+    if isinstance(content, list):
+        return [
+            {**part, "text": _within_length(part["text"])}
+            if part.get("type") == "text" and len(part["text"]) > MAX_CONTENT_CHARS
+            else part
+            for part in content
+        ]
+    return content
+
+
 def _arguments_json(call: ToolCall) -> str:
     try:
         return json.dumps(dict(call.arguments), ensure_ascii=False)
@@ -440,6 +472,9 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
       the tool message param has no ``name``, so a tool name is not sent).
 
+    A content string or text part longer than the API's ``MAX_CONTENT_CHARS``
+    (10,485,760) is sent cut, ending in ``CUT_MARKER``; storage keeps it whole.
+
     Tool-call ids longer than the API's 40 characters are sent shortened
     (``request_call_id``), the same for a call and its result; function names outside
     ``^[a-zA-Z0-9_-]{1,64}$`` are sent made to fit it (``request_function_name``).
@@ -462,7 +497,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     if role is Role.TOOL:
         if not message.tool_call_id:
             raise InvalidMessageError("tool message has no tool_call_id naming the call it answers")
-        content = parts if parts else message.content or ""
+        content = _content_within_length(parts if parts else message.content or "")
         return {"role": "tool", "tool_call_id": request_call_id(message.tool_call_id), "content": content}
 
     result: dict[str, Any] = {"role": _ROLE_TO_OPENAI[role]}
@@ -486,6 +521,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         result["content"] = message.content or ""
     if parts:
         result["content"] = parts
+    result["content"] = _content_within_length(result["content"])
     if message.name and role in _ROLES_WITH_NAME:
         result["name"] = _NAME_REFUSED.sub("_", message.name)
     return result

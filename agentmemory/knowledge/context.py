@@ -98,7 +98,9 @@ def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
     used += counter.count_text("[Recent Memory]\n")
     shown = [row[0] for row in kept]
     for category, content, created, pk in recent_rows:
-        line = f"- [{created.astimezone(UTC).strftime('%Y-%m-%d %H:%M')}] ({category}) {indented(content)}"
+        # the project's time zone, as the memory block dates what it shows: a UTC time
+        # unmarked read as local put an entry of the morning in Tokyo on the day before
+        line = f"- [{_local(created):%Y-%m-%d %H:%M}] ({category}) {indented(content)}"
         cost = counter.count_text(line + "\n")
         if used + cost > budget:
             continue
@@ -133,6 +135,15 @@ def _entry(fact: Fact) -> dict[str, Any]:
         "importance": fact.importance,
         "expires_at": _iso(fact.expires_at) if fact.expires_at else None,
     }
+
+
+def _local(value: datetime) -> datetime:
+    """``value`` in the current time zone, or in UTC where that zone cannot hold it (a time
+    in year 1 west of UTC)."""
+    try:
+        return timezone.localtime(value)
+    except (OverflowError, ValueError):
+        return value.astimezone(UTC)
 
 
 def _iso(value: datetime) -> str:

@@ -251,7 +251,8 @@ class KnowledgeMemory:
 
         Returns:
             ``RememberResult``. A live fact of the same scope with the same content (up to
-            whitespace) is a repeat: nothing new is stored. Otherwise a new fact is stored and
+            whitespace, Unicode form and invisible characters: ``storage.normalize``) is a
+            repeat: nothing new is stored. Otherwise a new fact is stored and
             supersedes ``supersedes``, a live fact of the same category with the same
             "key:" prefix, or the most similar live fact of the same category at or above
             ``AGENTMEMORY["FACT_SUPERSEDE_SIMILARITY"]`` when an embedder is configured.

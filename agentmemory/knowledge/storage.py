@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import logging
 import re
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import require_user
+from agentmemory.recall.text import INVISIBLE_RANGES
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -44,13 +46,19 @@ DELETE_BATCH = 500
 #: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
 #: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
 #: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
-_KEY = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+#: Chinese and Japanese write the full-width colon, U+FF1A, with no space after it;
+#: between two digits it is a clock time ("14\uff1a30"), never a key's end.
+_KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
-#: dentist on Monday"): a new note is another note, not a new value of the last one
+#: dentist on Monday", "Warning: the stove is hot"): a new note is another note, not a new
+#: value of the last one
 _LABELS_TEXT = """
-    note notes reminder reminders todo to-do task fyi ps nb btw re fwd update important tip idea memo
+    note notes reminder reminders todo to-do task tasks fyi ps nb btw re fwd update updates
+    important tip tips idea ideas memo warning caution alert attention example question answer
+    hint quote comment observation thought insight lesson news log journal diary entry edit
+    aside heads-up
 """
-_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do"])
+_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
 #: gym", "May 3: recital"): entries of a day, as a clock time is (two things happen on one day)
 _WHEN_TEXT = """
@@ -110,10 +118,29 @@ class FactHit:
     score: float
 
 
+#: invisible characters a repeat may hold or lack without being another fact
+#: (``recall.text.INVISIBLE_RANGES`` less the zero-width non-joiner and joiner, which change
+#: how a Persian word or an emoji sequence is drawn): the soft hyphen, the zero-width space,
+#: direction marks, the word joiner, variation selectors ("❤\ufe0f"), the byte order mark
+_UNSEEN = re.compile(
+    "["
+    + "".join(
+        chr(low) if low == high else f"{chr(low)}-{chr(high)}"
+        for low, high in INVISIBLE_RANGES
+        if (low, high) != (0x200B, 0x200F)
+    )
+    + "\u200b\u200e\u200f]"
+)
+
+
 def normalize(content: str) -> str:
-    """Content with every run of whitespace made one space and the ends stripped: the form
-    compared for exact repeats. Case and punctuation are kept (they may be the change)."""
-    return " ".join(content.split())
+    """The form compared for exact repeats: compatibility forms unfolded (Unicode NFKC: a
+    letter typed composed or decomposed, "ü" and "u\u0308", full-width and ligature forms,
+    "\uff44" and "d"), invisible characters left out (``_UNSEEN``: a zero-width space pasted
+    with the text), every run of whitespace made one space and the ends stripped. Case and
+    punctuation are kept (they may be the change). The same text in two Unicode forms was
+    two live facts, both shown in the context."""
+    return " ".join(_UNSEEN.sub("", unicodedata.normalize("NFKC", content)).split())
 
 
 def content_hash(content: str) -> str:
@@ -127,11 +154,14 @@ def fact_key(content: str) -> str | None:
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
     as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
     a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day or a time alone
-    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day)."""
+    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day).
+    The full-width colon of Chinese and Japanese ends a key without a space after it
+    ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
+    (a clock time, "14\uff1a30")."""
     match = _KEY.match(content)
-    if not match:
+    if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
         return None
-    key = " ".join(match.group(1).split()).casefold()
+    key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
     words = re.findall(r"[^\W_]+", key)
     if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
         return None
@@ -258,8 +288,8 @@ def _key_pattern(content: str) -> str:
     "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
     ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
     in PostgreSQL's regular expressions too."""
-    words = content.split(":", 1)[0].split()
-    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + r"\s*:"
+    words = re.split("[:\uff1a]", content, maxsplit=1)[0].split()
+    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + "\\s*[:\uff1a]"
 
 
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
@@ -379,8 +409,9 @@ def validate_fact(
     content: Any, category: Any, importance: Any, ttl: Any
 ) -> tuple[str, str, float, float | None]:
     """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
-    of 1 to ``MAX_FACT_CHARS`` characters, a one-line category of at most 100, importance
-    0.0-1.0 (default 0.5), ttl as ``_seconds`` reads it.
+    of 1 to ``MAX_FACT_CHARS`` characters (stripped, in Unicode's composed form NFC), a
+    one-line category of at most 100, importance 0.0-1.0 (default 0.5), ttl as ``_seconds``
+    reads it.
 
     Raises:
         InvalidFactError: any of them out of bounds, or text a database refuses.
@@ -409,7 +440,10 @@ def validate_fact(
         value = float(importance)
         if not 0.0 <= value <= 1.0:
             raise InvalidFactError(f"importance must be from 0.0 to 1.0, not {importance!r}")
-    return content.strip(), category.strip(), value, _seconds(ttl)
+    # stored composed (NFC), the form text is typed in on most systems: a key typed
+    # decomposed ("Cafe\u0301:", as macOS writes it) then finds the stored one
+    content = unicodedata.normalize("NFC", content.strip())
+    return content, category.strip(), value, _seconds(ttl)
 
 
 def embed_content(memory: KnowledgeMemory, content: str) -> list[float] | None:

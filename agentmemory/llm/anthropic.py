@@ -16,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
-from agentmemory.formats.anthropic import from_anthropic_message, limit_cache_breakpoints, to_anthropic
+from agentmemory.formats.anthropic import (
+    from_anthropic_message,
+    limit_cache_breakpoints,
+    limit_request_size,
+    to_anthropic,
+)
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.messages import ChatMessage
@@ -195,6 +200,8 @@ class AnthropicChatModel:
             limit_cache_breakpoints(request["tools"], system, turns)
         if self.temperature is not None:
             request["extra_body"] = {"temperature": self.temperature}
+        # the oldest inline media go as placeholders while the body is over the API's 32 MB
+        limit_request_size(request)
         return request
 
     def invoke(
@@ -204,7 +211,9 @@ class AnthropicChatModel:
 
         Args:
             messages: the context window, oldest first; system messages go to the ``system``
-                parameter (see ``agentmemory.formats.anthropic.to_anthropic``).
+                parameter (see ``agentmemory.formats.anthropic.to_anthropic``). A request
+                over the API's 32 MB sends its oldest inline images and documents as
+                placeholder text (``limit_request_size``).
             tools: function declarations ``{"name", "description", "parameters"}`` (JSON
                 Schema), sent as ``{"name", "description", "input_schema"}``.
 
@@ -248,6 +257,7 @@ class AnthropicChatModel:
         request = self._request(messages, None)
         request["tools"] = [tool]
         request["tool_choice"] = {"type": "tool", "name": output.name}
+        limit_request_size(request)
         return request
 
     def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:

@@ -9,7 +9,8 @@ import contextlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from datetime import timezone as fixed_zone
 from typing import Any
 
 from django.db import connections
@@ -25,6 +26,13 @@ from agentmemory.recall.text import query_words
 
 #: message metadata keys holding the date a transcript gave a message, first found wins
 TRANSCRIPT_DATE_KEYS = ("session_date_time", "session_date")
+#: the zone given to a transcript date that names none ("1:56 pm on 8 May, 2023"): shown as
+#: written. A zone object of its own, equal in offset to UTC but not ``UTC`` itself, so that
+#: ``date_text`` tells it from a stored time (``created_at``, which the database gives back
+#: in UTC): that one is shown in the current time zone. Both were tagged ``UTC`` and shown
+#: as given, so in Tokyo a message stored at 07:30 on 1 March was dated 29 February (and
+#: "yesterday" asked that day looked a day too early)
+AS_WRITTEN = fixed_zone(timedelta(0), "as written")
 #: date formats of those values (LoCoMo, LongMemEval, ISO 8601)
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y/%m/%d (%a) %H:%M", "%Y/%m/%d")
 #: a message longer than this (characters) is cut to its relevant sentences (measured on
@@ -96,7 +104,8 @@ class _Line:
 def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
     """When a message was said: the session date a transcript gave in its metadata
     (``TRANSCRIPT_DATE_KEYS``; LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's
-    "2023/05/21 (Sun) 19:50" or ISO 8601; read as UTC when it names no zone), else
+    "2023/05/21 (Sun) 19:50" or ISO 8601; read as written, ``AS_WRITTEN``, when it names no
+    zone), else
     ``created_at``. A value that does not parse, or names a date out of the range the block
     can show (``OverflowError`` in UTC or the current time zone), is passed over."""
     if isinstance(metadata, dict):
@@ -107,7 +116,7 @@ def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
                 parsed = None
                 for fmt in _DATE_FORMATS:
                     try:
-                        parsed = datetime.strptime(text, fmt).replace(tzinfo=UTC)
+                        parsed = datetime.strptime(text, fmt).replace(tzinfo=AS_WRITTEN)
                         break
                     except ValueError:
                         continue
@@ -116,7 +125,7 @@ def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
                         parsed = datetime.fromisoformat(text)
                     except ValueError:
                         continue
-                    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+                    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=AS_WRITTEN)
                 try:
                     # a date that cannot be shown in UTC or the current time zone (year 9999
                     # west of UTC, year 1 east of it) is not a date the block can use
@@ -139,12 +148,13 @@ def date_text(when: datetime | None) -> str:
 
 def shown_day(when: datetime) -> date:
     """The calendar day ``date_text`` shows for ``when``: its day in the current time zone
-    (aware, not UTC), else as given."""
+    when aware (a stored time, a transcript date naming its zone), as written for a
+    transcript date naming none (``AS_WRITTEN``) or a naive datetime."""
     return _shown(when).date()
 
 
 def _shown(when: datetime) -> datetime:
-    if timezone.is_aware(when) and when.tzinfo is not UTC:
+    if timezone.is_aware(when) and when.tzinfo is not AS_WRITTEN:
         with contextlib.suppress(OverflowError, ValueError):  # else shown as given
             return timezone.localtime(when)
     return when

@@ -186,6 +186,7 @@ def recall_memory(
     conversation_id: int | None = None,
     exclude_seqs: Collection[int] = (),
     exclude_fact_ids: Collection[int] = (),
+    exclude_message_ids: Collection[int] = (),
     facts: bool = True,
     using: str | None = None,
     fact_agent_key: str | None = None,
@@ -204,6 +205,11 @@ def recall_memory(
         conversation_id: the conversation being answered; its ``exclude_seqs`` are left out.
         exclude_seqs: seqs of ``conversation_id`` the window already sends.
         exclude_fact_ids: facts already sent (by ``build_context()`` for instance).
+        exclude_message_ids: ids of the stored messages the request already sends (the
+            window's): a fact taken from one of them (its ``source_message``, such as the
+            fact the ``remember`` tool keeps from the turn's own question) is left out, as
+            the message says it. Without it the second model call of that turn was sent the
+            question and, in the block, the fact made of it.
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
@@ -299,12 +305,17 @@ def recall_memory(
     )
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
+        sent = {int(pk) for pk in exclude_message_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
             holds_facts = memory.live_facts(now).exists()
         if holds_facts:
-            fact_hits = [h for h in memory.recall(query, k=MAX_FACTS, now=now) if h.fact.pk not in skip]
+            fact_hits = [
+                h
+                for h in memory.recall(query, k=MAX_FACTS, now=now)
+                if h.fact.pk not in skip and h.fact.source_message_id not in sent
+            ]
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
@@ -772,7 +783,12 @@ def _fact_said(fact: Any) -> datetime | None:
 
 
 def _fact_text(fact: Any) -> str:
-    return f"[{date_text(_fact_said(fact))} · saved fact] {neutralised(fact.content[:MAX_READ_CHARS])}"
+    """A fact's line: its date, and its content up to ``MAX_READ_CHARS`` characters, ending
+    in " …" when cut there (as a cut message does: the model is told the fact goes on)."""
+    content = neutralised(fact.content[:MAX_READ_CHARS])
+    if len(fact.content) > MAX_READ_CHARS:
+        content = content.rstrip() + " …"
+    return f"[{date_text(_fact_said(fact))} · saved fact] {content}"
 
 
 def _items(

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall, stored_arguments
 from agentmemory.models import pinned_end
 
 #: the ``Message`` columns a ``RowMeta`` holds, in its order
@@ -201,13 +201,13 @@ _new_call = _fast_init(ToolCall, ("id", "name", "arguments"))
 
 
 def _call_objects(calls: Any) -> tuple[ToolCall, ...]:
-    """``tuple(ToolCall.from_dict(c) for c in calls)`` for calls just decoded from a row:
+    """``tuple(ToolCall.from_stored(c) for c in calls)`` for calls just decoded from a row:
     their ``arguments`` objects are fresh and kept rather than copied (a call stored around
-    validation, with arguments that are not a JSON object, is converted as ``from_dict``
-    converts it)."""
+    validation, with arguments that are not a JSON object, is converted as ``from_stored``
+    converts it: ``stored_arguments``)."""
     return tuple(
         [
-            _new_call(c["id"], c["name"], a if type(a := c.get("arguments")) is dict else dict(a or {}))
+            _new_call(c["id"], c["name"], a if type(a := c.get("arguments")) is dict else stored_arguments(a))
             for c in calls
         ]
     )

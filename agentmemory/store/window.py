@@ -618,7 +618,7 @@ def read_head(
                 ChatMessage(
                     role=Role(role),
                     content=content,
-                    tool_calls=tuple(ToolCall.from_dict(c) for c in _tool_calls(tool_calls)),
+                    tool_calls=tuple(ToolCall.from_stored(c) for c in _tool_calls(tool_calls)),
                     tool_call_id=tool_call_id,
                     name=name,
                     metadata=_loads(metadata) or {},

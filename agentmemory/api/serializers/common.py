@@ -86,7 +86,7 @@ class StorableTextField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
-            raise serializers.ValidationError(f"must be a string, not {_json_type(data)}.")
+            raise serializers.ValidationError(f"must be a string, not {json_type(data)}.")
         if self.max_length is not None and len(data) > self.max_length:
             # the length as sent, before any trimming: the schema's maxLength is of the value
             # sent (a fact of 10,001 characters with a leading space was taken); the field's
@@ -135,7 +135,9 @@ class SingleLineTextField(NonBlankTextField):
         return value
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """What a decoded JSON ``value`` is, as an error message names it: "null", "a boolean",
+    "a number", "a string", "an array" or "an object"."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -173,7 +175,7 @@ class JSONObjectField(serializers.JSONField):
                     f"must be a JSON object{self.hint}; this is not JSON."
                 ) from None
         if not isinstance(data, Mapping):
-            raise serializers.ValidationError(f"must be a JSON object, not {_json_type(data)}{self.hint}.")
+            raise serializers.ValidationError(f"must be a JSON object, not {json_type(data)}{self.hint}.")
         if problem := json_problem(data):
             raise serializers.ValidationError(f"The value {problem}.")
         return dict(data)
@@ -291,7 +293,7 @@ class StrictBooleanField(serializers.BooleanField):
             return data
         if isinstance(data, str) and hasattr(getattr(self.parent, "initial_data", None), "getlist"):
             return bool(super().to_internal_value(data))
-        raise serializers.ValidationError(f"Must be true or false, not {_json_type(data)}.")
+        raise serializers.ValidationError(f"Must be true or false, not {json_type(data)}.")
 
 
 class FiniteFloatField(serializers.FloatField):

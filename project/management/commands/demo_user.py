@@ -50,8 +50,12 @@ class Command(BaseCommand):
             user.save()
 
         if password is not None:
+            # a user 'replay_conversations --owner' made (make demo's step before this) has
+            # none yet: said so, or its line "logs in once it is given a password" reads as
+            # a contradiction of the password below
+            given = "" if created else " (made without a password by the step before; it has one now)"
             self.stdout.write(
-                f"Demo user {username!r}, a superuser of this local example project.\n"
+                f"Demo user {username!r}{given}, a superuser of this local example project.\n"
                 f"  password: {password}\n"
                 f"  (printed only this once; to set another: {python} manage.py changepassword {username})"
             )

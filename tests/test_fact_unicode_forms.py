@@ -1,0 +1,140 @@
+"""A fact repeated in another Unicode form is a repeat: typed composed and decomposed
+("Zürich", "Zu\\u0308rich" as macOS writes it), in full-width letters, or with an invisible
+character pasted in. Each was stored as a second live fact, and both were shown to the model
+(``build_context()``, the memory block)."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+
+import pytest
+
+from agentmemory.knowledge import KnowledgeMemory
+from agentmemory.models import Fact
+from tests.factories import UserFactory
+from tests.helpers_migrations import migrate_to, migrate_to_latest
+
+NFD = "I live in Zu\u0308rich"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("first", "repeat"),
+    [
+        ("I live in Zürich", NFD),
+        (NFD, "I live in Zürich"),
+        ("Prefers dark mode", "Prefers dark\u200b mode"),
+        ("Prefers dark mode", "Prefers \ufeffdark mode\u00ad"),
+        ("Loves ❤\ufe0f Paris", "Loves ❤ Paris"),
+        ("Prefers dark mode", "Prefers \uff44ark mode"),
+        ("Prefers dark mode", "Prefers\u2003dark mode"),
+    ],
+)
+def test_a_repeat_in_another_unicode_form_adds_nothing(first: str, repeat: str) -> None:
+    memory = KnowledgeMemory(UserFactory())
+    stored = memory.store(first, persistent=True).fact
+    result = memory.store(repeat, persistent=True)
+    assert result.action == "duplicate" and result.fact.pk == stored.pk
+    assert memory.live_facts().count() == 1
+    assert memory.build_context().count(stored.content) == 1
+
+
+@pytest.mark.django_db
+def test_a_decomposed_fact_is_stored_composed_and_its_key_supersedes() -> None:
+    memory = KnowledgeMemory(UserFactory())
+    old = memory.store("Café préféré: Flore").fact
+    result = memory.store(unicodedata.normalize("NFD", "Café préféré: Deux Magots"))
+    assert result.action == "superseded" and result.superseded_ids == (old.pk,)
+    assert result.fact.content == "Café préféré: Deux Magots"  # composed (NFC)
+    assert [f.content for f in memory.live_facts()] == ["Café préféré: Deux Magots"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Emoji: 👨\u200d👩\u200d👧", "Emoji: 👨👩👧"),  # the joiner makes one family glyph
+        ("Prefers dark mode", "prefers dark mode"),  # case may be the change
+        ("Weighs 70 kg", "Weighs 72 kg"),
+    ],
+)
+def test_other_text_is_still_another_fact(first: str, second: str) -> None:
+    memory = KnowledgeMemory(UserFactory())
+    memory.store(first, category="a")
+    assert memory.store(second, category="b").action == "created"
+
+
+def _old_hash(content: str) -> str:
+    return hashlib.sha256(" ".join(content.split()).encode()).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_composes_stored_facts_and_makes_repeats_history() -> None:
+    apps = migrate_to([("agentmemory", "0034_fulltext_words_as_written")])
+    try:
+        User = apps.get_model("auth", "User")
+        Fact0034 = apps.get_model("agentmemory", "Fact")
+        alice, bob = User.objects.create(username="alice"), User.objects.create(username="bob")
+
+        def make(owner, content, **extra):  # type: ignore[no-untyped-def]
+            return Fact0034.objects.create(
+                owner_id=owner.pk, content=content, content_hash=_old_hash(content), **extra
+            )
+
+        composed = make(alice, "I live in Zürich")
+        decomposed = make(alice, NFD)  # newer: stays in force
+        older = make(alice, "I lived in Zu\u0308rich", superseded_by_id=None)
+        Fact0034.objects.filter(pk=older.pk).update(superseded_by_id=composed.pk)  # history of the loser
+        plain = make(alice, "Prefers dark mode")
+        spaced = make(alice, "Prefers dark\u200b mode")
+        bobs = make(bob, NFD)  # another owner: its own scope
+        ascii_only = make(alice, "Works at Northwind")
+
+        apps = migrate_to([("agentmemory", "0035_fact_repeats_in_any_unicode_form")])
+        Fact0035 = apps.get_model("agentmemory", "Fact")
+        rows = {f.pk: f for f in Fact0035.objects.all()}
+        assert (
+            rows[decomposed.pk].content == "I live in Zürich" and rows[decomposed.pk].superseded_by_id is None
+        )
+        assert rows[composed.pk].superseded_by_id == decomposed.pk
+        assert rows[older.pk].superseded_by_id == decomposed.pk
+        assert rows[spaced.pk].superseded_by_id is None and rows[plain.pk].superseded_by_id == spaced.pk
+        assert rows[bobs.pk].superseded_by_id is None
+        assert rows[ascii_only.pk].content_hash == ascii_only.content_hash
+        assert rows[decomposed.pk].content_hash == rows[bobs.pk].content_hash != decomposed.content_hash
+
+        migrate_to([("agentmemory", "0034_fulltext_words_as_written")])
+        back = {f.pk: f for f in Fact0034.objects.all()}
+        assert back[decomposed.pk].content_hash == _old_hash("I live in Zürich")
+    finally:
+        migrate_to_latest()
+    assert Fact.objects.filter(superseded_by__isnull=True, owner__username="alice").count() == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("\u9996\u9009\u8bed\u8a00\uff1aPython", "\u9996\u9009\u8bed\u8a00\uff1aRust"),  # U+FF1A
+        (
+            "\u597d\u304d\u306a\u8272\uff1a\u9752",
+            "\u597d\u304d\u306a\u8272\uff1a \u8d64",
+        ),  # with a space after it
+    ],
+)
+def test_a_key_before_a_full_width_colon_supersedes(old: str, new: str) -> None:
+    # Chinese and Japanese write "key\uff1avalue" with the full-width colon and no space: the
+    # new value of a key stayed in force beside the old one
+    memory = KnowledgeMemory(UserFactory())
+    first = memory.store(old).fact
+    result = memory.store(new)
+    assert result.action == "superseded" and result.superseded_ids == (first.pk,)
+
+
+@pytest.mark.django_db
+def test_a_full_width_clock_time_is_not_a_key() -> None:
+    memory = KnowledgeMemory(UserFactory())
+    memory.store("\u4f1a\u8b70\u306f14\uff1a30\u304b\u3089")  # "the meeting is from 14\uff1a30"
+    assert memory.store("\u4f1a\u8b70\u306f14\uff1a00\u304b\u3089").action == "created"
+    assert memory.live_facts().count() == 2
