@@ -391,9 +391,23 @@ def test_a_fact_whose_source_message_is_shown_is_left_out() -> None:
     assert block is not None and [i.fact_id for i in block.items] == [fact.fact.pk]
 
 
+def test_conversations_of_one_title_are_told_apart_in_the_block() -> None:
+    # two support chats titled alike: the block's headings named both "Support chat", so
+    # the model could not tell which conversation an item was in
+    user = UserFactory()
+    first = stored(
+        user, [*FILLER, (None, "Order 1042 went out with DHL."), (None, "Thanks!")], title="Support chat"
+    )
+    second = stored(user, [*FILLER, (None, "Order 1042 was a gift."), (None, "Nice!")], title="Support chat")
+    block = recall_memory(owner=user, query="What about order 1042?", max_tokens=1000)
+    assert block is not None
+    assert f'"Support chat" ({str(first.uuid)[:8]})' in block.text
+    assert f'"Support chat" ({str(second.uuid)[:8]})' in block.text
+
+
 def test_a_conversation_is_named_again_only_when_it_changes() -> None:
     user = UserFactory()
-    stored(
+    first = stored(
         user, [(None, "The kayak club met on the lake."), (None, "Fun!")], title="Clubs", date="2023/05/01"
     )
     stored(
@@ -416,10 +430,11 @@ def test_a_conversation_is_named_again_only_when_it_changes() -> None:
     block = recall_memory(owner=user, query="kayak club race", max_tokens=800)
     assert block is not None
     heads = [line for line in block.text.splitlines() if line.startswith("[")]
+    # two conversations titled "Clubs": each heading says which (``_headings``)
     assert heads == [
-        '[Mon 1 May 2023 · "Clubs"]',
+        f'[Mon 1 May 2023 · "Clubs" ({str(first.uuid)[:8]})]',
         '[Tue 2 May 2023 · "Races"]',
-        '[Wed 3 May 2023 · "Clubs"]',
+        f'[Wed 3 May 2023 · "Clubs" ({str(later.uuid)[:8]})]',
         "[Tue 9 May 2023]",
     ]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -302,17 +303,11 @@ def read_lines(
         rows += more
     lines = {}
     stems = frozenset(rough_stem(word) for word in words)
-    titles: dict[int, str] = {}
+    titles = _headings({row[1]: (row[7], row[8]) for row in rows})
     dates: dict[tuple[Any, ...], datetime | None] = {}
     shown_dates: dict[date, str] = {}
-    for message_id, conversation_id, seq, role, content, metadata, created_at, title, uuid in rows:
-        heading = titles.get(conversation_id)
-        if heading is None:
-            # the heading's own syntax (brackets, quotes) is not kept from a stored title
-            title = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
-            if len(title) > 48:
-                title = title[:47].rstrip() + "…"
-            heading = titles[conversation_id] = f'"{title}"' if title else f"conversation {str(uuid)[:8]}"
+    for message_id, conversation_id, seq, role, content, metadata, created_at, _title, _uuid in rows:
+        heading = titles[conversation_id]
         said_at = created_at
         if metadata and isinstance(metadata, dict):  # most messages have none
             # only text is read as a date (``session_date``): other values (a list, an
@@ -346,6 +341,27 @@ def read_lines(
             date=shown,
         )
     return lines, probed
+
+
+def _headings(conversations: dict[int, tuple[str | None, Any]]) -> dict[int, str]:
+    """Each conversation's heading in a block, from ``{id: (title, uuid)}``: its title in
+    quotes (without the heading's own syntax, brackets and quotes; at most 48 characters),
+    else "conversation" and the first 8 characters of its uuid. Conversations whose titles
+    give one heading ("Support chat" twice) get their uuid's 8 characters after it, so the
+    model can tell which conversation an item is in."""
+    headings: dict[int, str] = {}
+    for conversation_id, (title, uuid) in conversations.items():
+        text = neutralised(re.sub(r'[\[\]"]', " ", title or ""))
+        if len(text) > 48:
+            text = text[:47].rstrip() + "…"
+        headings[conversation_id] = f'"{text}"' if text else f"conversation {str(uuid)[:8]}"
+    seen = Counter(headings.values())
+    return {
+        conversation_id: f"{heading} ({str(conversations[conversation_id][1])[:8]})"
+        if seen[heading] > 1
+        else heading
+        for conversation_id, heading in headings.items()
+    }
 
 
 #: the columns ``read_lines`` reads, in order
