@@ -159,6 +159,22 @@ def test_recall_search_needs_an_owner_and_finds_only_theirs(admin_client, memori
     assert [hit.content for hit, *_links in by_id.context["hits"]] == ["window seat for me too"]
 
 
+def test_recall_search_scores_an_owners_only_fact_as_recall_does(admin_client) -> None:  # type: ignore[no-untyped-def]
+    # the page showed the backend's raw score: BM25 weighs a word every fact of the owner
+    # holds at about 0, so the only fact of an owner showed 0.000 while recall ranks it first
+    from agentmemory.knowledge import KnowledgeMemory
+    from tests.factories import UserFactory
+
+    owner = UserFactory()
+    knowledge = KnowledgeMemory(owner)
+    knowledge.remember("Prefers the window seat", "travel", persistent=True)
+    [recalled] = knowledge.recall("window seat")
+    response = admin_client.get(url("fact_recall"), {"owner": str(owner.pk), "q": "window seat"})
+    [(fact, score)] = response.context["facts"]
+    assert fact.pk == recalled.fact.pk
+    assert score == pytest.approx(recalled.score, rel=0.01) and score > 0.5
+
+
 def test_recall_search_says_which_conversation_a_hit_is_in(  # type: ignore[no-untyped-def]
     admin_client, memories, django_assert_max_num_queries
 ) -> None:

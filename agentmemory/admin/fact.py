@@ -338,14 +338,15 @@ class FactAdmin(CheckedQueryAdmin):
     def recall_view(self, request: HttpRequest) -> HttpResponse:
         """What recall finds for one user: ``?owner=`` (a user id or exact username, required:
         recall never searches across users), ``?q=`` and optionally ``?agent_key=`` (exact).
-        Lists the user's facts in force that match (the recall backend's ranking, before the
-        importance and recency boosts) and ``search_messages`` over the user's conversations.
+        Lists the user's facts in force that match, scored as ``KnowledgeMemory.recall``
+        scores them (relevance scaled to the best, with the importance and recency boosts),
+        and ``search_messages`` over the user's conversations.
         Reads only: no fact is marked as recalled. Needs the view permissions on facts and on
         messages."""
         from django.contrib.auth import get_user_model
 
         from agentmemory.models import Conversation, Message
-        from agentmemory.recall import MAX_K, get_backend, search_messages
+        from agentmemory.recall import MAX_K, boost, get_backend, search_messages
 
         if not (
             self.has_view_permission(request)
@@ -382,7 +383,17 @@ class FactAdmin(CheckedQueryAdmin):
                 live = live.filter(agent_key=agent_key)
             ranked = get_backend().rank(live, query, MAX_K)
             by_id = {f.pk: f for f in Fact.objects.filter(pk__in=[pk for pk, _score in ranked])}
-            facts = [(by_id[pk], score) for pk, score in ranked if pk in by_id][:20]
+            # scored as KnowledgeMemory.recall scores them (relevance scaled to the best, then
+            # importance and recency), without marking them recalled: the backend's raw score
+            # of an owner's only fact is about 0 (BM25 weighs a word every fact holds at 0)
+            top = max((score for _pk, score in ranked), default=0.0)
+            now = timezone.now()
+            scored = [
+                (fact, boost(score, top, fact.created_at, fact.importance, now))
+                for pk, score in ranked
+                if (fact := by_id.get(pk)) is not None
+            ]
+            facts = sorted(scored, key=lambda item: (-item[1], -item[0].pk))[:20]
             found = search_messages(query, owner=owner.pk, agent_key=agent_key or None, k=20)
             # which conversation each hit is in: its title (or uuid), linked to its page
             titles = dict(
