@@ -188,10 +188,10 @@ class TurnTooLarge(ContextBudgetExceeded):
             tokens=needed,
             available=available,
             message=(
-                f"the turn in progress (seqs {first_seq}..{last_seq}) needs at least {needed:,} tokens: "
-                f"{'; '.join(parts)}; the window has {available:,} after the system prompt "
-                f"({system_tokens:,} of {max_tokens:,} tokens). Raise the window's max_tokens, or "
-                "shorten the system prompt or the tool loop (MAX_TOOL_ROUNDS)"
+                f"the newest turn (seqs {first_seq}..{last_seq}), which a window sends whole, needs at "
+                f"least {needed:,} tokens: {'; '.join(parts)}; the window has {available:,} after the "
+                f"system prompt ({system_tokens:,} of {max_tokens:,} tokens). Raise the window's "
+                "max_tokens, or shorten the system prompt (an agent: or its tool loop, MAX_TOOL_ROUNDS)"
             ),
         )
 

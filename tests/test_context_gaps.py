@@ -515,7 +515,10 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
     assert error.message_tokens + error.short_result_tokens == turn and error.short_results == 2
     assert error.cut_results == 0 and error.summary_tokens == MIN_CUT_SUMMARY_TOKENS
     assert error.tokens == turn + MIN_CUT_SUMMARY_TOKENS > error.available == turn + 40 - error.system_tokens
-    assert f"the turn in progress (seqs 3..7) needs at least {turn + 64:,} tokens" in str(error)
+    assert (
+        f"the newest turn (seqs 3..7), which a window sends whole, needs at least {turn + 64:,} tokens"
+        in str(error)
+    )
     assert compaction_requests == [] and left_out == []
     # A read that only reports leaves the summary out and reports what it covered.
     reader = ContextWindowBuilder(conv, system_prompt="You book flights.", gap_policy="report")

@@ -104,6 +104,6 @@ def test_long_tool_loops_through_the_agent_leave_nothing_uncovered(shared_data: 
     failed = {f.conversation.removeprefix("tau-bench airline ") for f in report.budget_errors}
     assert failed == TOO_LARGE_RUNS and report.budget_error_count == len(TOO_LARGE_RUNS)
     for finding in report.budget_errors:  # typed and sized: what the turn needs, what is left
-        assert finding.text.startswith("the turn in progress (seqs "), finding.text
+        assert finding.text.startswith("the newest turn (seqs "), finding.text
         assert "(tool-call arguments are never cut)" in finding.text
         assert "the window has 1,744 after the system prompt (1,256 of 3,000 tokens)" in finding.text
