@@ -138,3 +138,42 @@ def test_a_full_width_clock_time_is_not_a_key() -> None:
     memory.store("\u4f1a\u8b70\u306f14\uff1a30\u304b\u3089")  # "the meeting is from 14\uff1a30"
     assert memory.store("\u4f1a\u8b70\u306f14\uff1a00\u304b\u3089").action == "created"
     assert memory.live_facts().count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_keeps_the_fact_in_force_over_a_newer_expired_or_transient_copy() -> None:
+    """Two stored forms of one fact: the one in force (persistent, no expiry) and a newer copy
+    that has expired, or a newer one that is only a recent entry. The migration made the
+    newest the head and the fact in force its history: the fact left recall (an expired
+    head), or became an entry that ages out (a transient head)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    apps = migrate_to([("agentmemory", "0034_fulltext_words_as_written")])
+    try:
+        User = apps.get_model("auth", "User")
+        Fact0034 = apps.get_model("agentmemory", "Fact")
+        alice = User.objects.create(username="alice")
+        now = timezone.now()
+
+        def make(content, created, **extra):  # type: ignore[no-untyped-def]
+            return Fact0034.objects.create(
+                owner_id=alice.pk,
+                content=content,
+                content_hash=_old_hash(content),
+                created_at=created,
+                **extra,
+            )
+
+        in_force = make("Allergic to crème brûlée", now - timedelta(days=30), persistent=True)
+        make(unicodedata.normalize("NFD", in_force.content), now - timedelta(days=2), expires_at=now)
+        kept = make("Loves Zürich", now - timedelta(days=30), persistent=True)
+        make(unicodedata.normalize("NFD", kept.content), now - timedelta(days=2), persistent=False)
+        migrate_to([("agentmemory", "0035_fact_repeats_in_any_unicode_form")])
+    finally:
+        migrate_to_latest()
+    live = Fact.objects.live().filter(owner__username="alice")
+    assert sorted(live.values_list("content", flat=True)) == ["Allergic to crème brûlée", "Loves Zürich"]
+    assert all(live.values_list("persistent", flat=True))
+    assert Fact.objects.filter(owner__username="alice", superseded_by__isnull=True).count() == 2
