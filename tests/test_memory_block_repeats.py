@@ -60,3 +60,20 @@ def test_a_fact_of_a_message_outside_the_window_is_still_recalled() -> None:
     PersistentChatHistory(later).add_messages([ChatMessage.human("What is my gym locker code?")])
     block = ContextWindowBuilder(later, memory_recall=True).build(2_000).memory
     assert block is not None and "4417" in block.text
+
+
+def test_a_fact_of_a_message_the_window_sends_cut_is_still_recalled() -> None:
+    """The newest human message, too long for the window, is sent as a truncated copy
+    (``oversized_message_policy="truncate"``): the fact kept from its end is not in what the
+    window sends, and was left out of the block as if it were."""
+    user = UserFactory()
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    text = "My packing list: " + "socks and shirts. " * 3_000 + "My gym locker code is 4417."
+    PersistentChatHistory(conv).add_messages([ChatMessage.human(text)])
+    source = Message.objects.get(conversation=conv)
+    KnowledgeMemory(user).store("Gym locker code: 4417", source_message=source)
+    window = ContextWindowBuilder(
+        conv, memory_recall=True, oversized_message_policy="truncate", memory_query="gym locker code"
+    ).build(2_000)
+    assert window.truncated and "4417" not in window.history[-1].text
+    assert window.memory is not None and "Gym locker code: 4417" in window.memory.text

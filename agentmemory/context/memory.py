@@ -312,6 +312,12 @@ class MemoryBlock:
             return window
         recall = hooks.memory_recall()  # agentmemory.recall.memory.recall_memory, connected when ready
         seqs = tuple(m.seq for m in window.messages if m.seq is not None)
+        # the messages the window sends whole: a fact taken from one of them says nothing the
+        # model does not read. A truncated copy (the oversized newest human message, a capped
+        # tool result) may have lost the part the fact was taken from, so its facts stay.
+        sent_whole = tuple(
+            m.id for m in window.messages if m.id is not None and m.seq not in window.truncated
+        )
         alias = router.db_for_read(Message)
         # Inside a transaction a failed statement would abort it: recall in a savepoint.
         guard = transaction_savepoint(alias)
@@ -328,7 +334,7 @@ class MemoryBlock:
                     conversation_id=self.conversation_id,
                     exclude_seqs=seqs,
                     exclude_fact_ids=self.memory_exclude_fact_ids,
-                    exclude_message_ids=tuple(m.id for m in window.messages if m.id is not None),
+                    exclude_message_ids=sent_whole,
                     using=alias,
                 )
         except Exception:

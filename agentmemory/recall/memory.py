@@ -205,8 +205,8 @@ def recall_memory(
         conversation_id: the conversation being answered; its ``exclude_seqs`` are left out.
         exclude_seqs: seqs of ``conversation_id`` the window already sends.
         exclude_fact_ids: facts already sent (by ``build_context()`` for instance).
-        exclude_message_ids: ids of the stored messages the request already sends (the
-            window's): a fact taken from one of them (its ``source_message``, such as the
+        exclude_message_ids: ids of the stored messages the request already sends whole (the
+            window's, less its truncated copies): a fact taken from one of them (its ``source_message``, such as the
             fact the ``remember`` tool keeps from the turn's own question) is left out, as
             the message says it. Without it the second model call of that turn was sent the
             question and, in the block, the fact made of it.
