@@ -206,9 +206,9 @@ def recall_memory(
         exclude_seqs: seqs of ``conversation_id`` the window already sends.
         exclude_fact_ids: facts already sent (by ``build_context()`` for instance).
         exclude_message_ids: ids of the stored messages the request already sends whole (the
-            window's, less its truncated copies): a fact taken from one of them (its ``source_message``, such as the
-            fact the ``remember`` tool keeps from the turn's own question) is left out, as
-            the message says it. Without it the second model call of that turn was sent the
+            window's, less its truncated copies): a fact taken from one of them (its
+            ``source_message``, such as the fact the ``remember`` tool keeps from the turn's
+            own question) is left out, as the message says it. Without it the second model call of that turn was sent the
             question and, in the block, the fact made of it.
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
