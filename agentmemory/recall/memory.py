@@ -208,8 +208,8 @@ def recall_memory(
         exclude_message_ids: ids of the stored messages the request already sends whole (the
             window's, less its truncated copies): a fact taken from one of them (its
             ``source_message``, such as the fact the ``remember`` tool keeps from the turn's
-            own question) is left out, as the message says it. Without it the second model call of that turn was sent the
-            question and, in the block, the fact made of it.
+            own question) is left out, as the message says it. Without it the second model
+            call of that turn was sent the question and, in the block, the fact made of it.
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
