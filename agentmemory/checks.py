@@ -470,6 +470,25 @@ def check_sqlite_transaction_mode(app_configs: Any = None, **kwargs: Any) -> lis
     return warnings
 
 
+@register(Tags.compatibility)
+def check_time_zone_support(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Facts keep aware times (when stored, when they expire, when they were said): with
+    ``USE_TZ = False`` Django's clock is naive and ``KnowledgeMemory`` refuses every fact
+    (``ValueError: now must be an aware datetime``), so the knowledge memory, the memory
+    tools and the memory flush store nothing (``agentmemory.W008``). Conversations,
+    windows and recall of messages work either way."""
+    if settings.USE_TZ:
+        return []
+    return [
+        Warning(
+            "USE_TZ is False: KnowledgeMemory stores facts with aware times and refuses every "
+            "fact under a naive clock (the remember tool and the memory flush keep nothing).",
+            hint="Set USE_TZ = True (Django's default since 5.0).",
+            id="agentmemory.W008",
+        )
+    ]
+
+
 #: the module of the local embedding model, whose packages come with the ``local-embeddings`` extra
 _LOCAL_EMBEDDER_MODULE = "agentmemory.recall.local"
 

@@ -283,6 +283,20 @@ def test_timestamps_are_utc_instants_whatever_the_local_time_zone() -> None:
         km.store("Naive clock", "travel", now=datetime(2025, 7, 25, 2, 0))
 
 
+def test_a_naive_clock_is_reported_by_the_system_checks() -> None:
+    """With USE_TZ = False the knowledge memory refuses every fact (a naive clock, as the
+    test above shows); ``manage.py check`` says so instead of letting the memory tools and
+    the flush keep nothing in silence."""
+    from agentmemory.checks import check_time_zone_support
+
+    assert check_time_zone_support() == []
+    with override_settings(USE_TZ=False):
+        [warning] = check_time_zone_support()
+        with pytest.raises(ValueError, match="aware"):
+            KnowledgeMemory(UserFactory()).remember("Likes tea", "preferences", persistent=True)
+    assert warning.id == "agentmemory.W008" and "USE_TZ" in warning.msg
+
+
 # -- listing, pagination --------------------------------------------------------------------
 
 
