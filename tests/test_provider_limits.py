@@ -438,3 +438,17 @@ def test_stored_arguments_that_are_not_an_object_are_sent_as_one(
         [call] = fake_openai.requests[-1]["messages"][2]["tool_calls"]
         assert json.loads(call["function"]["arguments"]) == sent
     assert Message.objects.get(pk=row.pk).tool_calls[0]["arguments"] == stored  # storage as it was
+
+
+def test_a_request_without_inline_media_is_not_measured(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # measuring means writing the whole request as JSON (4 ms for 2.4 MB of text), for a
+    # limit only inline images and documents can be brought under
+    from agentmemory.formats import anthropic as formats
+
+    def measured(value):  # type: ignore[no-untyped-def]
+        raise AssertionError("a text-only request was measured")
+
+    monkeypatch.setattr(formats, "_json_bytes", measured)
+    model = AnthropicChatModel(model="claude-test", base_url="http://127.0.0.1:9", api_key="k")
+    request = model._request([ChatMessage.human("x" * 2_400_000)], None)
+    assert json.dumps(request["messages"]).count("x") == 2_400_000

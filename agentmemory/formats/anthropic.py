@@ -584,26 +584,28 @@ def limit_request_size(request: dict[str, Any]) -> None:
     with a 413 before the API reads it, so a conversation would fail on every later turn.
     Storage is not changed (the blocks are the request's own). A request still too large
     without its inline media (text alone) is left as it is: the window's token budget
-    keeps text far below that size.
+    keeps text far below that size. A request without inline media is not measured.
     """
+    media = [found for turn in request.get("messages") or () for found in _inline_media(turn.get("content"))]
+    if not media:  # nothing to take out: the request's JSON is not even measured
+        return
     excess = _json_bytes(request) - MAX_REQUEST_BYTES
     if excess <= 0:
         return
-    for turn in request.get("messages") or ():
-        for blocks, index in list(_inline_media(turn.get("content"))):
-            block = blocks[index]
-            if block["type"] == "image":
-                text = "[image]"
-            else:
-                title = block.get("title")
-                text = f"[file: {title}]" if isinstance(title, str) and title else "[file]"
-            placeholder = _text_block(text)
-            if "cache_control" in block:
-                placeholder["cache_control"] = block["cache_control"]
-            excess -= _json_bytes(block) - _json_bytes(placeholder)
-            blocks[index] = placeholder
-            if excess <= 0:
-                return
+    for blocks, index in media:
+        block = blocks[index]
+        if block["type"] == "image":
+            text = "[image]"
+        else:
+            title = block.get("title")
+            text = f"[file: {title}]" if isinstance(title, str) and title else "[file]"
+        placeholder = _text_block(text)
+        if "cache_control" in block:
+            placeholder["cache_control"] = block["cache_control"]
+        excess -= _json_bytes(block) - _json_bytes(placeholder)
+        blocks[index] = placeholder
+        if excess <= 0:
+            return
 
 
 # -- Anthropic -> ChatMessage -------------------------------------------------------------------

@@ -183,7 +183,11 @@ class AnthropicChatModel:
     # -- calls -----------------------------------------------------------------------------
 
     def _request(
-        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] | None
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        sized: bool = True,
     ) -> dict[str, Any]:
         system, turns = to_anthropic(messages)
         if not turns:
@@ -200,8 +204,9 @@ class AnthropicChatModel:
             limit_cache_breakpoints(request["tools"], system, turns)
         if self.temperature is not None:
             request["extra_body"] = {"temperature": self.temperature}
-        # the oldest inline media go as placeholders while the body is over the API's 32 MB
-        limit_request_size(request)
+        if sized:
+            # the oldest inline media go as placeholders while the body is over the API's 32 MB
+            limit_request_size(request)
         return request
 
     def invoke(
@@ -254,7 +259,7 @@ class AnthropicChatModel:
         tool: dict[str, Any] = {"name": output.name, "input_schema": dict(output.schema)}
         if output.description:
             tool["description"] = output.description
-        request = self._request(messages, None)
+        request = self._request(messages, None, sized=False)  # sized once, with its tool
         request["tools"] = [tool]
         request["tool_choice"] = {"type": "tool", "name": output.name}
         limit_request_size(request)
