@@ -33,6 +33,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage as StoredMessage
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message
+from agentmemory.recall.scope import MemoryScopeError
 from tests.factories import ConversationFactory
 
 # InMemoryChatMessageHistory and RunnableWithMessageHistory are deprecated in langchain-core 1.x
@@ -216,6 +217,15 @@ def test_sessions_are_owner_scoped_and_made_by_the_first_write(django_user_model
     assert DjangoChatMessageHistory.for_session(sid, owner=ann.pk).messages == [HumanMessage("ann's")]
     assert DjangoChatMessageHistory.for_session(sid, owner=bob).messages == [HumanMessage("bob's")]
     assert {c.owner for c in Conversation.objects.filter(title=sid)} == {ann, bob}
+
+
+def test_an_owner_that_names_no_user_is_refused_at_the_first_write() -> None:
+    # the foreign key refused it only at the commit, as a bare IntegrityError
+    history = DjangoChatMessageHistory.for_session("s-nobody", owner=987654)
+    assert history.messages == []
+    with pytest.raises(MemoryScopeError, match="no user with id 987654"):
+        history.add_user_message("hi")
+    assert not Conversation.objects.exists()
 
 
 def test_the_window_option_returns_the_context_window() -> None:

@@ -43,6 +43,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message
 from agentmemory.models import Summary as StoredSummary
+from agentmemory.recall.scope import MemoryScopeError
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
@@ -364,6 +365,18 @@ def test_sessions_are_scoped_by_owner_and_agent_key(django_user_model) -> None: 
     conv = Conversation.objects.get(uuid=session_uuid(sid, owner_id=ann.pk))
     assert (conv.owner, conv.agent_key, conv.title) == (ann, "", sid)
     assert Conversation.objects.filter(title=sid).count() == 3
+
+
+@pytestmark_db
+def test_an_owner_that_names_no_user_is_refused_at_the_first_write(django_user_model) -> None:  # type: ignore[no-untyped-def]
+    # the foreign key refused it only at the commit, as a bare IntegrityError
+    session = AgentMemorySession(session_id(), owner=987654)
+    with pytest.raises(MemoryScopeError, match="no user with id 987654"):
+        run(session.add_items([{"role": "user", "content": "hi"}]))
+    assert not Conversation.objects.exists()
+    ann = django_user_model.objects.create_user("ann")
+    run(AgentMemorySession(session.session_id, owner=ann.pk).add_items([{"role": "user", "content": "hi"}]))
+    assert Conversation.objects.get().owner == ann
 
 
 @pytestmark_db

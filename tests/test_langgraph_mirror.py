@@ -18,6 +18,7 @@ from agentmemory.contrib.langgraph import ConversationMirror, DjangoSaver
 from agentmemory.contrib.langgraph.models import Checkpoint, MirroredMessage, MirroredThread
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.recall import search_messages
+from agentmemory.recall.scope import MemoryScopeError
 
 pytestmark = pytest.mark.django_db
 
@@ -191,6 +192,17 @@ def test_threads_get_their_own_conversations_and_delete_thread_keeps_the_record(
     saver.delete_thread("t-a")
     assert ConversationMirror().conversation_for("t-a") is None
     assert Message.objects.filter(conversation=a).count() == 2
+
+
+def test_an_owner_that_names_no_user_is_refused_with_a_typed_error() -> None:
+    # the foreign key refused it only at the commit, as a bare IntegrityError
+    saver = DjangoSaver(mirror=ConversationMirror(owner=lambda config: config["configurable"]["user_id"]))
+    graph = chat_graph(saver, [AIMessage("hello")])
+    with pytest.raises(MemoryScopeError, match="no user with id 987654"):
+        async_to_sync(graph.ainvoke)(
+            {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t-x", "user_id": 987654}}
+        )
+    assert not Conversation.objects.exists()
 
 
 @pytest.mark.postgres

@@ -219,6 +219,8 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
         Raises:
             TypeError, ValueError: a ``session_id`` that is not text, an ``agent_key`` the
                 conversation cannot hold (``agentmemory.contrib.sessions.check_session``).
+            MemoryScopeError: (by the first write, not here) ``owner`` is a primary key that
+                names no user; nothing is stored.
         """
         sessions.check_session(session_id, agent_key)
         owner_id = getattr(owner, "pk", owner)

@@ -563,6 +563,8 @@ class AgentMemorySession:
             TypeError: an item is not a JSON object.
             InvalidMessageError: an item cannot be stored (NUL characters, content over
                 ``MAX_MESSAGE_CHARS``); nothing of the batch is stored.
+            MemoryScopeError: the first write of the session, whose ``owner`` is a primary key
+                that names no user; nothing is stored.
         """
         if not items:
             return

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import router
 
 from agentmemory.models import Conversation
-from agentmemory.recall.scope import scope_key
+from agentmemory.recall.scope import require_user, scope_key
 from agentmemory.validation import storable_text
 
 __all__ = [
@@ -73,8 +73,21 @@ def get_or_create_session_conversation(
     """The primary key of the conversation with this uuid, created when missing with the
     owner, the agent key, the session id as its title (first 200 characters) and in its
     metadata under ``metadata_key`` (NUL and lone surrogates, which the database refuses,
-    replaced by U+FFFD there)."""
-    conversation, _ = Conversation.objects.db_manager(router.db_for_write(Conversation)).get_or_create(
+    replaced by U+FFFD there).
+
+    Raises:
+        MemoryScopeError: the conversation is to be made and ``owner_id`` names no user. The
+            foreign key refused it too, but only when the transaction commits, as a bare
+            ``IntegrityError`` ("FOREIGN KEY constraint failed" on SQLite) that names nothing.
+    """
+    db = router.db_for_write(Conversation)
+    manager = Conversation.objects.db_manager(db)
+    existing: int | None = manager.filter(uuid=conversation_uuid).values_list("pk", flat=True).first()
+    if existing is not None:
+        return existing
+    if owner_id is not None:
+        require_user(owner_id, db)
+    conversation, _ = manager.get_or_create(
         uuid=conversation_uuid,
         defaults={
             "owner_id": owner_id,

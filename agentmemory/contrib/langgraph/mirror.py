@@ -37,6 +37,7 @@ from agentmemory.formats.langchain import from_langchain_message
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
+from agentmemory.recall.scope import require_user
 from agentmemory.store import functions
 
 logger = logging.getLogger("agentmemory.contrib.langgraph")
@@ -77,7 +78,8 @@ class ConversationMirror:
             staff see them in the API, and recall never searches them), or a callable taking
             the run's ``RunnableConfig`` and returning one of those, such as
             ``lambda config: config["configurable"]["user_id"]``. Asked once per thread, when
-            its conversation is made.
+            its conversation is made: a primary key that names no user then raises
+            ``MemoryScopeError`` from the checkpoint's ``put`` (the graph step fails).
         agent_key: the conversations' agent key (default ``"langgraph"``).
         channel: the state key holding the messages (default ``"messages"``, as in
             LangGraph's ``MessagesState``).
@@ -157,6 +159,10 @@ class ConversationMirror:
             return link
         owner = self.owner(config) if callable(self.owner) else self.owner
         owner_id = getattr(owner, "pk", owner)
+        if owner_id is not None:
+            # the foreign key refused it only at the commit, as a bare IntegrityError that
+            # failed the checkpoint without naming the owner
+            require_user(owner_id, db)
         try:
             with transaction.atomic(using=db):
                 conversation = Conversation.objects.using(db).create(
