@@ -14,7 +14,10 @@ replaces (``RemoveMessage``, a summary node) stays in the conversation, and a re
 appended as a new message, like the conversation's other appends (compaction never deletes
 messages either). A message the conversation refuses (a tool result answering no call, a tool
 call without id...) is logged, skipped, and named in ``MirroredThread.last_error``; the
-checkpoint is saved all the same: mirroring never fails a graph step.
+checkpoint is saved all the same: a message never fails a graph step. The owner does: an
+``owner`` callable that raises, or a primary key that names no user (``MemoryScopeError``),
+fails the step whose checkpoint would make the thread's conversation, as any error of the
+saver's configuration does.
 """
 
 from __future__ import annotations
