@@ -228,6 +228,15 @@ def test_an_owner_that_names_no_user_is_refused_at_the_first_write() -> None:
     assert not Conversation.objects.exists()
 
 
+def test_an_anonymous_user_owns_no_history() -> None:
+    # request.user of a visitor without login has no pk: every visitor of one session id
+    # shared one conversation of nobody
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(MemoryScopeError, match="anonymous"):
+        DjangoChatMessageHistory.for_session("support-1042", owner=AnonymousUser())
+
+
 def test_the_window_option_returns_the_context_window() -> None:
     conversation = ConversationFactory()
     history = DjangoChatMessageHistory(conversation)

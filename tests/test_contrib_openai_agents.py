@@ -379,6 +379,15 @@ def test_an_owner_that_names_no_user_is_refused_at_the_first_write(django_user_m
     assert Conversation.objects.get().owner == ann
 
 
+def test_an_anonymous_user_owns_no_session() -> None:
+    # request.user of a visitor without login has no pk: its sessions were conversations of
+    # nobody, one per session id, shared by every visitor who used that id
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(MemoryScopeError, match="anonymous"):
+        AgentMemorySession("support-1042", owner=AnonymousUser())
+
+
 @pytestmark_db
 def test_the_session_is_a_conversation_in_the_api_and_the_admin(django_user_model) -> None:  # type: ignore[no-untyped-def]
     from django.test import Client

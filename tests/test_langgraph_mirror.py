@@ -205,6 +205,18 @@ def test_an_owner_that_names_no_user_is_refused_with_a_typed_error() -> None:
     assert not Conversation.objects.exists()
 
 
+def test_an_anonymous_owner_is_refused_with_a_typed_error() -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    saver = DjangoSaver(mirror=ConversationMirror(owner=lambda config: AnonymousUser()))
+    graph = chat_graph(saver, [AIMessage("hello")])
+    with pytest.raises(MemoryScopeError, match="anonymous"):
+        async_to_sync(graph.ainvoke)(
+            {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t-a"}}
+        )
+    assert not Conversation.objects.exists()
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_checkpoints_of_a_new_thread_mirror_each_message_once() -> None:

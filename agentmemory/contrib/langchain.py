@@ -223,7 +223,7 @@ class DjangoChatMessageHistory(BaseChatMessageHistory):
                 names no user; nothing is stored.
         """
         sessions.check_session(session_id, agent_key)
-        owner_id = getattr(owner, "pk", owner)
+        owner_id = sessions.session_owner_id(owner)
         uuid = sessions.session_uuid(FRAMEWORK, session_id, owner_id=owner_id, agent_key=agent_key)
         return cls(_session=(uuid, session_id, owner_id, agent_key), **kwargs)
 

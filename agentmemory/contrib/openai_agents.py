@@ -466,7 +466,7 @@ class AgentMemorySession:
     ) -> None:
         sessions.check_session(session_id, agent_key)
         self.session_id = session_id
-        self.owner_id = getattr(owner, "pk", owner)
+        self.owner_id = sessions.session_owner_id(owner)
         self.agent_key = agent_key
         if session_settings is None:
             self.session_settings: SessionSettings | None = SessionSettings()

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import router
 
 from agentmemory.models import Conversation
-from agentmemory.recall.scope import require_user, scope_key
+from agentmemory.recall.scope import MemoryScopeError, require_user, scope_key
 from agentmemory.validation import storable_text
 
 __all__ = [
@@ -19,11 +19,31 @@ __all__ = [
     "check_session",
     "find_session_conversation",
     "get_or_create_session_conversation",
+    "session_owner_id",
     "session_uuid",
 ]
 
 #: namespace of the conversations' uuids (``session_uuid``)
 SESSION_NAMESPACE = uuid.UUID("5d0b8a52-2f4c-4a8e-9a53-0c1f7e0a6b21")
+
+
+def session_owner_id(owner: Any) -> Any:
+    """The primary key a framework's session, history or mirrored thread is owned by:
+    ``owner``'s ``pk`` (a user), or ``owner`` itself (a primary key, or ``None`` for a
+    conversation of nobody, which only staff see in the API).
+
+    Raises:
+        MemoryScopeError: ``owner`` is an anonymous user (``request.user`` of a request
+            without login). It has no primary key, so its sessions were conversations of
+            nobody, shared by every visitor who used the same session id; pass
+            ``owner=None`` to keep such conversations knowingly.
+    """
+    if getattr(owner, "is_anonymous", False):
+        raise MemoryScopeError(
+            "an anonymous user owns no conversation: log the visitor in, or pass owner=None "
+            "for a conversation of nobody (shared by every caller of the same session id)"
+        )
+    return getattr(owner, "pk", owner)
 
 
 def check_session(session_id: Any, agent_key: Any) -> None:

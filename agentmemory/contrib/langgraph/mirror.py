@@ -33,6 +33,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 
 from agentmemory.compaction import request_compaction
+from agentmemory.contrib import sessions
 from agentmemory.contrib.langgraph.connections import tidy
 from agentmemory.contrib.langgraph.models import MirroredMessage, MirroredThread
 from agentmemory.exceptions import AgentMemoryError
@@ -161,7 +162,7 @@ class ConversationMirror:
         if link is not None:
             return link
         owner = self.owner(config) if callable(self.owner) else self.owner
-        owner_id = getattr(owner, "pk", owner)
+        owner_id = sessions.session_owner_id(owner)
         if owner_id is not None:
             # the foreign key refused it only at the commit, as a bare IntegrityError that
             # failed the checkpoint without naming the owner
