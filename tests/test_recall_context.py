@@ -205,6 +205,29 @@ def test_the_history_keeps_all_but_what_the_block_took(user, settings) -> None: 
     assert not any(i.conversation_id == conv.pk and sent & set(i.seqs) for i in window.memory.items)
 
 
+def test_the_wider_window_never_sends_a_fact_beside_its_source_message(user, settings) -> None:  # type: ignore[no-untyped-def]
+    # The block took less than its share, so the window was built again wider, and the
+    # block was kept unless the wider window sent one of its messages: a fact whose source
+    # message only the wider window sends was sent beside that message.
+    from agentmemory.knowledge import KnowledgeMemory
+    from agentmemory.models import Message
+
+    filler = [f"Turn {i} says nothing much at all, really nothing." for i in range(201)]
+    conv = stored(
+        user,
+        [*filler[:150], "Remember 4417 for the blue door downstairs.", *filler[150:], "gym locker code?"],
+    )
+    source = Message.objects.get(conversation=conv, content__startswith="Remember 4417")
+    KnowledgeMemory(user).store("Gym locker code: 4417", "personal", persistent=True, source_message=source)
+    settings.AGENTMEMORY = {"MEMORY_RECALL_SHARE": 0.4}
+    window = ContextWindowBuilder(conv, memory_recall=True).build(1_000)
+    assert window.memory is not None
+    fact_sent = any(i.kind == "fact" for i in window.memory.items)
+
+    assert fact_sent  # the fact is what the narrow window lacks
+    assert source.seq not in {m.seq for m in window.history}
+
+
 def test_a_turn_too_large_for_the_rest_gets_the_whole_budget(user, past) -> None:
     question = "Where is the spare key to the boathouse? " + "Please answer carefully. " * 60
     conv = ask(user, question)

@@ -266,7 +266,8 @@ class MemoryBlock:
         # The block took less than its share (or did not come) while the window left history
         # out or cut the summary: the window is built again within what the block took, so
         # that the share is not lost, and keeps the block unless the wider window now sends
-        # what the block shows. The summary has that room back: whole when it fits.
+        # what the block shows (a message it holds, or the message a fact of it was taken
+        # from). The summary has that room back: whole when it fits.
         self._summary_to_share = 0
         try:
             wider = replace(window_of(max_tokens - sent.memory_tokens, max_messages), max_tokens=max_tokens)
@@ -275,7 +276,12 @@ class MemoryBlock:
         if sent.memory is None:
             return wider
         seqs = {m.seq for m in wider.messages if m.seq is not None}
-        if any(i.conversation_id == self.conversation_id and seqs & set(i.seqs) for i in sent.memory.items):
+        sent_whole = {m.id for m in wider.messages if m.id is not None and m.seq not in wider.truncated}
+        if any(
+            (i.conversation_id == self.conversation_id and seqs & set(i.seqs))
+            or i.source_message_id in sent_whole
+            for i in sent.memory.items
+        ):
             return sent
         return self._insert_memory(wider, sent.memory)
 

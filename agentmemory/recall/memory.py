@@ -142,6 +142,8 @@ class RecalledItem:
         seqs: the ``seq`` of the stored messages it shows (empty for a fact).
         fact_id: the fact's id (None for messages).
         said_at: the session date a transcript gave (message metadata), else ``created_at``.
+        source_message_id: the id of the stored message a fact was taken from (its
+            ``source_message``; None for messages and for facts without one).
     """
 
     kind: str
@@ -152,6 +154,7 @@ class RecalledItem:
     seqs: tuple[int, ...]
     fact_id: int | None
     said_at: datetime | None
+    source_message_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -838,6 +841,7 @@ def _items(
                 seqs=(),
                 fact_id=fact.pk,
                 said_at=_fact_said(fact),
+                source_message_id=fact.source_message_id,
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)
