@@ -44,6 +44,7 @@ from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError, InvalidMessageError
 from agentmemory.messages import PartKind, Role
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.recall import index_new_messages
 from agentmemory.validation import (
     TEXT_PATTERN,
     WHITE_SPACE_CLASS,
@@ -672,6 +673,11 @@ def import_conversation(
             message.conversation = conv
         Message.objects.using(alias).bulk_create(messages, batch_size=_BATCH)
         _restore_created_at(Message, messages, created, alias)
+        # With an embedding or hybrid backend the imported messages get their vectors after
+        # the commit, as appended ones do: a bulk insert sends no ``message_appended``, and
+        # imported conversations stayed out of the dense side of search until someone ran
+        # ``rebuild_recall_index``.
+        index_new_messages(messages, using=alias)
 
         by_through: dict[int, Summary] = {}
         summary_stamps = []

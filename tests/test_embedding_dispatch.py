@@ -228,3 +228,32 @@ def test_a_worker_started_as_the_readme_says_embeds_new_messages(
     log = log_path.read_text()
     assert "agentmemory.recall.tasks.embed_messages" in log  # listed among the worker's tasks
     assert "unregistered task" not in log
+
+
+@pytest.mark.django_db
+def test_an_imported_conversation_is_embedded_as_appended_ones_are(
+    settings, bare_celery, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    """``import_conversation`` (``manage.py import_conversation``, ``POST
+    /api/conversations/import/``) stores its messages in bulk, which sends no
+    ``message_appended``: with an embedder, an imported conversation had no vectors and
+    hybrid search found it by its words only, until ``rebuild_recall_index`` ran."""
+    from agentmemory.transfer import export_conversation, import_conversation
+
+    alice = UserFactory()
+    conv = Conversation.objects.create(owner=alice, agent_key="a")
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("My car will not start"), ChatMessage.ai("Check the battery")]
+    )
+    document = export_conversation(conv)
+    car = hashed_vector("car")
+    settings.AGENTMEMORY = {
+        **EMBEDDER_SETTINGS,
+        "EMBEDDER_OPTIONS": {"table": {"My car will not start": car, "automobile trouble": car}},
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        imported = import_conversation(document, owner=alice, new_uuid=True)
+    assert bare_celery == []
+    assert MessageEmbedding.objects.filter(message__conversation=imported).count() == 2
+    hits = search_messages("automobile trouble", owner=alice, conversation=imported)
+    assert hits and hits[0].content == "My car will not start"

@@ -122,6 +122,29 @@ def test_compaction_runs_on_the_mirrored_conversation(settings, django_capture_o
     assert summary is not None and summary.through_seq >= 4  # the first turn is folded
 
 
+def test_the_mirror_asks_for_summaries_made_for_its_windows(settings, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    """The mirror's compactions named no window budget, so their summaries were made for
+    10,000 tokens (``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``) and took most of a smaller
+    window, leaving its messages out (as ``request_compaction(pk)`` did, agentmemory's issue
+    tracker). ``window_tokens`` names the budget the windows are built with."""
+    from agentmemory.compaction import summary_token_budget
+
+    settings.AGENTMEMORY = {"SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 1, "COMPACTION_MODE": "inline"}
+    saver = DjangoSaver(mirror=ConversationMirror(window_tokens=1200))
+    with django_capture_on_commit_callbacks(execute=True):
+        _two_turns(chat_graph(saver, SCRIPT), {"configurable": {"thread_id": "small"}}, run_async=True)
+    conversation = ConversationMirror().conversation_for("small")
+    assert conversation is not None and conversation.summary_window_tokens == 1200
+    summary = Summary.objects.filter(conversation=conversation).order_by("-through_seq").first()
+    assert summary is not None and summary.token_count <= summary_token_budget(1200)
+
+
+@pytest.mark.parametrize("tokens", [0, -5, 1.5, True, "2000"])
+def test_a_mirror_window_that_is_no_budget_is_refused(tokens) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="window_tokens"):
+        ConversationMirror(window_tokens=tokens)
+
+
 def test_removed_and_replaced_messages_stay_and_new_ones_are_appended() -> None:
     saver = DjangoSaver(mirror=ConversationMirror())
 

@@ -89,6 +89,16 @@ class ConversationMirror:
             LangGraph's ``MessagesState``).
         compact: ask for a compaction after each append (``request_compaction``: inline or
             in Celery, when due, after the commit; never raises). Default True.
+        window_tokens: the budget (tokens) of the windows built from the conversation
+            (``ContextWindowBuilder.build(max_tokens=...)``): the compactions asked for are
+            due when the messages no longer fit it, and their summaries are made to fit it
+            (``request_compaction(max_tokens=...)``). Default None: the budget the
+            conversation's last compaction request named, else
+            ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` (10,000), whose summaries take most
+            of a smaller window and leave its messages out.
+
+    Raises:
+        ValueError: ``window_tokens`` is not a positive integer.
     """
 
     def __init__(
@@ -98,7 +108,13 @@ class ConversationMirror:
         agent_key: str = "langgraph",
         channel: str = "messages",
         compact: bool = True,
+        window_tokens: int | None = None,
     ) -> None:
+        if window_tokens is not None and (
+            isinstance(window_tokens, bool) or not isinstance(window_tokens, int) or window_tokens < 1
+        ):
+            raise ValueError(f"window_tokens must be a positive integer or None, not {window_tokens!r}")
+        self.window_tokens = window_tokens
         self.owner = owner
         self.agent_key = agent_key
         self.channel = channel
@@ -154,7 +170,7 @@ class ConversationMirror:
                 thread.last_error = "; ".join(errors)[:10_000]
                 thread.save(update_fields=["last_error"])
         if self.compact:
-            request_compaction(thread.conversation_id)
+            request_compaction(thread.conversation_id, max_tokens=self.window_tokens)
 
     def _thread(self, db: str, thread_id: str, config: RunnableConfig) -> MirroredThread:
         """The thread's link row, locked; made with its conversation on first use."""
