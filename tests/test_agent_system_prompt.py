@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy
 
 from agentmemory.agents import BaseToolCallingAgent, tool
 from agentmemory.agents.checks import check_agents
@@ -204,3 +205,93 @@ def check_agents_for(agent_cls: type[BaseToolCallingAgent]) -> list[str]:
 def test_a_system_prompt_that_is_neither_text_nor_a_usable_function_is_a_system_check_error(prompt) -> None:  # type: ignore[no-untyped-def]
     agent_cls = type("BadPrompt", (BaseToolCallingAgent,), {"SYSTEM_PROMPT": prompt}, register=False)
     assert check_agents_for(agent_cls) == ["agentmemory.E105"]
+
+
+class LazyTextAgent(BaseToolCallingAgent, register=False):
+    SYSTEM_PROMPT = gettext_lazy("A prompt marked for translation")
+
+
+class PropertyAgent(BaseToolCallingAgent, register=False):
+    @property
+    def SYSTEM_PROMPT(self) -> str:  # type: ignore[override]
+        return f"A property of {type(self).__name__}"
+
+
+class MethodAgent(BaseToolCallingAgent, register=False):
+    GREETING = "A method of the agent"
+
+    def SYSTEM_PROMPT(self) -> str:  # type: ignore[override]
+        return self.GREETING
+
+
+class MethodWithInjectorAgent(BaseToolCallingAgent, register=False):
+    GREETING = "A method given the injector"
+
+    def SYSTEM_PROMPT(self, injector) -> str:  # type: ignore[no-untyped-def, override]
+        return f"{self.GREETING} of conversation {injector.conversation_id > 0}"
+
+
+class ClassMethodAgent(BaseToolCallingAgent, register=False):
+    GREETING = "A classmethod"
+
+    @classmethod
+    def SYSTEM_PROMPT(cls) -> str:  # type: ignore[override]
+        return cls.GREETING
+
+
+class LazyReturningAgent(BaseToolCallingAgent, register=False):
+    SYSTEM_PROMPT = staticmethod(lambda: gettext_lazy("A lazy text returned"))
+
+
+PROMPT_FORMS = [
+    (LazyTextAgent, "A prompt marked for translation"),
+    (PropertyAgent, "A property of PropertyAgent"),
+    (MethodAgent, "A method of the agent"),
+    (MethodWithInjectorAgent, "A method given the injector of conversation True"),
+    (ClassMethodAgent, "A classmethod"),
+    (LazyReturningAgent, "A lazy text returned"),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("agent_cls", "expected"), PROMPT_FORMS)
+def test_every_python_form_of_a_system_prompt_is_sent(agent_cls, expected) -> None:  # type: ignore[no-untyped-def]
+    """A lazy translation (``gettext_lazy``, the usual way to write text of a Django class)
+    and a property were refused as "neither text nor a function", and a method written with
+    ``self`` was called with the injector as ``self``: each failed every turn."""
+    model = ScriptedChatModel(["ok", "ok again"])
+    agent = agent_cls(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    agent.run(conversation, "Hi")
+    asyncio.run(agent.arun(conversation, "Hi again"))
+    assert [call[0][0].content for call in model.calls] == [expected, expected]
+    assert check_agents_for(agent_cls) == []
+
+
+class BrokenPropertyAgent(BaseToolCallingAgent, register=False):
+    @property
+    def SYSTEM_PROMPT(self) -> str:  # type: ignore[override]
+        raise RuntimeError("the prompt's data source is down")
+
+
+class PropertyOfNoTextAgent(BaseToolCallingAgent, register=False):
+    @property
+    def SYSTEM_PROMPT(self) -> int:  # type: ignore[override]
+        return 42
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("agent_cls", "error"),
+    [(BrokenPropertyAgent, RuntimeError), (PropertyOfNoTextAgent, ImproperlyConfigured)],
+)
+def test_a_property_that_gives_no_prompt_stops_the_turn_before_anything_is_stored(agent_cls, error) -> None:  # type: ignore[no-untyped-def]
+    model = ScriptedChatModel(["never sent"])
+    agent = agent_cls(llm=model)
+    conversation = agent.start_conversation(owner=UserFactory())
+    with pytest.raises(error):
+        agent.run(conversation, "Hello?")
+    with pytest.raises(error):
+        asyncio.run(agent.arun(conversation, "Hello?"))
+    assert not Message.objects.filter(conversation=conversation).exists()
+    assert model.calls == []

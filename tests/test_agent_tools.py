@@ -4,6 +4,7 @@ turned into results (no database needed)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import enum
 from typing import Annotated, Literal
@@ -274,6 +275,24 @@ def test_policy_stubs_omits_and_keeps_windows_valid():
     assert outcome.omitted == (2, 3) and outcome.stubbed == (5,)
     assert outcome.window.history_tokens < window.history_tokens
     assert window_violations(outcome.window) == []
+
+
+def test_a_stubbed_result_is_listed_in_the_windows_truncated_copies():
+    """A stub is sent in place of the stored result, as a cut copy is, and is marked as one
+    (``ChatMessage.truncated``); the window's ``truncated`` did not list it (as a summary
+    sent cut was not: agentmemory's issue tracker), and an omitted copy left it listed."""
+    history = [
+        ChatMessage.human("q1"),
+        *exchange([("n1", "noise")]),
+        *exchange([("b1", "big"), ("k1", "keep")]),
+        ChatMessage.ai("a1"),
+        ChatMessage.human("q2"),
+    ]
+    window = dataclasses.replace(window_of(history), truncated=("summary", 3, 6))
+    outcome = apply_memory_policy(window, policy_for=POLICIES, before_seq=8, counter=LengthTokenCounter())
+    assert outcome.stubbed == (5,) and outcome.omitted == (2, 3)
+    assert outcome.window.truncated == ("summary", 5, 6)
+    assert {m.seq for m in outcome.window.history if m.truncated} == {5}
 
 
 def test_policy_never_splits_an_exchange_or_leaves_a_turn_without_reply():

@@ -122,7 +122,9 @@ def test_compaction_runs_on_the_mirrored_conversation(settings, django_capture_o
     assert summary is not None and summary.through_seq >= 4  # the first turn is folded
 
 
-def test_the_mirror_asks_for_summaries_made_for_its_windows(settings, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+def test_the_mirror_asks_for_summaries_made_for_its_windows(
+    settings, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
     """The mirror's compactions named no window budget, so their summaries were made for
     10,000 tokens (``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``) and took most of a smaller
     window, leaving its messages out (as ``request_compaction(pk)`` did, agentmemory's issue

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import logging
@@ -108,12 +109,42 @@ def resolve_llm(spec: Any) -> ChatModel | None:
 
 
 def declared_system_prompt(agent_cls: type[BaseToolCallingAgent]) -> Any:
-    """``SYSTEM_PROMPT`` as the class declares it: text, or a function (a staticmethod or
-    classmethod unwrapped; a plain function is not bound to the agent)."""
+    """``SYSTEM_PROMPT`` as the class declares it: text (a lazy translation, ``gettext_lazy``,
+    included), a ``property``, or a function (a staticmethod or classmethod unwrapped; a
+    plain function is not bound to the agent, except a method whose first parameter is
+    ``self``, see ``_bound_prompt``)."""
     prompt = inspect.getattr_static(agent_cls, "SYSTEM_PROMPT")
     if isinstance(prompt, staticmethod | classmethod):
         prompt = prompt.__get__(None, agent_cls)
     return prompt
+
+
+def _is_method(prompt: Any) -> bool:
+    """Whether ``prompt`` is a function written as a method of the agent: its first
+    parameter is named ``self`` (``def SYSTEM_PROMPT(self): ...`` or ``(self, injector)``).
+    Such a function was called with the injector in place of ``self``, and failed (an
+    ``AttributeError`` on the injector) or read the injector as the agent."""
+    if not inspect.isfunction(prompt):
+        return False
+    try:
+        first = next(iter(inspect.signature(prompt).parameters.values()), None)
+    except (TypeError, ValueError):
+        return False
+    return (
+        first is not None
+        and first.name == "self"
+        and first.kind
+        in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+    )
+
+
+def _bound_prompt(prompt: Any, agent: Any) -> Any:
+    """``prompt`` bound to ``agent`` when it is written as a method (``_is_method``): what
+    is left to call takes the injector or nothing, as any other ``SYSTEM_PROMPT`` function."""
+    return prompt.__get__(agent, type(agent)) if _is_method(prompt) else prompt
 
 
 def _prompt_arguments(prompt: Any) -> int | None:
@@ -138,11 +169,13 @@ def _prompt_arguments(prompt: Any) -> int | None:
 def system_prompt_problem(agent_cls: type[BaseToolCallingAgent]) -> str | None:
     """Why ``agent_cls.SYSTEM_PROMPT`` cannot make a system prompt, or ``None`` if it can."""
     prompt = declared_system_prompt(agent_cls)
-    if isinstance(prompt, str):
-        return None
+    if isinstance(prompt, str | Promise | property):
+        return None  # a property's value is checked when a turn reads it
     label = f"{agent_cls.__module__}.{agent_cls.__qualname__}.SYSTEM_PROMPT"
     if not callable(prompt):
         return f"{label} is {type(prompt).__name__} {prompt!r}, neither text nor a function"
+    if _is_method(prompt):
+        prompt = functools.partial(prompt, None)  # ``self`` is the agent
     if _prompt_arguments(prompt) is None:
         return f"{label} is a function that takes neither one argument (the AgentInjector) nor none"
     return None
@@ -200,8 +233,10 @@ class BaseToolCallingAgent:
         AGENT_KEY: the registry key, stored on conversations (``Conversation.agent_key``).
             A subclass that sets it is registered automatically
             (``class A(BaseToolCallingAgent, register=False)`` opts out).
-        SYSTEM_PROMPT: text, or a callable taking the ``AgentInjector`` and returning text;
-            sent first on every model call, never stored.
+        SYSTEM_PROMPT: text (``gettext_lazy`` text too), a property, or a callable taking
+            the ``AgentInjector`` or nothing and returning text (a method whose first
+            parameter is ``self`` is called on the agent); sent first on every model call,
+            never stored.
         TOOLS: ``@tool`` functions (plain functions are wrapped with default options).
         MEMORY_COMPACTOR_ENABLED: build a compactor and call ``compact_if_needed()`` after
             each turn (off by default).
@@ -360,10 +395,28 @@ class BaseToolCallingAgent:
         """
         cls = type(self)
         prompt = declared_system_prompt(cls)
-        if isinstance(prompt, str):
-            return with_knowledge(self, injector, prompt)
+        if isinstance(prompt, property):
+            # read on the agent: its value is text or a function, as a declared one
+            prompt = getattr(self, "SYSTEM_PROMPT")  # noqa: B009  # the class declares a function type
+            if (
+                callable(prompt)
+                and not isinstance(prompt, str | Promise)
+                and _prompt_arguments(prompt) is None
+            ):
+                raise ImproperlyConfigured(
+                    f"{cls.__module__}.{cls.__qualname__}.SYSTEM_PROMPT (a property) gave a function "
+                    f"that takes neither one argument (the AgentInjector) nor none. {SYSTEM_PROMPT_HINT}"
+                )
+        if isinstance(prompt, str | Promise):
+            return with_knowledge(self, injector, str(prompt))
+        prompt = _bound_prompt(prompt, self)
         arguments = _prompt_arguments(prompt)
         if arguments is None:
+            if not callable(prompt):
+                raise ImproperlyConfigured(
+                    f"{cls.__module__}.{cls.__qualname__}.SYSTEM_PROMPT is {type(prompt).__name__} "
+                    f"{prompt!r}, neither text nor a function. {SYSTEM_PROMPT_HINT}"
+                )
             raise ImproperlyConfigured(f"{system_prompt_problem(cls)}. {SYSTEM_PROMPT_HINT}")
         text = prompt(injector) if arguments else prompt()
         if inspect.isawaitable(text):

@@ -55,7 +55,8 @@ def apply_memory_policy(
 
     Rules:
         - ``stub``: the result's content becomes ``"[result of NAME omitted from memory]"``;
-          the call and the pair stay.
+          the call and the pair stay. The stub is a copy (``truncated`` True) and its seq is
+          listed in the window's ``truncated``, as the copies the builder cut are.
         - ``omit``: the AI message and all its results are left out, but only when every call
           of that AI message is ``omit`` and another AI message of the same turn follows it
           (so every human message keeps a reply after it); otherwise it falls back to
@@ -114,12 +115,16 @@ def apply_memory_policy(
             tokens += counter.count_message(replaced) - _cost(message, counter)
             message = replaced
         kept.append(message)
-    new_window = dataclasses.replace(window, messages=[*leading, *kept], history_tokens=tokens)
-    return PolicyOutcome(
-        window=new_window,
-        stubbed=_seqs(history, stub),
-        omitted=_seqs(history, drop),
+    stubbed, omitted = _seqs(history, stub), _seqs(history, drop)
+    # A stub is a copy sent in place of the stored result, as a cut one is: it is listed
+    # in ``truncated`` with them (the window's accounting said nothing of it), and a copy
+    # left out is no longer sent.
+    cut = {t for t in window.truncated if isinstance(t, int) and t not in omitted} | set(stubbed)
+    truncated: tuple[int | str, ...] = (*(t for t in window.truncated if isinstance(t, str)), *sorted(cut))
+    new_window = dataclasses.replace(
+        window, messages=[*leading, *kept], history_tokens=tokens, truncated=truncated
     )
+    return PolicyOutcome(window=new_window, stubbed=stubbed, omitted=omitted)
 
 
 def _seqs(history: list[ChatMessage], indexes: set[int]) -> tuple[int, ...]:
