@@ -312,7 +312,8 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
 def recorded_context_window(call: ModelCall) -> ContextWindow:
     """``recorded_window(call)`` as a ``ContextWindow`` with the call's accounting (tokens):
     the system part counts the knowledge block too; ``placeholders`` and ``truncated`` say
-    which results were sent as placeholders and which messages as shortened copies.
+    which results were sent as placeholders and which messages as shortened copies (stubbed
+    results included, as in the window the call was built from).
 
     Raises:
         WindowUnavailable: as ``recorded_window``.
@@ -333,7 +334,9 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         placeholders=tuple(changes.get("placeholders") or ()),
         truncated=(
             *((SUMMARY_CUT,) if changes.get("summary_truncated") else ()),
-            *sorted(int(seq) for seq in (changes.get("truncated") or {})),
+            # a stubbed result is a copy sent in place of the stored one, listed with the
+            # cut copies as the live window lists it (``apply_memory_policy``)
+            *sorted({int(seq) for key in ("truncated", "stubbed") for seq in (changes.get(key) or {})}),
         ),
     )
 

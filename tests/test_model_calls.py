@@ -150,6 +150,32 @@ def test_windows_with_truncated_stubbed_and_left_out_exchanges_rebuild_exactly(c
     assert "[result of read_manual omitted from memory]" in [m.content for m in llm.calls[3][0]]
 
 
+def test_a_stubbed_result_is_listed_in_the_recorded_windows_truncated(conv) -> None:  # type: ignore[no-untyped-def]
+    """The live window lists a result a memory policy stubbed in ``truncated`` with the
+    copies the builder cut; the window rebuilt from the record (``recorded_context_window``,
+    the API's ``model-calls/{id}/window/``) sent the stub marked ``truncated`` but left its
+    seq out of the list."""
+    from agentmemory.calls import recorded_context_window
+
+    llm = ScriptedChatModel(
+        [
+            ai_calls(("m1", "read_manual", {"page": 3})),
+            "The manual says lorem ipsum.",
+            "Still lorem ipsum.",
+        ]
+    )
+    agent = Agent(llm=llm)
+    agent.run(conv, "Read page 3.")
+    result = agent.run(conv, "What did it say?")
+
+    live = result.calls[0].window
+    assert set(result.calls[0].record.window_changes["stubbed"]) == {"3"}
+    assert 3 in live.truncated
+    rebuilt = recorded_context_window(result.calls[0].record)
+    assert rebuilt.truncated == live.truncated
+    assert {m.seq for m in rebuilt.history if m.truncated} == {3}
+
+
 def test_late_results_and_pending_placeholders_rebuild_exactly(conv) -> None:  # type: ignore[no-untyped-def]
     history = PersistentChatHistory(conv)
     history.add_messages(
