@@ -195,13 +195,27 @@ def _thinking_expression(alias: str, column: str) -> str:
 
 def _page_expression(alias: str, c: Any, table: str) -> str:
     """``first_page_size`` in SQL over the conversation row of ``table``."""
-    greatest, least = ("MAX", "MIN") if connections[alias].vendor == "sqlite" else ("GREATEST", "LEAST")
     count, stored = f"{table}.{c('message_count')}", f"{table}.{c('stored_tokens')}"
+    if connections[alias].vendor == "sqlite":
+        # SQLite carries on in floating point where an integer result overflows
+        more = (
+            f"CASE WHEN {stored} <= {count} THEN %(half)s "
+            f"ELSE (%(triple)s * {count} + 2 * {stored} - 1) / (2 * {stored}) END"
+        )
+        return f"MIN(CASE WHEN {count} <= 0 THEN 16 ELSE MAX(16, {more} + 8) END, %(max_page)s)"
+    # PostgreSQL raises "bigint out of range" where ``2 * stored_tokens`` or ``3 * budget *
+    # message_count`` passes the column's largest value (counters a data migration or an
+    # import can set anywhere up to it): the quotient is taken in numeric, exactly as the
+    # integers of ``first_page_size``, and is at most ``max_page`` once bounded
+    count_n, stored_n = f"CAST({count} AS numeric)", f"CAST({stored} AS numeric)"
     more = (
         f"CASE WHEN {stored} <= {count} THEN %(half)s "
-        f"ELSE (%(triple)s * {count} + 2 * {stored} - 1) / (2 * {stored}) END"
+        f"ELSE div(%(triple)s * {count_n} + 2 * {stored_n} - 1, 2 * {stored_n}) END"
     )
-    return f"{least}(CASE WHEN {count} <= 0 THEN 16 ELSE {greatest}(16, {more} + 8) END, %(max_page)s)"
+    return (
+        f"CAST(LEAST(CASE WHEN {count} <= 0 THEN 16 ELSE GREATEST(16, {more} + 8) END, "
+        f"%(max_page)s) AS bigint)"
+    )
 
 
 #: Kinds of the rows of the head statement (its first column); the orphaned tool results
