@@ -200,6 +200,11 @@ def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
                 rows.update(**{fk.name: None})
             else:
                 tally.add(rows.delete()[1])
+    if fulltext:
+        # SQLite's full-text index keeps the erased words in its segments until merged
+        from agentmemory.recall.fulltext import drop_removed_words
+
+        drop_removed_words(alias)
     return tally.report(user_id, fulltext)
 
 

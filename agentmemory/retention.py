@@ -245,6 +245,11 @@ def purge_conversations(
     from agentmemory.deletion import delete_facts  # expired facts, FACT_BATCH per transaction
 
     fact_count = sum(per_model.get(Fact._meta.label, 0) for per_model in delete_facts(facts, alias))
+    if counts["messages"] or counts["summaries"] or fact_count:
+        # SQLite's full-text index keeps the removed words in its segments until merged
+        from agentmemory.recall.fulltext import drop_removed_words
+
+        drop_removed_words(alias)
     return PurgeReport(
         conversations=counts["conversations"],
         messages=counts["messages"],

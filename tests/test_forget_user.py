@@ -105,7 +105,8 @@ def test_query_count_does_not_grow_with_the_history(django_assert_max_num_querie
         PersistentChatHistory(conv).add_messages(
             [m for i in range(300) for m in (ChatMessage.human(f"q {c} {i}"), ChatMessage.ai(f"a {i}"))]
         )
-    with django_assert_max_num_queries(32):
+    # (three of them on SQLite: the merge of the full-text indexes, which drops the words)
+    with django_assert_max_num_queries(35):
         report = forget_user(alice)
     assert report.messages == 1800 and report.conversations == 3
 

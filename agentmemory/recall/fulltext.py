@@ -117,6 +117,25 @@ def ensure_sqlite_fulltext(using: str = "default") -> bool:
     return repaired
 
 
+def drop_removed_words(using: str = "default") -> None:
+    """SQLite: merge each FTS5 index into one segment (FTS5's ``'optimize'``), so that the
+    words of rows deleted or blanked leave the index's shadow tables (``*_fts_data``). An
+    FTS5 delete writes a tombstone that repeats the row's words beside the entry it cancels;
+    both stay in the table's blocks, readable with any SQLite client, until the segments
+    they are in are merged into the oldest one. The cost is a rewrite of the index (about
+    its size); the retention and erasure commands call it once, after their batches. A
+    no-op on other databases (PostgreSQL's ``search_vector`` is the row's own column)."""
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        names = {row[0] for row in cursor.fetchall()}
+        for fts, _table in SQLITE_TABLES:
+            if fts in names:
+                cursor.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+
+
 #: characters of a text indexed when the whole text would make a ``tsvector`` over
 #: PostgreSQL's 1 MB limit (migration 0017's ``agentmemory_tsvector``)
 PG_LONG_TEXT_CHARS = 100_000
