@@ -57,6 +57,12 @@ MAX_ABANDONED_PUBLISHES = 10
 _held_until: dict[tuple[int, str], float] = {}
 
 
+def release_held() -> None:
+    """Forget every broker held after a timed-out publish (``BrokerHeld``): the next publish
+    to each is tried. For tests, and for code that knows the broker is back."""
+    _held_until.clear()
+
+
 class BrokerHeld(Exception):
     """Not sent: a publish to this broker timed out less than ``publish_wait()`` seconds ago.
     Callers treat it as any failed publish (logged and recorded; the sweep sends it again)."""
