@@ -19,6 +19,13 @@ Those bounds are per socket operation, so a broker that trickles its answers (a 
 time, each within the bound) still held a publish for as long as it went on: the publish
 runs in a thread of its own, and its caller waits for it at most ``publish_wait()``.
 The app's own connection pool, which its workers and your code use, is left as configured.
+
+A request may publish many tasks (the admin's "Compact now" on a selection, an import that
+makes a compaction due and schedules its embedding, ``compact_conversations --enqueue``): each
+one held for the bound made a hung broker cost such a request many times what a refused one
+does (20 conversations: 2.2 s against 0.5 s). Once a publish timed out, further publishes to
+that broker from this process fail at once for ``publish_wait()`` seconds (``BrokerHeld``),
+so a hung broker costs a request one bound however many tasks it publishes.
 """
 
 from __future__ import annotations
@@ -44,6 +51,39 @@ _pools_lock = threading.Lock()
 #: connection for as long as the broker holds it; without a pool limit (``broker_pool_limit``
 #: None or 0) a broker that trickled its answers held one more of each per append, without end.
 MAX_ABANDONED_PUBLISHES = 10
+
+#: (process id, broker URL) -> ``time.monotonic()`` until which publishes to it fail at once: a publish to
+#: it timed out (the broker accepted the connection and did not answer in time)
+_held_until: dict[tuple[int, str], float] = {}
+
+
+def release_held() -> None:
+    """Forget every broker held after a timed-out publish (``BrokerHeld``): the next publish
+    to each is tried. For tests, and for code that knows the broker is back."""
+    _held_until.clear()
+
+
+class BrokerHeld(Exception):
+    """Not sent: a publish to this broker timed out less than ``publish_wait()`` seconds ago.
+    Callers treat it as any failed publish (logged and recorded; the sweep sends it again)."""
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from is a timeout (the builtin
+    ``TimeoutError``, which ``socket.timeout`` is, or redis-py's ``TimeoutError``, which is
+    not a subclass of it): the broker accepted the connection and did not answer in time,
+    as opposed to refusing it, which fails at once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError) or type(current).__name__ == "TimeoutError":
+            return True
+        if "timed out" in str(current) or "Timeout reading" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
 
 #: the publish threads whose callers gave up on them and that have not ended
 _abandoned: set[threading.Thread] = set()
@@ -122,6 +162,8 @@ def publish(
         The ``AsyncResult`` of ``apply_async``.
 
     Raises:
+        BrokerHeld: at once, without sending, while an earlier publish of this process to the
+            same broker timed out less than ``publish_wait()`` seconds ago.
         Whatever ``apply_async`` raises when the broker cannot take the task in time
         (kombu's ``OperationalError`` for a refused or timed-out connection, a
         ``LimitExceeded`` when every pooled connection is busy), and kombu's
@@ -143,6 +185,16 @@ def publish(
         if time.monotonic() + interval >= deadline:
             raise exc
 
+    url = str(app.conf.broker_write_url or app.conf.broker_url)
+    key = (os.getpid(), url)
+    held_until = _held_until.get(key)
+    if held_until is not None:
+        if time.monotonic() < held_until:
+            raise BrokerHeld(
+                "not sent: a publish to this broker timed out less than "
+                f"{publish_wait(timeout):g} s ago (it accepts connections and does not answer)"
+            )
+        _held_until.pop(key, None)
     policy = dict(ENQUEUE_RETRY_POLICY, errback=give_up_at_the_deadline)
     outcome: dict[str, Any] = {}
     from kombu.exceptions import OperationalError
@@ -176,6 +228,8 @@ def publish(
             _abandoned.add(sender)
         raise OperationalError(f"the broker did not take the task within {wait:g} s")
     if "error" in outcome:
+        if _timed_out(outcome["error"]):
+            _held_until[key] = time.monotonic() + publish_wait(timeout)
         raise outcome["error"]
     return outcome["result"]
 

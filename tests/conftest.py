@@ -84,6 +84,17 @@ def _no_embedding_pause() -> Iterator[None]:
     inprocess.reset()
 
 
+@pytest.fixture(autouse=True)
+def _no_broker_held() -> Iterator[None]:
+    """A publish that timed out holds further publishes to that broker URL for the publish
+    wait (``agentmemory.broker``); a later test's broker on a reused port never inherits it."""
+    from agentmemory import broker
+
+    broker.release_held()
+    yield
+    broker.release_held()
+
+
 @pytest.fixture
 def _fail_without_postgres() -> None:
     pytest.fail(

@@ -313,3 +313,43 @@ def test_the_example_project_has_tasks_of_dead_workers_handed_out_again() -> Non
     assert lease + 6 < options["visibility_timeout"] <= 5 * lease  # kombu's default: 3,600 s
     assert options["visibility_timeout"] > 16
     assert options["unacked_restore_throttle"] == 1 and options["unacked_restore_interval"] <= lease
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_compact_now_on_many_conversations_costs_a_frozen_broker_one_bound(
+    scheme, frozen, point_celery_at, settings, django_user_model
+) -> None:  # type: ignore[no-untyped-def]
+    # Each publish was bounded, not the request: the admin's "Compact now" on 20 selected
+    # conversations waited 2.2 s for a frozen broker against 0.5 s for a refused one.
+    from django.test import Client
+
+    settings.AGENTMEMORY = {}
+    ids = [conversation_with_turns(1)[0].pk for _ in range(20)]
+    admin = django_user_model.objects.create_superuser(f"admin-{scheme}", password="pw")
+    client = Client()
+    client.force_login(admin)
+    body = {"action": "compact_now", "_selected_action": ids}
+    point_celery_at(frozen.url(scheme))
+    took, response = _timed(lambda: client.post("/admin/agentmemory/conversation/", body))
+    assert response is not None and response.status_code == 302
+    assert took < 1.5, f"compact now on 20 conversations waited {took:.2f} s for a frozen {scheme} broker"
+    failed = Conversation.objects.filter(pk__in=ids, compaction_error__startswith="enqueue failed")
+    assert failed.count() == 20  # each recorded for the sweep
+    assert Conversation.objects.filter(pk__in=ids, compaction_requested_at__isnull=True).count() == 0
+
+
+def test_a_broker_that_timed_out_is_tried_again_after_the_wait(
+    frozen, point_celery_at, settings, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from agentmemory.tasks import compact_conversation
+
+    settings.AGENTMEMORY = {}
+    monkeypatch.setattr(broker, "MIN_PUBLISH_WAIT", 0.5)
+    point_celery_at(frozen.url("redis"))
+    with pytest.raises(Exception, match="Timeout reading"):
+        broker.publish(compact_conversation, (1,))
+    with pytest.raises(broker.BrokerHeld):
+        broker.publish(compact_conversation, (1,))
+    time.sleep(0.6)
+    with pytest.raises(Exception, match="Timeout reading"):
+        broker.publish(compact_conversation, (1,))
