@@ -194,28 +194,19 @@ def _thinking_expression(alias: str, column: str) -> str:
 
 
 def _page_expression(alias: str, c: Any, table: str) -> str:
-    """``first_page_size`` in SQL over the conversation row of ``table``."""
+    """``first_page_size`` in SQL over the conversation row of ``table``; in numeric on
+    PostgreSQL, where counters near the bigint limit (set by an import) raised "bigint out
+    of range" (SQLite carries on in floating point where an integer overflows)."""
     count, stored = f"{table}.{c('message_count')}", f"{table}.{c('stored_tokens')}"
     if connections[alias].vendor == "sqlite":
-        # SQLite carries on in floating point where an integer result overflows
-        more = (
-            f"CASE WHEN {stored} <= {count} THEN %(half)s "
-            f"ELSE (%(triple)s * {count} + 2 * {stored} - 1) / (2 * {stored}) END"
-        )
-        return f"MIN(CASE WHEN {count} <= 0 THEN 16 ELSE MAX(16, {more} + 8) END, %(max_page)s)"
-    # PostgreSQL raises "bigint out of range" where ``2 * stored_tokens`` or ``3 * budget *
-    # message_count`` passes the column's largest value (counters a data migration or an
-    # import can set anywhere up to it): the quotient is taken in numeric, exactly as the
-    # integers of ``first_page_size``, and is at most ``max_page`` once bounded
-    count_n, stored_n = f"CAST({count} AS numeric)", f"CAST({stored} AS numeric)"
-    more = (
-        f"CASE WHEN {stored} <= {count} THEN %(half)s "
-        f"ELSE div(%(triple)s * {count_n} + 2 * {stored_n} - 1, 2 * {stored_n}) END"
-    )
-    return (
-        f"CAST(LEAST(CASE WHEN {count} <= 0 THEN 16 ELSE GREATEST(16, {more} + 8) END, "
-        f"%(max_page)s) AS bigint)"
-    )
+        greatest, least, cast, divide = "MAX", "MIN", "{}", "({} - 1) / ({})"
+    else:
+        greatest, least, cast, divide = "GREATEST", "LEAST", "CAST({} AS numeric)", "div({} - 1, {})"
+    n_count, n_stored = cast.format(count), cast.format(stored)
+    quotient = divide.format(f"%(triple)s * {n_count} + 2 * {n_stored}", f"2 * {n_stored}")
+    more = f"CASE WHEN {stored} <= {count} THEN %(half)s ELSE {quotient} END"
+    page = f"{least}(CASE WHEN {count} <= 0 THEN 16 ELSE {greatest}(16, {more} + 8) END, %(max_page)s)"
+    return page if greatest == "MAX" else f"CAST({page} AS bigint)"
 
 
 #: Kinds of the rows of the head statement (its first column); the orphaned tool results
