@@ -37,6 +37,7 @@ from agentmemory.models import (
     ModelCall,
     Summary,
 )
+from agentmemory.recall.fulltext import drop_removed_words
 
 __all__ = ["ErasureReport", "delete_owned_conversations", "erasure_counts", "forget_user"]
 
@@ -202,8 +203,6 @@ def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
                 tally.add(rows.delete()[1])
     if fulltext:
         # SQLite's full-text index keeps the erased words in its segments until merged
-        from agentmemory.recall.fulltext import drop_removed_words
-
         drop_removed_words(alias)
     return tally.report(user_id, fulltext)
 

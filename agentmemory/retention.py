@@ -26,6 +26,7 @@ from django.utils import timezone
 from agentmemory import signals
 from agentmemory.conf import app_settings
 from agentmemory.models import Conversation, Fact, Message, MessageEmbedding, ModelCall, PromptText, Summary
+from agentmemory.recall.fulltext import drop_removed_words
 
 __all__ = ["PurgeReport", "expired_conversations", "parse_period", "purge_conversations"]
 
@@ -247,8 +248,6 @@ def purge_conversations(
     fact_count = sum(per_model.get(Fact._meta.label, 0) for per_model in delete_facts(facts, alias))
     if counts["messages"] or counts["summaries"] or fact_count:
         # SQLite's full-text index keeps the removed words in its segments until merged
-        from agentmemory.recall.fulltext import drop_removed_words
-
         drop_removed_words(alias)
     return PurgeReport(
         conversations=counts["conversations"],

@@ -16,6 +16,7 @@ from django.utils import timezone
 from agentmemory.conf import get_token_counter
 from agentmemory.knowledge.storage import days_before
 from agentmemory.models import Fact
+from agentmemory.recall.lines import shown_time
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory
@@ -100,7 +101,7 @@ def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
     for category, content, created, pk in recent_rows:
         # the project's time zone, as the memory block dates what it shows: a UTC time
         # unmarked read as local put an entry of the morning in Tokyo on the day before
-        line = f"- [{_local(created):%Y-%m-%d %H:%M}] ({category}) {indented(content)}"
+        line = f"- [{shown_time(created):%Y-%m-%d %H:%M}] ({category}) {indented(content)}"
         cost = counter.count_text(line + "\n")
         if used + cost > budget:
             continue
@@ -135,15 +136,6 @@ def _entry(fact: Fact) -> dict[str, Any]:
         "importance": fact.importance,
         "expires_at": _iso(fact.expires_at) if fact.expires_at else None,
     }
-
-
-def _local(value: datetime) -> datetime:
-    """``value`` in the current time zone, or in UTC where that zone cannot hold it (a time
-    in year 1 west of UTC)."""
-    try:
-        return timezone.localtime(value)
-    except (OverflowError, ValueError):
-        return value.astimezone(UTC)
 
 
 def _iso(value: datetime) -> str:

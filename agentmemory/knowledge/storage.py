@@ -30,7 +30,7 @@ from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.scope import require_user
-from agentmemory.recall.text import INVISIBLE_RANGES
+from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -123,13 +123,10 @@ class FactHit:
 #: how a Persian word or an emoji sequence is drawn): the soft hyphen, the zero-width space,
 #: direction marks, the word joiner, variation selectors ("❤\ufe0f"), the byte order mark
 _UNSEEN = re.compile(
-    "["
-    + "".join(
-        chr(low) if low == high else f"{chr(low)}-{chr(high)}"
-        for low, high in INVISIBLE_RANGES
-        if (low, high) != (0x200B, 0x200F)
+    character_class(
+        [(a, b) for a, b in INVISIBLE_RANGES if (a, b) != (0x200B, 0x200F)]
+        + [(0x200B, 0x200B), (0x200E, 0x200F)]
     )
-    + "\u200b\u200e\u200f]"
 )
 
 

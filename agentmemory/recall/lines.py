@@ -143,7 +143,7 @@ def date_text(when: datetime | None) -> str:
     It depends on ``shown_day(when)`` only."""
     if when is None:
         return ""
-    when = _shown(when)
+    when = shown_time(when)
     return f"{when:%a} {when.day} {when:%B %Y}"
 
 
@@ -151,10 +151,14 @@ def shown_day(when: datetime) -> date:
     """The calendar day ``date_text`` shows for ``when``: its day in the current time zone
     when aware (a stored time, a transcript date naming its zone), as written for a
     transcript date naming none (``AS_WRITTEN``) or a naive datetime."""
-    return _shown(when).date()
+    return shown_time(when).date()
 
 
-def _shown(when: datetime) -> datetime:
+def shown_time(when: datetime) -> datetime:
+    """``when`` as the text the model reads shows it: in the current time zone when aware (a
+    stored time, which the database gives back in UTC), as written for a transcript date
+    naming no zone (``AS_WRITTEN``) or a naive datetime, and as given where the current
+    zone cannot hold it (year 1 west of UTC, year 9999 east of it)."""
     if timezone.is_aware(when) and when.tzinfo is not AS_WRITTEN:
         with contextlib.suppress(OverflowError, ValueError):  # else shown as given
             return timezone.localtime(when)

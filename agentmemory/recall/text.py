@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 #: common English function words (the indefinite pronouns among them: "something" in "I
 #: cooked something for my friend" names nothing to look for); a query made only of them
@@ -131,16 +131,15 @@ def _escaped(code: int) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-#: ``OPTIONAL_MARK_RANGES`` and ``INVISIBLE_RANGES`` as a bracket expression that Python's
-#: ``re`` and PostgreSQL's regular expressions read alike (``\uXXXX`` and ``\UXXXXXXXX`` escapes)
-OPTIONAL_MARKS_CLASS = (
-    "["
-    + "".join(
-        _escaped(low) if low == high else f"{_escaped(low)}-{_escaped(high)}"
-        for low, high in OPTIONAL_MARK_RANGES + INVISIBLE_RANGES
-    )
-    + "]"
-)
+def character_class(ranges: Iterable[tuple[int, int]]) -> str:
+    """``ranges`` (inclusive ``(first, last)`` code points) as a bracket expression that
+    Python's ``re`` and PostgreSQL's regular expressions read alike (``\\uXXXX`` and
+    ``\\UXXXXXXXX`` escapes)."""
+    return "[" + "".join(_escaped(a) if a == b else f"{_escaped(a)}-{_escaped(b)}" for a, b in ranges) + "]"
+
+
+#: ``OPTIONAL_MARK_RANGES`` and ``INVISIBLE_RANGES`` as one ``character_class``
+OPTIONAL_MARKS_CLASS = character_class(OPTIONAL_MARK_RANGES + INVISIBLE_RANGES)
 _OPTIONAL_MARKS = re.compile(OPTIONAL_MARKS_CLASS)
 
 #: Letters whose diacritic or ligature Unicode does not decompose, written as the letters
