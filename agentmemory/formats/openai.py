@@ -86,7 +86,7 @@ def _reasoning_metadata(message: Mapping[str, Any]) -> dict[str, Any]:
     return {"thinking": [{"type": REASONING_CONTENT, "thinking": text}]}
 
 
-def _reasoning_content(message: ChatMessage) -> str | None:
+def reasoning_content(message: ChatMessage) -> str | None:
     """The ``reasoning_content`` stored with an ``ai`` message (``_reasoning_metadata``), or
     ``None``."""
     stored = message.metadata.get("thinking") if isinstance(message.metadata, Mapping) else None
@@ -545,7 +545,7 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         # content null is only valid next to tool_calls (BUG-20 keeps it null there).
         no_content = message.content is None and not message.tool_calls
         result["content"] = "" if no_content else message.content
-        reasoning = _reasoning_content(message)
+        reasoning = reasoning_content(message)
         if reasoning is not None:
             result[REASONING_CONTENT] = reasoning
         if message.tool_calls:
