@@ -158,3 +158,37 @@ def test_stored_token_counts_include_the_thinking_and_nothing_else() -> None:
         bare = counter.count_message(dataclasses.replace(chat, metadata={}))
         thinking = chat.metadata.get("thinking") if chat.role == "ai" else None
         assert message.token_count == bare + counter.count_thinking(thinking)
+
+
+def test_reasoning_content_of_an_openai_compatible_reply_goes_back_through_the_window() -> None:
+    """A DeepSeek-style reply (``reasoning_content`` beside tool calls) stored by the agent loop
+    comes back from the window with its reasoning, counted in the window's budget (C1), so the
+    next request of the tool loop is not refused (crewAIInc/crewAI#5878)."""
+    from agentmemory.formats.openai import from_openai, to_openai_messages
+
+    counter = TiktokenCounter()
+    conv = Conversation.objects.create(agent_key="thinking")
+    history = PersistentChatHistory(conv, token_counter=counter)
+    reply = from_openai(
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": _reasoning("the weather", 200),
+            "tool_calls": [
+                {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+            ],
+        }
+    )
+    history.add_messages(
+        [
+            ChatMessage.human("Weather in Oslo tomorrow?"),
+            dataclasses.replace(reply, metadata={**reply.metadata, **_USAGE}),
+            ChatMessage.tool("Rain until noon.", tool_call_id="call_w", name="weather"),
+        ]
+    )
+    window = ContextWindowBuilder(conv, token_counter=counter).build(max_tokens=5_000)
+    sent = to_openai_messages(window.messages)
+    assert sent[1]["reasoning_content"] == _reasoning("the weather", 200)
+    assert set(sent[1]) == {"role", "content", "reasoning_content", "tool_calls"}
+    assert window.history_tokens == sum(counter.count_message(m) for m in window.messages)
+    assert window.history_tokens > counter.count_message(dataclasses.replace(reply, metadata={})) + 100

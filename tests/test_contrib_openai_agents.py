@@ -706,3 +706,48 @@ def test_the_window_option_fits_the_budget_and_keeps_tool_exchanges_whole() -> N
     assert calls == outputs
     # the default session still returns everything
     assert run(session.get_items()) == items
+
+
+def _reasoning(n: int) -> dict[str, Any]:
+    return {"type": "reasoning", "id": f"rs_{n}", "summary": [{"type": "summary_text", "text": "thinking"}]}
+
+
+@pytestmark_db
+def test_the_window_never_sends_a_reasoning_item_without_the_item_it_preceded() -> None:
+    """The Responses API refuses a reasoning item whose following item is missing (400 "of
+    type 'reasoning' was provided without its required following item";
+    openai/openai-agents-js#1280, continuedev/continue#8933): a call still awaiting its output
+    is left out of the window, and so is the reasoning (one or several items) before it."""
+    sid = session_id()
+    call = {
+        "type": "function_call",
+        "call_id": "call_p",
+        "name": "lookup_order",
+        "arguments": "{}",
+        "id": "fc_p",
+    }
+    answered = {
+        "type": "function_call",
+        "call_id": "call_a",
+        "name": "lookup_order",
+        "arguments": "{}",
+        "id": "fc_a",
+    }
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "Where is order 1042?"},
+        _reasoning(1),
+        answered,
+        {"type": "function_call_output", "call_id": "call_a", "output": "shipped"},
+        _reasoning(2),
+        {**ITEMS["assistant_output"], "id": "msg_1"},
+        {"role": "user", "content": "And order 7?"},
+        _reasoning(3),
+        _reasoning(4),
+        call,  # never answered: the run was interrupted
+        {"role": "user", "content": "Never mind. Thanks!"},
+    ]
+    run(AgentMemorySession(sid).add_items(items))
+    window = run(AgentMemorySession(sid, window_tokens=4_000).get_items())
+    assert window == items[:7] + items[-1:]
+    # the whole history is still returned without a window
+    assert run(AgentMemorySession(sid).get_items()) == items

@@ -190,3 +190,36 @@ def test_import_without_langchain_core_explains_the_extra(monkeypatch):
 
     with pytest.raises(ImportError, match=r"pip install 'django-agentmemory\[langchain\]'"):
         importlib.import_module("agentmemory.formats.langchain")
+
+
+def test_thinking_goes_back_with_the_turns_of_the_tool_loop_in_progress():
+    """With extended thinking on, Anthropic refuses a tool loop whose last assistant turn does
+    not start with its thinking ("Expected `thinking` or `redacted_thinking`, but found
+    `tool_use`"); ``ChatAnthropic`` sends the thinking blocks of an ``AIMessage``'s content, so
+    they go back there, signature intact, for the turns after the last human message only (the
+    API ignores earlier ones, and another model may refuse them). DeepSeek-style
+    ``reasoning_content`` goes back in ``additional_kwargs``, where ``ChatDeepSeek`` reads it."""
+    thinking = [{"type": "thinking", "thinking": "Look the order up.", "signature": "sig"}]
+    history = [
+        ChatMessage.human("Where is order 7?"),
+        ChatMessage.ai(
+            "Checking.", [ToolCall("toolu_1", "lookup", {"id": 7})], metadata={"thinking": thinking}
+        ),
+        ChatMessage.tool("shipped", tool_call_id="toolu_1"),
+        ChatMessage.ai("It shipped.", metadata={"thinking": thinking}),
+        ChatMessage.human("And order 9?"),
+        ChatMessage.ai(None, [ToolCall("toolu_2", "lookup", {"id": 9})], metadata={"thinking": thinking}),
+        ChatMessage.tool("lost", tool_call_id="toolu_2"),
+        ChatMessage.ai(
+            None,
+            [ToolCall("call_3", "lookup", {"id": 9})],
+            metadata={"thinking": [{"type": "reasoning_content", "thinking": "Ask again."}]},
+        ),
+    ]
+    sent = to_langchain(history)
+    assert sent[1].content == "Checking." and sent[3].content == "It shipped."  # an earlier loop
+    assert sent[5].content == thinking  # the loop in progress: thinking first
+    assert sent[5].tool_calls[0]["id"] == "toolu_2"
+    assert sent[7].content == "" and sent[7].additional_kwargs == {"reasoning_content": "Ask again."}
+    # and it reads back as it was stored
+    assert from_langchain(sent[4:7]) == history[4:7]

@@ -379,3 +379,43 @@ def test_tool_results_take_the_name_of_the_call_they_answer_in_the_list():
         ("c1", "weather"),
         ("elsewhere", ""),
     ]
+
+
+def test_reasoning_content_goes_back_with_the_assistant_turn_that_made_it() -> None:
+    """OpenAI-compatible servers in thinking mode (DeepSeek, Kimi, vLLM reasoning parsers)
+    reply with ``reasoning_content`` beside the tool calls, and refuse the next request of the
+    tool loop without it (400 "The `reasoning_content` in the thinking mode must be passed back
+    to the API"; crewAIInc/crewAI#5878, abhigyanpatwari/GitNexus#43): it is kept with the
+    message, counted, and sent back on that message only."""
+    from agentmemory.tokens import ApproximateTokenCounter
+
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "The user wants the time; call get_time.",
+        "tool_calls": [
+            {"id": "call_t1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+        ],
+    }
+    message = from_openai(reply)
+    assert message.metadata == {
+        "thinking": [{"type": "reasoning_content", "thinking": "The user wants the time; call get_time."}]
+    }
+    assert to_openai(message) == reply
+    without = ChatMessage.ai(None, message.tool_calls)
+    counter = ApproximateTokenCounter()
+    assert counter.count_message(message) > counter.count_message(without)
+    # never on a turn that carried none, nor on other roles
+    assert "reasoning_content" not in to_openai(without)
+    assert "reasoning_content" not in to_openai(from_openai({"role": "assistant", "content": "Hi."}))
+    # Anthropic thinking blocks are not OpenAI reasoning, and the reverse
+    anthropic = ChatMessage.ai(
+        "Hi.", metadata={"thinking": [{"type": "thinking", "thinking": "x", "signature": "s"}]}
+    )
+    assert "reasoning_content" not in to_openai(anthropic)
+    from agentmemory.formats.anthropic import to_anthropic
+
+    _, turns = to_anthropic(
+        [ChatMessage.human("What time is it?"), message, ChatMessage.tool("14:05", tool_call_id="call_t1")]
+    )
+    assert [b["type"] for b in turns[1]["content"]] == ["tool_use"]

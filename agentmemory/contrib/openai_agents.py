@@ -56,8 +56,9 @@ Differences from ``SQLiteSession``, all deliberate:
 
 What the SDK lacks: ``window_tokens=N`` makes ``get_items()`` return the context window that
 ``ContextWindowBuilder`` builds for at most N tokens (the pinned system prompt, the summary as
-a system message, then the newest history that fits, tool calls whole with their outputs)
-instead of the whole history; off by default, so that the contract above holds.
+a system message, then the newest history that fits, tool calls whole with their outputs;
+a call still awaiting its output is left out with the reasoning items before it) instead of
+the whole history; off by default, so that the contract above holds.
 """
 
 from __future__ import annotations
@@ -397,6 +398,26 @@ def message_to_items(message: ChatMessage) -> list[Item]:
     return items
 
 
+def _is_reasoning(item: Any) -> bool:
+    return isinstance(item, Mapping) and item.get("type") == "reasoning"
+
+
+def _follows_reasoning(seq: int | None, following: ChatMessage | None, skipped: Sequence[int]) -> bool:
+    """Whether the window message ``following`` is the item the reasoning item stored at
+    ``seq`` was made for: an item of the model's own (an ``ai`` message: a call, an answer,
+    another reasoning item) with no message left out of the window stored between the two.
+
+    The Responses API refuses a reasoning item sent without the item that followed it in
+    the model's output (400 "Item 'rs_...' of type 'reasoning' was provided without its
+    required following item"). A window leaves out a call still awaiting its output (and
+    orphaned or late outputs), so the reasoning before such a call would be sent alone,
+    followed by the next user message, and every later request of the session would fail
+    (openai/openai-agents-js#1280, continuedev/continue#8933, openai/codex#15542)."""
+    if following is None or following.role is not Role.AI or seq is None or following.seq is None:
+        return False
+    return not any(seq < s < following.seq for s in skipped)
+
+
 # -- the session ----------------------------------------------------------------------------
 
 
@@ -549,12 +570,17 @@ class AgentMemorySession:
             .filter(conversation_id=pk, seq__in=seqs, metadata__has_key=ITEM_KEY)
             .values_list("seq", f"metadata__{ITEM_KEY}")
         )
-        items: list[Item] = []
-        for message in window.messages:
+        skipped = sorted({*window.skipped_pending, *window.skipped_orphans, *window.skipped_late})
+        sent: list[ChatMessage] = []  # newest first
+        for message in reversed(window.messages):
             if message.seq in stored:
-                message = replace(message, metadata={ITEM_KEY: stored[message.seq]})
-            items.extend(message_to_items(message))
-        return items
+                item = stored[message.seq]
+                following = sent[-1] if sent else None
+                if _is_reasoning(item) and not _follows_reasoning(message.seq, following, skipped):
+                    continue
+                message = replace(message, metadata={ITEM_KEY: item})
+            sent.append(message)
+        return [item for message in reversed(sent) for item in message_to_items(message)]
 
     async def add_items(self, items: list[Item]) -> None:
         """Append ``items`` in order, atomically, one message each.

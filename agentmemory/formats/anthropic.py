@@ -185,7 +185,7 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     return [_text_block(message.content)] if _has_text(message.content) else []
 
 
-def _thinking_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+def thinking_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     """The thinking blocks stored with an ``ai`` message (``metadata["thinking"]``, kept by
     ``from_anthropic_message``), verbatim. With extended thinking on, an assistant turn that
     calls tools must start with them, signature intact, or the API refuses the request
@@ -225,7 +225,7 @@ def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
             )
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
     # thinking leads the turn; a turn with nothing else (no text, no call) is not sent at all
-    return _thinking_blocks(message) + blocks if blocks else []
+    return thinking_blocks(message) + blocks if blocks else []
 
 
 def _thinking_of_current_loop_only(turns: list[dict[str, Any]]) -> None:

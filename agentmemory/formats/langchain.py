@@ -42,8 +42,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from agentmemory.exceptions import InvalidMessageError
-from agentmemory.formats.anthropic import part_from_anthropic
-from agentmemory.formats.openai import part_from_openai
+from agentmemory.formats.anthropic import part_from_anthropic, thinking_blocks
+from agentmemory.formats.openai import REASONING_CONTENT, part_from_openai, reasoning_content
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
 __all__ = ["from_langchain", "from_langchain_message", "to_langchain", "to_langchain_message"]
@@ -227,19 +227,50 @@ def to_langchain(messages: Iterable[ChatMessage]) -> list[BaseMessage]:
     """Convert ``ChatMessage``s into LangChain messages (see ``to_langchain_message``).
 
     Order and message boundaries are kept as they are: LangChain chat models place system
-    messages and merge turns as their provider requires.
+    messages and merge turns as their provider requires. The ``ai`` messages of the tool loop
+    in progress (after the last human message) carry the thinking stored with them
+    (``metadata["thinking"]``): Anthropic blocks at the head of their content, a
+    ``reasoning_content`` in ``additional_kwargs`` (``_with_thinking``), as their providers
+    require; earlier turns are sent without it, as ``to_anthropic`` sends them.
 
     Raises:
         InvalidMessageError: as ``to_langchain_message``, with ``index`` set to the 0-based
             position of the offending message.
     """
+    messages = list(messages)
+    # the tool loop in progress: the messages after the last human one
+    loop_start = max((i for i, m in enumerate(messages) if m.role == Role.HUMAN), default=-1) + 1
     result: list[BaseMessage] = []
     for index, message in enumerate(messages):
         try:
-            result.append(to_langchain_message(message))
+            converted = to_langchain_message(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
+        if index >= loop_start and isinstance(converted, AIMessage):
+            converted = _with_thinking(converted, message)
+        result.append(converted)
     return result
+
+
+def _with_thinking(converted: AIMessage, message: ChatMessage) -> AIMessage:
+    """``converted`` with the thinking stored with ``message`` (``metadata["thinking"]``): the
+    Anthropic blocks lead its content, which ``ChatAnthropic`` sends verbatim (with extended
+    thinking on, the API refuses an assistant turn of the tool loop that calls tools without
+    them: "Expected `thinking` or `redacted_thinking`, but found `tool_use`"); the
+    ``reasoning_content`` of an OpenAI-compatible server goes in ``additional_kwargs``, where
+    ``ChatDeepSeek`` sends it back (DeepSeek refuses a tool loop without it)."""
+    blocks = thinking_blocks(message)
+    reasoning = reasoning_content(message)
+    if not blocks and reasoning is None:
+        return converted
+    content: Any = converted.content
+    if blocks:
+        text = [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+        content = [*blocks, *(text if isinstance(content, str) else content)]
+    extra = dict(converted.additional_kwargs)
+    if reasoning is not None:
+        extra[REASONING_CONTENT] = reasoning
+    return converted.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
 def _text(content: Any, kind: str, *, ignore_other_blocks: bool) -> str:
@@ -305,6 +336,10 @@ def _ai_from_langchain(message: AIMessage, *, fill_missing_ids: bool) -> ChatMes
         for block in (message.content if isinstance(message.content, list) else ())
         if isinstance(block, Mapping) and block.get("type") in ("thinking", "redacted_thinking")
     ]
+    reasoning = message.additional_kwargs.get(REASONING_CONTENT)
+    if isinstance(reasoning, str) and reasoning:
+        # ``ChatDeepSeek`` (and OpenAI-compatible integrations) put it here; it goes back there
+        thinking.append({"type": REASONING_CONTENT, "thinking": reasoning})
     metadata = {"thinking": thinking} if thinking else {}
     return ChatMessage.ai(content, calls, name=message.name or "", metadata=metadata)
 

@@ -70,6 +70,36 @@ MAX_CONTENT_CHARS = 10_485_760
 CUT_MARKER = "\n[... cut to the API's longest message: {omitted} of {total} characters omitted ...]"
 #: images one request may carry (OpenAI's vision guide: up to 500 image inputs per request)
 MAX_IMAGES_PER_REQUEST = 500
+#: the type of the entry in an ``ai`` message's ``metadata["thinking"]`` that holds the
+#: ``reasoning_content`` an OpenAI-compatible server in thinking mode replied with (DeepSeek,
+#: Kimi, vLLM's reasoning parsers); the Anthropic converter leaves such entries out
+REASONING_CONTENT = "reasoning_content"
+
+
+def _reasoning_metadata(message: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"thinking": [{"type": "reasoning_content", "thinking": text}]}`` for an assistant
+    message with a non-empty ``reasoning_content``, else ``{}``. Kept under ``thinking``, the
+    one metadata key context windows carry (and token counters count) for ``ai`` messages."""
+    text = message.get(REASONING_CONTENT)
+    if not isinstance(text, str) or not text:
+        return {}
+    return {"thinking": [{"type": REASONING_CONTENT, "thinking": text}]}
+
+
+def reasoning_content(message: ChatMessage) -> str | None:
+    """The ``reasoning_content`` stored with an ``ai`` message (``_reasoning_metadata``), or
+    ``None``."""
+    stored = message.metadata.get("thinking") if isinstance(message.metadata, Mapping) else None
+    if not isinstance(stored, list | tuple):
+        return None
+    texts = [
+        block["thinking"]
+        for block in stored
+        if isinstance(block, Mapping)
+        and block.get("type") == REASONING_CONTENT
+        and isinstance(block.get("thinking"), str)
+    ]
+    return "".join(texts) or None
 
 
 def request_function_name(name: str) -> str:
@@ -306,7 +336,11 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
         ``""``; tool-call ``arguments`` (a JSON string, ``""`` meaning ``{}``) become a dict;
         ``name`` is kept; content parts other than a single text part are kept as
         ``parts`` (``content`` then holds their text); a non-empty top-level assistant ``refusal`` is kept in
-        ``metadata["refusal"]``. Other keys (``annotations``, ``audio: null``, ...) are ignored.
+        ``metadata["refusal"]``; a non-empty assistant ``reasoning_content`` (the thinking of
+        DeepSeek, Kimi and other OpenAI-compatible servers in thinking mode) is kept in
+        ``metadata["thinking"]`` as ``[{"type": "reasoning_content", "thinking": text}]``,
+        to go back with its turn (``to_openai``). Other keys (``annotations``,
+        ``audio: null``, ...) are ignored.
         Null or missing content reads as ``""`` on an assistant message without tool calls
         (an empty completion; a refusal reads as its text) and on a tool message (a tool
         that returned nothing); null or missing tool-call ``arguments`` read as ``{}``.
@@ -367,6 +401,7 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
             raise InvalidMessageError(f"assistant message repeats tool call id(s) {duplicates}")
         refusal = message.get("refusal")
         metadata = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+        metadata.update(_reasoning_metadata(message))
         if content is None and not tool_calls:
             # No text and no call: a refusal, an empty completion, or a serializer that wrote
             # null or left the key out (BUG-20). The API takes content null only beside tool
@@ -468,7 +503,12 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     - ai: ``{"role": "assistant", "content": str|None}``, plus ``"tool_calls"`` as
       ``[{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}]`` when
       it calls tools, and ``"name"`` when non-empty. ``content`` stays ``None`` only when the
-      message calls tools (the API requires content otherwise; then ``""`` is sent);
+      message calls tools (the API requires content otherwise; then ``""`` is sent).
+      ``"reasoning_content"`` is sent when the message was a reply that carried it
+      (``from_openai``): servers in thinking mode refuse a tool loop whose assistant turns
+      come back without it (400 "The `reasoning_content` in the thinking mode must be passed
+      back to the API", DeepSeek's thinking-mode guide; crewAIInc/crewAI#5878). A reply of
+      OpenAI's own never carries it, so nothing changes there;
     - tool: ``{"role": "tool", "tool_call_id": str, "content": str}`` (``None`` sent as ``""``;
       the tool message param has no ``name``, so a tool name is not sent).
 
@@ -505,6 +545,9 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
         # content null is only valid next to tool_calls (BUG-20 keeps it null there).
         no_content = message.content is None and not message.tool_calls
         result["content"] = "" if no_content else message.content
+        reasoning = reasoning_content(message)
+        if reasoning is not None:
+            result[REASONING_CONTENT] = reasoning
         if message.tool_calls:
             result["tool_calls"] = [
                 {
