@@ -208,6 +208,13 @@ def test_thinking_goes_back_with_the_turns_of_the_tool_loop_in_progress():
         ChatMessage.tool("shipped", tool_call_id="toolu_1"),
         ChatMessage.ai("It shipped.", metadata={"thinking": thinking}),
         ChatMessage.human("And order 9?"),
+        ChatMessage.ai(
+            None,
+            [ToolCall("call_0", "lookup", {"id": 9})],
+            metadata={"thinking": [{"type": "reasoning_content", "thinking": "Look it up."}]},
+        ),
+        ChatMessage.tool("pending", tool_call_id="call_0"),
+        ChatMessage.human("Try again."),
         ChatMessage.ai(None, [ToolCall("toolu_2", "lookup", {"id": 9})], metadata={"thinking": thinking}),
         ChatMessage.tool("lost", tool_call_id="toolu_2"),
         ChatMessage.ai(
@@ -218,8 +225,12 @@ def test_thinking_goes_back_with_the_turns_of_the_tool_loop_in_progress():
     ]
     sent = to_langchain(history)
     assert sent[1].content == "Checking." and sent[3].content == "It shipped."  # an earlier loop
-    assert sent[5].content == thinking  # the loop in progress: thinking first
-    assert sent[5].tool_calls[0]["id"] == "toolu_2"
-    assert sent[7].content == "" and sent[7].additional_kwargs == {"reasoning_content": "Ask again."}
+    # an earlier turn's reasoning_content goes back too: DeepSeek's thinking-mode guide asks
+    # for the reasoning of every assistant turn that called tools in all later requests
+    assert sent[5].additional_kwargs == {"reasoning_content": "Look it up."}
+    assert sent[8].content == thinking  # the loop in progress: thinking first
+    assert sent[8].tool_calls[0]["id"] == "toolu_2"
+    assert sent[10].content == "" and sent[10].additional_kwargs == {"reasoning_content": "Ask again."}
     # and it reads back as it was stored
+    assert from_langchain(sent[7:10]) == history[7:10]
     assert from_langchain(sent[4:7]) == history[4:7]

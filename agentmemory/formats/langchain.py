@@ -228,10 +228,10 @@ def to_langchain(messages: Iterable[ChatMessage]) -> list[BaseMessage]:
 
     Order and message boundaries are kept as they are: LangChain chat models place system
     messages and merge turns as their provider requires. The ``ai`` messages of the tool loop
-    in progress (after the last human message) carry the thinking stored with them
-    (``metadata["thinking"]``): Anthropic blocks at the head of their content, a
-    ``reasoning_content`` in ``additional_kwargs`` (``_with_thinking``), as their providers
-    require; earlier turns are sent without it, as ``to_anthropic`` sends them.
+    in progress (after the last human message) carry the Anthropic thinking blocks stored
+    with them (``metadata["thinking"]``) at the head of their content; earlier turns are
+    sent without them, as ``to_anthropic`` sends them. A stored ``reasoning_content`` goes in
+    ``additional_kwargs`` of every turn that carried it (``_with_thinking``).
 
     Raises:
         InvalidMessageError: as ``to_langchain_message``, with ``index`` set to the 0-based
@@ -246,27 +246,31 @@ def to_langchain(messages: Iterable[ChatMessage]) -> list[BaseMessage]:
             converted = to_langchain_message(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
-        if index >= loop_start and isinstance(converted, AIMessage):
-            converted = _with_thinking(converted, message)
+        if isinstance(converted, AIMessage):
+            converted = _with_thinking(converted, message, blocks=index >= loop_start)
         result.append(converted)
     return result
 
 
-def _with_thinking(converted: AIMessage, message: ChatMessage) -> AIMessage:
-    """``converted`` with the thinking stored with ``message`` (``metadata["thinking"]``): the
-    Anthropic blocks lead its content, which ``ChatAnthropic`` sends verbatim (with extended
-    thinking on, the API refuses an assistant turn of the tool loop that calls tools without
-    them: "Expected `thinking` or `redacted_thinking`, but found `tool_use`"); the
-    ``reasoning_content`` of an OpenAI-compatible server goes in ``additional_kwargs``, where
-    ``ChatDeepSeek`` sends it back (DeepSeek refuses a tool loop without it)."""
-    blocks = thinking_blocks(message)
+def _with_thinking(converted: AIMessage, message: ChatMessage, *, blocks: bool) -> AIMessage:
+    """``converted`` with the thinking stored with ``message`` (``metadata["thinking"]``).
+
+    With ``blocks`` (the tool loop in progress), the Anthropic blocks lead its content, which
+    ``ChatAnthropic`` sends verbatim (with extended thinking on, the API refuses an assistant
+    turn of the tool loop that calls tools without them: "Expected `thinking` or
+    `redacted_thinking`, but found `tool_use`"). The ``reasoning_content`` of an
+    OpenAI-compatible server goes in ``additional_kwargs`` on every turn that carried it, as
+    ``to_openai`` sends it, where ``ChatDeepSeek`` sends it back: DeepSeek's thinking-mode
+    guide requires the reasoning of every assistant turn that called tools in all later
+    requests."""
+    blocks_sent = thinking_blocks(message) if blocks else []
     reasoning = reasoning_content(message)
-    if not blocks and reasoning is None:
+    if not blocks_sent and reasoning is None:
         return converted
     content: Any = converted.content
-    if blocks:
+    if blocks_sent:
         text = [{"type": "text", "text": content}] if isinstance(content, str) and content else []
-        content = [*blocks, *(text if isinstance(content, str) else content)]
+        content = [*blocks_sent, *(text if isinstance(content, str) else content)]
     extra = dict(converted.additional_kwargs)
     if reasoning is not None:
         extra[REASONING_CONTENT] = reasoning
