@@ -234,6 +234,15 @@ class LLMRefusalError(PermanentLLMError):
         super().__init__(message)
 
 
+class LLMContextLengthError(PermanentLLMError):
+    """The request is longer than the model's context window, as the provider said so:
+    OpenAI's error code ``context_length_exceeded`` (also sent by Azure and LM Studio),
+    vLLM's "maximum context length is N tokens", Anthropic's ``invalid_request_error``
+    "prompt is too long: N tokens > M maximum" (API errors reference), or HTTP 413. Retrying
+    the same request fails the same way; a smaller one may not: the compactor folds the span
+    in smaller calls (NousResearch/hermes-agent#7879, langchain-ai/deepagents#5913)."""
+
+
 class InvalidSummaryError(AgentMemoryError):
     """The summariser's output must not be stored: empty, still over ``MAX_SUMMARY_TOKENS``
     after condensing, an echo of the prompt, cut off at the model's output limit, or text no

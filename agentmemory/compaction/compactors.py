@@ -37,7 +37,7 @@ from agentmemory.compaction.state import (
     request_is_stale,
 )
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.exceptions import InvalidSummaryError
+from agentmemory.exceptions import InvalidSummaryError, LLMContextLengthError
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.llm.base import ChatModel
 from agentmemory.llm.facts import with_stored_time
@@ -49,6 +49,9 @@ from agentmemory.validation import text_problem, whole_number
 logger = logging.getLogger("agentmemory.compaction")
 
 _PAGE = 500
+#: the least ``max_input_tokens`` a run lowers itself to when the summariser's window is
+#: smaller than the span (``_smaller_spans``); below it the run fails
+MIN_INPUT_TOKENS = 32
 
 
 class BaseMemoryCompactor:
@@ -355,6 +358,55 @@ class BaseMemoryCompactor:
         if chunk:
             yield chunk
 
+    def _smaller_spans(
+        self, messages: list[ChatMessage], exc: LLMContextLengthError
+    ) -> list[list[ChatMessage]]:
+        """``messages`` in smaller spans after the summariser said a request was over its
+        context window (``LLMContextLengthError``: a compaction model with a smaller window
+        than ``SUMMARIZER_MAX_INPUT_TOKENS`` assumes; NousResearch/hermes-agent#7879,
+        langchain-ai/deepagents#5913). Lowers ``max_input_tokens`` for the rest of the run to
+        half the failed span's stored tokens, so the following spans, and each message's
+        rendered copy, are sent smaller too (``run()`` restores it); the stored messages stay
+        whole.
+
+        Returns:
+            Two or more spans of ``messages``, in order; one message alone, which the
+            transcript then cuts to the lowered limit.
+
+        Raises:
+            LLMContextLengthError: ``exc`` again when nothing smaller can be sent (the limit
+                is already ``MIN_INPUT_TOKENS``).
+        """
+        tokens = sum(m.token_count or 0 for m in messages)
+        limit = max(MIN_INPUT_TOKENS, min(self.max_input_tokens, tokens) // 2)
+        if limit >= self.max_input_tokens and len(messages) == 1:
+            raise exc
+        logger.warning(
+            "compaction of conversation %s: the summariser's context window is smaller than a span "
+            "of %s messages (%s tokens); folding it in spans of at most %s tokens (lower "
+            "SUMMARIZER_MAX_INPUT_TOKENS to fit the compaction model): %s",
+            self.conversation_id,
+            len(messages),
+            tokens,
+            limit,
+            exc,
+        )
+        self.max_input_tokens = min(self.max_input_tokens, limit)
+        if len(messages) == 1:
+            return [messages]
+        spans: list[list[ChatMessage]] = [[]]
+        size = 0
+        for message in messages:
+            if spans[-1] and size + (message.token_count or 0) > limit:
+                spans.append([])
+                size = 0
+            spans[-1].append(message)
+            size += message.token_count or 0
+        if len(spans) == 1:
+            half = len(messages) // 2
+            spans = [messages[:half], messages[half:]]
+        return spans
+
     # -- writing ------------------------------------------------------------------------
 
     def summarize(self, previous: str | None, messages: Sequence[ChatMessage]) -> SummaryDraft:
@@ -455,8 +507,14 @@ class BaseMemoryCompactor:
                 return CompactionRun(NOTHING, summary=conv.summary)
             self.max_summary_tokens = self.summary_budget(conv)
             self.flush = memory_flush.MemoryFlush.for_conversation(conv)
-            with LeaseKeeper(self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS) as keeper:
-                run = self._compact(conv, target, lease, keeper)
+            input_limit = self.max_input_tokens  # ``_smaller_spans`` may lower it for this run
+            try:
+                with LeaseKeeper(
+                    self.conversation_id, lease, app_settings().COMPACTION_LEASE_SECONDS
+                ) as keeper:
+                    run = self._compact(conv, target, lease, keeper)
+            finally:
+                self.max_input_tokens = input_limit
             if run.status == STORED:
                 mark_request_served(self.conversation_id, lease.taken_at)
             elif run.status == PARTIAL:
@@ -487,7 +545,13 @@ class BaseMemoryCompactor:
             nonlocal text, model, input_tokens, output_tokens, calls, span_tokens, span_humans, reached
             if keeper.lost.is_set():
                 raise LeaseLost
-            draft = self.summarize(text, messages)
+            try:
+                draft = self.summarize(text, messages)
+            except LLMContextLengthError as exc:
+                calls += 1
+                for part in self._smaller_spans(messages, exc):
+                    fold(part)
+                return
             if self.flush is not None:
                 self.flush.collect(getattr(draft, "facts", ()), messages)
             text = draft.text

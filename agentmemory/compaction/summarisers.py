@@ -15,7 +15,7 @@ from agentmemory.exceptions import InvalidSummaryError, LLMRefusalError, Permane
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.llm.facts import FactDraft
 from agentmemory.llm.offline import OFFLINE_MODEL, extractive_summary
-from agentmemory.llm.structured import invoke_structured
+from agentmemory.llm.structured import invoke_structured, without_reasoning
 from agentmemory.messages import ChatMessage
 from agentmemory.models import ModelCallKind
 from agentmemory.recording import USAGE_COUNTED, USAGE_PROVIDER, record_call
@@ -28,7 +28,9 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
     A reply the provider marks as refused (OpenAI's ``finish_reason`` ``"content_filter"``
     or a ``refusal``, Anthropic's ``stop_reason`` ``"refusal"``) raises ``LLMRefusalError``;
     a reply cut at the output token limit (``"length"``, ``"max_tokens"``) raises
-    ``InvalidSummaryError``: its end, with the newest facts, is missing.
+    ``InvalidSummaryError``: its end, with the newest facts, is missing. A reasoning block
+    opening the reply (``<think>...</think>``, ``agentmemory.llm.structured.without_reasoning``)
+    is not part of the summary; a reply that is only thinking is an empty summary.
 
     When the run keeps facts (the memory flush, ``agentmemory.flush``), one structured call
     returns the summary and the facts together (``agentmemory.flush.summarize_with_facts``):
@@ -76,7 +78,8 @@ class LLMMemoryCompactor(BaseMemoryCompactor):
                 "the summary was cut off at the model's output limit "
                 f"(finish reason {response.finish_reason!r})"
             )
-        return response.message.text, response
+        # a reasoning model's thinking before its answer is not the summary (``without_reasoning``)
+        return without_reasoning(response.message.text), response
 
     def _record(
         self, sent: list[ChatMessage], response: ChatResponse, latency: float, span: Sequence[ChatMessage]

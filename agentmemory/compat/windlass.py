@@ -24,6 +24,7 @@ from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message,
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.exceptions import AgentMemoryError, ConversationNotFound
 from agentmemory.llm.base import ChatModel, ChatResponse
+from agentmemory.llm.structured import without_reasoning
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
 from agentmemory.validation import text_problem, whole_number
@@ -433,10 +434,12 @@ class SummaryMemory(BufferMemory):
 
     The model is called inline during ``get``; a failure is logged and skipped (the memory
     works as a plain window and tries again on the next ``get``). A reply that cannot be
-    kept is such a failure: empty, holding NUL characters or lone surrogates, or longer
-    than ``AGENTMEMORY["MAX_SUMMARY_TOKENS"]`` (``summary_problem``, the checks and the cap
-    of compaction's summaries). The summary and the seq it reaches are kept in the
-    thread's ``Conversation.metadata``.
+    kept is such a failure: refused or cut off at the output limit (the provider's finish
+    reason), empty, holding NUL characters or lone surrogates, or longer than
+    ``AGENTMEMORY["MAX_SUMMARY_TOKENS"]`` (``summary_problem``, the checks and the cap of
+    compaction's summaries). A reasoning block opening the reply (``<think>...</think>``)
+    is left out of the summary (``agentmemory.llm.structured.without_reasoning``). The
+    summary and the seq it reaches are kept in the thread's ``Conversation.metadata``.
     """
 
     def __init__(
@@ -502,13 +505,20 @@ class SummaryMemory(BufferMemory):
         prompt = f"Earlier summary:\n{summary or '(none)'}\n\nNew messages:\n{transcript}"
         try:
             response = self.llm.invoke([ChatMessage.system(SUMMARY_INSTRUCTIONS), ChatMessage.human(prompt)])
-            text = response.message.text.strip()
+            text = without_reasoning(response.message.text)
         except Exception:
             logger.warning(
                 "summarising %d messages failed; the window is used alone", len(overflow), exc_info=True
             )
             return None
-        problem = summary_problem(text)
+        # as compaction's summariser: a refused or cut-off reply is known from the provider's
+        # finish reason, and is no summary whatever its text says
+        if response.refused:
+            problem: str | None = f"was refused (finish reason {response.finish_reason!r})"
+        elif response.cut_off:
+            problem = f"was cut off at the model's output limit (finish reason {response.finish_reason!r})"
+        else:
+            problem = summary_problem(text)
         if problem:
             logger.warning(
                 "the summary of %d messages %s; it is not kept and the window is used alone",

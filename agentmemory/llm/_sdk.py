@@ -11,24 +11,63 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping, MutableMapping
 from typing import Any, Generic, Protocol, TypeVar
 
-from agentmemory.exceptions import LLMError, PermanentLLMError, TransientLLMError
+from agentmemory.exceptions import LLMContextLengthError, LLMError, PermanentLLMError, TransientLLMError
 
 __all__ = [
     "TRANSIENT_STATUSES",
     "SDKClients",
     "create_client",
     "import_sdk",
+    "is_context_overflow",
     "map_sdk_error",
     "provider_text",
 ]
 
 # HTTP statuses the SDKs themselves treat as retryable (besides every status >= 500).
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+#: error codes (or types) naming a request longer than the model's window: OpenAI's and
+#: Azure's ``context_length_exceeded``, llama.cpp server's ``exceed_context_size_error``
+CONTEXT_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+#: the same said in the message, by servers that send no such code: Anthropic ("prompt is too
+#: long: N tokens > M maximum"), vLLM ("This model's maximum context length is N tokens"),
+#: Ollama and LM Studio ("... exceeds the context length", "greater than the context length")
+_CONTEXT_OVERFLOW_TEXT = re.compile(
+    r"prompt is too long|maximum context length|context[ _-](?:length|window|size)", re.IGNORECASE
+)
+
+
+def is_context_overflow(status: int | None, body: Any, message: str = "") -> bool:
+    """Whether an HTTP error says the request is longer than the model's context window.
+
+    Args:
+        status: the HTTP status (only 400 and 413 can mean it; 413 always does).
+        body: the parsed error body: the error object itself (the ``openai`` SDK unwraps
+            ``{"error": {...}}``) or its envelope (Anthropic's ``{"type": "error", "error":
+            {...}}``), or text.
+        message: the SDK's own message of the error, read when the body says nothing.
+    """
+    if status == 413:
+        return True
+    if status != 400:
+        return False
+    error = (
+        body.get("error") if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping) else body
+    )
+    text = message
+    if isinstance(error, Mapping):
+        if any(error.get(key) in CONTEXT_OVERFLOW_CODES for key in ("code", "type")):
+            return True
+        text = str(error.get("message") or "") or message
+    elif isinstance(error, str):
+        text = error
+    return bool(_CONTEXT_OVERFLOW_TEXT.search(text))
 
 
 class _Closable(Protocol):
@@ -107,8 +146,10 @@ def map_sdk_error(
 
     Returns:
         ``TransientLLMError`` for 408/409/429/5xx responses, timeouts and connection errors;
-        ``PermanentLLMError`` for other statuses and any other exception. Status messages carry the HTTP
-        status, the request id when known and the provider's text.
+        ``LLMContextLengthError`` (a ``PermanentLLMError``) for a request over the model's
+        context window (``is_context_overflow``); ``PermanentLLMError`` for other statuses and
+        any other exception. Status messages carry the HTTP status, the request id when known
+        and the provider's text.
     """
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
@@ -116,6 +157,8 @@ def map_sdk_error(
         request_id = f", request id {exc.request_id}" if exc.request_id else ""
         if status in TRANSIENT_STATUSES or status >= 500:
             return TransientLLMError(f"{where} failed with HTTP {status} {retries}{request_id}: {text}")
+        if is_context_overflow(status, exc.body, exc.message):
+            return LLMContextLengthError(f"{where} failed with HTTP {status}{request_id}: {text}")
         return PermanentLLMError(f"{where} failed with HTTP {status}{request_id}: {text}")
     if isinstance(exc, sdk.APITimeoutError):
         return TransientLLMError(f"{where} timed out after {timeout} s {retries}")

@@ -11,8 +11,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError, TransientLLMError
+from agentmemory.exceptions import (
+    InvalidMessageError,
+    LLMContextLengthError,
+    LLMError,
+    PermanentLLMError,
+    TransientLLMError,
+)
 from agentmemory.formats.langchain import from_langchain_message, to_langchain
+from agentmemory.llm._sdk import is_context_overflow
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.llm.structured import decode_json, json_only_instructions, prompted, with_instructions
 from agentmemory.messages import ChatMessage
@@ -63,6 +70,25 @@ def _is_transient(exc: BaseException) -> bool:
         if isinstance(status, int) and (status in _TRANSIENT_STATUSES or status >= 500):
             return True
         if isinstance(current, TimeoutError | ConnectionError) or type(current).__name__ in _TRANSIENT_NAMES:
+            return True
+        current = current.__cause__
+    return False
+
+
+def _is_context_overflow(exc: BaseException) -> bool:
+    """Whether ``exc`` or an error it was raised from is a provider SDK's "request over the
+    context window" (``agentmemory.llm._sdk.is_context_overflow``: its status and body), or
+    LangChain's own ``ContextOverflowError``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ == "ContextOverflowError":
+            return True
+        status = getattr(current, "status_code", None)
+        if isinstance(status, int) and is_context_overflow(
+            status, getattr(current, "body", None), str(getattr(current, "message", "") or "")
+        ):
             return True
         current = current.__cause__
     return False
@@ -239,6 +265,8 @@ class LangChainChatModel:
         detail = f"{type(exc).__name__}: {exc}"
         if _is_transient(exc):
             return TransientLLMError(f"{where} failed, worth retrying later: {detail}")
+        if _is_context_overflow(exc):
+            return LLMContextLengthError(f"{where} failed, the request is over the model's window: {detail}")
         return PermanentLLMError(f"{where} failed: {detail}")
 
     def _to_response(self, result: Any) -> ChatResponse:

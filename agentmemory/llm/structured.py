@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,13 @@ __all__ = [
     "prompted",
     "schema_problems",
     "with_instructions",
+    "without_reasoning",
 ]
+
+#: a reasoning block opening a reply: ``<think>`` (DeepSeek-R1 and its distills, Qwen3, QwQ
+#: as Ollama, vLLM without a reasoning parser and llama.cpp serve them) or ``<thinking>``;
+#: group 1 is the tag name, the block ends at its closing tag or, cut short, at the end
+_REASONING_BLOCK = re.compile(r"\A\s*<(think|thinking)>.*?(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
 
 #: JSON Schema ``type`` -> the Python types ``json.loads`` gives for it (``bool`` is refused
 #: for "integer" and "number" apart, since it is an ``int`` in Python)
@@ -50,16 +57,32 @@ def json_only_instructions(output: OutputSchema) -> str:
     )
 
 
+def without_reasoning(text: str) -> str:
+    """``text`` without the reasoning block a model wrote before its answer, stripped.
+
+    Reasoning models served without a reasoning parser put their chain of thought at the
+    start of the message content, in a ``<think>...</think>`` block (DeepSeek-R1's and
+    Qwen3's chat templates; ``<thinking>`` in some fine-tunes). It is not the answer: a
+    summary that kept it held the model's thinking (SciPhi-AI/R2R#2123,
+    langgenius/dify#38587). Only a block that opens the reply is removed; one later in the
+    text is part of the answer. A block never closed (the reply is all thinking) leaves
+    ``""``.
+    """
+    match = _REASONING_BLOCK.match(text)
+    return text[match.end() :].strip() if match else text.strip()
+
+
 def decode_json(text: str | None) -> Any:
     """The JSON value that makes up the whole of ``text``, or ``None``.
 
-    The one allowance: a reply wrapped whole in a Markdown code fence (```` ```json ... ``` ````),
-    which models asked for JSON in the prompt often send. Text around the value, two values,
-    or a value that is not JSON give ``None``.
+    The allowances: a reasoning block before it (``without_reasoning``), and a reply wrapped
+    whole in a Markdown code fence (```` ```json ... ``` ````), which models asked for JSON in
+    the prompt often send. Text around the value, two values, or a value that is not JSON give
+    ``None``.
     """
     if not isinstance(text, str):
         return None
-    body = text.strip()
+    body = without_reasoning(text)
     if body.startswith("```") and body.endswith("```") and len(body) >= 6:
         body = body[3:-3]
         first_line, _, rest = body.partition("\n")
