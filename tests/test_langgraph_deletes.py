@@ -69,7 +69,11 @@ def test_deleting_the_mirrored_conversation_deletes_the_threads_checkpoints(djan
     assert again is not None
     texts = list(Message.objects.filter(conversation=again).order_by("seq").values_list("content", flat=True))
     assert texts == ["new start", "noted"]
-    assert not Message.objects.filter(content__contains="4111").exclude(conversation__metadata__langgraph_thread_id="t-kept").exists()
+    assert (
+        not Message.objects.filter(content__contains="4111")
+        .exclude(conversation__metadata__langgraph_thread_id="t-kept")
+        .exists()
+    )
 
 
 def test_deleting_conversations_in_bulk_and_forget_user_delete_the_checkpoints(django_user_model) -> None:  # type: ignore[no-untyped-def]

@@ -203,7 +203,9 @@ def test_a_scope_with_an_agent_key_reads_no_conversation_of_another_agent(alice)
         return await client.call_tool("get_context_window", {"conversation": str(support.uuid)})
 
     async def search(client: Client) -> Any:
-        return await client.call_tool("search_conversations", {"query": "DHL", "conversation": str(support.uuid)})
+        return await client.call_tool(
+            "search_conversations", {"query": "DHL", "conversation": str(support.uuid)}
+        )
 
     for scenario in (window, search):
         result = as_user(alice, scenario, agent_key="editor")
