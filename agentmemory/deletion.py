@@ -328,5 +328,9 @@ def scrub_admin_log(
                 .values("text_pk")
             )
             entries = entries.exclude(object_id__in=still_there)
-        changed += entries.update(object_repr=Concat(Value(label), "object_id", Value(" (deleted)")))
+        changed += entries.update(
+            object_repr=Concat(
+                Value(label), "object_id", Value(" (deleted)"), output_field=models.CharField()
+            )
+        )
     return changed
