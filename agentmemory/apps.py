@@ -12,13 +12,14 @@ class AgentMemoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.apps import apps
         from django.contrib.auth import get_user_model
         from django.db.models.signals import pre_delete
 
         from agentmemory import calls, checks, closing, conf, recording, signals  # noqa: F401  (registers checks and receivers)
         from agentmemory.agents import checks as agent_checks  # noqa: F401  (agentmemory.E101-E104)
         from agentmemory.context import hooks
-        from agentmemory.deletion import delete_owned_conversations
+        from agentmemory.deletion import delete_owned_conversations, scrub_admin_log
         from agentmemory.models import ModelCall
         from agentmemory.recall import (
             memory,
@@ -37,6 +38,9 @@ class AgentMemoryConfig(AppConfig):
         signals.memory_deleted.connect(
             recording.redact_recorded_copies, dispatch_uid="agentmemory_redact_recorded_copies"
         )
+        # ... nor their titles in the admin's log.
+        if apps.is_installed("django.contrib.admin"):
+            signals.memory_deleted.connect(scrub_admin_log, dispatch_uid="agentmemory_scrub_admin_log")
         # A user's conversations go first, under their row locks, so appends running while
         # the user is deleted cannot make the delete fail.
         pre_delete.connect(

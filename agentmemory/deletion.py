@@ -26,7 +26,8 @@ from typing import Any
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import models, router, transaction
-from django.db.models import Sum
+from django.db.models import Sum, Value
+from django.db.models.functions import Cast, Concat
 
 from agentmemory.models import (
     Conversation,
@@ -39,7 +40,13 @@ from agentmemory.models import (
 )
 from agentmemory.recall.fulltext import drop_removed_words
 
-__all__ = ["ErasureReport", "delete_owned_conversations", "erasure_counts", "forget_user"]
+__all__ = [
+    "ErasureReport",
+    "delete_owned_conversations",
+    "erasure_counts",
+    "forget_user",
+    "scrub_admin_log",
+]
 
 #: at most this many conversations are deleted in one transaction by ``forget_user``
 CONVERSATION_BATCH = 50
@@ -279,3 +286,51 @@ def delete_owned_conversations(sender: Any, instance: Any, **kwargs: Any) -> Non
         # the user's recorded calls go with the user: deleted first, no copy in them is looked for
         ModelCall.objects.using(alias).filter(owner_id=instance.pk).delete()
         Conversation.objects.using(alias).filter(owner_id=instance.pk).delete()
+
+
+def scrub_admin_log(
+    sender: Any = None,
+    *,
+    using: str,
+    conversation_ids: Iterable[int] = (),
+    fact_ids: Iterable[int] = (),
+    **kwargs: Any,
+) -> int:
+    """``memory_deleted`` receiver (connected in ``AgentMemoryConfig.ready`` when
+    ``django.contrib.admin`` is installed): the admin's log entries of deleted conversations
+    and facts keep who did what and when, but no longer their text. The admin writes
+    ``str(obj)`` into ``LogEntry.object_repr`` at each change: a conversation's title (a
+    session id, an imported chat's name), a fact's category; ``forget_user``, the API, the
+    retention commands and deleting the owner left those in the log, read by the admin's
+    history pages and its "Recent actions". They become ``"<model> <pk> (deleted)"``.
+
+    Conversations that still exist (``PersistentChatHistory.clear`` sends their ids too)
+    keep their entries. Returns the entries changed."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    changed = 0
+    for model, ids in ((Conversation, conversation_ids), (Fact, fact_ids)):
+        pks = sorted(set(ids))
+        if not pks:
+            continue
+        content_type = ContentType.objects.db_manager(using).get_for_model(model, for_concrete_model=False)
+        label = f"{model._meta.model_name} "
+        entries = LogEntry.objects.using(using).filter(
+            content_type=content_type, object_id__in=[str(pk) for pk in pks]
+        )
+        if model is Conversation:
+            # one statement: the rows still there are left out in it
+            still_there = (
+                Conversation.objects.using(using)
+                .filter(pk__in=pks)
+                .annotate(text_pk=Cast("pk", models.TextField()))
+                .values("text_pk")
+            )
+            entries = entries.exclude(object_id__in=still_there)
+        changed += entries.update(
+            object_repr=Concat(
+                Value(label), "object_id", Value(" (deleted)"), output_field=models.CharField()
+            )
+        )
+    return changed

@@ -339,3 +339,25 @@ def test_forget_user_while_their_conversations_receive_appends() -> None:
             ):
                 cursor.execute(f"SELECT COUNT(*) FROM {model._meta.db_table} WHERE {column} = ANY(%s)", [ids])
                 assert cursor.fetchone()[0] == 0, model
+
+
+def test_the_admin_log_keeps_no_title_of_erased_conversations_or_facts(admin_user) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    alice, bob = UserFactory(), UserFactory()
+    private = Conversation.objects.create(owner=alice, title="Questions for my divorce lawyer")
+    fact = KnowledgeMemory(alice).store("Sees a therapist on Tuesdays", category="therapy").fact
+    kept = Conversation.objects.create(owner=bob, title="Bob's garden plans")
+    # what the admin writes when staff edit them: str(obj) as the entry's object_repr
+    LogEntry.objects.log_actions(admin_user.pk, [private, kept], CHANGE, change_message="edited")
+    LogEntry.objects.log_actions(admin_user.pk, [fact], CHANGE, change_message="edited")
+    forget_user(alice)
+    reprs = list(LogEntry.objects.values_list("object_repr", flat=True))
+    assert len(reprs) == 3  # the audit trail of who did what stays
+    assert not any("divorce" in r or "therapy" in r for r in reprs), reprs
+    assert "Bob's garden plans" in " ".join(reprs)
+    # deleting the user goes the same way
+    secret = Conversation.objects.create(owner=bob, title="Bob's secret")
+    LogEntry.objects.log_actions(admin_user.pk, [secret], CHANGE, change_message="edited")
+    bob.delete()
+    assert not LogEntry.objects.filter(object_repr__contains="Bob's").exists()

@@ -205,8 +205,8 @@ def test_a_message_the_conversation_refuses_is_skipped_logged_and_recorded(caplo
     assert MirroredMessage.objects.filter(thread=link, message_id="t1").exists()
 
 
-def test_threads_get_their_own_conversations_and_delete_thread_keeps_the_record() -> None:
-    saver = DjangoSaver(mirror=ConversationMirror())
+def test_threads_get_their_own_conversations_and_delete_thread_can_keep_the_record() -> None:
+    saver = DjangoSaver(mirror=ConversationMirror(keep_on_thread_delete=True))
     for thread in ("t-a", "t-b"):
         graph = chat_graph(saver, [AIMessage("hello")])
         async_to_sync(graph.ainvoke)(

@@ -195,6 +195,25 @@ def test_a_scope_keeps_agent_keys_apart(alice) -> None:  # type: ignore[no-untyp
     assert call(alice, "recall", {"query": "vim"}).structured_content == {"facts": []}
 
 
+def test_a_scope_with_an_agent_key_reads_no_conversation_of_another_agent(alice) -> None:  # type: ignore[no-untyped-def]
+    # list and search kept to the bound agent key; a window by id went around them
+    support = _conversation(alice)
+
+    async def window(client: Client) -> Any:
+        return await client.call_tool("get_context_window", {"conversation": str(support.uuid)})
+
+    async def search(client: Client) -> Any:
+        return await client.call_tool(
+            "search_conversations", {"query": "DHL", "conversation": str(support.uuid)}
+        )
+
+    for scenario in (window, search):
+        result = as_user(alice, scenario, agent_key="editor")
+        assert result.is_error and "no conversation" in _text(result)
+        assert not as_user(alice, scenario, agent_key="support").is_error
+        assert not as_user(alice, scenario).is_error
+
+
 # -- streamable HTTP -----------------------------------------------------------------------
 
 

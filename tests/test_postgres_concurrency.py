@@ -296,3 +296,31 @@ def test_concurrent_key_facts_leave_one_in_force() -> None:
         assert Fact.objects.filter(owner=user).count() == 1 + 4 * (round_ + 1)
         # the whole history hangs off the one in force
         assert Fact.objects.filter(owner=user, superseded_by=live.get()).count() == 4 * (round_ + 1)
+
+
+def test_concurrent_pops_each_take_a_different_message() -> None:
+    # openai/openai-agents-python#4205: SQLAlchemySession.pop_item read the newest row, then
+    # deleted it, and handed one item to two concurrent callers while another stayed behind
+    conversation = Conversation.objects.create()
+    history = PersistentChatHistory(conversation)
+    history.add_messages([ChatMessage.human(f"m{i}") for i in range(8)])
+    barrier = threading.Barrier(8)
+    popped: list[str | None] = []
+
+    def pop() -> None:
+        try:
+            barrier.wait()
+            message = PersistentChatHistory(conversation.pk).pop()
+            popped.append(None if message is None else message.content)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=pop) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(popped) == sorted(f"m{i}" for i in range(8))  # type: ignore[type-var]
+    assert not Message.objects.filter(conversation=conversation).exists()
+    conversation.refresh_from_db()
+    assert conversation.message_count == 0

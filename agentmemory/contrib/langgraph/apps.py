@@ -1,6 +1,7 @@
 """App configuration of ``agentmemory.contrib.langgraph``."""
 
 from django.apps import AppConfig
+from django.db.models.signals import pre_delete
 
 
 class LangGraphConfig(AppConfig):
@@ -8,3 +9,14 @@ class LangGraphConfig(AppConfig):
     label = "agentmemory_langgraph"
     verbose_name = "Agent memory: LangGraph"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from agentmemory.contrib.langgraph.models import MirroredThread
+        from agentmemory.contrib.langgraph.receivers import delete_mirrored_checkpoints
+
+        # A deleted conversation takes the checkpoints of the thread it mirrors with it.
+        pre_delete.connect(
+            delete_mirrored_checkpoints,
+            sender=MirroredThread,
+            dispatch_uid="agentmemory_langgraph_mirrored_checkpoints",
+        )

@@ -48,6 +48,7 @@ from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from agentmemory.contrib.langgraph.connections import tidy, tidy_method
 from agentmemory.contrib.langgraph.models import Checkpoint, CheckpointBlob, CheckpointWrite, MirroredThread
+from agentmemory.models import Conversation
 
 if TYPE_CHECKING:
     from agentmemory.contrib.langgraph.mirror import ConversationMirror
@@ -487,16 +488,28 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     @tidy_method
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and pending write of the thread (all namespaces),
-        and its link to a mirrored conversation (the conversation itself stays: delete it
-        with agentmemory's own tools). No error for a thread that holds nothing."""
+        and the agentmemory conversation that mirrors it (``ConversationMirror``) with its
+        messages, summaries, search entries and embeddings: deleting a thread deletes its
+        transcript wherever it is kept (aegra/aegra#499). Pass
+        ``ConversationMirror(keep_on_thread_delete=True)`` to keep the conversation as a
+        record; only the thread's link to it goes then. No error for a thread that holds
+        nothing."""
         self._delete_threads([str(thread_id)])
 
     def _delete_threads(self, thread_ids: builtins.list[str]) -> None:
         db = self.db
-        with transaction.atomic(using=db):
+        # the link and the conversation live where the mirror made them: the conversations'
+        # database (the saver's by default, and then all goes in one transaction)
+        conversations_db = router.db_for_write(Conversation)
+        with transaction.atomic(using=db), transaction.atomic(using=conversations_db):
             for model in (CheckpointWrite, CheckpointBlob, Checkpoint):
                 model._default_manager.using(db).filter(thread_id__in=thread_ids).delete()
-            MirroredThread.objects.using(db).filter(thread_id__in=thread_ids).delete()
+            links = MirroredThread.objects.using(conversations_db).filter(thread_id__in=thread_ids)
+            if self.mirror is None or not self.mirror.keep_on_thread_delete:
+                mirrored = builtins.list(links.values_list("conversation_id", flat=True))
+                if mirrored:
+                    Conversation.objects.using(conversations_db).filter(pk__in=mirrored).delete()
+            links.delete()
 
     @tidy_method
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:

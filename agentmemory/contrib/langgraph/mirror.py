@@ -96,6 +96,13 @@ class ConversationMirror:
             conversation's last compaction request named, else
             ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` (10,000), whose summaries take most
             of a smaller window and leave its messages out.
+        keep_on_thread_delete: keep the conversation when the saver deletes the thread
+            (``delete_thread``, ``prune(strategy="delete")``); default False: the
+            conversation is deleted with the thread, as the thread's transcript
+            (aegra/aegra#499). Deleting the conversation (the API, ``forget_user``,
+            ``purge_conversations``, deleting its owner) always deletes the thread's
+            checkpoints, whatever this says: they hold the same transcript, and the next
+            checkpoint would mirror it all again into a new conversation.
 
     Raises:
         ValueError: ``window_tokens`` is not a positive integer.
@@ -109,6 +116,7 @@ class ConversationMirror:
         channel: str = "messages",
         compact: bool = True,
         window_tokens: int | None = None,
+        keep_on_thread_delete: bool = False,
     ) -> None:
         if window_tokens is not None and (
             isinstance(window_tokens, bool) or not isinstance(window_tokens, int) or window_tokens < 1
@@ -119,6 +127,7 @@ class ConversationMirror:
         self.agent_key = agent_key
         self.channel = channel
         self.compact = compact
+        self.keep_on_thread_delete = keep_on_thread_delete
 
     def conversation_for(self, thread_id: str) -> Conversation | None:
         """The conversation that mirrors the thread, or None before its first message."""

@@ -63,7 +63,9 @@ class MemoryScope:
         owner_id: primary key of the user.
         agent_key, namespace: the long-term memory scope of ``remember``, ``recall`` and
             ``forget`` (``KnowledgeMemory``; None: the user's default scope), and for
-            ``agent_key`` the conversations listed and searched (None: all of the user's).
+            ``agent_key`` the conversations listed, searched and read by id (None: all of
+            the user's); a conversation of another agent is answered as one that does not
+            exist.
     """
 
     owner_id: int
@@ -192,7 +194,11 @@ def recall(scope: MemoryScope, args: RecallArguments) -> dict[str, Any]:
 def _conversation(scope: MemoryScope, conversation_id: uuid.UUID) -> Any:
     from agentmemory.models import Conversation
 
-    conversation = Conversation.objects.filter(owner_id=scope.owner_id, uuid=conversation_id).first()
+    rows = Conversation.objects.filter(owner_id=scope.owner_id, uuid=conversation_id)
+    if scope.agent_key is not None:
+        # as listed and searched: a conversation of another agent is not in this scope
+        rows = rows.filter(agent_key=scope.agent_key)
+    conversation = rows.first()
     if conversation is None:
         raise ToolFailure(f"no conversation {conversation_id} in your memory")
     return conversation
