@@ -227,7 +227,8 @@ class ModelCallAdmin(ReadOnlyAdmin):
         except WindowUnavailable as exc:
             error = str(exc)
             messages = []
-        notes = sent_change_notes(recorded_provider_changes(obj, messages), messages)
+        # no notes beside a window that cannot be shown
+        notes = sent_change_notes(recorded_provider_changes(obj, messages), messages) if messages else {}
         leading = 1 + (1 if obj.summary_digest else 0) if obj.system_prompt_digest else 0
         for index, message in enumerate(messages):
             part = "history"
