@@ -7,8 +7,12 @@ back in window order (each tool result right after the AI message that called it
 messages (the system prompt with the owner's knowledge block, the summary message as sent,
 the memory block, the tool declarations) are kept once per conversation in ``PromptText``,
 named by their SHA-256 digest; the memory block's digest and tokens are in the row's
-``window_changes["memory"]``. ``recorded_window(call)`` (``ModelCall.window()``) returns the messages
-exactly as the model received them.
+``window_changes["memory"]``. What the provider adapter changed after the window was built,
+to meet the provider's per-request limits (an image sent as its placeholder text, a media type
+corrected, text cut, a cache breakpoint left out), is listed in
+``window_changes["provider_changes"]`` (``SentChange``s, at most ``MAX_PROVIDER_CHANGES``).
+``recorded_window(call)`` (``ModelCall.window()``) returns the messages exactly as the model
+received them, those changes applied.
 
 The rows, the usage scope and the read-back of texts are ``agentmemory.recording`` (below
 knowledge, recall and compaction, which record their calls there); this module adds what needs
@@ -28,8 +32,10 @@ from django.db import router
 from agentmemory.context.builder import memory_message
 from agentmemory.context.packing import TRUNCATION_MARKER, _replace, pending_placeholder
 from agentmemory.context.window import MEMORY_BLOCK_KEY, SUMMARY_CUT, ContextWindow
+from agentmemory.formats import changes as sent
+from agentmemory.formats.openai import cut_text
 from agentmemory.llm.base import Usage
-from agentmemory.messages import ChatMessage, ContentPart, Role
+from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, parts_text
 from agentmemory.models import Message, ModelCall, ModelCallKind, PromptText
 from agentmemory.recording import (
     USAGE_COUNTED,
@@ -68,6 +74,7 @@ __all__ = [
     "record_call",
     "recorded_context_window",
     "recorded_memory_tokens",
+    "recorded_provider_changes",
     "recorded_tools",
     "recorded_window",
     "recording_enabled",
@@ -79,6 +86,12 @@ __all__ = [
 
 #: what a truncated copy's content ends with, before the figures (``TRUNCATION_MARKER``)
 _MARKER_START = TRUNCATION_MARKER.split("{", 1)[0]
+#: the most adapter changes one call's record keeps (``window_changes["provider_changes"]``);
+#: past it, ``window_changes["provider_changes_more"]`` counts the rest. A stored history
+#: can bring hundreds of images into every request: the list is bounded like the row.
+MAX_PROVIDER_CHANGES = 100
+#: the longest ``reason`` and ``sent`` a recorded change keeps (characters)
+_CHANGE_TEXT_CHARS = 300
 
 
 # --------------------------------------------------------------------------- chat calls
@@ -169,6 +182,7 @@ class ChatCallRecorder:
         if self.knowledge and window.system_tokens:
             changes["knowledge"] = self.knowledge
         changes.update(window_changes(window, stubbed=call.stubbed, omitted=call.omitted))
+        changes.update(provider_changes(window, getattr(call, "sent_changes", ())))
         new = [
             d
             for d in dict.fromkeys((self.system_digest, summary_digest, memory_digest, self.tools_digest))
@@ -271,6 +285,117 @@ def window_changes(
     return changes
 
 
+def provider_changes(window: ContextWindow, changes: Sequence[sent.SentChange]) -> dict[str, Any]:
+    """The adapter's changes of ``window``'s messages as recorded: ``{"provider_changes":
+    [{"message", "seq", "part", "change", "reason", "sent"?, "kept"?}, ...]}`` (``message``
+    the position in ``window.messages``, ``seq`` that message's seq, ``None`` for the
+    system prompt, summary, memory block and placeholder results), the first
+    ``MAX_PROVIDER_CHANGES`` in request order, and ``"provider_changes_more"``: how many
+    more there were. Empty when the adapter changed nothing."""
+    entries: list[dict[str, Any]] = []
+    for change in changes:
+        entry = change.as_dict()
+        position = change.message
+        in_window = position is not None and 0 <= position < len(window.messages)
+        entry["message"] = position if in_window else None
+        entry["seq"] = window.messages[position].seq if in_window else None  # type: ignore[index]
+        entry["reason"] = storable_text(change.reason)[:_CHANGE_TEXT_CHARS]
+        if change.sent:
+            entry["sent"] = storable_text(change.sent)[:_CHANGE_TEXT_CHARS]
+        entries.append(entry)
+    if not entries:
+        return {}
+    recorded: dict[str, Any] = {"provider_changes": entries[:MAX_PROVIDER_CHANGES]}
+    if len(entries) > MAX_PROVIDER_CHANGES:
+        recorded["provider_changes_more"] = len(entries) - MAX_PROVIDER_CHANGES
+    return recorded
+
+
+def recorded_provider_changes(
+    call: ModelCall, messages: Sequence[ChatMessage] | None = None
+) -> list[dict[str, Any]]:
+    """The adapter's changes ``call`` recorded (``provider_changes``), each
+    ``{"message", "seq", "part", "change", "reason"}`` plus ``"sent"`` and ``"kept"`` where
+    recorded. With ``messages`` (``recorded_window(call)``), ``message`` is the position of
+    the changed message there (found by its seq; ``None`` when it is no longer in the
+    window). Entries of another shape (a row edited by hand) are left out."""
+    found = (call.window_changes or {}).get("provider_changes")
+    entries = [dict(e) for e in found if _valid_change(e)] if isinstance(found, list) else []
+    if messages is not None:
+        for entry in entries:
+            entry["message"] = _position(messages, entry)
+    return entries
+
+
+def _valid_change(entry: Any) -> bool:
+    return (
+        isinstance(entry, Mapping)
+        and isinstance(entry.get("change"), str)
+        and isinstance(entry.get("reason"), str)
+        and all(
+            entry.get(key) is None or (isinstance(entry[key], int) and not isinstance(entry[key], bool))
+            for key in ("message", "seq", "part", "kept")
+        )
+    )
+
+
+def _position(messages: Sequence[ChatMessage], entry: Mapping[str, Any]) -> int | None:
+    """Where the message ``entry`` names sits in ``messages``: by its seq, else by its
+    recorded position when the message there has no seq either."""
+    seq, index = entry.get("seq"), entry.get("message")
+    if seq is not None:
+        return next((i for i, m in enumerate(messages) if m.seq == seq), None)
+    if index is not None and 0 <= index < len(messages) and messages[index].seq is None:
+        return int(index)
+    return None
+
+
+def _apply_change(message: ChatMessage, entry: Mapping[str, Any]) -> ChatMessage:
+    """``message`` as the adapter sent it after the recorded change ``entry``."""
+    kind, part_index = entry["change"], entry.get("part")
+    text = entry.get("sent") or ""
+    if part_index is None or message.truncated or not 0 <= part_index < len(message.parts):
+        if kind == sent.CONTENT_CUT and message.content and entry.get("kept") is not None:
+            return _replace(message, content=cut_text(message.content, entry["kept"]), truncated=True)
+        if kind in (sent.ERROR_TEXT_ADDED, sent.EMPTY_TEXT_ADDED) and text:
+            return _replace(message, content=text)
+        if kind == sent.TRAILING_WHITESPACE_STRIPPED and message.content:
+            return _replace(message, content=message.content.rstrip())
+        return message
+    parts = list(message.parts)
+    part = parts[part_index]
+    if kind.endswith("_placeholder"):
+        part = ContentPart(PartKind.TEXT, text=part.placeholder)
+    elif kind == sent.MEDIA_TYPE_CORRECTED and text:
+        part = replace(part, mime_type=text)
+    elif kind == sent.CONTENT_CUT and part.text and entry.get("kept") is not None:
+        part = replace(part, text=cut_text(part.text, entry["kept"]))
+    elif kind == sent.TRAILING_WHITESPACE_STRIPPED:
+        part = replace(part, text=part.text.rstrip())
+    elif kind == sent.CACHE_CONTROL_DROPPED:
+        part = replace(part, extra={k: v for k, v in part.extra.items() if k != "cache_control"})
+    elif kind == sent.CACHE_TTL_SHORTENED and isinstance(part.extra.get("cache_control"), Mapping):
+        control = {k: v for k, v in part.extra["cache_control"].items() if k != "ttl"}
+        part = replace(part, extra={**part.extra, "cache_control": control})
+    else:
+        return message
+    parts[part_index] = part
+    return _replace(message, parts=tuple(parts), content=parts_text(parts))
+
+
+def apply_provider_changes(
+    messages: list[ChatMessage], entries: Sequence[Mapping[str, Any]]
+) -> list[ChatMessage]:
+    """``messages`` with the recorded adapter changes ``entries`` applied (positions as
+    ``recorded_provider_changes(call, messages)`` gives them), in copies."""
+    result = list(messages)
+    for entry in entries:
+        index = entry.get("message")
+        if index is not None and 0 <= index < len(result):
+            result[index] = _apply_change(result[index], entry)
+    return result
+
+
 # --------------------------------------------------------------------------- rebuilding
 
 
@@ -278,7 +403,10 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
     """The messages chat call ``call`` sent, rebuilt from storage, equal to the
     ``ChatMessage``s the model received (``ContextWindow.messages`` after the tools' memory
     policy): system prompt, summary message, memory block, then the history in window order
-    with the recorded changes applied. Three queries: the texts, the messages of the seq range, and
+    with the recorded changes applied, and then the changes the provider adapter made to
+    meet the provider's limits (``recorded_provider_changes``: an image it sent as its
+    placeholder text is a text part here, a text it cut is cut, a content it stripped or
+    filled in reads as sent). Three queries: the texts, the messages of the seq range, and
     nothing more.
 
     Raises:
@@ -306,7 +434,7 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
         messages.append(memory_message(texts[memory["digest"]], int(memory.get("items") or 0)))
     if call.first_seq is not None and call.last_seq is not None:
         messages.extend(_history(call, changes))
-    return messages
+    return apply_provider_changes(messages, recorded_provider_changes(call, messages))
 
 
 def recorded_context_window(call: ModelCall) -> ContextWindow:
@@ -320,6 +448,8 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
     """
     messages = recorded_window(call)
     changes = call.window_changes or {}
+    # a message whose whole content the adapter cut is a truncated copy like the window's own
+    cut = {m.seq for m in messages if m.truncated and m.seq is not None and not m.metadata.get("summary_id")}
     return ContextWindow(
         messages=messages,
         max_tokens=call.max_tokens or 0,
@@ -336,7 +466,7 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
             *((SUMMARY_CUT,) if changes.get("summary_truncated") else ()),
             # a stubbed result is a copy sent in place of the stored one, listed with the
             # cut copies as the live window lists it (``apply_memory_policy``)
-            *sorted({int(seq) for key in ("truncated", "stubbed") for seq in (changes.get(key) or {})}),
+            *sorted({int(seq) for key in ("truncated", "stubbed") for seq in (changes.get(key) or {})} | cut),
         ),
     )
 

@@ -814,8 +814,9 @@ class ModelCall(models.Model):
     messages (system prompt with its knowledge block, the summary message as sent, the tool
     declarations: ``PromptText`` rows named by their SHA-256 digest), and in
     ``window_changes`` the few ways the copy sent differed from storage (left-out exchanges,
-    truncated and stubbed copies, placeholder results). ``window()`` rebuilds the messages
-    exactly as sent (``agentmemory.calls.recorded_window``).
+    truncated and stubbed copies, placeholder results, and under ``"provider_changes"`` what
+    the provider adapter changed to meet the provider's limits). ``window()`` rebuilds the
+    messages exactly as sent (``agentmemory.calls.recorded_window``).
 
     Token figures: ``input_tokens`` counts every input token (cached ones included),
     ``output_tokens`` the reply's; ``usage_source`` says whether the provider reported them

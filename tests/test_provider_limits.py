@@ -450,5 +450,5 @@ def test_a_request_without_inline_media_is_not_measured(monkeypatch) -> None:  #
 
     monkeypatch.setattr(formats, "_json_bytes", measured)
     model = AnthropicChatModel(model="claude-test", base_url="http://127.0.0.1:9", api_key="k")
-    request = model._request([ChatMessage.human("x" * 2_400_000)], None)
+    request, _changes = model._request([ChatMessage.human("x" * 2_400_000)], None)
     assert json.dumps(request["messages"]).count("x") == 2_400_000

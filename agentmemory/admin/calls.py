@@ -26,12 +26,55 @@ from agentmemory.admin.utils import (
     short_conversation,
     short_datetime,
 )
-from agentmemory.calls import WindowUnavailable, recorded_memory_tokens
+from agentmemory.calls import WindowUnavailable, recorded_memory_tokens, recorded_provider_changes
 from agentmemory.context.window import MEMORY_BLOCK_KEY
+from agentmemory.formats import changes as sent
+from agentmemory.messages import ChatMessage
 from agentmemory.models import ModelCall, ModelCallKind, UsageSource
 from agentmemory.usage import usage_totals
 
-__all__ = ["ModelCallAdmin"]
+__all__ = ["ModelCallAdmin", "sent_change_notes"]
+
+#: what the window page says of each kind of change the adapter made (``{sent}``, ``{kept}``)
+_SENT_CHANGE_TEXTS = {
+    sent.IMAGE_PLACEHOLDER: _("sent as its placeholder text, not as an image"),
+    sent.AUDIO_PLACEHOLDER: _("sent as its placeholder text, not as audio"),
+    sent.FILE_PLACEHOLDER: _("sent as its placeholder text, not as a file"),
+    sent.MEDIA_TYPE_CORRECTED: _("sent with the media type {sent}"),
+    sent.CONTENT_CUT: _("sent cut: its first {kept} characters, then the cut marker"),
+    sent.CACHE_CONTROL_DROPPED: _("its cache breakpoint was left out"),
+    sent.CACHE_TTL_SHORTENED: _("its cache breakpoint went with the default lifetime"),
+    sent.ERROR_TEXT_ADDED: _("sent as \u201c{sent}\u201d"),
+    sent.EMPTY_TEXT_ADDED: _("sent as \u201c{sent}\u201d"),
+    sent.TRAILING_WHITESPACE_STRIPPED: _("sent without its trailing whitespace"),
+}
+
+
+def sent_change_notes(
+    entries: list[dict[str, Any]], messages: list[ChatMessage]
+) -> dict[int | None, list[str]]:
+    """The notes the window page shows beside each message the adapter changed, by its
+    position in ``messages`` (``None``: changes of no message shown, such as a tool
+    declaration's cache breakpoint): ``"part 2 (image): sent as its placeholder text, not as
+    an image. Anthropic takes ..."``. ``entries`` are ``recorded_provider_changes(call,
+    messages)``."""
+    notes: dict[int | None, list[str]] = {}
+    for entry in entries:
+        index, part = entry.get("message"), entry.get("part")
+        change = str(entry["change"])
+        if part is None:
+            where = str(_("content"))
+        else:
+            kind = change.removesuffix("_placeholder") if change.endswith("_placeholder") else ""
+            if not kind and index is not None and part < len(messages[index].parts):
+                kind = messages[index].parts[part].kind.value
+            where = f"{_('part')} {part + 1}" + (f" ({kind})" if kind else "")
+        template = str(_SENT_CHANGE_TEXTS.get(change, change))
+        what = template.format(
+            sent=entry.get("sent") or "", kept=number_format(entry.get("kept") or 0, force_grouping=True)
+        )
+        notes.setdefault(index, []).append(f"{where}: {what}. {entry['reason']}")
+    return notes
 
 
 @admin.register(ModelCall)
@@ -184,6 +227,8 @@ class ModelCallAdmin(ReadOnlyAdmin):
         except WindowUnavailable as exc:
             error = str(exc)
             messages = []
+        # no notes beside a window that cannot be shown
+        notes = sent_change_notes(recorded_provider_changes(obj, messages), messages) if messages else {}
         leading = 1 + (1 if obj.summary_digest else 0) if obj.system_prompt_digest else 0
         for index, message in enumerate(messages):
             part = "history"
@@ -204,6 +249,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
                         for call in message.tool_calls
                     ],
                     "placeholder": bool(message.metadata.get("pending_tool_call")),
+                    "sent_changes": notes.get(index, []),
                 }
             )
         context = {
@@ -217,6 +263,8 @@ class ModelCallAdmin(ReadOnlyAdmin):
             "error": error,
             "tools": json.dumps(tools, indent=2, ensure_ascii=False) if tools else "",
             "memory_tokens": recorded_memory_tokens(obj),
+            "unplaced_changes": notes.get(None, []),
+            "more_changes": (obj.window_changes or {}).get("provider_changes_more") or 0,
             "window_tokens": obj.system_tokens
             + obj.knowledge_tokens
             + obj.summary_tokens

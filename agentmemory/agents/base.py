@@ -839,6 +839,7 @@ class BaseToolCallingAgent:
             finish_reason=response.finish_reason,
             latency_s=round(latency, 6),
             usage_source=source,
+            sent_changes=getattr(response, "sent_changes", ()),
         )
         return ai, call
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmemory.context import ContextWindow
+from agentmemory.formats.changes import SentChange
 from agentmemory.llm.base import Usage
 from agentmemory.messages import ChatMessage, ToolCall
 
@@ -48,6 +49,9 @@ class ModelCall:
         model, finish_reason: as the provider reported them.
         latency_s: wall time of the call (seconds).
         usage_source: ``"provider"`` or ``"counted"`` (``agentmemory.models.UsageSource``).
+        sent_changes: what the adapter changed in the window's messages to meet the
+            provider's limits (``ChatResponse.sent_changes``; ``message`` is a position in
+            ``window.messages``), recorded with the call.
         record: the stored ``agentmemory.models.ModelCall`` row, once the step is stored
             (``None`` before, and when ``AGENTMEMORY['RECORD_MODEL_CALLS']`` is off).
     """
@@ -62,6 +66,7 @@ class ModelCall:
     latency_s: float = 0.0
     usage_source: str = "provider"
     record: Any = field(default=None, compare=False)
+    sent_changes: tuple[SentChange, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 - ``GET conversations/{uuid}/model-calls/``: the conversation's calls, oldest first.
 - ``GET conversations/{uuid}/model-calls/{call_uuid}/``: one call.
 - ``GET conversations/{uuid}/model-calls/{call_uuid}/window/``: the messages a chat call
-  sent, exactly as sent (``ModelCall.window()``), with the tool declarations.
+  sent, exactly as sent (``ModelCall.window()``, the provider adapter's changes applied and
+  listed in ``provider_changes``), with the tool declarations.
 - ``GET conversations/{uuid}/model-calls/usage/``: usage and cost of the conversation.
 - ``GET usage/``: usage and cost of everything billed to the requesting user
   (``?since=`` / ``?until=``, ISO 8601).
@@ -51,7 +52,7 @@ from agentmemory.api.views import (
     _ConversationScoped,
     message_format,
 )
-from agentmemory.calls import WindowUnavailable, recorded_context_window
+from agentmemory.calls import WindowUnavailable, recorded_context_window, recorded_provider_changes
 from agentmemory.conf import get_token_counter
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
@@ -126,7 +127,14 @@ class ModelCallViewSet(
             tools = call.tools()
         except WindowUnavailable as exc:
             return Response({"error": "window_unavailable", "detail": str(exc)}, status=409)
-        context = {"message_format": shape, "token_counter": get_token_counter(), "tools": tools}
+        more = (call.window_changes or {}).get("provider_changes_more")
+        context = {
+            "message_format": shape,
+            "token_counter": get_token_counter(),
+            "tools": tools,
+            "provider_changes": recorded_provider_changes(call, window.messages),
+            "provider_changes_more": more if isinstance(more, int) and not isinstance(more, bool) else 0,
+        }
         try:
             data = RecordedWindowSerializer(window, context=context).data
         except InvalidMessageError as exc:

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats import changes
 from agentmemory.formats.media import image_format, image_size, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall
 
@@ -115,10 +116,22 @@ def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
         media_type = _image_media_type(part) if part.data else None
         if part.data and media_type is None:
             block = _text_block(part.placeholder)
+            changes.note(
+                changes.IMAGE_PLACEHOLDER,
+                f"Anthropic takes images in {', '.join(sorted(IMAGE_MEDIA_TYPES))} only; "
+                "this one's data is none of them",
+            )
         else:
             block = {"type": "image", "source": _source(part)}
             if media_type is not None:
                 block["source"]["media_type"] = media_type
+                if media_type != part.mime_type:
+                    changes.note(
+                        changes.MEDIA_TYPE_CORRECTED,
+                        f"stored as {part.mime_type[:100] or 'no media type'!r}; Anthropic takes "
+                        "the media type the image's data shows",
+                        sent=media_type,
+                    )
     elif part.kind is PartKind.FILE and part.text:
         block = {
             "type": "document",
@@ -128,9 +141,21 @@ def part_to_anthropic(part: ContentPart) -> dict[str, Any] | None:
         block = {"type": "document", "source": _source(part)}
     else:
         block = _text_block(part.placeholder)
+        changes.note(
+            changes.placeholder_change(part.kind),
+            "Anthropic takes no audio"
+            if part.kind is PartKind.AUDIO
+            else "Anthropic takes inline documents as PDF or plain text only",
+        )
     if (block is not None and block["type"] != "text") or (block is not None and part.kind is PartKind.TEXT):
         block.update({key: part.extra[key] for key in _BLOCK_EXTRAS if key in part.extra})
-    return block
+    return changes.tag(block)
+
+
+def _part_block(part: ContentPart, position: int) -> dict[str, Any] | None:
+    """``part_to_anthropic(part)``, its changes noted at part ``position`` of the message."""
+    with changes.located(part=position):
+        return part_to_anthropic(part)
 
 
 def _image_media_type(part: ContentPart) -> str | None:
@@ -154,8 +179,20 @@ def _source(part: ContentPart) -> dict[str, Any]:
 def _part_blocks(message: ChatMessage, *, media: bool) -> list[dict[str, Any]]:
     """Blocks of ``message.parts``; without ``media`` (assistant turns), every part is text."""
     if not media:
-        return [_text_block(p.placeholder) for p in message.parts if _has_text(p.placeholder)]
-    return [block for part in message.parts if (block := part_to_anthropic(part)) is not None]
+        blocks = []
+        for position, part in enumerate(message.parts):
+            if part.kind is not PartKind.TEXT:
+                _note_in_part(part, position, "Anthropic takes media in user turns only")
+            if _has_text(part.placeholder):
+                blocks.append(changes.tag(_text_block(part.placeholder), part=position))
+        return blocks
+    return [block for j, part in enumerate(message.parts) if (block := _part_block(part, j)) is not None]
+
+
+def _note_in_part(part: ContentPart, position: int, reason: str) -> None:
+    """Note that ``part`` (at ``position``) went as its placeholder text, for ``reason``."""
+    with changes.located(part=position):
+        changes.note(changes.placeholder_change(part.kind), reason)
 
 
 def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
@@ -167,18 +204,27 @@ def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
         # ``content`` is optional on a tool_result; an empty string is left out rather than sent.
         if parts:
             # a tool_result holds text and image blocks; other parts go as their placeholder
-            content = [
-                b if b["type"] in ("text", "image") else _text_block(p.placeholder)
-                for p in message.parts
-                if (b := part_to_anthropic(p)) is not None
-            ]
+            content = []
+            for position, part in enumerate(message.parts):
+                b = _part_block(part, position)
+                if b is not None and b["type"] not in ("text", "image"):
+                    _note_in_part(part, position, "Anthropic takes text and images in a tool result only")
+                    b = changes.tag(_text_block(part.placeholder), part=position)
+                if b is not None:
+                    content.append(b)
             if content:
                 block["content"] = content
         elif _has_text(message.content):
             block["content"] = message.content
         if message.metadata.get("is_error"):
             block["is_error"] = True
-            block.setdefault("content", EMPTY_ERROR_TEXT)
+            if "content" not in block:
+                block["content"] = EMPTY_ERROR_TEXT
+                changes.note(
+                    changes.ERROR_TEXT_ADDED,
+                    "Anthropic refuses an error tool result without content",
+                    sent=EMPTY_ERROR_TEXT,
+                )
         return [block]
     if parts:
         return _part_blocks(message, media=True)
@@ -248,7 +294,14 @@ def _without_trailing_whitespace(turns: list[dict[str, Any]]) -> None:
     (text blocks are never blank here, so some text is left)."""
     if turns and turns[-1]["role"] == "assistant" and turns[-1]["content"][-1]["type"] == "text":
         last = turns[-1]["content"][-1]
-        last["text"] = last["text"].rstrip()
+        stripped = last["text"].rstrip()
+        if stripped != last["text"]:
+            changes.note(
+                changes.TRAILING_WHITESPACE_STRIPPED,
+                "Anthropic refuses a final assistant turn whose text ends in whitespace",
+                at=changes.origin(last),
+            )
+        last["text"] = stripped
 
 
 def _has_results(turn: dict[str, Any]) -> bool:
@@ -399,7 +452,12 @@ def to_anthropic(
     turns: list[dict[str, Any]] = []
     first_index: list[int] = []  # position in ``messages`` of the first message of each turn
     messages = with_media_limit(
-        list(messages), _sent_as_media, MAX_MEDIA_PER_REQUEST, also_placeholder=_too_large
+        list(messages),
+        _sent_as_media,
+        MAX_MEDIA_PER_REQUEST,
+        also_placeholder=_too_large,
+        limit_reason=f"Anthropic takes at most {MAX_MEDIA_PER_REQUEST} images and documents per "
+        "request; the newest are sent",
     )
     blank_last = None  # position of the newest non-system message when it is a blank human one
     for index, message in enumerate(messages):
@@ -412,17 +470,21 @@ def to_anthropic(
                 system_texts.append(message.content)
             continue
         try:
-            if role is Role.AI:
-                api_role, blocks = "assistant", _assistant_blocks(message)
-            else:
-                api_role, blocks = "user", _user_blocks(message)
+            with changes.located(message=index, part=None):
+                if role is Role.AI:
+                    api_role, blocks = "assistant", _assistant_blocks(message)
+                else:
+                    api_role, blocks = "user", _user_blocks(message)
+                for block in blocks:
+                    changes.tag(block)
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
         blank_last = index if not blocks and role is Role.HUMAN else None
         if not blocks and not turns and role is Role.HUMAN:
             # The window starts on this human message; without it the request would start
             # with an assistant turn, which the API refuses: send it marked as empty.
-            blocks = [_text_block(EMPTY_HUMAN_TEXT)]
+            blocks = [changes.tag(_text_block(EMPTY_HUMAN_TEXT), message=index, part=None)]
+            _note_empty(index, "Anthropic requires a request to open on a non-empty user turn")
         if not blocks:
             continue
         if not turns and api_role != "user":
@@ -443,6 +505,7 @@ def to_anthropic(
         # model with extended thinking refuses): send it marked as empty.
         turns.append({"role": "user", "content": [_text_block(EMPTY_HUMAN_TEXT)]})
         first_index.append(blank_last)
+        _note_empty(blank_last, "a request ending on an assistant turn would be continued, not answered")
     _without_trailing_whitespace(turns)
     _thinking_of_current_loop_only(turns)
     _request_ids(turns)
@@ -468,6 +531,10 @@ def to_anthropic(
     return system, turns
 
 
+def _note_empty(index: int, reason: str) -> None:
+    changes.note(changes.EMPTY_TEXT_ADDED, reason, at=(index, None), sent=EMPTY_HUMAN_TEXT)
+
+
 def _sent_as_media(message: ChatMessage, part: ContentPart) -> bool:
     """Whether ``part`` goes as an image or document block (what the media count takes):
     images of user and tool messages, documents of user messages (a tool result sends them
@@ -481,20 +548,30 @@ def _sent_as_media(message: ChatMessage, part: ContentPart) -> bool:
     return bool(part.text or part.url or part.file_id or part.mime_type == "application/pdf")
 
 
-def _too_large(part: ContentPart, sent: int) -> bool:
-    """An image the API refuses for its size: inline data over ``MAX_IMAGE_BASE64_CHARS``,
-    a side over ``MAX_IMAGE_PIXELS``, or, in a request of more than ``MANY_IMAGES`` media
-    parts, over ``MANY_IMAGES_MAX_PIXELS`` (its size from the part or its inline data's
-    header)."""
+def _too_large(part: ContentPart, sent: int) -> str:
+    """Why the API refuses an image for its size (``""`` when it does not): inline data over
+    ``MAX_IMAGE_BASE64_CHARS``, a side over ``MAX_IMAGE_PIXELS``, or, in a request of more
+    than ``MANY_IMAGES`` media parts, over ``MANY_IMAGES_MAX_PIXELS`` (its size from the part
+    or its inline data's header)."""
     if part.kind is not PartKind.IMAGE:
-        return False
+        return ""
     if len(part.data or "") > MAX_IMAGE_BASE64_CHARS:
-        return True
+        return (
+            f"Anthropic takes at most {MAX_IMAGE_BASE64_CHARS:,} characters of base64 data per image (5 MiB)"
+        )
     size = (part.width, part.height) if part.width and part.height else None
     if size is None and part.data:
         size = image_size(part.data)
-    longest = MANY_IMAGES_MAX_PIXELS if sent > MANY_IMAGES else MAX_IMAGE_PIXELS
-    return size is not None and max(size) > longest
+    if size is None:
+        return ""
+    if sent > MANY_IMAGES and max(size) > MANY_IMAGES_MAX_PIXELS:
+        return (
+            f"{size[0]}x{size[1]} pixels: in a request of more than {MANY_IMAGES} images, Anthropic "
+            f"takes at most {MANY_IMAGES_MAX_PIXELS} pixels on a side"
+        )
+    if max(size) > MAX_IMAGE_PIXELS:
+        return f"{size[0]}x{size[1]} pixels: Anthropic takes at most {MAX_IMAGE_PIXELS} pixels on a side"
+    return ""
 
 
 def _marked(blocks: Iterable[Any]) -> Iterable[dict[str, Any]]:
@@ -542,6 +619,12 @@ def limit_cache_breakpoints(
     for block in [*fixed, *replayed]:
         if id(block) not in keep:
             del block["cache_control"]
+            changes.note(
+                changes.CACHE_CONTROL_DROPPED,
+                f"Anthropic takes at most {MAX_CACHE_BREAKPOINTS} cache breakpoints per request; "
+                "the tools', the system prompt's and the newest are sent",
+                at=changes.origin(block),
+            )
             continue
         control = block["cache_control"]
         if not isinstance(control, Mapping):
@@ -550,6 +633,11 @@ def limit_cache_breakpoints(
             shorter_seen = True
         elif shorter_seen:
             block["cache_control"] = {key: value for key, value in control.items() if key != "ttl"}
+            changes.note(
+                changes.CACHE_TTL_SHORTENED,
+                "Anthropic refuses a one-hour cache breakpoint after a shorter one",
+                at=changes.origin(block),
+            )
 
 
 def _json_bytes(value: Any) -> int:
@@ -604,6 +692,14 @@ def limit_request_size(request: dict[str, Any]) -> None:
             placeholder["cache_control"] = block["cache_control"]
         excess -= _json_bytes(block) - _json_bytes(placeholder)
         blocks[index] = placeholder
+        where = changes.origin(block)
+        changes.tag(placeholder, message=where[0], part=where[1])
+        changes.note(
+            changes.IMAGE_PLACEHOLDER if block["type"] == "image" else changes.FILE_PLACEHOLDER,
+            f"Anthropic takes requests of at most {MAX_REQUEST_BYTES:,} bytes; the oldest inline "
+            "media are sent as placeholders",
+            at=where,
+        )
         if excess <= 0:
             return
 

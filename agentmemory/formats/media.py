@@ -15,6 +15,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from agentmemory.formats.changes import note, placeholder_change
+
 if TYPE_CHECKING:
     from agentmemory.messages import ChatMessage, ContentPart
 
@@ -143,15 +145,19 @@ def with_media_limit(
     is_media: Callable[[ChatMessage, ContentPart], bool],
     limit: int,
     *,
-    also_placeholder: Callable[[ContentPart, int], bool] | None = None,
+    also_placeholder: Callable[[ContentPart, int], str] | None = None,
+    limit_reason: str = "",
 ) -> list[ChatMessage]:
     """``messages`` with the media parts a provider takes only so many of per request
     (``is_media``) kept for the newest ``limit`` of them; older ones are sent as their
     placeholder text (``[image]``), in copies: storage keeps them whole. Stored histories
     carry their images into every later request, and a provider refuses the whole request
     once they pass its count. ``also_placeholder(part, kept)``, told how many media parts are
-    sent, may name more parts to send as placeholders (Anthropic's size limits on images,
-    one of them for a request holding many). Returns the list unchanged (the same objects)
+    sent, may name more parts to send as placeholders by returning why (Anthropic's size
+    limits on images, one of them for a request holding many; ``""`` keeps the part). Each
+    part sent as its placeholder is noted for the recorded call
+    (``agentmemory.formats.changes``: at its message's position in ``messages``, with
+    ``limit_reason`` or the reason returned). Returns the list unchanged (the same objects)
     when nothing goes."""
     from agentmemory.messages import ContentPart, PartKind
 
@@ -162,13 +168,17 @@ def with_media_limit(
         for j, part in enumerate(message.parts)
         if is_media(message, part)
     ]
-    dropped = {(i, j) for i, j, _part in found[: max(len(found) - limit, 0)]}
+    dropped = {(i, j): limit_reason for i, j, _part in found[: max(len(found) - limit, 0)]}
     kept = [(i, j, part) for i, j, part in found if (i, j) not in dropped]
     if also_placeholder is not None:
-        dropped |= {(i, j) for i, j, part in kept if also_placeholder(part, len(kept))}
+        for i, j, part in kept:
+            if reason := also_placeholder(part, len(kept)):
+                dropped[(i, j)] = reason
     if not dropped:
         return list(messages)
     result = list(messages)
+    for (i, j), reason in sorted(dropped.items()):
+        note(placeholder_change(result[i].parts[j].kind), reason, at=(i, j))
     for i in sorted({i for i, _j in dropped}):
         message = result[i]
         parts = tuple(

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats import changes
 from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url, with_media_limit
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
@@ -232,6 +233,7 @@ def part_to_openai(part: ContentPart) -> dict[str, Any]:
         return {"type": "text", "text": part.text}
     if part.kind is PartKind.IMAGE:
         if part.file_id:
+            changes.note(changes.IMAGE_PLACEHOLDER, "OpenAI's chat messages take no image by file id")
             return {"type": "text", "text": part.placeholder}
         image: dict[str, Any] = {"url": data_url(part.mime_type, part.data) if part.data else part.url}
         if part.detail:
@@ -244,6 +246,9 @@ def part_to_openai(part: ContentPart) -> dict[str, Any]:
     if part.text:
         return {"type": "text", "text": part.text}
     if part.url:
+        changes.note(
+            changes.FILE_PLACEHOLDER, "OpenAI's file part takes no URL", sent=f"[file: {part.url}]"[:200]
+        )
         return {"type": "text", "text": f"[file: {part.url}]"}
     file: dict[str, Any] = {}
     if part.data:
@@ -259,9 +264,19 @@ def _parts_to_openai(message: ChatMessage, role: Role) -> list[dict[str, Any]]:
     """The parts of ``message`` for its OpenAI role: user messages take every kind; system,
     assistant and tool messages take only text parts, so other parts become their
     placeholder text (``[image]``)."""
-    if role is Role.HUMAN:
-        return [part_to_openai(part) for part in message.parts]
-    return [{"type": "text", "text": part.placeholder} for part in message.parts if part.placeholder]
+    sent = []
+    for position, part in enumerate(message.parts):
+        with changes.located(part=position):
+            if role is Role.HUMAN:
+                sent.append(changes.tag(part_to_openai(part)))
+                continue
+            if part.kind is not PartKind.TEXT:
+                changes.note(
+                    changes.placeholder_change(part.kind), "OpenAI takes media in user messages only"
+                )
+            if part.placeholder:
+                sent.append(changes.tag({"type": "text", "text": part.placeholder}))
+    return sent
 
 
 def _tool_call_from_openai(call: Any, position: int) -> ToolCall:
@@ -457,13 +472,31 @@ def _sent_as_image(message: ChatMessage, part: ContentPart) -> bool:
     return message.role is Role.HUMAN and part.kind is PartKind.IMAGE and not part.file_id
 
 
-def _within_length(text: str) -> str:
+def _within_length(text: str, where: tuple[int | None, int | None] | None = None) -> str:
     """``text``, or when longer than ``MAX_CONTENT_CHARS`` its start with ``CUT_MARKER``
-    (the whole fits the limit)."""
+    (the whole fits the limit; the cut is noted at ``where``, else at the current position,
+    for the recorded call)."""
     if len(text) <= MAX_CONTENT_CHARS:
         return text
-    # the marker's longest form: fewer characters are omitted than the text holds
-    keep = MAX_CONTENT_CHARS - len(CUT_MARKER.format(omitted=len(text), total=len(text)))
+    keep = cut_length(text)
+    changes.note(
+        changes.CONTENT_CUT,
+        f"OpenAI takes at most {MAX_CONTENT_CHARS:,} characters of content per message",
+        at=where,
+        kept=keep,
+    )
+    return cut_text(text, keep)
+
+
+def cut_length(text: str) -> int:
+    """Characters of ``text`` (longer than ``MAX_CONTENT_CHARS``) kept before ``CUT_MARKER``:
+    the marker's longest form (fewer characters are omitted than the text holds) fits."""
+    return MAX_CONTENT_CHARS - len(CUT_MARKER.format(omitted=len(text), total=len(text)))
+
+
+def cut_text(text: str, keep: int) -> str:
+    """``text`` cut to its first ``keep`` characters, ending in ``CUT_MARKER``."""
+    keep = min(keep, len(text))
     return text[:keep] + CUT_MARKER.format(omitted=len(text) - keep, total=len(text))
 
 
@@ -474,7 +507,7 @@ def _content_within_length(content: Any) -> Any:
         return _within_length(content)
     if isinstance(content, list):
         return [
-            {**part, "text": _within_length(part["text"])}
+            {**part, "text": _within_length(part["text"], changes.origin(part))}
             if part.get("type") == "text" and len(part["text"]) > MAX_CONTENT_CHARS
             else part
             for part in content
@@ -582,10 +615,16 @@ def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             offending message.
     """
     result: list[dict[str, Any]] = []
-    sent = with_media_limit(list(messages), _sent_as_image, MAX_IMAGES_PER_REQUEST)
+    sent = with_media_limit(
+        list(messages),
+        _sent_as_image,
+        MAX_IMAGES_PER_REQUEST,
+        limit_reason=f"OpenAI takes at most {MAX_IMAGES_PER_REQUEST} images per request; the newest are sent",
+    )
     for index, message in enumerate(sent):
         try:
-            result.append(to_openai(message))
+            with changes.located(message=index, part=None):
+                result.append(to_openai(message))
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.reason, index=index, field=exc.field) from exc
     return result

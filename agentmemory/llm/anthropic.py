@@ -22,6 +22,7 @@ from agentmemory.formats.anthropic import (
     limit_request_size,
     to_anthropic,
 )
+from agentmemory.formats.changes import SentChange, collecting
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.messages import ChatMessage
@@ -188,6 +189,18 @@ class AnthropicChatModel:
         tools: Sequence[Mapping[str, Any]] | None,
         *,
         sized: bool = True,
+    ) -> tuple[dict[str, Any], list[SentChange]]:
+        """The request body, and the changes made to the messages in it (a live list: a
+        caller inside the same ``collecting()`` block adds its own)."""
+        with collecting() as changes:
+            return self._body(messages, tools, sized=sized), changes
+
+    def _body(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        sized: bool,
     ) -> dict[str, Any]:
         system, turns = to_anthropic(messages)
         if not turns:
@@ -227,43 +240,48 @@ class AnthropicChatModel:
             with dict arguments), usage (``anthropic_usage``: cache reads and writes counted in
             ``input_tokens`` and reported apart), the reported model,
             ``finish_reason`` = Anthropic's ``stop_reason`` (``"end_turn"``, ``"tool_use"``,
-            ``"max_tokens"``, ...) and the JSON-mode dump of the response.
+            ``"max_tokens"``, ...), the JSON-mode dump of the response, and ``sent_changes``:
+            what the request changed in ``messages`` to meet the API's limits (images sent
+            as placeholders, media types corrected, cache breakpoints left out, ...).
 
         Raises:
             InvalidMessageError: the messages cannot be expressed in the Anthropic format.
             TransientLLMError, PermanentLLMError: see the class docstring.
         """
-        request = self._request(messages, tools)
+        request, changes = self._request(messages, tools)
         client = self._clients.sync(functools.partial(self._new_client, "Anthropic"))
         sdk = _import_anthropic()
         try:
             response = client.messages.create(**request)
         except sdk.AnthropicError as exc:
             raise self._map_error(exc) from exc
-        return self._to_response(response)
+        return self._to_response(response, changes)
 
     async def ainvoke(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
     ) -> ChatResponse:
         """Async ``invoke`` through ``anthropic.AsyncAnthropic``; same arguments, result and errors."""
-        request = self._request(messages, tools)
+        request, changes = self._request(messages, tools)
         client = await self._clients.get_async(functools.partial(self._new_client, "AsyncAnthropic"))
         sdk = _import_anthropic()
         try:
             response = await client.messages.create(**request)
         except sdk.AnthropicError as exc:
             raise self._map_error(exc) from exc
-        return self._to_response(response)
+        return self._to_response(response, changes)
 
-    def _structured_request(self, messages: Sequence[ChatMessage], output: OutputSchema) -> dict[str, Any]:
+    def _structured_request(
+        self, messages: Sequence[ChatMessage], output: OutputSchema
+    ) -> tuple[dict[str, Any], list[SentChange]]:
         tool: dict[str, Any] = {"name": output.name, "input_schema": dict(output.schema)}
         if output.description:
             tool["description"] = output.description
-        request = self._request(messages, None, sized=False)  # sized once, with its tool
-        request["tools"] = [tool]
-        request["tool_choice"] = {"type": "tool", "name": output.name}
-        limit_request_size(request)
-        return request
+        with collecting():
+            request, changes = self._request(messages, None, sized=False)  # sized once, with its tool
+            request["tools"] = [tool]
+            request["tool_choice"] = {"type": "tool", "name": output.name}
+            limit_request_size(request)
+        return request, changes
 
     def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:
         """Ask for one JSON object of ``output``'s schema through forced tool use: one tool
@@ -282,29 +300,29 @@ class AnthropicChatModel:
         Raises:
             InvalidMessageError, TransientLLMError, PermanentLLMError: as ``invoke``.
         """
-        request = self._structured_request(messages, output)
+        request, changes = self._structured_request(messages, output)
         client = self._clients.sync(functools.partial(self._new_client, "Anthropic"))
         sdk = _import_anthropic()
         try:
             response = client.messages.create(**request)
         except sdk.AnthropicError as exc:
             raise self._map_error(exc) from exc
-        return _tool_input(self._to_response(response), output.name)
+        return _tool_input(self._to_response(response, changes), output.name)
 
     async def ainvoke_structured(
         self, messages: Sequence[ChatMessage], *, output: OutputSchema
     ) -> ChatResponse:
         """Async ``invoke_structured``; same arguments, result and errors."""
-        request = self._structured_request(messages, output)
+        request, changes = self._structured_request(messages, output)
         client = await self._clients.get_async(functools.partial(self._new_client, "AsyncAnthropic"))
         sdk = _import_anthropic()
         try:
             response = await client.messages.create(**request)
         except sdk.AnthropicError as exc:
             raise self._map_error(exc) from exc
-        return _tool_input(self._to_response(response), output.name)
+        return _tool_input(self._to_response(response, changes), output.name)
 
-    def _to_response(self, response: Any) -> ChatResponse:
+    def _to_response(self, response: Any, changes: Sequence[SentChange] = ()) -> ChatResponse:
         raw = response.model_dump(mode="json", warnings=False)
         stop_reason = raw.get("stop_reason") or ""
         try:
@@ -320,6 +338,7 @@ class AnthropicChatModel:
             model=raw.get("model") or self.model_name,
             finish_reason=stop_reason,
             raw=raw,
+            sent_changes=tuple(changes),
         )
 
     def _map_error(self, exc: Exception) -> LLMError:

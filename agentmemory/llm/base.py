@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentmemory.formats.changes import SentChange
 from agentmemory.messages import ChatMessage
 
 
@@ -63,6 +64,12 @@ class ChatResponse:
             forced tool call, LangChain's parsed output; ``None`` when the reply holds none
             (refused, cut off, not JSON) and for plain calls. Checking it against the schema
             is the caller's part (``agentmemory.llm.structured.schema_problems``).
+        sent_changes: how the request the adapter sent differed from the messages it was
+            given, one ``agentmemory.formats.changes.SentChange`` per changed message or part,
+            in the order made (an image sent as its placeholder text, a media type corrected,
+            text cut, a cache breakpoint left out, ...): what a recorded call shows as sent.
+            Empty when the request carried the messages as given, and from adapters that
+            change nothing themselves (LangChain, the offline and test models).
     """
 
     message: ChatMessage
@@ -72,6 +79,7 @@ class ChatResponse:
     raw: Mapping[str, Any] = field(default_factory=dict)
     refusal: str = ""
     parsed: Any = None
+    sent_changes: tuple[SentChange, ...] = ()
 
     @property
     def refused(self) -> bool:

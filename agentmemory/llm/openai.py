@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
+from agentmemory.formats.changes import SentChange, collecting
 from agentmemory.formats.openai import from_openai, to_openai_messages
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
@@ -168,15 +169,17 @@ class OpenAIChatModel:
 
     def _request(
         self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.model_name, "messages": to_openai_messages(messages)}
+    ) -> tuple[dict[str, Any], list[SentChange]]:
+        """The request body, and the changes made to the messages in it."""
+        with collecting() as changes:
+            request: dict[str, Any] = {"model": self.model_name, "messages": to_openai_messages(messages)}
         if tools:
             request["tools"] = [_tool_param(tool) for tool in tools]
         if self.temperature is not None:
             request["temperature"] = self.temperature
         if self.extra_body:
             request["extra_body"] = self.extra_body
-        return request
+        return request, changes
 
     def invoke(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
@@ -192,41 +195,45 @@ class OpenAIChatModel:
             ``ChatResponse`` with the ``ai`` message (text and/or parsed tool calls), usage
             (``openai_usage``: ``prompt_tokens`` -> ``input_tokens``, ``completion_tokens`` ->
             ``output_tokens``, cached tokens; ``None`` when the server sent no usage),
-            the reported model, ``finish_reason`` and the JSON-mode dump of the completion.
+            the reported model, ``finish_reason``, the JSON-mode dump of the completion, and
+            ``sent_changes``: what the request changed in ``messages`` to meet the API's
+            limits (text cut, images sent as placeholders).
 
         Raises:
             InvalidMessageError: a message cannot be expressed in the OpenAI format.
             TransientLLMError, PermanentLLMError: see the class docstring.
         """
-        request = self._request(messages, tools)
+        request, changes = self._request(messages, tools)
         client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
         sdk = _import_openai()
         try:
             completion = client.chat.completions.create(**request)
         except sdk.OpenAIError as exc:
             raise self._map_error(exc) from exc
-        return self._to_response(completion)
+        return self._to_response(completion, changes)
 
     async def ainvoke(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[Mapping[str, Any]] | None = None
     ) -> ChatResponse:
         """Async ``invoke`` through ``openai.AsyncOpenAI``; same arguments, result and errors."""
-        request = self._request(messages, tools)
+        request, changes = self._request(messages, tools)
         client = await self._clients.get_async(functools.partial(self._new_client, "AsyncOpenAI"))
         sdk = _import_openai()
         try:
             completion = await client.chat.completions.create(**request)
         except sdk.OpenAIError as exc:
             raise self._map_error(exc) from exc
-        return self._to_response(completion)
+        return self._to_response(completion, changes)
 
-    def _structured_request(self, messages: Sequence[ChatMessage], output: OutputSchema) -> dict[str, Any]:
-        request = self._request(messages, None)
+    def _structured_request(
+        self, messages: Sequence[ChatMessage], output: OutputSchema
+    ) -> tuple[dict[str, Any], list[SentChange]]:
+        request, changes = self._request(messages, None)
         json_schema: dict[str, Any] = {"name": output.name, "schema": dict(output.schema), "strict": True}
         if output.description:
             json_schema["description"] = output.description
         request["response_format"] = {"type": "json_schema", "json_schema": json_schema}
-        return request
+        return request, changes
 
     def invoke_structured(self, messages: Sequence[ChatMessage], *, output: OutputSchema) -> ChatResponse:
         """Ask for one JSON object of ``output``'s schema through OpenAI's Structured Outputs:
@@ -248,14 +255,14 @@ class OpenAIChatModel:
         """
         if self.structured_output == "prompt":
             return prompted(lambda sent: self.invoke(sent), messages, output)
-        request = self._structured_request(messages, output)
+        request, changes = self._structured_request(messages, output)
         client = self._clients.sync(functools.partial(self._new_client, "OpenAI"))
         sdk = _import_openai()
         try:
             completion = client.chat.completions.create(**request)
         except sdk.OpenAIError as exc:
             raise self._map_error(exc) from exc
-        return self._parsed(self._to_response(completion))
+        return self._parsed(self._to_response(completion, changes))
 
     async def ainvoke_structured(
         self, messages: Sequence[ChatMessage], *, output: OutputSchema
@@ -264,14 +271,14 @@ class OpenAIChatModel:
         if self.structured_output == "prompt":
             response = await self.ainvoke(with_instructions(messages, json_only_instructions(output)))
             return dataclasses.replace(response, parsed=decode_json(response.message.text))
-        request = self._structured_request(messages, output)
+        request, changes = self._structured_request(messages, output)
         client = await self._clients.get_async(functools.partial(self._new_client, "AsyncOpenAI"))
         sdk = _import_openai()
         try:
             completion = await client.chat.completions.create(**request)
         except sdk.OpenAIError as exc:
             raise self._map_error(exc) from exc
-        return self._parsed(self._to_response(completion))
+        return self._parsed(self._to_response(completion, changes))
 
     @staticmethod
     def _parsed(response: ChatResponse) -> ChatResponse:
@@ -279,7 +286,7 @@ class OpenAIChatModel:
             return response
         return dataclasses.replace(response, parsed=decode_json(response.message.content))
 
-    def _to_response(self, completion: Any) -> ChatResponse:
+    def _to_response(self, completion: Any, changes: Sequence[SentChange] = ()) -> ChatResponse:
         if not completion.choices:
             raise PermanentLLMError(f"model {self.model_name!r} returned a completion without choices")
         choice = completion.choices[0]
@@ -298,6 +305,7 @@ class OpenAIChatModel:
             finish_reason=finish_reason,
             raw=completion.model_dump(mode="json"),
             refusal=getattr(choice.message, "refusal", None) or "",
+            sent_changes=tuple(changes),
         )
 
     def _map_error(self, exc: Exception) -> LLMError:

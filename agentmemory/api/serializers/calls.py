@@ -6,9 +6,11 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.common import FiniteFloatField
 from agentmemory.api.serializers.windows import ContextWindowSerializer
 from agentmemory.calls import recorded_memory_tokens
+from agentmemory.formats.changes import CHANGE_KINDS
 from agentmemory.models import ModelCall
 from agentmemory.usage import UsageTotals
 
@@ -69,16 +71,73 @@ class ModelCallSerializer(serializers.ModelSerializer):
         return obj.summary.through_seq if obj.summary_id and obj.summary else None
 
 
+class ProviderChangeSerializer(serializers.Serializer):
+    """One change the provider adapter made to the window's messages after the window was
+    built, to meet the provider's per-request limits (docs/agents.md, "What a stored history
+    sends"). ``messages`` already shows the message as sent; this says what changed and why."""
+
+    message = serializers.IntegerField(
+        allow_null=True,
+        help_text="Position of the changed message in `messages` (format=native; 0-based); null "
+        "for what is not a message (a tool declaration's cache breakpoint) or a message no longer "
+        "in the window.",
+    )
+    seq = serializers.IntegerField(
+        allow_null=True, help_text="Its stored seq; null for the system prompt, summary and memory block."
+    )
+    part = serializers.IntegerField(
+        allow_null=True,
+        help_text="Position of the changed part in the message's `parts` (0-based); null for its "
+        "plain content.",
+    )
+    change = serializers.ChoiceField(
+        choices=list(CHANGE_KINDS),
+        help_text="image_placeholder, audio_placeholder, file_placeholder: the part went as its "
+        "placeholder text ([image]); media_type_corrected: an image went with the media type its "
+        "data shows (`sent`); content_cut: the text went cut, ending in the provider's cut marker "
+        "(`kept` characters kept); cache_control_dropped, cache_ttl_shortened: a cache breakpoint "
+        "was left out, or went with the default lifetime; error_text_added, empty_text_added: an "
+        "empty error result or human message went with the text `sent`; "
+        "trailing_whitespace_stripped: the final assistant text went without trailing whitespace.",
+    )
+    reason = serializers.CharField(help_text="Why: the provider's limit it met.")
+    sent = serializers.CharField(allow_null=True, help_text="What went instead, where short; else null.")
+    kept = serializers.IntegerField(
+        allow_null=True, help_text="content_cut: characters kept before the cut marker; else null."
+    )
+
+
 class RecordedWindowSerializer(ContextWindowSerializer):
     """A recorded chat call's window, in the shape of the context endpoint, with the tool
     declarations sent (``tools``). Its ``memory`` is null: the block sent is the message whose
     ``part`` is ``memory`` and ``memory_tokens`` its tokens (a recorded call keeps the block's
-    text, not its items)."""
+    text, not its items). ``messages`` are as the provider received them, the adapter's
+    changes (``provider_changes``) applied."""
 
     tools = serializers.SerializerMethodField()
+    provider_changes = serializers.SerializerMethodField(
+        help_text="What the provider adapter changed in these messages to meet the provider's "
+        "limits, in request order (already applied to `messages`; a whole message's content cut "
+        "is also in `truncated`). Empty when it sent the window as built."
+    )
+    provider_changes_more = serializers.SerializerMethodField(
+        help_text="Changes past the ones listed (a record keeps at most 100)."
+    )
 
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])
+
+    @extend_schema_field(ProviderChangeSerializer(many=True))
+    def get_provider_changes(self, window: Any) -> list[dict[str, Any]]:
+        keys = ("message", "seq", "part", "change", "reason", "sent", "kept")
+        entries = [
+            {key: entry.get(key) for key in keys} for entry in self.context.get("provider_changes") or ()
+        ]
+        return ProviderChangeSerializer(entries, many=True).data  # type: ignore[return-value]
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_provider_changes_more(self, window: Any) -> int:
+        return int(self.context.get("provider_changes_more") or 0)
 
 
 class ModelUsageSerializer(serializers.Serializer):
