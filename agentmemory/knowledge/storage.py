@@ -170,10 +170,22 @@ def fact_key(content: str) -> str | None:
 _SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 #: words that lead a subject without naming it: articles, possessive and demonstrative
 #: determiners ("my sister", "the dentist", "this laptop")
-_DETERMINERS_TEXT = "a an the my your his her its our their this that these those"
+_DETERMINERS_TEXT = """
+    a an the my your his her its our their this that these those
+    mi mis tu tus su sus nuestro nuestra nuestros nuestras el la los las un una
+    ma mon mes ta ton tes sa son ses notre nos votre vos leur leurs le les une ce cette ces
+    mein meine meinen meinem meiner dein deine sein seine ihr ihre unser unsere der die das
+    dem den des ein eine einen
+    mio mia miei mie tuo tua suo sua il lo gli
+    meu minha meus minhas teu tua seu sua um uma os
+    mijn zijn haar ons onze het een
+"""
 _DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
 #: subjects of one word: personal pronouns, and "user" as facts about a user write it
-_PRONOUNS_TEXT = "i we you he she they it user"
+_PRONOUNS_TEXT = """
+    i we you he she they it user
+    yo ella nosotros je il elle nous ich er sie wir io lui lei noi eu ele ela nós ik hij zij
+"""
 _PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
 #: verbs that a suffix does not show (auxiliaries, common irregular past forms): after a first
 #: word, they make it a named subject ("Lea is 7", "Tom went to Oslo")
@@ -216,7 +228,7 @@ def fact_subject(content: str) -> tuple[str, ...]:
     "Alice now works at Stripe", "room 101" in "Room 101 is booked").
     A rule of thumb for English word order (subject first), not a parser: both facts
     compared go through the same rule."""
-    words = _SUBJECT_WORD.findall(content.casefold())
+    words = _words(content)
     if not words:
         return ()
     end = 0
@@ -260,15 +272,74 @@ def same_subject(old: str, new: str) -> bool:
     "Started a new job at Contoso" after "Works at Northwind" are changes; "My brother
     lives in Lisbon" is a fact about someone else. Embedding similarity alone replaced such
     facts: sentences that differ in one name embed above a cosine of 0.85."""
+    if not (_readable(old) and _readable(new)):
+        return False
+    old_key, new_key = fact_key(old), fact_key(new)
+    if old_key is not None and new_key is not None and old_key != new_key:
+        return False  # "Room 101: ..." and "Room 205: ...": a key names what a fact is about
     subject = fact_subject(old)
     if subject != fact_subject(new):
         return False
-    old_rest = _SUBJECT_WORD.findall(old.casefold())[len(subject) :]
-    new_rest = _SUBJECT_WORD.findall(new.casefold())[len(subject) :]
+    old_rest = _words(old)[len(subject) :]
+    new_rest = _words(new)[len(subject) :]
+    old_names = _names(old)[len(subject) :]
+    new_names = _names(new)[len(subject) :]
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
-    replaced = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op == "replace"]
+    replaced = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op != "replace":
+            continue
+        if any(old_names[i1:i2]) or any(new_names[j1:j2]):
+            return False  # another room, seat or flight: a number or code naming which one
+        replaced.append((i2 - i1, j2 - j1))
     slots = len(replaced) >= 2 and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
     return not slots
+
+
+def _words(content: str) -> list[str]:
+    """The words of ``content`` compared for subjects (``_SUBJECT_WORD``), case-folded."""
+    return [word.casefold() for word in _SUBJECT_WORD.findall(content)]
+
+
+#: nouns a number after them names one of ("Room 101", "Gate 12", "Seat 14"), not an amount
+_NUMBERED_TEXT = """
+    room rooms gate seat table floor level apartment apt flat unit suite building block
+    platform terminal track door desk office locker cabin bed ward bay dock booth row aisle
+    hall lot spot space order invoice ticket case issue bug pr account flight train bus tram
+    route line policy claim item parcel package box chapter page section step no nr number
+"""
+_NUMBERED = frozenset(_NUMBERED_TEXT.split())
+#: a code naming a thing: capitals then digits ("LH123", "A320", "P12"), or digits and one
+#: capital ("4B", "14C")
+_CODE = re.compile(r"[A-Z]{1,3}\d{1,6}[A-Z]?|\d{1,5}[A-Z]")
+
+
+def _names(content: str) -> list[bool]:
+    """For each word of ``content`` (as ``_words`` gives them), whether it names which thing
+    a fact is about rather than giving a value: a code (``_CODE``), a number after "#"
+    ("Order #1042") or after a noun of ``_NUMBERED`` ("Room 101", "seat 14"). A fact about
+    Room 205 says nothing new about Room 101; "I have 3 kids" does about "I have 2 kids"."""
+    names = []
+    previous = ""
+    for match in _SUBJECT_WORD.finditer(content):
+        word = match.group()
+        named = bool(_CODE.fullmatch(word)) or (
+            word.isdigit() and (content[: match.start()].endswith("#") or previous in _NUMBERED)
+        )
+        names.append(named)
+        previous = word.casefold()
+    return names
+
+
+def _readable(content: str) -> bool:
+    """Whether the subject rule can read ``content``: its letters are all of the Latin
+    script. Words of other scripts were read as English ones (Chinese and Japanese, written
+    without spaces, as one word for the whole sentence; "Моя сестра" and "Мой брат" as no
+    subject at all), so any two similar facts in them were "about the same subject"."""
+    return all(
+        not char.isalpha() or char.isascii() or unicodedata.name(char, "").startswith("LATIN")
+        for char in content
+    )
 
 
 #: the ASCII letters and digits a fact starts with: every fact with its key starts with them
