@@ -113,7 +113,7 @@ def _texts_sent(window: ContextWindow) -> list[str]:
     """The texts of the history messages ``window`` sends whole (each text part of a message
     of parts on its own; not its truncated copies, whose cut part may be what a fact says):
     a fact one of them says is not repeated in the memory block (``recall.text.said_keys``)."""
-    texts = []
+    texts: list[str] = []
     for message in window.history:
         if message.seq in window.truncated:
             continue
