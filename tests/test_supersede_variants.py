@@ -70,6 +70,11 @@ CHANGED_VALUES = [
     ("Has a laptop with 8GB of memory", "Has a laptop with 16GB of memory"),
     ("Mi hermana vive en Lisboa", "Mi hermana vive en Oporto"),
     ("Ma sœur habite à Lisbonne", "Ma sœur habite à Porto"),
+    # several numbers changed at once: the same list of ages a year later
+    # (snaveevans/openbrain#32: "boys ages 8, 5, and 1", a fact with a shelf life)
+    ("Boys are 8, 5 and 1", "Boys are 9, 6 and 2"),
+    ("My kids are 8 and 5 years old", "My kids are 9 and 6 years old"),
+    ("Pickup at 8:15 for Lea", "Pickup at 8:40 for Lea"),
 ]
 
 

@@ -267,11 +267,16 @@ def same_subject(old: str, new: str) -> bool:
     subject (``fact_subject``; none named counts as the same: the user), and the rest must
     not be the same sentence with two or more of its slots filled differently ("Pickup at
     8:40 for Tom" after "Pickup at 8:15 for Lea" is another pickup, "Favourite food is sushi"
-    after "Favourite colour is blue" another favourite). "My sister now lives in Porto"
-    after "My sister lives in Lisbon", "Dislikes spicy food" after "Likes spicy food" and
-    "Started a new job at Contoso" after "Works at Northwind" are changes; "My brother
-    lives in Lisbon" is a fact about someone else. Embedding similarity alone replaced such
-    facts: sentences that differ in one name embed above a cosine of 0.85."""
+    after "Favourite colour is blue" another favourite; slots that are all numbers are new
+    amounts of the same fact: "Boys are 9, 6 and 2" after "Boys are 8, 5 and 1"). A number
+    or code naming which thing (``_names``: "Room 205", "Seat 22A", "Order #1043") makes it
+    another thing, another "key:" another fact, and text the rule cannot read
+    (``_readable``: letters of a script other than Latin) is never the same subject.
+    "My sister now lives in Porto" after "My sister lives in Lisbon", "Dislikes spicy food"
+    after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
+    are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
+    similarity alone replaced such facts: sentences that differ in one name embed above a
+    cosine of 0.85."""
     if not (_readable(old) and _readable(new)):
         return False
     old_key, new_key = fact_key(old), fact_key(new)
@@ -286,13 +291,19 @@ def same_subject(old: str, new: str) -> bool:
     new_names = _names(new)[len(subject) :]
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
     replaced = []
+    amounts = True  # whether every replaced word is a number on both sides
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op != "replace":
             continue
         if any(old_names[i1:i2]) or any(new_names[j1:j2]):
             return False  # another room, seat or flight: a number or code naming which one
         replaced.append((i2 - i1, j2 - j1))
-    slots = len(replaced) >= 2 and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+        amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
+    # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
+    # a year later "9, 6 and 2"), not another instance of a template
+    slots = (
+        len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    )
     return not slots
 
 
