@@ -75,6 +75,9 @@ CHANGED_VALUES = [
     ("Boys are 8, 5 and 1", "Boys are 9, 6 and 2"),
     ("My kids are 8 and 5 years old", "My kids are 9 and 6 years old"),
     ("Pickup at 8:15 for Lea", "Pickup at 8:40 for Lea"),
+    # a number after a noun that counts or measures is a value of one thing
+    ("Favourite number 7", "Favourite number 9"),
+    ("Reading chapter 3 of Dune", "Reading chapter 5 of Dune"),
 ]
 
 
