@@ -83,3 +83,39 @@ def test_a_sentence_of_a_text_says_a_fact(fact, text) -> None:  # type: ignore[n
 )
 def test_a_text_holding_a_fact_s_words_among_others_does_not_say_it(fact, text) -> None:  # type: ignore[no-untyped-def]
     assert words_key(fact) not in said_keys(text)
+
+
+def test_a_fact_from_a_transcript_message_is_dated_when_the_message_was_said() -> None:
+    """Design R3: dates a transcript gives win over storage times. The memory flush puts the
+    source's date in ``metadata["said_at"]``; a fact stored with ``source_message`` by
+    ``remember()`` (the agent's tool, a host's code) was dated when it was stored, so a
+    question about 2023 read a fact "said" today."""
+    user = UserFactory()
+    past = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(past).add_messages(
+        [
+            ChatMessage.human(
+                "Yesterday was so powerful.", metadata={"session_date_time": "1:56 pm on 8 May, 2023"}
+            )
+        ]
+    )
+    source = past.messages.get()
+    memory = KnowledgeMemory(user)
+    fact = memory.store("Went to an LGBTQ support group", "life", source_message=source).fact
+    assert fact.metadata == {"said_at": "1:56 pm on 8 May, 2023"}
+    block = recall_memory(
+        owner=user, query="When did I go to the support group?", max_tokens=1_000, facts=True
+    )
+    assert block is not None
+    (item,) = [i for i in block.items if i.kind == "fact"]
+    assert "8 May 2023" in item.text
+    # a message stored without a transcript date gives the fact no date of its own
+    live = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(live).add_messages([ChatMessage.human("My locker code is 4417.")])
+    other = memory.store("Locker code: 4417", "misc", source_message=live.messages.get()).fact
+    assert other.metadata == {}
+    # prepare() does the same for metadata that does not give the date itself
+    prepared = memory.prepare(
+        "Support group meets on Sundays", "life", source_message=source, metadata={"a": 1}
+    )
+    assert prepared.metadata == {"a": 1, "said_at": "1:56 pm on 8 May, 2023"}

@@ -29,6 +29,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
+from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
 from agentmemory.recall.scope import require_user
 from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
@@ -452,15 +453,34 @@ def source_message_id(memory: KnowledgeMemory, source_message: Any) -> int | Non
     Raises:
         InvalidFactError: not a message of the owner's conversations.
     """
+    return source_of(memory, source_message)[0]
+
+
+def source_of(memory: KnowledgeMemory, source_message: Any) -> tuple[int | None, str]:
+    """``source_message_id``'s id, and the date a transcript gave the message
+    (``recall.lines.TRANSCRIPT_DATE_KEYS`` in its metadata, as written there: "1:56 pm on 8
+    May, 2023") or "": a fact taken from it is dated when it was said (its
+    ``metadata["said_at"]``, as the memory flush writes it), not when it was stored (design
+    R3: dates a transcript gives win over storage times). One query, as the check alone.
+
+    Raises:
+        InvalidFactError: not a message of the owner's conversations.
+    """
     if source_message is None:
-        return None
+        return None, ""
     pk = source_message.pk if isinstance(source_message, Message) else source_message
     if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
         raise InvalidFactError(f"source_message must be a stored message or its id, not {pk!r}")
     owned = Message.objects.using(memory.using).filter(pk=pk, conversation__owner_id=memory.scope.owner_id)
-    if not owned.exists():
+    found = owned.values_list("pk", "metadata").first()
+    if found is None:
         raise InvalidFactError(f"source_message {pk} is not a message of this owner's conversations")
-    return pk
+    metadata = found[1] if isinstance(found[1], dict) else {}
+    for key in TRANSCRIPT_DATE_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str) and value.strip():
+            return pk, " ".join(value.split())
+    return pk, ""
 
 
 def take_scope_lock(memory: KnowledgeMemory) -> None:
