@@ -99,3 +99,16 @@ def test_the_local_model_never_makes_one_chinese_fact_replace_another() -> None:
     km.remember("我妹妹住在里斯本", "family", persistent=True)
     assert km.store("我弟弟住在里斯本", "family", persistent=True).action == "created"
     assert len(km.live_facts()) == 2
+
+
+def test_comparing_two_long_similar_facts_takes_milliseconds() -> None:
+    """``same_subject`` ran difflib over every word of both facts (``MAX_FACT_CHARS``, 10,000
+    characters): 1.5-2.2 s for two long notes or logs alike, once per similar candidate,
+    while the scope's write lock was held."""
+    import time
+
+    log = "I " + " ".join(["log line ok"] * 800)
+    changed = "I " + " ".join(["log line ok"] * 799 + ["log line fail"])
+    started = time.perf_counter()
+    assert knowledge.same_subject(log, changed)
+    assert time.perf_counter() - started < 0.2

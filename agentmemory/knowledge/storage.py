@@ -206,6 +206,11 @@ _ADVERBS = frozenset(_ADVERBS_TEXT.split())
 _SUBJECT_WORDS = 3
 #: a replaced span of at most this many words on each side is a slot of a shared template
 _SLOT_WORDS = 2
+#: words of each fact compared after its subject: what a fact is about, and the slots of its
+#: template, are in its opening. difflib's comparison grows with the product of the lengths:
+#: two long facts alike (10,000 characters, ``MAX_FACT_CHARS``) took 1.5-2.2 s each, under the
+#: scope's write lock; 200 words take milliseconds
+_COMPARED_WORDS = 200
 
 
 def _verb_like(word: str) -> bool:
@@ -272,7 +277,8 @@ def same_subject(old: str, new: str) -> bool:
     amounts of the same fact: "Boys are 9, 6 and 2" after "Boys are 8, 5 and 1"). A number
     or code naming which thing (``_names``: "Room 205", "Seat 22A", "Order #1043") makes it
     another thing, another "key:" another fact, and text the rule cannot read
-    (``_readable``: letters of a script other than Latin) is never the same subject.
+    (``_readable``: letters of a script other than Latin) is never the same subject. Of a
+    long fact, the first ``_COMPARED_WORDS`` words after its subject are compared.
     "My sister now lives in Porto" after "My sister lives in Lisbon", "Dislikes spicy food"
     after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
     are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
@@ -286,10 +292,11 @@ def same_subject(old: str, new: str) -> bool:
     subject = fact_subject(old)
     if subject != fact_subject(new):
         return False
-    old_rest = _words(old)[len(subject) :]
-    new_rest = _words(new)[len(subject) :]
-    old_names = _names(old)[len(subject) :]
-    new_names = _names(new)[len(subject) :]
+    end = len(subject) + _COMPARED_WORDS
+    old_rest = _words(old)[len(subject) : end]
+    new_rest = _words(new)[len(subject) : end]
+    old_names = _names(old)[len(subject) : end]
+    new_names = _names(new)[len(subject) : end]
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
     replaced = []
     amounts = True  # whether every replaced word is a number on both sides
