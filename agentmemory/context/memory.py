@@ -27,7 +27,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY, ContextWindow
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
 from agentmemory.models import Conversation, Message
-from agentmemory.recall.text import bounded_query
+from agentmemory.recall.text import bounded_query, said_keys
 
 if TYPE_CHECKING:
     from agentmemory.tokens import TokenCounter
@@ -107,6 +107,21 @@ def _words_of(message: ChatMessage) -> str:
             p.text.strip() for p in message.parts if p.kind is PartKind.TEXT and p.text.strip()
         )
     return message.text.strip()
+
+
+def _texts_sent(window: ContextWindow) -> list[str]:
+    """The texts of the history messages ``window`` sends whole (each text part of a message
+    of parts on its own; not its truncated copies, whose cut part may be what a fact says):
+    a fact one of them says is not repeated in the memory block (``recall.text.said_keys``)."""
+    texts: list[str] = []
+    for message in window.history:
+        if message.seq in window.truncated:
+            continue
+        if message.parts:
+            texts.extend(p.text for p in message.parts if p.kind is PartKind.TEXT and p.text)
+        elif message.text:
+            texts.append(message.text)
+    return texts
 
 
 def turn_query(history: Sequence[ChatMessage]) -> str:
@@ -277,9 +292,12 @@ class MemoryBlock:
             return wider
         seqs = {m.seq for m in wider.messages if m.seq is not None}
         sent_whole = {m.id for m in wider.messages if m.id is not None and m.seq not in wider.truncated}
+        facts = any(i.kind == "fact" for i in sent.memory.items)
+        said = set().union(*map(said_keys, _texts_sent(wider))) if facts else set()
         if any(
             (i.conversation_id == self.conversation_id and seqs & set(i.seqs))
             or i.source_message_id in sent_whole
+            or (i.kind == "fact" and i.words in said)
             for i in sent.memory.items
         ):
             return sent
@@ -324,6 +342,9 @@ class MemoryBlock:
         sent_whole = tuple(
             m.id for m in window.messages if m.id is not None and m.seq not in window.truncated
         )
+        # and their texts: a fact stored without a source message (a host's own remember(),
+        # an import) that one of them says is left out too
+        sent_texts = _texts_sent(window)
         alias = router.db_for_read(Message)
         # Inside a transaction a failed statement would abort it: recall in a savepoint.
         guard = transaction_savepoint(alias)
@@ -341,6 +362,7 @@ class MemoryBlock:
                     exclude_seqs=seqs,
                     exclude_fact_ids=self.memory_exclude_fact_ids,
                     exclude_message_ids=sent_whole,
+                    exclude_texts=sent_texts,
                     using=alias,
                 )
         except Exception:

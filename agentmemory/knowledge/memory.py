@@ -35,7 +35,7 @@ from agentmemory.knowledge.storage import (
     days_before,
     delete_ids,
     embed_content,
-    source_message_id,
+    source_of,
     store_fact,
     take_scope_lock,
     validate_fact,
@@ -241,7 +241,9 @@ class KnowledgeMemory:
             ttl: seconds (or a timedelta) until the fact expires, at most ``MAX_TTL_SECONDS``
                 (100 years); None: no expiry.
             source_message: the stored message the fact came from (a message of one of the
-                owner's conversations).
+                owner's conversations). When a transcript gave it a date (its metadata's
+                ``session_date_time`` or ``session_date``), a new fact keeps that date as
+                ``metadata["said_at"]`` and is shown dated then in the memory block.
             supersedes: a live fact of this scope that the new one replaces: its id (primary
                 key) or its public ``uuid``. Checked even when the content is a repeat: then
                 the named fact becomes history of the fact already in force ("updated"). A
@@ -271,13 +273,13 @@ class KnowledgeMemory:
         digest = content_hash(content)
         expires_at = now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
         check_owner(self)
-        source_id = source_message_id(self, source_message)
+        source_id, said_at = source_of(self, source_message)
         vector = embed_content(self, content)
         for _attempt in range(3):
             try:
                 with transaction.atomic(using=self.using):
                     take_scope_lock(self)
-                    return store_fact(
+                    result = store_fact(
                         self,
                         content,
                         category,
@@ -291,6 +293,13 @@ class KnowledgeMemory:
                         vector,
                         now,
                     )
+                    if said_at and result.action in ("created", "superseded"):
+                        # dated when its source was said (a transcript's date), as the flush does
+                        result.fact.metadata = {**(result.fact.metadata or {}), "said_at": said_at}
+                        Fact.objects.using(self.using).filter(pk=result.fact.pk).update(
+                            metadata=result.fact.metadata
+                        )
+                    return result
             except IntegrityError:
                 # Two writers stored the same content at once: the unique constraint on live
                 # content kept one; the retry reports it as the repeat it now is.
@@ -329,6 +338,10 @@ class KnowledgeMemory:
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidFactError(f"metadata must be a dict, not {type(metadata).__name__}")
         check_owner(self)
+        source_id, said_at = source_of(self, source_message)
+        metadata = dict(metadata or {})
+        if said_at:
+            metadata.setdefault("said_at", said_at)
         return PreparedFact(
             content=content,
             category=category,
@@ -336,10 +349,10 @@ class KnowledgeMemory:
             importance_given=importance,
             importance=importance_value,
             expires_at=now + timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None,
-            source_id=source_message_id(self, source_message),
+            source_id=source_id,
             digest=content_hash(content),
             vector=embed_content(self, content) if embed else None,
-            metadata=dict(metadata or {}),
+            metadata=metadata,
         )
 
     def store_prepared(self, prepared: PreparedFact, *, now: datetime | None = None) -> RememberResult:

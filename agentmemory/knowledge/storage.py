@@ -29,6 +29,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
+from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
 from agentmemory.recall.scope import require_user
 from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
@@ -170,10 +171,22 @@ def fact_key(content: str) -> str | None:
 _SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 #: words that lead a subject without naming it: articles, possessive and demonstrative
 #: determiners ("my sister", "the dentist", "this laptop")
-_DETERMINERS_TEXT = "a an the my your his her its our their this that these those"
+_DETERMINERS_TEXT = """
+    a an the my your his her its our their this that these those
+    mi mis tu tus su sus nuestro nuestra nuestros nuestras el la los las un una
+    ma mon mes ta ton tes sa son ses notre nos votre vos leur leurs le les une ce cette ces
+    mein meine meinen meinem meiner dein deine sein seine ihr ihre unser unsere der die das
+    dem den des ein eine einen
+    mio mia miei mie tuo tua suo sua il lo gli
+    meu minha meus minhas teu tua seu sua um uma os
+    mijn zijn haar ons onze het een
+"""
 _DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
 #: subjects of one word: personal pronouns, and "user" as facts about a user write it
-_PRONOUNS_TEXT = "i we you he she they it user"
+_PRONOUNS_TEXT = """
+    i we you he she they it user
+    yo ella nosotros je il elle nous ich er sie wir io lui lei noi eu ele ela nós ik hij zij
+"""
 _PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
 #: verbs that a suffix does not show (auxiliaries, common irregular past forms): after a first
 #: word, they make it a named subject ("Lea is 7", "Tom went to Oslo")
@@ -193,6 +206,11 @@ _ADVERBS = frozenset(_ADVERBS_TEXT.split())
 _SUBJECT_WORDS = 3
 #: a replaced span of at most this many words on each side is a slot of a shared template
 _SLOT_WORDS = 2
+#: words of each fact compared after its subject: what a fact is about, and the slots of its
+#: template, are in its opening. difflib's comparison grows with the product of the lengths:
+#: two long facts alike (10,000 characters, ``MAX_FACT_CHARS``) took 1.5-2.2 s each, under the
+#: scope's write lock; 200 words take milliseconds
+_COMPARED_WORDS = 200
 
 
 def _verb_like(word: str) -> bool:
@@ -216,7 +234,7 @@ def fact_subject(content: str) -> tuple[str, ...]:
     "Alice now works at Stripe", "room 101" in "Room 101 is booked").
     A rule of thumb for English word order (subject first), not a parser: both facts
     compared go through the same rule."""
-    words = _SUBJECT_WORD.findall(content.casefold())
+    words = _words(content)
     if not words:
         return ()
     end = 0
@@ -255,20 +273,92 @@ def same_subject(old: str, new: str) -> bool:
     subject (``fact_subject``; none named counts as the same: the user), and the rest must
     not be the same sentence with two or more of its slots filled differently ("Pickup at
     8:40 for Tom" after "Pickup at 8:15 for Lea" is another pickup, "Favourite food is sushi"
-    after "Favourite colour is blue" another favourite). "My sister now lives in Porto"
-    after "My sister lives in Lisbon", "Dislikes spicy food" after "Likes spicy food" and
-    "Started a new job at Contoso" after "Works at Northwind" are changes; "My brother
-    lives in Lisbon" is a fact about someone else. Embedding similarity alone replaced such
-    facts: sentences that differ in one name embed above a cosine of 0.85."""
+    after "Favourite colour is blue" another favourite; slots that are all numbers are new
+    amounts of the same fact: "Boys are 9, 6 and 2" after "Boys are 8, 5 and 1"). A number
+    or code naming which thing (``_names``: "Room 205", "Seat 22A", "Order #1043") makes it
+    another thing, another "key:" another fact, and text the rule cannot read
+    (``_readable``: letters of a script other than Latin) is never the same subject. Of a
+    long fact, the first ``_COMPARED_WORDS`` words after its subject are compared.
+    "My sister now lives in Porto" after "My sister lives in Lisbon", "Dislikes spicy food"
+    after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
+    are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
+    similarity alone replaced such facts: sentences that differ in one name embed above a
+    cosine of 0.85."""
+    if not (_readable(old) and _readable(new)):
+        return False
+    old_key, new_key = fact_key(old), fact_key(new)
+    if old_key is not None and new_key is not None and old_key != new_key:
+        return False  # "Room 101: ..." and "Room 205: ...": a key names what a fact is about
     subject = fact_subject(old)
     if subject != fact_subject(new):
         return False
-    old_rest = _SUBJECT_WORD.findall(old.casefold())[len(subject) :]
-    new_rest = _SUBJECT_WORD.findall(new.casefold())[len(subject) :]
+    end = len(subject) + _COMPARED_WORDS
+    old_rest = _words(old)[len(subject) : end]
+    new_rest = _words(new)[len(subject) : end]
+    old_names = _names(old)[len(subject) : end]
+    new_names = _names(new)[len(subject) : end]
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
-    replaced = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op == "replace"]
-    slots = len(replaced) >= 2 and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    replaced = []
+    amounts = True  # whether every replaced word is a number on both sides
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op != "replace":
+            continue
+        if any(old_names[i1:i2]) or any(new_names[j1:j2]):
+            return False  # another room, seat or flight: a number or code naming which one
+        replaced.append((i2 - i1, j2 - j1))
+        amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
+    # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
+    # a year later "9, 6 and 2"), not another instance of a template
+    slots = (
+        len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    )
     return not slots
+
+
+def _words(content: str) -> list[str]:
+    """The words of ``content`` compared for subjects (``_SUBJECT_WORD``), case-folded."""
+    return [word.casefold() for word in _SUBJECT_WORD.findall(content)]
+
+
+#: nouns a number after them names one of ("Room 101", "Gate 12", "Seat 14"), not an amount
+#: or a progress ("level 7", "chapter 5", "step 3" are values of one thing and still change)
+_NUMBERED_TEXT = """
+    room gate seat table floor apartment apt flat unit suite building platform terminal door
+    desk office locker cabin bed ward bay dock booth row aisle hall lot spot order invoice
+    ticket case issue bug pr account flight policy claim parcel package
+"""
+_NUMBERED = frozenset(_NUMBERED_TEXT.split())
+#: a code naming a thing: capitals then digits ("LH123", "A320", "P12"), or digits and one
+#: capital ("4B", "14C")
+_CODE = re.compile(r"[A-Z]{1,3}\d{1,6}[A-Z]?|\d{1,5}[A-Z]")
+
+
+def _names(content: str) -> list[bool]:
+    """For each word of ``content`` (as ``_words`` gives them), whether it names which thing
+    a fact is about rather than giving a value: a code (``_CODE``), a number after "#"
+    ("Order #1042") or after a noun of ``_NUMBERED`` ("Room 101", "seat 14"). A fact about
+    Room 205 says nothing new about Room 101; "I have 3 kids" does about "I have 2 kids"."""
+    names = []
+    previous = ""
+    for match in _SUBJECT_WORD.finditer(content):
+        word = match.group()
+        named = bool(_CODE.fullmatch(word)) or (
+            word.isdigit() and (content[: match.start()].endswith("#") or previous in _NUMBERED)
+        )
+        names.append(named)
+        previous = word.casefold()
+    return names
+
+
+def _readable(content: str) -> bool:
+    """Whether the subject rule can read ``content``: its letters are all of the Latin
+    script. Words of other scripts were read as English ones (Chinese and Japanese, written
+    without spaces, as one word for the whole sentence; "Моя сестра" and "Мой брат" as no
+    subject at all), so any two similar facts in them were "about the same subject"."""
+    return all(
+        not char.isalpha() or char.isascii() or unicodedata.name(char, "").startswith("LATIN")
+        for char in content
+    )
 
 
 #: the ASCII letters and digits a fact starts with: every fact with its key starts with them
@@ -370,15 +460,34 @@ def source_message_id(memory: KnowledgeMemory, source_message: Any) -> int | Non
     Raises:
         InvalidFactError: not a message of the owner's conversations.
     """
+    return source_of(memory, source_message)[0]
+
+
+def source_of(memory: KnowledgeMemory, source_message: Any) -> tuple[int | None, str]:
+    """``source_message_id``'s id, and the date a transcript gave the message
+    (``recall.lines.TRANSCRIPT_DATE_KEYS`` in its metadata, as written there: "1:56 pm on 8
+    May, 2023") or "": a fact taken from it is dated when it was said (its
+    ``metadata["said_at"]``, as the memory flush writes it), not when it was stored (design
+    R3: dates a transcript gives win over storage times). One query, as the check alone.
+
+    Raises:
+        InvalidFactError: not a message of the owner's conversations.
+    """
     if source_message is None:
-        return None
+        return None, ""
     pk = source_message.pk if isinstance(source_message, Message) else source_message
     if isinstance(pk, bool) or not isinstance(pk, int) or not 0 < pk <= MAX_ID:
         raise InvalidFactError(f"source_message must be a stored message or its id, not {pk!r}")
     owned = Message.objects.using(memory.using).filter(pk=pk, conversation__owner_id=memory.scope.owner_id)
-    if not owned.exists():
+    found = owned.values_list("pk", "metadata").first()
+    if found is None:
         raise InvalidFactError(f"source_message {pk} is not a message of this owner's conversations")
-    return pk
+    metadata = found[1] if isinstance(found[1], dict) else {}
+    for key in TRANSCRIPT_DATE_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str) and value.strip():
+            return pk, " ".join(value.split())
+    return pk, ""
 
 
 def take_scope_lock(memory: KnowledgeMemory) -> None:

@@ -73,7 +73,14 @@ from agentmemory.recall.lines import (
     shown_day,
 )
 from agentmemory.recall.scope import owner_id_of
-from agentmemory.recall.text import STOP_WORDS, bounded_query, query_words, search_text
+from agentmemory.recall.text import (
+    STOP_WORDS,
+    bounded_query,
+    query_words,
+    said_keys,
+    search_text,
+    words_key,
+)
 from agentmemory.recall.when import windows_in, without_times
 from agentmemory.tokens import TiktokenCounter
 from agentmemory.validation import MAX_ID
@@ -144,6 +151,8 @@ class RecalledItem:
         said_at: the session date a transcript gave (message metadata), else ``created_at``.
         source_message_id: the id of the stored message a fact was taken from (its
             ``source_message``; None for messages and for facts without one).
+        words: a fact's ``recall.text.words_key``: a request sending a message that says it
+            (``said_keys``) repeats the fact; "" for messages.
     """
 
     kind: str
@@ -155,6 +164,7 @@ class RecalledItem:
     fact_id: int | None
     said_at: datetime | None
     source_message_id: int | None = None
+    words: str = ""
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,7 @@ def recall_memory(
     exclude_seqs: Collection[int] = (),
     exclude_fact_ids: Collection[int] = (),
     exclude_message_ids: Collection[int] = (),
+    exclude_texts: Collection[str] = (),
     facts: bool = True,
     using: str | None = None,
     fact_agent_key: str | None = None,
@@ -213,6 +224,11 @@ def recall_memory(
             ``source_message``, such as the fact the ``remember`` tool keeps from the turn's
             own question) is left out, as the message says it. Without it the second model
             call of that turn was sent the question and, in the block, the fact made of it.
+        exclude_texts: the texts of the messages the request already sends whole: a fact
+            that one of them, or one of its sentences, says word for word (``said_keys``:
+            case, white space and punctuation aside) is left out, with or without a
+            ``source_message`` (a host's own ``remember()`` calls, an import, MEMORY.md
+            keep none). So is a fact that a message the block shows says.
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
@@ -319,6 +335,9 @@ def recall_memory(
                 for h in memory.recall(query, k=MAX_FACTS, now=now)
                 if h.fact.pk not in skip and h.fact.source_message_id not in sent
             ]
+        if fact_hits and exclude_texts:
+            said = set().union(*(said_keys(text) for text in exclude_texts if isinstance(text, str)))
+            fact_hits = [h for h in fact_hits if words_key(h.fact.content) not in said]
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
@@ -365,12 +384,14 @@ def recall_memory(
     groups: set[tuple[int, str]] = set()
     named: set[int] = set()
     shown_ids: set[int] = set()
+    shown_said: set[str] = set()  # ``said_keys`` of the messages chosen
+    fact_words = {h.fact.pk: words_key(h.fact.content) for h in fact_hits}
     chosen_facts: list[Any] = []
     fact_costs: dict[int, int] = {}
     estimate = 0
     for unit in units:
         if unit.fact is not None:
-            if unit.fact.source_message_id in shown_ids:
+            if unit.fact.source_message_id in shown_ids or fact_words[unit.fact.pk] in shown_said:
                 continue
             cost = count_text(_fact_text(unit.fact)) + 1
             if estimate + cost <= budget:
@@ -412,8 +433,11 @@ def recall_memory(
         named |= names
         estimate += cost
         shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
+        if fact_words:  # only a block with facts compares texts
+            for key in new:
+                shown_said.update(said_keys(lines[key].text))  # type: ignore[index]
         for fact, score in list(chosen_facts):
-            if fact.source_message_id in shown_ids:
+            if fact.source_message_id in shown_ids or fact_words[fact.pk] in shown_said:
                 chosen_facts.remove((fact, score))
                 estimate -= fact_costs[fact.pk]
     counts = _Counts(counter, empty, block_cost)  # an item left as it was is not counted again
@@ -842,6 +866,7 @@ def _items(
                 fact_id=fact.pk,
                 said_at=_fact_said(fact),
                 source_message_id=fact.source_message_id,
+                words=words_key(fact.content),
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)

@@ -204,6 +204,30 @@ def word_runs(text: str) -> Iterator[str]:
         yield text[start:]
 
 
+#: where a sentence ends for ``said_keys``: ".", "!" or "?" before white space (not the point
+#: of "3.5"), a line break, or a full stop of Chinese and Japanese
+_SAID_END = re.compile(r"(?<=[.!?])\s+|\n\s*|[\u3002\uff01\uff1f]")
+
+
+def words_key(text: str) -> str:
+    """The words of ``text`` (``word_runs`` of its NFKC form), case-folded, joined by single
+    spaces: what two texts compare in the memory block's repeat check (``said_keys``).
+    White space, punctuation and case do not count; every word does."""
+    return " ".join(word.casefold() for word in word_runs(unicodedata.normalize("NFKC", text)))
+
+
+def said_keys(text: str) -> set[str]:
+    """The ``words_key`` of ``text`` and of each of its sentences: a fact whose ``words_key``
+    is among them is said by ``text`` ("Tom plays the violin" by "Tom plays the violin.
+    Which camp suits him?"), so a memory block that sends the text leaves the fact out
+    (design R3). A text that holds the fact's words among others ("My brother likes jazz")
+    does not say the fact ("Likes jazz")."""
+    keys = {words_key(text)}
+    keys.update(words_key(part) for part in _SAID_END.split(text))
+    keys.discard("")
+    return keys
+
+
 def query_words(query: str) -> list[str]:
     """The distinct lower-cased words of ``query`` in its normal form (``search_text``), in
     order, stop words removed unless the query has nothing else; at most
