@@ -1,0 +1,98 @@
+"""The context window's answer is bounded in bytes like every other answer of the API.
+
+Its budget is in tokens, and a token is not a few bytes of the answer: each history message
+carries its keys (``part``, ``seq``, ``role``, ``token_count``...), so a window of 200,000
+one-word messages at ``max_tokens=1000000`` answered 27.5 MB in the native format (17 s) and
+30.2 MB in LangChain's (33 s), against the 10 MB ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``
+every page and search answer keeps. Such a window now holds the newest history messages that
+fit, as ``max_messages`` would cut it (whole tool exchanges, starting on a human message),
+and ``uncovered`` reports the stored messages it left out; the newest turn is always sent,
+whole, as a page always holds one item.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage, ToolCall
+from agentmemory.models import Conversation
+from agentmemory.tokens import ApproximateTokenCounter
+
+pytestmark = pytest.mark.django_db
+
+BOUND = 20_000
+COUNTER = ApproximateTokenCounter()
+FORMATS = ["native", "openai", "anthropic", "langchain"]
+
+
+@pytest.fixture
+def user(django_user_model):  # type: ignore[no-untyped-def]
+    """The user these tests act as (``api_forced`` is authenticated as it)."""
+    return django_user_model.objects.create_user("windowed")
+
+
+def _many(user, turns: int) -> Conversation:  # type: ignore[no-untyped-def]
+    """``turns`` turns of a question, a tool exchange and an answer: 4 small messages each."""
+    conv = Conversation.objects.create(owner=user, agent_key="bounded")
+    messages: list[ChatMessage] = []
+    for i in range(turns):
+        call = ToolCall(id=f"c{i}", name="look", arguments={"n": i})
+        messages += [
+            ChatMessage.human(f"q{i}"),
+            ChatMessage.ai(None, tool_calls=[call]),
+            ChatMessage.tool(f"r{i}", tool_call_id=f"c{i}", name="look"),
+            ChatMessage.ai(f"a{i}"),
+        ]
+    PersistentChatHistory(conv, token_counter=COUNTER).add_messages(messages)
+    return conv
+
+
+@pytest.mark.parametrize("shape", FORMATS)
+def test_a_window_of_many_small_messages_is_cut_to_the_bound(api_forced, user, settings, shape) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    conv = _many(user, 150)  # 600 messages: 50 to 90 KB of answer in every format
+    response = api_forced.get(
+        f"/api/conversations/{conv.uuid}/context/",
+        {"max_tokens": 100_000, "message_format": shape},
+    )
+    assert response.status_code == 200, response.content[:300]
+    assert len(response.content) <= BOUND
+    body = response.json()
+    assert body["last_seq"] == 600  # the newest turn is sent
+    first = body["first_seq"]
+    assert first > 1 and (first - 1) % 4 == 0  # whole turns, starting on a human message
+    assert body["uncovered"]["count"] == first - 1  # and what it left out is reported
+    assert body["history_tokens"] < body["max_tokens"]
+
+
+@pytest.mark.parametrize("shape", FORMATS)
+def test_a_window_that_fits_is_sent_whole(api_forced, user, settings, shape) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    conv = _many(user, 10)
+    body = api_forced.get(
+        f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 100_000, "message_format": shape}
+    ).json()
+    assert body["first_seq"] == 1 and body["last_seq"] == 40 and body["uncovered"]["count"] == 0
+
+
+def test_the_newest_turn_is_sent_whole_when_it_alone_is_over_the_bound(api_forced, user, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    conv = _many(user, 20)
+    PersistentChatHistory(conv, token_counter=COUNTER).add_messages(
+        [ChatMessage.human("big " + "é" * 15_000), ChatMessage.ai("ok")]
+    )
+    response = api_forced.get(f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 100_000})
+    assert response.status_code == 200
+    body = response.json()
+    assert len(response.content) > BOUND  # one turn, sent alone
+    assert [m["seq"] for m in body["messages"] if m["part"] == "history"] == [81, 82]
+
+
+def test_max_messages_still_caps_below_the_bound(api_forced, user, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    conv = _many(user, 150)
+    body = api_forced.get(
+        f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 100_000, "max_messages": 8}
+    ).json()
+    assert body["first_seq"] == 593 and body["last_seq"] == 600
