@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import pytest
 
+from agentmemory.agents import BaseToolCallingAgent
 from agentmemory.history import PersistentChatHistory
+from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, ToolCall
-from agentmemory.models import Conversation
+from agentmemory.models import Conversation, ModelCall
 from agentmemory.tokens import ApproximateTokenCounter
 
 pytestmark = pytest.mark.django_db
@@ -96,3 +98,45 @@ def test_max_messages_still_caps_below_the_bound(api_forced, user, settings) -> 
         f"/api/conversations/{conv.uuid}/context/", {"max_tokens": 100_000, "max_messages": 8}
     ).json()
     assert body["first_seq"] == 593 and body["last_seq"] == 600
+
+
+# -- the window a model call recorded -----------------------------------------------------------
+
+
+class _BigBudget(BaseToolCallingAgent, register=False):
+    AGENT_KEY = "bounded"
+    SYSTEM_PROMPT = "Be brief."
+    CONVERSATION_HISTORY_TOKEN_LIMIT = 100_000
+
+
+def _recorded(conv: Conversation) -> ModelCall:
+    _BigBudget(llm=ScriptedChatModel(["done"])).run(conv, "and now?")
+    return ModelCall.objects.filter(conversation=conv).latest("pk")
+
+
+@pytest.mark.parametrize("shape", FORMATS)
+def test_a_recorded_window_over_the_bound_leaves_out_its_oldest_messages_and_says_so(
+    api_forced, user, settings, shape
+) -> None:  # type: ignore[no-untyped-def]
+    conv = _many(user, 150)
+    call = _recorded(conv)  # recorded under the default bound: all 601 messages were sent
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    response = api_forced.get(
+        f"/api/conversations/{conv.uuid}/model-calls/{call.uuid}/window/", {"message_format": shape}
+    )
+    assert response.status_code == 200, response.content[:300]
+    assert len(response.content) <= BOUND
+    body = response.json()
+    assert body["left_out"] > 0 and body["left_out"] % 4 == 0  # from a human message on
+    assert body["last_seq"] == 601  # the call's accounting stays the call's
+    text = response.content.decode()
+    assert "and now?" in text and '"q0"' not in text
+
+
+def test_a_recorded_window_that_fits_is_sent_whole(api_forced, user, settings) -> None:  # type: ignore[no-untyped-def]
+    conv = _many(user, 10)
+    call = _recorded(conv)
+    settings.AGENTMEMORY = {"API_MAX_RESPONSE_BYTES": BOUND}
+    body = api_forced.get(f"/api/conversations/{conv.uuid}/model-calls/{call.uuid}/window/").json()
+    assert body["left_out"] == 0
+    assert [m["seq"] for m in body["messages"] if m["part"] == "history"] == list(range(1, 42))

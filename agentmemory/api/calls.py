@@ -30,7 +30,7 @@ from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
 from agentmemory.api.access import request_owner
-from agentmemory.api.pagination import CheckedCursorPagination
+from agentmemory.api.pagination import CheckedCursorPagination, response_budget
 from agentmemory.api.schema import (
     OpenApiParameter,
     OpenApiResponse,
@@ -51,8 +51,10 @@ from agentmemory.api.views import (
     _ConversationScoped,
     message_format,
 )
+from agentmemory.api.windows import bounded_record
 from agentmemory.calls import WindowUnavailable, recorded_context_window
 from agentmemory.conf import get_token_counter
+from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
 from agentmemory.usage import usage_totals
@@ -127,8 +129,12 @@ class ModelCallViewSet(
         except WindowUnavailable as exc:
             return Response({"error": "window_unavailable", "detail": str(exc)}, status=409)
         context = {"message_format": shape, "token_counter": get_token_counter(), "tools": tools}
+
+        def serialize(shown: ContextWindow, left_out: int) -> dict[str, Any]:
+            return dict(RecordedWindowSerializer(shown, context={**context, "left_out": left_out}).data)
+
         try:
-            data = RecordedWindowSerializer(window, context=context).data
+            data = bounded_record(window, serialize, budget=response_budget(request), shape=shape)
         except InvalidMessageError as exc:
             raise ValidationError(
                 {"message_format": [f"This window cannot be shown as {shape} messages: {exc}"]}

@@ -2,15 +2,18 @@
 
 A window's budget is in tokens, and its answer is larger than its tokens by the keys each
 message carries: 200,000 one-word messages at ``max_tokens=1000000`` answered 27.5 MB in the
-native format (17 s), 30.2 MB in LangChain's. A window whose answer is over
+native format (17 s), 30.2 MB in LangChain's, and the window a model call recorded with that
+budget as much (the admin's page of it, 42 MB). A window whose answer is over
 ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` is built again with fewer history messages, the
 newest that fit, as ``max_messages`` cuts it (whole tool exchanges, starting on a human
-message); its ``uncovered`` report lists the stored messages it left out.
+message); its ``uncovered`` report lists the stored messages it left out. A recorded window
+cannot be built again: its oldest messages are left out of the answer, which says how many.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from agentmemory.api.pagination import json_size
@@ -95,4 +98,50 @@ def bounded_window(
         if len(smaller.history) >= history:
             break
         window, data = smaller, serialize(smaller)
+    return data
+
+
+def bounded_record(
+    window: ContextWindow,
+    serialize: Callable[[ContextWindow, int], dict[str, Any]],
+    *,
+    budget: int,
+    shape: str,
+) -> dict[str, Any]:
+    """The serialized answer of a recorded call's ``window`` (what it sent, which cannot be
+    built again smaller), in at most ``budget`` bytes when it can be: over it, its oldest
+    history messages are left out, from a human message on, and ``serialize(window,
+    left_out)`` says how many. The newest turn is always sent whole.
+
+    Args:
+        window: the window the call sent.
+        serialize: the answer's data for a window and the number of history messages left out.
+        budget: bytes the answer may take.
+        shape: the message format of the answer.
+    """
+    history = window.history
+    head = window.messages[: len(window.messages) - len(history)]
+    humans = [i for i, message in enumerate(history) if message.role == Role.HUMAN]
+    newest_turn = humans[-1] if humans else max(len(history) - 1, 0)
+
+    def start_after(dropped: int) -> int:
+        """The first human message at or after ``dropped``, never past the newest turn."""
+        return next((i for i in humans if i >= dropped), newest_turn)
+
+    left_out = start_after(max(len(history) - message_cap(budget, shape), 0)) if humans else 0
+    cut = replace(window, messages=head + history[left_out:])
+    data = serialize(cut, left_out)
+    for _ in range(MAX_REBUILDS):
+        over = json_size(data) - budget
+        if over <= 0 or left_out >= newest_turn:
+            break
+        dropped = freed = 0
+        for size in history_sizes(cut, shape):
+            if freed >= over:
+                break
+            freed += size
+            dropped += 1
+        left_out = start_after(left_out + dropped)
+        cut = replace(window, messages=head + history[left_out:])
+        data = serialize(cut, left_out)
     return data

@@ -76,9 +76,18 @@ class RecordedWindowSerializer(ContextWindowSerializer):
     text, not its items)."""
 
     tools = serializers.SerializerMethodField()
+    left_out = serializers.SerializerMethodField(
+        help_text="How many of the oldest history messages the call sent are not in `messages`, "
+        "so that the answer stays within AGENTMEMORY['API_MAX_RESPONSE_BYTES'] (0: the whole "
+        "window). The kept ones start on a human message; the newest turn is always sent. The "
+        "token counts and seqs are the call's."
+    )
 
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])
+
+    def get_left_out(self, window: Any) -> int:
+        return int(self.context.get("left_out", 0))
 
 
 class ModelUsageSerializer(serializers.Serializer):
