@@ -140,3 +140,19 @@ def test_a_recorded_window_that_fits_is_sent_whole(api_forced, user, settings) -
     body = api_forced.get(f"/api/conversations/{conv.uuid}/model-calls/{call.uuid}/window/").json()
     assert body["left_out"] == 0
     assert [m["seq"] for m in body["messages"] if m["part"] == "history"] == list(range(1, 42))
+
+
+def test_the_admin_window_page_shows_the_newest_messages_and_says_how_many_it_left_out(
+    user, admin_client, settings
+) -> None:  # type: ignore[no-untyped-def]
+    from django.urls import reverse
+
+    from agentmemory.admin import calls as admin_calls
+
+    conv = _many(user, 300)  # 1,201 messages sent: a table row each
+    call = _recorded(conv)
+    body = admin_client.get(reverse("admin:agentmemory_modelcall_window", args=[call.pk])).content.decode()
+    assert body.count("<tr>") <= admin_calls.WINDOW_PAGE_MESSAGES + 5
+    assert "and now?" in body and ">q0<" not in body
+    assert "oldest history messages this call sent are not shown here" in body
+    assert "from seq 205 on" in body  # the first shown, a human message
