@@ -147,7 +147,7 @@ def test_the_admin_window_page_shows_the_newest_messages_and_says_how_many_it_le
 ) -> None:  # type: ignore[no-untyped-def]
     from django.urls import reverse
 
-    from agentmemory.admin import calls as admin_calls
+    from agentmemory.admin import utils as admin_calls
 
     conv = _many(user, 300)  # 1,201 messages sent: a table row each
     call = _recorded(conv)
@@ -156,3 +156,19 @@ def test_the_admin_window_page_shows_the_newest_messages_and_says_how_many_it_le
     assert "and now?" in body and ">q0<" not in body
     assert "oldest history messages this call sent are not shown here" in body
     assert "from seq 205 on" in body  # the first shown, a human message
+
+
+def test_the_admin_context_page_shows_the_newest_messages_and_says_how_many_it_left_out(
+    user, admin_client
+) -> None:  # type: ignore[no-untyped-def]
+    from django.urls import reverse
+
+    from agentmemory.admin import utils as admin_utils
+
+    conv = _many(user, 300)
+    url = reverse("admin:agentmemory_conversation_context", args=[conv.pk])
+    body = admin_client.get(url, {"max_tokens": 100_000}).content.decode()
+    assert body.count("<tr") <= admin_utils.WINDOW_PAGE_MESSAGES + 30
+    assert ">a299<" in body or "a299" in body
+    assert "oldest history messages of this window are not shown here" in body
+    assert "shown from seq 201 on" in body

@@ -22,14 +22,13 @@ from agentmemory.admin.utils import (
     BoundedCountPaginator,
     ReadOnlyAdmin,
     admin_link,
+    newest_shown,
     pretty_json,
     short_conversation,
     short_datetime,
 )
 from agentmemory.calls import WindowUnavailable, recorded_memory_tokens
-from agentmemory.conf import app_settings
 from agentmemory.context.window import MEMORY_BLOCK_KEY
-from agentmemory.messages import Role
 from agentmemory.models import ModelCall, ModelCallKind, UsageSource
 from agentmemory.usage import usage_totals
 
@@ -208,7 +207,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
                     "placeholder": bool(message.metadata.get("pending_tool_call")),
                 }
             )
-        entries, left_out = _newest_shown(entries)
+        entries, left_out = newest_shown(entries)
         context = {
             **self.admin_site.each_context(request),
             "left_out": left_out,
@@ -232,35 +231,3 @@ class ModelCallAdmin(ReadOnlyAdmin):
         return TemplateResponse(
             request, "agentmemory/admin/model_call_window.html", context, status=404 if error else 200
         )
-
-
-#: most history messages the window page shows (each is a table row: 200,000 of them made a
-#: page of 42 MB that took 36 s)
-WINDOW_PAGE_MESSAGES = 1_000
-
-
-def _newest_shown(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """``(entries shown, history messages left out)``: the system prompt, summary and memory
-    block, and the newest history messages, at most ``WINDOW_PAGE_MESSAGES`` of them and as
-    many as fit in ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` characters of text, from a human
-    message on; the newest turn is always shown."""
-    history = [i for i, entry in enumerate(entries) if entry["part"] == "history"]
-    if not history:
-        return entries, 0
-    budget = app_settings().API_MAX_RESPONSE_BYTES
-    keep = 0
-    size = 0
-    for index in reversed(history):
-        message = entries[index]["message"]
-        size += len(message.content or "") + sum(
-            len(call["arguments"]) for call in entries[index]["tool_calls"]
-        )
-        if keep and (keep >= WINDOW_PAGE_MESSAGES or size > budget):
-            break
-        keep += 1
-    cut = len(history) - keep
-    humans = [n for n, index in enumerate(history) if entries[index]["message"].role == Role.HUMAN]
-    if cut and humans:
-        cut = next((n for n in humans if n >= cut), humans[-1])
-    dropped = set(history[:cut])
-    return [entry for i, entry in enumerate(entries) if i not in dropped], cut
