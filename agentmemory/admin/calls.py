@@ -22,6 +22,7 @@ from agentmemory.admin.utils import (
     BoundedCountPaginator,
     ReadOnlyAdmin,
     admin_link,
+    newest_shown,
     pretty_json,
     short_conversation,
     short_datetime,
@@ -252,8 +253,11 @@ class ModelCallAdmin(ReadOnlyAdmin):
                     "sent_changes": notes.get(index, []),
                 }
             )
+        entries, left_out = newest_shown(entries)
         context = {
             **self.admin_site.each_context(request),
+            "left_out": left_out,
+            "shown_from": next((e["message"].seq for e in entries if e["part"] == "history"), None),
             "title": _("Window sent"),
             "subtitle": str(obj),
             "opts": self.opts,

@@ -40,6 +40,7 @@ from agentmemory.admin.utils import (
     admin_link,
     changelist_url,
     int_param,
+    newest_shown,
     short_datetime,
 )
 from agentmemory.agent_registry import find, memory_scope
@@ -586,6 +587,7 @@ class ConversationAdmin(CheckedQueryAdmin):
                             "is_history": part == HISTORY_PART,
                         }
                     )
+        entries, hidden = newest_shown(entries)
         left_out = None
         if window is not None and window.first_seq is not None:
             floor = max(window.summary_through_seq or 0, obj.pinned_through)
@@ -620,6 +622,8 @@ class ConversationAdmin(CheckedQueryAdmin):
             "memory_recall": memory_recall,
             "recall_default": conf.MEMORY_RECALL_ENABLED,
             "left_out": left_out,
+            "hidden": hidden,
+            "shown_from": next((e["message"].seq for e in entries if e["is_history"]), None),
             "remaining": (window.max_tokens - window.total_tokens) if window else None,
             "messages_url": changelist_url(Message, conversation__id__exact=obj.pk),
         }

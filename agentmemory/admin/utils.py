@@ -23,6 +23,8 @@ from django.utils.html import format_html
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
+from agentmemory.conf import app_settings
+from agentmemory.messages import Role
 from agentmemory.models import Conversation
 from agentmemory.validation import MAX_ID, parse_id, text_problem
 
@@ -261,3 +263,35 @@ def filtered_conversation(request: HttpRequest) -> Conversation | None:
     if pk is None:
         return None
     return Conversation.objects.only("id", "uuid", "title").filter(pk=pk).first()
+
+
+#: most history messages a window page shows, the context page or a call's window as sent
+#: (each is a table row: 200,000 of them made a page of 42 to 59 MB that took 19 to 36 s)
+WINDOW_PAGE_MESSAGES = 1_000
+
+
+def newest_shown(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """``(entries shown, history messages left out)``: the system prompt, summary and memory
+    block, and the newest history messages, at most ``WINDOW_PAGE_MESSAGES`` of them and as
+    many as fit in ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` characters of text, from a human
+    message on; the newest turn is always shown."""
+    history = [i for i, entry in enumerate(entries) if entry["part"] == "history"]
+    if not history:
+        return entries, 0
+    budget = app_settings().API_MAX_RESPONSE_BYTES
+    keep = 0
+    size = 0
+    for index in reversed(history):
+        message = entries[index]["message"]
+        size += len(message.content or "") + sum(
+            len(call["arguments"]) for call in entries[index]["tool_calls"]
+        )
+        if keep and (keep >= WINDOW_PAGE_MESSAGES or size > budget):
+            break
+        keep += 1
+    cut = len(history) - keep
+    humans = [n for n, index in enumerate(history) if entries[index]["message"].role == Role.HUMAN]
+    if cut and humans:
+        cut = next((n for n in humans if n >= cut), humans[-1])
+    dropped = set(history[:cut])
+    return [entry for i, entry in enumerate(entries) if i not in dropped], cut

@@ -31,7 +31,7 @@ from rest_framework.viewsets import GenericViewSet
 
 from agentmemory.api import serializers as s
 from agentmemory.api.access import request_owner
-from agentmemory.api.pagination import CheckedCursorPagination
+from agentmemory.api.pagination import CheckedCursorPagination, response_budget
 from agentmemory.api.schema import (
     OpenApiParameter,
     OpenApiResponse,
@@ -52,8 +52,10 @@ from agentmemory.api.views import (
     _ConversationScoped,
     message_format,
 )
+from agentmemory.api.windows import bounded_record
 from agentmemory.calls import WindowUnavailable, recorded_context_window, recorded_provider_changes
 from agentmemory.conf import get_token_counter
+from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
 from agentmemory.models import ModelCall, ModelCallKind
 from agentmemory.usage import usage_totals
@@ -132,11 +134,20 @@ class ModelCallViewSet(
             "message_format": shape,
             "token_counter": get_token_counter(),
             "tools": tools,
-            "provider_changes": recorded_provider_changes(call, window.messages),
             "provider_changes_more": more if isinstance(more, int) and not isinstance(more, bool) else 0,
         }
+
+        def serialize(shown: ContextWindow, left_out: int) -> dict[str, Any]:
+            # the changes' positions are those of the messages this answer shows
+            changes = recorded_provider_changes(call, shown.messages)
+            return dict(
+                RecordedWindowSerializer(
+                    shown, context={**context, "left_out": left_out, "provider_changes": changes}
+                ).data
+            )
+
         try:
-            data = RecordedWindowSerializer(window, context=context).data
+            data = bounded_record(window, serialize, budget=response_budget(request), shape=shape)
         except InvalidMessageError as exc:
             raise ValidationError(
                 {"message_format": [f"This window cannot be shown as {shape} messages: {exc}"]}

@@ -2,23 +2,30 @@
 
 Every error the API answers is a JSON object ``{"error": code, "detail": text, ...}``:
 ``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
-``not_authenticated``, ``permission_denied``, ``method_not_allowed``, ``invalid_message``,
-``context_budget_exceeded``, ``database_unavailable``...), ``detail`` a sentence for people.
-Validation errors add ``fields``: ``{field name: [messages]}``, a nested field named by its dotted path
-(``tool_calls.0.id``). The handler is used by agentmemory's views only
-(``get_exception_handler``), so a host project's ``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` keeps
-governing its own views.
+``too_many_fields``, ``not_authenticated``, ``permission_denied``, ``method_not_allowed``,
+``invalid_message``, ``context_budget_exceeded``, ``database_unavailable``...), ``detail`` a
+sentence for people. Validation errors add ``fields``: ``{field name: [messages]}``, a nested
+field named by its dotted path (``tool_calls.0.id``). The handler is used by agentmemory's
+views only (``get_exception_handler``), so a host project's
+``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` keeps governing its own views.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import logging
 import re
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import (
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError, connections
 from django.http import Http404
@@ -32,6 +39,7 @@ __all__ = [
     "MAX_BODY_DEPTH",
     "MAX_ERROR_FIELDS",
     "MAX_ERROR_TEXT",
+    "BadRequest",
     "BoundedJSONParser",
     "DatabaseUnavailable",
     "JSONAwareFormParser",
@@ -74,6 +82,40 @@ class PayloadTooLarge(exceptions.APIException):
 def _body_limit() -> int | None:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return limit if isinstance(limit, int) and limit > 0 else None
+
+
+class BadRequest(exceptions.APIException):
+    """400 for a request Django's own request handling refused as suspicious (its
+    ``SuspiciousOperation``): more query parameters or form fields than
+    ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` (``too_many_fields``), more files than
+    ``DATA_UPLOAD_MAX_NUMBER_FILES`` (``too_many_files``), a malformed multipart body
+    (``bad_request``). Django answers these with its HTML "Bad Request (400)" page."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "The request was refused as malformed."
+    default_code = "bad_request"
+
+
+def _suspicious(exc: SuspiciousOperation, request: Any) -> BadRequest:
+    """The API's 400 for ``exc``, logged to ``django.security.<its class>`` as Django logs it
+    (a host's security logging keeps seeing these requests)."""
+    logging.getLogger(f"django.security.{exc.__class__.__name__}").error(
+        str(exc), extra={"status_code": 400, "request": getattr(request, "_request", request)}
+    )
+    if isinstance(exc, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return BadRequest(
+            f"The request sends more than {limit:,} query parameters or form fields "
+            "(DATA_UPLOAD_MAX_NUMBER_FIELDS).",
+            code="too_many_fields",
+        )
+    if isinstance(exc, TooManyFilesSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+        return BadRequest(
+            f"The request sends more than {limit:,} files (DATA_UPLOAD_MAX_NUMBER_FILES).",
+            code="too_many_files",
+        )
+    return BadRequest(f"The request was refused as malformed: {str(exc)[:MAX_ERROR_TEXT]}")
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
@@ -277,7 +319,9 @@ def _close_broken_connections() -> None:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, answering in the API's error shape; also turns Django's
-    ``RequestDataTooBig`` into a 413, a Django ``ValidationError`` into a 400 and a database
+    ``RequestDataTooBig`` into a 413, its other ``SuspiciousOperation`` refusals of a request
+    (too many fields or files, a malformed multipart body) into a 400 (``BadRequest``), a
+    Django ``ValidationError`` into a 400 and a database
     that cannot be reached (``OperationalError``, ``InterfaceError``) into a 503
     ``database_unavailable`` with ``Retry-After``. Anything else unhandled stays a server
     error (returns ``None``), so real bugs are not hidden."""
@@ -288,6 +332,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied(*exc.args)
     elif isinstance(exc, RequestDataTooBig):
         exc = _too_large(_body_limit() or 0)
+    elif isinstance(exc, SuspiciousOperation):
+        exc = _suspicious(exc, context.get("request"))
     elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.messages)
     elif unavailable:

@@ -62,19 +62,25 @@ router.register("facts", FactViewSet, basename="fact")
 
 @csrf_exempt  # it changes nothing: a POST is sent on, with its body, to the URL with the slash
 def without_trailing_slash(request: HttpRequest, rest: str) -> HttpResponse:
-    """A URL of the API without its trailing slash: ``308 Permanent Redirect`` to the URL with
-    it (the method and the body go with a 308, where Django's ``APPEND_SLASH`` answers a POST
-    with an HTML error page under ``DEBUG`` and a 301 otherwise, which clients follow with a
-    GET), or the API's JSON 404 when that is no URL of the API either."""
-    try:
-        resolve(request.path_info + "/", urlconf=getattr(request, "urlconf", None))
-    except Resolver404:
-        return JsonResponse({"error": "not_found", "detail": "No such URL in the API."}, status=404)
-    location = request.path + "/"
-    if request.META.get("QUERY_STRING"):
-        location += "?" + request.META["QUERY_STRING"]
-    body = {"error": "trailing_slash", "detail": f"The API's URLs end in a slash: {location}"}
-    return _PermanentRedirect(location, content=json.dumps(body), content_type="application/json")
+    """A path under the API's own prefixes that no other URL of the API matched.
+
+    Without its trailing slash, and a URL of the API with it: ``308 Permanent Redirect`` to
+    that URL (the method and the body go with a 308, where Django's ``APPEND_SLASH`` answers a
+    POST with an HTML error page under ``DEBUG`` and a 301 otherwise, which clients follow
+    with a GET). ``Location`` is the path as sent, escaped again (``%3F`` stays ``%3F``, never
+    a query), with the slash and the query string. Anything else, with its slash or without:
+    the API's JSON 404 (Django's is an HTML page)."""
+    if not rest.endswith("/"):
+        try:
+            match = resolve(request.path_info + "/", urlconf=getattr(request, "urlconf", None))
+        except Resolver404:
+            match = None
+        # with the slash it must be another URL than this catch-all, which takes any path
+        if match is not None and match.func is not without_trailing_slash:
+            location = request.get_full_path(force_append_slash=True)
+            body = {"error": "trailing_slash", "detail": f"The API's URLs end in a slash: {location}"}
+            return _PermanentRedirect(location, content=json.dumps(body), content_type="application/json")
+    return JsonResponse({"error": "not_found", "detail": "No such URL in the API."}, status=404)
 
 
 class _PermanentRedirect(HttpResponseRedirectBase):
@@ -88,6 +94,6 @@ urlpatterns = [
     path("search/", SearchView.as_view(), name="search"),
     path("usage/", UsageView.as_view(), name="usage"),
     # last: only what matched nothing above, and only under the API's own first segments, so
-    # the host's URLs beside the API are never taken
-    re_path(r"^(?P<rest>(?:conversations|facts|search|usage)(?:/.*)?)(?<!/)$", without_trailing_slash),
+    # the host's URLs beside the API are never taken; any character, a line break included
+    re_path(r"^(?P<rest>(?:conversations|facts|search|usage)(?:/[\s\S]*)?)\Z", without_trailing_slash),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuid_lib
+from functools import partial
 from typing import Any
 
 from django.db import router, transaction
@@ -51,6 +52,7 @@ from agentmemory.api.pagination import (
     MessageCursorPagination,
     SummaryCursorPagination,
     json_size,
+    response_budget,
 )
 from agentmemory.api.schema import (
     OpenApiExample,
@@ -63,10 +65,11 @@ from agentmemory.api.schema import (
     view_schema,
 )
 from agentmemory.api.serializers.common import json_type
+from agentmemory.api.windows import bounded_window
 from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.context import ContextWindowBuilder
+from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
@@ -315,6 +318,13 @@ def reject_repeated_parameters(request: Request) -> None:
         raise serializers.ValidationError({name: ["Give this parameter once."] for name in repeated})
 
 
+def _window_data(window: ContextWindow, *, shape: str, counter: Any) -> dict[str, Any]:
+    """The answer of ``/context/`` for ``window``, its messages in ``shape``."""
+    return dict(
+        s.ContextWindowSerializer(window, context={"message_format": shape, "token_counter": counter}).data
+    )
+
+
 def bounded_hits(found: dict[str, list[Any]], budget: int) -> tuple[dict[str, list[Any]], dict[str, int]]:
     """The serialized hits of ``found`` (``{kind: hits, best first}``) that fit in
     ``budget`` bytes, taken best first of each kind in turn, so that neither kind crowds the
@@ -559,7 +569,9 @@ class ConversationViewSet(
         recalled in the scope the agent registered under the conversation's agent key uses
         (``agent_registry.memory_scope``: what that agent sends), else in the scope of the
         conversation's agent key, and only for the owner (staff reading another user's
-        conversation get none)."""
+        conversation get none). The answer is at most ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``:
+        a window over it holds the newest history messages that fit (as ``max_messages`` cuts
+        it, the newest turn always whole) and ``uncovered`` lists those left out."""
         conversation = self.get_object()
         shape = message_format(request)
         max_tokens = _positive_int_param(
@@ -594,7 +606,13 @@ class ConversationViewSet(
                 memory_agent_key=memory_agent_key,
                 memory_namespace=memory_namespace,
             )
-            window = build_closing_gap(builder, max_tokens, max_messages=max_messages)
+            data = bounded_window(
+                lambda limit: build_closing_gap(builder, max_tokens, max_messages=limit),
+                partial(_window_data, shape=shape, counter=counter),
+                budget=response_budget(request),
+                shape=shape,
+                max_messages=max_messages,
+            )
         except ContextBudgetExceeded as exc:
             return Response(
                 {
@@ -613,10 +631,6 @@ class ConversationViewSet(
             # The default budget itself can be over the ceiling (system check agentmemory.E020
             # says so at startup): the caller has to ask for less.
             raise serializers.ValidationError({"max_tokens": [str(exc)]}) from None
-        try:
-            data = s.ContextWindowSerializer(
-                window, context={"message_format": shape, "token_counter": counter}
-            ).data
         except InvalidMessageError as exc:
             raise serializers.ValidationError(
                 {"message_format": [f"This window cannot be sent as {shape} messages: {exc}"]}

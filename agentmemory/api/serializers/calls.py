@@ -118,10 +118,17 @@ class RecordedWindowSerializer(ContextWindowSerializer):
     provider_changes = serializers.SerializerMethodField(
         help_text="What the provider adapter changed in these messages to meet the provider's "
         "limits, in request order (already applied to `messages`; a whole message's content cut "
-        "is also in `truncated`). Empty when it sent the window as built."
+        "is also in `truncated`). Empty when it sent the window as built. `message` is null for "
+        "a change to a message left out of this answer (`left_out`)."
     )
     provider_changes_more = serializers.SerializerMethodField(
         help_text="Changes past the ones listed (a record keeps at most 100)."
+    )
+    left_out = serializers.SerializerMethodField(
+        help_text="How many of the oldest history messages the call sent are not in `messages`, "
+        "so that the answer stays within AGENTMEMORY['API_MAX_RESPONSE_BYTES'] (0: the whole "
+        "window). The kept ones start on a human message; the newest turn is always sent. The "
+        "token counts and seqs are the call's."
     )
 
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
@@ -138,6 +145,9 @@ class RecordedWindowSerializer(ContextWindowSerializer):
     @extend_schema_field(serializers.IntegerField())
     def get_provider_changes_more(self, window: Any) -> int:
         return int(self.context.get("provider_changes_more") or 0)
+
+    def get_left_out(self, window: Any) -> int:
+        return int(self.context.get("left_out", 0))
 
 
 class ModelUsageSerializer(serializers.Serializer):

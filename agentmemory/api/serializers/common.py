@@ -244,7 +244,8 @@ class ErrorSerializer(serializers.Serializer):
     """The API's error shape: every 4xx answer is a JSON object with at least these keys."""
 
     error = serializers.CharField(
-        help_text="A stable code: invalid, not_found, parse_error, too_large, not_authenticated, "
+        help_text="A stable code: invalid, not_found, parse_error, too_large, too_many_fields, "
+        "not_authenticated, "
         "permission_denied, method_not_allowed, invalid_message, context_budget_exceeded, ..."
     )
     detail = serializers.CharField(help_text="What went wrong, for people.")

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import router
 from rest_framework import serializers
 
+from agentmemory.api.pagination import json_size
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.messages import (
     ANTHROPIC,
@@ -261,10 +262,9 @@ class ContextWindowSerializer(serializers.Serializer):
             return list(messages_to_dict(langchain.to_langchain(window.messages)))
         result = []
         for part, message, tokens in window_entries(window, self.context["token_counter"]):
-            entry = {"part": part, "seq": message.seq if part == HISTORY_PART else None}
-            entry.update(message_to_native(message))
-            entry["token_count"] = tokens
-            entry["truncated"] = message.truncated
+            entry = native_history_entry(message, tokens)
+            if part != HISTORY_PART:
+                entry.update(part=part, seq=None)
             result.append(entry)
         return result
 
@@ -287,3 +287,42 @@ def _public_ids(model: Any, pks: set[Any]) -> dict[Any, str]:
         return {}
     rows = model.objects.using(router.db_for_read(model)).filter(pk__in=pks).values_list("pk", "uuid")
     return {pk: str(public) for pk, public in rows}
+
+
+def history_sizes(window: ContextWindow | Any, shape: str) -> list[int]:
+    """Bytes (compact JSON, UTF-8, with its comma) that each history message of ``window``,
+    oldest first, takes in the ``messages`` of an answer in ``shape``, each sent alone (an
+    Anthropic message merged with its neighbour takes less: an upper bound there)."""
+    sizes = []
+    for message in window.history:
+        if shape == OPENAI:
+            items: Any = to_openai_messages([message])
+        elif shape == ANTHROPIC:
+            try:
+                items = to_anthropic([message])[1]
+            except ValueError:
+                # alone it is no valid Anthropic list (an AI message first): its OpenAI size
+                items = to_openai_messages([message])
+        elif shape == LANGCHAIN:
+            langchain, _, messages_to_dict = _langchain()
+            items = messages_to_dict(langchain.to_langchain([message]))
+        else:
+            items = [native_history_entry(message, message.token_count or 0)]
+        sizes.append(json_size(items) - 1)  # the list's brackets, less its comma
+    return sizes
+
+
+def native_history_entry(message: ChatMessage, tokens: int) -> dict[str, Any]:
+    """A history message as the native ``messages`` of an answer hold it."""
+    return {
+        "part": HISTORY_PART,
+        "seq": message.seq,
+        **message_to_native(message),
+        "token_count": tokens,
+        "truncated": message.truncated,
+    }
+
+
+#: fewest bytes a history message takes in an answer in a shape other than native (an
+#: Anthropic text block merged into its neighbour, ``{"type":"text","text":""}``, with a comma)
+MIN_ENTRY_BYTES = 25
