@@ -417,6 +417,7 @@ class PersistentChatHistory:
                 using=using,
                 owner_ids=[found[0]] if found[0] is not None else [],
                 conversation_ids=[self.conversation_id],
+                kept=True,
             )
 
     def pop(self) -> ChatMessage | None:

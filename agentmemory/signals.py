@@ -42,7 +42,8 @@
   stored memory: whole conversations (or every message of one, ``PersistentChatHistory.clear``,
   or the words of every message, ``purge_conversations --blank-content``), single messages as
   (conversation id, seq) pairs (``pop``), facts with their history. ``owner_ids`` may be empty
-  (conversations without owner). The copies of their text that recorded model calls of the
+  (conversations without owner); ``kept=True`` says the conversations themselves stay
+  (``clear``, blanking). The copies of their text that recorded model calls of the
   same owners keep are removed from it (``agentmemory.recording.redact_recorded_copies``), and
   ``agentmemory.contrib.langgraph`` erases the checkpoints of a mirrored thread whose
   conversation was cleared or blanked.

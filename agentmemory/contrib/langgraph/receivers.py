@@ -88,7 +88,12 @@ def delete_mirrored_checkpoints(sender: Any, instance: MirroredThread, using: st
 
 
 def forget_cleared_threads(
-    sender: Any = None, *, using: str, conversation_ids: Sequence[int] = (), **kwargs: Any
+    sender: Any = None,
+    *,
+    using: str,
+    conversation_ids: Sequence[int] = (),
+    kept: bool = False,
+    **kwargs: Any,
 ) -> None:
     """``memory_deleted`` receiver: a mirrored conversation whose messages were erased but
     which is kept (``PersistentChatHistory.clear()``, ``purge_conversations
@@ -97,10 +102,12 @@ def forget_cleared_threads(
     conversation. The list of messages already mirrored and the last mirroring error go as
     well (an id-less message is known by a digest of its text).
 
-    A conversation deleted outright has no link left by then (``delete_mirrored_checkpoints``
-    handled it). Source: BUG-23 of the project's bug corpus, langchain-ai/langgraph#8054
-    (deleting or erasing left the transcript in the checkpoints)."""
-    if sender is not Conversation or not conversation_ids:
+    Only for conversations that stay (``kept=True``): a conversation deleted outright has no
+    link left by then (``delete_mirrored_checkpoints`` handled it).
+
+    Source: BUG-23 of the project's bug corpus, langchain-ai/langgraph#8054 (deleting or
+    erasing left the transcript in the checkpoints)."""
+    if sender is not Conversation or not kept or not conversation_ids:
         return
     links = MirroredThread.objects.using(using).filter(conversation_id__in=list(conversation_ids))
     threads = sorted(links.values_list("thread_id", flat=True))
