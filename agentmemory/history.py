@@ -410,10 +410,15 @@ class PersistentChatHistory:
             )
             Summary.objects.using(using).filter(conversation_id=self.conversation_id).delete()
             Message.objects.using(using).filter(conversation_id=self.conversation_id).delete()
-            if found[0] is not None:
-                signals.memory_deleted.send(
-                    Conversation, using=using, owner_ids=[found[0]], conversation_ids=[self.conversation_id]
-                )
+            # sent for a conversation without owner too: integrations that keep a copy of
+            # the words (a LangGraph thread's checkpoints) erase it
+            signals.memory_deleted.send(
+                Conversation,
+                using=using,
+                owner_ids=[found[0]] if found[0] is not None else [],
+                conversation_ids=[self.conversation_id],
+                kept=True,
+            )
 
     def pop(self) -> ChatMessage | None:
         """Delete the newest stored message and return it (``seq``, ``id`` and

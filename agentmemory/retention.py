@@ -332,7 +332,11 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
         Conversation.objects.using(alias).filter(pk__in=batch, owner__isnull=False).values_list("owner_id")
     )
     signals.memory_deleted.send(
-        Conversation, using=alias, owner_ids=sorted({o for (o,) in owners}), conversation_ids=batch
+        Conversation,
+        using=alias,
+        owner_ids=sorted({o for (o,) in owners}),
+        conversation_ids=batch,
+        kept=True,
     )
     # ``update()`` leaves ``updated_at`` alone: blanking is not activity.
     conversations = Conversation.objects.using(alias).filter(pk__in=batch).update(content_purged_at=now)

@@ -39,10 +39,14 @@
 - ``memory_deleted(sender=type, using: str, owner_ids: list[int], conversation_ids: list[int] = (),
   messages: list[tuple[int, int]] = (), fact_ids: list[int] = ())`` (each list given only when it
   has items) inside the transaction that deleted
-  stored memory: whole conversations (or every message of one, ``PersistentChatHistory.clear``),
-  single messages as (conversation id, seq) pairs (``pop``), facts with their history. The
-  copies of their text that recorded model calls of the same owners keep are removed from it
-  (``agentmemory.recording.redact_recorded_copies``).
+  stored memory: whole conversations (or every message of one, ``PersistentChatHistory.clear``,
+  or the words of every message, ``purge_conversations --blank-content``), single messages as
+  (conversation id, seq) pairs (``pop``), facts with their history. ``owner_ids`` may be empty
+  (conversations without owner); ``kept=True`` says the conversations themselves stay
+  (``clear``, blanking). The copies of their text that recorded model calls of the
+  same owners keep are removed from it (``agentmemory.recording.redact_recorded_copies``), and
+  ``agentmemory.contrib.langgraph`` erases the checkpoints of a mirrored thread whose
+  conversation was cleared or blanked.
 
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the

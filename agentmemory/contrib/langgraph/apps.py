@@ -11,12 +11,21 @@ class LangGraphConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from agentmemory import signals
         from agentmemory.contrib.langgraph.models import MirroredThread
-        from agentmemory.contrib.langgraph.receivers import delete_mirrored_checkpoints
+        from agentmemory.contrib.langgraph.receivers import (
+            delete_mirrored_checkpoints,
+            forget_cleared_threads,
+        )
 
         # A deleted conversation takes the checkpoints of the thread it mirrors with it.
         pre_delete.connect(
             delete_mirrored_checkpoints,
             sender=MirroredThread,
             dispatch_uid="agentmemory_langgraph_mirrored_checkpoints",
+        )
+        # A conversation cleared or blanked (its words erased, the row kept) takes them from
+        # the checkpoints too: the thread starts afresh.
+        signals.memory_deleted.connect(
+            forget_cleared_threads, dispatch_uid="agentmemory_langgraph_forget_cleared_threads"
         )

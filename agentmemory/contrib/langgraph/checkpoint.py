@@ -19,7 +19,8 @@ import builtins
 import json
 import logging
 import random
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from agentmemory.contrib.langgraph.connections import tidy, tidy_method
-from agentmemory.contrib.langgraph.models import Checkpoint, CheckpointBlob, CheckpointWrite, MirroredThread
+from agentmemory.contrib.langgraph.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointWrite,
+    DeletedThread,
+    MirroredThread,
+)
+from agentmemory.contrib.langgraph.receivers import erase_threads
 from agentmemory.models import Conversation
 
 if TYPE_CHECKING:
@@ -61,6 +69,9 @@ __all__ = ["PRUNE_STRATEGIES", "DjangoSaver"]
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 #: checkpoints read per query by ``list`` (and rows per statement when copying a thread)
 PAGE_SIZE = 100
+#: checkpoints refused by ``put`` (their thread was deleted) remembered per saver, so that
+#: their pending writes arriving later are refused too
+REFUSED_MEMORY = 10_000
 #: metadata keys that mark a thread using a LangGraph ``DeltaChannel`` (the second is
 #: LangGraph.js's, as LangGraph's PostgreSQL saver checks)
 _DELTA_METADATA_KEYS = ("counters_since_delta_snapshot", "delta_writes_versioned")
@@ -132,6 +143,10 @@ class DjangoSaver(BaseCheckpointSaver[str]):
     rows are keyed by unique constraints, so a checkpoint written twice is replaced, a
     channel version or a regular pending write written twice is kept once (the first wins,
     as in LangGraph's savers) and the special writes (error, interrupt, resume) are replaced.
+
+    Deleted threads stay deleted: a ``put`` or ``put_writes`` of a run still in flight when
+    its thread was deleted (``delete_thread``, ``prune`` with ``"delete"``, erasing the
+    mirrored conversation) stores nothing (see ``put``; langchain-ai/langgraph#7206).
     """
 
     def __init__(
@@ -144,6 +159,8 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.using = using
         self.mirror = mirror
+        self._refused: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._refused_lock = threading.Lock()
 
     @property
     def db(self) -> str:
@@ -375,7 +392,17 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         stored again with the same id is replaced. Metadata is stored as JSON (keys of
         ``config``'s ``configurable`` and ``metadata`` that hold plain values are added, as
         LangGraph's savers add them); it must be JSON-serializable (``TypeError``
-        otherwise)."""
+        otherwise).
+
+        A checkpoint whose parent is no longer stored, in a thread that was deleted, is not
+        stored (nor mirrored; a warning is logged) and the config naming it is returned all
+        the same: it is the next step of a run that was in flight when the thread was
+        deleted, and storing it would bring the deleted thread back, with its transcript
+        (langchain-ai/langgraph#7206). The run goes on and stores nothing more: each later
+        checkpoint names a parent that was not stored either. A checkpoint without parent (a
+        new run on the same thread id) starts the thread afresh, as LangGraph's savers do.
+        The parent row is locked until the checkpoint commits, so a concurrent
+        ``delete_thread`` deletes the new checkpoint too."""
         thread_id, checkpoint_ns = _thread(config)
         parent_id = config["configurable"].get("checkpoint_id")
         copy = checkpoint.copy()
@@ -405,7 +432,11 @@ class DjangoSaver(BaseCheckpointSaver[str]):
             uses_delta=uses_delta,
         )
         db = self.db
+        stored_config = _config(thread_id, checkpoint_ns, str(checkpoint["id"]))
         with transaction.atomic(using=db):
+            if parent_id and self._parent_deleted(db, thread_id, checkpoint_ns, str(parent_id)):
+                self._refuse(db, thread_id, checkpoint_ns, str(checkpoint["id"]))
+                return stored_config
             if blobs:
                 CheckpointBlob.objects.using(db).bulk_create(
                     [
@@ -437,7 +468,54 @@ class DjangoSaver(BaseCheckpointSaver[str]):
             )
             if self.mirror is not None and checkpoint_ns == "":
                 self.mirror.mirror(config, values, new_versions)
-        return _config(thread_id, checkpoint_ns, str(checkpoint["id"]))
+        return stored_config
+
+    def _parent_deleted(self, db: str, thread_id: str, checkpoint_ns: str, parent_id: str) -> bool:
+        """True when the parent checkpoint is not stored and the thread was deleted; else
+        the parent's row (if any) is locked for the caller's transaction."""
+        parent = Checkpoint.objects.using(db).filter(
+            thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=parent_id
+        )
+        if builtins.list(parent.select_for_update().values_list("pk", flat=True)[:1]):
+            return False
+        return DeletedThread.objects.using(db).filter(thread_id=thread_id).exists()
+
+    def _refuse(self, db: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        """Leave out a checkpoint of a deleted thread: delete the pending writes already
+        stored for it, and remember it so that the writes arriving later are refused."""
+        logger.warning(
+            "LangGraph checkpoint %s of thread %s not stored: the thread was deleted during the run",
+            checkpoint_id,
+            thread_id,
+        )
+        key = (thread_id, checkpoint_ns, checkpoint_id)
+        with self._refused_lock:
+            self._refused[key] = None
+            self._refused.move_to_end(key)
+            while len(self._refused) > REFUSED_MEMORY:
+                self._refused.popitem(last=False)
+        CheckpointWrite.objects.using(db).filter(
+            thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id
+        ).delete()
+
+    def _writes_refused(self, db: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> bool:
+        """True for writes to a checkpoint of a deleted thread: one ``put`` refused, or one
+        not stored (any more) whose id is not newer than the newest checkpoint deleted."""
+        with self._refused_lock:
+            if (thread_id, checkpoint_ns, checkpoint_id) in self._refused:
+                return True
+        if (
+            Checkpoint.objects.using(db)
+            .filter(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
+            .exists()
+        ):
+            return False
+        # a newer id may be the first checkpoint of a new run, still being stored
+        return (
+            DeletedThread.objects.using(db)
+            .filter(thread_id=thread_id, last_checkpoint_id__gte=checkpoint_id)
+            .exists()
+        )
 
     @tidy_method
     def put_writes(
@@ -452,7 +530,13 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         A write is keyed by the task and its position (``idx``); a regular write stored
         again is kept as first stored, a write to a special channel (error, interrupt,
         resume, scheduled: LangGraph's ``WRITES_IDX_MAP``) is replaced, as LangGraph's savers
-        do."""
+        do.
+
+        Writes to a checkpoint of a deleted thread are not stored: to one that ``put`` left
+        out (see ``put``), or to one deleted with its thread (its id is not newer than the
+        newest checkpoint deleted). Writes may arrive before their checkpoint (LangGraph saves
+        both in the background), so writes to a checkpoint not stored yet are otherwise kept;
+        a ``put`` that is left out deletes those of its checkpoint."""
         thread_id, checkpoint_ns = _thread(config)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
         regular: builtins.list[CheckpointWrite] = []
@@ -473,6 +557,14 @@ class DjangoSaver(BaseCheckpointSaver[str]):
             (special if channel in WRITES_IDX_MAP else regular).append(row)
         db = self.db
         with transaction.atomic(using=db):
+            if self._writes_refused(db, thread_id, checkpoint_ns, checkpoint_id):
+                logger.warning(
+                    "LangGraph writes of task %s to checkpoint %s of thread %s not stored: thread deleted",
+                    task_id,
+                    checkpoint_id,
+                    thread_id,
+                )
+                return
             if regular:
                 CheckpointWrite.objects.using(db).bulk_create(regular, ignore_conflicts=True)
             if special:
@@ -493,7 +585,8 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         transcript wherever it is kept (aegra/aegra#499). Pass
         ``ConversationMirror(keep_on_thread_delete=True)`` to keep the conversation as a
         record; only the thread's link to it goes then. No error for a thread that holds
-        nothing."""
+        nothing. The thread is recorded as deleted (``DeletedThread``): the later steps of a
+        run in flight store nothing (see ``put``)."""
         self._delete_threads([str(thread_id)])
 
     def _delete_threads(self, thread_ids: builtins.list[str]) -> None:
@@ -502,8 +595,7 @@ class DjangoSaver(BaseCheckpointSaver[str]):
         # database (the saver's by default, and then all goes in one transaction)
         conversations_db = router.db_for_write(Conversation)
         with transaction.atomic(using=db), transaction.atomic(using=conversations_db):
-            for model in (CheckpointWrite, CheckpointBlob, Checkpoint):
-                model._default_manager.using(db).filter(thread_id__in=thread_ids).delete()
+            erase_threads(db, thread_ids)
             links = MirroredThread.objects.using(conversations_db).filter(thread_id__in=thread_ids)
             if self.mirror is None or not self.mirror.keep_on_thread_delete:
                 mirrored = builtins.list(links.values_list("conversation_id", flat=True))

@@ -206,3 +206,25 @@ class MirroredMessage(models.Model):
 
     def __str__(self) -> str:
         return f"message {self.message_id}"
+
+
+class DeletedThread(models.Model):
+    """A thread whose checkpoints were deleted (``DjangoSaver.delete_thread``, ``prune``
+    with ``"delete"``, or the erasure of the conversation that mirrored it), so that a run
+    still in flight cannot bring it back (langchain-ai/langgraph#7206).
+
+    ``last_checkpoint_id`` is the newest checkpoint id deleted (ids sort by time): a
+    pending write to a missing checkpoint up to it belongs to the deleted thread. Holds no
+    text of the thread."""
+
+    thread_id = models.TextField(_("thread id"), unique=True)
+    last_checkpoint_id = models.TextField(_("newest checkpoint id deleted"), blank=True, default="")
+    deleted_at = models.DateTimeField(_("deleted at"))
+
+    class Meta:
+        verbose_name = _("deleted LangGraph thread")
+        verbose_name_plural = _("deleted LangGraph threads")
+        ordering = ["-deleted_at"]
+
+    def __str__(self) -> str:
+        return f"deleted thread {self.thread_id}"
