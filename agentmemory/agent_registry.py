@@ -148,6 +148,21 @@ def memory_scope(agent_key: str) -> tuple[str | None, str | None]:
     return agent_scope(cls)
 
 
+def memory_recall_enabled(agent_key: str) -> bool:
+    """Whether the agent registered under ``agent_key`` sends a memory block (its
+    ``MEMORY_RECALL_ENABLED``, ``False`` unless it sets it); for a key no agent holds
+    (``find``), ``AGENTMEMORY['MEMORY_RECALL_ENABLED']``, the setting a plain
+    ``ContextWindowBuilder`` follows. The default of the previews (the API's context
+    endpoint, the admin's context page), so that they show the block the agent sends.
+    Raises nothing."""
+    from agentmemory.conf import app_settings
+
+    cls = find(agent_key)
+    if cls is None:
+        return bool(app_settings().MEMORY_RECALL_ENABLED)
+    return getattr(cls, "MEMORY_RECALL_ENABLED", False) is True
+
+
 def agent_scope(agent: Any) -> tuple[str | None, str | None]:
     """``(agent key, namespace)`` of an agent class or instance's knowledge memory and memory
     block: its ``KNOWLEDGE_MEMORY_AGENT_KEY`` and ``KNOWLEDGE_MEMORY_NAMESPACE``, ``None``

@@ -759,14 +759,18 @@ def test_the_admin_context_page_recalls_in_the_scope_the_api_does(
     page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
     assert page.status_code == 200 and "flowerpot" not in page.content.decode()
     same_key = ask(user, "Where is the spare key to the boathouse?", agent_key="support")
-    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[same_key.pk]))
+    page = admin_client.get(
+        reverse("admin:agentmemory_conversation_context", args=[same_key.pk]), {"memory_recall": "on"}
+    )
     assert "flowerpot" in page.content.decode()
 
 
 def test_the_admin_context_page_labels_the_block(admin_client, user, past, settings) -> None:  # type: ignore[no-untyped-def]
     settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
     conv = ask(user, "Where is the spare key to the boathouse?")
-    page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+    page = admin_client.get(
+        reverse("admin:agentmemory_conversation_context", args=[conv.pk]), {"memory_recall": "on"}
+    )
     body = page.content.decode()
     assert page.status_code == 200
     assert "memory block" in body and "Memory block" in body and "flowerpot" in body
@@ -778,7 +782,8 @@ def test_the_admin_context_page_draws_the_block_in_its_budget(admin_client, user
     settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
     conv = ask(user, "Where is the spare key to the boathouse?")
     page = admin_client.get(
-        reverse("admin:agentmemory_conversation_context", args=[conv.pk]), {"max_tokens": 300}
+        reverse("admin:agentmemory_conversation_context", args=[conv.pk]),
+        {"max_tokens": 300, "memory_recall": "on"},
     )
     window = page.context["window"]
     assert window.memory_tokens > 0
@@ -792,12 +797,54 @@ def test_the_admin_context_page_draws_the_block_in_its_budget(admin_client, user
     assert '<span class="am-swatch memory">' in body
 
 
-def test_context_endpoint_default_follows_the_setting(api, user, past, settings) -> None:  # type: ignore[no-untyped-def]
-    conv = ask(user, "Where is the spare key to the boathouse?")
+def test_context_endpoint_default_follows_the_setting_for_a_key_no_agent_holds(api, user, settings) -> None:  # type: ignore[no-untyped-def]
+    stored(user, ["Where did I leave the spare key?", "Under the blue flowerpot."], agent_key="desk")
+    conv = ask(user, "Where is the spare key to the boathouse?", agent_key="desk")
     settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
     url = f"/api/conversations/{conv.uuid}/context/"
     assert api.get(url).json()["memory"] is not None
     assert api.get(url + "?memory_recall=false").json()["memory"] is None
+
+
+def test_the_previews_default_to_what_the_registered_agent_sends_and_mark_no_fact_recalled(
+    admin_client, api, user, settings, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    # A new user's agent set MEMORY_RECALL_ENABLED = True while the setting stayed off: the
+    # endpoint and the admin page showed no block by default, though the agent sends one,
+    # and each look at the preview counted the facts it recalled as recalled (a GET wrote).
+    from agentmemory import agent_registry
+
+    class Dietitian(BaseToolCallingAgent):  # registered by its definition
+        AGENT_KEY = "dietitian-preview"
+        SYSTEM_PROMPT = "You plan meals."
+        MEMORY_RECALL_ENABLED = True
+
+    class Quiet(BaseToolCallingAgent):
+        AGENT_KEY = "quiet-preview"
+        SYSTEM_PROMPT = "You plan meals."
+
+    try:
+        fact = KnowledgeMemory(user).store("Allergic to peanuts", "health", persistent=True).fact
+        conv = ask(user, "Can I eat the pad thai, given my peanut allergy?", agent_key="dietitian-preview")
+        settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": False}
+        with django_capture_on_commit_callbacks(execute=True):  # a recall records on commit
+            body = api.get(f"/api/conversations/{conv.uuid}/context/").json()
+            page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[conv.pk]))
+        assert "peanuts" in body["memory"]["text"]
+        assert "Allergic to peanuts" in page.content.decode()
+        assert "as the agent sends (on)" in page.content.decode()
+        fact.refresh_from_db()
+        assert fact.recall_count == 0 and fact.last_recalled_at is None
+        # an agent that sends no block: none by default, whatever the setting
+        settings.AGENTMEMORY = {"MEMORY_RECALL_ENABLED": True}
+        quiet = ask(user, "Can I eat the pad thai, given my peanut allergy?", agent_key="quiet-preview")
+        assert api.get(f"/api/conversations/{quiet.uuid}/context/").json()["memory"] is None
+        page = admin_client.get(reverse("admin:agentmemory_conversation_context", args=[quiet.pk]))
+        assert page.context["window"].memory is None
+        assert "as the agent sends (off)" in page.content.decode()
+    finally:
+        agent_registry.unregister("dietitian-preview")
+        agent_registry.unregister("quiet-preview")
 
 
 @pytest.mark.parametrize("value", ["", "1", "0", "yes", "True", "maybe", "true\x00"])

@@ -43,12 +43,13 @@ from agentmemory.admin.utils import (
     newest_shown,
     short_datetime,
 )
-from agentmemory.agent_registry import find, memory_scope
+from agentmemory.agent_registry import find, memory_recall_enabled, memory_scope
 from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge.memory import unrecorded_recalls
 from agentmemory.models import Conversation, Message, ModelCall, Summary
 from agentmemory.usage import usage_totals
 from agentmemory.validation import json_problem, text_problem
@@ -521,9 +522,10 @@ class ConversationAdmin(CheckedQueryAdmin):
     def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``
         with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
-        ``max_messages`` and ``memory_recall`` (``on``, ``off``, or the
-        ``MEMORY_RECALL_ENABLED`` setting when absent) from the query string, and the window's
-        accounting."""
+        ``max_messages`` and ``memory_recall`` (``on``, ``off``, or when absent what the agent
+        registered under the conversation's key sends, ``agent_registry.memory_recall_enabled``)
+        from the query string, and the window's accounting. Facts the block recalls are not
+        marked recalled (``unrecorded_recalls``)."""
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(_("No conversation with id %(id)r.") % {"id": object_id})
@@ -540,7 +542,9 @@ class ConversationAdmin(CheckedQueryAdmin):
         if recall_choice not in ("", "on", "off"):
             errors.append(str(_("memory_recall must be on or off.")))
             recall_choice = ""
-        memory_recall = conf.MEMORY_RECALL_ENABLED if not recall_choice else recall_choice == "on"
+        # by default, what the agent registered under the conversation's key sends
+        recall_default = memory_recall_enabled(obj.agent_key)
+        memory_recall = recall_default if not recall_choice else recall_choice == "on"
         recall_scope = memory_scope(obj.agent_key)
         window = None
         budget_error = None
@@ -551,13 +555,15 @@ class ConversationAdmin(CheckedQueryAdmin):
                 # the memory block in the scope the API's context endpoint uses: that of
                 # the agent registered under the conversation's agent key, else the
                 # conversations and facts of that key (all of the owner's when it has none)
-                window = ContextWindowBuilder(
+                builder = ContextWindowBuilder(
                     obj,
                     token_counter=counter,
                     memory_recall=memory_recall,
                     memory_agent_key=recall_scope[0],
                     memory_namespace=recall_scope[1],
-                ).build(max_tokens, max_messages=max_messages)
+                )
+                with unrecorded_recalls():  # a preview: no fact is marked recalled
+                    window = builder.build(max_tokens, max_messages=max_messages)
             except ContextBudgetExceeded as exc:
                 budget_error = exc
             else:
@@ -620,7 +626,7 @@ class ConversationAdmin(CheckedQueryAdmin):
             # which rule chose the scope: the registered agent's (named), else the key's own
             "recall_agent": _agent_path(find(obj.agent_key)),
             "memory_recall": memory_recall,
-            "recall_default": conf.MEMORY_RECALL_ENABLED,
+            "recall_default": recall_default,
             "left_out": left_out,
             "hidden": hidden,
             "shown_from": next((e["message"].seq for e in entries if e["is_history"]), None),

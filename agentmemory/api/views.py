@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.utils import formatting
 from rest_framework.viewsets import GenericViewSet
 
-from agentmemory.agent_registry import memory_scope
+from agentmemory.agent_registry import memory_recall_enabled, memory_scope
 from agentmemory.api import access
 from agentmemory.api import serializers as s
 from agentmemory.api.access import (
@@ -73,6 +73,7 @@ from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge.memory import unrecorded_recalls
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, ConversationQuerySet, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
@@ -532,9 +533,11 @@ class ConversationViewSet(
                 "memory_recall",
                 bool,
                 description="Send a memory block recalled from the owner's past conversations and "
-                "facts of the conversation's agent key about the newest human message (true or "
-                "false; default: AGENTMEMORY['MEMORY_RECALL_ENABLED']); none for a conversation "
-                "the requester does not own.",
+                "facts about the newest human message, in the scope of the agent registered under "
+                "the conversation's agent key (true or false; default: that agent's "
+                "MEMORY_RECALL_ENABLED, or AGENTMEMORY['MEMORY_RECALL_ENABLED'] for a key no agent "
+                "holds); none for a conversation the requester does not own. No fact is marked "
+                "recalled.",
             ),
             OpenApiParameter(
                 "gap_policy",
@@ -578,10 +581,11 @@ class ConversationViewSet(
             request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
         )
         max_messages = _positive_int_param(request, "max_messages", default=None)
+        # by default, what the agent registered under the conversation's key sends
         memory_recall = (
             _bool_param(request, "memory_recall")
             if "memory_recall" in request.query_params
-            else app_settings().MEMORY_RECALL_ENABLED
+            else memory_recall_enabled(conversation.agent_key)
         )
         # A GET is safe (RFC 9110, 9.2.1): it only compacts when the client asks for it
         gap_policy = request.query_params.get("gap_policy", "report")
@@ -606,13 +610,15 @@ class ConversationViewSet(
                 memory_agent_key=memory_agent_key,
                 memory_namespace=memory_namespace,
             )
-            data = bounded_window(
-                lambda limit: build_closing_gap(builder, max_tokens, max_messages=limit),
-                partial(_window_data, shape=shape, counter=counter),
-                budget=response_budget(request),
-                shape=shape,
-                max_messages=max_messages,
-            )
+            # a GET writes nothing: the facts the block recalls are not marked recalled
+            with unrecorded_recalls():
+                data = bounded_window(
+                    lambda limit: build_closing_gap(builder, max_tokens, max_messages=limit),
+                    partial(_window_data, shape=shape, counter=counter),
+                    budget=response_budget(request),
+                    shape=shape,
+                    max_messages=max_messages,
+                )
         except ContextBudgetExceeded as exc:
             return Response(
                 {

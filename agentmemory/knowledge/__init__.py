@@ -23,7 +23,12 @@ is importable from ``agentmemory.knowledge`` itself, as before the split.
 
 # Re-exported beyond ``__all__`` for code that imported them from the module this package
 # replaced.
-from agentmemory.knowledge.memory import KnowledgeMemory, knowledge_memory_for, max_recall_count  # noqa: F401
+from agentmemory.knowledge.memory import (  # noqa: F401
+    KnowledgeMemory,
+    knowledge_memory_for,
+    max_recall_count,
+    unrecorded_recalls,
+)
 from agentmemory.knowledge.memory_md import (  # noqa: F401
     MEMORY_MD_TITLE,
     ImportReport,
@@ -55,4 +60,5 @@ __all__ = [
     "PreparedFact",
     "RememberResult",
     "knowledge_memory_for",
+    "unrecorded_recalls",
 ]

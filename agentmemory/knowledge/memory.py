@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal
@@ -48,6 +51,24 @@ from agentmemory.recall.embedders import Embedder
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
 from agentmemory.recording import usage_scope
+
+#: whether recalls mark the facts they return as recalled (``unrecorded_recalls``)
+_RECORD_RECALLS: ContextVar[bool] = ContextVar("agentmemory_record_recalls", default=True)
+
+
+@contextmanager
+def unrecorded_recalls() -> Iterator[None]:
+    """Inside it, ``KnowledgeMemory.recall`` (and the memory block, which recalls through it)
+    leaves ``last_recalled_at`` and ``recall_count`` as they are. For previews of what a
+    model would be sent (the API's context endpoint, a GET, which writes nothing: RFC 9110,
+    9.2.1; the admin's context page): a fact is counted as recalled when a request sends it,
+    not when someone looks at what a request would send. Per thread and per task
+    (a ``ContextVar``)."""
+    token = _RECORD_RECALLS.set(False)
+    try:
+        yield
+    finally:
+        _RECORD_RECALLS.reset(token)
 
 
 class KnowledgeMemory:
@@ -411,7 +432,8 @@ class KnowledgeMemory:
 
         The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
         ``recall_count`` raised by one) when the caller's transaction commits, or at once
-        outside a transaction; a transaction rolled back records nothing. On PostgreSQL that
+        outside a transaction; a transaction rolled back records nothing, and neither does a
+        recall inside ``unrecorded_recalls()`` (previews). On PostgreSQL that
         small update commits without waiting for the write-ahead log to reach the disk
         (``synchronous_commit = off`` for that transaction alone): a crash of the database
         server may lose the counters of the last recalls, never a fact. The ``FactHit`` facts
@@ -447,8 +469,12 @@ class KnowledgeMemory:
             connection = connections[self.using]
             # outside a transaction the ranking statement records the recall itself (on the
             # alias it reads, so not when that alias is a replica)
+            record = _RECORD_RECALLS.get()
             record_now = (
-                record_on == self.using and connection.get_autocommit() and not connection.in_atomic_block
+                record
+                and record_on == self.using
+                and connection.get_autocommit()
+                and not connection.in_atomic_block
             )
             if type(backend) is FullTextBackend:  # a subclass may rank its own way
                 found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
@@ -464,7 +490,7 @@ class KnowledgeMemory:
         hits = [FactHit(f, boost(score, best, f.created_at, f.importance, now)) for f, score, best in found]
         hits.sort(key=lambda h: (-h.score, -h.fact.pk))
         hits = hits[:k]
-        if not recorded:
+        if record and not recorded:
             _record_recall(record_on, [h.fact.pk for h in hits], now)
         report_recall("facts", self.scope.owner_id, backend, len(hits), started)
         return hits
