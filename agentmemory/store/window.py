@@ -1,15 +1,16 @@
 """The window builder's read path: hand-written SQL returning typed rows.
 
 Called by ``agentmemory.context.builder`` directly (``read_head``, ``TailReader``,
-``read_contents``, ``read_uncovered``; the gap probe is ``agentmemory.store.gap``), each on the database alias the
-caller passes. One statement reads the conversation row with its summary and pinned
-system prompt and the first page of the tail (stored token counts newest first on the
-``(conversation, seq)`` index, the page sized from the conversation's average message size,
-with the content of the rows inside the budget); a window longer than the first page reads
-further pages, each twice the size of the last: a constant number of queries, whatever the
-length of the conversation. On PostgreSQL the head statement runs through a server-side
-function where a migration created it (``agentmemory.store.functions``), planned once per
-server session.
+``read_contents``, ``read_uncovered``; the gap probe is ``agentmemory.store.gap``), each on
+the database alias the caller passes. One statement reads the conversation row with its
+summary and pinned system prompt and the first page of the tail (stored token counts newest
+first on the ``(conversation, seq)`` index, the page sized from the conversation's average
+message size, with the content of the rows inside the budget); a window longer than the
+first page reads further pages, each twice the size of the last: a constant number of
+queries, whatever the length of the conversation. On PostgreSQL the head statement runs
+through a server-side function where a migration created it (``agentmemory.store.functions``),
+planned once per server session. Of each message's metadata only what a converter sends is
+read (``agentmemory.store.sent_metadata``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import Case, When
-from django.db.models.fields.json import KeyTransform
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
@@ -41,10 +40,10 @@ from agentmemory.store.rows import (
     _new_chat,
     _parts,
     _set_metadata,
-    _thinking,
     _tool_calls,
     _tuple_new,
 )
+from agentmemory.store.sent_metadata import sent_metadata, sent_metadata_column, sent_metadata_sql
 
 # -- reading ---------------------------------------------------------------------------------
 #
@@ -75,9 +74,10 @@ _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
 #: the content, the content parts, and a JSON column: the pinned message's ``metadata``, and
-#: for the ``ai`` rows whose content was read only their stored thinking blocks
-#: (``metadata -> 'thinking'``, NULL for the others). One layout for every page, so rows are
-#: used as the driver returns them, never sliced.
+#: for the rows whose content was read what a converter sends of theirs
+#: (``agentmemory.store.sent_metadata``: the thinking blocks of an ``ai`` row, ``true`` for a
+#: failed ``tool`` result, NULL for the others). One layout for every page, so rows are used
+#: as the driver returns them, never sliced.
 _TAIL_WIDTH = len(_META_FIELDS) + 7
 #: index of ``seq`` in a row
 _SEQ = 1
@@ -148,12 +148,12 @@ def _tail_select(
             f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s "
             f"THEN CAST(%(cap)s AS integer) ELSE {tokens} END"
         )
-    # The stored thinking blocks of the ``ai`` rows whose content is read, which go back with
-    # their turn (``_thinking``): the subtree only, computed by the database for those rows,
-    # NULL when absent, so that the rest of the metadata (model, usage, provider payload) is
-    # neither sent nor parsed, and a row without thinking costs no JSON decoding here.
-    thinking = _thinking_expression(alias, m("metadata"))
-    metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {thinking} END"
+    # What a converter sends of the metadata of the rows whose content is read (the thinking
+    # blocks of an ``ai`` row, the error flag of a failed ``tool`` result): the subtree only,
+    # computed by the database for those rows, NULL for the others, so that the rest of the
+    # metadata (model, usage, provider payload) is neither sent nor parsed, and a row without
+    # either costs no JSON decoding here (``agentmemory.store.sent_metadata``).
+    metadata = f"CASE WHEN running <= %(room)s THEN {sent_metadata_sql(alias, m('metadata'), m('role'))} END"
     if trim:
         # One window for both running values (seq is unique within a conversation, so ROWS
         # and the default RANGE frame agree): a single WindowAgg, streamed into the LIMIT.
@@ -182,15 +182,6 @@ def _tail_select(
         f"CASE WHEN running <= %(room)s THEN {m('parts')} END, {metadata}{after} FROM {source}"
         + (f" ORDER BY {m('seq')} DESC" if ordered else "")
     )
-
-
-def _thinking_expression(alias: str, column: str) -> str:
-    """``column -> 'thinking'`` in the SQL of ``alias``'s database: PostgreSQL's jsonb
-    operator, SQLite's (and MySQL's) ``json_extract``; JSON text or NULL when the key is
-    absent. The subtree of an ``ai`` message's metadata that ``_thinking`` keeps."""
-    if connections[alias].vendor == "postgresql":
-        return f"({column} -> 'thinking')"
-    return f"json_extract({column}, '$.thinking')"
 
 
 def _page_expression(alias: str, c: Any, table: str) -> str:
@@ -657,8 +648,8 @@ def read_head(
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
     """Messages of the given seqs, by seq (the rare rows the tail read left without content).
-    Of the metadata, only the thinking blocks of ``ai`` rows are read, as by the tail read."""
-    thinking = Case(When(role=Role.AI.value, then=KeyTransform("thinking", "metadata")))
+    Of the metadata, only what a converter sends is read, as by the tail read
+    (``agentmemory.store.sent_metadata``)."""
     rows = (
         Message.objects.using(alias)
         .filter(conversation_id=conversation_id, seq__in=seqs)
@@ -672,7 +663,7 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             "name",
             "token_count",
             "parts",
-            thinking,
+            sent_metadata_column(alias),
         )
     )
     contents = {}
@@ -688,9 +679,8 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             r[7],
             tuple(ContentPart.from_dict(p) for p in r[8] or ()),
         )
-        # the field has decoded the subtree already
-        if r[9]:
-            _set_metadata(chat, {"thinking": r[9]})
+        if r[9] is not None and (kept := sent_metadata(r[2], r[9])) is not None:
+            _set_metadata(chat, kept)
         contents[r[1]] = chat
     return contents
 
@@ -786,7 +776,7 @@ class TailReader:
                 has_content,
                 content,
                 parts,
-                thinking,
+                sent,
             ) in page:
                 if seq <= floor:
                     complete = True  # everything above the boundary has been read
@@ -806,8 +796,8 @@ class TailReader:
                         token_count,
                         _parts(parts) if parts is not None else (),
                     )
-                    # NULL but for an ``ai`` row with stored thinking blocks
-                    if thinking is not None and (kept := _thinking(thinking)) is not None:
+                    # NULL but for an ``ai`` row with thinking blocks and a failed tool result
+                    if sent is not None and (kept := sent_metadata(role, sent)) is not None:
                         _set_metadata(chat, kept)
                 spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
                 # ``_new_row`` inlined: one call per row
