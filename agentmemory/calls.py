@@ -57,6 +57,7 @@ from agentmemory.recording import (
     usage_scope,
 )
 from agentmemory.store.rows import _chat
+from agentmemory.store.sent_metadata import sent_metadata, sent_metadata_column
 from agentmemory.validation import storable_text
 
 if TYPE_CHECKING:
@@ -473,8 +474,9 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
 
 def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
     assert call.conversation_id is not None  # checked by the caller
+    using = router.db_for_read(Message)
     rows = (
-        Message.objects.using(router.db_for_read(Message))
+        Message.objects.using(using)
         .filter(conversation_id=call.conversation_id, seq__gte=call.first_seq, seq__lte=call.last_seq)
         .order_by("seq")
         .values_list(
@@ -488,6 +490,8 @@ def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
             "token_count",
             "parts",
             "exchange_seq",
+            # what the live window carried of the metadata: thinking blocks, error flags
+            sent_metadata_column(using),
         )
     )
     left_out = set(changes.get("left_out") or ())
@@ -497,7 +501,7 @@ def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
     ordered: list[ChatMessage] = []
     results: dict[tuple[int, str], ChatMessage] = {}
     seen: set[int] = set()
-    for pk, seq, role, content, tool_calls, call_id, name, tokens, parts, exchange_seq in rows:
+    for pk, seq, role, content, tool_calls, call_id, name, tokens, parts, exchange_seq, kept_raw in rows:
         seen.add(seq)
         message = _chat(
             pk,
@@ -510,6 +514,8 @@ def _history(call: ModelCall, changes: Mapping[str, Any]) -> list[ChatMessage]:
             tokens,
             tuple(ContentPart.from_dict(p) for p in parts or ()),
         )
+        if kept_raw is not None and (kept := sent_metadata(role, kept_raw)) is not None:
+            message = _replace(message, metadata=kept)
         if seq in stubbed:
             message = _replace(message, content=stubbed[seq], truncated=True)
         elif seq in truncated:

@@ -330,10 +330,11 @@ class PersistentChatHistory:
 
     def cancel_pending_tool_calls(self, reason: str = "the tool call was cancelled") -> list[ChatMessage]:
         """Answer every tool call still awaiting its result with an error result
-        (``"Error: <reason>"``), for a call that will never be answered (a client that died
-        between a call and its result, an approval that was refused). Nothing requires it:
-        the conversation goes on while calls are pending, but their exchanges stay out of
-        context windows and out of summaries until answered.
+        (``"Error: <reason>"``, with ``metadata["is_error"]`` so that it is sent as one), for
+        a call that will never be answered (a client that died between a call and its
+        result, an approval that was refused). Nothing requires it: the conversation goes on
+        while calls are pending, but their exchanges stay out of context windows and out of
+        summaries until answered.
 
         Returns:
             The tool results stored (empty when no call was pending), oldest call first, in
@@ -363,7 +364,12 @@ class PersistentChatHistory:
             # Ids whose AI message is gone (data written around the history) still get an answer.
             ordered += sorted(set(pending) - set(ordered), key=lambda call_id: (pending[call_id], call_id))
             results = [
-                ChatMessage.tool(f"Error: {reason}", tool_call_id=call_id, name=names.get(call_id, ""))
+                ChatMessage.tool(
+                    f"Error: {reason}",
+                    tool_call_id=call_id,
+                    name=names.get(call_id, ""),
+                    metadata={"is_error": True},
+                )
                 for call_id in ordered
             ]
             try:

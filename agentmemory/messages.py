@@ -202,7 +202,9 @@ class ChatMessage:
         name: the tool name of a ``tool`` message (or a participant name).
         metadata: model, usage, finish reason, latency, provider payload: never sent, except
             an ``ai`` message's Anthropic thinking blocks (``metadata["thinking"]``), which
-            ``to_anthropic`` sends back at the head of its turn, as the API requires.
+            ``to_anthropic`` sends back at the head of its turn, as the API requires, and a
+            ``tool`` message's ``metadata["is_error"]`` (a failed call: Anthropic's
+            ``"is_error": true``, LangChain's ``status="error"``).
         seq, id, token_count: set on messages read back from storage.
         truncated: ``True`` on a copy shortened for the context window (storage keeps
             the whole text); such a copy is sent as its (shortened) text, without parts.

@@ -284,11 +284,15 @@ def build_page(
         if entry.cut or any(call.cut for call in entry.calls):
             entry.whole_href = reverse("admin:agentmemory_message_change", args=[message.pk])
         if message.role == "tool":
-            # What the model read as a failure: an agent marks a failed tool run in the
-            # metadata, and every error result (an agent's, a cancelled call's) starts with
+            # What the model read as a failure: a failed result is marked in the metadata
+            # (``is_error``, sent to Anthropic and LangChain; an agent's older results carry
+            # ``error``), and every error result (an agent's, a cancelled call's) starts with
             # "Error: " (docs/agents.md, "Tools").
-            entry.error = (message.metadata or {}).get("error") is True or (message.content or "").startswith(
-                "Error: "
+            metadata = message.metadata or {}
+            entry.error = (
+                metadata.get("is_error") is True
+                or metadata.get("error") is True
+                or (message.content or "").startswith("Error: ")
             )
             if message.exchange_seq is None:
                 entry.orphan = True

@@ -130,7 +130,9 @@ class ToolOutcome:
 
     Attributes:
         message: a ``tool`` ``ChatMessage`` (``tool_call_id``, ``name``, text content,
-            metadata ``{"latency_s": float, "error": bool}``).
+            metadata ``{"latency_s": float, "error": bool}``, and ``"is_error": True`` when
+            the call failed: stored with the result and sent back as Anthropic's
+            ``tool_result`` ``is_error`` and LangChain's ``status="error"``).
         error: ``True`` when the tool failed, was unknown, or got invalid arguments.
         value: the tool's return value before conversion to text (``None`` on error).
     """
@@ -648,7 +650,12 @@ class Tool:
 def _outcome(
     call: ToolCall, text: str, started: float, *, error: bool = False, value: Any = None
 ) -> ToolOutcome:
-    metadata = {"latency_s": round(time.monotonic() - started, 6), "error": error}
+    metadata: dict[str, Any] = {"latency_s": round(time.monotonic() - started, 6), "error": error}
+    if error:
+        # What the window carries and the converters send: Anthropic's tool_result
+        # "is_error": true, LangChain's ToolMessage status="error" (Anthropic's tool-use guide:
+        # a tool that failed is reported with is_error and its error message as the content).
+        metadata["is_error"] = True
     # The result is stored whatever the tool returned: a NUL character or a lone surrogate
     # would be refused, and text over MAX_MESSAGE_CHARS is cut (the model is sent at most
     # MAX_TOOL_RESULT_TOKENS of it anyway).

@@ -86,13 +86,13 @@ from agentmemory.exceptions import (
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
+from agentmemory.store.gap import read_gap_probe
 from agentmemory.store.window import (
     MAX_READ,
     ConversationRow,
     SummaryRow,
     TailReader,
     read_contents,
-    read_gap_probe,
     read_head,
     read_uncovered,
 )

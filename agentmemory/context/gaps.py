@@ -13,8 +13,9 @@ from typing import Any
 from agentmemory import signals
 from agentmemory.context.packing import _SEQ, _TOKENS
 from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
+from agentmemory.store.gap import GapProbe
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
-from agentmemory.store.window import GapProbe, WindowHead
+from agentmemory.store.window import WindowHead
 
 _NO_SEQ = 2**62
 
@@ -33,7 +34,7 @@ class _GapState:
 
 
 def probe_from_head(state: _GapState, *, before: int, pending_exchanges: list[int]) -> GapProbe | None:
-    """What the gap probe (``agentmemory.store.window.read_gap_probe``) would find, from the
+    """What the gap probe (``agentmemory.store.gap.read_gap_probe``) would find, from the
     rows the head statement read with the window, or ``None`` when they do not say it all
     (the caller then runs the probe): AI messages with calls still waiting that are older
     than the window (``pending_exchanges``), more orphaned tool results than the head

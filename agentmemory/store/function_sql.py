@@ -12,7 +12,8 @@ from typing import Any
 
 from agentmemory.store.append import append_one_sql
 from agentmemory.store.functions import APPEND_KEYS, GAP, _params, code
-from agentmemory.store.window import _gap_probe_sql, _head_sql
+from agentmemory.store.gap import _gap_probe_sql
+from agentmemory.store.window import _head_sql
 
 __all__ = ["body"]
 

@@ -69,7 +69,7 @@ HEAD_PARAMS: tuple[tuple[str, str], ...] = (
     ("cap", "bigint"),
     ("floor", "bigint"),
 )
-#: The gap probe's parameters (``agentmemory.store.window.read_gap_probe``); ``pending`` is
+#: The gap probe's parameters (``agentmemory.store.gap.read_gap_probe``); ``pending`` is
 #: the array of the seqs of the AI messages asked about.
 GAP_PARAMS: tuple[tuple[str, str], ...] = (
     ("id", "bigint"),

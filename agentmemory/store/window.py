@@ -1,15 +1,16 @@
 """The window builder's read path: hand-written SQL returning typed rows.
 
 Called by ``agentmemory.context.builder`` directly (``read_head``, ``TailReader``,
-``read_contents``, ``read_gap_probe``, ``read_uncovered``), each on the database alias the
-caller passes. One statement reads the conversation row with its summary and pinned
-system prompt and the first page of the tail (stored token counts newest first on the
-``(conversation, seq)`` index, the page sized from the conversation's average message size,
-with the content of the rows inside the budget); a window longer than the first page reads
-further pages, each twice the size of the last: a constant number of queries, whatever the
-length of the conversation. On PostgreSQL the head statement runs through a server-side
-function where a migration created it (``agentmemory.store.functions``), planned once per
-server session.
+``read_contents``, ``read_uncovered``; the gap probe is ``agentmemory.store.gap``), each on
+the database alias the caller passes. One statement reads the conversation row with its
+summary and pinned system prompt and the first page of the tail (stored token counts newest
+first on the ``(conversation, seq)`` index, the page sized from the conversation's average
+message size, with the content of the rows inside the budget); a window longer than the
+first page reads further pages, each twice the size of the last: a constant number of
+queries, whatever the length of the conversation. On PostgreSQL the head statement runs
+through a server-side function where a migration created it (``agentmemory.store.functions``),
+planned once per server session. Of each message's metadata only what a converter sends is
+read (``agentmemory.store.sent_metadata``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import Case, When
-from django.db.models.fields.json import KeyTransform
 
 from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
 from agentmemory.models import Conversation, Message
@@ -41,10 +40,10 @@ from agentmemory.store.rows import (
     _new_chat,
     _parts,
     _set_metadata,
-    _thinking,
     _tool_calls,
     _tuple_new,
 )
+from agentmemory.store.sent_metadata import sent_metadata, sent_metadata_column, sent_metadata_sql
 
 # -- reading ---------------------------------------------------------------------------------
 #
@@ -75,9 +74,10 @@ _NO_CAP = 2**62
 #: Columns of every row the read path returns, head statement and later pages alike: the
 #: kind of row, the metadata (``_META_FIELDS``), id, name, whether the content was read,
 #: the content, the content parts, and a JSON column: the pinned message's ``metadata``, and
-#: for the ``ai`` rows whose content was read only their stored thinking blocks
-#: (``metadata -> 'thinking'``, NULL for the others). One layout for every page, so rows are
-#: used as the driver returns them, never sliced.
+#: for the rows whose content was read what a converter sends of theirs
+#: (``agentmemory.store.sent_metadata``: the thinking blocks of an ``ai`` row, ``true`` for a
+#: failed ``tool`` result, NULL for the others). One layout for every page, so rows are used
+#: as the driver returns them, never sliced.
 _TAIL_WIDTH = len(_META_FIELDS) + 7
 #: index of ``seq`` in a row
 _SEQ = 1
@@ -148,12 +148,12 @@ def _tail_select(
             f"CASE WHEN {m('role')} = %(tool)s AND {tokens} > %(cap)s "
             f"THEN CAST(%(cap)s AS integer) ELSE {tokens} END"
         )
-    # The stored thinking blocks of the ``ai`` rows whose content is read, which go back with
-    # their turn (``_thinking``): the subtree only, computed by the database for those rows,
-    # NULL when absent, so that the rest of the metadata (model, usage, provider payload) is
-    # neither sent nor parsed, and a row without thinking costs no JSON decoding here.
-    thinking = _thinking_expression(alias, m("metadata"))
-    metadata = f"CASE WHEN running <= %(room)s AND {m('role')} = '{Role.AI.value}' THEN {thinking} END"
+    # What a converter sends of the metadata of the rows whose content is read (the thinking
+    # blocks of an ``ai`` row, the error flag of a failed ``tool`` result): the subtree only,
+    # computed by the database for those rows, NULL for the others, so that the rest of the
+    # metadata (model, usage, provider payload) is neither sent nor parsed, and a row without
+    # either costs no JSON decoding here (``agentmemory.store.sent_metadata``).
+    metadata = f"CASE WHEN running <= %(room)s THEN {sent_metadata_sql(alias, m('metadata'), m('role'))} END"
     if trim:
         # One window for both running values (seq is unique within a conversation, so ROWS
         # and the default RANGE frame agree): a single WindowAgg, streamed into the LIMIT.
@@ -184,15 +184,6 @@ def _tail_select(
     )
 
 
-def _thinking_expression(alias: str, column: str) -> str:
-    """``column -> 'thinking'`` in the SQL of ``alias``'s database: PostgreSQL's jsonb
-    operator, SQLite's (and MySQL's) ``json_extract``; JSON text or NULL when the key is
-    absent. The subtree of an ``ai`` message's metadata that ``_thinking`` keeps."""
-    if connections[alias].vendor == "postgresql":
-        return f"({column} -> 'thinking')"
-    return f"json_extract({column}, '$.thinking')"
-
-
 def _page_expression(alias: str, c: Any, table: str) -> str:
     """``first_page_size`` in SQL over the conversation row of ``table``; in numeric on
     PostgreSQL, where counters near the bigint limit (set by an import) raised "bigint out
@@ -213,7 +204,7 @@ def _page_expression(alias: str, c: Any, table: str) -> str:
 #: (``_ORPHAN``) sort after every other kind.
 _ORPHAN, _CONVERSATION, _SUMMARY, _PINNED, _TAIL = -1, 0, 1, 2, 3
 #: at most this many orphaned tool results come with the head statement (the newest); a
-#: conversation with more has the gap probe find them (``read_gap_probe``)
+#: conversation with more has the gap probe find them (``agentmemory.store.gap``)
 HEAD_ORPHANS = 16
 #: the kind of the row that says the head function exists (``_run_head``)
 _PROBE = 4
@@ -657,8 +648,8 @@ def read_head(
 
 def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int, ChatMessage]:
     """Messages of the given seqs, by seq (the rare rows the tail read left without content).
-    Of the metadata, only the thinking blocks of ``ai`` rows are read, as by the tail read."""
-    thinking = Case(When(role=Role.AI.value, then=KeyTransform("thinking", "metadata")))
+    Of the metadata, only what a converter sends is read, as by the tail read
+    (``agentmemory.store.sent_metadata``)."""
     rows = (
         Message.objects.using(alias)
         .filter(conversation_id=conversation_id, seq__in=seqs)
@@ -672,7 +663,7 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             "name",
             "token_count",
             "parts",
-            thinking,
+            sent_metadata_column(alias),
         )
     )
     contents = {}
@@ -688,9 +679,8 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             r[7],
             tuple(ContentPart.from_dict(p) for p in r[8] or ()),
         )
-        # the field has decoded the subtree already
-        if r[9]:
-            _set_metadata(chat, {"thinking": r[9]})
+        if r[9] is not None and (kept := sent_metadata(r[2], r[9])) is not None:
+            _set_metadata(chat, kept)
         contents[r[1]] = chat
     return contents
 
@@ -786,7 +776,7 @@ class TailReader:
                 has_content,
                 content,
                 parts,
-                thinking,
+                sent,
             ) in page:
                 if seq <= floor:
                     complete = True  # everything above the boundary has been read
@@ -806,8 +796,8 @@ class TailReader:
                         token_count,
                         _parts(parts) if parts is not None else (),
                     )
-                    # NULL but for an ``ai`` row with stored thinking blocks
-                    if thinking is not None and (kept := _thinking(thinking)) is not None:
+                    # NULL but for an ``ai`` row with thinking blocks and a failed tool result
+                    if sent is not None and (kept := sent_metadata(role, sent)) is not None:
                         _set_metadata(chat, kept)
                 spent += cap if cap is not None and role == _TOOL and token_count > cap else token_count
                 # ``_new_row`` inlined: one call per row
@@ -888,113 +878,3 @@ def read_uncovered(
     if not rows:
         return 0, 0, []
     return int(rows[0][1]), int(rows[0][2] or 0), [r[0] for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class GapProbe:
-    """What ``read_gap_probe`` found: the few rows that, with the conversation's counters,
-    give the messages a window leaves outside itself and the summary.
-
-    Attributes:
-        first_seq: the conversation's oldest stored seq (``None``: no messages).
-        pinned_tokens: stored tokens of the pinned system messages, summed (``None``: none).
-        summary_first_seq, summary_tokens_covered: of the summary asked about (``None``:
-            none, or it is gone).
-        orphans: ``(seq, tokens)`` of the tool results answering no call, older than the
-            window.
-        pending: ``(seq, tokens, number of tool calls)`` of the AI messages asked about.
-    """
-
-    first_seq: int | None
-    pinned_tokens: int | None
-    summary_first_seq: int | None
-    summary_tokens_covered: int | None
-    orphans: tuple[tuple[int, int], ...]
-    pending: tuple[tuple[int, int, int], ...]
-
-
-def _gap_probe_sql(alias: str, *, pending: int, pending_array: bool = False) -> str:
-    """The gap probe of ``read_gap_probe`` for ``pending`` AI messages asked about
-    (``%(p0)s`` ...), or, with ``pending_array`` (PostgreSQL), for any number of them in
-    one array parameter ``%(pending)s`` (the statement of its server-side function)."""
-    key = ("gap", alias, pending, pending_array)
-    sql = _SQL_CACHE.get(key)
-    if sql is not None:
-        return sql
-    from agentmemory.models import Summary
-
-    qn = connections[alias].ops.quote_name
-    _, s, m = _names(alias)
-    messages, summaries = qn(Message._meta.db_table), qn(Summary._meta.db_table)
-    conv = f"{m('conversation')} = %(id)s"
-    branches = [
-        f"SELECT 0, (SELECT {m('seq')} FROM {messages} WHERE {conv} ORDER BY {m('seq')} LIMIT 1), "
-        f"(SELECT {_sum(alias, m('token_count'))} FROM {messages} WHERE {conv} "
-        f"AND {m('seq')} BETWEEN %(pinned)s AND %(pinned_last)s AND {m('role')} = %(system)s), "
-        f"(SELECT {s('first_seq')} FROM {summaries} WHERE {s('id')} = %(summary)s), "
-        f"(SELECT {s('tokens_covered')} FROM {summaries} WHERE {s('id')} = %(summary)s), NULL"
-    ]
-    if pending or pending_array:
-        # Second, so that PostgreSQL gives the last column the type of ``tool_calls``.
-        if pending_array:
-            asked = f"{m('seq')} = ANY(%(pending)s)"
-        else:
-            asked = f"{m('seq')} IN ({', '.join(f'%(p{i})s' for i in range(pending))})"
-        branches.append(
-            f"SELECT 2, {m('seq')}, {m('token_count')}, NULL, NULL, {m('tool_calls')} FROM {messages} "
-            f"WHERE {conv} AND {asked}"
-        )
-    # The role is a literal, as in the partial index ``agentmemory_msg_orphan_idx``: a
-    # database uses a partial index only for a query whose condition implies the index's.
-    branches.append(
-        f"SELECT 1, {m('seq')}, {m('token_count')}, NULL, NULL, NULL FROM {messages} "
-        f"WHERE {conv} AND {m('role')} = '{Role.TOOL.value}' AND {m('exchange_seq')} IS NULL "
-        f"AND {m('seq')} < %(before)s"
-    )
-    sql = _SQL_CACHE[key] = " UNION ALL ".join(branches)
-    return sql
-
-
-def read_gap_probe(
-    alias: str,
-    conversation_id: int,
-    *,
-    before: int,
-    summary_id: int | None,
-    pending_exchanges: list[int],
-    pinned_seq: int | None = None,
-    pinned_last_seq: int | None = None,
-) -> GapProbe:
-    """One statement of index lookups, whatever the length of the conversation: the
-    oldest seq, the tokens of the pinned system messages from ``pinned_seq`` through
-    ``pinned_last_seq`` (default: ``pinned_seq`` alone), summed (``None``: none),
-    the summary's span and covered tokens,
-    the orphaned tool results with ``seq < before`` (on the partial index that holds only
-    them) and the AI messages at ``pending_exchanges``."""
-    params: dict[str, Any] = {
-        "id": conversation_id,
-        "system": Role.SYSTEM.value,
-        "summary": summary_id,
-        "before": before,
-        "pinned": pinned_seq,
-        "pinned_last": pinned_seq if pinned_last_seq is None else pinned_last_seq,
-    }
-    rows = None
-    if _uses_functions(alias):
-        rows = _through_function(alias, _GAP_KEY, {**params, "pending": list(pending_exchanges)})
-    if rows is None:
-        params.update({f"p{i}": seq for i, seq in enumerate(pending_exchanges)})
-        with statement_cursor(alias) as cursor:
-            cursor.execute(_gap_probe_sql(alias, pending=len(pending_exchanges)), params)
-            rows = cursor.fetchall()
-    head: tuple[Any, ...] = (None, None, None, None)
-    orphans: list[tuple[int, int]] = []
-    pending: list[tuple[int, int, int]] = []
-    for kind, seq, tokens, first, covered, calls in rows:
-        if kind == 0:
-            head = (seq, None if tokens is None else int(tokens), first, covered)
-        elif kind == 1:
-            orphans.append((seq, tokens))
-        else:
-            pending.append((seq, tokens, len(_tool_calls(calls))))
-    return GapProbe(head[0], head[1], head[2], head[3], tuple(orphans), tuple(pending))
