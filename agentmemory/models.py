@@ -53,7 +53,10 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
         """
         with transaction.atomic(using=self.db):
             locked = self.model._default_manager.using(self.db).select_for_update()
-            rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
+            # ascending pk, the order of every lock on several conversations: the default
+            # ordering (``-updated_at``) changes as appends bump ``updated_at``
+            locked = locked.filter(pk__in=self.values("pk")).order_by("pk")
+            rows = list(locked.values_list("pk", "owner_id"))
             pks = [pk for pk, _owner in rows]
             bulk = _delete_messages_in_bulk(self.db, pks)
             count, per_model = super().delete()
