@@ -8,11 +8,12 @@ recall counters' update) locked the same facts in different orders and one turn 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -23,10 +24,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agentmemory.agents import BaseToolCallingAgent, tool
-from agentmemory.llm.fake import ScriptedChatModel
-from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.knowledge.memory import _mark_recalled
+from agentmemory.llm.fake import ScriptedChatModel
+from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Fact, Message, ModelCall, Summary
 from agentmemory.recording import redact_if_quoted_gone
 from tests.helpers_concurrency import database_url
@@ -88,7 +89,7 @@ def test_eight_threads_of_turns_on_one_conversation(django_user_model) -> None:
                     conv.pk, f"I went to the harbour number {n}-{t} yesterday and it was lovely."
                 )
                 answers.append(result.answer)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
@@ -117,7 +118,7 @@ def test_eight_threads_of_turns_on_one_conversation(django_user_model) -> None:
     assert set(results) == calls and all(v == 1 for v in results.values())
     assert sum(m.role == "ai" and not m.tool_calls for m in rows) == THREADS * TURNS
     summaries = list(Summary.objects.filter(conversation=conv).order_by("through_seq"))
-    for a, b in zip(summaries, summaries[1:], strict=False):
+    for a, b in itertools.pairwise(summaries):
         assert b.first_seq == a.first_seq or b.previous_id == a.pk
     facts = Counter(f.content for f in Fact.objects.filter(owner=owner, superseded_by__isnull=True))
     assert all(v == 1 for v in facts.values()), facts.most_common(3)
@@ -151,7 +152,7 @@ def _waits_holding(
                 with connection.cursor() as cursor:
                     cursor.execute("SET enable_indexscan = off")
             action()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
