@@ -583,3 +583,32 @@ def check_system_prompt(prompt: str | None) -> None:
     problem = text_problem(prompt)
     if problem:
         raise InvalidMessageError(f"the system prompt {problem}")
+
+
+def system_prompt_tokens(prompt: str, counter: Any, max_tokens: int) -> int:
+    """Tokens the system prompt ``prompt`` costs on every call of a turn (``counter`` a
+    ``TokenCounter``), refused before the turn stores its human message when it leaves no
+    room in a window of ``max_tokens`` tokens: every call of that turn would fail, and each
+    retry would leave one more unanswered human message behind.
+
+    Raises:
+        TypeError, InvalidMessageError: as ``check_system_prompt``, which runs first.
+        ContextBudgetExceeded: the prompt (with its knowledge block) needs ``max_tokens``
+            tokens or more (``seq`` None, ``tokens`` the prompt's, ``available`` the window).
+    """
+    from agentmemory.exceptions import ContextBudgetExceeded
+
+    check_system_prompt(prompt)
+    tokens = int(counter.count_message(ChatMessage.system(prompt)))
+    if tokens >= max_tokens:
+        raise ContextBudgetExceeded(
+            seq=None,
+            tokens=tokens,
+            available=max_tokens,
+            message=(
+                f"the system prompt needs {tokens} tokens, leaving nothing of the context window "
+                f"of {max_tokens} for the human message; nothing was stored. Shorten the prompt "
+                "(or its knowledge block) or raise CONVERSATION_HISTORY_TOKEN_LIMIT"
+            ),
+        )
+    return tokens
