@@ -121,11 +121,13 @@ def storable_text(value: str, *, max_chars: int | None = None) -> str:
     """``value`` as text every database stores: NUL characters and lone surrogates replaced
     by U+FFFD and, when longer than ``max_chars`` characters, cut to ``max_chars`` with a
     note at the end saying how long it was."""
-    text = _UNSTORABLE.sub(REPLACEMENT, value)
+    text = value
     if max_chars is not None and len(text) > max_chars:
+        # cut first (a replacement is one character for one): a 20 MB tool result is not
+        # scanned whole to keep its first 2 MB
         note = f"\n[cut here: {len(text):,} characters, over the {max_chars:,} stored]"
         text = text[: max(0, max_chars - len(note))] + note[:max_chars]
-    return text
+    return _UNSTORABLE.sub(REPLACEMENT, text)
 
 
 def safe_str(value: Any) -> str:

@@ -311,7 +311,10 @@ def test_a_prompt_filling_the_window_is_refused_before_the_human_message_is_stor
     model = ScriptedChatModel(["never sent"])
     agent = WholeWindowPromptAgent(llm=model)
     conversation = agent.start_conversation()
-    for attempt in (lambda: agent.run(conversation, "hello"), lambda: asyncio.run(agent.arun(conversation, "hello"))):
+    for attempt in (
+        lambda: agent.run(conversation, "hello"),
+        lambda: asyncio.run(agent.arun(conversation, "hello")),
+    ):
         with pytest.raises(ContextBudgetExceeded, match="nothing was stored") as raised:
             attempt()
         assert raised.value.available == 500 and raised.value.tokens >= 500

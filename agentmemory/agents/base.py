@@ -525,6 +525,11 @@ class BaseToolCallingAgent:
         prepared = self._prepared(call)
         return prepared if isinstance(prepared, ToolOutcome) else await prepared.arun(call, injector)
 
+    async def _aresult(self, call: ToolCall, injector: AgentInjector) -> ToolOutcome:
+        """``aexecute_tool`` without the raw ``value``, freed as soon as each call ends: the
+        results of one reply (up to ``MAX_TOOL_CALLS_PER_MESSAGE``) wait for each other."""
+        return dataclasses.replace(await self.aexecute_tool(call, injector), value=None)
+
     # -- one turn -----------------------------------------------------------------------
 
     def run(self, conversation: Conversation | int | str | UUID, user_input: str) -> AgentRunResult:
@@ -602,16 +607,16 @@ class BaseToolCallingAgent:
                 yield StepStored(round_, stored)
                 break
             bound = turn.rounds >= self.MAX_TOOL_ROUNDS
-            outcomes = []
+            results = []  # the messages only: each tool's raw value is freed once converted
             for tool_call in ai.tool_calls:
                 outcome = (
                     not_run_outcome(tool_call, self.MAX_TOOL_ROUNDS)
                     if bound
                     else self.execute_tool(tool_call, injector)
                 )
-                outcomes.append(outcome)
+                results.append(outcome.message)
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
-            stored = injector.chat_history.add_messages([ai, *(o.message for o in outcomes)])
+            stored = injector.chat_history.add_messages([ai, *results])
             turn.record(self._record_call(recorder, call, stored))
             yield StepStored(round_, stored)
             if bound:
@@ -671,9 +676,7 @@ class BaseToolCallingAgent:
             if bound:
                 outcomes = [not_run_outcome(c, self.MAX_TOOL_ROUNDS) for c in ai.tool_calls]
             else:
-                outcomes = list(
-                    await asyncio.gather(*(self.aexecute_tool(c, injector) for c in ai.tool_calls))
-                )
+                outcomes = list(await asyncio.gather(*(self._aresult(c, injector) for c in ai.tool_calls)))
             for tool_call, outcome in zip(ai.tool_calls, outcomes, strict=True):
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
             stored = await injector.chat_history.aadd_messages([ai, *(o.message for o in outcomes)])
