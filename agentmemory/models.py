@@ -43,16 +43,16 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
 
     def delete(self) -> tuple[int, dict[str, int]]:
         """Delete the conversations with their messages and summaries, after taking their
-        row locks: an append in flight finishes first, a later one finds the conversation
-        gone (``ConversationNotFound``) instead of failing the delete with a foreign-key error
-        at commit.
+        row locks in ascending pk (docs/architecture.md, "Lock order"): an append in flight
+        finishes first, a later one finds the conversation gone (``ConversationNotFound``)
+        instead of failing the delete with a foreign-key error at commit.
 
         Messages are deleted with one statement per batch of conversations rather than loaded
         one object each (a conversation may hold 100,000 of them); rows that point at a message
         are deleted or unlinked first, as their foreign keys say.
         """
         with transaction.atomic(using=self.db):
-            locked = self.model._default_manager.using(self.db).select_for_update()
+            locked = self.model._default_manager.using(self.db).select_for_update().order_by("pk")
             rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
             pks = [pk for pk, _owner in rows]
             bulk = _delete_messages_in_bulk(self.db, pks)

@@ -121,11 +121,13 @@ def storable_text(value: str, *, max_chars: int | None = None) -> str:
     """``value`` as text every database stores: NUL characters and lone surrogates replaced
     by U+FFFD and, when longer than ``max_chars`` characters, cut to ``max_chars`` with a
     note at the end saying how long it was."""
-    text = _UNSTORABLE.sub(REPLACEMENT, value)
+    text = value
     if max_chars is not None and len(text) > max_chars:
+        # cut first (a replacement is one character for one): a 20 MB tool result is not
+        # scanned whole to keep its first 2 MB
         note = f"\n[cut here: {len(text):,} characters, over the {max_chars:,} stored]"
         text = text[: max(0, max_chars - len(note))] + note[:max_chars]
-    return text
+    return _UNSTORABLE.sub(REPLACEMENT, text)
 
 
 def safe_str(value: Any) -> str:
@@ -583,3 +585,32 @@ def check_system_prompt(prompt: str | None) -> None:
     problem = text_problem(prompt)
     if problem:
         raise InvalidMessageError(f"the system prompt {problem}")
+
+
+def system_prompt_tokens(prompt: str, counter: Any, max_tokens: int) -> int:
+    """Tokens the system prompt ``prompt`` costs on every call of a turn (``counter`` a
+    ``TokenCounter``), refused before the turn stores its human message when it leaves no
+    room in a window of ``max_tokens`` tokens: every call of that turn would fail, and each
+    retry would leave one more unanswered human message behind.
+
+    Raises:
+        TypeError, InvalidMessageError: as ``check_system_prompt``, which runs first.
+        ContextBudgetExceeded: the prompt (with its knowledge block) needs ``max_tokens``
+            tokens or more (``seq`` None, ``tokens`` the prompt's, ``available`` the window).
+    """
+    from agentmemory.exceptions import ContextBudgetExceeded
+
+    check_system_prompt(prompt)
+    tokens = int(counter.count_message(ChatMessage.system(prompt)))
+    if tokens >= max_tokens:
+        raise ContextBudgetExceeded(
+            seq=None,
+            tokens=tokens,
+            available=max_tokens,
+            message=(
+                f"the system prompt needs {tokens} tokens, leaving nothing of the context window "
+                f"of {max_tokens} for the human message; nothing was stored. Shorten the prompt "
+                "(or its knowledge block) or raise CONVERSATION_HISTORY_TOKEN_LIMIT"
+            ),
+        )
+    return tokens

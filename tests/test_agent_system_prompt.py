@@ -295,3 +295,29 @@ def test_a_property_that_gives_no_prompt_stops_the_turn_before_anything_is_store
         asyncio.run(agent.arun(conversation, "Hello?"))
     assert not Message.objects.filter(conversation=conversation).exists()
     assert model.calls == []
+
+
+class WholeWindowPromptAgent(BaseToolCallingAgent, register=False):
+    """A prompt that leaves no room for the human message in its window."""
+
+    AGENT_KEY = "whole-window-prompt"
+    SYSTEM_PROMPT = "Follow every rule of the handbook. " * 200
+    CONVERSATION_HISTORY_TOKEN_LIMIT = 500
+
+
+def test_a_prompt_filling_the_window_is_refused_before_the_human_message_is_stored() -> None:
+    from agentmemory.exceptions import ContextBudgetExceeded
+
+    model = ScriptedChatModel(["never sent"])
+    agent = WholeWindowPromptAgent(llm=model)
+    conversation = agent.start_conversation()
+    for attempt in (
+        lambda: agent.run(conversation, "hello"),
+        lambda: asyncio.run(agent.arun(conversation, "hello")),
+    ):
+        with pytest.raises(ContextBudgetExceeded, match="nothing was stored") as raised:
+            attempt()
+        assert raised.value.available == 500 and raised.value.tokens >= 500
+    # retries leave no unanswered human messages behind, and the model was never called
+    assert not Message.objects.filter(conversation=conversation).exists()
+    assert model.calls == []

@@ -276,3 +276,52 @@ def test_a_reply_with_more_tool_calls_than_the_cap_runs_the_first_ones(conv, set
     assert [r.tool_call_id for r in rows[-4:-1]] == ["c0", "c1", "c2"]
     for window in result.windows:
         assert window_violations(window) == []
+
+
+@tool
+def ten_megabytes() -> str:
+    """Returns 10 MB of text."""
+    return "z" * 10_000_000
+
+
+@tool
+async def ten_megabytes_async() -> str:
+    """Returns 10 MB of text, in async code."""
+    return "z" * 10_000_000
+
+
+class Bulky(BaseToolCallingAgent, register=False):
+    AGENT_KEY = "bulky-test"
+    SYSTEM_PROMPT = "You test."
+    TOOLS = [ten_megabytes, ten_megabytes_async]
+    CONVERSATION_HISTORY_TOKEN_LIMIT = 100_000
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["run", "arun"])
+def test_huge_tool_results_of_one_reply_are_not_all_held_in_memory_at_once(conv, path):
+    """Twenty calls of a tool returning 10 MB each: every result is cut to
+    ``MAX_MESSAGE_CHARS`` (2,000 here) as it comes back, and the 10 MB value is not kept until
+    the whole exchange is stored (that was 200 MB for this reply; a reply may hold up to
+    ``MAX_TOOL_CALLS_PER_MESSAGE`` calls, 128 by default, and a tool return anything)."""
+    import tracemalloc
+
+    name = "ten_megabytes" if path == "run" else "ten_megabytes_async"
+    many = calls(*[(f"c{i}", name, {}) for i in range(20)])
+    agent = Bulky(llm=ScriptedChatModel([reply(many), reply("done")]))
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        try:
+            return await agent.arun(conv, "go")
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    tracemalloc.start()
+    try:
+        result = agent.run(conv, "go") if path == "run" else asyncio.run(scenario())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.answer == "done"
+    assert [len(m.content) for m in result.tool_results] == [2_000] * 20
+    assert peak < 60_000_000, f"{peak / 1e6:.0f} MB"

@@ -27,8 +27,7 @@ import inspect
 import itertools
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, ClassVar
 from uuid import UUID
@@ -44,6 +43,7 @@ from agentmemory.agents.config import AgentConfig, MemoryConfig
 from agentmemory.agents.injector import AgentInjector
 from agentmemory.agents.memory import PolicyOutcome, apply_memory_policy
 from agentmemory.agents.memory_tools import memory_tools_for, with_knowledge
+from agentmemory.agents.replies import clear_of, storable_reply
 from agentmemory.agents.results import (
     STOP_ANSWER,
     STOP_MAX_TOOL_ROUNDS,
@@ -59,7 +59,6 @@ from agentmemory.agents.results import (
     add_usage,
 )
 from agentmemory.agents.tools import (
-    RAW_ARGUMENTS_KEY,
     MemoryPolicy,
     Tool,
     ToolOutcome,
@@ -71,12 +70,11 @@ from agentmemory.closing import build_closing_gap
 from agentmemory.compaction import BaseMemoryCompactor
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
-from agentmemory.context.builder import check_system_prompt
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.llm.config import DEFAULT_LLM, get_llm
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation
-from agentmemory.validation import json_problem, safe_str, storable_json, storable_text, text_problem
+from agentmemory.validation import json_problem, system_prompt_tokens, text_problem
 
 __all__ = ["BaseToolCallingAgent", "resolve_llm"]
 
@@ -527,6 +525,11 @@ class BaseToolCallingAgent:
         prepared = self._prepared(call)
         return prepared if isinstance(prepared, ToolOutcome) else await prepared.arun(call, injector)
 
+    async def _aresult(self, call: ToolCall, injector: AgentInjector) -> ToolOutcome:
+        """``aexecute_tool`` without the raw ``value``, freed as soon as each call ends: the
+        results of one reply (up to ``MAX_TOOL_CALLS_PER_MESSAGE``) wait for each other."""
+        return dataclasses.replace(await self.aexecute_tool(call, injector), value=None)
+
     # -- one turn -----------------------------------------------------------------------
 
     def run(self, conversation: Conversation | int | str | UUID, user_input: str) -> AgentRunResult:
@@ -577,11 +580,11 @@ class BaseToolCallingAgent:
         turn = _Turn(injector.conversation_id)
         # before anything is stored: a prompt that cannot be made leaves no unanswered message
         prompt = self.get_system_prompt(injector)
-        check_system_prompt(prompt)  # before anything counts it, and before the turn stores anything
+        # refused (too long, unstorable, over the window) before the turn stores anything
+        injector.system_tokens = system_prompt_tokens(prompt, self.token_counter, self.token_limit)
         [human] = injector.chat_history.add_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
-        injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
@@ -595,7 +598,7 @@ class BaseToolCallingAgent:
             response = self.llm.invoke(shaped.window.messages, tools=schemas)
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
             if ai.tool_calls:
-                ai = _clear_of(ai, self.pending_call_ids(injector))
+                ai = clear_of(ai, self.pending_call_ids(injector))
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
                 stored = injector.chat_history.add_messages([ai])
@@ -604,16 +607,16 @@ class BaseToolCallingAgent:
                 yield StepStored(round_, stored)
                 break
             bound = turn.rounds >= self.MAX_TOOL_ROUNDS
-            outcomes = []
+            results = []  # the messages only: each tool's raw value is freed once converted
             for tool_call in ai.tool_calls:
                 outcome = (
                     not_run_outcome(tool_call, self.MAX_TOOL_ROUNDS)
                     if bound
                     else self.execute_tool(tool_call, injector)
                 )
-                outcomes.append(outcome)
+                results.append(outcome.message)
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
-            stored = injector.chat_history.add_messages([ai, *(o.message for o in outcomes)])
+            stored = injector.chat_history.add_messages([ai, *results])
             turn.record(self._record_call(recorder, call, stored))
             yield StepStored(round_, stored)
             if bound:
@@ -641,11 +644,11 @@ class BaseToolCallingAgent:
         turn = _Turn(injector.conversation_id)
         # before anything is stored: a prompt that cannot be made leaves no unanswered message
         prompt = await sync_to_async(self.get_system_prompt)(injector)
-        check_system_prompt(prompt)  # before anything counts it, and before the turn stores anything
+        # refused (too long, unstorable, over the window) before the turn stores anything
+        injector.system_tokens = system_prompt_tokens(prompt, self.token_counter, self.token_limit)
         [human] = await injector.chat_history.aadd_messages([ChatMessage.human(user_input)])
         turn.stored.append(human)
         yield TurnStarted(injector.conversation_id, human)
-        injector.system_tokens = self.token_counter.count_message(ChatMessage.system(prompt))
         builder = self.get_window_builder(injector, prompt)
         schemas = self.tool_schemas() or None
         recorder = self.get_call_recorder(injector, prompt)
@@ -661,7 +664,7 @@ class BaseToolCallingAgent:
             response = await self.llm.ainvoke(shaped.window.messages, tools=schemas)
             ai, call = self._reply(response, shaped, round_, time.monotonic() - started)
             if ai.tool_calls:
-                ai = _clear_of(ai, await sync_to_async(self.pending_call_ids)(injector))
+                ai = clear_of(ai, await sync_to_async(self.pending_call_ids)(injector))
             yield AIMessageEvent(round_, ai, call)
             if not ai.tool_calls:
                 stored = await injector.chat_history.aadd_messages([ai])
@@ -673,9 +676,7 @@ class BaseToolCallingAgent:
             if bound:
                 outcomes = [not_run_outcome(c, self.MAX_TOOL_ROUNDS) for c in ai.tool_calls]
             else:
-                outcomes = list(
-                    await asyncio.gather(*(self.aexecute_tool(c, injector) for c in ai.tool_calls))
-                )
+                outcomes = list(await asyncio.gather(*(self._aresult(c, injector) for c in ai.tool_calls)))
             for tool_call, outcome in zip(ai.tool_calls, outcomes, strict=True):
                 yield ToolResultEvent(round_, tool_call, outcome.message, outcome.error)
             stored = await injector.chat_history.aadd_messages([ai, *(o.message for o in outcomes)])
@@ -889,79 +890,6 @@ def _takes_max_tokens(method: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "max_tokens" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def _clear_of(ai: ChatMessage, taken: set[str]) -> ChatMessage:
-    """``ai`` with fresh ids for its calls whose id is in ``taken``."""
-    if not any(call.id in taken for call in ai.tool_calls):
-        return ai
-    return dataclasses.replace(ai, tool_calls=tuple(usable_calls(ai.tool_calls, taken)))
-
-
-def _storable_short(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= _MAX_ID_CHARS and not text_problem(value)
-
-
-_MAX_ID_CHARS = 255
-
-
-def storable_reply(message: ChatMessage, metadata: Mapping[str, Any] | None = None) -> ChatMessage:
-    """The model's reply as storage takes it, whatever the model sent (refusing it would fail
-    the turn after the human message is stored): NUL characters and lone surrogates in its
-    text, name and metadata made storable (U+FFFD), text over ``MAX_MESSAGE_CHARS`` cut, an
-    empty reply without calls stored as ``""``, its calls cleaned by ``usable_calls``, and
-    ``metadata`` (usage, model, ...) merged over the provider's own."""
-    provider = message.metadata if isinstance(message.metadata, Mapping) else {}
-    content = message.content
-    if content is None and not message.tool_calls:
-        content = ""
-    if content is not None:
-        content = storable_text(safe_str(content), max_chars=app_settings().MAX_MESSAGE_CHARS)
-    name = storable_text(safe_str(message.name or ""))[:255]
-    return ChatMessage.ai(
-        content,
-        usable_calls(message.tool_calls),
-        name=name,
-        metadata=storable_json({**provider, **(metadata or {})}),
-    )
-
-
-def usable_calls(calls: Sequence[ToolCall], taken: Collection[str] = ()) -> list[ToolCall]:
-    """Tool calls that storage accepts, whatever the model sent: an id that is missing,
-    repeated, already awaiting a result in the conversation (``taken``), too long or not
-    storable text gets a fresh one (some OpenAI-compatible servers send none, or number
-    them from 1 each reply); a name that is not storable text of 1 to 255 characters is
-    stored made storable (it names no tool, so the call is answered with an "unknown tool"
-    error result); arguments that are not a storable JSON object are kept as text under
-    ``RAW_ARGUMENTS_KEY``, so the call is answered with an error result. Only the first
-    ``MAX_TOOL_CALLS_PER_MESSAGE`` calls are kept (the rest are logged and never run; the
-    model sees the results of those it kept and may call again)."""
-    seen: set[str] = set()
-    usable = []
-    limit = app_settings().MAX_TOOL_CALLS_PER_MESSAGE
-    if len(calls) > limit:
-        logger.warning(
-            "the model asked for %d tool calls in one reply; the first %d are kept "
-            "(AGENTMEMORY['MAX_TOOL_CALLS_PER_MESSAGE'])",
-            len(calls),
-            limit,
-        )
-        calls = calls[:limit]
-    for call in calls:
-        fresh = not _storable_short(call.id) or call.id in seen or call.id in taken
-        call_id = f"call_{uuid.uuid4().hex}" if fresh else call.id
-        seen.add(call_id)
-        name = call.name
-        if not _storable_short(name):
-            name = storable_text(safe_str(name))[:_MAX_ID_CHARS] or "unnamed"
-        arguments = call.arguments
-        if not isinstance(arguments, Mapping) or json_problem(arguments):
-            raw = arguments if isinstance(arguments, str) else safe_str(arguments)
-            arguments = {RAW_ARGUMENTS_KEY: storable_text(raw, max_chars=10_000)}
-        if call_id != call.id or name is not call.name or arguments is not call.arguments:
-            call = ToolCall(id=call_id, name=name, arguments=arguments)
-        usable.append(call)
-    return usable
 
 
 class _Turn:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmemory.agents.base import storable_reply
+from agentmemory.agents.replies import storable_reply
 from agentmemory.agents.tools import Tool, run_call
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.messages import ChatMessage, Role, ToolCall

@@ -632,28 +632,34 @@ def _mark_recalled(using: str, ids: list[int], now: datetime, durable: bool = Fa
     set by ``set_config(..., true)`` inside the statement): a counter is not worth a wait for
     the disk, which took 8-18 ms a recall on a loaded machine (docs/benchmarks.md, "Facts at
     scale"). It runs after the caller's commit or in autocommit mode, so no other write
-    shares that transaction.
+    shares that transaction. The rows are locked in ascending id first, as every statement
+    locking several facts does (docs/architecture.md, "Lock order"): locked in scan order,
+    two turns recalling the same facts deadlocked with each other's recording.
     """
     connection = connections[using]
     most = max_recall_count(using)
     if connection.vendor != "postgresql" or durable:
-        Fact.objects.using(using).filter(pk__in=ids).update(
-            last_recalled_at=now,
-            recall_count=Case(
-                When(recall_count__lt=most, then=F("recall_count") + 1),
-                default=F("recall_count"),
-                output_field=PositiveIntegerField(),
-            ),
-        )
+        facts = Fact.objects.using(using).filter(pk__in=ids)
+        if not connection.features.has_select_for_update:  # SQLite: one writer at a time
+            _update_recalled(facts, now, most)
+            return
+        with transaction.atomic(using=using):  # ascending id first (docs/architecture.md)
+            no_key = connection.features.has_select_for_no_key_update
+            list(facts.order_by("pk").select_for_update(no_key=no_key).values("pk"))
+            _update_recalled(facts, now, most)
         return
     table = connection.ops.quote_name(Fact._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)) "
+            "WITH async AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+            # the rows locked in ascending id first (docs/architecture.md, "Lock order"):
+            # an UPDATE alone locks them in scan order and deadlocked with another lock
+            f"locked AS MATERIALIZED (SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id "
+            "FOR NO KEY UPDATE) "
             f"UPDATE {table} SET last_recalled_at = %s, recall_count = "
             "CASE WHEN recall_count < %s THEN recall_count + 1 ELSE recall_count END "
-            "WHERE id = ANY(%s) AND EXISTS (SELECT 1 FROM async)",
-            [now, most, list(ids)],
+            "WHERE id IN (SELECT id FROM locked) AND EXISTS (SELECT 1 FROM async)",
+            [list(ids), now, most],
         )
 
 
@@ -692,3 +698,15 @@ def _in_recall(facts: Any, now: datetime, cutoff: datetime) -> Any:
     persistent or written since ``cutoff`` (``KnowledgeMemory.live_facts``'s rule, which
     its probe shares)."""
     return facts.live(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+
+
+def _update_recalled(facts: Any, now: datetime, most: int) -> None:
+    """The counters' update of ``_mark_recalled`` through the ORM (``facts`` a queryset)."""
+    facts.update(
+        last_recalled_at=now,
+        recall_count=Case(
+            When(recall_count__lt=most, then=F("recall_count") + 1),
+            default=F("recall_count"),
+            output_field=PositiveIntegerField(),
+        ),
+    )

@@ -746,9 +746,13 @@ def recall_facts(
     )
     if record:
         sql += (
+            # the chosen rows locked in ascending id first (docs/architecture.md, "Lock
+            # order"): the UPDATE alone locks them in join order
+            f", locked AS MATERIALIZED (SELECT l.id FROM {table} AS l WHERE l.id IN "
+            "(SELECT id FROM chosen) ORDER BY l.id FOR NO KEY UPDATE OF l)"
             f", recorded AS (UPDATE {table} AS f SET last_recalled_at = %s, recall_count = "
             "CASE WHEN f.recall_count < %s THEN f.recall_count + 1 ELSE f.recall_count END "
-            "FROM hits WHERE f.id = hits.id AND set_config('synchronous_commit', 'off', true) = 'off')"
+            "FROM locked WHERE f.id = locked.id AND set_config('synchronous_commit', 'off', true) = 'off')"
         )
         params += [now, column_max(queryset.model, "recall_count", queryset.db)]
     sql += " SELECT * FROM hits ORDER BY position"
