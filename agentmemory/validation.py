@@ -345,11 +345,31 @@ def validate_parts(message: ChatMessage, index: int, *, max_data_bytes: int) -> 
             )
 
 
+def _check_error_flag(message: ChatMessage, index: int) -> None:
+    """``metadata["is_error"]``, the flag of a failed tool result that goes to the model
+    (Anthropic's ``tool_result`` ``is_error``, LangChain's ``ToolMessage.status``), is a JSON
+    boolean, and ``true`` only on a tool message: a result stored with ``"yes"`` or ``1`` was
+    sent to the model as a success, with no word to anyone."""
+    if "is_error" not in message.metadata:
+        return
+    flag = message.metadata["is_error"]
+    if not isinstance(flag, bool):
+        raise InvalidMessageError(
+            f"metadata.is_error must be true or false, not {flag!r:.40}", index=index, field="metadata"
+        )
+    if flag and message.role is not Role.TOOL:
+        raise InvalidMessageError(
+            f"metadata.is_error marks a failed tool result; a {message.role} message cannot carry it",
+            index=index,
+            field="metadata",
+        )
+
+
 def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> None:
     """Check one message on its own: a known role, the fields that role allows, storable text and
     JSON, content within ``max_chars`` characters, at most ``MAX_PARTS_PER_MESSAGE`` content
     parts and ``MAX_TOOL_CALLS_PER_MESSAGE`` tool calls, tool calls with ids, names and
-    JSON-object arguments.
+    JSON-object arguments, ``metadata["is_error"]`` a boolean, true only on a tool message.
 
     Raises:
         InvalidMessageError: with ``index`` set to the message's place in its batch.
@@ -420,6 +440,7 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
         )
     if role is Role.AI and content is None and not message.tool_calls:
         raise InvalidMessageError("an ai message needs content or tool calls", index=index, field="content")
+    _check_error_flag(message, index)
     if role is Role.TOOL:
         if not message.tool_call_id:
             raise InvalidMessageError(

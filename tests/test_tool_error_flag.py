@@ -52,10 +52,13 @@ def _conversation() -> Conversation:
             *_exchange("c2", "order 2: shipped", {**_LATENCY, "error": False}),
             *_exchange("c3", "order 3: paid", {"is_error": False}),
             ChatMessage.ai("Order 1 could not be found; 2 shipped; 3 is paid."),
-            ChatMessage.human("Thanks", metadata={"is_error": True}),
+            ChatMessage.human("Thanks"),
             ChatMessage.ai("You're welcome."),
         ]
     )
+    # a row written around validation (which refuses the key on a human message): the window
+    # still carries the flag of tool results only
+    Message.objects.filter(conversation=conv, seq=9).update(metadata={"is_error": True})
     return conv
 
 
