@@ -291,3 +291,28 @@ def test_the_migration_replaces_the_head_functions_forward_and_back() -> None:
     builder = ContextWindowBuilder(conv)
     builder.build(max_tokens=5000)
     assert _metadata(builder.build(max_tokens=5000).messages) == EXPECTED
+
+
+def test_the_admin_context_and_window_pages_mark_a_result_sent_as_failed(admin_client) -> None:  # type: ignore[no-untyped-def]
+    # The transcript showed an "error" badge, but the two pages that say what the model was
+    # (or would be) sent showed the failed result like any other.
+    from django.urls import reverse
+
+    llm = ScriptedChatModel(
+        [_calls(("t1", "lookup", {"order_id": 1}), ("t2", "lookup", {"order_id": 2})), "Done."]
+    )
+    agent = Agent(llm=llm)
+    conv = agent.start_conversation()
+    agent.run(conv, "Orders 1 and 2?")
+    badge = '<span class="am-badge am-badge-error"'
+    record = ModelCall.objects.filter(conversation=conv, kind="chat").order_by("id").last()
+    window_page = admin_client.get(
+        reverse("admin:agentmemory_modelcall_window", args=[record.pk])
+    ).content.decode()
+    context_page = admin_client.get(
+        reverse("admin:agentmemory_conversation_context", args=[conv.pk])
+    ).content.decode()
+    for page in (window_page, context_page):
+        assert page.count(badge) == 1  # t1 failed; t2 worked
+        marked = page[: page.index(badge)]
+        assert marked.rindex("<code>t1</code>") > marked.rfind("<code>t2</code>")
