@@ -36,9 +36,24 @@ PRE_STYLE = (
 
 
 def pretty_json(value: Any) -> str:
-    """``value`` as indented JSON in a ``<pre>`` block (escaped)."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-    return format_html('<pre style="{}">{}</pre>', PRE_STYLE, text)
+    """``value`` as indented JSON in a ``<pre>`` block (escaped), an array of numbers, strings,
+    booleans or nulls on one line (wrapped by the page): a record's list of 300 recalled seqs
+    was a column 300 lines tall."""
+    return format_html('<pre style="{}">{}</pre>', PRE_STYLE, _json_text(value, ""))
+
+
+def _json_text(value: Any, margin: str) -> str:
+    """``json.dumps(value, indent=2, sort_keys=True)``, but arrays of scalars inline."""
+    inner = margin + "  "
+    if isinstance(value, dict) and value:
+        items = (
+            f"{inner}{json.dumps(str(key), ensure_ascii=False)}: {_json_text(value[key], inner)}"
+            for key in sorted(value, key=str)
+        )
+        return "{\n" + ",\n".join(items) + "\n" + margin + "}"
+    if isinstance(value, list | tuple) and value and any(isinstance(v, dict | list | tuple) for v in value):
+        return "[\n" + ",\n".join(inner + _json_text(v, inner) for v in value) + "\n" + margin + "]"
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def admin_link(obj: Any, text: Any = None) -> str:
