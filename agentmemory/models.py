@@ -683,6 +683,19 @@ class Fact(models.Model):
                 fields=["owner", "agent_key", "namespace", "-created_at"], name="agentmemory_fact_scope_idx"
             ),
             models.Index(fields=["superseded_by"], name="agentmemory_fact_sup_idx"),
+            # the knowledge block's persistent facts, most important first (a LIMIT scan, not a
+            # sort of every fact of the scope: 100 ms at 100,000 facts)
+            models.Index(
+                "owner",
+                "agent_key",
+                "namespace",
+                "kind",
+                models.F("importance").desc(),
+                models.F("created_at").desc(),
+                models.F("id").desc(),
+                condition=Q(superseded_by__isnull=True, persistent=True),
+                name="agentmemory_fact_block_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(
