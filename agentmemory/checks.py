@@ -766,7 +766,8 @@ def check_compaction_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 
 def _retention_problems(conf: Any) -> list[Error]:
-    """RETENTION_DAYS and RETENTION_DAYS_BY_AGENT (agentmemory.E050, E051)."""
+    """RETENTION_DAYS, RETENTION_DAYS_BY_AGENT and LANGGRAPH_DELETED_THREAD_DAYS
+    (agentmemory.E050, E051, E052)."""
     problems = []
     days = conf.RETENTION_DAYS
     if days is not None and not _is_positive_int(days):
@@ -788,6 +789,16 @@ def _retention_problems(conf: Any) -> list[Error]:
                 f"days or None, not {by_agent!r}.",
                 hint='For example {"support": 90, "legal": None}: None keeps that agent\'s conversations.',
                 id="agentmemory.E051",
+            )
+        )
+    tombstones = conf.LANGGRAPH_DELETED_THREAD_DAYS
+    if not _is_positive_int(tombstones):
+        problems.append(
+            Error(
+                "AGENTMEMORY['LANGGRAPH_DELETED_THREAD_DAYS'] must be a positive integer, "
+                f"not {tombstones!r}.",
+                hint="Days a deleted LangGraph thread stays recorded (longer than any run lasts).",
+                id="agentmemory.E052",
             )
         )
     return problems

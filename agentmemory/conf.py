@@ -128,6 +128,10 @@ class AgentMemorySettings:
     #: per-agent retention, {agent_key: days or None}, over RETENTION_DAYS; a conversation's
     #: own ``retention_days`` goes over both
     RETENTION_DAYS_BY_AGENT: dict[str, int | None] = field(default_factory=dict)
+    #: ``agentmemory.contrib.langgraph``: records of deleted threads (``DeletedThread``) older
+    #: than this many days are deleted by ``prune_deleted_threads``; a record only has to
+    #: outlive the runs that were in flight when the thread was deleted
+    LANGGRAPH_DELETED_THREAD_DAYS: int = 3
     #: named LLM configurations, like CACHES: {"default": {"BACKEND": path, "OPTIONS": {...}}}
     LLMS: dict[str, Any] = field(default_factory=dict)
     #: recall backend of long-term memory and conversation search: "fulltext" (no download),

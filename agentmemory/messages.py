@@ -7,6 +7,7 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 #: key under which the text of tool-call arguments that were not a JSON object is kept
@@ -265,3 +266,25 @@ class ChatMessage:
     def text(self) -> str:
         """The content as text (``""`` for ``None``)."""
         return self.content or ""
+
+
+@dataclass(frozen=True)
+class PendingToolCall:
+    """A tool call that has no stored result yet (see ``Conversation.pending_calls``).
+
+    Attributes:
+        tool_call_id, name, arguments: the call as the AI message made it.
+        ai_seq: seq of the AI message that made the call.
+        requested_at: when that AI message was stored.
+        age_seconds: seconds since then.
+        abandoned: older than ``AGENTMEMORY['PENDING_TOOL_CALL_TIMEOUT']``: compaction may fold
+            its exchange into a summary.
+    """
+
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    ai_seq: int
+    requested_at: datetime
+    age_seconds: float
+    abandoned: bool

@@ -381,11 +381,13 @@ def redact_if_quoted_gone(call: ModelCall, *, using: str | None = None) -> int:
 
     Locks the quoted rows (``FOR NO KEY UPDATE`` on PostgreSQL, which waits for a delete in
     progress to commit or roll back; SQLite runs one writer at a time), so a delete either
-    sees this row or is seen by it. Facts are locked before conversations (the order of the
-    memory flush), each table in ascending primary key (docs/architecture.md, "Lock order"):
-    in their default, newest-first order, two turns recording at once deadlocked with each
-    other and with the recall counters' update. Returns the number of texts changed; costs nothing for a
-    call that sent neither block, two statements otherwise."""
+    sees this row or is seen by it. Conversations are locked before facts (the order of the
+    memory flush and of a conversation's delete, which clears ``source_message`` on the facts
+    quoting it), each table in ascending primary key (docs/architecture.md, "Lock order"):
+    facts first deadlocked with such a delete, and in their default, newest-first order two
+    turns recording at once deadlocked with each other and with the recall counters' update.
+    Returns the number of texts changed; costs nothing for a call that sent neither block,
+    two statements otherwise."""
 
     def part(value: Any, key: str) -> dict[str, Any]:
         found = value.get(key) if isinstance(value, dict) else None
@@ -400,17 +402,17 @@ def redact_if_quoted_gone(call: ModelCall, *, using: str | None = None) -> int:
     alias = using or router.db_for_write(ModelCall)
     no_key = connections[alias].features.has_select_for_no_key_update
     with transaction.atomic(using=alias):
-        found_facts = set(
-            Fact.objects.using(alias)
-            .select_for_update(no_key=no_key)
-            .filter(pk__in=sorted(facts))
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
         found_conversations = set(
             Conversation.objects.using(alias)
             .select_for_update(no_key=no_key)
             .filter(pk__in=sorted(conversations))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        found_facts = set(
+            Fact.objects.using(alias)
+            .select_for_update(no_key=no_key)
+            .filter(pk__in=sorted(facts))
             .order_by("pk")
             .values_list("pk", flat=True)
         )

@@ -29,13 +29,14 @@ compactor of your own whose ``summarize`` returns no facts stores none.
 
 How compaction keeps its guarantees (``MemoryFlush``): the facts are checked and embedded
 before any lock is taken (``prepare``); they are written in the transaction that stores the
-summary, after the scope's write lock is taken and before the conversation row is locked
-(``lock``, ``store``). So they land with the summary or not at all: of duplicate or concurrent
-runs only the one that stores the summary stores facts, and a run that fails stores nothing,
-so its retry stores each fact once. A fact that cannot be stored (too long, a bad source) is
-dropped and logged; an embedder that fails leaves the fact without a vector (``manage.py
-rebuild_recall_index`` adds it later); a database error while writing the facts rolls back
-their savepoint only: the summary is stored, the failure logged. Messages are never edited.
+summary: the scope's write lock first (``lock``), then the conversation row, then the facts
+(``store``; docs/architecture.md, "Lock order"). So they land with the summary or not at all:
+of duplicate or concurrent runs only the one that stores the summary stores facts, and a run
+that fails stores nothing, so its retry stores each fact once. A fact that cannot be stored
+(too long, a bad source) is dropped and logged; an embedder that fails leaves the fact without
+a vector (``manage.py rebuild_recall_index`` adds it later); a database error while writing the
+facts rolls back their savepoint only: the summary is stored, the failure logged. Messages are
+never edited.
 
 A summariser whose structured replies keep failing cannot hold a conversation's summaries
 back for ever: after ``DEGRADE_AFTER_FAILURES`` failed runs in a row whose last failure was a

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.db import router, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agentmemory.conf import app_settings
 from agentmemory.contrib.langgraph.models import (
     Checkpoint,
     CheckpointBlob,
@@ -20,7 +22,7 @@ from agentmemory.contrib.langgraph.models import (
 )
 from agentmemory.models import Conversation
 
-__all__ = ["delete_mirrored_checkpoints", "erase_threads", "forget_cleared_threads"]
+__all__ = ["delete_mirrored_checkpoints", "erase_threads", "forget_cleared_threads", "prune_deleted_threads"]
 
 
 def erase_threads(db: str, thread_ids: Iterable[str]) -> None:
@@ -116,3 +118,21 @@ def forget_cleared_threads(
     MirroredMessage.objects.using(using).filter(thread__thread_id__in=threads).delete()
     links.exclude(last_error="").update(last_error="")
     _erase_where_checkpoints_live(threads, using)
+
+
+def prune_deleted_threads(*, older_than: timedelta | None = None, using: str | None = None) -> int:
+    """Delete the records of deleted threads (``DeletedThread``) older than ``older_than``
+    (default ``AGENTMEMORY['LANGGRAPH_DELETED_THREAD_DAYS']`` days) on the database ``using``
+    (default the routers' choice); returns how many.
+
+    A record keeps a run that was in flight when its thread was deleted from bringing the
+    thread back (langchain-ai/langgraph#7206); once such runs are over it guards nothing, and
+    a thread id used again after it is gone starts afresh, as a new thread would. Deleted in
+    one statement (a record is a few short columns)."""
+    if older_than is None:
+        older_than = timedelta(days=app_settings().LANGGRAPH_DELETED_THREAD_DAYS)
+    db = using or router.db_for_write(DeletedThread)
+    deleted, _per_model = (
+        DeletedThread.objects.using(db).filter(deleted_at__lt=timezone.now() - older_than).delete()
+    )
+    return deleted

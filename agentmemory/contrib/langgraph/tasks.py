@@ -1,5 +1,6 @@
-"""Celery task of ``agentmemory.contrib.langgraph``: ``sweep_store_ttl`` deletes the expired
-items of ``DjangoStore`` (schedule it with Celery beat, every few minutes)."""
+"""Celery tasks of ``agentmemory.contrib.langgraph``: ``sweep_store_ttl`` deletes the expired
+items of ``DjangoStore`` (schedule it with Celery beat, every few minutes) and
+``prune_deleted_threads`` the old records of deleted threads (daily)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,13 @@ def sweep_store_ttl(using: str | None = None) -> int:
     from agentmemory.contrib.langgraph.store import DjangoStore
 
     return DjangoStore(using=using).sweep_ttl()
+
+
+@shared_task(ignore_result=True)
+def prune_deleted_threads(using: str | None = None) -> int:
+    """Delete the records of deleted threads older than
+    ``AGENTMEMORY['LANGGRAPH_DELETED_THREAD_DAYS']`` (on the database ``using``); returns how
+    many (``agentmemory.contrib.langgraph.receivers.prune_deleted_threads``)."""
+    from agentmemory.contrib.langgraph.receivers import prune_deleted_threads as prune
+
+    return prune(using=using)
