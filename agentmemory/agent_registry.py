@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
+from agentmemory.conf import app_settings
+
 if TYPE_CHECKING:
     from agentmemory.agents.base import BaseToolCallingAgent
 
@@ -155,8 +157,6 @@ def memory_recall_enabled(agent_key: str) -> bool:
     ``ContextWindowBuilder`` follows. The default of the previews (the API's context
     endpoint, the admin's context page), so that they show the block the agent sends.
     Raises nothing."""
-    from agentmemory.conf import app_settings
-
     cls = find(agent_key)
     if cls is None:
         return bool(app_settings().MEMORY_RECALL_ENABLED)

@@ -7,10 +7,11 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sized
+from dataclasses import replace
 from typing import Any
 
 from agentmemory.conf import app_settings
-from agentmemory.exceptions import InvalidMessageError
+from agentmemory.exceptions import ContextBudgetExceeded, InvalidMessageError
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, ToolCall, parts_text
 
 _MAX_SHORT = 255
@@ -210,8 +211,6 @@ def _with_size(part: ContentPart) -> ContentPart:
     size = image_size(part.data)
     if size is None:
         return part
-    from dataclasses import replace
-
     return replace(part, width=size[0], height=size[1])
 
 
@@ -408,8 +407,6 @@ def validate_message(message: ChatMessage, index: int, *, max_chars: int) -> Non
             field="metadata",
         )
     _check_json(message.metadata, "metadata", index, "metadata")
-    from agentmemory.conf import app_settings
-
     limits = app_settings()
     if message.parts:
         if isinstance(message.parts, Sized) and len(message.parts) > limits.MAX_PARTS_PER_MESSAGE:
@@ -619,8 +616,6 @@ def system_prompt_tokens(prompt: str, counter: Any, max_tokens: int) -> int:
         ContextBudgetExceeded: the prompt (with its knowledge block) needs ``max_tokens``
             tokens or more (``seq`` None, ``tokens`` the prompt's, ``available`` the window).
     """
-    from agentmemory.exceptions import ContextBudgetExceeded
-
     check_system_prompt(prompt)
     tokens = int(counter.count_message(ChatMessage.system(prompt)))
     if tokens >= max_tokens:

@@ -249,3 +249,18 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def wait_for_a_lock_wait(probe: Any, holder_pid: int, tries: int = 200) -> bool:
+    """Whether a session other than ``holder_pid`` came to wait on a lock within ``tries``
+    looks 50 ms apart (PostgreSQL; ``probe`` a psycopg connection in autocommit)."""
+    for _ in range(tries):
+        waiting = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> %s",
+            [holder_pid],
+        ).fetchone()
+        if waiting and waiting[0]:
+            return True
+        time.sleep(0.05)
+    return False

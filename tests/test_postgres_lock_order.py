@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from agentmemory.llm.fake import ScriptedChatModel
 from agentmemory.messages import ChatMessage, Role, ToolCall
 from agentmemory.models import Conversation, Fact, Message, ModelCall, Summary
 from agentmemory.recording import redact_if_quoted_gone
-from tests.helpers_concurrency import database_url
+from tests.helpers_concurrency import database_url, wait_for_a_lock_wait
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -161,15 +160,7 @@ def _waits_holding(
     thread.start()
     try:
         probe = psycopg.connect(database_url(), autocommit=True)
-        for _ in range(200):
-            waiting = probe.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND pid <> %s",
-                [holder.info.backend_pid],
-            ).fetchone()
-            if waiting and waiting[0]:
-                break
-            time.sleep(0.05)
+        wait_for_a_lock_wait(probe, holder.info.backend_pid)
         held = []
         for pk in ids[1:]:
             try:

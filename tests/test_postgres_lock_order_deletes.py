@@ -12,7 +12,6 @@ asserts what it holds meanwhile: nothing, in the documented order."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Fact, Message, ModelCall
 from agentmemory.recording import redact_if_quoted_gone
-from tests.helpers_concurrency import database_url
+from tests.helpers_concurrency import database_url, wait_for_a_lock_wait
 from tests.test_postgres_lock_order import _facts, _waits_holding
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -55,16 +54,7 @@ def _holds_while_waiting(
     held = []
     try:
         with psycopg.connect(database_url(), autocommit=True) as probe:
-            for _ in range(200):
-                waiting = probe.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock' AND pid <> %s",
-                    [holder.info.backend_pid],
-                ).fetchone()
-                if waiting and waiting[0]:
-                    break
-                time.sleep(0.05)
-            else:
+            if not wait_for_a_lock_wait(probe, holder.info.backend_pid):
                 raise AssertionError("the action never waited for the held row")
             for pk in probe_ids:
                 try:
