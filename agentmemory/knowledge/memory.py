@@ -275,7 +275,9 @@ class KnowledgeMemory:
         Returns:
             ``RememberResult``. A live fact of the same scope with the same content (up to
             whitespace, Unicode form and invisible characters: ``storage.normalize``) is a
-            repeat: nothing new is stored. Otherwise a new fact is stored and
+            repeat: nothing new is stored, and the fact is written to the daily log again
+            (``storage.log_again``: listed by ``get_recent_entries()`` again, dated ``now``
+            when that is later, a transient entry aging from then). Otherwise a new fact is stored and
             supersedes ``supersedes``, a live fact of the same category with the same
             "key:" prefix, or the most similar live fact of the same category at or above
             ``AGENTMEMORY["FACT_SUPERSEDE_SIMILARITY"]`` when an embedder is configured.

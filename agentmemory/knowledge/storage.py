@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import AgentMemoryError
-from agentmemory.models import Fact, FactEmbedding, Message
+from agentmemory.models import Fact, FactEmbedding, FactKind, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
@@ -635,9 +635,15 @@ def store_fact(
             # of the one in force (ignoring it left both in force).
             chain(memory, target, head=same)
             changed.append("superseded")
+        # Told again (a plain repeat, not a change naming the fact): the knowledge seed writes
+        # every remember() to its daily log, so the entry is logged again, dated now. The
+        # semantic memory keeps no log: its entries stay in the order first added.
+        logged = log_again(same, now) if target is None and memory.kind == FactKind.KNOWLEDGE else []
         if not changed:
+            if logged:
+                same.save(update_fields=[*logged, "updated_at"])
             return RememberResult(same, "duplicate")
-        if fields := [name for name in changed if name != "superseded"]:
+        if fields := [name for name in changed if name != "superseded"] + logged:
             same.save(update_fields=[*fields, "updated_at"])
         superseded = (target,) if target is not None and target != same.pk else ()
         return RememberResult(same, "updated", superseded)
@@ -668,6 +674,24 @@ def store_fact(
     chain(memory, *old_ids, *replaced, head=fact)
     evict(memory, now, keep=fact.pk)
     return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
+
+
+def log_again(fact: Fact, now: datetime) -> list[str]:
+    """Write ``fact``, remembered again at ``now``, to the daily log again: back in it after
+    ``clear_logs()`` or ``prune_logs()`` took it out, and dated ``now`` when that is later
+    than its date (never earlier: a repeat dated in the past, an import, moves nothing back).
+    The knowledge seed appends every ``remember()`` to the day's log, persistent or not, so
+    the entry is listed by ``get_recent_entries()`` of the days after, and a transient entry
+    ages out ``max_log_days`` after the last time it was remembered, not the first. Changes
+    ``fact`` in memory; returns the names of the fields changed (to save)."""
+    fields = []
+    if not fact.in_daily_log:
+        fact.in_daily_log = True
+        fields.append("in_daily_log")
+    if now > fact.created_at:
+        fact.created_at = now
+        fields.append("created_at")
+    return fields
 
 
 def chain(memory: KnowledgeMemory, *ids: int, head: Fact) -> None:
