@@ -13,14 +13,17 @@ as ``agentmemory.agents.registry``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import Promise
 from django.utils.module_loading import autodiscover_modules
 
-from agentmemory.conf import app_settings
+from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.messages import ChatMessage
 
 if TYPE_CHECKING:
     from agentmemory.agents.base import BaseToolCallingAgent
@@ -35,6 +38,7 @@ __all__ = [
     "memory_scope",
     "register",
     "unregister",
+    "window_budget",
 ]
 
 logger = logging.getLogger("agentmemory.agents")
@@ -161,6 +165,35 @@ def memory_recall_enabled(agent_key: str) -> bool:
     if cls is None:
         return bool(app_settings().MEMORY_RECALL_ENABLED)
     return getattr(cls, "MEMORY_RECALL_ENABLED", False) is True
+
+
+def window_budget(agent_key: str) -> tuple[int, int | None] | None:
+    """``(budget, system prompt tokens or None)`` of the context windows the agent registered
+    under ``agent_key`` builds: its ``CONVERSATION_HISTORY_TOKEN_LIMIT`` (tokens) and, when its
+    ``SYSTEM_PROMPT`` is text, the tokens of that prompt's message by the configured counter
+    (``None`` for a prompt made per turn, a function or a property). ``None`` when no agent
+    holds the key (``find``) or it sets no limit of its own (its windows then have
+    ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT`` tokens, as everyone else's).
+
+    The default budget of what names none: a compaction requested without one (an API
+    append, the sweep, the admin's "Compact now", ``compact_conversations``) makes its
+    summary for the agent's window, and the previews of a conversation's window (the API's
+    context endpoint, the admin's context page) show what the agent sends. A summary made
+    for 10,000 tokens took most of a 1,500-token agent's window. Raises nothing."""
+    cls = find(agent_key)
+    if cls is None:
+        return None
+    limit = getattr(cls, "CONVERSATION_HISTORY_TOKEN_LIMIT", None)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return None
+    prompt = inspect.getattr_static(cls, "SYSTEM_PROMPT", None)  # as declared, never called
+    system: int | None = None
+    if isinstance(prompt, str | Promise):
+        try:
+            system = int(get_token_counter().count_message(ChatMessage.system(str(prompt))))
+        except Exception:
+            logger.exception("cannot count the system prompt of %r", agent_key)
+    return limit, system
 
 
 def agent_scope(agent: Any) -> tuple[str | None, str | None]:

@@ -202,7 +202,8 @@ def test_context_window_page_shows_what_the_model_sees(admin_client, chat):  # t
     assert "The user ordered a lamp." in body
     assert "lookup_order" in body and "&quot;order_id&quot;: 7" in body
     assert "Order 7 has shipped" in body
-    assert f"<strong>{window.total_tokens}</strong> / 10000" in body
+    # the window of the example project's support agent, registered under the conversation's key
+    assert f"<strong>{window.total_tokens}</strong> / 6000" in body
     assert f"{window.first_seq} &ndash; {window.last_seq}" in body
 
 

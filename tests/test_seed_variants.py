@@ -138,7 +138,7 @@ def test_a_request_naming_no_window_sizes_for_the_registered_agent(settings) -> 
     assert Summary.objects.get(pk=made.summary_id).token_count <= summary_token_budget(1_500)
 
 
-def test_the_context_preview_defaults_to_the_registered_agents_window() -> None:
+def test_the_context_previews_default_to_the_registered_agents_window(admin_client) -> None:  # type: ignore[no-untyped-def]
     user = UserFactory()
     conversation = Conversation.objects.create(agent_key=SmallWindowAgent.AGENT_KEY, owner=user)
     api = APIClient()
@@ -147,6 +147,8 @@ def test_the_context_preview_defaults_to_the_registered_agents_window() -> None:
     assert body["max_tokens"] == 1_500
     other = Conversation.objects.create(agent_key="no-agent-holds-this-key", owner=user)
     assert api.get(f"/api/conversations/{other.uuid}/context/").json()["max_tokens"] == 10_000
+    page = admin_client.get(f"/admin/agentmemory/conversation/{conversation.pk}/context/")
+    assert 'name="max_tokens" id="id_max_tokens" value="1500"' in page.content.decode()
 
 
 # -- windlass memories of one owner, made for different agent keys ------------------------------

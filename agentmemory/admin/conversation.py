@@ -43,7 +43,7 @@ from agentmemory.admin.utils import (
     newest_shown,
     short_datetime,
 )
-from agentmemory.agent_registry import find, memory_recall_enabled, memory_scope
+from agentmemory.agent_registry import find, memory_recall_enabled, memory_scope, window_budget
 from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
@@ -521,7 +521,9 @@ class ConversationAdmin(CheckedQueryAdmin):
 
     def context_window_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """What the model would be sent now: ``ContextWindowBuilder(conversation).build()``
-        with ``max_tokens`` (default ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
+        with ``max_tokens`` (default the ``CONVERSATION_HISTORY_TOKEN_LIMIT`` of the agent
+        registered under the conversation's key, ``agent_registry.window_budget``, else
+        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``),
         ``max_messages`` and ``memory_recall`` (``on``, ``off``, or when absent what the agent
         registered under the conversation's key sends, ``agent_registry.memory_recall_enabled``)
         from the query string, and the window's accounting. Facts the block recalls are not
@@ -532,7 +534,12 @@ class ConversationAdmin(CheckedQueryAdmin):
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
         conf = app_settings()
-        default_tokens = min(conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT, conf.MAX_CONTEXT_TOKENS)
+        # by default, the window of the agent registered under the conversation's key
+        registered = window_budget(obj.agent_key)
+        default_tokens = min(
+            registered[0] if registered else conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT,
+            conf.MAX_CONTEXT_TOKENS,
+        )
         errors: list[str] = []
         max_tokens = int_param(
             request, "max_tokens", default_tokens, minimum=1, maximum=conf.MAX_CONTEXT_TOKENS, errors=errors

@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.utils import formatting
 from rest_framework.viewsets import GenericViewSet
 
-from agentmemory.agent_registry import memory_recall_enabled, memory_scope
+from agentmemory.agent_registry import memory_recall_enabled, memory_scope, window_budget
 from agentmemory.api import access
 from agentmemory.api import serializers as s
 from agentmemory.api.access import (
@@ -522,7 +522,11 @@ class ConversationViewSet(
             OpenApiParameter(
                 "max_tokens",
                 {"type": "integer", "minimum": 1, "x-maximum-setting": "MAX_CONTEXT_TOKENS"},
-                description="Token budget (default: setting; at most AGENTMEMORY['MAX_CONTEXT_TOKENS']).",
+                description=(
+                    "Token budget (default: the CONVERSATION_HISTORY_TOKEN_LIMIT of the agent registered "
+                    "under the conversation's agent key, else the setting; at most "
+                    "AGENTMEMORY['MAX_CONTEXT_TOKENS'])."
+                ),
             ),
             OpenApiParameter(
                 "max_messages",
@@ -577,9 +581,11 @@ class ConversationViewSet(
         it, the newest turn always whole) and ``uncovered`` lists those left out."""
         conversation = self.get_object()
         shape = message_format(request)
-        max_tokens = _positive_int_param(
-            request, "max_tokens", default=app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
-        )
+        conf = app_settings()
+        # by default, the window of the agent registered under the conversation's key
+        registered = window_budget(conversation.agent_key)
+        default_tokens = registered[0] if registered else conf.DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT
+        max_tokens = _positive_int_param(request, "max_tokens", default=default_tokens)
         max_messages = _positive_int_param(request, "max_messages", default=None)
         # by default, what the agent registered under the conversation's key sends
         memory_recall = (

@@ -14,6 +14,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Sum
 
 from agentmemory import signals
+from agentmemory.agent_registry import window_budget
 from agentmemory.compaction import flush as memory_flush
 from agentmemory.compaction.prompts import PROMPT_HEADERS, PROMPT_VERSION, summary_token_budget
 from agentmemory.compaction.state import (
@@ -271,14 +272,20 @@ class BaseMemoryCompactor:
     def _window(conv: Conversation, max_tokens: int | None) -> tuple[int, int | None]:
         """``(window budget, system prompt tokens or None)`` a summary is made for: the
         budget given, else the one the conversation's last compaction request named
-        (``Conversation.summary_window_tokens``, with its system prompt), else
-        ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``. A request without a budget (an API
-        append, the sweep) made summaries for 10,000 tokens, which then filled most of the
-        smaller windows they were sent in."""
+        (``Conversation.summary_window_tokens``, with its system prompt), else the window of
+        the agent registered under the conversation's agent key
+        (``agent_registry.window_budget``), else ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+        A request without a budget (an API append, the sweep) made summaries for 10,000
+        tokens, which then filled most of the smaller windows they were sent in."""
         if max_tokens:
             return max_tokens, None
         if conv.summary_window_tokens:
             return conv.summary_window_tokens, conv.summary_system_tokens
+        registered = window_budget(conv.agent_key)
+        if registered is not None:
+            # the conversation's agent has not named its window yet (history written through
+            # the API before its first turn): its windows are the ones to fit
+            return registered
         return app_settings().DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT, None
 
     def summary_budget(self, conv: Conversation) -> int:
