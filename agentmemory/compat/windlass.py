@@ -175,11 +175,13 @@ class BufferMemory:
             what is read.
         return_system: ``False`` leaves system messages out of what ``get`` returns.
         owner: the user the threads' conversations belong to. With an owner, a thread id
-            names the same conversation for every memory of that owner (the oldest one made
-            for it); without, thread ids are this object's own.
+            names the same conversation for every memory of that owner and agent key (the
+            oldest one made for it); without, thread ids are this object's own.
         conversation: an existing conversation to use as the default thread.
         threads: existing conversations to use for the given thread ids.
-        agent_key: ``Conversation.agent_key`` of the conversations created.
+        agent_key: ``Conversation.agent_key`` of the conversations created; with an owner,
+            also the scope of its threads: a memory of another agent key never reads,
+            appends to or clears them.
         **config: other options of the seed's base class, kept in ``self.config``.
 
     Raises:
@@ -229,9 +231,13 @@ class BufferMemory:
     # -- threads ------------------------------------------------------------------------
 
     def _owned(self, *, write: bool = False) -> Any:
-        """The owner's conversations made by these classes."""
+        """The owner's conversations made by these classes for this memory's agent key (exact,
+        as every scope: memories of one owner made for two agent keys never read, append to
+        or clear each other's threads)."""
         using = router.db_for_write(Conversation) if write else router.db_for_read(Conversation)
-        return Conversation.objects.using(using).filter(owner=self.owner, metadata__compat=KIND)
+        return Conversation.objects.using(using).filter(
+            owner=self.owner, agent_key=self.agent_key, metadata__compat=KIND
+        )
 
     def _thread(self, thread_id: str) -> StoredConversation:
         """The stored conversation of ``thread_id`` (not created until written to)."""
@@ -248,7 +254,7 @@ class BufferMemory:
                     agent_key=self.agent_key,
                     metadata={"compat": KIND, "thread_id": thread_id},
                     find=None if self.owner is None else lambda: self._oldest(thread_id),
-                    lock_key=f"windlass\0{getattr(self.owner, 'pk', self.owner)}\0{thread_id}",
+                    lock_key=f"windlass\0{getattr(self.owner, 'pk', self.owner)}\0{self.agent_key}\0{thread_id}",
                 )
                 self._threads[thread_id] = stored
             return stored
@@ -326,7 +332,8 @@ class BufferMemory:
 
     def clear(self, *, thread_id: str | None = None) -> None:
         """Forget one thread, or all of them: their conversations are deleted with their
-        messages (all of the owner's threads of these classes when there is an owner)."""
+        messages (all of the owner's threads of these classes for this agent key when there
+        is an owner)."""
         with self._lock:
             if thread_id is not None:
                 self._thread(thread_id).delete()
