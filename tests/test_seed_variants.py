@@ -187,3 +187,32 @@ def test_a_summary_memory_of_another_agent_key_keeps_its_own_summary() -> None:
     support.add([Message.user("one"), Message.user("two")])
     assert support.get()[0].content.endswith("Support summary.")
     assert sales.summary() == "" and sales.get() == []
+
+
+# -- a category typed in another Unicode form is the same category -------------------------------
+
+
+def test_a_category_typed_decomposed_is_the_same_category() -> None:
+    """macOS input and many clients send "ö" as "o" and a combining diaeresis: the changed
+    "key: value" fact stayed in force beside the old one, under a second category that looks
+    the same, and a recall in the composed category missed it."""
+    km = KnowledgeMemory(UserFactory())
+    km.remember("Wohnort: Zürich", "persönlich", persistent=True)
+
+    changed = km.store("Wohnort: München", "perso\u0308nlich", persistent=True)
+
+    assert changed.action == "superseded"
+    assert km.get_persistent_facts() == {"persönlich": ["Wohnort: München"]}
+    assert [h.fact.content for h in km.recall("Wohnort", category="perso\u0308nlich")] == ["Wohnort: München"]
+    assert km.forget_all(category="perso\u0308nlich") == 2  # the fact and its history
+    assert km.get_persistent_facts() == {}
+
+
+def test_the_api_lists_a_category_given_in_either_form() -> None:
+    user = UserFactory()
+    KnowledgeMemory(user).remember("Prefers dark mode", "préférences", persistent=True)
+    api = APIClient()
+    api.force_authenticate(user)
+    listed = api.get("/api/facts/", {"category": "pre\u0301fe\u0301rences"}).json()
+    assert [f["content"] for f in listed["results"]] == ["Prefers dark mode"]
+    assert listed["results"][0]["category"] == "préférences"

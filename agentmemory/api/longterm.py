@@ -38,7 +38,13 @@ from agentmemory.api.views import (
     _text_param,
     bounded_hits,
 )
-from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, RememberResult, days_before
+from agentmemory.knowledge import (
+    InvalidFactError,
+    KnowledgeMemory,
+    RememberResult,
+    category_filter,
+    days_before,
+)
 from agentmemory.models import Fact
 from agentmemory.recall import MAX_K, MemoryScopeError, search_messages
 
@@ -170,7 +176,7 @@ class FactViewSet(
                 qs = qs.filter(**{name: value})
         category = _text_param(self.request, "category")
         if category:  # empty: no filter, as on search (a fact's category is never empty)
-            qs = qs.filter(category=category)
+            qs = qs.filter(category=category_filter(category))  # in the stored (composed) form
         if not _bool_param(self.request, "history"):
             now = timezone.now()
             days = KnowledgeMemory(user).max_log_days

@@ -43,6 +43,7 @@ from agentmemory.knowledge.storage import (  # noqa: F401
     InvalidFactError,
     PreparedFact,
     RememberResult,
+    category_filter,
     content_hash,
     days_before,
     fact_key,

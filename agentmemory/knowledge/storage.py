@@ -425,15 +425,16 @@ def clock(now: Any) -> datetime:
 
 
 def category_filter(category: Any) -> str:
-    """``category`` as a filter value; a value the database cannot compare (not a string, a
-    NUL, a lone surrogate) is refused here instead of failing in the database driver.
+    """``category`` as a filter value, in the composed form categories are stored in (NFC,
+    ``validate_fact``); a value the database cannot compare (not a string, a NUL, a lone
+    surrogate) is refused here instead of failing in the database driver.
 
     Raises:
         InvalidFactError: (a ``ValueError``) ``category`` is not storable text.
     """
     if not isinstance(category, str) or text_problem(category):
         raise InvalidFactError(f"category must be text without NUL or lone surrogates, not {category!r}")
-    return category
+    return unicodedata.normalize("NFC", category)
 
 
 def check_owner(memory: KnowledgeMemory) -> None:
@@ -516,7 +517,7 @@ def validate_fact(
 ) -> tuple[str, str, float, float | None]:
     """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
     of 1 to ``MAX_FACT_CHARS`` characters (stripped, in Unicode's composed form NFC), a
-    one-line category of at most 100, importance 0.0-1.0 (default 0.5), ttl as ``_seconds``
+    one-line category of at most 100 (stripped, composed too), importance 0.0-1.0 (default 0.5), ttl as ``_seconds``
     reads it.
 
     Raises:
@@ -529,9 +530,13 @@ def validate_fact(
         raise InvalidFactError(f"content must be at most {limit} characters")
     if problem := text_problem(content):
         raise InvalidFactError(f"content {problem}")
+    if isinstance(category, str):
+        # composed (NFC) as content is: "perso\u0308nlich" typed on macOS is "persönlich",
+        # one category for its "key:" facts, its heading and its filter
+        category = unicodedata.normalize("NFC", category.strip())
     if (
         not isinstance(category, str)
-        or not category.strip()
+        or not category
         or len(category) > 100
         or text_problem(category)
         or len(category.splitlines()) > 1
@@ -549,7 +554,7 @@ def validate_fact(
     # stored composed (NFC), the form text is typed in on most systems: a key typed
     # decomposed ("Cafe\u0301:", as macOS writes it) then finds the stored one
     content = unicodedata.normalize("NFC", content.strip())
-    return content, category.strip(), value, _seconds(ttl)
+    return content, category, value, _seconds(ttl)
 
 
 def embed_content(memory: KnowledgeMemory, content: str) -> list[float] | None:
