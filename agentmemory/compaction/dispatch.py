@@ -129,8 +129,9 @@ def request_compaction(
             remembered on the conversation (``summary_window_tokens``, with
             ``system_tokens``); default: the budget a request named before, else the
             ``CONVERSATION_HISTORY_TOKEN_LIMIT`` of the agent registered under the
-            conversation's agent key, else ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``. Pass the budget your windows are
-            built with: a summary made for a larger window is sent cut in a smaller one.
+            conversation's agent key, else ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
+            Pass the budget your windows are built with: a summary made for a larger window
+            is sent cut in a smaller one.
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the

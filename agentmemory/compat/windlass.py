@@ -254,7 +254,14 @@ class BufferMemory:
                     agent_key=self.agent_key,
                     metadata={"compat": KIND, "thread_id": thread_id},
                     find=None if self.owner is None else lambda: self._oldest(thread_id),
-                    lock_key=f"windlass\0{getattr(self.owner, 'pk', self.owner)}\0{self.agent_key}\0{thread_id}",
+                    lock_key="\0".join(
+                        (
+                            "windlass",
+                            str(getattr(self.owner, "pk", self.owner)),
+                            str(self.agent_key),
+                            thread_id,
+                        )
+                    ),
                 )
                 self._threads[thread_id] = stored
             return stored

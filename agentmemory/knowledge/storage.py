@@ -517,8 +517,8 @@ def validate_fact(
 ) -> tuple[str, str, float, float | None]:
     """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
     of 1 to ``MAX_FACT_CHARS`` characters (stripped, in Unicode's composed form NFC), a
-    one-line category of at most 100 (stripped, composed too), importance 0.0-1.0 (default 0.5), ttl as ``_seconds``
-    reads it.
+    one-line category of at most 100 (stripped, composed too), importance 0.0-1.0 (default
+    0.5), ttl as ``_seconds`` reads it.
 
     Raises:
         InvalidFactError: any of them out of bounds, or text a database refuses.

@@ -14,7 +14,7 @@ from django.db import migrations
 _NON_ASCII = r"[^\x01-\x7f]"
 
 
-def compose(apps, schema_editor):  # type: ignore[no-untyped-def]
+def compose(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
     Fact = apps.get_model("agentmemory", "Fact")
     facts = Fact.objects.using(schema_editor.connection.alias)
     rows = facts.filter(category__regex=_NON_ASCII).values_list("pk", "category")
