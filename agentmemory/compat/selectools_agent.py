@@ -16,6 +16,7 @@ auto-registered ``remember`` tool) through ``agentmemory.compat.loop``.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +27,12 @@ from agentmemory.agents.tools import Tool
 from agentmemory.compat.loop import as_tools, last_human_text, run_loop
 from agentmemory.compat.owners import namespace_for_dir, owner_or_shared
 from agentmemory.compat.types import Message, Role, ToolCall, from_chat_message, to_chat_message
+from agentmemory.conf import get_token_counter
 from agentmemory.knowledge import KnowledgeMemory as StoredKnowledgeMemory
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
+from agentmemory.llm.structured import without_reasoning
 from agentmemory.messages import ChatMessage
+from agentmemory.validation import whole_number
 
 __all__ = [
     "Agent",
@@ -39,8 +43,17 @@ __all__ = [
     "OpenAIProvider",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: the model a selectools ``AgentConfig`` names by default (selectools' ``AgentConfig.model``)
 DEFAULT_MODEL = "gpt-5-mini"
+#: what summarize-on-trim asks its model (selectools' wording is its own; this says the same)
+TRIM_SUMMARY_SYSTEM = "You write short, exact summaries of conversation excerpts."
+TRIM_SUMMARY_PROMPT = (
+    "These messages were dropped from the conversation's memory. Summarize them in 2-3 "
+    "sentences (at most {limit} tokens), keeping the facts, names, dates, decisions and open "
+    "questions someone continuing the conversation needs:\n\n{transcript}"
+)
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools you are given when they help."
 REMEMBER_DESCRIPTION = "Save important information to long-term memory for future reference"
 
@@ -142,6 +155,16 @@ class AgentConfig:
         knowledge_memory: a ``KnowledgeMemory``: its block goes into every run and the
             ``remember`` tool is registered.
         name: the agent's name.
+        summarize_on_trim: when the memory's window pushes messages out
+            (``ConversationMemory._last_trimmed``), ask a model for a 2-3 sentence summary of
+            them and add it to ``memory.summary``, which every later run sends as a
+            ``[Conversation Summary]`` system message (selectools' summarize-on-trim). A
+            failure is logged and the run goes on.
+        summarize_provider: the provider (or one of our ``ChatModel``s) of those summaries;
+            default the agent's.
+        summarize_model: its model name; default ``model``.
+        summarize_max_tokens: most tokens of one summary (stated in the request, and a
+            longer reply is cut to it by the configured token counter).
     """
 
     name: str = "agent"
@@ -151,6 +174,10 @@ class AgentConfig:
     max_iterations: int = 6
     system_prompt: str | None = None
     knowledge_memory: KnowledgeMemory | None = None
+    summarize_on_trim: bool = False
+    summarize_provider: Any = None
+    summarize_model: str | None = None
+    summarize_max_tokens: int = 150
 
 
 @dataclass
@@ -248,6 +275,31 @@ class LocalProvider:
         return _EchoModel(model or DEFAULT_MODEL)
 
 
+def _chat_model(provider: Any, model: str, temperature: float | None) -> ChatModel:
+    """The ``ChatModel`` of ``provider`` for ``model``: ``provider.chat_model(model,
+    temperature)`` (``OpenAIProvider``, ``LocalProvider``), or ``provider`` itself when it is
+    one of our ``ChatModel``s."""
+    make = getattr(provider, "chat_model", None)
+    return make(model, temperature) if callable(make) else cast(ChatModel, provider)
+
+
+def _cut_to_tokens(text: str, limit: int) -> str:
+    """``text`` cut at a word to at most ``limit`` tokens by the configured counter (as a
+    provider's ``max_tokens`` would have cut the reply)."""
+    counter = get_token_counter()
+    if counter.count_text(text) <= limit:
+        return text
+    words = text.split()
+    low, high = 0, len(words)
+    while low < high:  # the most words that fit
+        middle = (low + high + 1) // 2
+        if counter.count_text(" ".join(words[:middle])) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low])
+
+
 def _remember_tool(knowledge: KnowledgeMemory) -> Tool:
     """selectools' auto-registered ``remember`` tool over ``knowledge`` (its definition: the
     description and the docstring's parameters are the seed's)."""
@@ -280,11 +332,14 @@ class Agent:
             sent and every message of the run is added to it (the user messages first, each
             tool step, then the answer).
         config: an ``AgentConfig``; with ``knowledge_memory`` set, a ``remember`` tool is added
-            to ``tools``.
+            to ``tools``; with ``summarize_on_trim``, each add that pushes messages out of the
+            memory's window is followed by a summary of them (``AgentConfig``).
 
     Raises:
-        TypeError: a tool that is not callable or that ``Tool`` refuses (``as_tools``).
-        ValueError: two tools with one name (``remember`` included).
+        TypeError: a tool that is not callable or that ``Tool`` refuses (``as_tools``); a
+            ``summarize_max_tokens`` that is not a whole number.
+        ValueError: two tools with one name (``remember`` included); a
+            ``summarize_max_tokens`` below 1.
     """
 
     def __init__(
@@ -299,18 +354,59 @@ class Agent:
         self.memory = memory
         added = [] if self.config.knowledge_memory is None else [_remember_tool(self.config.knowledge_memory)]
         self.tools: list[Tool] = as_tools([*(tools or ()), *added])
-        provider_model = getattr(self.provider, "chat_model", None)
-        self.llm: ChatModel = (
-            provider_model(self.config.model, self.config.temperature)
-            if callable(provider_model)
-            else cast(ChatModel, self.provider)
-        )
+        self.llm: ChatModel = _chat_model(self.provider, self.config.model, self.config.temperature)
+        self.summarize_llm: ChatModel | None = None
+        if self.config.summarize_on_trim:
+            whole_number(self.config.summarize_max_tokens, "summarize_max_tokens", minimum=1)
+            provider = self.config.summarize_provider
+            self.summarize_llm = (
+                self.llm
+                if provider is None and not self.config.summarize_model
+                else _chat_model(
+                    provider if provider is not None else self.provider,
+                    self.config.summarize_model or self.config.model,
+                    self.config.temperature,
+                )
+            )
+
+    def _add(self, messages: Sequence[Message | ChatMessage]) -> None:
+        """Add ``messages`` to the memory, then summarise what that pushed out of its window
+        when ``summarize_on_trim`` is set."""
+        if self.memory is None:
+            return
+        self.memory.add_many(messages)
+        if self.summarize_llm is not None:
+            self._summarize_trimmed(list(getattr(self.memory, "_last_trimmed", None) or ()))
+
+    def _summarize_trimmed(self, trimmed: list[Message]) -> None:
+        """Add a summary of ``trimmed`` to ``memory.summary`` (after the one there, as
+        selectools does); a failed or unusable reply is logged and changes nothing."""
+        if not trimmed or self.summarize_llm is None:
+            return
+        limit = self.config.summarize_max_tokens
+        transcript = "\n".join(f"{m.role.value.upper()}: {m.content or ''}" for m in trimmed)
+        request = [
+            ChatMessage.system(TRIM_SUMMARY_SYSTEM),
+            ChatMessage.human(TRIM_SUMMARY_PROMPT.format(limit=limit, transcript=transcript)),
+        ]
+        try:
+            response = self.summarize_llm.invoke(request)
+            text = without_reasoning(response.message.text).strip()
+            if response.refused or not text:
+                logger.warning("summarize-on-trim: no summary of %d trimmed messages", len(trimmed))
+                return
+            text = _cut_to_tokens(text, limit)
+            existing = getattr(self.memory, "summary", None)
+            self.memory.summary = f"{existing} {text}" if existing else text
+        except Exception:
+            # selectools never fails a run for a summary; the trimmed messages stay stored
+            logger.warning("summarize-on-trim of %d messages failed", len(trimmed), exc_info=True)
 
     def _context(self, messages: list[Message]) -> list[ChatMessage]:
         history = list(messages)
         if self.memory is not None:
             history = self.memory.get_history() + history
-            self.memory.add_many(messages)
+            self._add(messages)
             summary = getattr(self.memory, "summary", None)
             if summary:
                 history.insert(0, Message(role=Role.SYSTEM, content=f"[Conversation Summary] {summary}"))
@@ -336,8 +432,7 @@ class Agent:
         sent = self._context(batch)
 
         def store(step: list[ChatMessage]) -> None:
-            if self.memory is not None:
-                self.memory.add_many(step)
+            self._add(step)
 
         loop = run_loop(self.llm, sent, self.tools, max_iterations=self.config.max_iterations, on_step=store)
         calls = [ToolCall(tool_name=c.name, parameters=dict(c.arguments), id=c.id) for c, _, _ in loop.calls]
