@@ -216,3 +216,36 @@ def test_the_api_lists_a_category_given_in_either_form() -> None:
     listed = api.get("/api/facts/", {"category": "pre\u0301fe\u0301rences"}).json()
     assert [f["content"] for f in listed["results"]] == ["Prefers dark mode"]
     assert listed["results"][0]["category"] == "préférences"
+
+
+# -- a fact headed by a period, as one headed by a day, is no "key: value" fact --------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Next week: my parents visit", "Next week: dentist on Tuesday"),
+        ("This week: finish the Atlas report", "This week: renew the passport"),
+        ("Last week: Tom had the flu", "Last week: the boiler broke"),
+        ("In two weeks: the driving exam", "In two weeks: Lea's school trip"),
+        ("End of month: pay the rent", "End of month: send the invoices"),
+        ("Next month: move to Porto", "Next month: start the new job"),
+        ("Later: call the bank", "Later: water the plants"),
+        ("Summer: swimming lessons for Lea", "Summer: a week in Italy"),
+    ],
+)
+def test_entries_headed_by_a_period_both_stay(first: str, second: str) -> None:
+    km = KnowledgeMemory(UserFactory())
+    km.remember(first, "plans", persistent=True)
+    assert km.store(second, "plans", persistent=True).action == "created"
+    assert sorted(f.content for f in km.live_facts()) == sorted([first, second])
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("Last name: Smith", "Last name: Jones"), ("Start date: May 1", "Start date: June 3")],
+)
+def test_a_key_naming_a_thing_beside_a_period_word_still_supersedes(old: str, new: str) -> None:
+    km = KnowledgeMemory(UserFactory())
+    first = km.store(old, "personal", persistent=True).fact
+    assert km.store(new, "personal", persistent=True).superseded_ids == (first.pk,)

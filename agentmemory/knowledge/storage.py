@@ -61,12 +61,16 @@ _LABELS_TEXT = """
 """
 _LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
-#: gym", "May 3: recital"): entries of a day, as a clock time is (two things happen on one day)
+#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam"): entries of a
+#: day or a period, as a clock time is (two things happen on one day, in one week)
 _WHEN_TEXT = """
     monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
     sat sun january february march april may june july august september october november
     december jan feb mar apr jun jul aug sep sept oct nov dec today tomorrow tonight yesterday
     morning afternoon evening night noon midnight am pm at on of the this next every weekend
+    weekends day days week weeks fortnight month months year years last in within by until
+    end start beginning mid early late later soon spring summer autumn fall winter a an one
+    two three four five six seven eight nine ten eleven twelve couple few
 """
 _WHEN = frozenset(_WHEN_TEXT.split())
 _WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h)?")
@@ -151,8 +155,9 @@ def fact_key(content: str) -> str | None:
     and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
     as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
-    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day or a time alone
-    ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym": two entries of one day).
+    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day, a time or a period
+    alone ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym", "Next week: parents
+    visit": two entries of one day or week).
     The full-width colon of Chinese and Japanese ends a key without a space after it
     ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
     (a clock time, "14\uff1a30")."""
