@@ -249,3 +249,38 @@ def test_a_key_naming_a_thing_beside_a_period_word_still_supersedes(old: str, ne
     km = KnowledgeMemory(UserFactory())
     first = km.store(old, "personal", persistent=True).fact
     assert km.store(new, "personal", persistent=True).superseded_ids == (first.pk,)
+
+
+# -- a persistent fact changed by a plain remember() stays persistent ----------------------------
+
+
+def test_a_persistent_fact_changed_without_the_flag_stays_persistent() -> None:
+    """The agent's ``remember`` tool and ``remember()`` default to ``persistent=False``: a
+    changed preference replaced the persistent one with a recent entry, which aged out after
+    ``max_log_days``, and the preference was gone (the seed's MEMORY.md never loses it)."""
+    km = KnowledgeMemory(UserFactory(), max_log_days=30)
+    km.remember("Preferred language: Python", "preferences", persistent=True)
+
+    changed = km.store("Preferred language: Rust", "preferences")
+
+    assert changed.action == "superseded" and changed.fact.persistent is True
+    assert km.get_persistent_facts() == {"preferences": ["Preferred language: Rust"]}
+    later = km.live_facts(timezone.now() + timedelta(days=31))
+    assert list(later.values_list("content", flat=True)) == ["Preferred language: Rust"]
+    assert "Remembered (preferences, persistent), replacing" in km.remember(
+        "Preferred language: Go", "preferences"
+    )
+
+
+def test_a_change_naming_the_fact_it_replaces_keeps_the_persistence_it_gives() -> None:
+    km = KnowledgeMemory(UserFactory())
+    old = km.store("Preferred language: Python", "preferences", persistent=True).fact
+    # an explicit replacement (the API's PATCH of a fact) says what the new fact is
+    changed = km.store("Preferred language: Rust", "preferences", persistent=False, supersedes=old.pk)
+    assert changed.fact.persistent is False
+
+
+def test_a_recent_entry_changed_stays_a_recent_entry() -> None:
+    km = KnowledgeMemory(UserFactory())
+    km.remember("Current project: Atlas", "context")
+    assert km.store("Current project: Borealis", "context").fact.persistent is False

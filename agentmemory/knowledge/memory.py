@@ -281,7 +281,8 @@ class KnowledgeMemory:
             supersedes ``supersedes``, a live fact of the same category with the same
             "key:" prefix, or the most similar live fact of the same category at or above
             ``AGENTMEMORY["FACT_SUPERSEDE_SIMILARITY"]`` when an embedder is configured.
-            The new content is always stored.
+            The new content is always stored; a fact that replaces a persistent one by its
+            key or its likeness (not named in ``supersedes``) is persistent too.
 
         Raises:
             InvalidFactError: bad content, category, importance, ttl, ``source_message`` or

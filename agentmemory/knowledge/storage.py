@@ -662,6 +662,12 @@ def store_fact(
         old_ids = [target]
     elif old_ids is None:
         old_ids = superseded_candidates(memory, live, content, category, vector)
+        if not persistent and old_ids and live.filter(pk__in=old_ids, persistent=True).exists():
+            # A change found by its key or its likeness (no fact named): ``remember()`` and
+            # the agent's tool default to a recent entry, and the persistent fact it replaces
+            # (the seed's MEMORY.md, never pruned) must not age out as one. A repeat likewise
+            # only ever makes a fact persistent; naming the fact sets the flag either way.
+            persistent = True
     fact = Fact.objects.using(memory.using).create(
         owner_id=memory.scope.owner_id,
         agent_key=memory.scope.agent_key,
