@@ -38,6 +38,53 @@ TOKENS_PER_TOOL_CALL = 8
 TOKENS_PER_THINKING_BLOCK = 4
 #: characters of an opaque thinking payload (a signature, redacted data) counted as one token
 OPAQUE_CHARS_PER_TOKEN = 4
+#: longest text counted whole (characters, about 16,000 tokens of English text); a longer
+#: text is counted over this many of its first characters and estimated beyond
+#: (``bounded_count``)
+MAX_EXACT_CHARS = 65_536
+#: spans of the rest of a longer text that are counted to estimate it, and their length
+#: (characters): at most ``MAX_EXACT_CHARS + ESTIMATE_SAMPLES * ESTIMATE_SAMPLE_CHARS``
+#: characters of any text are counted
+ESTIMATE_SAMPLES = 8
+ESTIMATE_SAMPLE_CHARS = 2_048
+
+
+def bounded_count(count: Callable[[str], int], text: str, *, max_exact_chars: int = MAX_EXACT_CHARS) -> int:
+    """Tokens of ``text`` by ``count`` (a counter's exact ``count_text``), giving ``count``
+    at most ``max_exact_chars + ESTIMATE_SAMPLES * ESTIMATE_SAMPLE_CHARS`` characters in
+    all, whatever the length of ``text``.
+
+    A text of at most ``max_exact_chars`` characters is counted whole. A longer one (a
+    multi-megabyte tool result, a pasted dump) is counted over its first
+    ``max_exact_chars`` characters, and the rest is estimated at the highest rate (tokens
+    per character) of that prefix and of ``ESTIMATE_SAMPLES`` spans of
+    ``ESTIMATE_SAMPLE_CHARS`` characters spread evenly over the rest, its end included; a
+    rest no longer than the samples together is counted whole. The highest rate errs on
+    the high side (a window a little smaller than it could be, never one over its budget)
+    and catches a text whose later part is denser than its start (prose, then base64 or
+    another script).
+
+    Why: such a text is far longer than a context window sends of it (a tool result is cut
+    to ``MAX_TOOL_RESULT_TOKENS`` in the copy sent; any other message is cut, or refused,
+    by the window's budget), so its exact count decides nothing a close estimate does not,
+    while counting it whole costs time in proportion to its length, not to what reaches the
+    model: a reply of 128 tool calls each returning 2 MB took about 84 s, most of it in
+    tiktoken, and tiktoken is several times slower per character still on long runs
+    without spaces (about 1.7 s for 2,000,000 ``"x"``).
+    """
+    length = len(text)
+    if length <= max_exact_chars:
+        return count(text)
+    head = count(text[:max_exact_chars])
+    rest = length - max_exact_chars
+    if rest <= ESTIMATE_SAMPLES * ESTIMATE_SAMPLE_CHARS:
+        return head + count(text[max_exact_chars:])
+    rate = head / max_exact_chars
+    step = (rest - ESTIMATE_SAMPLE_CHARS) / (ESTIMATE_SAMPLES - 1)
+    for i in range(ESTIMATE_SAMPLES):
+        start = max_exact_chars + int(i * step)
+        rate = max(rate, count(text[start : start + ESTIMATE_SAMPLE_CHARS]) / ESTIMATE_SAMPLE_CHARS)
+    return head + math.ceil(rest * rate)
 
 
 @runtime_checkable
@@ -47,7 +94,9 @@ class TokenCounter(Protocol):
     id: str
 
     def count_text(self, text: str) -> int:
-        """Tokens of a bare text (no message framing)."""
+        """Tokens of a bare text (no message framing). agentmemory's counters count a text of
+        up to ``MAX_EXACT_CHARS`` characters whole and estimate a longer one from a bounded
+        part of it (``bounded_count``)."""
         ...
 
     def count_message(self, message: ChatMessage) -> int:
@@ -64,19 +113,30 @@ class BaseTokenCounter:
     ``AUDIO_PART_TOKENS`` and ``FILE_PART_TOKENS``. A copy truncated for the window is sent
     as text, so it is counted as text. An ``ai`` message's stored Anthropic thinking blocks
     (``metadata["thinking"]``) are counted too (``count_thinking``).
+
+    ``count_text`` is given at most ``max_exact_chars`` characters of any text at a time,
+    and a few spans beyond (``bounded_count``): a text longer than that is counted over its
+    start and estimated beyond, so counting a message costs time in proportion to what a
+    window can send of it, not to its length.
     """
 
     id = "base"
     #: how images are priced: ``"openai"`` (tile rule) or ``"anthropic"`` (pixels / 750)
     image_rule = "openai"
+    #: longest text counted whole (characters); longer ones are estimated (``bounded_count``)
+    max_exact_chars = MAX_EXACT_CHARS
 
     def count_text(self, text: str) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _count_bounded(self, text: str) -> int:
+        """``count_text`` of ``text``, reading a bounded part of a long one (``bounded_count``)."""
+        return bounded_count(self.count_text, text, max_exact_chars=self.max_exact_chars)
+
     def count_part(self, part: ContentPart) -> int:
         """Tokens of one content part (no message framing)."""
         if part.kind is PartKind.TEXT:
-            return self.count_text(part.text)
+            return self._count_bounded(part.text)
         if part.kind is PartKind.IMAGE:
             return image_tokens(part, rule=self.image_rule)
         from agentmemory.conf import app_settings
@@ -84,7 +144,7 @@ class BaseTokenCounter:
         if part.kind is PartKind.AUDIO:
             return app_settings().AUDIO_PART_TOKENS
         if part.text:  # a plain-text document: the model reads its text
-            return self.count_text(part.text)
+            return self._count_bounded(part.text)
         return app_settings().FILE_PART_TOKENS
 
     def _count_role(self, role: Role) -> int:
@@ -96,15 +156,15 @@ class BaseTokenCounter:
         if message.parts and not message.truncated:
             total += sum(self.count_part(part) for part in message.parts)
         elif message.content:
-            total += self.count_text(message.content)
+            total += self._count_bounded(message.content)
         if message.name:
-            total += TOKENS_PER_NAME + self.count_text(message.name)
+            total += TOKENS_PER_NAME + self._count_bounded(message.name)
         if message.tool_call_id:
-            total += self.count_text(message.tool_call_id)
+            total += self._count_bounded(message.tool_call_id)
         for call in message.tool_calls:
-            total += TOKENS_PER_TOOL_CALL + self.count_text(call.id) + self.count_text(call.name)
+            total += TOKENS_PER_TOOL_CALL + self._count_bounded(call.id) + self._count_bounded(call.name)
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
-            total += self.count_text(arguments)
+            total += self._count_bounded(arguments)
         if message.role == Role.AI and message.metadata:
             total += self.count_thinking(message.metadata.get("thinking"))
         return total
@@ -146,7 +206,7 @@ class BaseTokenCounter:
             total += TOKENS_PER_THINKING_BLOCK
             thinking = block.get("thinking")
             if isinstance(thinking, str):
-                total += self.count_text(thinking)
+                total += self._count_bounded(thinking)
             for key in ("signature", "data"):
                 opaque = block.get(key)
                 if isinstance(opaque, str):
@@ -475,6 +535,13 @@ class ApproximateTokenCounter(BaseTokenCounter):
     id = "approx-v3"
 
     def count_text(self, text: str) -> int:
+        """The estimate of ``text``; a text longer than ``max_exact_chars`` is estimated over
+        a bounded part of it (``bounded_count``)."""
+        if len(text) > self.max_exact_chars:
+            return bounded_count(self._estimate, text, max_exact_chars=self.max_exact_chars)
+        return self._estimate(text)
+
+    def _estimate(self, text: str) -> int:
         if not text:
             return 0
         total = 0.0
@@ -544,9 +611,19 @@ class TiktokenCounter(BaseTokenCounter):
         types ``<|endoftext|>``) are counted as the plain text they are: the providers send
         message text that way. ``encode_ordinary`` gives the same tokens as
         ``encode(text, disallowed_special=())`` at about 60% of its cost on prose (it skips
-        the search for special tokens)."""
+        the search for special tokens).
+
+        A text longer than ``max_exact_chars`` characters (65,536) is counted over its first
+        ``max_exact_chars`` characters and estimated beyond them from a few spans of the rest
+        (``bounded_count``): tiktoken's time grows with the length of the text, and faster
+        than that on long runs without spaces."""
         if not text:
             return 0
+        if len(text) > self.max_exact_chars:
+            return bounded_count(self._encoded_length, text, max_exact_chars=self.max_exact_chars)
+        return len(self._encoding.encode_ordinary(text))
+
+    def _encoded_length(self, text: str) -> int:
         return len(self._encoding.encode_ordinary(text))
 
 
