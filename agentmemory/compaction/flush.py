@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
-from django.utils import timezone
 
 from agentmemory import agent_registry
 from agentmemory.compaction.prompts import SUMMARY_RULES, render_transcript
@@ -273,14 +272,13 @@ class MemoryFlush:
                 summary.through_seq,
             )
         counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0}
-        now = timezone.now()
         try:
             with transaction.atomic(using=self.memory.using):
                 # every fact the writes may supersede or evict, in ascending id, before the
                 # first write: one at a time they came in the order the model listed them
-                self.memory.lock_for_store(self.prepared, now=now)
+                self.memory.lock_for_store(self.prepared)
                 for prepared in self.prepared:
-                    counts[self.memory.store_prepared(prepared, now=now).action] += 1
+                    counts[self.memory.store_prepared(prepared).action] += 1
         except (DatabaseError, ValueError) as exc:
             logger.error(
                 "memory flush of conversation %s: storing %s facts failed, the summary through #%s "

@@ -445,7 +445,7 @@ class KnowledgeMemory:
     def lock_for_store(self, prepared: Sequence[PreparedFact], *, now: datetime | None = None) -> None:
         """Before storing several facts in one transaction: take the scope's write lock and
         lock, in ascending id, every stored fact that ``store_prepared()`` of ``prepared``, in
-        this order and at ``now`` (pass the same ``now`` to each), may change or delete
+        this order and at ``now`` or later (default: the current time), may change or delete
         (``agentmemory.knowledge.storage.lock_touched``). Each ``store_prepared()`` locks what it
         touches as it goes; one after another they would lock a fact of a higher id before
         one of a lower id, the order a forget or the recall counters never take

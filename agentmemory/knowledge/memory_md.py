@@ -4,11 +4,9 @@ and such a file read back into a scope (``manage.py memory_md``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.utils import timezone
 
 from agentmemory.knowledge.context import LINE_END, indented
 from agentmemory.knowledge.storage import InvalidFactError, PreparedFact
@@ -92,15 +90,14 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
             prepared.append(memory.prepare(content, cat, persistent=True))
         except InvalidFactError as exc:
             raise InvalidFactError(f"line {number}: {exc}") from exc
-    now = timezone.now()
     with transaction.atomic(using=memory.using):
-        memory.lock_for_store(prepared, now=now)
+        memory.lock_for_store(prepared)
         for fact in prepared:
-            _import_fact(memory, fact, now, counts)
+            _import_fact(memory, fact, counts)
     return ImportReport(**counts)
 
 
-def _import_fact(memory: KnowledgeMemory, fact: PreparedFact, now: datetime, counts: dict[str, int]) -> None:
+def _import_fact(memory: KnowledgeMemory, fact: PreparedFact, counts: dict[str, int]) -> None:
     """One bullet of ``import_memory_md``, its outcome added to ``counts``."""
     history = memory.all_facts().filter(superseded_by__isnull=False)
     if history.filter(content_hash=fact.digest).exists():
@@ -110,4 +107,4 @@ def _import_fact(memory: KnowledgeMemory, fact: PreparedFact, now: datetime, cou
         # new rows on every import of the same file.
         counts["duplicate"] += 1
         return
-    counts[memory.store_prepared(fact, now=now).action] += 1
+    counts[memory.store_prepared(fact).action] += 1

@@ -544,9 +544,10 @@ def lock_touched(
     supersedes: int | uuid.UUID | None = None,
 ) -> None:
     """Lock, in ascending id, every stored fact that writing ``facts`` in this order at
-    ``now`` may change or delete (``FOR UPDATE``; PostgreSQL, a no-op where the database
-    has no row locks). The caller holds the scope's lock (``take_scope_lock``) and writes
-    the facts next, in the same transaction, by ``store_fact``.
+    ``now`` or later (a later clock only takes facts out of the live set) may change or
+    delete (``FOR UPDATE``; PostgreSQL, a no-op where the database has no row locks). The
+    caller holds the scope's lock (``take_scope_lock``) and writes the facts next, in the
+    same transaction, by ``store_fact``.
 
     One write changes or deletes, in its own order: the live copy of its content (a repeat
     updated, an expired copy made history), the live fact ``supersedes`` names, the facts it
