@@ -25,7 +25,7 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.db import models, router, transaction
+from django.db import connections, models, router, transaction
 from django.db.models import Sum, Value
 from django.db.models.functions import Cast, Concat
 
@@ -273,7 +273,15 @@ def delete_owned_conversations(sender: Any, instance: Any, **kwargs: Any) -> Non
     conversations. The user row is locked first (PostgreSQL), so no conversation can be
     created for the user between this delete and the user's; each conversation is locked
     before its delete (see ``ConversationQuerySet.delete``). Messages are deleted with one
-    statement per batch of conversations, never loaded."""
+    statement per batch of conversations, never loaded.
+
+    The user's facts (with their history and embeddings) are deleted here too, after the
+    conversations: Django's collector gathered them before this receiver took the row, so a
+    fact stored meanwhile (a write waits for the row, then commits first) was left to fail
+    the user's delete with a foreign-key error. Lock order (docs/architecture.md): the user
+    row, then the conversations, then the facts, each table locked in ascending id before
+    anything is deleted; the collector's scans met the facts in another order and
+    deadlocked with a forget or the recall counters."""
     if instance.pk is None:
         return
     alias = router.db_for_write(Conversation)
@@ -285,7 +293,16 @@ def delete_owned_conversations(sender: Any, instance: Any, **kwargs: Any) -> Non
             )
         # the user's recorded calls go with the user: deleted first, no copy in them is looked for
         ModelCall.objects.using(alias).filter(owner_id=instance.pk).delete()
-        Conversation.objects.using(alias).filter(owner_id=instance.pk).delete()
+        owned = Conversation.objects.using(alias).filter(owner_id=instance.pk)
+        facts = Fact.objects.using(alias).filter(owner_id=instance.pk)
+        same_database = router.db_for_write(Fact) == alias
+        if connections[alias].features.has_select_for_update:
+            list(owned.select_for_update().order_by("pk").values_list("pk", flat=True))
+            if same_database:
+                list(facts.select_for_update().order_by("pk").values_list("pk", flat=True))
+        owned.delete()
+        if same_database:
+            facts.delete()
 
 
 def scrub_admin_log(

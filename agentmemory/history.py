@@ -98,7 +98,8 @@ def last_foldable_seq(
     """The highest seq at most ``target`` through which a summary may fold the conversation
     without cutting a tool exchange that is not finished: never past the human turn holding
     the oldest exchange (after ``floor``) that still has a call awaiting its result, or
-    whose result was stored after ``target``. A call unanswered for
+    whose result was stored after ``target`` (right before that exchange when no human
+    message opens a turn between ``floor`` and it: tool exchanges alone). A call unanswered for
     ``AGENTMEMORY['PENDING_TOOL_CALL_TIMEOUT']`` seconds counts as abandoned and no longer
     holds the summary back (``None``: never abandoned; compaction then stops before a call
     that will never be answered until ``cancel_pending_tool_calls()`` answers it).
@@ -138,7 +139,7 @@ def last_foldable_seq(
             .values_list("seq", flat=True)
             .first()
         )
-        target = floor if turn is None else turn - 1
+        target = min(blockers) - 1 if turn is None else turn - 1
     return floor
 
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models, router, transaction
+from django.db import connections, models, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import Truncator
@@ -54,6 +54,14 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
             locked = self.model._default_manager.using(self.db).select_for_update().order_by("pk")
             rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
             pks = [pk for pk, _owner in rows]
+            if pks and (features := connections[self.db].features).has_select_for_update:
+                # the facts quoting its messages, in ascending id: one UPDATE sets their
+                # source_message to NULL in scan order (docs/architecture.md, "Lock order")
+                quoted = Message.objects.using(self.db).filter(conversation_id__in=pks).values("pk")
+                quoting = (
+                    Fact._base_manager.using(self.db).filter(source_message_id__in=quoted).order_by("pk")
+                )
+                list(quoting.select_for_update(no_key=features.has_select_for_no_key_update).values("pk"))
             bulk = _delete_messages_in_bulk(self.db, pks)
             count, per_model = super().delete()
             per_model = dict(per_model)
@@ -575,9 +583,11 @@ class FactQuerySet(models.QuerySet["Fact"]):
         """Delete the facts with their history (``superseded_by`` cascades) and embeddings;
         sends ``memory_deleted`` with every fact id gone, in the same transaction. All are locked
         in ascending pk first: the collector locks in scan order (docs/architecture.md, "Lock order")."""
+        facts = Fact._base_manager.using(self.db)
+        rows = dict(facts.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
+        if not rows:
+            return 0, {}
         with transaction.atomic(using=self.db):
-            facts = Fact._base_manager.using(self.db)
-            rows = dict(facts.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
             step = set(rows)
             while step:  # the history each deleted fact takes with it
                 older = dict(facts.filter(superseded_by_id__in=step).values_list("pk", "owner_id"))

@@ -13,7 +13,8 @@ import pytest
 from django.db import connections, transaction
 from django.test import override_settings
 
-from agentmemory.compaction import LLMMemoryCompactor
+from agentmemory.compaction import GONE, LLMMemoryCompactor, run_compaction
+from agentmemory.flush import MemoryFlush
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.llm.fake import ScriptedChatModel
@@ -116,3 +117,24 @@ def test_a_request_storing_a_fact_then_appending_never_deadlocks_with_a_flush() 
     live = scope(user).live_facts().filter(content__startswith="Caroline's home city")
     assert list(live.values_list("content", flat=True)) == ["Caroline's home city: Lisbon"]
     assert KnowledgeMemory(user, namespace="family").all_facts().count() == 3
+
+
+def test_a_flush_whose_owner_is_deleted_meanwhile_stores_nothing_and_reports_the_conversation_gone(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """The user (with the conversation) is deleted while the summariser works: the flush
+    takes the owner's row first, finds it gone and stores no fact; the run reports the
+    conversation gone instead of failing with the scope's error."""
+    user = UserFactory()
+    conv = conversation(user)
+    prepare = MemoryFlush.prepare
+
+    def prepare_then_delete_the_user(self: MemoryFlush) -> None:
+        prepare(self)
+        type(user).objects.filter(pk=user.pk).delete()
+
+    monkeypatch.setattr(MemoryFlush, "prepare", prepare_then_delete_the_user)
+    run = run_compaction(conv.pk, llm=ScriptedChatModel([json.dumps(reply())]))
+
+    assert run.status == GONE
+    assert not Fact.objects.exists() and not Conversation.objects.filter(pk=conv.pk).exists()

@@ -240,6 +240,42 @@ def test_the_apis_context_sends_the_flag_in_the_anthropic_and_langchain_shapes(a
     assert [t["status"] for t in tools] == ["error", "success", "success"]
 
 
+def test_the_apis_native_context_says_which_tool_results_failed(api, user, client) -> None:  # type: ignore[no-untyped-def]
+    """The native shape carried neither the flag nor the metadata holding it: a client that
+    sends the window on itself (its own provider code, an analytics view) saw every failed
+    call as a success, while the provider shapes said otherwise."""
+    conv = _conversation()
+    Conversation.objects.filter(pk=conv.pk).update(owner=user)
+    sent = api.get(f"/api/conversations/{conv.uuid}/context/?max_tokens=5000").json()["messages"]
+    assert [(m["tool_call_id"], m["is_error"]) for m in sent if m["role"] == "tool"] == [
+        ("c1", True),
+        ("c2", False),
+        ("c3", False),
+    ]
+    # a tool result's flag only (seq 9 is a human row that carries the key in storage)
+    assert all("is_error" not in m for m in sent if m["role"] != "tool")
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    context = schema["paths"]["/api/conversations/{uuid}/context/"]["get"]["responses"]["200"]
+    ref = context["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    items = schema["components"]["schemas"][ref]["properties"]["messages"]["items"]
+    assert items["properties"]["is_error"]["type"] == "boolean"
+
+
+def test_a_recorded_calls_native_window_says_which_tool_results_failed(api, user) -> None:  # type: ignore[no-untyped-def]
+    llm = ScriptedChatModel(
+        [_calls(("t1", "lookup", {"order_id": 1}), ("t2", "lookup", {"order_id": 2})), "ok"]
+    )
+    agent = Agent(llm=llm)
+    conv = agent.start_conversation(owner=user)
+    agent.run(conv, "Orders 1 and 2?")
+    second = ModelCall.objects.filter(conversation=conv, kind="chat").order_by("id").last()
+    window = api.get(f"/api/conversations/{conv.uuid}/model-calls/{second.uuid}/window/").json()
+    assert [(m["tool_call_id"], m["is_error"]) for m in window["messages"] if m["role"] == "tool"] == [
+        ("t1", True),
+        ("t2", False),
+    ]
+
+
 # -- PostgreSQL: the head functions and their migration --------------------------------------------
 
 #: the migration that replaces the head functions, and the one before it

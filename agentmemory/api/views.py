@@ -74,7 +74,6 @@ from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
-from agentmemory.messages import Role
 from agentmemory.models import Conversation, ConversationQuerySet, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
 from agentmemory.validation import text_problem
@@ -821,9 +820,10 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
             return invalid_message_response(exc, batch=batch)
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
-        if any(m.role is Role.HUMAN for m in stored):
-            # Never fails the append: broker and model errors are logged and recorded.
-            request_compaction(conversation.pk, reason="api append")
+        # After every append, not only one holding a human message: a conversation written as
+        # tool exchanges alone is due by its tokens (``needs_compaction``). Never fails the
+        # append: broker and model errors are logged and recorded.
+        request_compaction(conversation.pk, reason="api append")
         rows = Message.objects.filter(
             conversation=conversation, seq__gte=stored[0].seq, seq__lte=stored[-1].seq
         ).order_by("seq")

@@ -173,10 +173,13 @@ class BaseMemoryCompactor:
         ``COMPACTION_TRIGGER_RATIO`` (0.8) of the room the system prompt leaves in a window
         of ``max_tokens`` (default: the window of ``fit_to_window``, else
         ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``), so the next human message still finds
-        room; or the conversation opens with messages before its first human message, which
-        no window can start on; or a compaction was requested longer than
-        ``COMPACTION_LEASE_SECONDS`` ago and has not completed (it failed, or its worker
-        died) and no live lease holds it. Reads the conversation row (one to three queries).
+        room, also when no human message follows the summary at all (tool exchanges alone:
+        an autonomous run, a pipeline writing through the API), since no window can send
+        those (its history starts on a human message, design invariant C3); or the messages
+        after the summary open before its first human message, which no window can start
+        on; or a compaction was requested longer than ``COMPACTION_LEASE_SECONDS`` ago and
+        has not completed (it failed, or its worker died) and no live lease holds it. Reads
+        the conversation row (one to three queries).
 
         The system prompt is never folded, so it is not counted as history (a large prompt
         alone must not make every turn due), but the room it takes is left out of the window
@@ -194,14 +197,29 @@ class BaseMemoryCompactor:
         if conv.human_message_count - baseline >= self.every_n_human:
             return True
         humans_after = conv.human_message_count - (summary.human_messages_covered if summary else 0)
-        if humans_after < self.keep_recent_human_turns:
-            return False  # nothing could be folded: the newest turns stay verbatim
-        if summary is None and self._opens_without_human(conv):
-            # The assistant spoke first (a greeting): those messages can never start a
-            # window, so fold them now rather than leave them outside window and summary.
+        if humans_after == 0:
+            # No human message after the summary: no window sends these messages, so they
+            # reach a model through a summary only. Folded when they fill the window's
+            # trigger share, like a history that no longer fits (never one call per append).
+            return self._fills_window(conv, summary, max_tokens, system_tokens)
+        # A summary that reached past every human message of its time (tool exchanges
+        # alone) may be followed by more before the next human message.
+        after_all_humans = summary is None or summary.human_messages_covered >= summary.human_message_count
+        if after_all_humans and self._opens_without_human(conv):
+            # The assistant spoke first (a greeting), or tool exchanges came before the
+            # human message: those messages can never start a window, so fold them now
+            # rather than leave them outside window and summary.
             return True
-        if humans_after == self.keep_recent_human_turns:
-            return False
+        if humans_after <= self.keep_recent_human_turns:
+            return False  # nothing could be folded: the newest turns stay verbatim
+        return self._fills_window(conv, summary, max_tokens, system_tokens)
+
+    def _fills_window(
+        self, conv: Conversation, summary: Summary | None, max_tokens: int | None, system_tokens: int | None
+    ) -> bool:
+        """Whether the summary and the messages it does not cover fill more than
+        ``COMPACTION_TRIGGER_RATIO`` of the room the system prompt leaves in the window (see
+        ``needs_compaction``)."""
         budget, stored_system = self._window(conv, max_tokens or self.window_tokens)
         pinned = self._pinned_tokens(conv)
         if system_tokens is None:
@@ -313,7 +331,10 @@ class BaseMemoryCompactor:
         """The ``through_seq`` the next summary should reach, or ``None`` if nothing can be
         folded: everything before the newest ``keep_recent_human_turns`` human turns (and
         before ``keep_recent_messages``), cut at the start of a human turn so that no tool
-        exchange is split (BUG-05, BUG-15)."""
+        exchange is split (BUG-05, BUG-15). With fewer human turns than that after the
+        summary, what comes before the first of them (no window can start there); with none,
+        every message (tool exchanges alone), less ``keep_recent_messages``, cut before an
+        exchange still waiting for a result (``last_foldable_seq``)."""
         floor = self._floor(conv)
         humans = Message.objects.filter(conversation_id=conv.pk, role=Role.HUMAN, seq__gt=floor).order_by(
             "-seq"
@@ -323,7 +344,12 @@ class BaseMemoryCompactor:
         ]
         kept_start = next(iter(kept), None)
         if kept_start is None:
-            return None
+            oldest = humans.order_by("seq").values_list("seq", flat=True).first()
+            end = conv.last_seq if oldest is None else oldest - 1
+            if oldest is None and self.keep_recent_messages:
+                end = conv.last_seq - self.keep_recent_messages
+            target = last_foldable_seq(conv, floor=floor, target=end) if end > floor else floor
+            return target if target > floor else None
         if self.keep_recent_messages:
             limit = conv.last_seq - self.keep_recent_messages + 1
             if limit < kept_start:

@@ -29,8 +29,9 @@ compactor of your own whose ``summarize`` returns no facts stores none.
 
 How compaction keeps its guarantees (``MemoryFlush``): the facts are checked and embedded
 before any lock is taken (``prepare``); they are written in the transaction that stores the
-summary: the scope's write lock first (``lock``), then the conversation row, then the facts
-(``store``; docs/architecture.md, "Lock order"). So they land with the summary or not at all:
+summary: the owner's user row and the scope's write lock first (``lock``), then the
+conversation row, then every fact the writes may supersede or evict, in ascending id, and the
+writes (``store``; docs/architecture.md, "Lock order"). So they land with the summary or not at all:
 of duplicate or concurrent runs only the one that stores the summary stores facts, and a run
 that fails stores nothing, so its retry stores each fact once. A fact that cannot be stored
 (too long, a bad source) is dropped and logged; an embedder that fails leaves the fact without
@@ -57,7 +58,13 @@ from agentmemory import agent_registry
 from agentmemory.compaction.prompts import SUMMARY_RULES, render_transcript
 from agentmemory.conf import app_settings
 from agentmemory.exceptions import StructuredOutputError
-from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, PreparedFact, knowledge_memory_for
+from agentmemory.knowledge import (
+    InvalidFactError,
+    KnowledgeMemory,
+    MemoryScopeError,
+    PreparedFact,
+    knowledge_memory_for,
+)
 from agentmemory.llm.facts import SUMMARY_WITH_FACTS, FactDraft, read_summary_with_facts, said_at
 from agentmemory.llm.offline import extract_facts
 from agentmemory.messages import ChatMessage
@@ -236,11 +243,21 @@ class MemoryFlush:
             self.prepared.append(prepared)
 
     def lock(self) -> None:
-        """Take the scope's write lock at the start of the summary's transaction, before the
-        conversation row is locked: a request that stores a fact and then appends a message
-        in one transaction takes them in the same order, so the two never deadlock."""
-        if self.prepared:
+        """Take the owner's user row and the scope's write lock at the start of the summary's
+        transaction, before the conversation row is locked: a request that stores a fact and
+        then appends a message in one transaction takes them in the same order, and so does
+        deleting the user (its row, its conversations, its facts), so none of them deadlock.
+        An owner deleted meanwhile leaves nothing to store (its conversation is gone too)."""
+        if not self.prepared:
+            return
+        try:
             self.memory.lock_scope()
+        except MemoryScopeError:
+            logger.info(
+                "memory flush of conversation %s: the owner was deleted; no facts kept", self.conversation_id
+            )
+            self.dropped += len(self.prepared)
+            self.prepared = []
 
     def store(self, summary: Summary) -> FlushResult:
         """Write the prepared facts inside the transaction storing ``summary`` (a savepoint of
@@ -257,6 +274,9 @@ class MemoryFlush:
         counts = {"created": 0, "duplicate": 0, "updated": 0, "superseded": 0}
         try:
             with transaction.atomic(using=self.memory.using):
+                # every fact the writes may supersede or evict, in ascending id, before the
+                # first write: one at a time they came in the order the model listed them
+                self.memory.lock_for_store(self.prepared)
                 for prepared in self.prepared:
                     counts[self.memory.store_prepared(prepared).action] += 1
         except (DatabaseError, ValueError) as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -38,6 +38,7 @@ from agentmemory.knowledge.storage import (
     days_before,
     delete_ids,
     embed_content,
+    lock_touched,
     source_of,
     store_fact,
     take_scope_lock,
@@ -299,10 +300,23 @@ class KnowledgeMemory:
         check_owner(self)
         source_id, said_at = source_of(self, source_message)
         vector = embed_content(self, content)
+        prepared = PreparedFact(
+            content=content,
+            category=category,
+            persistent=persistent,
+            importance_given=importance,
+            importance=importance_value,
+            expires_at=expires_at,
+            source_id=source_id,
+            digest=digest,
+            vector=vector,
+            metadata={},
+        )
         for _attempt in range(3):
             try:
                 with transaction.atomic(using=self.using):
                     take_scope_lock(self)
+                    lock_touched(self, [prepared], now, supersedes=supersedes)
                     result = store_fact(
                         self,
                         content,
@@ -395,6 +409,7 @@ class KnowledgeMemory:
             try:
                 with transaction.atomic(using=self.using):
                     take_scope_lock(self)
+                    lock_touched(self, [prepared], now)
                     result = store_fact(
                         self,
                         prepared.content,
@@ -420,11 +435,32 @@ class KnowledgeMemory:
         raise InvalidFactError("could not store the fact: concurrent writers kept conflicting")
 
     def lock_scope(self) -> None:
-        """Take the scope's write lock for the rest of the caller's transaction (PostgreSQL;
-        see ``agentmemory.knowledge.storage.take_scope_lock``). A service that also locks rows
-        of its own takes this lock first, so that it and ``store()`` called inside a
-        request's transaction always lock in the same order."""
+        """Take the scope's write lock (after the owner's user row) for the rest of the
+        caller's transaction (PostgreSQL; see ``agentmemory.knowledge.storage.take_scope_lock``).
+        A service that also locks rows of its own takes this lock first, so that it and
+        ``store()`` called inside a request's transaction always lock in the same order.
+
+        Raises:
+            MemoryScopeError: the owner's user is gone.
+        """
         take_scope_lock(self)
+
+    def lock_for_store(self, prepared: Sequence[PreparedFact], *, now: datetime | None = None) -> None:
+        """Before storing several facts in one transaction: take the scope's write lock and
+        lock, in ascending id, every stored fact that ``store_prepared()`` of ``prepared``, in
+        this order and at ``now`` or later (default: the current time), may change or delete
+        (``agentmemory.knowledge.storage.lock_touched``). Each ``store_prepared()`` locks what it
+        touches as it goes; one after another they would lock a fact of a higher id before
+        one of a lower id, the order a forget or the recall counters never take
+        (docs/architecture.md, "Lock order"). Queries only: no model call.
+
+        Raises:
+            MemoryScopeError: the owner's user is gone.
+            ValueError: ``now`` is a naive datetime.
+        """
+        now = clock(now)
+        take_scope_lock(self)
+        lock_touched(self, prepared, now)
 
     def recall(
         self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
@@ -585,7 +621,7 @@ class KnowledgeMemory:
         delete_ids(
             self, self.all_facts().filter(persistent=False).values_list("pk", flat=True), count_all=True
         )
-        self.all_facts().filter(persistent=True, in_daily_log=True).update(in_daily_log=False)
+        _update_in_id_order(self.all_facts().filter(persistent=True, in_daily_log=True), in_daily_log=False)
 
     def prune_logs(self, max_days: int | None = None) -> int:
         """Delete transient entries older than ``max_days`` (default ``max_log_days``) and
@@ -600,10 +636,25 @@ class KnowledgeMemory:
         stale = self.all_facts().filter(Q(persistent=False, created_at__lt=cutoff) | Q(expires_at__lte=now))
         deleted = delete_ids(self, stale.values_list("pk", flat=True), count_all=True)
         # the log entries of older persistent facts go too; the facts stay (MEMORY.md)
-        self.all_facts().filter(persistent=True, in_daily_log=True, created_at__lt=cutoff).update(
-            in_daily_log=False
+        _update_in_id_order(
+            self.all_facts().filter(persistent=True, in_daily_log=True, created_at__lt=cutoff),
+            in_daily_log=False,
         )
         return deleted
+
+
+def _update_in_id_order(facts: Any, **values: Any) -> int:
+    """``facts.update(**values)`` (a queryset of ``Fact``) after locking the rows in ascending
+    id, in one transaction; returns the rows changed. An ``UPDATE`` alone locks them in the
+    order its scan meets them, which deadlocked with a writer locking two of them in
+    ascending id (docs/architecture.md, "Lock order")."""
+    connection = connections[facts.db]
+    if not connection.features.has_select_for_update:  # SQLite: one writer at a time
+        return int(facts.update(**values))
+    no_key = connection.features.has_select_for_no_key_update
+    with transaction.atomic(using=facts.db):
+        ids = list(facts.order_by("pk").select_for_update(no_key=no_key).values_list("pk", flat=True))
+        return int(Fact.objects.using(facts.db).filter(pk__in=ids).update(**values)) if ids else 0
 
 
 def _record_recall(using: str, ids: list[int], now: datetime) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from agentmemory.knowledge.context import LINE_END, indented
-from agentmemory.knowledge.storage import InvalidFactError, content_hash
+from agentmemory.knowledge.storage import InvalidFactError, PreparedFact
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory
@@ -77,26 +77,34 @@ def import_memory_md(memory: KnowledgeMemory, text: str) -> ImportReport:
             facts[-1] = (cat, f"{content}\n{line.strip()}", first)
         elif line.strip() and not line.startswith("# "):
             counts["skipped"] += 1
+    # checked and embedded before the transaction (the embedder is a model call); then every
+    # fact the bullets may supersede is locked in ascending id before the first is written:
+    # one at a time, in the file's order, a newer fact was held while an older one was
+    # waited for (docs/architecture.md, "Lock order")
+    prepared: list[PreparedFact] = []
+    for cat, content, number in facts:
+        if not content:
+            counts["skipped"] += 1
+            continue
+        try:
+            prepared.append(memory.prepare(content, cat, persistent=True))
+        except InvalidFactError as exc:
+            raise InvalidFactError(f"line {number}: {exc}") from exc
     with transaction.atomic(using=memory.using):
-        for cat, content, number in facts:
-            try:
-                _import_fact(memory, cat, content, counts)
-            except InvalidFactError as exc:
-                raise InvalidFactError(f"line {number}: {exc}") from exc
+        memory.lock_for_store(prepared)
+        for fact in prepared:
+            _import_fact(memory, fact, counts)
     return ImportReport(**counts)
 
 
-def _import_fact(memory: KnowledgeMemory, cat: str, content: str, counts: dict[str, int]) -> None:
+def _import_fact(memory: KnowledgeMemory, fact: PreparedFact, counts: dict[str, int]) -> None:
     """One bullet of ``import_memory_md``, its outcome added to ``counts``."""
-    if not content:
-        counts["skipped"] += 1
-        return
     history = memory.all_facts().filter(superseded_by__isnull=False)
-    if history.filter(content_hash=content_hash(content)).exists():
+    if history.filter(content_hash=fact.digest).exists():
         # Already stored and since replaced: the seed's MEMORY.md appends a changed
         # "key: value" line below the old one, and storing the old line again made
         # it supersede the newer fact, which the next line then superseded back, two
         # new rows on every import of the same file.
         counts["duplicate"] += 1
         return
-    counts[memory.store(content, cat, persistent=True).action] += 1
+    counts[memory.store_prepared(fact).action] += 1

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from django.db import connections, transaction
+from django.contrib.auth import get_user_model
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from agentmemory.conf import app_settings
@@ -30,7 +31,7 @@ from agentmemory.models import Fact, FactEmbedding, FactKind, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
-from agentmemory.recall.scope import require_user
+from agentmemory.recall.scope import MemoryScopeError, require_user
 from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
@@ -497,7 +498,8 @@ def source_of(memory: KnowledgeMemory, source_message: Any) -> tuple[int | None,
 
 
 def take_scope_lock(memory: KnowledgeMemory) -> None:
-    """Serialise the writers of one scope until the transaction ends.
+    """Serialise the writers of one scope until the transaction ends, after taking the
+    owner's user row (docs/architecture.md, "Lock order").
 
     Storing reads the scope's live facts (repeats, the "key:" fact or the similar fact to
     supersede, eviction) and then writes. Two writers reading at once would each supersede
@@ -507,14 +509,102 @@ def take_scope_lock(memory: KnowledgeMemory) -> None:
     transaction at a time; with ``"transaction_mode": "IMMEDIATE"`` (check
     ``agentmemory.W003``) the second writer waits at the start of its transaction and
     reads the first one's fact.
+
+    Before the scope's lock, in the same statement, the owner's user row is share-locked
+    (``FOR KEY SHARE``, the lock the facts' foreign key takes; on PostgreSQL, when the user
+    table is on the same database). Django checks foreign keys at the commit, so a write
+    took that row last, while deleting the user takes it first and the user's facts after
+    it: a write that superseded a fact held it while it waited for the row, the delete held
+    the row while it waited for the fact, and PostgreSQL killed one ("deadlock detected").
+    Taken first, a write waits for a delete in progress, or the delete for the write.
+
+    Raises:
+        MemoryScopeError: the owner's user is gone (deleted since ``check_owner``).
     """
     connection = connections[memory.using]
     if connection.vendor != "postgresql":
         return
     scope = f"agentmemory.fact\0{memory.scope.owner_id}\0{memory.scope.agent_key}\0{memory.scope.namespace}"
     key = int.from_bytes(hashlib.blake2b(scope.encode(), digest_size=8).digest(), "big", signed=True)
+    user_model = get_user_model()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+        if router.db_for_write(user_model) != memory.using:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            return
+        table = connection.ops.quote_name(user_model._meta.db_table)
+        column = connection.ops.quote_name(str(user_model._meta.pk.column))
+        cursor.execute(
+            f"WITH owner AS MATERIALIZED (SELECT {column} FROM {table} WHERE {column} = %s FOR KEY SHARE) "
+            "SELECT pg_advisory_xact_lock(%s) FROM owner",
+            [memory.scope.owner_id, key],
+        )
+        if cursor.fetchone() is None:
+            raise MemoryScopeError(f"no user with id {memory.scope.owner_id}")
+
+
+def lock_touched(
+    memory: KnowledgeMemory,
+    facts: Sequence[PreparedFact],
+    now: datetime,
+    *,
+    supersedes: int | uuid.UUID | None = None,
+) -> None:
+    """Lock, in ascending id, every stored fact that writing ``facts`` in this order at
+    ``now`` or later (a later clock only takes facts out of the live set) may change or
+    delete (``FOR UPDATE``; PostgreSQL, a no-op where the database has no row locks). The
+    caller holds the scope's lock (``take_scope_lock``) and writes the facts next, in the
+    same transaction, by ``store_fact``.
+
+    One write changes or deletes, in its own order: the live copy of its content (a repeat
+    updated, an expired copy made history), the live fact ``supersedes`` names, the facts it
+    supersedes ("key:" or similar, ``superseded_candidates``), their history (moved under
+    the new fact) and the facts ``evict`` deletes with their history. Several writes (the
+    facts of one summariser reply, in the order the model listed them) each lock them as
+    they come: a fact of a higher id was held while a lower one was waited for, which a
+    forget or the recall counters held while they waited for the higher one ("deadlock
+    detected"; docs/architecture.md, "Lock order"). So all are locked first, in one
+    statement: the candidates of every fact, and, with ``max_entries``, the first
+    ``live + len(facts) - max_entries`` live facts in eviction order that are not
+    candidates (no more can be evicted: facts of the scope leave the live set only by these
+    writes, and only these writes add to it). Rows created by the writes are not locked
+    here: nobody else sees them before the commit.
+    """
+    connection = connections[memory.using]
+    if not facts or not connection.features.has_select_for_update:
+        return
+    live = memory.live_facts(now)
+    ids: set[int] = set()
+    if isinstance(supersedes, uuid.UUID):
+        ids.update(live.filter(uuid=supersedes).values_list("pk", flat=True))
+    elif isinstance(supersedes, int) and not isinstance(supersedes, bool) and 0 < supersedes <= MAX_ID:
+        ids.update(live.filter(pk=supersedes).values_list("pk", flat=True))
+    digests = sorted({f.digest for f in facts})
+    ids.update(
+        memory.all_facts()
+        .filter(superseded_by__isnull=True, content_hash__in=digests)
+        .values_list("pk", flat=True)
+    )
+    for f in facts:
+        ids.update(superseded_candidates(memory, live, f.content, f.category, f.vector, every=True))
+    if memory.max_entries is not None:
+        room = live.count() + len(facts) - memory.max_entries
+        if room > 0:
+            ids.update(live.exclude(pk__in=ids).order_by(*EVICTION_ORDER).values_list("pk", flat=True)[:room])
+    step = set(ids)
+    while step:  # the history of each: moved under a new fact, or deleted with an evicted one
+        step = set(
+            Fact.objects.using(memory.using).filter(superseded_by_id__in=step).values_list("pk", flat=True)
+        )
+        step -= ids
+        ids |= step
+    if ids:
+        list(
+            Fact.objects.using(memory.using)
+            .filter(pk__in=sorted(ids))
+            .order_by("pk")
+            .select_for_update()
+            .values_list("pk", flat=True)
+        )
 
 
 def validate_fact(
@@ -736,25 +826,34 @@ def supersede_target(live: Any, supersedes: Any) -> int:
 
 
 def superseded_candidates(
-    memory: KnowledgeMemory, live: Any, content: str, category: str, vector: list[float] | None
+    memory: KnowledgeMemory,
+    live: Any,
+    content: str,
+    category: str,
+    vector: list[float] | None,
+    *,
+    every: bool = False,
 ) -> list[int]:
     """Ids of the live facts (``live``) a new fact supersedes: those of its category with its
     "key:" (``fact_key``), else the most similar one about the same subject at or above
-    ``memory.supersede_similarity`` (with an embedder and ``vector``), else none."""
+    ``memory.supersede_similarity`` (with an embedder and ``vector``), else none. With
+    ``every``, all that either rule could name (the "key:" facts and every similar fact
+    about the same subject), for ``lock_touched``."""
     same_category = live.filter(category=category)
     key = fact_key(content)
+    found: list[int] = []
     if key is not None:
         rows = same_category
         if head := _KEY_HEAD.match(content):
             # a cheap condition first: SQLite runs REGEXP in Python, row by row
             rows = rows.filter(content__istartswith=head.group(0))
         rows = rows.filter(content__iregex=_key_pattern(content))
-        ids = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
-        if ids:
-            return ids
+        found = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
+        if found and not every:
+            return found
     threshold = memory.supersede_similarity
     if vector is None or threshold is None or memory.embedder is None:
-        return []
+        return found
     rows = list(
         FactEmbedding.objects.using(memory.using)
         # vectors of another length (the model's dimensions changed) do not compare
@@ -762,7 +861,7 @@ def superseded_candidates(
         .values_list("fact_id", "vector", "fact__content")
     )
     if not rows:
-        return []
+        return found
     xp = numpy()
     scores = cosine_scores(vector, xp.vstack([from_bytes(v) for _, v, _text in rows]))
     # the most similar fact about the same subject: similar words alone (another person,
@@ -771,8 +870,14 @@ def superseded_candidates(
         if scores[index] < threshold:
             break
         if same_subject(rows[index][2], content):
-            return [rows[index][0]]
-    return []
+            if not every:
+                return [rows[index][0]]
+            found.append(rows[index][0])
+    return found
+
+
+#: the order ``evict`` deletes live facts in: least important, then transient, then oldest
+EVICTION_ORDER = ("importance", "persistent", "created_at", "pk")
 
 
 def evict(memory: KnowledgeMemory, now: datetime, keep: int) -> int:
@@ -784,11 +889,7 @@ def evict(memory: KnowledgeMemory, now: datetime, keep: int) -> int:
     excess = live.count() - memory.max_entries
     if excess <= 0:
         return 0
-    victims = list(
-        live.exclude(pk=keep)
-        .order_by("importance", "persistent", "created_at", "pk")
-        .values_list("pk", flat=True)[:excess]
-    )
+    victims = list(live.exclude(pk=keep).order_by(*EVICTION_ORDER).values_list("pk", flat=True)[:excess])
     return delete_ids(memory, victims)
 
 

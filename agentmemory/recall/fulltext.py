@@ -589,7 +589,9 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
     parameters.
 
     The candidates are the facts matching any query word among the scope's newest
-    ``FACT_WINDOW`` facts (read on the scope index), plus, when the scope holds more than
+    ``FACT_WINDOW`` facts (read on the scope index; of facts stored at one moment, the
+    highest ids: cut by time alone, which of them the window held was the database's choice,
+    and two identical requests could send different memory blocks), plus, when the scope holds more than
     that, the facts of the scope (at most ``FACT_RARE_CAP`` per word, from the GIN index)
     holding a word that is rare in that window (``FACT_RARE_IN_WINDOW``). A common word
     matches a large share of a big scope, and ranking all its matches cost 150-450 ms at
@@ -627,7 +629,7 @@ def _pg_fact_ranking(queryset: QuerySet[Any], words: Sequence[str], limit: int) 
         f"SELECT s.id, s.ca, s.imp, s.m, length(s.v) AS len, {window_flags} "
         f"FROM (SELECT {table}.id, {table}.{created} AS ca, {table}.{importance} AS imp, {vector} AS v, "
         f"{vector} @@ {tsq} AS m FROM {source} WHERE {where} "
-        f"ORDER BY {table}.{created} DESC LIMIT {FACT_WINDOW + 1}) AS s"
+        f"ORDER BY {table}.{created} DESC, {table}.id DESC LIMIT {FACT_WINDOW + 1}) AS s"
     )
     flags = ", ".join([f"{vector} @@ {tsq}"] * n_words)
     counts = ", ".join(f"count(*) FILTER (WHERE f{i}) c{i}" for i in range(n_words))

@@ -826,7 +826,7 @@ def _items(
 ) -> list[RecalledItem]:
     """The chosen messages grouped by conversation and date (one item each: a provenance line,
     then the messages in order, "…" where messages between them are left out), and the chosen
-    facts, oldest first. ``counts`` counts them (and keeps the counts across calls)."""
+    facts, oldest first (then by id). ``counts`` counts them (and keeps the counts across calls)."""
     items: list[RecalledItem] = []
     heads: dict[int, tuple[_Line, list[str]]] = {}
     groups: dict[tuple[int, str], list[_Line]] = {}
@@ -870,9 +870,16 @@ def _items(
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)
+    # facts said at one moment by id, not in the order of their scores: the block's text
+    # depends only on what it holds (a provider's prompt cache matches it byte for byte)
     order = sorted(
         range(len(items)),
-        key=lambda i: (items[i].said_at or epoch, items[i].conversation_id or 0, items[i].seqs),
+        key=lambda i: (
+            items[i].said_at or epoch,
+            items[i].conversation_id or 0,
+            items[i].seqs,
+            items[i].fact_id or 0,
+        ),
     )
     # a group of messages names its conversation unless the group of messages before it in
     # the block is of the same conversation: then it gives the date only

@@ -181,8 +181,11 @@ def messages_from_request(items: list[Any], message_format: str) -> list[ChatMes
 
 
 def message_to_native(message: ChatMessage) -> dict[str, Any]:
-    """The native JSON shape of a ``ChatMessage`` (without stored-only fields)."""
-    return {
+    """The native JSON shape of a ``ChatMessage`` (without stored-only fields). A tool result
+    carries ``is_error``: whether the call failed (``metadata["is_error"]`` is ``true``), which
+    the provider shapes send as Anthropic's ``tool_result`` ``"is_error": true`` and LangChain's
+    ``status: "error"``; the native shape sends no metadata, so it says it here."""
+    native: dict[str, Any] = {
         "role": message.role.value,
         "content": message.content,
         "tool_calls": [call.to_dict() for call in message.tool_calls],
@@ -190,6 +193,9 @@ def message_to_native(message: ChatMessage) -> dict[str, Any]:
         "name": message.name,
         **({"parts": [part.to_dict() for part in message.parts]} if message.parts else {}),
     }
+    if message.role is Role.TOOL:
+        native["is_error"] = message.metadata.get("is_error") is True
+    return native
 
 
 class ToolCallSerializer(serializers.Serializer):

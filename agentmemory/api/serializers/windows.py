@@ -94,6 +94,12 @@ CONTEXT_MESSAGES_SCHEMA: dict[str, Any] = {
             "tool_calls": {"type": "array", "items": {"type": "object", "additionalProperties": {}}},
             "tool_call_id": {"type": "string"},
             "name": {"type": "string"},
+            "is_error": {
+                "type": "boolean",
+                "description": "native, on a tool result only: the call failed (its "
+                "metadata.is_error); anthropic sends it on the tool_result block, langchain as "
+                "status error.",
+            },
             "metadata": {"type": "object", "additionalProperties": {}},
             "parts": {"type": "array", "items": {"type": "object", "additionalProperties": {}}},
             "token_count": {"type": "integer", "description": "native: tokens it costs in the window."},
