@@ -321,3 +321,35 @@ def test_a_prompt_filling_the_window_is_refused_before_the_human_message_is_stor
     # retries leave no unanswered human messages behind, and the model was never called
     assert not Message.objects.filter(conversation=conversation).exists()
     assert model.calls == []
+
+
+class ListWindowAgent(SeedWindowAgent, register=False):
+    """``build_window`` returning the builder's messages as a list (the seed calls the
+    builder's result ``context_messages``)."""
+
+    def build_window(self, builder, injector):  # type: ignore[no-untyped-def]
+        return list(super().build_window(builder, injector))
+
+
+def test_an_override_returning_the_messages_as_a_list_is_sent_with_the_prompt() -> None:
+    model = _script()
+    agent = ListWindowAgent(llm=model)
+    result = agent.run(agent.start_conversation(owner=UserFactory()), "What about the tides?")
+    assert result.answer == "Tides: found."
+    first, second = (sent for sent, _tools in model.calls)
+    assert [(m.role, m.content) for m in first] == [
+        (Role.SYSTEM, PROMPT),
+        (Role.HUMAN, "What about the tides?"),
+    ]
+    assert [m.role for m in second] == [Role.SYSTEM, Role.HUMAN, Role.AI, Role.TOOL]
+    assert all(window.history_tokens > 0 for window in result.windows)
+
+
+def test_an_override_returning_something_else_is_a_type_error_naming_the_contract() -> None:
+    class NoneWindow(SeedWindowAgent, register=False):
+        def build_window(self, builder, injector):  # type: ignore[no-untyped-def]
+            return None
+
+    agent = NoneWindow(llm=_script())
+    with pytest.raises(TypeError, match=r"NoneWindow.build_window\(\) must return a ContextWindow"):
+        agent.run(agent.start_conversation(owner=UserFactory()), "Hi")

@@ -709,7 +709,16 @@ class BaseToolCallingAgent:
         goes first here, in place of a stored one (as in the agent's own windows), and counts
         in ``system_tokens`` (the window's budget then held the summary and history only, as
         the seed's history limit does). A window whose builder was given a system prompt
-        (the agent's own builder, or an override that chose one) is returned as it is."""
+        (the agent's own builder, or an override that chose one) is returned as it is.
+
+        An override may return the window's messages as a list (the seed names the builder's
+        result ``context_messages``): they are taken as a window of ``token_limit`` tokens,
+        counted by the agent's counter.
+
+        Raises:
+            TypeError: the override returned something else (a ``ContextWindow`` or a list
+                of ``ChatMessage`` is needed)."""
+        window = self._as_window(window)
         messages = window.messages
         if not prompt or (window.system_tokens and messages and messages[0].seq is None):
             return window
@@ -723,6 +732,25 @@ class BaseToolCallingAgent:
         message = ChatMessage.system(prompt)
         tokens = self.token_counter.count_message(message)
         return dataclasses.replace(window, messages=[message, *messages[pinned:]], system_tokens=tokens)
+
+    def _as_window(self, result: Any) -> ContextWindow:
+        """``build_window``'s result as a ``ContextWindow`` (see ``_with_system_prompt``)."""
+        if isinstance(result, ContextWindow):
+            return result
+        if isinstance(result, list | tuple) and all(isinstance(m, ChatMessage) for m in result):
+            messages = list(result)
+            seqs = [m.seq for m in messages if m.seq is not None]
+            return ContextWindow(
+                messages=messages,
+                max_tokens=self.token_limit,
+                history_tokens=sum(self.token_counter.count_message(m) for m in messages),
+                first_seq=min(seqs, default=None),
+                last_seq=max(seqs, default=None),
+            )
+        raise TypeError(
+            f"{type(self).__name__}.build_window() must return a ContextWindow or a list of "
+            f"ChatMessage, not {type(result).__name__}"
+        )
 
     def _lacks_memory_block(self, window: ContextWindow, builder: ContextWindowBuilder) -> bool:
         """Whether ``window`` should get the memory block of ``MEMORY_RECALL_ENABLED`` from the
