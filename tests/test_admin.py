@@ -359,7 +359,32 @@ def test_compact_now_runs_after_commit_without_a_broker(
     assert Summary.objects.filter(conversation=second).count() == 1
     assert Conversation.objects.get(pk=chat.pk).summary == chat.summary  # nothing more to fold there
     assert not Conversation.objects.filter(compaction_requested_at__isnull=False).exists()
-    assert "Compaction queued for 2 conversations." in response.content.decode()
+    body = response.content.decode()
+    assert "queued" not in body  # no broker: nothing waits in a queue
+    assert "Compaction ran in this process for 2 conversations" in body
+
+
+def test_compact_now_says_what_happens_in_each_compaction_mode(
+    admin_client, chat, settings, monkeypatch, django_capture_on_commit_callbacks
+):  # type: ignore[no-untyped-def]
+    from agentmemory import tasks
+
+    monkeypatch.setattr(tasks.compact_conversation, "apply_async", lambda *a, **k: None)
+    said = {}
+    for mode in ("off", "celery"):
+        settings.AGENTMEMORY = {"COMPACTION_MODE": mode}
+        with django_capture_on_commit_callbacks(execute=True):
+            response = admin_client.post(
+                url("conversation_changelist"),
+                {"action": "compact_now", "_selected_action": [chat.pk]},
+                follow=True,
+            )
+        said[mode] = [str(m) for m in response.context["messages"]]
+    # "off" starts nothing: the page says so rather than that a compaction was queued
+    assert len(said["off"]) == 1 and "queued" not in said["off"][0]
+    assert "COMPACTION_MODE" in said["off"][0] and "compact_conversations" in said["off"][0]
+    assert not Summary.objects.filter(conversation=chat).exclude(pk=chat.summary_id).exists()
+    assert said["celery"] == ["Compaction queued for 1 conversation, for the Celery worker."]
 
 
 def test_compact_now_with_a_dead_broker_records_the_failure(

@@ -184,7 +184,7 @@ def test_recall_search_says_which_conversation_a_hit_is_in(  # type: ignore[no-u
 
     john = memories[0]
     conversations = []
-    for title in ("Trip to <Oslo>", ""):
+    for title in ("Trip to <Oslo>", "", "Trip to <Oslo>"):
         conv = Conversation.objects.create(owner=john, agent_key="travel", title=title)
         PersistentChatHistory(conv).add_messages([ChatMessage.human(f"the window seat, {conv.pk}")])
         conversations.append(conv)
@@ -193,8 +193,11 @@ def test_recall_search_says_which_conversation_a_hit_is_in(  # type: ignore[no-u
     body = response.content.decode()
     for conv in conversations:
         assert f'href="{url("conversation_change", conv.pk)}"' in body
-    assert "Trip to &lt;Oslo&gt;" in body  # the title, escaped
-    assert str(conversations[1].uuid) in body  # no title: its uuid names it
+    # named as everywhere in the admin: the title (escaped) and the start of the uuid, so two
+    # conversations of one title are told apart; "Conversation <hex>" when untitled
+    for conv in (conversations[0], conversations[2]):
+        assert f"Trip to &lt;Oslo&gt; ({conv.uuid.hex[:8]})" in body
+    assert f"Conversation {conversations[1].uuid.hex[:8]}" in body
 
 
 def test_recall_search_needs_view_permissions(client, django_user_model, memories):  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ served without a network, conversations paged on the owner index, drf-spectacula
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -494,3 +495,34 @@ def test_the_api_root_answers_in_the_error_shape_and_lists_the_resources(user): 
     api_forced.force_authenticate(user)
     root = api_forced.get("/api/", HTTP_ACCEPT="application/json")
     assert root.status_code == 200 and {"conversations", "facts"} <= set(root.json())
+
+
+def _documented_error_codes() -> set[str]:
+    """The codes of the ``error`` column of docs/api.md's "Errors" table."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    table = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    codes: set[str] = set()
+    for line in table.splitlines():
+        cells = line.split("|")
+        if line.startswith("| ") and len(cells) > 3:
+            codes.update(re.findall(r"`([a-z_]+)`", cells[2]))
+    return codes
+
+
+def test_every_error_code_the_api_answers_is_in_the_docs_table(django_user_model) -> None:  # type: ignore[no-untyped-def]
+    """A client branches on ``error``: a code it meets must be in the table. The codes the
+    API writes itself (``"error": "..."`` in agentmemory/api) and those DRF answers for a
+    wrong token or password (``authentication_failed``, not ``not_authenticated``)."""
+    written = {
+        code
+        for path in (ROOT / "agentmemory" / "api").glob("*.py")
+        for code in re.findall(r"\"error\": \"([a-z_]+)\"", path.read_text(encoding="utf-8"))
+    }
+    django_user_model.objects.create_user("ann", password="pw-for-the-test")
+    met = set()
+    for header in ("Token 0123456789abcdef0123456789abcdef01234567", "Basic YW5uOndyb25n"):
+        answer = APIClient().get("/api/conversations/", HTTP_AUTHORIZATION=header)
+        assert answer.status_code in (401, 403)
+        met.add(answer.json()["error"])
+    assert met == {"authentication_failed"}
+    assert written and (written | met) - _documented_error_codes() == set()

@@ -289,3 +289,41 @@ def test_every_list_of_the_app_fits_the_screen(page: Any, replayed: Conversation
         overflow = page.locator("#changelist-form .results").evaluate("e => e.scrollWidth - e.clientWidth")
         shot(page, f"08-list-{name.lower().replace(' ', '-')}")
         assert overflow <= 0, (name, overflow)
+
+
+#: each term of an accounting list and the value after it, where they are not side by side
+UNPAIRED = """e => [...e.querySelectorAll('dt')].filter(dt => {
+  const dd = dt.nextElementSibling, a = dt.getBoundingClientRect(), b = dd.getBoundingClientRect();
+  return !(b.top < a.bottom && a.top < b.bottom && b.left > a.left);  // not on one row, after it
+}).map(dt => dt.innerText)"""
+
+
+def test_the_accounting_keeps_each_value_beside_its_name_at_every_width(
+    browser: Any, page: Any, replayed: Conversation, live_server: Any
+) -> None:
+    """The context-window page's and a model call's "window sent" accounting: a name and its
+    value share a row on any screen, not only where the grid happens to get an even number of
+    columns (at 1,920 px a value stood under the next row's first name)."""
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.models import ModelCall
+
+    class Recorded(BaseToolCallingAgent, register=False):
+        AGENT_KEY = replayed.agent_key
+        SYSTEM_PROMPT = "You are the airline's support agent."
+
+    Recorded(llm=ScriptedChatModel(["Your flight is rebooked."])).run(replayed, "Is it rebooked?")
+    call = ModelCall.objects.filter(conversation=replayed, kind="chat").latest("pk")
+    urls = {
+        "context": f"/admin/agentmemory/conversation/{replayed.pk}/context/?memory_recall=on",
+        "window": f"/admin/agentmemory/modelcall/{call.pk}/window/",
+    }
+    for width in (1280, 1366, 1600, 1920, 2560):
+        page.set_viewport_size({"width": width, "height": 900})
+        for name, path in urls.items():
+            page.goto(f"{live_server.url}{path}")
+            lists = page.locator("dl.am-accounting")
+            assert lists.count() >= 1, (name, width)
+            for i in range(lists.count()):
+                assert lists.nth(i).evaluate(UNPAIRED) == [], (name, width)
+        shot(page, f"09-accounting-{width}", full_page=True)

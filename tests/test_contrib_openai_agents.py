@@ -414,6 +414,25 @@ def test_the_session_is_a_conversation_in_the_api_and_the_admin(django_user_mode
 
 
 @pytestmark_db
+def test_the_conversation_is_read_from_async_code_as_the_docs_show_it(django_user_model) -> None:  # type: ignore[no-untyped-def]
+    """Beside ``Runner.run`` the caller is in a coroutine, where the sync
+    ``get_conversation()`` raises Django's ``SynchronousOnlyOperation``."""
+    ann = django_user_model.objects.create_user("ann")
+    session = AgentMemorySession(session_id(), owner=ann, agent_key="support")
+
+    async def read() -> tuple[Any, Any]:
+        before = await session.aget_conversation()
+        await session.add_items([ITEMS["user_text"]])
+        return before, await session.aget_conversation()
+
+    before, after = run(read())
+    assert before is None
+    assert after == Conversation.objects.get(uuid=session.conversation_uuid)
+    assert (after.title, after.owner_id, after.message_count) == (session.session_id, ann.pk, 1)
+    assert session.get_conversation() == after
+
+
+@pytestmark_db
 def test_pop_and_clear_keep_the_conversation_consistent() -> None:
     session = AgentMemorySession(session_id())
     assert run(session.pop_item()) is None

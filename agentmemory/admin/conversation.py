@@ -418,18 +418,34 @@ class ConversationAdmin(CheckedQueryAdmin):
 
         ids = list(queryset.values_list("pk", flat=True))
         with transaction.atomic(using=router.db_for_write(Conversation)):
-            for pk in ids:
-                request_compaction(pk, force=True, reason="admin compact now")
-        self.message_user(
-            request,
-            ngettext(
-                "Compaction queued for %(count)d conversation.",
-                "Compaction queued for %(count)d conversations.",
+            modes = {request_compaction(pk, force=True, reason="admin compact now").mode for pk in ids}
+        # The message says what the mode in force does: "queued" only where a worker takes it.
+        count = {"count": len(ids)}
+        if "off" in modes:
+            self.message_user(
+                request,
+                _(
+                    "Nothing was compacted: AGENTMEMORY['COMPACTION_MODE'] is 'off', so "
+                    "compactions run only when you run manage.py compact_conversations."
+                ),
+                messages.WARNING,
+            )
+        elif "celery" in modes:
+            text = ngettext(
+                "Compaction queued for %(count)d conversation, for the Celery worker.",
+                "Compaction queued for %(count)d conversations, for the Celery worker.",
                 len(ids),
             )
-            % {"count": len(ids)},
-            messages.SUCCESS,
-        )
+            self.message_user(request, text % count, messages.SUCCESS)
+        else:
+            text = ngettext(
+                "Compaction ran in this process for %(count)d conversation (compaction mode inline): "
+                "its Memory section shows the summary, or the error.",
+                "Compaction ran in this process for %(count)d conversations (compaction mode inline): "
+                "their Memory sections show the summaries, or the errors.",
+                len(ids),
+            )
+            self.message_user(request, text % count, messages.SUCCESS)
 
     # -- the context-window page ----------------------------------------------------------
 

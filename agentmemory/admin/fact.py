@@ -395,15 +395,17 @@ class FactAdmin(CheckedQueryAdmin):
             ]
             facts = sorted(scored, key=lambda item: (-item[1], -item[0].pk))[:20]
             found = search_messages(query, owner=owner.pk, agent_key=agent_key or None, k=20)
-            # which conversation each hit is in: its title (or uuid), linked to its page
-            titles = dict(
-                Conversation.objects.filter(pk__in={hit.conversation_id for hit in found}).values_list(
-                    "pk", "title"
+            # which conversation each hit is in, named as everywhere in the admin
+            # (Conversation.label: title and uuid digits), linked to its page
+            names = {
+                conv.pk: conv.label()
+                for conv in Conversation.objects.filter(pk__in={hit.conversation_id for hit in found}).only(
+                    "pk", "title", "uuid"
                 )
-            )
+            }
             for hit in found:
                 change_url = reverse("admin:agentmemory_conversation_change", args=[hit.conversation_id])
-                name = titles.get(hit.conversation_id) or str(hit.conversation_uuid)
+                name = names.get(hit.conversation_id) or str(hit.conversation_uuid)
                 hits.append((hit, reverse_page(change_url, hit.seq), change_url, name))
         context = {
             **self.admin_site.each_context(request),

@@ -465,10 +465,12 @@ class AgentMemorySession:
             the SDK calls ``run_compaction``; defaults to ``window_tokens``, else
             ``DEFAULT_CONVERSATION_HISTORY_TOKEN_LIMIT``.
 
-    All methods are coroutines, as the SDK defines them; the database work runs in a worker
-    thread (``asgiref.sync.sync_to_async``), never on the event loop, where Django refuses
-    queries. The conversation is created by the first ``add_items``; reads of a session
-    never written return nothing.
+    The ``Session`` protocol's methods are coroutines, as the SDK defines them, and so is
+    ``aget_conversation()``; the database work runs in a worker thread
+    (``asgiref.sync.sync_to_async``), never on the event loop, where Django refuses queries.
+    ``get_conversation()`` is its sync form, for code outside the event loop. The
+    conversation is created by the first ``add_items``; reads of a session never written
+    return nothing.
 
     Raises:
         TypeError, ValueError: a ``session_id`` that is not text, an ``agent_key`` the
@@ -527,10 +529,17 @@ class AgentMemorySession:
         return self._conversation_id
 
     def get_conversation(self) -> Conversation | None:
-        """The conversation holding this session, or ``None`` before its first item (sync:
-        call it outside the event loop, or through ``sync_to_async``)."""
+        """The conversation holding this session, or ``None`` before its first item.
+
+        Sync, for code outside the event loop; in a coroutine (beside ``Runner.run``) Django
+        raises ``SynchronousOnlyOperation`` for it: await ``aget_conversation()`` there."""
         pk = self._find()
         return None if pk is None else Conversation.objects.filter(pk=pk).first()
+
+    async def aget_conversation(self) -> Conversation | None:
+        """``get_conversation()`` as a coroutine (the query runs in asgiref's worker thread,
+        as the session's other methods do)."""
+        return await sync_to_async(self.get_conversation)()
 
     # -- Session protocol ---------------------------------------------------------------
 
