@@ -35,7 +35,9 @@ class Command(TextArgumentsCommand):
             metavar="ALIAS",
             help="the database holding the records (default: the one the routers choose)",
         )
-        parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, change nothing")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="count what would be deleted, change nothing"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["older_than"] is None:
@@ -51,7 +53,9 @@ class Command(TextArgumentsCommand):
         try:
             count = prune_deleted_threads(older_than=older_than, using=using, dry_run=options["dry_run"])
         except DatabaseError as exc:
-            raise CommandError(f"could not read the records of deleted threads: {exc} (has migrate run there?)") from exc
+            raise CommandError(
+                f"could not read the records of deleted threads: {exc} (has migrate run there?)"
+            ) from exc
         verb = "would delete" if options["dry_run"] else "deleted"
         noun = "record" if count == 1 else "records"
         self.stdout.write(f"{verb} {count} {noun} of deleted threads older than {_period(older_than)}")

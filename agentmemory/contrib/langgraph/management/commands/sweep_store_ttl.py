@@ -25,7 +25,9 @@ class Command(TextArgumentsCommand):
             metavar="ALIAS",
             help="the database holding the store (default: the one the routers choose)",
         )
-        parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, change nothing")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="count what would be deleted, change nothing"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]
