@@ -607,6 +607,15 @@ class FactQuerySet(models.QuerySet["Fact"]):
             Q(expires_at__isnull=True) | Q(expires_at__gt=now)
         )
 
+    def as_of(self, now: Any) -> FactQuerySet:
+        """Facts that may have been in recall at ``now``: stored by then or dated by a transcript
+        (``metadata["said_at"]``, checked in Python), superseded after then if at all, live then."""
+        return (
+            self.filter(Q(created_at__lte=now) | Q(metadata__has_key="said_at"))
+            .filter(Q(superseded_by__isnull=True) | Q(superseded_at__gt=now))
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        )
+
 
 class Fact(models.Model):
     """One remembered fact of one user, scoped by agent key and namespace (both exact).
@@ -676,6 +685,7 @@ class Fact(models.Model):
         blank=True,
         related_name="supersedes",
     )
+    superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

@@ -66,9 +66,11 @@ from agentmemory.recall.lines import (
     TRANSCRIPT_DATE_KEYS,
     _Line,
     date_text,
+    fact_said_at,
     neutralised,
     read_lines,
     rough_stem,
+    said_by,
     session_date,
     shown_day,
 )
@@ -234,10 +236,14 @@ def recall_memory(
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
             None: the facts stored without one).
         now: when ``query`` is asked (an aware datetime): the times it names relative to
-            then ("last Saturday") favour the messages said then (``rank_messages``);
-            default ``timezone.now()``, the time of a turn being answered. Facts are
-            those live then (an entry expired by ``now`` is left out) and their recall is
-            recorded at ``now``.
+            then ("last Saturday") favour the messages said then (``rank_messages``), and
+            the block is recalled as the memory stood then, for a user replaying a
+            transcript or evaluating history at a past date: a message or fact said after
+            ``now`` (the date a transcript gave it, else when it was stored) was not there
+            yet and is left out, also as the neighbour of a hit; a fact superseded after
+            ``now`` was the current one then and is recalled; one expired by then is not
+            (``KnowledgeMemory.recall``). Their recall is recorded at ``now``. Default: the
+            current time and the memory as it is (the time of a turn being answered).
 
     Returns:
         A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
@@ -320,15 +326,18 @@ def recall_memory(
         words,
         hit_keys,
         read,
-        probe=None if memory is None else memory.live_probe(now),
+        probe=None if memory is None else memory.live_probe(now, as_of=now is not None),
     )
+    if now is not None:
+        # as of ``now``: a message said after it was not there yet, also beside a hit
+        lines = {key: line for key, line in lines.items() if said_by(line.said_at, now)}
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
         sent = {int(pk) for pk in exclude_message_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
-            holds_facts = memory.live_facts(now).exists()
+            holds_facts = (memory.live_facts(now) if now is None else memory.facts_as_of(now)).exists()
         if holds_facts:
             fact_hits = [
                 h
@@ -596,7 +605,10 @@ def rank_messages(
     times the query names relative to it ("four weeks ago", "last Saturday": ``when.windows_in``,
     read on its day as ``shown_day`` gives it) raise the messages said then by
     ``TIME_WEIGHT`` (the said-at date: ``session_date``), and their words are not searched.
-    Costs no statement: the hits carry their metadata and ``created_at``."""
+    Costs no statement: the hits carry their metadata and ``created_at``. Given, the
+    messages are ranked as the memory stood then: those said after ``now`` (the date a
+    transcript gave, else when they were stored) are left out, and recency is measured from
+    ``now`` (``recall._search``'s ``as_of``); without it, every stored message counts."""
     return _ranked(
         owner=owner,
         query=query,
@@ -641,6 +653,7 @@ def _ranked(
         using=using,
         read=read,
         passage_weight=PASSAGE_WEIGHT,
+        as_of=now,
     )
 
     def shown(found: Iterable[Any]) -> list[Any]:
@@ -799,23 +812,13 @@ def _line_text(line: _Line) -> str:
     return f"{line.speaker}: {line.text}"
 
 
-def _fact_said(fact: Any) -> datetime | None:
-    """When a fact was said: the date of its source message the flush kept
-    (``metadata["said_at"]``), else when it was stored."""
-    metadata = fact.metadata if isinstance(fact.metadata, dict) else {}
-    said = metadata.get("said_at")
-    if isinstance(said, str):
-        return session_date({"session_date_time": said}, fact.created_at)
-    return fact.created_at
-
-
 def _fact_text(fact: Any) -> str:
     """A fact's line: its date, and its content up to ``MAX_READ_CHARS`` characters, ending
     in " …" when cut there (as a cut message does: the model is told the fact goes on)."""
     content = neutralised(fact.content[:MAX_READ_CHARS])
     if len(fact.content) > MAX_READ_CHARS:
         content = content.rstrip() + " …"
-    return f"[{date_text(_fact_said(fact))} · saved fact] {content}"
+    return f"[{date_text(fact_said_at(fact))} · saved fact] {content}"
 
 
 def _items(
@@ -864,7 +867,7 @@ def _items(
                 conversation_id=None,
                 seqs=(),
                 fact_id=fact.pk,
-                said_at=_fact_said(fact),
+                said_at=fact_said_at(fact),
                 source_message_id=fact.source_message_id,
                 words=words_key(fact.content),
             )
