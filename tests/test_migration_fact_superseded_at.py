@@ -33,16 +33,26 @@ def test_superseded_facts_get_their_successors_time_and_the_migration_applies_ag
         User = apps.get_model("auth", "User")
         Fact = apps.get_model("agentmemory", "Fact")
         owner = User.objects.create(username="alice")
-        new = Fact.objects.create(owner_id=owner.pk, content="Lives in Porto", content_hash="b" * 64, created_at=JUNE)
+        new = Fact.objects.create(
+            owner_id=owner.pk, content="Lives in Porto", content_hash="b" * 64, created_at=JUNE
+        )
         old = Fact.objects.create(
-            owner_id=owner.pk, content="Lives in Lisbon", content_hash="a" * 64, created_at=MAY, superseded_by=new
+            owner_id=owner.pk,
+            content="Lives in Lisbon",
+            content_hash="a" * 64,
+            created_at=MAY,
+            superseded_by=new,
         )
         # a successor stored before the fact it replaced (an import): never before the fact
         early = Fact.objects.create(
             owner_id=owner.pk, content="Works at Beta", content_hash="d" * 64, created_at=MAY
         )
         late = Fact.objects.create(
-            owner_id=owner.pk, content="Works at Alpha", content_hash="c" * 64, created_at=JUNE, superseded_by=early
+            owner_id=owner.pk,
+            content="Works at Alpha",
+            content_hash="c" * 64,
+            created_at=JUNE,
+            superseded_by=early,
         )
 
         apps = migrate_to(AFTER)

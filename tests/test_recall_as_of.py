@@ -152,3 +152,25 @@ def test_a_fact_expired_by_now_or_out_of_the_log_is_not_recalled_as_of_then() ->
     assert km.recall("parking spot", now=MAY_1 + timedelta(days=3)) == []
     assert [h.fact.content for h in km.recall("dentist", now=MAY_15)] == ["Dentist on Friday"]
     assert km.recall("dentist", now=JUNE_15) == []  # aged out of the 30-day log by then
+
+
+def test_as_of_false_reads_only_relative_times_from_now() -> None:
+    """A benchmark whose transcript dates do not run in order with its question dates
+    (LongMemEval dates some evidence after the question) ranks every message and live fact,
+    reading only "four weeks ago" and expiry from ``now``."""
+    user = UserFactory()
+    _said(
+        user, [*FILLER, "I sold the kayak and its paddles to Tom.", "Noted."], date="2023/06/01 (Thu) 10:00"
+    )
+    km = KnowledgeMemory(user)
+    km.store("Employer: Company Alpha", "work", True, now=MAY_1)
+    km.store("Employer: Company Beta", "work", True, now=JUNE_1)
+    hits = rank_messages(owner=user, query="kayak paddles", k=5, now=MAY_15, as_of=False)
+    assert "I sold the kayak and its paddles to Tom." in [h.content for h in hits]
+    assert [h.fact.content for h in km.recall("employer company", now=MAY_15, as_of=False)] == [
+        "Employer: Company Beta"
+    ]
+    block = recall_memory(
+        owner=user, query="kayak paddles and my employer", max_tokens=600, now=MAY_15, as_of=False
+    )
+    assert block is not None and "Tom" in block.text and "Company Beta" in block.text

@@ -482,7 +482,13 @@ class KnowledgeMemory:
         lock_touched(self, prepared, now)
 
     def recall(
-        self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        category: str | None = None,
+        now: datetime | None = None,
+        as_of: bool = True,
     ) -> list[FactHit]:
         """Live facts of the scope that match ``query``, best first: the backend's relevance
         times importance and recency boosts (see ``agentmemory.recall.boost``). Never changes
@@ -497,7 +503,9 @@ class KnowledgeMemory:
         was said) was still the current one and is recalled; one expired by then, or a
         transient entry older than ``max_log_days`` then, is left out. Importance,
         persistence and expiry are read as they are now (a later repeat may have changed
-        them), and recency is measured from ``now``.
+        them), and recency is measured from ``now``. ``as_of=False`` reads only expiry and
+        recency from ``now`` and ranks the live facts (``live_facts(now)``), whatever their
+        dates.
 
         The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
         ``recall_count`` raised by one) when the caller's transaction commits, or at once
@@ -524,7 +532,7 @@ class KnowledgeMemory:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
         query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
-        as_of = now is not None
+        as_of = as_of and now is not None
         now = clock(now)
         facts = self.facts_as_of(now) if as_of else self.live_facts(now)
         if category is not None:

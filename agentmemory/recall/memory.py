@@ -207,6 +207,7 @@ def recall_memory(
     using: str | None = None,
     fact_agent_key: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
 ) -> MemoryBlock | None:
     """The memory block of ``owner`` for ``query`` in at most ``max_tokens`` tokens.
 
@@ -244,6 +245,11 @@ def recall_memory(
             ``now`` was the current one then and is recalled; one expired by then is not
             (``KnowledgeMemory.recall``). Their recall is recorded at ``now``. Default: the
             current time and the memory as it is (the time of a turn being answered).
+        as_of: with ``now``, whether to recall as the memory stood then (the default);
+            ``False`` reads only the relative times and expiry from ``now`` and recalls
+            every stored message and live fact, whatever its date (a benchmark whose
+            transcript dates do not run in order with its question dates: LongMemEval dates
+            an evidence session after the question in 25 of 236 dev questions).
 
     Returns:
         A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
@@ -276,6 +282,7 @@ def recall_memory(
         return None
     budget = max_tokens - empty
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
+    then = now if now is not None and as_of else None  # recalled as the memory stood then
 
     # 1. candidates: messages (with their scores) and facts
     read: dict[tuple[int, int], tuple[Any, ...]] = {}  # most of the messages shown (PostgreSQL)
@@ -288,6 +295,7 @@ def recall_memory(
         conversation_id=conversation_id,
         exclude_seqs=excluded,
         now=now,
+        as_of=as_of,
         read=read,
     )
     # 2. what each hit brings along: the message before an answer found through it, the reply
@@ -326,22 +334,22 @@ def recall_memory(
         words,
         hit_keys,
         read,
-        probe=None if memory is None else memory.live_probe(now, as_of=now is not None),
+        probe=None if memory is None else memory.live_probe(now, as_of=then is not None),
     )
-    if now is not None:
+    if then is not None:
         # as of ``now``: a message said after it was not there yet, also beside a hit
-        lines = {key: line for key, line in lines.items() if said_by(line.said_at, now)}
+        lines = {key: line for key, line in lines.items() if said_by(line.said_at, then)}
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
         sent = {int(pk) for pk in exclude_message_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
-            holds_facts = (memory.live_facts(now) if now is None else memory.facts_as_of(now)).exists()
+            holds_facts = (memory.live_facts(now) if then is None else memory.facts_as_of(then)).exists()
         if holds_facts:
             fact_hits = [
                 h
-                for h in memory.recall(query, k=MAX_FACTS, now=now)
+                for h in memory.recall(query, k=MAX_FACTS, now=now, as_of=as_of)
                 if h.fact.pk not in skip and h.fact.source_message_id not in sent
             ]
         if fact_hits and exclude_texts:
@@ -595,6 +603,7 @@ def rank_messages(
     exclude_seqs: Collection[int] = (),
     using: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
 ) -> list[Any]:
     """The stored messages of ``owner``'s conversations that ``recall_memory`` considers for
     ``query``, best first (``MessageHit``, at most ``k``), less ``exclude_seqs`` of
@@ -608,7 +617,9 @@ def rank_messages(
     Costs no statement: the hits carry their metadata and ``created_at``. Given, the
     messages are ranked as the memory stood then: those said after ``now`` (the date a
     transcript gave, else when they were stored) are left out, and recency is measured from
-    ``now`` (``recall._search``'s ``as_of``); without it, every stored message counts."""
+    ``now`` (``recall._search``'s ``as_of``); without it, or with ``as_of=False`` (the
+    relative times alone read from ``now``: ``recall_memory``'s ``as_of``), every stored
+    message counts."""
     return _ranked(
         owner=owner,
         query=query,
@@ -618,6 +629,7 @@ def rank_messages(
         exclude_seqs=exclude_seqs,
         using=using,
         now=now,
+        as_of=as_of,
     )
 
 
@@ -631,6 +643,7 @@ def _ranked(
     exclude_seqs: Collection[int] = (),
     using: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
@@ -653,7 +666,7 @@ def _ranked(
         using=using,
         read=read,
         passage_weight=PASSAGE_WEIGHT,
-        as_of=now,
+        as_of=now if as_of else None,
     )
 
     def shown(found: Iterable[Any]) -> list[Any]:
