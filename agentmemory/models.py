@@ -607,25 +607,15 @@ class FactQuerySet(models.QuerySet["Fact"]):
             Q(expires_at__isnull=True) | Q(expires_at__gt=now)
         )
 
-    def as_of(self, now: Any) -> FactQuerySet:
-        """Facts that may have been in recall at ``now``: stored by then or dated by a transcript
-        (``metadata["said_at"]``, checked in Python), superseded after then if at all, live then."""
-        return (
-            self.filter(Q(created_at__lte=now) | Q(metadata__has_key="said_at"))
-            .filter(Q(superseded_by__isnull=True) | Q(superseded_at__gt=now))
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        )
-
 
 class Fact(models.Model):
     """One remembered fact of one user, scoped by agent key and namespace (both exact).
 
-    The API names a fact by its public ``uuid``, never by its primary key (which the Python
-    API, ``KnowledgeMemory``, takes). A changed fact supersedes the old one: the old row
-    points at its successor through ``superseded_by`` and stays as history, out of default
-    recall; deleting the successor deletes its history with it. ``expires_at`` is enforced
-    when reading; nothing that reads a fact moves it.
-    """
+    The API names a fact by its public ``uuid``, never by its primary key (which the Python API,
+    ``KnowledgeMemory``, takes). A changed fact supersedes the old one: the old row points at its
+    successor through ``superseded_by`` (since ``superseded_at``) and stays as history, out of
+    default recall; deleting the successor deletes its history with it. ``expires_at`` is
+    enforced when reading; nothing that reads a fact moves it."""
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
     owner = models.ForeignKey(

@@ -15,8 +15,8 @@ from tests.helpers_migrations import migrate_to, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE = [("agentmemory", "0038_fact_knowledge_block_index")]
-AFTER = [("agentmemory", "0039_fact_superseded_at")]
+BEFORE = [("agentmemory", "0039_fact_category_composed")]
+AFTER = [("agentmemory", "0040_fact_superseded_at")]
 MAY = datetime(2023, 5, 1, tzinfo=UTC)
 JUNE = datetime(2023, 6, 1, tzinfo=UTC)
 

@@ -185,7 +185,7 @@ class KnowledgeMemory:
 
     def facts_as_of(self, now: datetime) -> Any:
         """The facts ``recall(now=now)`` ranks: those that may have been in default recall at
-        ``now`` (an aware datetime), as the memory stood then (``FactQuerySet.as_of``: stored
+        ``now`` (an aware datetime), as the memory stood then (``_as_of``: stored
         by then, the current fact then, not expired then; for transient entries, stored within
         ``max_log_days`` before it). A fact dated by a transcript (``metadata["said_at"]``) is
         in it whatever its storage time: ``recall`` keeps it only when it had been said by
@@ -503,9 +503,10 @@ class KnowledgeMemory:
         was said) was still the current one and is recalled; one expired by then, or a
         transient entry older than ``max_log_days`` then, is left out. Importance,
         persistence and expiry are read as they are now (a later repeat may have changed
-        them), and recency is measured from ``now``. ``as_of=False`` reads only expiry and
-        recency from ``now`` and ranks the live facts (``live_facts(now)``), whatever their
-        dates.
+        them; a fact remembered again is dated when it was last remembered, the daily log's
+        rule, and counts from then), and recency is measured from ``now``. ``as_of=False``
+        reads only expiry and recency from ``now`` and ranks the live facts
+        (``live_facts(now)``), whatever their dates.
 
         The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
         ``recall_count`` raised by one) when the caller's transaction commits, or at once
@@ -808,9 +809,16 @@ def _as_of_probe(
 
 
 def _as_of(facts: Any, now: datetime, cutoff: datetime) -> Any:
-    """The ``facts`` that may have been in default recall at ``now`` (``FactQuerySet.as_of``),
-    persistent or stored since ``cutoff``."""
-    return facts.as_of(now).filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+    """The ``facts`` that may have been in default recall at ``now``, as the memory stood then:
+    stored by then, or dated by a transcript (``metadata["said_at"]``, which only Python reads:
+    ``_in_recall_then``); the current fact then (not superseded, or superseded after ``now``:
+    ``superseded_at``); not expired then; persistent or stored since ``cutoff``."""
+    return (
+        facts.filter(Q(created_at__lte=now) | Q(metadata__has_key="said_at"))
+        .filter(Q(superseded_by__isnull=True) | Q(superseded_at__gt=now))
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+    )
 
 
 def _in_recall_then(fact: Fact, now: datetime, max_log_days: int) -> bool:
