@@ -24,7 +24,7 @@ imports that module, never this one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from django.db import router
@@ -38,6 +38,7 @@ from agentmemory.llm.base import Usage
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role, parts_text
 from agentmemory.models import Message, ModelCall, ModelCallKind, PromptText
 from agentmemory.recording import (
+    MEMORY_BLOCK_REMOVED,
     USAGE_COUNTED,
     USAGE_PROVIDER,
     UsageScope,
@@ -68,12 +69,15 @@ __all__ = [
     "USAGE_COUNTED",
     "USAGE_PROVIDER",
     "ChatCallRecorder",
+    "RecordedMemory",
     "UsageScope",
     "WindowUnavailable",
     "counted_usage",
     "current_scope",
     "record_call",
     "recorded_context_window",
+    "recorded_knowledge_facts",
+    "recorded_memory",
     "recorded_memory_tokens",
     "recorded_provider_changes",
     "recorded_tools",
@@ -148,6 +152,13 @@ class ChatCallRecorder:
                 }
         self.written: set[str] = set()
 
+    def with_knowledge_share(self, window: ContextWindow) -> ContextWindow:
+        """``window`` with its ``knowledge_tokens`` set: the knowledge block's share of the
+        system message, as this call's record keeps it (0 when the window sends no system
+        prompt of the turn, or the prompt carries no block)."""
+        share = self.knowledge_tokens if window.system_tokens else 0
+        return window if window.knowledge_tokens == share else replace(window, knowledge_tokens=share)
+
     def _text(self, text: str) -> str:
         digest = text_digest(text)
         self.texts[digest] = text
@@ -193,7 +204,8 @@ class ChatCallRecorder:
             PromptText(conversation_id=self.conversation_id, digest=d, text=storable_text(self.texts[d]))
             for d in new
         ]
-        system_tokens = max(window.system_tokens - self.knowledge_tokens, 0)
+        knowledge_tokens = self.knowledge_tokens if window.system_tokens else 0
+        system_tokens = max(window.system_tokens - knowledge_tokens, 0)
         row = ModelCall(
             kind=ModelCallKind.CHAT,
             conversation_id=self.conversation_id,
@@ -213,7 +225,7 @@ class ChatCallRecorder:
             tools_digest=self.tools_digest,
             window_changes=changes,
             system_tokens=system_tokens,
-            knowledge_tokens=self.knowledge_tokens if window.system_tokens else 0,
+            knowledge_tokens=knowledge_tokens,
             summary_tokens=window.summary_tokens,
             history_tokens=window.history_tokens,
             tools_tokens=self.tools_tokens if self.tools_digest else 0,
@@ -226,6 +238,71 @@ class ChatCallRecorder:
             if "memory" in changes or "knowledge" in changes:
                 redact_if_quoted_gone(stored)  # a delete that ran while the model worked
         return stored
+
+
+@dataclass(frozen=True)
+class RecordedMemory:
+    """The memory block a recorded chat call sent, as its record keeps it (not each item).
+
+    Attributes:
+        text: the block as sent, or what replaced it once its words were removed.
+        tokens: what its message cost (tokens; ``recorded_memory_tokens``).
+        item_count: how many recalled items it held.
+        removed: its words were removed since (``MEMORY_BLOCK_REMOVED``: something it quoted
+            was deleted; empty: ``purge_conversations --blank-content``).
+        conversation_ids, fact_ids: the conversations whose messages it quoted and the
+            facts it quoted (ids; none once removed).
+    """
+
+    text: str
+    tokens: int
+    item_count: int
+    removed: bool
+    conversation_ids: tuple[int, ...]
+    fact_ids: tuple[int, ...]
+
+
+def _ids(values: Any) -> tuple[int, ...]:
+    """The integers of a recorded list, in order, once each (a row edited by hand may hold
+    anything else: left out)."""
+    if not isinstance(values, list):
+        return ()
+    return tuple(dict.fromkeys(v for v in values if isinstance(v, int) and not isinstance(v, bool)))
+
+
+def recorded_memory(call: ModelCall, messages: Sequence[ChatMessage] | None = None) -> RecordedMemory | None:
+    """The memory block chat call ``call`` sent (``RecordedMemory``), or None when it sent
+    none. Its text is taken from ``messages`` (``recorded_window(call)``) when given, else
+    read (one query).
+
+    Raises:
+        WindowUnavailable: without ``messages``, its conversation or the text is gone.
+    """
+    memory = (call.window_changes or {}).get("memory")
+    if not isinstance(memory, Mapping) or not isinstance(memory.get("digest"), str) or not memory["digest"]:
+        return None
+    if messages is not None:
+        text = next((m.text for m in messages if MEMORY_BLOCK_KEY in m.metadata), "")
+    else:
+        text = _texts(call, [memory["digest"]])[memory["digest"]]
+    sources = memory.get("sources")
+    sources = sources if isinstance(sources, Mapping) else {}
+    items = memory.get("items")
+    return RecordedMemory(
+        text=text,
+        tokens=recorded_memory_tokens(call),
+        item_count=items if isinstance(items, int) and not isinstance(items, bool) and items > 0 else 0,
+        removed=text == MEMORY_BLOCK_REMOVED or not text.strip(),
+        conversation_ids=_ids(sources.get("conversations")),
+        fact_ids=_ids(sources.get("facts")),
+    )
+
+
+def recorded_knowledge_facts(call: ModelCall) -> tuple[int, ...]:
+    """Ids of the facts the knowledge block at the end of ``call``'s system prompt showed
+    (``window_changes["knowledge"]``; empty when it had none)."""
+    knowledge = (call.window_changes or {}).get("knowledge")
+    return _ids(knowledge.get("facts")) if isinstance(knowledge, Mapping) else ()
 
 
 def memory_sources(block: Any) -> dict[str, list[Any]]:
@@ -440,7 +517,9 @@ def recorded_window(call: ModelCall) -> list[ChatMessage]:
 
 def recorded_context_window(call: ModelCall) -> ContextWindow:
     """``recorded_window(call)`` as a ``ContextWindow`` with the call's accounting (tokens):
-    the system part counts the knowledge block too; ``placeholders`` and ``truncated`` say
+    ``system_tokens`` is the system message as sent (``call.system_tokens``, the prompt's
+    own, plus ``call.knowledge_tokens``), ``knowledge_tokens`` the knowledge block's share of
+    it, so that ``total_tokens`` is every message sent; ``placeholders`` and ``truncated`` say
     which results were sent as placeholders and which messages as shortened copies (stubbed
     results included, as in the window the call was built from).
 
@@ -455,6 +534,7 @@ def recorded_context_window(call: ModelCall) -> ContextWindow:
         messages=messages,
         max_tokens=call.max_tokens or 0,
         system_tokens=call.system_tokens + call.knowledge_tokens,
+        knowledge_tokens=call.knowledge_tokens,
         summary_tokens=call.summary_tokens,
         memory_tokens=recorded_memory_tokens(call),
         history_tokens=call.history_tokens,

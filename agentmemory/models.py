@@ -611,12 +611,11 @@ class FactQuerySet(models.QuerySet["Fact"]):
 class Fact(models.Model):
     """One remembered fact of one user, scoped by agent key and namespace (both exact).
 
-    The API names a fact by its public ``uuid``, never by its primary key (which the Python
-    API, ``KnowledgeMemory``, takes). A changed fact supersedes the old one: the old row
-    points at its successor through ``superseded_by`` and stays as history, out of default
-    recall; deleting the successor deletes its history with it. ``expires_at`` is enforced
-    when reading; nothing that reads a fact moves it.
-    """
+    The API names a fact by its public ``uuid``, never by its primary key (which the Python API,
+    ``KnowledgeMemory``, takes). A changed fact supersedes the old one: the old row points at its
+    successor through ``superseded_by`` (since ``superseded_at``) and stays as history, out of
+    default recall; deleting the successor deletes its history with it. ``expires_at`` is
+    enforced when reading; nothing that reads a fact moves it."""
 
     uuid = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
     owner = models.ForeignKey(
@@ -676,6 +675,7 @@ class Fact(models.Model):
         blank=True,
         related_name="supersedes",
     )
+    superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

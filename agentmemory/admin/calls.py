@@ -17,6 +17,7 @@ from django.urls import path, reverse
 from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from agentmemory.admin.utils import (
     BoundedCountPaginator,
@@ -27,7 +28,13 @@ from agentmemory.admin.utils import (
     short_conversation,
     short_datetime,
 )
-from agentmemory.calls import WindowUnavailable, recorded_memory_tokens, recorded_provider_changes
+from agentmemory.calls import (
+    WindowUnavailable,
+    recorded_knowledge_facts,
+    recorded_memory,
+    recorded_memory_tokens,
+    recorded_provider_changes,
+)
 from agentmemory.context.window import MEMORY_BLOCK_KEY
 from agentmemory.formats import changes as sent
 from agentmemory.messages import ChatMessage
@@ -267,6 +274,7 @@ class ModelCallAdmin(ReadOnlyAdmin):
             "error": error,
             "tools": json.dumps(tools, indent=2, ensure_ascii=False) if tools else "",
             "memory_tokens": recorded_memory_tokens(obj),
+            "parts": window_parts(obj, messages),
             "unplaced_changes": notes.get(None, []),
             "more_changes": (obj.window_changes or {}).get("provider_changes_more") or 0,
             "window_tokens": obj.system_tokens
@@ -279,3 +287,40 @@ class ModelCallAdmin(ReadOnlyAdmin):
         return TemplateResponse(
             request, "agentmemory/admin/model_call_window.html", context, status=404 if error else 200
         )
+
+
+def window_parts(call: ModelCall, messages: list[ChatMessage]) -> list[tuple[str, int]]:
+    """The window page's accounting of what ``call`` sent, part by part, as ``(label,
+    tokens)``: the system prompt's own text, the knowledge block at its end (with how many
+    facts it showed), the summary, the memory block (with how many items, and what it quoted
+    or that its words were removed since) and the history; they add up to the window's
+    tokens (every message sent)."""
+    facts = len(recorded_knowledge_facts(call))
+    knowledge = str(_("Knowledge block (end of the system prompt)"))
+    if facts:
+        knowledge = ngettext(
+            "Knowledge block (end of the system prompt, %(count)d fact)",
+            "Knowledge block (end of the system prompt, %(count)d facts)",
+            facts,
+        ) % {"count": facts}
+    memory_label = str(_("Memory block"))
+    block = recorded_memory(call, messages) if messages else None
+    if block is not None:
+        items = ngettext("%(count)d item", "%(count)d items", block.item_count) % {"count": block.item_count}
+        if block.removed:
+            quoted = str(_("its words removed since"))
+        else:
+            conversations = len(block.conversation_ids)
+            quoted = str(_("quoting %(conversations)s and %(facts)s")) % {
+                "conversations": ngettext("%(count)d conversation", "%(count)d conversations", conversations)
+                % {"count": conversations},
+                "facts": ngettext("%(count)d fact", "%(count)d facts", len(block.fact_ids))
+                % {"count": len(block.fact_ids)},
+            }
+        memory_label = f"{memory_label} ({items}, {quoted})"
+    return [
+        (str(_("System prompt (its own text)")), call.system_tokens),
+        (knowledge, call.knowledge_tokens),
+        (str(_("Summary")), call.summary_tokens),
+        (memory_label, recorded_memory_tokens(call)),
+    ]

@@ -186,6 +186,7 @@ class FactAdmin(CheckedQueryAdmin):
         "expires_at",
         "status",
         "superseded_by_link",
+        "superseded_at",
         "history",
         "source_message_link",
         "recall_count",

@@ -592,6 +592,7 @@ class BaseToolCallingAgent:
             window = self._with_system_prompt(self.build_window(builder, injector), prompt)
             if self._lacks_memory_block(window, builder):
                 window = builder.add_memory_block(window)
+            window = recorder.with_knowledge_share(window)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()
@@ -658,6 +659,7 @@ class BaseToolCallingAgent:
             )
             if self._lacks_memory_block(window, builder):  # a thread hop only then
                 window = await sync_to_async(builder.add_memory_block)(window)
+            window = recorder.with_knowledge_share(window)
             shaped = self._shape(window, human.seq or 0)
             yield ModelCallStarted(round_, shaped.window, tuple(self.tools))
             started = time.monotonic()

@@ -131,6 +131,7 @@ class ModelCallViewSet(
             return Response({"error": "window_unavailable", "detail": str(exc)}, status=409)
         more = (call.window_changes or {}).get("provider_changes_more")
         context = {
+            "call": call,
             "message_format": shape,
             "token_counter": get_token_counter(),
             "tools": tools,

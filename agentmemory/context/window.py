@@ -124,7 +124,13 @@ class ContextWindow:
     Attributes:
         messages: pinned system prompt, summary message, history; oldest first.
         max_tokens: the budget it was built for (tokens).
-        system_tokens, summary_tokens, history_tokens: tokens of each part.
+        system_tokens, summary_tokens, history_tokens: tokens of each part. ``system_tokens``
+            is what the system message costs as sent, a knowledge block at its end included.
+        knowledge_tokens: of ``system_tokens``, the knowledge block's share: the
+            ``build_context()`` facts an agent with ``KNOWLEDGE_MEMORY_ENABLED`` puts at the
+            end of its system prompt (the system message with them less the one without).
+            Set on an agent's windows and on recorded ones (``recorded_context_window``); 0
+            when the system prompt carries none, or the builder was given it whole.
         first_seq, last_seq: seqs of the oldest and newest history messages (None if empty).
         summary_id, summary_through_seq: the summary used, if any.
         skipped_orphans: seqs of stored tool results left out because they answer no call.
@@ -174,6 +180,7 @@ class ContextWindow:
     compaction: Any = None
     memory: Any = None
     memory_tokens: int = 0
+    knowledge_tokens: int = 0
 
     def __iter__(self) -> Iterator[ChatMessage]:
         return iter(self.messages)
@@ -193,7 +200,15 @@ class ContextWindow:
 
     @property
     def total_tokens(self) -> int:
+        """Tokens of every message sent: ``system_tokens + summary_tokens + memory_tokens +
+        history_tokens`` (the knowledge block is inside ``system_tokens``)."""
         return self.system_tokens + self.summary_tokens + self.memory_tokens + self.history_tokens
+
+    @property
+    def own_system_tokens(self) -> int:
+        """The system prompt's own tokens: ``system_tokens`` less the knowledge block's
+        (``knowledge_tokens``)."""
+        return max(self.system_tokens - self.knowledge_tokens, 0)
 
     @property
     def history(self) -> list[ChatMessage]:

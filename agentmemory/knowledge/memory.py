@@ -49,6 +49,7 @@ from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_re
 from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
 from agentmemory.recall.compiled import Scope
 from agentmemory.recall.embedders import Embedder
+from agentmemory.recall.lines import fact_said_at, said_instant
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
 from agentmemory.recording import usage_scope
@@ -182,18 +183,32 @@ class KnowledgeMemory:
         now = clock(now)
         return _in_recall(self.all_facts(), now, days_before(now, self.max_log_days))
 
-    def live_probe(self, now: datetime | None = None) -> Scope | Any:
-        """Whether ``live_facts(now)`` holds a fact, as a query to run within another
-        (``recall.lines.read_lines``): a ``Scope`` of the first fact's primary key, whose
-        SQL is compiled once per database on PostgreSQL (``recall.compiled``), where
-        building and compiling the queryset cost about 0.7 ms a recall. A subclass that
-        changes ``all_facts`` or ``live_facts`` gets its ``live_facts(now)`` queryset itself,
-        compiled each time."""
+    def facts_as_of(self, now: datetime) -> Any:
+        """The facts ``recall(now=now)`` ranks: those that may have been in default recall at
+        ``now`` (an aware datetime), as the memory stood then (``_as_of``: stored
+        by then, the current fact then, not expired then; for transient entries, stored within
+        ``max_log_days`` before it). A fact dated by a transcript (``metadata["said_at"]``) is
+        in it whatever its storage time: ``recall`` keeps it only when it had been said by
+        ``now`` (``recall.lines.fact_said_at``), which the database cannot read.
+
+        Raises:
+            ValueError: ``now`` is not an aware datetime.
+        """
+        now = clock(now)
+        return _as_of(self.all_facts(), now, days_before(now, self.max_log_days))
+
+    def live_probe(self, now: datetime | None = None, *, as_of: bool = False) -> Scope | Any:
+        """Whether ``live_facts(now)`` (with ``as_of``: ``facts_as_of(now)``) holds a fact, as a
+        query to run within another (``recall.lines.read_lines``): a ``Scope`` of the first
+        fact's primary key, whose SQL is compiled once per database on PostgreSQL
+        (``recall.compiled``), where building and compiling the queryset cost about 0.7 ms a
+        recall. A subclass that changes ``all_facts`` or ``live_facts`` gets its queryset
+        itself, compiled each time."""
         now = clock(now)
         if type(self).live_facts is not KnowledgeMemory.live_facts or (
             type(self).all_facts is not KnowledgeMemory.all_facts
         ):
-            return self.live_facts(now)
+            return self.facts_as_of(now) if as_of else self.live_facts(now)
         scope = self.scope
         values = (
             scope.owner_id,
@@ -203,6 +218,8 @@ class KnowledgeMemory:
             now,
             days_before(now, self.max_log_days),
         )
+        if as_of:
+            return Scope("knowledge.as_of_probe", _as_of_probe, values, self.using)
         return Scope("knowledge.live_probe", _live_probe, values, self.using)
 
     # -- writing ---------------------------------------------------------------------------
@@ -330,6 +347,7 @@ class KnowledgeMemory:
                         digest,
                         vector,
                         now,
+                        said_at,
                     )
                     if said_at and result.action in ("created", "superseded"):
                         # dated when its source was said (a transcript's date), as the flush does
@@ -423,6 +441,7 @@ class KnowledgeMemory:
                         prepared.digest,
                         prepared.vector,
                         now,
+                        _said_text(prepared.metadata),
                     )
                     if prepared.metadata and result.action in ("created", "superseded"):
                         Fact.objects.using(self.using).filter(pk=result.fact.pk).update(
@@ -463,11 +482,31 @@ class KnowledgeMemory:
         lock_touched(self, prepared, now)
 
     def recall(
-        self, query: str, *, k: int = 5, category: str | None = None, now: datetime | None = None
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        category: str | None = None,
+        now: datetime | None = None,
+        as_of: bool = True,
     ) -> list[FactHit]:
         """Live facts of the scope that match ``query``, best first: the backend's relevance
         times importance and recency boosts (see ``agentmemory.recall.boost``). Never changes
         an expiry.
+
+        ``now`` is when the question is asked (an aware datetime). Without it, the current
+        time and the memory as it is: the live facts. With it, the memory as it stood then,
+        for a user replaying a transcript or evaluating history at a past date
+        (``facts_as_of``): a fact said after ``now`` (its transcript date,
+        ``metadata["said_at"]``, else when it was stored) was not there yet and is left
+        out; a fact superseded after ``now`` (``superseded_at``: when the fact replacing it
+        was said) was still the current one and is recalled; one expired by then, or a
+        transient entry older than ``max_log_days`` then, is left out. Importance,
+        persistence and expiry are read as they are now (a later repeat may have changed
+        them; a fact remembered again is dated when it was last remembered, the daily log's
+        rule, and counts from then), and recency is measured from ``now``. ``as_of=False``
+        reads only expiry and recency from ``now`` and ranks the live facts
+        (``live_facts(now)``), whatever their dates.
 
         The returned facts are marked as recalled (``last_recalled_at`` set to ``now``,
         ``recall_count`` raised by one) when the caller's transaction commits, or at once
@@ -494,8 +533,9 @@ class KnowledgeMemory:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValueError(f"k must be an integer from 1 to {MAX_K}, not {k!r}")
         query = bounded_query(query)  # the first MAX_QUERY_CHARS characters are read
+        as_of = as_of and now is not None
         now = clock(now)
-        facts = self.live_facts(now)
+        facts = self.facts_as_of(now) if as_of else self.live_facts(now)
         if category is not None:
             facts = facts.filter(category=category_filter(category))
         started = time.perf_counter()
@@ -511,18 +551,23 @@ class KnowledgeMemory:
             record = _RECORD_RECALLS.get()
             record_now = (
                 record
+                and not as_of  # the facts said after now are left out after the statement
                 and record_on == self.using
                 and connection.get_autocommit()
                 and not connection.in_atomic_block
             )
             if type(backend) is FullTextBackend:  # a subclass may rank its own way
-                found = fulltext.recall_facts(facts, query, candidates=limit, k=k, now=now, record=record_now)
+                found = fulltext.recall_facts(
+                    facts, query, candidates=limit, k=limit if as_of else k, now=now, record=record_now
+                )
                 recorded = record_now and found is not None
             if found is None:
                 ranked = backend.rank(facts, query, limit)
                 rows = Fact.objects.using(self.using).in_bulk([pk for pk, _score in ranked]) if ranked else {}
                 top = max((score for _pk, score in ranked), default=0.0)
                 found = [(rows[pk], score, top) for pk, score in ranked if pk in rows]
+        if as_of:
+            found = [hit for hit in found if _in_recall_then(hit[0], now, self.max_log_days)]
         if not found:
             report_recall("facts", self.scope.owner_id, backend, 0, started)
             return []
@@ -745,6 +790,46 @@ def _live_probe(
         owner_id=owner_id, agent_key=agent_key, namespace=namespace, kind=kind
     )
     return _in_recall(facts, now, cutoff).order_by().values("pk")[:1]
+
+
+def _said_text(metadata: Any) -> str:
+    """``metadata["said_at"]`` when it is text (the date a transcript gave a fact's source),
+    else ""."""
+    said = metadata.get("said_at") if isinstance(metadata, dict) else None
+    return said if isinstance(said, str) else ""
+
+
+def _as_of_probe(
+    using: str, owner_id: int, agent_key: str, namespace: str, kind: str, now: datetime, cutoff: datetime
+) -> Any:
+    """``KnowledgeMemory.facts_as_of``'s queryset (its scope, ``now`` and ``cutoff`` given), as
+    the primary key of its first fact: the builder of ``live_probe(as_of=True)``."""
+    facts = Fact.objects.using(using).filter(owner_id=owner_id, agent_key=agent_key, namespace=namespace)
+    return _as_of(facts.filter(kind=kind), now, cutoff).order_by().values("pk")[:1]
+
+
+def _as_of(facts: Any, now: datetime, cutoff: datetime) -> Any:
+    """The ``facts`` that may have been in default recall at ``now``, as the memory stood then:
+    stored by then, or dated by a transcript (``metadata["said_at"]``, which only Python reads:
+    ``_in_recall_then``); the current fact then (not superseded, or superseded after ``now``:
+    ``superseded_at``); not expired then; persistent or stored since ``cutoff``."""
+    return (
+        facts.filter(Q(created_at__lte=now) | Q(metadata__has_key="said_at"))
+        .filter(Q(superseded_by__isnull=True) | Q(superseded_at__gt=now))
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .filter(Q(persistent=True) | Q(created_at__gte=cutoff))
+    )
+
+
+def _in_recall_then(fact: Fact, now: datetime, max_log_days: int) -> bool:
+    """Whether ``fact``, one of ``facts_as_of(now)``, was in recall at ``now`` by the time it
+    was said (``fact_said_at``: a transcript's date, else when it was stored): said by then,
+    and, for a transient entry, said within ``max_log_days`` before then."""
+    said = fact_said_at(fact)
+    if said is None:
+        return True
+    said = said_instant(said)
+    return said <= now and (fact.persistent or said >= days_before(now, max_log_days))
 
 
 def _in_recall(facts: Any, now: datetime, cutoff: datetime) -> Any:

@@ -30,7 +30,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, FactKind, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
+from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS, said_instant, session_date
 from agentmemory.recall.scope import MemoryScopeError, require_user
 from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
@@ -689,16 +689,22 @@ def store_fact(
     digest: str,
     vector: list[float] | None,
     now: datetime,
+    said_at: str = "",
 ) -> RememberResult:
     """Write a checked fact by the knowledge rules, under the scope's lock (the caller holds
     it, ``take_scope_lock``): a live repeat is reported or updated, an expired copy and
     ``supersedes`` become history, else a new fact is created and supersedes what
     ``superseded_candidates`` names; then ``evict``. Returns the ``RememberResult``.
 
+    A fact that becomes history gets ``superseded_at``: when what replaced it was said, the
+    date a transcript gave its source (``said_at``, as ``source_of`` returns it) or else
+    ``now``; recall as of an earlier time still finds it (``KnowledgeMemory.recall(now=...)``).
+
     Raises:
         InvalidFactError: ``supersedes`` names no live fact of the scope.
     """
     live = memory.live_facts(now)
+    at = superseded_time(said_at, now)
     # ``supersedes`` is checked first: a repeat does not make a bad id acceptable
     target = supersede_target(live, supersedes) if supersedes is not None else None
     same = memory.all_facts().filter(superseded_by__isnull=True, content_hash=digest).first()
@@ -709,13 +715,13 @@ def store_fact(
         # stays, with the history behind it, as history of the new fact. Until the new
         # fact exists it points at itself, which takes it out of the live-content
         # uniqueness (one transaction: nobody sees that).
-        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk)
+        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk, superseded_at=at)
         replaced = [same.pk]
         same = None
     if same is not None and target == same.pk and category != same.category:
         # The fact itself, moved to another category: a change like new content, stored as
         # a new fact that supersedes it (out of the live-content uniqueness first, as above).
-        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk)
+        Fact.objects.using(memory.using).filter(pk=same.pk).update(superseded_by=same.pk, superseded_at=at)
         old_ids, same = [same.pk], None
     if same is not None:
         changed: list[str] = []
@@ -733,7 +739,7 @@ def store_fact(
         if target is not None and target != same.pk:
             # Another fact replaced by content already in force: that fact becomes history
             # of the one in force (ignoring it left both in force).
-            chain(memory, target, head=same)
+            chain(memory, target, head=same, at=at)
             changed.append("superseded")
         # Told again (a plain repeat, not a change naming the fact): the knowledge seed writes
         # every remember() to its daily log, so the entry is logged again, dated now. The
@@ -777,7 +783,7 @@ def store_fact(
             fact=fact, model=memory.embedder.model, dimensions=len(vector), vector=to_bytes(vector)
         )
         mirror_vectors(memory.using, [fact], memory.embedder.model, [vector])
-    chain(memory, *old_ids, *replaced, head=fact)
+    chain(memory, *old_ids, *replaced, head=fact, at=at)
     evict(memory, now, keep=fact.pk)
     return RememberResult(fact, "superseded" if old_ids else "created", tuple(old_ids))
 
@@ -800,12 +806,22 @@ def log_again(fact: Fact, now: datetime) -> list[str]:
     return fields
 
 
-def chain(memory: KnowledgeMemory, *ids: int, head: Fact) -> None:
+def chain(memory: KnowledgeMemory, *ids: int, head: Fact, at: datetime) -> None:
     """Make the facts ``ids`` and their history history of ``head``: deleting the head
-    deletes the whole chain."""
+    deletes the whole chain. The facts ``ids`` were superseded ``at`` (``superseded_at``);
+    their history keeps the time it was superseded."""
     if ids:
         Fact.objects.using(memory.using).filter(superseded_by_id__in=ids).update(superseded_by=head)
-        Fact.objects.using(memory.using).filter(pk__in=ids).update(superseded_by=head)
+        Fact.objects.using(memory.using).filter(pk__in=ids).update(superseded_by=head, superseded_at=at)
+
+
+def superseded_time(said_at: str, now: datetime) -> datetime:
+    """When a fact stored at ``now`` replaces another: the date a transcript gave its source
+    (``said_at``, as written: "1:56 pm on 8 May, 2023"; read as ``session_date`` reads it,
+    in the current time zone when it names none: ``said_instant``), else ``now``."""
+    if said_at:
+        return said_instant(session_date({TRANSCRIPT_DATE_KEYS[0]: said_at}, now) or now)
+    return now
 
 
 def supersede_target(live: Any, supersedes: Any) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import router, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agentmemory.recall import fulltext
@@ -198,8 +199,13 @@ def _search(
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
     passage_weight: float = 0.0,
     passages: dict[int, float] | None = None,
+    as_of: datetime | None = None,
 ) -> list[MessageHit]:
-    """``search_messages``; ``passage_weight``: with full text, each candidate's score raised
+    """``search_messages``; ``as_of`` (an aware datetime): as the memory stood then, the
+    messages said by then only (``recall.lines.said_by`` of ``session_date``: the date a
+    transcript gave, else when it was stored), recency measured from then; the statements
+    read the messages stored by then or dated by a transcript, and the hits are those said
+    by then. ``passage_weight``: with full text, each candidate's score raised
     by up to that share for its passage's score (``FullTextRanking.passage_weight``) before
     the candidates and hits are chosen, those scores put in ``passages`` ({pk: score}; left
     empty where the ranking did not compute them); ``read``, when given, is filled with
@@ -221,6 +227,15 @@ def _search(
     # the scope's SQL, compiled once per database (``compiled.Scope``) while no conversation
     # is named
     scope: Scope | None = Scope("recall.searched_ids", _searched_ids, (owner_id, agent_key), messages.db)
+    if as_of is not None:
+        from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
+
+        # a transcript's date is read in Python (``_hits``): such rows are read whatever
+        # their storage time
+        messages = messages.filter(
+            Q(created_at__lte=as_of) | Q(metadata__has_any_keys=list(TRANSCRIPT_DATE_KEYS))
+        )
+        scope = None
     if conversation is not None:
         if isinstance(conversation, str):
             try:
@@ -269,7 +284,7 @@ def _search(
             rows_read, scored = _pg_spread_rows(
                 messages.db, ranking, relevance, best, weights, k, most, within
             )
-            hits = _hits(rows_read, scored, relevance, conf, periods, k)
+            hits = _hits(rows_read, scored, relevance, conf, periods, k, as_of)
             if read is not None:
                 read.update({(row[1], row[2]): row for row in rows_read})
             report_recall("messages", owner_id, backend, len(hits), started)
@@ -300,7 +315,7 @@ def _search(
             "pk", "conversation_id", "seq", "role", "content", "metadata", "created_at", "conversation__uuid"
         )
     )
-    hits = _hits(rows, spread_scores, relevance, conf, periods, k)
+    hits = _hits(rows, spread_scores, relevance, conf, periods, k, as_of)
     report_recall("messages", owner_id, backend, len(hits), started)
     return hits
 
@@ -343,11 +358,17 @@ def _hits(
     conf: Any,
     periods: Sequence[Period],
     k: int,
+    as_of: datetime | None = None,
 ) -> list[MessageHit]:
     """The ``k`` best of ``rows`` (``(pk, conversation id, seq, role, content, metadata,
     created_at, ..., conversation uuid)``) as hits: each spread score boosted as ``boost``
-    does (recency; then the date named), sorted by score, newest message first."""
-    now = timezone.now()
+    does (recency; then the date named), sorted by score, newest message first. With
+    ``as_of``, only the rows said by then (``session_date``), recency measured from then."""
+    now = timezone.now() if as_of is None else as_of
+    if as_of is not None:
+        from agentmemory.recall.lines import said_by, session_date
+
+        rows = [row for row in rows if said_by(session_date(row[5], row[6]), as_of)]
     date_boost = 1.0 + conf.RECALL_DATE_WEIGHT
     # scored and sorted first: only the ``k`` kept become hits
     scored = [

@@ -138,6 +138,34 @@ def session_date(metadata: Any, created_at: datetime | None) -> datetime | None:
     return created_at
 
 
+def fact_said_at(fact: Any) -> datetime | None:
+    """When a fact was said: the date of its source message a transcript gave, which the
+    memory flush and ``KnowledgeMemory.store(source_message=...)`` keep as
+    ``metadata["said_at"]`` (read as ``session_date`` reads a transcript's date), else when it
+    was stored (``created_at``)."""
+    metadata = fact.metadata if isinstance(fact.metadata, dict) else {}
+    said = metadata.get("said_at")
+    if isinstance(said, str):
+        return session_date({"session_date_time": said}, fact.created_at)
+    return fact.created_at
+
+
+def said_instant(said_at: datetime) -> datetime:
+    """``said_at`` (``session_date``, ``fact_said_at``) as an instant to compare with an
+    aware time: a transcript date naming no zone (``AS_WRITTEN``), or a naive one, is read in
+    the current time zone, the zone whose day the block shows for "today" (``shown_day``)."""
+    if said_at.tzinfo is AS_WRITTEN or timezone.is_naive(said_at):
+        return timezone.make_aware(said_at.replace(tzinfo=None))
+    return said_at
+
+
+def said_by(said_at: datetime | None, now: datetime) -> bool:
+    """Whether something said at ``said_at`` (``session_date``, ``fact_said_at``) had been said
+    by ``now`` (an aware datetime): what a recall as of ``now`` may show (``said_instant``;
+    no date at all counts as said)."""
+    return said_at is None or said_instant(said_at) <= now
+
+
 def date_text(when: datetime | None) -> str:
     """``when`` as an absolute date a reader cannot misread: "Mon 8 May 2023"; "" for None.
     It depends on ``shown_day(when)`` only."""

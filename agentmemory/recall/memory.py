@@ -66,9 +66,11 @@ from agentmemory.recall.lines import (
     TRANSCRIPT_DATE_KEYS,
     _Line,
     date_text,
+    fact_said_at,
     neutralised,
     read_lines,
     rough_stem,
+    said_by,
     session_date,
     shown_day,
 )
@@ -205,6 +207,7 @@ def recall_memory(
     using: str | None = None,
     fact_agent_key: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
 ) -> MemoryBlock | None:
     """The memory block of ``owner`` for ``query`` in at most ``max_tokens`` tokens.
 
@@ -234,10 +237,19 @@ def recall_memory(
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
             None: the facts stored without one).
         now: when ``query`` is asked (an aware datetime): the times it names relative to
-            then ("last Saturday") favour the messages said then (``rank_messages``);
-            default ``timezone.now()``, the time of a turn being answered. Facts are
-            those live then (an entry expired by ``now`` is left out) and their recall is
-            recorded at ``now``.
+            then ("last Saturday") favour the messages said then (``rank_messages``), and
+            the block is recalled as the memory stood then, for a user replaying a
+            transcript or evaluating history at a past date: a message or fact said after
+            ``now`` (the date a transcript gave it, else when it was stored) was not there
+            yet and is left out, also as the neighbour of a hit; a fact superseded after
+            ``now`` was the current one then and is recalled; one expired by then is not
+            (``KnowledgeMemory.recall``). Their recall is recorded at ``now``. Default: the
+            current time and the memory as it is (the time of a turn being answered).
+        as_of: with ``now``, whether to recall as the memory stood then (the default);
+            ``False`` reads only the relative times and expiry from ``now`` and recalls
+            every stored message and live fact, whatever its date (a benchmark whose
+            transcript dates do not run in order with its question dates: LongMemEval dates
+            an evidence session after the question in 25 of 236 dev questions).
 
     Returns:
         A ``MemoryBlock`` of at most ``max_tokens`` tokens, or None when nothing matches or
@@ -270,6 +282,7 @@ def recall_memory(
         return None
     budget = max_tokens - empty
     excluded = {int(seq) for seq in exclude_seqs} if conversation_id is not None else set()
+    then = now if now is not None and as_of else None  # recalled as the memory stood then
 
     # 1. candidates: messages (with their scores) and facts
     read: dict[tuple[int, int], tuple[Any, ...]] = {}  # most of the messages shown (PostgreSQL)
@@ -282,6 +295,7 @@ def recall_memory(
         conversation_id=conversation_id,
         exclude_seqs=excluded,
         now=now,
+        as_of=as_of,
         read=read,
     )
     # 2. what each hit brings along: the message before an answer found through it, the reply
@@ -320,19 +334,22 @@ def recall_memory(
         words,
         hit_keys,
         read,
-        probe=None if memory is None else memory.live_probe(now),
+        probe=None if memory is None else memory.live_probe(now, as_of=then is not None),
     )
+    if then is not None:
+        # as of ``now``: a message said after it was not there yet, also beside a hit
+        lines = {key: line for key, line in lines.items() if said_by(line.said_at, then)}
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
         sent = {int(pk) for pk in exclude_message_ids}
         # most owners of a long history keep few or no facts in a scope: ranking none cost more
         # (the ranking statement's planning, 3-8 ms) than asking whether there is one
         if holds_facts is None:
-            holds_facts = memory.live_facts(now).exists()
+            holds_facts = (memory.live_facts(now) if then is None else memory.facts_as_of(then)).exists()
         if holds_facts:
             fact_hits = [
                 h
-                for h in memory.recall(query, k=MAX_FACTS, now=now)
+                for h in memory.recall(query, k=MAX_FACTS, now=now, as_of=as_of)
                 if h.fact.pk not in skip and h.fact.source_message_id not in sent
             ]
         if fact_hits and exclude_texts:
@@ -586,6 +603,7 @@ def rank_messages(
     exclude_seqs: Collection[int] = (),
     using: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
 ) -> list[Any]:
     """The stored messages of ``owner``'s conversations that ``recall_memory`` considers for
     ``query``, best first (``MessageHit``, at most ``k``), less ``exclude_seqs`` of
@@ -596,7 +614,12 @@ def rank_messages(
     times the query names relative to it ("four weeks ago", "last Saturday": ``when.windows_in``,
     read on its day as ``shown_day`` gives it) raise the messages said then by
     ``TIME_WEIGHT`` (the said-at date: ``session_date``), and their words are not searched.
-    Costs no statement: the hits carry their metadata and ``created_at``."""
+    Costs no statement: the hits carry their metadata and ``created_at``. Given, the
+    messages are ranked as the memory stood then: those said after ``now`` (the date a
+    transcript gave, else when they were stored) are left out, and recency is measured from
+    ``now`` (``recall._search``'s ``as_of``); without it, or with ``as_of=False`` (the
+    relative times alone read from ``now``: ``recall_memory``'s ``as_of``), every stored
+    message counts."""
     return _ranked(
         owner=owner,
         query=query,
@@ -606,6 +629,7 @@ def rank_messages(
         exclude_seqs=exclude_seqs,
         using=using,
         now=now,
+        as_of=as_of,
     )
 
 
@@ -619,6 +643,7 @@ def _ranked(
     exclude_seqs: Collection[int] = (),
     using: str | None = None,
     now: datetime | None = None,
+    as_of: bool = True,
     read: dict[tuple[int, int], tuple[Any, ...]] | None = None,
 ) -> list[Any]:
     """``rank_messages``; ``read`` gets the rows the search read by place (``recall._search``)."""
@@ -641,6 +666,7 @@ def _ranked(
         using=using,
         read=read,
         passage_weight=PASSAGE_WEIGHT,
+        as_of=now if as_of else None,
     )
 
     def shown(found: Iterable[Any]) -> list[Any]:
@@ -799,23 +825,13 @@ def _line_text(line: _Line) -> str:
     return f"{line.speaker}: {line.text}"
 
 
-def _fact_said(fact: Any) -> datetime | None:
-    """When a fact was said: the date of its source message the flush kept
-    (``metadata["said_at"]``), else when it was stored."""
-    metadata = fact.metadata if isinstance(fact.metadata, dict) else {}
-    said = metadata.get("said_at")
-    if isinstance(said, str):
-        return session_date({"session_date_time": said}, fact.created_at)
-    return fact.created_at
-
-
 def _fact_text(fact: Any) -> str:
     """A fact's line: its date, and its content up to ``MAX_READ_CHARS`` characters, ending
     in " …" when cut there (as a cut message does: the model is told the fact goes on)."""
     content = neutralised(fact.content[:MAX_READ_CHARS])
     if len(fact.content) > MAX_READ_CHARS:
         content = content.rstrip() + " …"
-    return f"[{date_text(_fact_said(fact))} · saved fact] {content}"
+    return f"[{date_text(fact_said_at(fact))} · saved fact] {content}"
 
 
 def _items(
@@ -864,7 +880,7 @@ def _items(
                 conversation_id=None,
                 seqs=(),
                 fact_id=fact.pk,
-                said_at=_fact_said(fact),
+                said_at=fact_said_at(fact),
                 source_message_id=fact.source_message_id,
                 words=words_key(fact.content),
             )

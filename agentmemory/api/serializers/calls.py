@@ -8,10 +8,10 @@ from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.common import FiniteFloatField
-from agentmemory.api.serializers.windows import ContextWindowSerializer
-from agentmemory.calls import recorded_memory_tokens
+from agentmemory.api.serializers.windows import ContextWindowSerializer, _public_ids
+from agentmemory.calls import recorded_knowledge_facts, recorded_memory, recorded_memory_tokens
 from agentmemory.formats.changes import CHANGE_KINDS
-from agentmemory.models import ModelCall
+from agentmemory.models import Conversation, Fact, ModelCall
 from agentmemory.usage import UsageTotals
 
 
@@ -107,13 +107,46 @@ class ProviderChangeSerializer(serializers.Serializer):
     )
 
 
+class RecordedMemoryBlockSerializer(serializers.Serializer):
+    """The memory block a recorded call sent: a record keeps the block's text, its tokens, how
+    many items it held and what it quoted, not each item (the context endpoint's ``memory``
+    lists them)."""
+
+    text = serializers.CharField(
+        help_text="The block as the model read it (the message whose `part` is `memory`), or what "
+        "replaced it once its words were removed (`removed`)."
+    )
+    tokens = serializers.IntegerField(help_text="What its message cost (tokens): memory_tokens.")
+    item_count = serializers.IntegerField(help_text="How many recalled items it held.")
+    removed = serializers.BooleanField(
+        help_text="Its words were removed since: a conversation, message or fact it quoted was "
+        "deleted, or the conversation's content was blanked. The figures stay what was sent."
+    )
+    conversations = serializers.ListField(
+        child=serializers.UUIDField(),
+        help_text="Public ids of the conversations whose messages it quoted, those still stored.",
+    )
+    facts = serializers.ListField(
+        child=serializers.UUIDField(), help_text="Public ids of the facts it quoted, those still stored."
+    )
+
+
 class RecordedWindowSerializer(ContextWindowSerializer):
     """A recorded chat call's window, in the shape of the context endpoint, with the tool
-    declarations sent (``tools``). Its ``memory`` is null: the block sent is the message whose
-    ``part`` is ``memory`` and ``memory_tokens`` its tokens (a recorded call keeps the block's
-    text, not its items). ``messages`` are as the provider received them, the adapter's
-    changes (``provider_changes``) applied."""
+    declarations sent (``tools``). Its ``memory`` is the block sent as the record keeps it
+    (``RecordedMemoryBlockSerializer``: text, tokens, how many items, what it quoted), null
+    when the call sent none; ``system_tokens`` and ``knowledge_tokens`` split the system
+    message as the call list does, so the parts add up to ``total_tokens``, every message
+    sent. ``messages`` are as the provider received them, the adapter's changes
+    (``provider_changes``) applied."""
 
+    memory = serializers.SerializerMethodField(
+        help_text="The memory block the call sent, or null: it sent none."
+    )
+    knowledge_facts = serializers.SerializerMethodField(
+        help_text="Public ids of the facts the knowledge block at the end of the system prompt "
+        "showed (those still stored); empty without one."
+    )
     tools = serializers.SerializerMethodField()
     provider_changes = serializers.SerializerMethodField(
         help_text="What the provider adapter changed in these messages to meet the provider's "
@@ -130,6 +163,28 @@ class RecordedWindowSerializer(ContextWindowSerializer):
         "window). The kept ones start on a human message; the newest turn is always sent. The "
         "token counts and seqs are the call's."
     )
+
+    @extend_schema_field(RecordedMemoryBlockSerializer(allow_null=True))
+    def get_memory(self, window: Any) -> dict[str, Any] | None:
+        recorded = recorded_memory(self.context["call"], window.messages)
+        if recorded is None:
+            return None
+        conversations = _public_ids(Conversation, set(recorded.conversation_ids))
+        facts = _public_ids(Fact, set(recorded.fact_ids))
+        return {
+            "text": recorded.text,
+            "tokens": recorded.tokens,
+            "item_count": recorded.item_count,
+            "removed": recorded.removed,
+            "conversations": [conversations[pk] for pk in recorded.conversation_ids if pk in conversations],
+            "facts": [facts[pk] for pk in recorded.fact_ids if pk in facts],
+        }
+
+    @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
+    def get_knowledge_facts(self, window: Any) -> list[str]:
+        ids = recorded_knowledge_facts(self.context["call"])
+        found = _public_ids(Fact, set(ids))
+        return [found[pk] for pk in ids if pk in found]
 
     def get_tools(self, window: Any) -> list[dict[str, Any]]:
         return list(self.context.get("tools") or [])

@@ -161,8 +161,20 @@ class ContextWindowSerializer(serializers.Serializer):
     format = serializers.SerializerMethodField(help_text="The message format of `messages`.")
     messages = serializers.SerializerMethodField()
     max_tokens = serializers.IntegerField()
-    total_tokens = serializers.IntegerField()
-    system_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField(
+        help_text="Tokens of every message sent: system_tokens + knowledge_tokens + summary_tokens "
+        "+ memory_tokens + history_tokens."
+    )
+    system_tokens = serializers.IntegerField(
+        source="own_system_tokens",
+        help_text="The system prompt's own tokens, without the knowledge block at its end "
+        "(knowledge_tokens); the system prompt message's token_count is both.",
+    )
+    knowledge_tokens = serializers.IntegerField(
+        help_text="Tokens of the knowledge block (the facts an agent with KNOWLEDGE_MEMORY_ENABLED "
+        "puts at the end of its system prompt): a recorded call's; 0 in a window the context "
+        "endpoint builds, which puts none there."
+    )
     summary_tokens = serializers.IntegerField()
     history_tokens = serializers.IntegerField()
     memory_tokens = serializers.IntegerField(help_text="Tokens of the memory block (0 without one).")

@@ -21,6 +21,7 @@ from agentmemory.contrib.langgraph.models import (
     MirroredThread,
 )
 from agentmemory.models import Conversation
+from agentmemory.retention import cutoff
 
 __all__ = ["delete_mirrored_checkpoints", "erase_threads", "forget_cleared_threads", "prune_deleted_threads"]
 
@@ -120,19 +121,29 @@ def forget_cleared_threads(
     _erase_where_checkpoints_live(threads, using)
 
 
-def prune_deleted_threads(*, older_than: timedelta | None = None, using: str | None = None) -> int:
+def prune_deleted_threads(
+    *, older_than: timedelta | None = None, using: str | None = None, dry_run: bool = False
+) -> int:
     """Delete the records of deleted threads (``DeletedThread``) older than ``older_than``
     (default ``AGENTMEMORY['LANGGRAPH_DELETED_THREAD_DAYS']`` days) on the database ``using``
-    (default the routers' choice); returns how many.
+    (default the routers' choice); returns how many (with ``dry_run``, how many it would
+    delete, and nothing changes). A period reaching back past the first day of year 1 finds
+    none (``agentmemory.retention.cutoff``).
 
     A record keeps a run that was in flight when its thread was deleted from bringing the
     thread back (langchain-ai/langgraph#7206); once such runs are over it guards nothing, and
     a thread id used again after it is gone starts afresh, as a new thread would. Deleted in
-    one statement (a record is a few short columns)."""
+    one statement (a record is a few short columns). Run it daily: the Celery task
+    ``agentmemory.contrib.langgraph.tasks.prune_deleted_threads`` or ``manage.py
+    prune_deleted_threads``."""
     if older_than is None:
         older_than = timedelta(days=app_settings().LANGGRAPH_DELETED_THREAD_DAYS)
+    before = cutoff(timezone.now(), older_than)
+    if before is None:
+        return 0
     db = using or router.db_for_write(DeletedThread)
-    deleted, _per_model = (
-        DeletedThread.objects.using(db).filter(deleted_at__lt=timezone.now() - older_than).delete()
-    )
+    old = DeletedThread.objects.using(db).filter(deleted_at__lt=before)
+    if dry_run:
+        return old.count()
+    deleted, _per_model = old.delete()
     return deleted

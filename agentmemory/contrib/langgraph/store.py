@@ -607,11 +607,15 @@ class DjangoStore(BaseStore):
 
     @tidy_method
     def sweep_ttl(self) -> int:
-        """Delete the expired items (with their vectors); returns how many. Run it from a
-        periodic task (``agentmemory.contrib.langgraph.tasks.sweep_store_ttl`` with Celery
-        beat)."""
+        """Delete the expired items (with their vectors); returns how many. Run it
+        periodically: ``agentmemory.contrib.langgraph.tasks.sweep_store_ttl`` with Celery
+        beat, or ``manage.py sweep_store_ttl`` from cron."""
         _total, per_model = StoreItem.objects.using(self.db).filter(expires_at__lte=timezone.now()).delete()
         return per_model.get(StoreItem._meta.label, 0)
+
+    def expired_count(self) -> int:
+        """How many items ``sweep_ttl`` would delete now (one count; nothing changes)."""
+        return StoreItem.objects.using(self.db).filter(expires_at__lte=timezone.now()).count()
 
     async def asweep_ttl(self) -> int:
         """Async ``sweep_ttl``."""
