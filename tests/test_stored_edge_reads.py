@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
+from django.utils.formats import date_format
+from django.utils.timezone import localtime
 from rest_framework.test import APIClient
 
 from agentmemory.context import ContextWindowBuilder
@@ -170,6 +173,31 @@ def test_context_window(stored) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_api(stored) -> None:  # type: ignore[no-untyped-def]
+    _read_everything(stored)
+
+
+@pytest.mark.parametrize("time_zone", ["Pacific/Kiritimati", "Etc/GMT+12"])
+def test_api_in_a_time_zone_far_from_utc(stored, settings, time_zone) -> None:  # type: ignore[no-untyped-def]
+    # A host's TIME_ZONE other than UTC: a stored date at the edge of what Python holds has no
+    # local time there (9999-12-31 23:59 UTC is year 10000 at +14:00), and DRF answered every
+    # read that showed it with a 400, "Datetime value out of range." (the client's fault?).
+    # Such a date is written in UTC, the same instant.
+    settings.TIME_ZONE = time_zone
+    user, conv, _call, odd = stored
+    _read_everything(stored)
+    client = APIClient(raise_request_exception=False)
+    client.force_authenticate(user)
+    fact = client.get(f"/api/facts/{odd.uuid}/").json()
+    stored_fact = Fact.objects.get(pk=odd.pk)
+    for name in ("created_at", "last_recalled_at", "expires_at"):
+        assert parse_datetime(fact[name]) == getattr(stored_fact, name), name
+    page = client.get(f"/api/conversations/{conv.uuid}/messages/").json()
+    when = Message.objects.get(conversation=conv, seq=1).created_at
+    assert [parse_datetime(m["created_at"]) for m in page["results"]] == [when] * 3
+
+
+def _read_everything(stored) -> None:  # type: ignore[no-untyped-def]
+    """Every GET of the API on the stored values answers 200."""
     user, conv, call, _odd = stored
     client = APIClient(raise_request_exception=False)
     client.force_authenticate(user)
@@ -197,7 +225,30 @@ def test_api(stored) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_admin(stored, admin_client) -> None:  # type: ignore[no-untyped-def]
-    _user, conv, call, odd = stored
+    _show_everything(stored, admin_client)
+
+
+@pytest.mark.parametrize("time_zone", ["Pacific/Kiritimati", "Etc/GMT+12"])
+def test_admin_in_a_time_zone_far_from_utc(stored, admin_client, settings, time_zone) -> None:  # type: ignore[no-untyped-def]
+    # Django's default TIME_ZONE is America/Chicago: a date at the edge of what Python holds
+    # (imported, or written by a host's code) made every page that showed it an
+    # OverflowError, a 500. It is shown in UTC, marked so.
+    settings.TIME_ZONE = time_zone
+    _show_everything(stored, admin_client)
+    _user, conv, _call, _odd = stored
+    # the transcript below the form shows each message's time, in UTC where it has no local time
+    when = Message.objects.filter(conversation=conv).first().created_at
+    try:
+        shown = date_format(localtime(when), "SHORT_DATETIME_FORMAT")
+    except OverflowError:
+        shown = date_format(when.astimezone(UTC), "SHORT_DATETIME_FORMAT") + " UTC"
+    page = admin_client.get(reverse("admin:agentmemory_conversation_change", args=[conv.pk]))
+    assert shown in page.content.decode()
+
+
+def _show_everything(stored, admin_client) -> None:  # type: ignore[no-untyped-def]
+    """Every admin page of the stored values answers 200."""
+    user, conv, call, odd = stored
     summary = Summary.objects.get(conversation=conv)
     message = Message.objects.filter(conversation=conv).first()
     for name, args in [
@@ -217,6 +268,7 @@ def test_admin(stored, admin_client) -> None:  # type: ignore[no-untyped-def]
         _ok(admin_client.get(reverse(f"admin:{name}", args=args)))
     _ok(admin_client.get(reverse("admin:agentmemory_fact_changelist"), {"q": "ferry"}))
     _ok(admin_client.get(reverse("admin:agentmemory_message_changelist"), {"q": "ferry"}))
+    _ok(admin_client.get(reverse("admin:agentmemory_fact_recall"), {"owner": user.pk, "q": "ferry island"}))
 
 
 @pytest.mark.parametrize("when", [FIRST, LAST])

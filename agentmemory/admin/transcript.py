@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote as urlquote
 
 from django.db import router
 from django.urls import reverse
 
+from agentmemory.admin.utils import short_datetime
 from agentmemory.models import Conversation, Message, Summary
 
 #: messages per transcript page
@@ -107,7 +107,8 @@ class TranscriptEntry:
     folded: bool = False
     preview: str = ""
     tokens: int = 0
-    created_at: Any = None
+    #: when it was stored, as ``short_datetime`` writes it
+    created: str = ""
     model: str = ""
     parts: list[str] = field(default_factory=list)
     calls: list[TranscriptCall] = field(default_factory=list)
@@ -251,7 +252,7 @@ def build_page(
             folded=folded,
             preview=" ".join((message.content or "").split())[:PREVIEW_CHARS] if folded else "",
             tokens=message.token_count,
-            created_at=message.created_at,
+            created=short_datetime(message.created_at),
             model=str((message.metadata or {}).get("model") or ""),
             anchor=message_anchor(message.seq),
             tool_call_id=message.tool_call_id,

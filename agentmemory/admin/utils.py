@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -10,7 +11,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.paginator import Paginator
 from django.db import DataError, router, transaction
-from django.db.models import Model, QuerySet
+from django.db.models import DateTimeField, Model, QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -20,7 +21,7 @@ from django.urls import reverse
 from django.utils.formats import date_format, number_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html
-from django.utils.timezone import localtime
+from django.utils.timezone import is_naive, localtime
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.conf import app_settings
@@ -64,8 +65,47 @@ def admin_link(obj: Any, text: Any = None) -> str:
 
 
 def short_datetime(value: Any) -> str:
-    """A narrow date and time for changelist columns (the long form wraps tables off screen)."""
-    return date_format(localtime(value), "SHORT_DATETIME_FORMAT") if value else "-"
+    """A narrow date and time for changelist columns (the long form wraps tables off screen),
+    in the current time zone, or in UTC, marked so, when it has no date there
+    (``shown_datetime``)."""
+    if not value:
+        return "-"
+    shown = shown_datetime(value)
+    if isinstance(shown, _UTCDateTime):
+        return f"{date_format(shown, 'SHORT_DATETIME_FORMAT')} UTC"
+    return date_format(localtime(value), "SHORT_DATETIME_FORMAT")
+
+
+class _UTCDateTime(datetime):
+    """A date and time in UTC that Django's templates show as it is: ``template_localtime``
+    (which ``display_for_field`` and ``{{ }}`` call) reads ``convert_to_local_time``."""
+
+    convert_to_local_time = False
+
+
+def shown_datetime(value: Any) -> Any:
+    """``value`` as the admin shows it: as it is, or, for an aware date and time with no
+    date in the current time zone, the same instant in UTC that the templates do not
+    convert. Python's dates end at years 1 and 9999: with a ``TIME_ZONE`` other than UTC
+    (Django's default is America/Chicago), a stored 0001-01-01 00:00 UTC is year 0 there,
+    and every page that showed it raised ``OverflowError`` (a 500)."""
+    if not isinstance(value, datetime) or is_naive(value) or isinstance(value, _UTCDateTime):
+        return value
+    try:
+        localtime(value)
+    except OverflowError:
+        moment = value.astimezone(UTC)
+        return _UTCDateTime(*moment.timetuple()[:6], moment.microsecond, tzinfo=UTC)
+    return value
+
+
+def show_stored_dates(obj: Model) -> Model:
+    """``obj`` with each of its date and time columns as ``shown_datetime`` gives it (the
+    same instant, so a form saved from the page writes what was stored)."""
+    for field in obj._meta.concrete_fields:
+        if isinstance(field, DateTimeField) and field.attname in obj.__dict__:
+            setattr(obj, field.attname, shown_datetime(getattr(obj, field.attname)))
+    return obj
 
 
 def short_conversation(conversation: Conversation | None, chars: int = 18) -> str:
@@ -171,6 +211,12 @@ class CheckedQueryAdmin(admin.ModelAdmin):
                 _("A filter cannot be compared: %(reason)s.") % {"reason": exc},
                 content_type="text/plain; charset=utf-8",
             )
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        # a change page shows the stored dates in the current time zone, in UTC where they
+        # have no date there (``shown_datetime``)
+        obj = super().get_object(request, object_id, from_field)
+        return show_stored_dates(obj) if obj is not None else None
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         # The list's count runs here (the page's rows, with the same conditions, when the

@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
-from agentmemory.api.serializers.common import FiniteFloatField
+from agentmemory.api.serializers.common import AppModelSerializer, FiniteFloatField
 from agentmemory.api.serializers.windows import ContextWindowSerializer, _public_ids
 from agentmemory.calls import recorded_knowledge_facts, recorded_memory, recorded_memory_tokens
 from agentmemory.formats.changes import CHANGE_KINDS
@@ -15,7 +15,7 @@ from agentmemory.models import Conversation, Fact, ModelCall
 from agentmemory.usage import UsageTotals
 
 
-class ModelCallSerializer(serializers.ModelSerializer):
+class ModelCallSerializer(AppModelSerializer):
     """One recorded model call: what it was, its window's seq range and parts (tokens), its
     usage (tokens; ``usage_source`` "provider" or "counted")."""
 

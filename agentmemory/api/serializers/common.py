@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.validators import MaxLengthValidator
+from django.db import models
+from django.utils import timezone
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from agentmemory.api.errors import MAX_ERROR_FIELDS
 from agentmemory.api.schema import extend_schema_field
@@ -314,3 +318,35 @@ class FiniteFloatField(serializers.FloatField):
         if not math.isfinite(value):
             raise serializers.ValidationError("A finite number is required.")
         return value
+
+
+class StoredDateTimeField(serializers.DateTimeField):
+    """A stored date and time, written in the current time zone as DRF writes it, or in UTC
+    (the same instant) when it has no date there.
+
+    Python's dates end at years 1 and 9999: with a ``TIME_ZONE`` other than UTC, a stored
+    9999-12-31 23:59 UTC is year 10000 at +14:00, and DRF's field answered the read that
+    showed it with a 400, "Datetime value out of range.", for a value the client never sent.
+    """
+
+    def to_representation(self, value: Any) -> Any:
+        try:
+            return super().to_representation(value)
+        except serializers.ValidationError:
+            # only the conversion to the current time zone raises on a stored value
+            if not isinstance(value, datetime) or not timezone.is_aware(value):
+                raise
+        output_format = getattr(self, "format", api_settings.DATETIME_FORMAT)
+        moment = value.astimezone(UTC)
+        if output_format.lower() != "iso-8601":
+            return moment.strftime(output_format)
+        return moment.isoformat().removesuffix("+00:00") + "Z"
+
+
+class AppModelSerializer(serializers.ModelSerializer):
+    """The API's model serializers: stored dates with ``StoredDateTimeField``."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DateTimeField: StoredDateTimeField,
+    }

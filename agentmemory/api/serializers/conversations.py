@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.common import (
+    AppModelSerializer,
     BoundedListField,
     JSONObjectField,
     StrictInputMixin,
@@ -21,7 +22,7 @@ from agentmemory.transfer import row_schema
 from agentmemory.validation import json_problem
 
 
-class ConversationSerializer(StrictInputMixin, serializers.ModelSerializer):
+class ConversationSerializer(StrictInputMixin, AppModelSerializer):
     """A conversation; the id is the public ``uuid``. Counters are maintained by the store:
     a body that sets one (or any read-only or unknown field) is a 400 naming it."""
 
@@ -29,7 +30,7 @@ class ConversationSerializer(StrictInputMixin, serializers.ModelSerializer):
     #: text columns take strings only, of text storage accepts (DRF's CharField would turn a
     #: number into text)
     serializer_field_mapping = {
-        **serializers.ModelSerializer.serializer_field_mapping,
+        **AppModelSerializer.serializer_field_mapping,
         models.CharField: StrictTextField,
     }
 

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.common import (
+    AppModelSerializer,
     FiniteFloatField,
     NonBlankTextField,
     SingleLineTextField,
@@ -18,7 +19,7 @@ from agentmemory.knowledge import MAX_TTL_SECONDS
 from agentmemory.models import Fact
 
 
-class FactSerializer(serializers.ModelSerializer):
+class FactSerializer(AppModelSerializer):
     """A stored fact; ``id`` is its public ``uuid``. ``superseded_by`` is the id of the fact
     that replaced it (history), or null for a fact in force; ``source_conversation`` and
     ``source_seq`` name the message it came from, when there is one.

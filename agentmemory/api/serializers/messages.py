@@ -40,6 +40,7 @@ from agentmemory.api.serializers.common import (
     IMAGE_URL_PATTERN,
     MAX_SHORT_TEXT,
     URL_PATTERN,
+    AppModelSerializer,
     BoundedListField,
     JSONObjectField,
     PixelsField,
@@ -204,7 +205,7 @@ class ToolCallSerializer(serializers.Serializer):
     arguments = serializers.DictField(help_text="A JSON object, never a JSON string.")
 
 
-class MessageSerializer(serializers.ModelSerializer):
+class MessageSerializer(AppModelSerializer):
     """A stored message, native shape plus ``seq``, ``token_count`` and ``created_at``."""
 
     tool_calls = ToolCallSerializer(many=True, read_only=True)

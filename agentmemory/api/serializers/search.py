@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from agentmemory.api.serializers.common import StoredDateTimeField
 from agentmemory.api.serializers.facts import FactSerializer
 
 
@@ -15,7 +16,7 @@ class MessageHitSerializer(serializers.Serializer):
     role = serializers.CharField()
     content = serializers.CharField()
     metadata = serializers.DictField()
-    created_at = serializers.DateTimeField()
+    created_at = StoredDateTimeField()
     score = serializers.FloatField(help_text="Orders the hits of one search (higher is better).")
     relevance = serializers.FloatField(
         help_text=(

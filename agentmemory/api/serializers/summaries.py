@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rest_framework import serializers
-
+from agentmemory.api.serializers.common import AppModelSerializer
 from agentmemory.models import Summary
 
 
-class SummarySerializer(serializers.ModelSerializer):
+class SummarySerializer(AppModelSerializer):
     """A summary of messages ``first_seq..through_seq``."""
 
     class Meta:

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from agentmemory.api.pagination import json_size
 from agentmemory.api.schema import extend_schema_field
+from agentmemory.api.serializers.common import StoredDateTimeField
 from agentmemory.api.serializers.messages import (
     ANTHROPIC,
     LANGCHAIN,
@@ -131,7 +132,7 @@ class RecalledItemSerializer(serializers.Serializer):
     seqs = serializers.ListField(
         child=serializers.IntegerField(), help_text="Seqs of the stored messages it shows (none for a fact)."
     )
-    said_at = serializers.DateTimeField(
+    said_at = StoredDateTimeField(
         allow_null=True, help_text="When it was said: the date a transcript gave, else when it was stored."
     )
     conversation = serializers.UUIDField(
