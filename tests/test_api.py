@@ -725,7 +725,7 @@ def test_cancel_pending_tool_calls_answers_calls_a_client_left_waiting(api, user
         "hello?",
     ]
     again = api.post(conv_url(conv, "cancel-pending-tool-calls/"), {}, format="json")
-    assert again.status_code == 200 and again.json() == {"messages": []}
+    assert again.status_code == 200 and again.json() == {"messages": [], "left_out": 0}
     other = Conversation.objects.create()
     assert api.post(conv_url(other, "cancel-pending-tool-calls/"), {}, format="json").status_code == 404
 

@@ -84,6 +84,10 @@ class ModelCallViewSet(
     lookup_field = "uuid"
     lookup_value_regex = "[^/]+"
 
+    def get_serializer_context(self) -> dict[str, Any]:
+        # each call's answer within the byte bound (``ModelCallSerializer``)
+        return {**super().get_serializer_context(), "response_budget": response_budget(self.request)}
+
     def get_queryset(self) -> QuerySet[ModelCall]:
         if getattr(self, "swagger_fake_view", False):
             return ModelCall.objects.none()
@@ -159,7 +163,8 @@ class ModelCallViewSet(
     @action(detail=False, methods=["get"], pagination_class=None)
     def usage(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Usage and cost of the conversation's calls (chat, compaction, embedding)."""
-        return Response(usage_data(usage_totals(conversation=self.get_conversation())))
+        totals = usage_totals(conversation=self.get_conversation())
+        return Response(usage_data(totals, response_budget(request)))
 
 
 def _datetime_param(request: Request, name: str) -> datetime | None:
@@ -207,4 +212,5 @@ class UsageView(AppAPIView, GenericAPIView):  # type: ignore[misc]
         if since is not None and until is not None and until < since:
             raise ValidationError({"until": ["Must not be earlier than since."]})
         calls = ModelCall.objects.for_user(owner)
-        return Response(usage_data(usage_totals(calls, since=since, until=until)))
+        totals = usage_totals(calls, since=since, until=until)
+        return Response(usage_data(totals, response_budget(request)))

@@ -20,6 +20,7 @@ from agentmemory.api import serializers as s
 from agentmemory.api.access import request_owner
 from agentmemory.api.pagination import (
     FactCursorPagination,
+    bounded_hits,
     json_size,
     response_budget,
 )
@@ -36,7 +37,6 @@ from agentmemory.api.views import (
     BoundedListMixin,
     _bool_param,
     _text_param,
-    bounded_hits,
 )
 from agentmemory.knowledge import (
     InvalidFactError,

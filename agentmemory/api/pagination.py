@@ -51,6 +51,30 @@ def items_that_fit(sizes: list[int], budget: int, *, from_end: bool = False) -> 
     return kept
 
 
+def bounded_hits(found: dict[str, list[Any]], budget: int) -> tuple[dict[str, list[Any]], dict[str, int]]:
+    """The serialized hits of ``found`` (``{kind: hits, best first}``) that fit in
+    ``budget`` bytes, taken best first of each kind in turn, so that neither kind crowds the
+    other out; at least one. Returns ``(kept, {kind: how many were left out})``: a search of
+    100 hits of 2 MB each answered 200 MB."""
+    kinds = list(found)
+    kept: dict[str, list[Any]] = {kind: [] for kind in kinds}
+    total = 0
+    taken = 0
+    full = False
+    for rank in range(max((len(hits) for hits in found.values()), default=0)):
+        for kind in kinds:
+            if full or rank >= len(found[kind]):
+                continue
+            size = json_size(found[kind][rank]) + 1
+            if taken and total + size > budget:
+                full = True
+                continue
+            kept[kind].append(found[kind][rank])
+            total += size
+            taken += 1
+    return kept, {kind: len(found[kind]) - len(kept[kind]) for kind in kinds}
+
+
 #: bytes kept for an answer's keys and brackets beside its items and links
 ENVELOPE_BYTES = 1_024
 #: bytes a cursor adds to a link beside the request's own URL

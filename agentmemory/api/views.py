@@ -325,30 +325,6 @@ def _window_data(window: ContextWindow, *, shape: str, counter: Any) -> dict[str
     )
 
 
-def bounded_hits(found: dict[str, list[Any]], budget: int) -> tuple[dict[str, list[Any]], dict[str, int]]:
-    """The serialized hits of ``found`` (``{kind: hits, best first}``) that fit in
-    ``budget`` bytes, taken best first of each kind in turn, so that neither kind crowds the
-    other out; at least one. Returns ``(kept, {kind: how many were left out})``: a search of
-    100 hits of 2 MB each answered 200 MB."""
-    kinds = list(found)
-    kept: dict[str, list[Any]] = {kind: [] for kind in kinds}
-    total = 0
-    taken = 0
-    full = False
-    for rank in range(max((len(hits) for hits in found.values()), default=0)):
-        for kind in kinds:
-            if full or rank >= len(found[kind]):
-                continue
-            size = json_size(found[kind][rank]) + 1
-            if taken and total + size > budget:
-                full = True
-                continue
-            kept[kind].append(found[kind][rank])
-            total += size
-            taken += 1
-    return kept, {kind: len(found[kind]) - len(kept[kind]) for kind in kinds}
-
-
 class BoundedListMixin(mixins.ListModelMixin):
     """``list`` with a page bounded in bytes as well as in items: the page holds as many
     items as fit in ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, at least one
@@ -700,13 +676,15 @@ class ConversationViewSet(
 
     @extend_schema(
         request=s.CancelPendingToolCallsSerializer,
-        responses={200: s.MessageBatchSerializer, 400: s.InvalidMessageErrorSerializer},
+        responses={200: s.CancelledToolCallsSerializer, 400: s.InvalidMessageErrorSerializer},
     )
     @action(detail=True, methods=["post"], url_path="cancel-pending-tool-calls", pagination_class=None)
     def cancel_pending_tool_calls(self, request: Request, uuid: str | None = None) -> Response:
         """Answer every tool call still awaiting its result with ``"Error: <reason>"``, so a
         conversation whose client died between a call and its results can go on (strict
-        validation refuses any other message until then). Returns the results stored."""
+        validation refuses any other message until then). Returns the results stored, as many
+        as fit in ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, and how many it left out: a
+        conversation can hold any number of pending calls (38,400 answered 46 MB)."""
         conversation = self.get_object()
         body = s.CancelPendingToolCallsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -717,10 +695,21 @@ class ConversationViewSet(
             return invalid_message_response(exc, batch=False)
         except ConversationNotFound:
             raise Http404("No such conversation.") from None
-        rows = Message.objects.filter(conversation=conversation, seq__in=[m.seq for m in stored]).order_by(
-            "seq"
-        )
-        return Response({"messages": s.MessageSerializer(rows, many=True).data})
+        listed: list[Any] = []
+        if stored:
+            # the results are one batch: consecutive seqs, read and sized one at a time
+            rows = Message.objects.filter(
+                conversation=conversation, seq__gte=stored[0].seq, seq__lte=stored[-1].seq
+            ).order_by("seq")
+            budget = response_budget(request)
+            total = 0
+            for row in rows.iterator(chunk_size=100):
+                item = s.MessageSerializer(row).data
+                total += json_size(item) + 1
+                if listed and total > budget:
+                    break
+                listed.append(item)
+        return Response({"messages": listed, "left_out": len(stored) - len(listed)})
 
 
 @extend_schema(tags=["messages"])

@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentmemory.api.pagination import bounded_hits, json_size
 from agentmemory.api.schema import extend_schema_field
 from agentmemory.api.serializers.common import AppModelSerializer, FiniteFloatField
 from agentmemory.api.serializers.windows import ContextWindowSerializer, _public_ids
@@ -17,7 +18,14 @@ from agentmemory.usage import UsageTotals
 
 class ModelCallSerializer(AppModelSerializer):
     """One recorded model call: what it was, its window's seq range and parts (tokens), its
-    usage (tokens; ``usage_source`` "provider" or "counted")."""
+    usage (tokens; ``usage_source`` "provider" or "counted").
+
+    ``window_changes`` is the record of how the window sent differed from storage, which
+    grows with the window (a stub per result a tool's memory policy stubbed, the seqs of the
+    exchanges left out, the memory block's items). With ``"response_budget"`` (bytes) in the
+    context, a call whose answer would be larger keeps the entries of the record that fit,
+    smallest first, and ``window_changes_left_out`` names the others (the window as sent,
+    ``.../window/``, shows their effect)."""
 
     id = serializers.UUIDField(source="uuid", read_only=True)
     message_seq = serializers.SerializerMethodField()
@@ -26,6 +34,16 @@ class ModelCallSerializer(AppModelSerializer):
     #: seconds; null for a stored value that is not a number (PostgreSQL's float column
     #: takes NaN and infinities)
     latency = FiniteFloatField(read_only=True, allow_null=True)
+    window_changes = serializers.JSONField(
+        read_only=True,
+        help_text="How the window sent differed from storage (left-out exchanges, cut and stubbed "
+        "copies, placeholder results, the memory block, the provider adapter's changes); the "
+        "entries named in window_changes_left_out are not in this answer.",
+    )
+    window_changes_left_out = serializers.SerializerMethodField(
+        help_text="Keys of window_changes left out to keep the answer within "
+        "AGENTMEMORY['API_MAX_RESPONSE_BYTES'] (empty when the record is whole)."
+    )
 
     class Meta:
         model = ModelCall
@@ -55,8 +73,30 @@ class ModelCallSerializer(AppModelSerializer):
             "output_tokens",
             "usage_source",
             "window_changes",
+            "window_changes_left_out",
         )
         read_only_fields = fields
+
+    def to_representation(self, instance: ModelCall) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        budget = self.context.get("response_budget")
+        changes = data.get("window_changes")
+        if budget is None or not isinstance(changes, dict) or json_size(data) <= budget:
+            return data
+        room = budget - json_size({**data, "window_changes": {}, "window_changes_left_out": sorted(changes)})
+        kept: dict[str, Any] = {}
+        for key, size in sorted(((k, json_size({k: v})) for k, v in changes.items()), key=lambda e: e[1]):
+            if size + 1 > room:
+                break
+            kept[key] = changes[key]
+            room -= size + 1
+        data["window_changes"] = {key: value for key, value in changes.items() if key in kept}
+        data["window_changes_left_out"] = sorted(key for key in changes if key not in kept)
+        return data
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_window_changes_left_out(self, obj: ModelCall) -> list[str]:
+        return []
 
     def get_message_seq(self, obj: ModelCall) -> int | None:
         """Seq of the AI message the call produced (chat calls)."""
@@ -216,10 +256,21 @@ class ModelUsageSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=30, decimal_places=12, allow_null=True, coerce_to_string=True)
 
 
+class UsageLeftOutSerializer(serializers.Serializer):
+    """Entries of each list left out to keep the answer within the byte bound."""
+
+    by_model = serializers.IntegerField(min_value=0)
+    unpriced_models = serializers.IntegerField(min_value=0)
+
+
 class UsageSerializer(serializers.Serializer):
     """Usage (tokens) and cost (a decimal string, in the currency of ``MODEL_PRICES``, per
     its per-million-token prices) of a set of calls; ``unpriced_models`` are left out of
-    ``cost``, which is ``null`` when calls were made and none of them was priced."""
+    ``cost``, which is ``null`` when calls were made and none of them was priced.
+
+    The answer is at most ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``: ``by_model`` and
+    ``unpriced_models`` hold the models (by name) that fit, taken in turn, and ``left_out``
+    counts the others; the sums and the cost are always those of every call."""
 
     calls = serializers.IntegerField()
     input_tokens = serializers.IntegerField()
@@ -234,9 +285,35 @@ class UsageSerializer(serializers.Serializer):
         coerce_to_string=True,
         help_text="Cost of the priced models; null when no call in the set was priced.",
     )
-    unpriced_models = serializers.ListField(child=serializers.CharField())
-    by_model = ModelUsageSerializer(many=True)
+    unpriced_models = serializers.ListField(
+        child=serializers.CharField(), help_text="Models used that have no price, by name."
+    )
+    by_model = ModelUsageSerializer(many=True, help_text="Usage of each model, by name.")
+    left_out = UsageLeftOutSerializer(
+        help_text="Entries of by_model and unpriced_models left out to keep the answer within "
+        "AGENTMEMORY['API_MAX_RESPONSE_BYTES'] (0 and 0 when all fit); their calls are in the "
+        "sums and the cost."
+    )
 
 
-def usage_data(totals: UsageTotals) -> dict[str, Any]:
-    return UsageSerializer(totals).data  # type: ignore[return-value]
+def usage_data(totals: UsageTotals, budget: int) -> dict[str, Any]:
+    """The answer of a usage endpoint for ``totals`` in at most ``budget`` bytes: over it,
+    the last models by name of ``by_model`` and ``unpriced_models`` are left out, the two
+    lists cut in turn (``left_out`` counts them). One model per row of a set of calls: a
+    thousand models of 190 characters answered 250 KB, and nothing bounded their number."""
+    data = dict(UsageSerializer({**_totals_fields(totals), "left_out": _NOTHING_LEFT_OUT}).data)
+    if json_size(data) <= budget:
+        return data
+    lists = {name: list(data[name]) for name in _LISTS}
+    rest = json_size({**data, **{name: [] for name in _LISTS}})
+    kept, left_out = bounded_hits(lists, budget - rest)
+    return {**data, **kept, "left_out": left_out}
+
+
+#: the lists of a usage answer that grow with the models used
+_LISTS = ("by_model", "unpriced_models")
+_NOTHING_LEFT_OUT = {"by_model": 0, "unpriced_models": 0}
+
+
+def _totals_fields(totals: UsageTotals) -> dict[str, Any]:
+    return {name: getattr(totals, name) for name in UsageTotals.__dataclass_fields__}

@@ -83,7 +83,9 @@ class ConversationUpdateSerializer(ConversationSerializer):
 
 
 class ConversationDetailSerializer(ConversationSerializer):
-    """A conversation with its current summary embedded (``null`` before the first compaction)."""
+    """A conversation with its current summary embedded (``null`` before the first compaction).
+    One item: its answer is within ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, or this item
+    alone when it is larger (as a page holds such an item alone)."""
 
     summary = SummarySerializer(read_only=True, allow_null=True)
 

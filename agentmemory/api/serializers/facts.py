@@ -24,6 +24,9 @@ class FactSerializer(AppModelSerializer):
     that replaced it (history), or null for a fact in force; ``source_conversation`` and
     ``source_seq`` name the message it came from, when there is one.
 
+    One item: an answer about one fact is within ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, or
+    this item alone when it is larger (as a page holds such an item alone).
+
     ``superseded_by`` reads the ``superseded_by_uuid`` annotation when the queryset has it
     (``FactViewSet``), else the successor row (one query per superseded fact)."""
 

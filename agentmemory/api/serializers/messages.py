@@ -231,6 +231,20 @@ class MessageBatchSerializer(serializers.Serializer):
     messages = MessageSerializer(many=True, read_only=True)
 
 
+class CancelledToolCallsSerializer(serializers.Serializer):
+    """The error results cancel-pending-tool-calls stored, in ``seq`` order: as many as fit in
+    ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` (at least one); ``left_out`` counts the others,
+    stored all the same right after them (read them with ``GET .../messages/?after_seq=``
+    the last seq listed)."""
+
+    messages = MessageSerializer(many=True, read_only=True)
+    left_out = serializers.IntegerField(
+        min_value=0,
+        help_text="Results stored but not listed, to keep the answer within "
+        "AGENTMEMORY['API_MAX_RESPONSE_BYTES']; they follow the last one listed.",
+    )
+
+
 #: most messages one append request may carry
 
 MAX_BATCH = 1000
