@@ -16,8 +16,10 @@ report directory):
    ``since`` (two query parameters compared), a fact that is no longer in force (a PATCH
    that changes the seeded fact's content supersedes it, so later ones find it history), an
    import document whose
-   counters, seqs or tool exchanges disagree (``IMPORT_RULES``) or whose message breaks a
-   role's rule; and a context window whose stored messages do
+   counters, seqs or tool exchanges disagree (``IMPORT_RULES``) or whose message holds a
+   content part that breaks a part's rule (a source per kind, its media type) or more parts
+   or tool calls than the ``AGENTMEMORY`` limits (the row schema states each role's rules,
+   not what a stored part holds); and a context window whose stored messages do
    not fit the budget asked (the documented 422), and a PATCH of a fact no longer in force (the
    documented 409). The answer names the rule; a
    positive_data_acceptance failure whose answer names one of these rules is dropped, every
@@ -118,9 +120,13 @@ def _set_aside(failure: Any, response: Any) -> str | None:
 
 
 def _message_rule(body: dict) -> bool:
-    """Whether an import 400 names a rule of one stored message that depends on its role
-    (what a tool result, an AI message or a system message may carry): the row schema gives
-    each column its type and length, not which role allows which column."""
+    """Whether an import 400 names a rule of one stored message that its row schema does not
+    state: what a content part holds (``validate_parts``: "part 0 (image) needs exactly one
+    source"), or more parts or tool calls than the ``AGENTMEMORY`` limits allow. (The rules
+    of each role, which columns it carries, are in the row schema.)"""
     # The column checks name the column (``messages[3].role``); the message validator's
     # refusal names the message itself (``messages[3]``).
-    return re.fullmatch(r"messages\[\d+\]", str(body.get("path", "") or "")) is not None
+    if re.fullmatch(r"messages\[\d+\]", str(body.get("path", "") or "")) is None:
+        return False
+    reason = str(body.get("detail", "")).split(": ", 1)[-1]
+    return reason.startswith("part ") or "over the maximum" in reason

@@ -46,6 +46,7 @@ from agentmemory.messages import PartKind, Role
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.recall import index_new_messages
 from agentmemory.validation import (
+    _MAX_SHORT,
     TEXT_PATTERN,
     WHITE_SPACE_CLASS,
     json_problem,
@@ -343,11 +344,14 @@ def row_schema(kind: str) -> dict[str, Any]:
     if kind == "message":
         # ``_check_stored_shape``: tool calls are objects with a text id and name, content
         # parts objects with a type (what each holds beyond that is the message rules')
+        # and ``validate_message``: ids and names of 1 to 255 characters of text
+        short = {"type": "string", "minLength": 1, "maxLength": _MAX_SHORT, "pattern": TEXT_PATTERN}
         properties["tool_calls"]["items"] = {
             "type": "object",
             "required": ["id", "name"],
-            "properties": {"id": {"type": "string"}, "name": {"type": "string"}},
+            "properties": {"id": short, "name": short},
         }
+        properties["metadata"]["properties"] = {"is_error": {"type": "boolean"}}
         properties["parts"]["items"] = {
             "type": "object",
             "required": ["type"],
@@ -360,7 +364,39 @@ def row_schema(kind: str) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         schema["required"] = sorted(set(required))
+    if kind == "message":
+        schema["oneOf"] = _ROLE_RULES
     return schema
+
+
+#: what ``validate_message`` asks of a stored message of each role, in JSON Schema: content
+#: (text, possibly empty; not null) on human, system and tool messages, content or tool calls
+#: on an ai message; tool calls only on ai messages; a tool_call_id only, and always, on tool
+#: results; ``metadata.is_error`` true only on tool results; media parts only on human and
+#: tool messages. (What each content part holds is ``validate_parts``' to check.)
+_TEXT = {"properties": {"content": {"type": "string"}}, "required": ["content"]}
+_NOT_TOOL = {
+    "tool_call_id": {"maxLength": 0},
+    "metadata": {"properties": {"is_error": {"enum": [False]}}},
+}
+_TEXT_PARTS = {"parts": {"items": {"properties": {"type": {"enum": [PartKind.TEXT.value]}}}}}
+_NO_CALLS = {"tool_calls": {"maxItems": 0}}
+
+
+def _role(role: Role, properties: dict[str, Any], **rules: Any) -> dict[str, Any]:
+    return {"properties": {"role": {"enum": [role.value]}, **properties}, "required": ["role"], **rules}
+
+
+_ROLE_RULES: list[dict[str, Any]] = [
+    _role(Role.HUMAN, {**_NO_CALLS, **_NOT_TOOL}, allOf=[_TEXT]),
+    _role(Role.SYSTEM, {**_NO_CALLS, **_NOT_TOOL, **_TEXT_PARTS}, allOf=[_TEXT]),
+    _role(
+        Role.AI,
+        {**_NOT_TOOL, **_TEXT_PARTS},
+        anyOf=[_TEXT, {"properties": {"tool_calls": {"minItems": 1}}, "required": ["tool_calls"]}],
+    ),
+    _role(Role.TOOL, {**_NO_CALLS, "tool_call_id": {"minLength": 1}}, allOf=[_TEXT]),
+]
 
 
 def _object(value: Any, path: str) -> Mapping[str, Any]:

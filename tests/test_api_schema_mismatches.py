@@ -272,3 +272,64 @@ def test_every_query_parameter_of_the_schema_is_refused_twice(client) -> None:  
         if parameter["in"] == "query" and parameter.get("schema", {}).get("type") != "array"
     }
     assert single - SINGLE_VALUE_PARAMETERS == set()
+
+
+def _openapi_30(schema: Any) -> Any:
+    """``schema`` with OpenAPI 3.0's ``nullable`` written as JSON Schema's ``"null"`` type."""
+    if isinstance(schema, list):
+        return [_openapi_30(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _openapi_30(value) for key, value in schema.items() if key != "nullable"}
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+_CALL = {"id": "c1", "name": "lookup", "arguments": {}}
+
+
+@pytest.mark.parametrize(
+    ("row", "valid"),
+    [
+        ({"role": "human", "content": ""}, True),
+        ({"role": "ai", "content": "Sure."}, True),
+        ({"role": "ai", "content": None, "tool_calls": [_CALL]}, True),
+        ({"role": "human", "content": None}, False),
+        ({"role": "system", "content": None}, False),
+        ({"role": "tool", "content": None, "tool_call_id": "c1"}, False),
+        ({"role": "tool", "content": "done", "tool_call_id": ""}, False),
+        ({"role": "ai", "content": None}, False),
+        ({"role": "ai", "content": None, "tool_calls": []}, False),
+        ({"role": "human", "content": "hi", "tool_call_id": "c1"}, False),
+        ({"role": "human", "content": "hi", "tool_calls": [_CALL]}, False),
+        ({"role": "ai", "content": "x", "parts": [{"type": "image", "url": "https://a.b/c.png"}]}, False),
+        ({"role": "human", "content": "hi", "metadata": {"is_error": True}}, False),
+        ({"role": "ai", "content": "x", "metadata": {"is_error": "yes"}}, False),
+        ({"role": "ai", "content": None, "tool_calls": [{**_CALL, "id": ""}]}, False),
+        ({"role": "ai", "content": None, "tool_calls": [{**_CALL, "name": "n" * 256}]}, False),
+    ],
+)
+def test_an_imported_message_follows_its_roles_rules_in_the_schema_too(api_forced, row, valid) -> None:  # type: ignore[no-untyped-def]
+    # schemathesis found imports the schema called valid refused ("only tool messages carry a
+    # tool_call_id", "an ai message needs content or tool calls"): the row schema now states
+    # what validate_message asks of each role, and the server agrees with it
+    from jsonschema import Draft202012Validator
+
+    from agentmemory.transfer import row_schema
+
+    message = {"seq": 1, "tool_call_id": "", "name": "", "token_count": 1, "token_counter": "approx", **row}
+    schema_says = not list(Draft202012Validator(_openapi_30(row_schema("message"))).iter_errors(message))
+    assert schema_says is valid
+    document = _document(
+        last_seq=1,
+        message_count=1,
+        human_message_count=int(row["role"] == "human"),
+        stored_tokens=1,
+        pending_tool_calls={"c1": 1} if row.get("tool_calls") and valid else {},
+    )
+    document["messages"] = [message]
+    response = api_forced.post("/api/conversations/import/", document, format="json")
+    assert response.status_code == (201 if valid else 400), response.content[:300]
+    if not valid:
+        assert response.json()["path"].startswith("messages[0]")
