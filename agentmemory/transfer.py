@@ -322,7 +322,8 @@ def row_schema(kind: str) -> dict[str, Any]:
     fields = _fields(model, skip)
     properties = {field.name: _column_schema(field) for field in fields}
     for name in sorted(extra):
-        properties[name] = {"type": "integer", "nullable": True}
+        # the seq at which a summary of the document ends (``_seq``), or null
+        properties[name] = {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_SEQ}
     required = [
         field.name
         for field in fields
@@ -335,6 +336,9 @@ def row_schema(kind: str) -> dict[str, Any]:
         properties["retention_days"]["minimum"] = 1  # the table's check constraint
         properties["pinned_seq"].update(minimum=1, maximum=MAX_SEQ)  # a message's seq, or null
         properties["pinned_last_seq"].update(minimum=1, maximum=MAX_SEQ)
+        # the table's check constraint (agentmemory_conv_counts_nonneg)
+        for name in ("last_seq", "message_count", "human_message_count", "stored_tokens"):
+            properties[name]["minimum"] = 0
         # ``_document``: each pending tool call id names the seq of the AI message that made it
         properties["pending_tool_calls"]["additionalProperties"] = {
             "type": "integer",
@@ -358,6 +362,11 @@ def row_schema(kind: str) -> dict[str, Any]:
             "properties": {"type": {"type": "string", "enum": [part_kind.value for part_kind in PartKind]}},
         }
     if kind == "summary":
+        # ``_check_document``: 0 <= first_seq <= through_seq <= the last message's seq, and
+        # human_messages_covered a count of the document's human messages
+        properties["first_seq"].update(minimum=0, maximum=MAX_SEQ)
+        properties["through_seq"].update(minimum=0, maximum=MAX_SEQ)
+        properties["human_messages_covered"]["minimum"] = 0
         # import refuses a summary without text (``_summaries``): at least one character
         # other than white space
         properties["text"].update(minLength=1, allOf=[{"pattern": f"[^{WHITE_SPACE_CLASS}]"}])

@@ -333,3 +333,37 @@ def test_an_imported_message_follows_its_roles_rules_in_the_schema_too(api_force
     assert response.status_code == (201 if valid else 400), response.content[:300]
     if not valid:
         assert response.json()["path"].startswith("messages[0]")
+
+
+@pytest.mark.parametrize(
+    ("kind", "column", "value"),
+    [
+        ("conversation", "summary_through_seq", -2078),
+        ("conversation", "summary_through_seq", 2**53),
+        ("conversation", "message_count", -1),
+        ("conversation", "human_message_count", -1),
+        ("conversation", "stored_tokens", -1),
+        ("conversation", "last_seq", -1),
+        ("summary", "first_seq", -1),
+        ("summary", "through_seq", -1),
+        ("summary", "human_messages_covered", -1),
+        ("summary", "previous_through_seq", -1),
+    ],
+)
+def test_a_number_import_always_refuses_is_out_of_its_schema_too(api_forced, kind, column, value) -> None:  # type: ignore[no-untyped-def]
+    # schemathesis: a conversation row with "summary_through_seq": -2078 was valid by the
+    # schema (an integer) and refused by import ("must be between 0 and 9007199254740991")
+    from jsonschema import Draft202012Validator
+
+    from agentmemory.transfer import row_schema
+
+    column_schema = _openapi_30(row_schema(kind)["properties"][column])
+    assert list(Draft202012Validator(column_schema).iter_errors(value))
+    document = _document(last_seq=1, message_count=1, human_message_count=1, stored_tokens=1)
+    summary = {"text": "hi", "first_seq": 1, "through_seq": 1, "human_messages_covered": 1}
+    if kind == "summary":
+        document["summaries"] = [{**summary, column: value}]
+    else:
+        document["conversation"][column] = value
+    response = api_forced.post("/api/conversations/import/", document, format="json")
+    assert response.status_code == 400, response.content[:300]
