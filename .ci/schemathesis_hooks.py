@@ -17,9 +17,9 @@ report directory):
    that changes the seeded fact's content supersedes it, so later ones find it history), an
    import document whose
    counters, seqs or tool exchanges disagree (``IMPORT_RULES``) or whose message holds a
-   content part that breaks a part's rule (a source per kind, its media type) or more parts
-   or tool calls than the ``AGENTMEMORY`` limits (the row schema states each role's rules,
-   not what a stored part holds); and a context window whose stored messages do
+   content part that breaks a part's rule (a source per kind, its media type), a tool call
+   id twice, or more parts or tool calls than the ``AGENTMEMORY`` limits (the row schema
+   states each role's rules, not what a stored part holds); and a context window whose stored messages do
    not fit the budget asked (the documented 422), and a PATCH of a fact no longer in force (the
    documented 409). The answer names the rule; a
    positive_data_acceptance failure whose answer names one of these rules is dropped, every
@@ -122,11 +122,12 @@ def _set_aside(failure: Any, response: Any) -> str | None:
 def _message_rule(body: dict) -> bool:
     """Whether an import 400 names a rule of one stored message that its row schema does not
     state: what a content part holds (``validate_parts``: "part 0 (image) needs exactly one
-    source"), or more parts or tool calls than the ``AGENTMEMORY`` limits allow. (The rules
-    of each role, which columns it carries, are in the row schema.)"""
+    source"), more parts or tool calls than the ``AGENTMEMORY`` limits allow, or a tool call
+    id given twice (JSON Schema cannot ask a key to differ across items). (The rules of each
+    role, which columns it carries, are in the row schema.)"""
     # The column checks name the column (``messages[3].role``); the message validator's
     # refusal names the message itself (``messages[3]``).
     if re.fullmatch(r"messages\[\d+\]", str(body.get("path", "") or "")) is None:
         return False
     reason = str(body.get("detail", "")).split(": ", 1)[-1]
-    return reason.startswith("part ") or "over the maximum" in reason
+    return reason.startswith("part ") or "over the maximum" in reason or "appears twice" in reason

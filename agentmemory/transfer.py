@@ -241,10 +241,11 @@ def _load(field: models.Field, value: Any, path: str) -> Any:
             if timezone.is_naive(parsed):
                 parsed = timezone.make_aware(parsed, dt.UTC)
             # The database stores UTC: a date at either end of the calendar may not convert.
-            parsed.astimezone(dt.UTC)
+            # Its instant in UTC is what is stored: Python reads offsets up to 23:59, and
+            # PostgreSQL refuses one past 15:59 ("time zone displacement out of range").
+            return parsed.astimezone(dt.UTC)
         except OverflowError:
             raise InvalidConversationData(path, "is out of the range of dates that can be stored") from None
-        return parsed
     if isinstance(field, models.UUIDField):
         try:
             return uuid_lib.UUID(str(value))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 import pytest
@@ -13,6 +14,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from agentmemory.history import PersistentChatHistory
+from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage, ToolCall
 from agentmemory.models import Conversation, Message
 
@@ -115,6 +117,22 @@ def test_cursor_time_that_has_no_utc_time_is_404(api, conv, path, position):  # 
     # (OverflowError: a 500 before)
     response = api.get(path, {"cursor": _cursor(urlencode({"p": position}))})
     assert_error(response, 404, "not_found")
+
+
+@pytest.mark.parametrize("offset", ["-20:21", "+16:00", "+23:59"])
+@pytest.mark.parametrize("path", ["/api/conversations/", "/api/facts/"])
+def test_cursor_time_at_any_utc_offset_python_reads_is_its_instant(api, conv, path, offset):  # type: ignore[no-untyped-def]
+    # Python reads UTC offsets up to 23:59, PostgreSQL takes 15:59 at most ("time zone
+    # displacement out of range", a 500): the position is compared as its instant in UTC
+    KnowledgeMemory(conv.owner).store("a fact to page past", "notes", persistent=True)
+    moment = datetime(2999, 1, 1, tzinfo=UTC)
+    local = moment.astimezone(datetime.strptime(offset, "%z").tzinfo).isoformat()
+    answers = [
+        api.get(path, {"cursor": _cursor(urlencode({"p": position}))})
+        for position in (local, moment.isoformat())
+    ]
+    assert [a.status_code for a in answers] == [200, 200], answers[0].content[:300]
+    assert answers[0].json()["results"] == answers[1].json()["results"] != []
 
 
 def test_undecodable_cursor_is_404_json(api, conv):  # type: ignore[no-untyped-def]

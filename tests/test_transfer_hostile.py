@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from agentmemory.compaction import OfflineMemoryCompactor, run_compaction
@@ -224,3 +225,26 @@ def test_a_uuid_taken_between_the_check_and_the_insert_is_conversation_exists(ri
     with pytest.raises(ConversationExists):
         import_conversation(document)
     assert _stored() == before
+
+
+@pytest.mark.parametrize("offset", ["-20:21", "+16:00", "+23:59"])
+def test_dates_at_any_utc_offset_python_reads_are_stored_as_their_instant(rich, offset):  # noqa: F811
+    """Python reads UTC offsets up to 23:59, PostgreSQL takes 15:59 at most: a document date
+    at -20:21 passed every check and failed the insert ("time zone displacement out of range",
+    a 500 found by schemathesis). It is stored in UTC, the same instant."""
+    when = f"2133-11-14T15:41:08{offset}"
+
+    def edit(document: dict[str, Any]) -> None:
+        document["conversation"]["created_at"] = when
+        document["messages"][0]["created_at"] = when
+        document["summaries"][0]["created_at"] = when
+
+    client = APIClient(raise_request_exception=False)
+    client.force_login(rich.owner)
+    response = client.post("/api/conversations/import/", _edited(_document(rich), edit), format="json")
+    assert response.status_code == 201, response.content[:300]
+    conv = Conversation.objects.get(uuid=response.json()["uuid"])
+    instant = parse_datetime(when)
+    assert conv.created_at == instant
+    assert Message.objects.filter(conversation=conv).order_by("seq").first().created_at == instant
+    assert Summary.objects.filter(conversation=conv).order_by("through_seq").first().created_at == instant

@@ -170,6 +170,12 @@ class CheckedCursorPagination(CursorPagination):
         field = self.ordering[0].lstrip("-") if isinstance(self.ordering, tuple | list) else ""
         if not self.position_is_valid(field, cursor.position):
             raise NotFound(self.invalid_cursor_message)
+        if field.endswith("_at") and settings.USE_TZ:
+            # compared as its instant in UTC: Python reads offsets up to 23:59, PostgreSQL
+            # refuses one past 15:59 ("time zone displacement out of range", a 500)
+            moment = parse_datetime(cursor.position)
+            if moment is not None:
+                cursor = cursor._replace(position=moment.astimezone(UTC).isoformat())
         return cursor
 
     @staticmethod
