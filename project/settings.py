@@ -186,6 +186,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
-        "agentmemory": {"handlers": ["console"], "level": os.environ.get("AGENTMEMORY_LOG_LEVEL", "WARNING")}
+        "agentmemory": {"handlers": ["console"], "level": os.environ.get("AGENTMEMORY_LOG_LEVEL", "WARNING")},
+        # A server error's traceback on the console with DEBUG off too (Django's own console
+        # handler writes only with DEBUG on): .ci/schemathesis looks for it in the log.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

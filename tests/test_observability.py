@@ -88,3 +88,27 @@ def test_prometheus_exporter_counts_what_the_signals_report() -> None:
         assert prometheus.install(registry) is prometheus.install()  # installed once
     finally:
         prometheus.uninstall()
+
+
+def test_the_example_project_logs_a_server_error_with_debug_off(settings) -> None:  # type: ignore[no-untyped-def]
+    # Django logs a request's server error to the console only with DEBUG on: the example
+    # project under .ci/schemathesis (DJANGO_DEBUG=0) answered 500s and its log held no
+    # traceback, so the run's check for one found nothing to report.
+    import logging
+
+    settings.DEBUG = False
+    record = logging.LogRecord(
+        "django.request", logging.ERROR, __file__, 1, "Internal Server Error", (), None
+    )
+    logger: logging.Logger | None = logging.getLogger("django.request")
+    consoles = []
+    while logger is not None:
+        consoles += [
+            handler
+            for handler in logger.handlers
+            if type(handler) is logging.StreamHandler
+            and handler.level <= logging.ERROR
+            and handler.filter(record)
+        ]
+        logger = logger.parent if logger.propagate else None
+    assert consoles
