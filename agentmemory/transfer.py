@@ -383,14 +383,15 @@ def row_schema(kind: str) -> dict[str, Any]:
 #: (text, possibly empty; not null) on human, system and tool messages, content or tool calls
 #: on an ai message; tool calls only on ai messages; a tool_call_id only, and always, on tool
 #: results; ``metadata.is_error`` true only on tool results; media parts only on human and
-#: tool messages. (What each content part holds is ``validate_parts``' to check.)
+#: tool messages; and (``_check_document``) no tool exchange on a human or system message.
+#: (What each content part holds is ``validate_parts``' to check.)
 _TEXT = {"properties": {"content": {"type": "string"}}, "required": ["content"]}
 _NOT_TOOL = {
     "tool_call_id": {"maxLength": 0},
     "metadata": {"properties": {"is_error": {"enum": [False]}}},
 }
 _TEXT_PARTS = {"parts": {"items": {"properties": {"type": {"enum": [PartKind.TEXT.value]}}}}}
-_NO_CALLS = {"tool_calls": {"maxItems": 0}}
+_NO_EXCHANGE = {"tool_calls": {"maxItems": 0}, "exchange_seq": {"nullable": True, "enum": [None]}}
 
 
 def _role(role: Role, properties: dict[str, Any], **rules: Any) -> dict[str, Any]:
@@ -398,14 +399,14 @@ def _role(role: Role, properties: dict[str, Any], **rules: Any) -> dict[str, Any
 
 
 _ROLE_RULES: list[dict[str, Any]] = [
-    _role(Role.HUMAN, {**_NO_CALLS, **_NOT_TOOL}, allOf=[_TEXT]),
-    _role(Role.SYSTEM, {**_NO_CALLS, **_NOT_TOOL, **_TEXT_PARTS}, allOf=[_TEXT]),
+    _role(Role.HUMAN, {**_NO_EXCHANGE, **_NOT_TOOL}, allOf=[_TEXT]),
+    _role(Role.SYSTEM, {**_NO_EXCHANGE, **_NOT_TOOL, **_TEXT_PARTS}, allOf=[_TEXT]),
     _role(
         Role.AI,
         {**_NOT_TOOL, **_TEXT_PARTS},
         anyOf=[_TEXT, {"properties": {"tool_calls": {"minItems": 1}}, "required": ["tool_calls"]}],
     ),
-    _role(Role.TOOL, {**_NO_CALLS, "tool_call_id": {"minLength": 1}}, allOf=[_TEXT]),
+    _role(Role.TOOL, {"tool_calls": {"maxItems": 0}, "tool_call_id": {"minLength": 1}}, allOf=[_TEXT]),
 ]
 
 

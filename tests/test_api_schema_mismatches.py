@@ -308,6 +308,9 @@ _CALL = {"id": "c1", "name": "lookup", "arguments": {}}
         ({"role": "ai", "content": "x", "metadata": {"is_error": "yes"}}, False),
         ({"role": "ai", "content": None, "tool_calls": [{**_CALL, "id": ""}]}, False),
         ({"role": "ai", "content": None, "tool_calls": [{**_CALL, "name": "n" * 256}]}, False),
+        ({"role": "human", "content": "hi", "exchange_seq": 1}, False),
+        ({"role": "system", "content": "Be brief.", "exchange_seq": 1}, False),
+        ({"role": "human", "content": "hi", "exchange_seq": None}, True),
     ],
 )
 def test_an_imported_message_follows_its_roles_rules_in_the_schema_too(api_forced, row, valid) -> None:  # type: ignore[no-untyped-def]
