@@ -133,7 +133,8 @@ def request_compaction(
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
-            time is up); with Celery the task is enqueued at once and awaited up to
+            time is up; a run refused because another process's run holds the lease waits
+            for that lease to end and runs after it); with Celery the task is enqueued at once and awaited up to
             ``wait`` seconds.
         compactor_class: a class or dotted path; default ``COMPACTOR_CLASS`` (or the
             class of ``compactor``).
@@ -258,6 +259,11 @@ def _request_inline(
         while True:
             run, error = _run_safely(conversation_id, compactor_class, window=window)
             summary_id = run.summary.pk if run is not None and run.summary is not None else summary_id
+            if run is not None and run.status == BUSY and _await_lease(conversation_id, deadline):
+                # Another process's run holds the lease (a concurrent turn of the same
+                # conversation): what it folds may not reach this caller's gap, so run
+                # once more after it, within the wait, rather than send the gap.
+                continue
             if run is None or run.status != PARTIAL or time.monotonic() >= deadline:
                 break
         return CompactionRequest(
@@ -288,6 +294,31 @@ def _request_inline(
         error=outcome.get("error"),
         reason=reason,
     )
+
+
+def _await_lease(conversation_id: int, deadline: float) -> bool:
+    """Poll until no live lease holds the conversation's compaction (its run ended, or its
+    holder died and the lease expired), or until ``deadline`` (``time.monotonic()``).
+
+    Returns:
+        Whether the lease is free before the deadline (``False`` also when the
+        conversation is gone).
+    """
+    delay = 0.02
+    while time.monotonic() < deadline:
+        row = (
+            Conversation.objects.filter(pk=conversation_id)
+            .values_list("compaction_lease", "compaction_lease_expires_at")
+            .first()
+        )
+        if row is None:
+            return False
+        lease, expires = row
+        if lease is None or expires is None or expires < timezone.now():
+            return True
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, 0.25)
+    return False
 
 
 def _run_safely(
