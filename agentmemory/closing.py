@@ -41,9 +41,10 @@ def build_closing_gap(
     them (``builder.can_compact``). The window built again over the new summary carries the
     request in ``compaction``; when it leaves a gap again behind a summary that advanced
     (turns of the same conversation appended while the compaction ran), the compaction is
-    asked for again, within ``COMPACTION_WAIT_SECONDS`` in all; what is still left out is reported as by ``build``
-    (``messages_left_out``, with the compaction's error in ``reason``). A gap left beside
-    the turn in progress is never compacted: compaction does not fold the newest turn.
+    asked for again, within ``COMPACTION_WAIT_SECONDS`` in all. What is still left out is
+    reported as by ``build`` (``messages_left_out``, with the compaction's error in
+    ``reason``). A gap left beside the turn in progress is never compacted: compaction does
+    not fold the newest turn.
 
     Raises:
         TypeError, ValueError, ConversationNotFound, ContextBudgetExceeded, TurnTooLarge:

@@ -126,7 +126,7 @@ def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
             gate.wait()
             for i in range(8):
                 agent.run(conv.pk, f"w{worker} question {i}")
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()

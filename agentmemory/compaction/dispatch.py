@@ -134,8 +134,8 @@ def request_compaction(
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
             time is up; a run refused because another process's run holds the lease waits
-            for that lease to end and runs after it); with Celery the task is enqueued at once and awaited up to
-            ``wait`` seconds.
+            for that lease to end and runs after it); with Celery the task is enqueued at
+            once and awaited up to ``wait`` seconds.
         compactor_class: a class or dotted path; default ``COMPACTOR_CLASS`` (or the
             class of ``compactor``).
         reason: why the caller asks (for logs).
