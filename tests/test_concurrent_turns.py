@@ -152,3 +152,30 @@ def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
     assert len(seqs) == 96
     through = list(Summary.objects.filter(conversation=conv).values_list("through_seq", flat=True))
     assert len(through) == len(set(through))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_waits_for_its_compaction_no_longer_than_the_wait_setting(scripted: Any) -> None:
+    # An imported conversation of 30 turns and a slow summariser (0.3 s a call, one turn per
+    # call): a run may make 20 calls, 6 s, where a turn waits COMPACTION_WAIT_SECONDS (1 s
+    # here). The run stores what it folded at the first turn boundary past the wait; the rest
+    # is reported on the window and left to later runs.
+    conv, _ = conversation_with_turns(30, token_counter=COUNTER, tool_every=0, words=20)
+
+    def slow(messages: Any) -> str:
+        time.sleep(0.3)
+        return f"Turns up to seq {messages[-1].seq}."
+
+    for _ in range(30):
+        scripted.add(slow)
+    settings = {**INLINE, "COMPACTION_WAIT_SECONDS": 1, "SUMMARIZER_MAX_INPUT_TOKENS": 2}
+    with override_settings(AGENTMEMORY=settings):
+        started = time.monotonic()
+        window = ContextWindowBuilder(conv, token_counter=COUNTER, gap_policy="close").build(5)
+        waited = time.monotonic() - started
+
+    assert waited < 3  # the wait, one call in progress and the storing; 6 s before
+    summary = Summary.objects.get(conversation=conv)
+    assert window.summary_id == summary.pk and 0 < summary.through_seq < 59
+    assert window.uncovered.count == 59 - summary.through_seq  # reported, not silently dropped
+    assert 2 <= len(scripted.calls) <= 6

@@ -133,7 +133,8 @@ def request_compaction(
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
-            time is up; a run refused because another process's run holds the lease waits
+            time is up, and a run stores what it folded at the first human-turn boundary
+            past it; a run refused because another process's run holds the lease waits
             for that lease to end and runs after it); with Celery the task is enqueued at
             once and awaited up to ``wait`` seconds.
         compactor_class: a class or dotted path; default ``COMPACTOR_CLASS`` (or the
@@ -257,7 +258,7 @@ def _request_inline(
         deadline = time.monotonic() + wait
         summary_id, error = None, None
         while True:
-            run, error = _run_safely(conversation_id, compactor_class, window=window)
+            run, error = _run_safely(conversation_id, compactor_class, window=window, deadline=deadline)
             summary_id = run.summary.pk if run is not None and run.summary is not None else summary_id
             if run is not None and run.status == BUSY and _await_lease(conversation_id, deadline):
                 # Another process's run holds the lease (a concurrent turn of the same
@@ -327,8 +328,10 @@ def _run_safely(
     *,
     only_if_needed: bool = False,
     window: Window = (None, None),
+    deadline: float | None = None,
 ) -> tuple[CompactionRun | None, str | None]:
-    """One inline run; every failure is logged and recorded, never raised."""
+    """One inline run (stopping at a human-turn boundary past ``deadline``, a
+    ``time.monotonic()`` value); every failure is logged and recorded, never raised."""
     try:
         run = run_compaction(
             conversation_id,
@@ -336,6 +339,7 @@ def _run_safely(
             only_if_needed=only_if_needed,
             max_tokens=window[0],
             system_tokens=window[1],
+            deadline=deadline,
         )
     except Exception as exc:
         logger.warning("inline compaction of conversation %s failed: %s", conversation_id, exc, exc_info=True)
