@@ -641,6 +641,7 @@ def _ranked(
         using=using,
         read=read,
         passage_weight=PASSAGE_WEIGHT,
+        read_chars=MAX_READ_CHARS,  # what a line reads of a message (``lines.trimmed``)
     )
 
     def shown(found: Iterable[Any]) -> list[Any]:
