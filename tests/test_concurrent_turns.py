@@ -5,8 +5,12 @@ made ends before what was appended meanwhile."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +27,7 @@ from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, ModelCall, Summary
 from agentmemory.tokens import LengthTokenCounter
 from tests.factories import conversation_with_turns, turn
-from tests.helpers_concurrency import ScriptHolder
+from tests.helpers_concurrency import ROOT, ScriptHolder, child_env
 
 COUNTER = LengthTokenCounter()  # every message costs one token
 INLINE = {"COMPACTION_MODE": "inline", "COMPACTION_LLM": "tests.helpers_concurrency.scripted_model"}
@@ -113,10 +117,9 @@ class _Busy(BaseToolCallingAgent, register=False):
     CONVERSATION_HISTORY_TOKEN_LIMIT = 400
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
-    conv = Conversation.objects.create(agent_key="busy")
+def _turns_at_once(conv: Conversation, mode: str) -> None:
+    """Six threads, eight agent turns each, on ``conv``: every model call's history starts
+    right after what its summary covers, and each boundary has one summary."""
     errors: list[BaseException] = []
     gate = threading.Barrier(6, timeout=30)
 
@@ -132,7 +135,7 @@ def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
             connections.close_all()
 
     settings = {
-        "COMPACTION_MODE": "inline",
+        "COMPACTION_MODE": mode,
         "COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor",
         "SUMMARIZE_EVERY_N_HUMAN_MESSAGES": 3,
     }
@@ -148,10 +151,50 @@ def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
     assert len(calls) == 48
     # each call's history starts right after what its summary covers: nothing in between
     assert [(first, through) for first, through in calls if first > (through or 0) + 1] == []
-    seqs = list(PersistentChatHistory(conv.pk).get_messages())
-    assert len(seqs) == 96
+    assert len(PersistentChatHistory(conv.pk).get_messages()) == 96
     through = list(Summary.objects.filter(conversation=conv).values_list("through_seq", flat=True))
     assert len(through) == len(set(through))
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_turns_of_one_conversation_at_once_never_send_a_gap() -> None:
+    _turns_at_once(Conversation.objects.create(agent_key="busy"), "inline")
+
+
+@pytest.fixture
+def worker(celery_app, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A ``celery -A project worker`` on this run's Redis database, compacting with the
+    offline summariser; stopped at teardown whatever happened."""
+    env = {
+        **child_env(),
+        "CELERY_BROKER_URL": celery_app.conf.broker_url,
+        "AGENTMEMORY_COMPACTOR_CLASS": "agentmemory.compaction.OfflineMemoryCompactor",
+    }
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log:
+        command = [sys.executable, "-m", "celery", "-A", "project", "worker", "--pool", "solo"]
+        command += ["--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        command += ["--hostname", f"agentmemory-turns-{os.getpid()}@%h"]
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.celery_worker
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_turns_at_once_with_a_celery_worker_never_send_a_gap(worker) -> None:  # type: ignore[no-untyped-def]
+    # Each turn that finds a gap enqueues a compaction and waits for it; the summary the
+    # worker makes may end before what other turns appended meanwhile.
+    _turns_at_once(Conversation.objects.create(agent_key="busy"), "celery")
 
 
 @pytest.mark.django_db(transaction=True)
