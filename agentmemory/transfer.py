@@ -160,7 +160,11 @@ def _export_parts(
     conversation: Conversation, using: str | None
 ) -> tuple[dict[str, Any], Iterator[dict[str, Any]], Iterator[dict[str, Any]]]:
     """The document's head (format, version, time, conversation row) read now, and its
-    message and summary rows read as they are iterated."""
+    message and summary rows read as they are iterated, up to the head's ``last_seq``.
+
+    Raises:
+        Conversation.DoesNotExist: the conversation is gone.
+    """
     alias = using or router.db_for_read(Conversation, instance=conversation)
     conv = Conversation.objects.using(alias).select_related("summary").get(pk=conversation.pk)
     data = _row(conv, _fields(Conversation, _CONVERSATION_SKIP))
@@ -176,16 +180,22 @@ def _export_parts(
         "conversation": data,
     }
     message_fields = _fields(Message, _MESSAGE_SKIP)
+    # The rows as the head describes them: what was appended after the head was read (a live
+    # conversation: a turn, a late tool result) is left out. Read whole, the counters of the
+    # head disagreed with the messages and the import refused the document.
     messages = (
         _row(m, message_fields)
-        for m in Message.objects.using(alias).filter(conversation_id=conv.pk).order_by("seq").iterator(_BATCH)
+        for m in Message.objects.using(alias)
+        .filter(conversation_id=conv.pk, seq__lte=conv.last_seq)
+        .order_by("seq")
+        .iterator(_BATCH)
     )
 
     def summaries() -> Iterator[dict[str, Any]]:
         summary_fields = _fields(Summary, _SUMMARY_SKIP)
         for s in (
             Summary.objects.using(alias)
-            .filter(conversation_id=conv.pk)
+            .filter(conversation_id=conv.pk, through_seq__lte=conv.last_seq)
             .select_related("previous")
             .order_by("through_seq")
         ):

@@ -219,3 +219,39 @@ def test_a_statement_is_said(text) -> None:  # type: ignore[no-untyped-def]
     from agentmemory.llm.offline import extractive_items
 
     assert extractive_items([ChatMessage.human(text)])[0].startswith("User said: ")
+
+
+def test_fitting_a_long_fold_parses_each_date_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The default summariser (no model configured) folds up to 8,000 tokens of messages per
+    # call: fitting them read every dropped line's date again for each line it tried, 250,000
+    # dates for 700 messages, 7 s of a 9 s compaction run of an imported conversation.
+    from datetime import datetime, timedelta
+
+    from agentmemory.llm import offline
+
+    parsed = []
+
+    class Counting(datetime):
+        @classmethod
+        def strptime(cls, text: str, fmt: str) -> datetime:  # type: ignore[override]
+            parsed.append(text)
+            return datetime.strptime(text, fmt)
+
+    monkeypatch.setattr(offline, "datetime", Counting)
+    offline._day.cache_clear()
+    start = datetime(2023, 5, 8, 13, 56)
+    messages = [
+        ChatMessage.human(
+            f"On this day I walked to place number {i}.",
+            metadata={
+                "speaker": "Ann",
+                "session_date_time": f"{start + timedelta(days=i // 4):%I:%M %p on %d %B, %Y}",
+            },
+        )
+        for i in range(400)
+    ]
+    text = _summarise(None, messages, max_tokens=2_000)
+
+    assert "place number 399" in text and "said on 8 May 2023; 9 May 2023" in text
+    # each message's date read once, and each of the 100 days tried once in the five formats
+    assert len(parsed) <= 400 + 5 * 100

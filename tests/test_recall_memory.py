@@ -3,6 +3,7 @@ neighbours, the budget and its cost in queries, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -205,6 +206,35 @@ def test_query_count_does_not_grow_with_history_or_hits() -> None:
         stored(user, [(None, f"weather reports again {i}") for i in range(30)], agent_key="x")
     assert queries() == few
     assert few <= 12
+
+
+def test_long_stored_messages_are_read_as_far_as_a_line_shows_them() -> None:
+    # A turn whose words matched stored tool results of 2 MB (the default MAX_MESSAGE_CHARS)
+    # read each of them whole for a line of a few hundred characters: 80 MB for 40 of them.
+    from agentmemory.recall.lines import MAX_READ_CHARS
+
+    user = UserFactory()
+    page = "The kayak rental opens at nine. " + "Rows of the fetched price list. " * 10_000
+    assert len(page) > 10 * MAX_READ_CHARS
+    conv = Conversation.objects.create(owner=user, agent_key="support")
+    PersistentChatHistory(conv).add_messages(
+        [
+            ChatMessage.human("When does the kayak rental open?"),
+            ChatMessage.ai(None, [ToolCall("c1", "fetch", {"url": "https://example.com/kayaks"})]),
+            ChatMessage.tool(page, tool_call_id="c1", name="fetch"),
+            ChatMessage.ai("The kayak rental opens at nine."),
+        ]
+    )
+
+    with CaptureQueriesContext(connection) as ctx:
+        block = recall_memory(owner=user, query="kayak rental opening", max_tokens=2000)
+
+    assert block is not None and "The kayak rental opens at nine." in block.text
+    column = re.compile(r'(SUBSTR(?:ING)?\()?(?:"agentmemory_message"\."content"|\bm\.content\b)', re.I)
+    selects = [
+        q["sql"].split(" FROM ")[0] for q in ctx.captured_queries if q["sql"].lstrip().startswith("SELECT")
+    ]
+    assert [sql for sql in selects if any(m.group(1) is None for m in column.finditer(sql))] == []
 
 
 def test_stored_text_cannot_close_the_block_or_forge_headings_and_speakers() -> None:

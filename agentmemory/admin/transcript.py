@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote as urlquote
 
 from django.db import router
+from django.db.models.functions import Length, Substr
 from django.urls import reverse
 
 from agentmemory.admin.utils import short_datetime
@@ -36,6 +38,18 @@ PREVIEW_CHARS = 160
 #: page; the rest is on the message's or summary's own page (a page of 50 messages of 2 MB
 #: each was a 100 MB page, as the API's message list was before its byte bound)
 SHOWN_CHARS = 20_000
+#: characters of a message's content a transcript page or the message list reads from the
+#: database (the rest stays there; the message's own page reads it whole): a JSON text up to
+#: this long is shown re-indented, a longer one as stored. Reading whole contents, a page of
+#: two 50 MB messages took 133 s and 720 MB to draw 20,000 characters of each.
+READ_CHARS = 200_000
+
+
+def content_head() -> dict[str, Any]:
+    """Annotations reading a message's content as far as ``READ_CHARS`` (``content_head``)
+    and its length in characters (``content_chars``) in the database, for
+    ``QuerySet.annotate`` on a query that leaves ``content`` out."""
+    return {"content_head": Substr("content", 1, READ_CHARS), "content_chars": Length("content")}
 
 
 def shown(text: str | None) -> tuple[str | None, int]:
@@ -205,7 +219,6 @@ def build_page(
             "seq",
             "role",
             "name",
-            "content",
             "parts",
             "tool_calls",
             "tool_call_id",
@@ -214,6 +227,7 @@ def build_page(
             "metadata",
             "created_at",
         )
+        .annotate(**content_head())
     )
     summaries = {
         s.through_seq: s
@@ -235,11 +249,14 @@ def build_page(
 
     entries: list[TranscriptEntry] = []
     for message in rows:
-        text, is_json = pretty_text(message.content)
+        content = message.content_head  # type: ignore[attr-defined]
+        whole = content is None or message.content_chars <= READ_CHARS  # type: ignore[attr-defined]
+        text, is_json = pretty_text(content) if whole else (content, False)
+        chars = len(text or "") if whole else message.content_chars  # type: ignore[attr-defined]
         limit = {"system": FOLD_SYSTEM_CHARS, "tool": FOLD_TOOL_CHARS}.get(message.role, FOLD_CHARS)
-        folded = bool(text) and (len(text or "") > limit or (text or "").count("\n") >= FOLD_LINES)
-        chars = len(text or "")
+        folded = bool(text) and (chars > limit or (text or "").count("\n") >= FOLD_LINES)
         text, cut = shown(text)
+        cut = chars - len(text or "")
         entry = TranscriptEntry(
             kind="message",
             seq=message.seq,
@@ -250,7 +267,7 @@ def build_page(
             cut=cut,
             is_json=is_json,
             folded=folded,
-            preview=" ".join((message.content or "").split())[:PREVIEW_CHARS] if folded else "",
+            preview=" ".join((content or "").split())[:PREVIEW_CHARS] if folded else "",
             tokens=message.token_count,
             created=short_datetime(message.created_at),
             model=str((message.metadata or {}).get("model") or ""),
@@ -293,7 +310,7 @@ def build_page(
             entry.error = (
                 metadata.get("is_error") is True
                 or metadata.get("error") is True
-                or (message.content or "").startswith("Error: ")
+                or (content or "").startswith("Error: ")
             )
             if message.exchange_seq is None:
                 entry.orphan = True

@@ -486,6 +486,12 @@ class ConversationViewSet(
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         serializer.save(owner=request_owner(self.request))
 
+    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
+        try:
+            serializer.save()
+        except ConversationNotFound:  # deleted since ``get_object`` read it
+            raise Http404("No such conversation.") from None
+
     def perform_destroy(self, instance: Conversation) -> None:
         # Messages and summaries go with it (CASCADE, under the conversation's row lock); a
         # compaction task enqueued earlier finds the conversation gone and stores nothing.
@@ -640,7 +646,11 @@ class ConversationViewSet(
         messages with seqs, tool calls, metadata and token counts, summaries with their spans,
         counters and pending tool calls (``agentmemory.transfer.export_json``), streamed."""
         conversation = self.get_object()
-        return StreamingHttpResponse(export_json(conversation), content_type="application/json")
+        try:
+            document = export_json(conversation)
+        except Conversation.DoesNotExist:  # deleted since ``get_object`` read it
+            raise Http404("No such conversation.") from None
+        return StreamingHttpResponse(document, content_type="application/json")
 
     @extend_schema(
         request=s.ImportDocumentSerializer,

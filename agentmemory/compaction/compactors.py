@@ -7,6 +7,7 @@ The protocol every compactor follows; the stock summarisers (``LLMMemoryCompacto
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -147,6 +148,10 @@ class BaseMemoryCompactor:
         #: the memory flush of the run in progress (``run()`` sets it; ``None``: no facts are
         #: extracted, see ``agentmemory.flush``)
         self.flush: memory_flush.MemoryFlush | None = None
+        #: ``time.monotonic()`` after which ``run()`` stores what it folded at the next
+        #: human-turn boundary, as when ``max_calls_per_run`` is spent (``None``: no time
+        #: bound); a caller that waits for the run sets it (``run_compaction(deadline=...)``)
+        self.deadline: float | None = None
 
     # -- reading ------------------------------------------------------------------------
 
@@ -556,6 +561,15 @@ class BaseMemoryCompactor:
         finally:
             self._release(lease)
 
+    def _spent(self, calls: int) -> bool:
+        """Whether a run that has made (or is about to make) ``calls`` summariser calls must
+        stop at this human-turn boundary: ``max_calls_per_run`` reached, or ``deadline``
+        passed (a caller waiting for the run: ``COMPACTION_WAIT_SECONDS`` bounds the turn,
+        and one run of 20 model calls took minutes)."""
+        if calls >= self.max_calls_per_run:
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     # Long on purpose: the fold loop's running totals are what the storing
     # transaction writes, and the checks under the row lock read them all; halves would
     # hand a dozen values across.
@@ -599,9 +613,10 @@ class BaseMemoryCompactor:
         try:
             for row in self._rows(floor, target):
                 started = bool(chunk) or reached > floor
-                if row.role == Role.HUMAN and started and calls + bool(chunk) >= self.max_calls_per_run:
-                    # The run's budget of calls is spent: fold what is pending and stop right
-                    # before this human message, so the intermediate summary ends on a turn.
+                if row.role == Role.HUMAN and started and self._spent(calls + bool(chunk)):
+                    # The run's budget of calls (or of time) is spent: fold what is pending and
+                    # stop right before this human message, so the intermediate summary ends
+                    # on a turn.
                     if chunk:
                         fold(chunk)
                     stop_at = row.seq - 1

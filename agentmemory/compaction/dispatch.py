@@ -135,8 +135,10 @@ def request_compaction(
         force: skip the "is it due" check.
         wait: seconds; when positive, make sure a compaction has run before returning:
             inline it runs now (runs follow each other until the backlog is folded or the
-            time is up); with Celery the task is enqueued at once and awaited up to
-            ``wait`` seconds.
+            time is up, and a run stores what it folded at the first human-turn boundary
+            past it; a run refused because another process's run holds the lease waits
+            for that lease to end and runs after it); with Celery the task is enqueued at
+            once and awaited up to ``wait`` seconds.
         compactor_class: a class or dotted path; default ``COMPACTOR_CLASS`` (or the
             class of ``compactor``).
         reason: why the caller asks (for logs).
@@ -258,8 +260,13 @@ def _request_inline(
         deadline = time.monotonic() + wait
         summary_id, error = None, None
         while True:
-            run, error = _run_safely(conversation_id, compactor_class, window=window)
+            run, error = _run_safely(conversation_id, compactor_class, window=window, deadline=deadline)
             summary_id = run.summary.pk if run is not None and run.summary is not None else summary_id
+            if run is not None and run.status == BUSY and _await_lease(conversation_id, deadline):
+                # Another process's run holds the lease (a concurrent turn of the same
+                # conversation): what it folds may not reach this caller's gap, so run
+                # once more after it, within the wait, rather than send the gap.
+                continue
             if run is None or run.status != PARTIAL or time.monotonic() >= deadline:
                 break
         return CompactionRequest(
@@ -292,14 +299,41 @@ def _request_inline(
     )
 
 
+def _await_lease(conversation_id: int, deadline: float) -> bool:
+    """Poll until no live lease holds the conversation's compaction (its run ended, or its
+    holder died and the lease expired), or until ``deadline`` (``time.monotonic()``).
+
+    Returns:
+        Whether the lease is free before the deadline (``False`` also when the
+        conversation is gone).
+    """
+    delay = 0.02
+    while time.monotonic() < deadline:
+        row = (
+            Conversation.objects.filter(pk=conversation_id)
+            .values_list("compaction_lease", "compaction_lease_expires_at")
+            .first()
+        )
+        if row is None:
+            return False
+        lease, expires = row
+        if lease is None or expires is None or expires < timezone.now():
+            return True
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, 0.25)
+    return False
+
+
 def _run_safely(
     conversation_id: int,
     compactor_class: str | type | None,
     *,
     only_if_needed: bool = False,
     window: Window = (None, None),
+    deadline: float | None = None,
 ) -> tuple[CompactionRun | None, str | None]:
-    """One inline run; every failure is logged and recorded, never raised."""
+    """One inline run (stopping at a human-turn boundary past ``deadline``, a
+    ``time.monotonic()`` value); every failure is logged and recorded, never raised."""
     try:
         run = run_compaction(
             conversation_id,
@@ -307,6 +341,7 @@ def _run_safely(
             only_if_needed=only_if_needed,
             max_tokens=window[0],
             system_tokens=window[1],
+            deadline=deadline,
         )
     except Exception as exc:
         logger.warning("inline compaction of conversation %s failed: %s", conversation_id, exc, exc_info=True)

@@ -96,6 +96,7 @@ def run_compaction(
     llm: ChatModel | None = None,
     system_tokens: int | None = None,
     count_transient: bool = True,
+    deadline: float | None = None,
 ) -> CompactionRun:
     """One bounded compaction run of a conversation, as the task, inline requests and the
     ``compact_conversations`` command do it; a failure is recorded on the conversation
@@ -114,6 +115,10 @@ def run_compaction(
         count_transient: whether a ``TransientLLMError`` counts as a failed run for the
             sweep's pause (``compaction_failures``, ``retry_delay``); the Celery task passes
             ``False`` while it will retry itself, so that one task's retries count once.
+        deadline: a ``time.monotonic()`` value: past it, the run stores what it folded at
+            the next human-turn boundary (``"partial"``; one summariser call in progress
+            is finished first), for a caller that waits for it. ``None``: only
+            ``COMPACTION_MAX_CALLS_PER_RUN`` bounds the run.
 
     Returns:
         The ``CompactionRun``.
@@ -126,6 +131,7 @@ def run_compaction(
         return CompactionRun(GONE)
     compactor = build_compactor(conversation_id, compactor_class=compactor_class, llm=llm)
     compactor.fit_to_window(max_tokens, system_tokens)
+    compactor.deadline = deadline
     if only_if_needed and not compactor.needs_compaction(max_tokens=max_tokens):
         conv = compactor.last_checked
         if conv is not None and conv.compaction_requested_at is not None:

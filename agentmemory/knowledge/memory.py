@@ -630,17 +630,22 @@ class KnowledgeMemory:
         Raises:
             TypeError: ``fact_id`` is neither an int nor a ``uuid.UUID``.
         """
-        if isinstance(fact_id, uuid.UUID):
-            head = self.all_facts().filter(uuid=fact_id).first()
-        elif isinstance(fact_id, bool) or not isinstance(fact_id, int):
+        if isinstance(fact_id, bool) or not isinstance(fact_id, int | uuid.UUID):
             raise TypeError(f"fact_id must be an int or a uuid.UUID, not {type(fact_id).__name__}")
-        else:
-            head = self.all_facts().filter(pk=fact_id).first()
-        if head is None:
-            return 0
-        while head.superseded_by_id is not None:  # forgetting history forgets the fact it led to
-            head = Fact.objects.using(self.using).get(pk=head.superseded_by_id)
-        return delete_ids(self, [head.pk])
+        with transaction.atomic(using=self.using):
+            # Under the scope's lock, as writers: another agent's store must not move the
+            # fact's history under a new head between the walk and the delete (it stayed
+            # behind), nor delete the head this walk reads (Fact.DoesNotExist).
+            take_scope_lock(self)
+            found = self.all_facts().filter(
+                **({"uuid": fact_id} if isinstance(fact_id, uuid.UUID) else {"pk": fact_id})
+            )
+            head = found.first()
+            if head is None:
+                return 0
+            while head.superseded_by_id is not None:  # forgetting history forgets the fact it led to
+                head = Fact.objects.using(self.using).get(pk=head.superseded_by_id)
+            return delete_ids(self, [head.pk])
 
     def forget_all(self, *, category: str | None = None) -> int:
         """Delete every fact of this scope (or of one category), history included; returns how

@@ -929,8 +929,11 @@ def delete_ids(memory: KnowledgeMemory, ids: Any, count_all: bool = False) -> in
 
 
 def delete_batch(memory: KnowledgeMemory, ids: Sequence[int]) -> int:
-    """Delete the facts ``ids`` of the scope's owner in one transaction; returns how many."""
+    """Delete the facts ``ids`` of the scope's owner in one transaction, under the scope's
+    lock (``take_scope_lock``: a store of the same scope must not update or supersede a
+    fact deleted under it); returns how many."""
     with transaction.atomic(using=memory.using):
+        take_scope_lock(memory)
         _total, per_model = (
             Fact.objects.using(memory.using).filter(owner_id=memory.scope.owner_id, pk__in=ids).delete()
         )

@@ -42,6 +42,7 @@ found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -191,9 +192,17 @@ def _fit(items: list[Item], max_tokens: int, earlier: LeftOut = (0, ())) -> str:
 
     counter = get_token_counter()
 
+    # Where each day is first said: what ``left_out`` reads for every count it is asked
+    # about, once (reading the dropped items again for each count was quadratic: a fold of
+    # 700 messages parsed 250,000 dates).
+    first_said: dict[str, int] = {}
+    for index, (when, _text) in enumerate(items):
+        if when:
+            first_said.setdefault(_day(when), index)
+
     def left_out(dropped: int) -> LeftOut:
         days = dict.fromkeys(earlier[1])
-        days.update(dict.fromkeys(_day(when) for when, _text in items[:dropped] if when))
+        days.update(dict.fromkeys(day for day, index in first_said.items() if index < dropped))
         return earlier[0] + dropped, tuple(days)
 
     whole = _render(items, earlier)
@@ -387,6 +396,7 @@ _DATE_FORMATS = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def _day(when: str) -> str:
     """The day of a ``said_at`` text ("8 May 2023"), or the text as given when its format is
     not one of the known ones (LoCoMo's "1:56 pm on 8 May, 2023", LongMemEval's "2023/05/21

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from django.db import router, transaction
 from django.db.models import Q
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from agentmemory.recall import fulltext
@@ -200,19 +201,22 @@ def _search(
     passage_weight: float = 0.0,
     passages: dict[int, float] | None = None,
     as_of: datetime | None = None,
+    read_chars: int | None = None,
 ) -> list[MessageHit]:
     """``search_messages``; ``as_of`` (an aware datetime): as the memory stood then, the
     messages said by then only (``recall.lines.said_by`` of ``session_date``: the date a
     transcript gave, else when it was stored), recency measured from then; the statements
     read the messages stored by then or dated by a transcript, and the hits are those said
-    by then. ``passage_weight``: with full text, each candidate's score raised
-    by up to that share for its passage's score (``FullTextRanking.passage_weight``) before
-    the candidates and hits are chosen, those scores put in ``passages`` ({pk: score}; left
-    empty where the ranking did not compute them); ``read``, when given, is filled with
-    the rows the hits were read from where the search read them by place (PostgreSQL,
-    full-text): ``{(conversation id, seq): (pk, conversation id, seq, role, content,
-    metadata, created_at, conversation title, conversation uuid)}``, every searched message
-    with content at those places."""
+    by then. ``read_chars``: the hits' contents are read as far as that many characters
+    (the memory block shows a bounded part of each: whole, a turn whose words matched 40
+    stored tool results of 2 MB read 80 MB). ``passage_weight``: with full text, each
+    candidate's score raised by up to that share for its passage's score
+    (``FullTextRanking.passage_weight``) before the candidates and hits are chosen, those
+    scores put in ``passages`` ({pk: score}; left empty where the ranking did not compute
+    them); ``read``, when given, is filled with the rows the hits were read from where the
+    search read them by place (PostgreSQL, full-text): ``{(conversation id, seq): (pk,
+    conversation id, seq, role, content, metadata, created_at, conversation title,
+    conversation uuid)}``, every searched message with content at those places."""
     from agentmemory.conf import app_settings
     from agentmemory.models import Conversation, Message
 
@@ -282,7 +286,7 @@ def _search(
         if weights and _placed(ranking, messages.db):
             most = (1.0 + conf.RECALL_RECENCY_WEIGHT) * (1.0 + (conf.RECALL_DATE_WEIGHT if periods else 0.0))
             rows_read, scored = _pg_spread_rows(
-                messages.db, ranking, relevance, best, weights, k, most, within
+                messages.db, ranking, relevance, best, weights, k, most, within, read_chars
             )
             hits = _hits(rows_read, scored, relevance, conf, periods, k, as_of)
             if read is not None:
@@ -306,13 +310,14 @@ def _search(
     # only messages within that factor of the k-th best spread score can be among the hits.
     most = (1.0 + conf.RECALL_RECENCY_WEIGHT) * (1.0 + (conf.RECALL_DATE_WEIGHT if periods else 0.0))
     cutoff = sorted(spread_scores.values(), reverse=True)[:k][-1] / most
+    content: Any = "content" if read_chars is None else Substr("content", 1, read_chars)
     rows = (
         Message.objects.using(messages.db)
         .filter(pk__in=[pk for pk, score in spread_scores.items() if score >= cutoff])
         .filter(**({} if within is None else {"conversation_id": within}))
         .order_by()
         .values_list(
-            "pk", "conversation_id", "seq", "role", "content", "metadata", "created_at", "conversation__uuid"
+            "pk", "conversation_id", "seq", "role", content, "metadata", "created_at", "conversation__uuid"
         )
     )
     hits = _hits(rows, spread_scores, relevance, conf, periods, k, as_of)
@@ -430,6 +435,7 @@ def _pg_spread_rows(
     k: int,
     most: float,
     within: int | None,
+    read_chars: int | None = None,
 ) -> tuple[list[tuple[Any, ...]], dict[int, float]]:
     """PostgreSQL, full-text (``_placed``): the rows ``search_messages`` reads for its hits
     and their spread scores ({pk: score}), found as its neighbour read and ``spread`` find
@@ -525,7 +531,7 @@ def _pg_spread_rows(
     floor = ranked[k - 1] / most if len(ranked) >= k else 0.0
     wanted = [place for place, score in known_scores.items() if score >= floor]
     wanted += [place for place, score in maybe.items() if score >= floor]
-    rows = _pg_places(using, wanted, within)
+    rows = _pg_places(using, wanted, within, read_chars)
     found = {(row[1], row[2]) for row in rows}
     spread_scores = dict(known_scores)
     spread_scores.update({place: score for place, score in maybe.items() if place in found})
@@ -536,12 +542,15 @@ def _pg_spread_rows(
     return kept, {row[0]: spread_scores[(row[1], row[2])] for row in kept}
 
 
-def _pg_places(using: str, places: Sequence[tuple[int, int]], within: int | None) -> list[tuple[Any, ...]]:
+def _pg_places(
+    using: str, places: Sequence[tuple[int, int]], within: int | None, read_chars: int | None = None
+) -> list[tuple[Any, ...]]:
     """PostgreSQL: the searched messages with content at ``places`` ((conversation id, seq)),
     each found by the unique index of ``(conversation, seq)`` (a ``LATERAL`` lookup per
     place), with their conversations: ``(pk, conversation id, seq, role, content, metadata,
     created_at, conversation title, conversation uuid)``, the metadata as the model field
-    gives it. ``within``: the one conversation of every place, named in the statement."""
+    gives it, the content its first ``read_chars`` characters when given. ``within``: the
+    one conversation of every place, named in the statement."""
     from django.db import connections
 
     from agentmemory.models import Conversation, Message
@@ -555,8 +564,9 @@ def _pg_places(using: str, places: Sequence[tuple[int, int]], within: int | None
     of_conversation = {field.name: quote(str(field.column)) for field in Conversation._meta.concrete_fields}
     same = "" if within is None else f" AND {column['conversation']} = %s"
     created_at, instant = pg_instant(connection, "created_at")
+    content = "m.content" if read_chars is None else f"SUBSTRING(m.content, 1, {int(read_chars)})"
     sql = (
-        f"SELECT m.id, m.conversation_id, m.seq, m.role, m.content, m.metadata, {created_at}, "
+        f"SELECT m.id, m.conversation_id, m.seq, m.role, {content}, m.metadata, {created_at}, "
         f"c.{of_conversation['title']}, c.{of_conversation['uuid']} "
         f"FROM unnest(%s::bigint[], %s::bigint[]) AS p(c, s) CROSS JOIN LATERAL ("
         f"SELECT {column['id']} AS id, {column['conversation']} AS conversation_id, {column['seq']} AS seq, "

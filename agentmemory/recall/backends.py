@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import import_string
 
@@ -299,24 +300,29 @@ class EmbeddingBackend:
         size = len(vectors[0]) if vectors else self._dimensions() if have else 0
         stale = [o for o in objects if have.get(o.pk, size) != size]
         if stale:
-            emb_model._default_manager.using(db).filter(
-                model=self.embedder.model, **{f"{fk}__in": [o.pk for o in stale]}
-            ).delete()
             with _billed_to(stale):
                 vectors += self.embedder.embed([o.content for o in stale])  # type: ignore[attr-defined]
             todo += stale
         if not todo:
             return 0
-        emb_model._default_manager.using(db).bulk_create(
-            [
-                emb_model(
-                    **{fk: o, "model": self.embedder.model, "dimensions": len(v), "vector": to_bytes(v)}
-                )
-                for o, v in zip(todo, vectors, strict=True)
-            ],
-            ignore_conflicts=True,
-        )
-        mirror_vectors(db, todo, self.embedder.model, vectors)
+        # One transaction, after the model calls: a process killed between the vectors and
+        # their copies (``mirror_vectors``) left vectors that the redelivered task skipped
+        # (they exist) and copies that were never made.
+        with transaction.atomic(using=db):
+            if stale:
+                emb_model._default_manager.using(db).filter(
+                    model=self.embedder.model, **{f"{fk}__in": [o.pk for o in stale]}
+                ).delete()
+            emb_model._default_manager.using(db).bulk_create(
+                [
+                    emb_model(
+                        **{fk: o, "model": self.embedder.model, "dimensions": len(v), "vector": to_bytes(v)}
+                    )
+                    for o, v in zip(todo, vectors, strict=True)
+                ],
+                ignore_conflicts=True,
+            )
+            mirror_vectors(db, todo, self.embedder.model, vectors)
         return len(todo)
 
 

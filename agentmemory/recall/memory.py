@@ -667,6 +667,7 @@ def _ranked(
         read=read,
         passage_weight=PASSAGE_WEIGHT,
         as_of=now if as_of else None,
+        read_chars=MAX_READ_CHARS,  # what a line reads of a message (``lines.trimmed``)
     )
 
     def shown(found: Iterable[Any]) -> list[Any]:

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.db import models
+from django.utils import timezone
 from rest_framework import serializers
 
 from agentmemory.api.schema import extend_schema_field
@@ -17,6 +18,7 @@ from agentmemory.api.serializers.common import (
     StrictTextField,
 )
 from agentmemory.api.serializers.summaries import SummarySerializer
+from agentmemory.exceptions import ConversationNotFound
 from agentmemory.models import Conversation
 from agentmemory.transfer import row_schema
 from agentmemory.validation import json_problem
@@ -67,11 +69,19 @@ class ConversationSerializer(StrictInputMixin, AppModelSerializer):
         return value
 
     def update(self, instance: Conversation, validated_data: dict[str, Any]) -> Conversation:
-        # Save only the edited columns: a full save() would write back the counters read
-        # before a concurrent append, corrupting last_seq and the message counts.
+        """Write the edited columns only (a full ``save()`` would write back the counters
+        read before a concurrent append, corrupting ``last_seq`` and the message counts).
+
+        Raises:
+            ConversationNotFound: the conversation was deleted since it was read (a save of
+                the gone row raised Django's ``DatabaseError``, a 500).
+        """
         for name, value in validated_data.items():
             setattr(instance, name, value)
-        instance.save(update_fields=[*validated_data, "updated_at"])
+        instance.updated_at = timezone.now()
+        changed = type(instance)._base_manager.using(instance._state.db).filter(pk=instance.pk)
+        if not changed.update(**validated_data, updated_at=instance.updated_at):
+            raise ConversationNotFound(f"conversation {instance.pk} does not exist (any more)")
         return instance
 
 
