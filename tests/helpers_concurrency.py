@@ -264,3 +264,17 @@ def wait_for_a_lock_wait(probe: Any, holder_pid: int, tries: int = 200) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def stop_process(proc: Any, *, signum: int | None = None, grace: float = 15.0) -> None:
+    """Stop a child process (a Celery worker): ``signum`` (default SIGTERM, Celery's warm
+    shutdown), then SIGKILL if it has not ended within ``grace`` seconds; reaped either way."""
+    import signal
+    import subprocess
+
+    proc.send_signal(signal.SIGTERM if signum is None else signum)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -24,7 +24,7 @@ from agentmemory.invariants import window_violations
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
 from tests.factories import conversation_with_turns, turn
-from tests.helpers_concurrency import FIXED_SUMMARY, ROOT, child_env
+from tests.helpers_concurrency import FIXED_SUMMARY, ROOT, child_env, stop_process
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -69,12 +69,7 @@ def worker(broker_url, tmp_path: Path):  # type: ignore[no-untyped-def]
         try:
             yield proc, log_path
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def wait_for_summary(conv: Conversation, proc, log_path: Path, *, after: int = 0) -> Summary:  # type: ignore[no-untyped-def]

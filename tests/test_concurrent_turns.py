@@ -27,7 +27,7 @@ from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, ModelCall, Summary
 from agentmemory.tokens import LengthTokenCounter
 from tests.factories import conversation_with_turns, turn
-from tests.helpers_concurrency import ROOT, ScriptHolder, child_env
+from tests.helpers_concurrency import ROOT, ScriptHolder, child_env, stop_process
 
 COUNTER = LengthTokenCounter()  # every message costs one token
 INLINE = {"COMPACTION_MODE": "inline", "COMPACTION_LLM": "tests.helpers_concurrency.scripted_model"}
@@ -180,12 +180,7 @@ def worker(celery_app, tmp_path: Path):  # type: ignore[no-untyped-def]
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 @pytest.mark.celery_worker

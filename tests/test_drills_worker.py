@@ -36,7 +36,7 @@ from agentmemory.history import PersistentChatHistory
 from agentmemory.models import Conversation, Summary
 from tests.drill_models import DRILL_SUMMARY, DrillModel
 from tests.factories import conversation_with_turns, turn
-from tests.helpers_concurrency import ROOT, child_env
+from tests.helpers_concurrency import ROOT, child_env, stop_process
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -103,12 +103,7 @@ def drill(broker_url, tmp_path: Path, settings):  # type: ignore[no-untyped-def]
         for proc in procs:
             if proc.poll() is None:
                 # Celery's cold shutdown: a warm one (SIGTERM) waits for a slow call to end
-                proc.send_signal(signal.SIGQUIT)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc, signum=signal.SIGQUIT)
         for log in logs:
             log.close()
 

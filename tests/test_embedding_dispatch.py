@@ -23,7 +23,7 @@ from agentmemory.models import Conversation, MessageEmbedding
 from agentmemory.recall import search_messages
 from tests.embedders import hashed_vector
 from tests.factories import UserFactory
-from tests.helpers_concurrency import ROOT, child_env
+from tests.helpers_concurrency import ROOT, child_env, stop_process
 
 EMBEDDER_SETTINGS = {"EMBEDDER": "tests.embedders.StubEmbedder", "RECALL_BACKEND": "hybrid"}
 
@@ -199,12 +199,7 @@ def embedding_worker(broker_url, tmp_path: Path):  # type: ignore[no-untyped-def
         try:
             yield proc, log_path
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 @pytest.mark.celery_worker
