@@ -16,7 +16,7 @@ from django.utils import timezone
 from agentmemory.conf import get_token_counter
 from agentmemory.knowledge.storage import days_before
 from agentmemory.models import Fact
-from agentmemory.recall.lines import shown_time
+from agentmemory.recall.said import shown_time
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory

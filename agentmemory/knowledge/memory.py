@@ -49,7 +49,7 @@ from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_re
 from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
 from agentmemory.recall.compiled import Scope
 from agentmemory.recall.embedders import Embedder
-from agentmemory.recall.lines import fact_said_at, said_instant
+from agentmemory.recall.said import fact_said_at, said_instant
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
 from agentmemory.recording import usage_scope
@@ -189,7 +189,7 @@ class KnowledgeMemory:
         by then, the current fact then, not expired then; for transient entries, stored within
         ``max_log_days`` before it). A fact dated by a transcript (``metadata["said_at"]``) is
         in it whatever its storage time: ``recall`` keeps it only when it had been said by
-        ``now`` (``recall.lines.fact_said_at``), which the database cannot read.
+        ``now`` (``recall.said.fact_said_at``), which the database cannot read.
 
         Raises:
             ValueError: ``now`` is not an aware datetime.

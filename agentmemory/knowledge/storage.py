@@ -30,7 +30,7 @@ from agentmemory.exceptions import AgentMemoryError
 from agentmemory.models import Fact, FactEmbedding, FactKind, Message
 from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
-from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS, said_instant, session_date
+from agentmemory.recall.said import TRANSCRIPT_DATE_KEYS, said_instant, session_date
 from agentmemory.recall.scope import MemoryScopeError, require_user
 from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 from agentmemory.recording import usage_scope
@@ -472,7 +472,7 @@ def source_message_id(memory: KnowledgeMemory, source_message: Any) -> int | Non
 
 def source_of(memory: KnowledgeMemory, source_message: Any) -> tuple[int | None, str]:
     """``source_message_id``'s id, and the date a transcript gave the message
-    (``recall.lines.TRANSCRIPT_DATE_KEYS`` in its metadata, as written there: "1:56 pm on 8
+    (``recall.said.TRANSCRIPT_DATE_KEYS`` in its metadata, as written there: "1:56 pm on 8
     May, 2023") or "": a fact taken from it is dated when it was said (its
     ``metadata["said_at"]``, as the memory flush writes it), not when it was stored (design
     R3: dates a transcript gives win over storage times). One query, as the check alone.

@@ -37,6 +37,7 @@ from agentmemory.recall.backends import (
 )
 from agentmemory.recall.compiled import Scope
 from agentmemory.recall.dates import Period, periods_in, without_dates
+from agentmemory.recall.said import TRANSCRIPT_DATE_KEYS, said_by, session_date
 from agentmemory.recall.scope import MemoryScope, MemoryScopeError, owner_id_of
 from agentmemory.recall.text import bounded_query, query_words
 from agentmemory.validation import MAX_ID
@@ -204,7 +205,7 @@ def _search(
     read_chars: int | None = None,
 ) -> list[MessageHit]:
     """``search_messages``; ``as_of`` (an aware datetime): as the memory stood then, the
-    messages said by then only (``recall.lines.said_by`` of ``session_date``: the date a
+    messages said by then only (``recall.said.said_by`` of ``session_date``: the date a
     transcript gave, else when it was stored), recency measured from then; the statements
     read the messages stored by then or dated by a transcript, and the hits are those said
     by then. ``read_chars``: the hits' contents are read as far as that many characters
@@ -232,8 +233,6 @@ def _search(
     # is named
     scope: Scope | None = Scope("recall.searched_ids", _searched_ids, (owner_id, agent_key), messages.db)
     if as_of is not None:
-        from agentmemory.recall.lines import TRANSCRIPT_DATE_KEYS
-
         # a transcript's date is read in Python (``_hits``): such rows are read whatever
         # their storage time
         messages = messages.filter(
@@ -371,8 +370,6 @@ def _hits(
     ``as_of``, only the rows said by then (``session_date``), recency measured from then."""
     now = timezone.now() if as_of is None else as_of
     if as_of is not None:
-        from agentmemory.recall.lines import said_by, session_date
-
         rows = [row for row in rows if said_by(session_date(row[5], row[6]), as_of)]
     date_boost = 1.0 + conf.RECALL_DATE_WEIGHT
     # scored and sorted first: only the ``k`` kept become hits

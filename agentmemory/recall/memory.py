@@ -63,13 +63,15 @@ from agentmemory.recall.feedback import asks_for_every, expansion_words, mixed
 from agentmemory.recall.lines import (
     MAX_READ_CHARS,
     SHOWN_ROLES,
-    TRANSCRIPT_DATE_KEYS,
     _Line,
-    date_text,
-    fact_said_at,
     neutralised,
     read_lines,
     rough_stem,
+)
+from agentmemory.recall.said import (
+    TRANSCRIPT_DATE_KEYS,
+    date_text,
+    fact_said_at,
     said_by,
     session_date,
     shown_day,
