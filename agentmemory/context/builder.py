@@ -43,15 +43,9 @@ from agentmemory.context.fitting import (
 )
 from agentmemory.context.gaps import (
     _NO_SEQ,
-    REASON_NO_COMPACTOR,
-    REASON_NOT_CLOSED,
-    REASON_NOT_REQUESTED,
-    REASON_SUMMARY_CUT,
-    _derive_gap,
     _GapState,
-    probe_from_head,
-    report_left_out,
 )
+from agentmemory.context.left_out import LeftOutReport
 from agentmemory.context.memory import (  # noqa: F401  (re-exported)
     MEMORY_QUERY_MAX_CHARS,
     MEMORY_QUERY_PART_CHARS,
@@ -72,11 +66,9 @@ from agentmemory.context.packing import (
     truncate_message,
 )
 from agentmemory.context.window import (
-    MAX_LISTED_SEQS,
     NO_UNCOVERED,
     SUMMARY_CUT,
     ContextWindow,
-    UncoveredMessages,
 )
 from agentmemory.exceptions import (
     ContextBudgetExceeded,
@@ -86,15 +78,12 @@ from agentmemory.exceptions import (
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
 from agentmemory.messages import ChatMessage, Role
 from agentmemory.models import Conversation, Message
-from agentmemory.store.gap import read_gap_probe
 from agentmemory.store.window import (
     MAX_READ,
-    ConversationRow,
     SummaryRow,
     TailReader,
     read_contents,
     read_head,
-    read_uncovered,
 )
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import (
@@ -112,7 +101,7 @@ _HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
 GAP_POLICIES = ("close", "report", "ignore")
 
 
-class ContextWindowBuilder(MemoryBlock):
+class ContextWindowBuilder(LeftOutReport, MemoryBlock):
     """Builds ``ContextWindow``s for one conversation.
 
     Two ways to name the conversation: ``ContextWindowBuilder(conversation)``, or, as the
@@ -393,32 +382,6 @@ class ContextWindowBuilder(MemoryBlock):
         pinned one; 0 before the first)."""
         return self._system_tokens
 
-    def left_out_reason(self, window: ContextWindow, *, summary_cut: bool, compaction: Any = None) -> str:
-        """Why ``window`` leaves stored messages in neither itself nor the summary (the
-        ``reason`` of ``messages_left_out``; ``""`` when it leaves none): the summary cut
-        for the turn in progress, a compaction asked for (``compaction``, the
-        ``request_compaction`` result) that did not cover them, no compactor for policy
-        "close", or policy "report"."""
-        if not window.uncovered:
-            return ""
-        if summary_cut:
-            # Left out beside the turn in progress: compaction cannot help, it never folds
-            # the newest turn.
-            return REASON_SUMMARY_CUT
-        if compaction is not None:
-            error = getattr(compaction, "error", None)
-            return f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
-        if self.gap_policy == "close":
-            return REASON_NO_COMPACTOR
-        return REASON_NOT_REQUESTED
-
-    def report(self, window: ContextWindow, reason: str) -> ContextWindow:
-        """Report what ``window`` leaves out (``reason``: ``left_out_reason``; the log and
-        ``messages_left_out``) and return ``window``."""
-        if window.uncovered:
-            self._report_left_out(window, reason)
-        return window
-
     def _insert_memory(self, window: ContextWindow, block: Any, room: int | None = None) -> ContextWindow:
         """``window`` with the memory message of ``block`` after its summary, when it fits in
         ``room`` tokens (default: what ``window`` leaves of its ``max_tokens``)."""
@@ -571,9 +534,6 @@ class ContextWindowBuilder(MemoryBlock):
             pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
         )
         return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
-
-    def _report_left_out(self, window: ContextWindow, reason: str) -> None:
-        report_left_out(ContextWindowBuilder, self.conversation_id, window, reason)
 
     def _summary(self, stored: SummaryRow | None) -> tuple[SummaryRow | None, str | None]:
         """The summary to send: ``(row, None)`` when its coverage is known, ``(None,
@@ -902,20 +862,6 @@ class ContextWindowBuilder(MemoryBlock):
             seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
         )
 
-    def _uncovered_after(
-        self, packed: PackResult, using: str, floor_seq: int, conv: ConversationRow, first_seq: int | None
-    ) -> UncoveredMessages:
-        """What the window whose oldest history seq is ``first_seq`` leaves in neither
-        itself nor the summary (``ContextWindow.uncovered``; ``NO_UNCOVERED`` for none):
-        nothing to look up when packing read every row down to the floor (nothing blocked
-        it) and dropped nothing older than the window but waiting exchanges and orphans;
-        otherwise ``_gap`` works it out."""
-        before = first_seq if first_seq is not None else _NO_SEQ
-        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
-            return NO_UNCOVERED
-        uncovered = self._gap(using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges)
-        return uncovered if uncovered.count else NO_UNCOVERED
-
     def _marker_tokens(
         self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
     ) -> dict[int, int]:
@@ -930,49 +876,6 @@ class ContextWindowBuilder(MemoryBlock):
         return {
             seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
         }
-
-    def _gap(
-        self, using: str, *, after: int, before: int, pending_exchanges: tuple[int, ...]
-    ) -> UncoveredMessages:
-        """The stored messages with ``after < seq < before`` (``before``: the window's
-        oldest history seq), less orphaned tool results and the messages of the tool
-        exchanges started at ``pending_exchanges``: what the window leaves in neither
-        itself nor the summary.
-
-        Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
-        the summary's ``tokens_covered`` and the rows the window read, with the few index
-        lookups the head statement made beside them (``probe_from_head``), or, where those
-        do not say it all, one statement of them (``read_gap_probe``): the cost does not
-        grow with the number of messages left out. Where the counters cannot say (seqs
-        with holes, which only an imported document can leave; a summary whose span does
-        not start the conversation; a waiting tool exchange in the gap that already has
-        results), one statement counts the gap instead (``read_uncovered``), reading it."""
-        state = self._gap_state
-        assert state is not None  # set by ``_assemble`` before it asks
-        relevant = [seq for seq in pending_exchanges if seq < before]
-        probe = probe_from_head(state, before=before, pending_exchanges=relevant) or read_gap_probe(
-            using,
-            self.conversation_id,
-            before=before,
-            summary_id=state.summary.pk if state.summary is not None else None,
-            pending_exchanges=relevant,
-            pinned_seq=state.conv.pinned_seq,
-            pinned_last_seq=state.conv.pinned_through or None,
-        )
-        derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
-        if derived is not None:
-            return derived
-        count, tokens, seqs = read_uncovered(
-            using,
-            self.conversation_id,
-            after=after,
-            before=before,
-            pending_exchanges=sorted(set(pending_exchanges)),
-            listed=MAX_LISTED_SEQS,
-        )
-        if not count:
-            return NO_UNCOVERED
-        return UncoveredMessages(count, tokens, tuple(reversed(seqs)))
 
     def _system_prompt_message(self) -> tuple[ChatMessage, int]:
         """The system prompt's message and its tokens by the builder's counter (tokens),
