@@ -18,9 +18,9 @@ statement in the common case), not by reading the messages left out (see
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -30,9 +30,6 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
-    _fitting_cap,
-    _newest_turn,
-    _placeholders_cost,
     _sent_history,
     _turn_floor,
     _turn_rows,
@@ -41,10 +38,7 @@ from agentmemory.context.fitting import (
 from agentmemory.context.fitting import (
     MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
 )
-from agentmemory.context.gaps import (
-    _NO_SEQ,
-    _GapState,
-)
+from agentmemory.context.gaps import _NO_SEQ, _GapState
 from agentmemory.context.left_out import LeftOutReport
 from agentmemory.context.memory import (  # noqa: F401  (re-exported)
     MEMORY_QUERY_MAX_CHARS,
@@ -57,26 +51,21 @@ from agentmemory.context.memory import (  # noqa: F401  (re-exported)
 from agentmemory.context.packing import (
     _PLACEHOLDER,
     _SEQ,
-    PackResult,
     RowMeta,
-    marker_only_copy,
     pack_history,
     pending_placeholder,
     summary_token_budget,
     truncate_message,
 )
-from agentmemory.context.window import (
-    NO_UNCOVERED,
-    SUMMARY_CUT,
-    ContextWindow,
-)
+from agentmemory.context.turn import TurnFitting
+from agentmemory.context.window import NO_UNCOVERED, SUMMARY_CUT, ContextWindow
 from agentmemory.exceptions import (
     ContextBudgetExceeded,
     ConversationNotFound,
     TurnTooLarge,
 )
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message
 from agentmemory.store.window import (
     MAX_READ,
@@ -95,13 +84,11 @@ from agentmemory.validation import (
 
 logger = logging.getLogger("agentmemory.context")
 
-_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
-
 #: what a builder does about stored messages left in neither the window nor the summary
 GAP_POLICIES = ("close", "report", "ignore")
 
 
-class ContextWindowBuilder(LeftOutReport, MemoryBlock):
+class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
     """Builds ``ContextWindow``s for one conversation.
 
     Two ways to name the conversation: ``ContextWindowBuilder(conversation)``, or, as the
@@ -754,128 +741,6 @@ class ContextWindowBuilder(LeftOutReport, MemoryBlock):
             summary_tokens = counter.count_message(summary_message)
             summary_cut = True
         return summary_message, summary_tokens, summary_cut
-
-    def _fit_newest_turn(
-        self,
-        packed: PackResult,
-        source: Iterator[RowMeta],
-        reader: TailReader,
-        *,
-        humans_after_floor: int,
-        available: int,
-        max_messages: int | None,
-        markers_allowed: bool,
-    ) -> tuple[PackResult, int | None, bool, list[RowMeta], dict[int, int] | None, dict[int, int] | None]:
-        """Fit the turn in progress when the packing ``packed`` left it out (a tool loop
-        whose results pile up after the human message; see ``fit_newest_turn``): its tool
-        results as copies cut to one size, and as a last step (``markers_allowed``: the
-        summary is already cut or left out) the oldest as the truncation marker alone.
-
-        Returns ``(packed, cap, has_human, turn, marks, marker_tokens)``: the packing to
-        send (the refit one when the turn now fits), the tool-result cap it used (tokens),
-        whether it holds a human message, the turn's rows (empty: not looked at), what each
-        result costs as the marker alone where that was counted, and the results sent so.
-        """
-        cap = self.max_tool_result_tokens
-        placeholder_tokens = self._placeholder_tokens
-        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
-        turn: list[RowMeta] = []
-        marker_tokens: dict[int, int] | None = None
-        marks: dict[int, int] | None = None  # what each result costs as the marker alone
-        if (
-            not self.fit_newest_turn
-            or has_human
-            or humans_after_floor <= 0
-            or cap is None
-            or packed.blocked_by_count
-        ):
-            return packed, cap, has_human, turn, marks, marker_tokens
-        # The newest turn does not fit: in a tool loop its results pile up after the
-        # human message. Send its tool results as shorter truncated copies, all cut to
-        # one size, rather than fail the model call (the turn stays whole and in order).
-        turn = _newest_turn(source, reader.seen)
-        # The room left once the placeholders sent for unanswered calls are paid for.
-        room = available - _placeholders_cost(turn, placeholder_tokens)
-        fitted = _fitting_cap(turn, room, cap) if turn else None
-        if fitted is None and turn and markers_allowed:
-            # Not even the shortest cut copies fit (and the summary, if any, is already
-            # cut or left out): the last step before refusing sends the oldest results
-            # as copies holding only the truncation marker.
-            marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
-            floor = _turn_floor(turn, cap, marks, placeholder_tokens)
-            plan = floor.marker_plan(available)
-            if plan is not None:  # ``{}``: the shortest cut copies fit without markers
-                fitted, marker_tokens = floor.floor, plan or None
-        if fitted is not None:
-            refit = pack_history(
-                turn,
-                budget=available,
-                max_messages=max_messages,
-                max_tool_result_tokens=fitted,
-                truncate_oversized_human=self.oversized_message_policy == "truncate",
-                placeholder_tokens=placeholder_tokens,
-                marker_tokens=marker_tokens,
-            )
-            if any(unit[0].role == _HUMAN for unit in refit.units):
-                refit.blocked = refit.blocked or packed.blocked  # older rows were not read
-                return refit, fitted, True, turn, marks, marker_tokens
-            marker_tokens = None
-        return packed, cap, has_human, turn, marks, marker_tokens
-
-    def _refuse_turn(
-        self,
-        packed: PackResult,
-        turn: list[RowMeta],
-        marks: dict[int, int] | None,
-        reader: TailReader,
-        *,
-        max_messages: int | None,
-        markers_allowed: bool,
-        summary_tokens: int,
-        system_tokens: int,
-        max_tokens: int,
-    ) -> NoReturn:
-        """Refuse a window whose packing holds no human message though the conversation
-        has one after the summary: the turn in progress does not fit.
-
-        Raises:
-            ContextBudgetExceeded: ``max_messages`` is too small for the turn, or its human
-                message does not fit.
-            TurnTooLarge: a tool loop that does not fit, naming its parts and sizes.
-        """
-        blocked_seq, blocked_tokens = packed.blocked or (None, 0)
-        if packed.blocked_by_count:
-            raise ContextBudgetExceeded(
-                seq=blocked_seq,
-                tokens=blocked_tokens,
-                available=packed.available_at_block,
-                message=f"the newest turn needs more than max_messages={max_messages} messages "
-                f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
-            )
-        if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-            if marks is None and markers_allowed:
-                marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
-            raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
-                summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
-            )
-        raise ContextBudgetExceeded(
-            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
-        )
-
-    def _marker_tokens(
-        self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
-    ) -> dict[int, int]:
-        """What each tool result of ``turn`` costs as a marker-only copy (tokens, by seq),
-        by the builder's counter. Reads the content of the results the window did not read
-        yet (one query) and keeps it in ``contents``."""
-        seqs = [row.seq for row in turn if row.role == _TOOL and not row.placeholder]
-        missing = [seq for seq in seqs if seq not in contents]
-        if missing:
-            contents.update(read_contents(router.db_for_read(Message), conv_pk, missing))
-        counter = self.token_counter
-        return {
-            seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
-        }
 
     def _system_prompt_message(self) -> tuple[ChatMessage, int]:
         """The system prompt's message and its tokens by the builder's counter (tokens),
