@@ -74,7 +74,8 @@ from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
-from agentmemory.models import Conversation, ConversationQuerySet, Message, Summary
+from agentmemory.managers import ConversationQuerySet
+from agentmemory.models import Conversation, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
 from agentmemory.validation import text_problem
 
