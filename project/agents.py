@@ -3,8 +3,8 @@ compaction, a variant that overrides ``get_config()`` with its own compactor, an
 long-term memory of each customer.
 
 Try them with ``python manage.py chat support`` (or ``support-early-summary``, or
-``support-memory --owner alice``) once an LLM is configured (see docs/agents.md). The order data is a small in-memory table standing in for
-the host project's own models.
+``support-memory --owner alice``) once an LLM is configured (see docs/agents.md). The order
+data is a small in-memory table standing in for the host project's own models.
 """
 
 from __future__ import annotations
