@@ -100,6 +100,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "formats",
             "llm",
             "routers",
+            "extras",
         ),
     ),
     ("models", ("models", "managers", "migrations")),
