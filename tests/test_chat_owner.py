@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, OutputWrapper
 
 from agentmemory.agents import BaseToolCallingAgent, registry
 from agentmemory.llm.fake import ScriptedChatModel
@@ -124,3 +124,22 @@ def test_an_owner_name_the_user_model_refuses_is_a_command_error(monkeypatch, ag
     with pytest.raises(CommandError, match="--owner"):
         chat(monkeypatch, ScriptedChatModel(["never sent"]), "hi\n", "--owner", "not a valid name!")
     assert not Conversation.objects.exists()
+
+
+def test_owner_names_are_read_as_the_user_model_stores_them() -> None:
+    """``--owner`` finds a user by the name ``create_user`` would have stored: "alice" in
+    full-width letters is "alice" after NFKC (``AbstractBaseUser.normalize_username``), so
+    memory is not split between look-alike users; an inactive user is named as such, as it cannot
+    log in to see what it owns."""
+    from agentmemory.management.owners import resolve_owner
+
+    alice = get_user_model().objects.create_user("alice")
+    assert resolve_owner("\uff41\uff4c\uff49\uff43\uff45", None, purpose="to own it") == alice
+    assert get_user_model().objects.count() == 1
+    created = resolve_owner("Zu\u0308rich", None, purpose="to own it")
+    assert created.get_username() == "Z\u00fcrich"
+    assert resolve_owner("Z\u00fcrich", None, purpose="to own it") == created
+    get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
+    out = io.StringIO()
+    assert resolve_owner("alice", OutputWrapper(out), purpose="to own it") == alice
+    assert "'alice' is inactive" in out.getvalue()

@@ -19,14 +19,16 @@ OWNER_HELP = (
 
 
 def resolve_owner(username: str, stdout: OutputWrapper | None, *, purpose: str) -> AbstractBaseUser:
-    """The user named ``username`` (by the user model's ``USERNAME_FIELD``), created with no
-    usable password when there is none, so that it can own conversations but not log in until
+    """The user named ``username`` (by the user model's ``USERNAME_FIELD``, the name
+    normalised as ``create_user`` stores it: ``AbstractBaseUser.normalize_username``, NFKC),
+    created with no usable password when there is none, so that it can own conversations but not log in until
     someone sets a password (``manage.py changepassword``).
 
     Args:
         username: the name given to ``--owner``.
         stdout: where to say that a user was created ("Created user 'alice' {purpose}; it
-            logs in once it is given a password"); ``None`` says nothing (a caller that gives
+            logs in once it is given a password") or that the user found is inactive;
+            ``None`` says nothing (a caller that gives
             the user a password itself).
         purpose: why the user is needed, as the message says it ("to own the conversation").
 
@@ -38,11 +40,21 @@ def resolve_owner(username: str, stdout: OutputWrapper | None, *, purpose: str) 
     field = user_model.USERNAME_FIELD
     if not username.strip():
         raise CommandError("--owner needs a user name")
+    # the name as ``create_user`` stores it (NFKC: "alice" typed in full-width letters is "alice"), so a
+    # look-alike spelling finds the user instead of making a second one
+    username = user_model.normalize_username(username)
     manager = user_model._default_manager
     try:
-        return manager.get(**{field: username})
+        user = manager.get(**{field: username})
     except user_model.DoesNotExist:
         pass
+    else:
+        if not getattr(user, "is_active", True) and stdout is not None:
+            stdout.write(
+                f"User {username!r} is inactive: the conversation is theirs, but they cannot log "
+                "in to see it until they are made active again"
+            )
+        return user
     try:
         username_field = user_model._meta.get_field(field)
         if isinstance(username_field, models.Field):
