@@ -44,11 +44,12 @@ class InvalidMessageError(AgentMemoryError, ValueError):
 class ConversationFull(InvalidMessageError):
     """The conversation cannot take the messages: their seqs would pass ``2**63 - 1``, the
     largest a seq holds (a 64-bit integer column: PostgreSQL's ``bigint``, SQLite's
-    ``INTEGER``). Only a conversation whose ``last_seq`` was set near that bound (an imported
-    document, a row written by hand) gets there. Seqs are never reused, not even after
+    ``INTEGER``). Only a conversation whose ``last_seq`` was set near that bound (a row written
+    by hand: raw SQL, a data migration) gets there. Seqs are never reused, not even after
     ``clear()``: store the messages in a new conversation. Nothing of the batch is stored.
 
     Attributes:
+        conversation_id: the conversation's primary key.
         last_seq: the conversation's last seq.
         count: how many messages were refused.
     """
@@ -56,11 +57,12 @@ class ConversationFull(InvalidMessageError):
     def __init__(self, *, conversation_id: int, last_seq: int, count: int, limit: int) -> None:
         self.last_seq = last_seq
         self.count = count
+        self.conversation_id = conversation_id
         free = max(limit - last_seq, 0)
         super().__init__(
-            f"conversation {conversation_id} is full: its last seq is {last_seq} and a seq holds "
-            f"at most {limit} (2**63 - 1), so {free} more message{'' if free == 1 else 's'} can "
-            f"follow, not {count}; seqs are never reused: store them in a new conversation"
+            f"the conversation is full: its last seq is {last_seq} and a seq holds at most "
+            f"{limit} (2**63 - 1), so {free} more message{'' if free == 1 else 's'} can follow, "
+            f"not {count}; seqs are never reused: store them in a new conversation"
         )
 
 
@@ -84,9 +86,14 @@ class ConversationStateError(AgentMemoryError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(
-            f"conversation {conversation_id}: {reason}; its bookkeeping disagrees with its stored "
-            "messages (written outside agentmemory?): run manage.py repair_conversations "
+        super().__init__(self.describe(conversation_id))
+
+    def describe(self, conversation: object) -> str:
+        """The message, naming the conversation as ``conversation`` (the API names it by its
+        uuid, never by its primary key)."""
+        return (
+            f"conversation {conversation}: {self.reason}; its bookkeeping disagrees with its "
+            "stored messages (written outside agentmemory?): run manage.py repair_conversations "
             "--conversation <its uuid> (agentmemory.repair.repair_conversation) to work it out again"
         )
 

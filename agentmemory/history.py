@@ -23,7 +23,7 @@ from agentmemory.exceptions import (
     InvalidMessageError,
     MessageNotFound,
 )
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage, Role, pending_calls
 from agentmemory.models import Conversation, Message
 from agentmemory.store.append import (
     _append_one_postgresql,
@@ -172,7 +172,9 @@ def last_foldable_seq(
     """
     using = router.db_for_read(Message)
     messages = Message.objects.using(using).filter(conversation_id=conversation.pk)
-    waiting = {seq for seq in (conversation.pending_tool_calls or {}).values() if floor < seq <= target}
+    waiting = {
+        seq for seq in pending_calls(conversation.pending_tool_calls).values() if floor < seq <= target
+    }
     abandoned: set[int] = set()
     timeout = app_settings().PENDING_TOOL_CALL_TIMEOUT
     if waiting and timeout is not None:
@@ -354,7 +356,7 @@ class PersistentChatHistory:
                     humans=sum(1 for m in batch if m.role is Role.HUMAN),
                     tokens=sum(counts),
                 )
-                pending = dict(conv.pending_tool_calls or {})
+                pending = pending_calls(conv.pending_tool_calls)
                 rows = []
                 seq = conv.last_seq
                 humans = 0
@@ -434,7 +436,7 @@ class PersistentChatHistory:
             )
             if conv is None:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
-            pending = dict(conv.pending_tool_calls or {})
+            pending = pending_calls(conv.pending_tool_calls)
             if not pending:
                 return []
             # Each result carries its call's tool name, as the agent's own results do, so the
@@ -543,7 +545,7 @@ class PersistentChatHistory:
                 return None
             row = newest[0]
             before = newest[1].seq if len(newest) > 1 else None
-            pending = dict(conv.pending_tool_calls or {})
+            pending = pending_calls(conv.pending_tool_calls)
             if row.role == Role.AI:
                 for call in row.tool_calls or ():
                     if pending.get(call.get("id")) == row.seq:

@@ -288,3 +288,28 @@ class PendingToolCall:
     requested_at: datetime
     age_seconds: float
     abandoned: bool
+
+
+#: the largest seq: the largest value of the 64-bit ``seq`` column
+_MAX_SEQ = 2**63 - 1
+
+
+def pending_calls(value: Any) -> dict[str, int]:
+    """A stored ``Conversation.pending_tool_calls`` value as ``{tool call id: seq of the AI
+    message that made the call}``, whatever the column holds: the entries with a text key and
+    a whole number from 1 to 2**63 - 1 (a ``bool`` is not one). Anything else, the value
+    itself when it is not a JSON object, is left out. A new dict: the caller may change it.
+
+    agentmemory writes the column under the conversation's row lock, always in that shape; a
+    row written by hand (raw SQL, a data migration) can hold anything JSON holds. Read as it
+    was, an array or a seq written as text failed every window of the conversation (a
+    ``ValueError`` the API reported as a wrong ``max_tokens``, an ``AttributeError``: a 500)
+    and every append that read it. The next append that changes the pending calls writes back
+    only these entries; ``manage.py repair_conversations`` does it at once."""
+    if not isinstance(value, dict) or not value:
+        return {}
+    return {
+        key: seq
+        for key, seq in value.items()
+        if isinstance(key, str) and type(seq) is int and 0 < seq <= _MAX_SEQ
+    }

@@ -17,7 +17,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
-from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall, pending_calls
 from agentmemory.signals import memory_deleted
 
 
@@ -323,7 +323,7 @@ class Conversation(models.Model):
             using: the database alias to read the AI messages from (defaults to the one the
                 routers choose for reading ``Message``).
         """
-        pending = dict(self.pending_tool_calls or {})
+        pending = pending_calls(self.pending_tool_calls)
         if not pending:
             return []
         from agentmemory.conf import app_settings

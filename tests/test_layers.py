@@ -109,7 +109,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("knowledge and the memory block", ("knowledge", "recall.memory")),
     (
         "compaction and upkeep",
-        ("compaction", "flush", "calls", "semantic", "tasks", "transfer", "deletion", "retention"),
+        ("compaction", "flush", "calls", "semantic", "tasks", "transfer", "deletion", "retention", "repair"),
     ),
     ("agent loop", ("agents", "closing")),
     ("surfaces", ("api", "admin", "management", "replay", "checks", "apps")),

@@ -351,7 +351,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.messages)
     elif isinstance(exc, ConversationStateError):
-        exc = ConversationInconsistent(str(exc))
+        kwargs = getattr(context.get("view"), "kwargs", None) or {}
+        exc = ConversationInconsistent(
+            exc.describe(kwargs.get("conversation_uuid") or kwargs.get("uuid") or "")
+        )
     elif unavailable:
         _close_broken_connections()
         exc = DatabaseUnavailable()

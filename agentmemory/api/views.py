@@ -792,7 +792,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
             409: OpenApiResponse(
                 s.ErrorSerializer,
                 description="Refused; nothing stored. `conversation_full`: the seqs would pass "
-                "2**63 - 1, the largest a seq holds (a conversation imported at the last seqs): "
+                "2**63 - 1, the largest a seq holds (a last seq set there by raw SQL): "
                 "store the messages in a new conversation. `conversation_inconsistent`: the "
                 "conversation's stored bookkeeping (its last seq, its counts) disagrees with its "
                 "messages; `manage.py repair_conversations` works it out again.",

@@ -28,6 +28,7 @@ from django.db import router
 
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
+from agentmemory.context.bookkeeping import check_pinned, turn_refusal
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
     _fitting_cap,
@@ -346,10 +347,10 @@ class ContextWindowBuilder(MemoryBlock):
                 1 and the ceiling, or ``max_messages`` is negative or not an integer.
             ConversationNotFound: the conversation does not exist (any more).
             ContextBudgetExceeded: the newest human message cannot fit (policy "error").
-            TurnTooLarge: the turn in progress cannot fit, even with its tool results sent
-                as the truncation marker alone; or, with gap policy "close", not beside the
-                shortest cut of the summary (see ``fit_newest_turn``). A
-                ``ContextBudgetExceeded``.
+            TurnTooLarge: the turn in progress cannot fit, even with its tool results sent as the
+                truncation marker alone; or, with gap policy "close", not beside the shortest cut
+                of the summary (see ``fit_newest_turn``). A ``ContextBudgetExceeded``.
+            ConversationStateError: the pinned prompt, summary or counts hide the newest turn.
         """
         max_tokens, max_messages = self.limits(max_tokens, max_messages)
         if self.gap_policy == "close" and self._can_compact:
@@ -635,6 +636,7 @@ class ContextWindowBuilder(MemoryBlock):
         if head is None:
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
         conv, summary = head.conv, head.summary
+        check_pinned(conv)  # a stored value no run of seqs has hides messages silently
         if head.pinned:
             # The leading run of stored system messages, in stored order, counted once.
             messages.extend(head.pinned)
@@ -898,9 +900,7 @@ class ContextWindowBuilder(MemoryBlock):
             raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
                 summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
             )
-        raise ContextBudgetExceeded(
-            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
-        )
+        raise turn_refusal(reader, packed, blocked_seq, blocked_tokens)
 
     def _uncovered_after(
         self, packed: PackResult, using: str, floor_seq: int, conv: ConversationRow, first_seq: int | None

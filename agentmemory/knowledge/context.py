@@ -16,8 +16,8 @@ from django.utils import timezone
 from agentmemory.conf import get_token_counter
 from agentmemory.knowledge.storage import days_before
 from agentmemory.models import Fact
-from agentmemory.validation import MAX_ID
 from agentmemory.recall.said import shown_time
+from agentmemory.validation import MAX_ID
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory

@@ -1,14 +1,17 @@
 """PostgreSQL: the one-message append's functions store nothing when a counter would pass
 the largest value of its column.
 
-A conversation whose ``last_seq`` is 2**63 - 1 (an imported document may end at the last seq
-a ``bigint`` holds; a row written by hand) made every append fail with "bigint out of range",
+A conversation whose ``last_seq`` is 2**63 - 1 (a row written by hand: raw SQL, a data
+migration) made every append fail with "bigint out of range",
 a 500 from the API; a message or token count at that bound did the same. Each statement's
 ``UPDATE`` now also requires room in the counters it bumps (``last_seq``, ``message_count``,
 ``human_message_count``, ``stored_tokens``), so it updates no row and inserts nothing, and
 ``PersistentChatHistory`` refuses the append with ``ConversationFull`` (a seq) or
 ``ConversationStateError`` (a count), as ``agentmemory.store.append`` does for statements sent
-as text.
+as text. ``calls`` likewise updates no row when ``pending_tool_calls`` is not a JSON object,
+or holds for the call a result answers what is no seq (a row written by hand): the cast
+failed with "invalid input syntax for type bigint"; the locked path reads the column with
+``agentmemory.messages.pending_calls``.
 
 The arguments and result columns are those of migration 0029, so the four functions are
 replaced in place (``CREATE OR REPLACE``) under their fixed names.
@@ -106,6 +109,10 @@ RETURNING id, seq, exchange_seq""",
     WHERE c.id = locked.id
       AND locked.last_seq < 9223372036854775807 AND c.message_count < 9223372036854775807
       AND c.stored_tokens <= 9223372036854775807 - $2
+      AND jsonb_typeof(locked.pending) = 'object'
+      AND (NOT locked.pending ? $13::text
+           OR (jsonb_typeof(locked.pending -> $13::text) = 'number'
+               AND (locked.pending ->> $13::text) ~ '^[1-9][0-9]{0,17}$'))
       AND ($13::text = '' OR NOT $14 OR locked.pending ? $13::text)
       AND NOT EXISTS (SELECT 1 FROM new_ids WHERE locked.pending ? new_ids.k)
     RETURNING c.id, locked.last_seq AS base, locked.pending AS pending, c.updated_at

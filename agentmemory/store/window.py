@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connections, router
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall, pending_calls
 from agentmemory.models import Conversation, Message
 from agentmemory.store import functions
 from agentmemory.store.connection import statement_cursor
@@ -597,8 +597,10 @@ def read_head(
             continue
         if kind == _CONVERSATION:
             first_seq = None if values[1] is None else int(values[1])
-            pending = _loads(values[11]) if values[11] and values[11] != "{}" else None
-            call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
+            # the entries that name a call and a seq (``pending_calls``: a row written by hand
+            # may hold anything, and failed every window)
+            pending = pending_calls(_loads(values[11])) if values[11] and values[11] != "{}" else None
+            call_seqs = tuple(pending.values()) if pending else ()
             conv = ConversationRow(
                 values[6],
                 values[0],
