@@ -550,6 +550,12 @@ class ConversationViewSet(
         ],
         responses={
             200: s.ContextWindowSerializer,
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="`conversation_inconsistent`: the conversation's stored bookkeeping "
+                "(its pinned system prompt, current summary or counts) hides its newest turn; "
+                "`manage.py repair_conversations` works it out again from the messages.",
+            ),
             422: OpenApiResponse(
                 s.ContextBudgetErrorSerializer, description="The newest human message cannot fit."
             ),
