@@ -17,6 +17,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
+from agentmemory.fields import StoredJSONField
 from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall, pending_calls
 from agentmemory.signals import memory_deleted
 
@@ -107,7 +108,7 @@ class Conversation(models.Model):
     )
     agent_key = models.CharField(_("agent key"), max_length=100, blank=True, db_index=True)
     title = models.CharField(_("title"), max_length=200, blank=True)
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -145,7 +146,7 @@ class Conversation(models.Model):
             "empty: none."
         ),
     )
-    pending_tool_calls = models.JSONField(
+    pending_tool_calls = StoredJSONField(
         _("pending tool calls"),
         default=dict,
         blank=True,
@@ -255,11 +256,10 @@ class Conversation(models.Model):
         verbose_name_plural = _("conversations")
         ordering = ["-updated_at", "-id"]
         indexes = [
-            # No index holds ``updated_at``: every append moves it, and on PostgreSQL an
-            # update that changes an indexed column cannot be a heap-only (HOT) update, so
-            # each append would also write a new entry into every index of this table
-            # (about twice the work of the append itself). A user's conversations are found
-            # by the ``owner`` index and sorted.
+            # No index holds ``updated_at``: every append moves it, and on PostgreSQL an update that
+            # changes an indexed column cannot be a heap-only (HOT) update, so each append would also
+            # write a new entry into every index of this table (about twice the work of the append
+            # itself). A user's conversations are found by the ``owner`` index and sorted.
             # The compaction sweep looks for pending requests every minute: only the few
             # conversations with one are in this index.
             models.Index(
@@ -428,8 +428,8 @@ class Message(models.Model):
     content = models.TextField(_("content"), null=True, blank=True)  # noqa: DJ001
     # The parts of a multi-part message (texts, images, audio, files) as
     # ``ContentPart.to_dict()`` dicts; NULL for plain text. ``content`` holds their text.
-    parts = models.JSONField(_("content parts"), null=True, blank=True, default=None)
-    tool_calls = models.JSONField(_("tool calls"), default=list, blank=True)
+    parts = StoredJSONField(_("content parts"), null=True, blank=True, default=None)
+    tool_calls = StoredJSONField(_("tool calls"), default=list, blank=True)
     tool_call_id = models.CharField(_("tool call id"), max_length=255, blank=True)
     name = models.CharField(_("name"), max_length=255, blank=True)
     token_count = models.PositiveIntegerField(_("token count"))
@@ -444,7 +444,7 @@ class Message(models.Model):
             "other messages and for orphaned tool results."
         ),
     )
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -676,7 +676,7 @@ class Fact(models.Model):
         related_name="supersedes",
     )
     superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     last_recalled_at = models.DateTimeField(_("last recalled at"), null=True, blank=True)
@@ -875,7 +875,7 @@ class ModelCall(models.Model):
     system_prompt_digest = models.CharField(_("system prompt digest"), max_length=64, blank=True)
     summary_digest = models.CharField(_("summary message digest"), max_length=64, blank=True)
     tools_digest = models.CharField(_("tool declarations digest"), max_length=64, blank=True)
-    window_changes = models.JSONField(
+    window_changes = StoredJSONField(
         _("window changes"),
         default=dict,
         blank=True,
