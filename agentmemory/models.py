@@ -259,9 +259,8 @@ class Conversation(models.Model):
             # No index holds ``updated_at``: every append moves it, and on PostgreSQL an update that
             # changes an indexed column cannot be a heap-only (HOT) update, so each append would also
             # write a new entry into every index of this table (about twice the work of the append
-            # itself). A user's conversations are found by the ``owner`` index and sorted.
-            # The compaction sweep looks for pending requests every minute: only the few
-            # conversations with one are in this index.
+            # itself). A user's conversations are found by the ``owner`` index and sorted. The
+            # compaction sweep looks for pending requests every minute: only the few with one are here.
             models.Index(
                 fields=["compaction_requested_at"],
                 name="agentmemory_conv_compact_req",
@@ -678,6 +677,7 @@ class Fact(models.Model):
     superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
     metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    first_remembered_at = models.DateTimeField(_("first remembered at"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     last_recalled_at = models.DateTimeField(_("last recalled at"), null=True, blank=True)
     recall_count = models.PositiveIntegerField(_("recall count"), default=0)

@@ -1,0 +1,24 @@
+"""``Fact.first_remembered_at``: when a fact told again (an exact repeat) was first
+remembered. A repeat moves ``created_at`` forward (the daily log dates an entry by the last time
+it was remembered, and a transient entry ages from then), which made a recall as of a time
+before the repeat miss a fact known then; the first time is kept here, set by the first repeat
+that moves ``created_at`` (NULL: never moved, ``created_at`` is the first time). A nullable
+column without a default: adding it rewrites no row."""
+
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('agentmemory', '0042_stored_json_decoder'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='fact',
+            name='first_remembered_at',
+            field=models.DateTimeField(blank=True, null=True, verbose_name='first remembered at'),
+        ),
+    ]
