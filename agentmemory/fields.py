@@ -17,5 +17,6 @@ class StoredJSONField(models.JSONField):  # type: ignore[type-arg]
     every read of the row (a 500 from the API, an admin page, an export, recall). Stored as a
     ``JSONField`` is (the same column type on every database)."""
 
-    def __init__(self, *args: Any, decoder: Any = StoredJSONDecoder, **kwargs: Any) -> None:
-        super().__init__(*args, decoder=decoder, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("decoder", StoredJSONDecoder)
+        super().__init__(*args, **kwargs)

@@ -192,7 +192,7 @@ def test_a_last_seq_below_a_stored_seq_inside_a_transaction_is_named(user) -> No
     says why, and the transaction rolls back whole."""
     conv = _conversation(user, top=10)
     Conversation.objects.filter(pk=conv.pk).update(last_seq=7)
-    with pytest.raises(ConversationStateError, match="last_seq.*roll it back"), transaction.atomic():
+    with pytest.raises(ConversationStateError, match=r"last_seq.*roll it back"), transaction.atomic():
         PersistentChatHistory(conv).add_message(ChatMessage.human("more"))
     assert Message.objects.filter(conversation=conv).count() == 4
 
