@@ -102,7 +102,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "routers",
         ),
     ),
-    ("models", ("models", "fields", "migrations")),
+    ("models", ("models", "managers", "fields", "migrations")),
     ("store", ("store",)),
     ("records", ("history", "recording", "usage", "agent_registry")),
     ("window and recall", ("context", "recall", "invariants")),

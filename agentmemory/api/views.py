@@ -79,7 +79,8 @@ from agentmemory.exceptions import (
 )
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
-from agentmemory.models import Conversation, ConversationQuerySet, Message, Summary
+from agentmemory.managers import ConversationQuerySet
+from agentmemory.models import Conversation, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
 from agentmemory.validation import MAX_ID, text_problem
 

@@ -19,6 +19,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='fact',
             name='first_remembered_at',
-            field=models.DateTimeField(blank=True, null=True, verbose_name='first remembered at'),
+            field=models.DateTimeField(blank=True, help_text="When a fact told again was first remembered (a repeat moves created at, the daily log's date, to the last time); empty: created at.", null=True, verbose_name='first remembered at'),
         ),
     ]
