@@ -12,7 +12,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentmemory', '0042_stored_json_decoder'),
+        ('agentmemory', '0041_append_functions_counter_room'),
     ]
 
     operations = [
