@@ -41,6 +41,63 @@ class InvalidMessageError(AgentMemoryError, ValueError):
         return {self.field or "non_field_errors": [self.reason]}
 
 
+class ConversationFull(InvalidMessageError):
+    """The conversation cannot take the messages: their seqs would pass ``2**63 - 1``, the
+    largest a seq holds (a 64-bit integer column: PostgreSQL's ``bigint``, SQLite's
+    ``INTEGER``). Only a conversation whose ``last_seq`` was set near that bound (a row written
+    by hand: raw SQL, a data migration) gets there. Seqs are never reused, not even after
+    ``clear()``: store the messages in a new conversation. Nothing of the batch is stored.
+
+    Attributes:
+        conversation_id: the conversation's primary key.
+        last_seq: the conversation's last seq.
+        count: how many messages were refused.
+    """
+
+    def __init__(self, *, conversation_id: int, last_seq: int, count: int, limit: int) -> None:
+        self.last_seq = last_seq
+        self.count = count
+        self.conversation_id = conversation_id
+        free = max(limit - last_seq, 0)
+        super().__init__(
+            f"the conversation is full: its last seq is {last_seq} and a seq holds at most "
+            f"{limit} (2**63 - 1), so {free} more message{'' if free == 1 else 's'} can follow, "
+            f"not {count}; seqs are never reused: store them in a new conversation"
+        )
+
+
+class ConversationStateError(AgentMemoryError):
+    """A conversation's stored bookkeeping (its seq counter, message and token counts, pinned
+    system prompt, current summary, pending tool calls) is out of range or disagrees with its
+    stored messages. agentmemory keeps these columns in step with the messages; only a row
+    written by hand (raw SQL, a data migration, an import that skipped the checks) gets here.
+    Nothing was stored. ``manage.py repair_conversations --conversation <uuid>`` (or
+    ``agentmemory.repair.repair_conversation``) works the columns out again from the stored
+    messages.
+
+    Attributes:
+        conversation_id: the conversation's primary key.
+        field: the column at fault (``"last_seq"``, ``"pinned_last_seq"``, ``"summary"``...).
+        value: its stored value.
+    """
+
+    def __init__(self, reason: str, *, conversation_id: int, field: str, value: object) -> None:
+        self.conversation_id = conversation_id
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(self.describe(conversation_id))
+
+    def describe(self, conversation: object) -> str:
+        """The message, naming the conversation as ``conversation`` (the API names it by its
+        uuid, never by its primary key)."""
+        return (
+            f"conversation {conversation}: {self.reason}; its bookkeeping disagrees with its "
+            "stored messages (written outside agentmemory?): run manage.py repair_conversations "
+            "--conversation <its uuid> (agentmemory.repair.repair_conversation) to work it out again"
+        )
+
+
 class ConversationNotFound(AgentMemoryError, LookupError):
     """The conversation does not exist (never did, or was deleted)."""
 

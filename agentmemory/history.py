@@ -10,14 +10,20 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Min
 from django.utils import timezone
 
 from agentmemory import signals
 from agentmemory.conf import app_settings, get_token_counter
-from agentmemory.exceptions import ConversationNotFound, InvalidMessageError, MessageNotFound
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.exceptions import (
+    ConversationFull,
+    ConversationNotFound,
+    ConversationStateError,
+    InvalidMessageError,
+    MessageNotFound,
+)
+from agentmemory.messages import ChatMessage, Role, pending_calls
 from agentmemory.models import Conversation, Message
 from agentmemory.store.append import (
     _append_one_postgresql,
@@ -38,6 +44,57 @@ _LOCK_FIELDS = (
     "pinned_last_seq",
     "pending_tool_calls",
 )
+
+
+def check_room(conv: Conversation, *, count: int, humans: int, tokens: int) -> None:
+    """Refuse a batch of ``count`` messages (``humans`` of them human, ``tokens`` tokens in
+    all) whose counters would pass ``MAX_ID`` (2**63 - 1, the largest value of their 64-bit
+    columns): SQLite's driver raised ``OverflowError`` and PostgreSQL "bigint out of range",
+    a 500 from the API.
+
+    Raises:
+        ConversationFull: the seqs would pass it.
+        ConversationStateError: a count would (no conversation holds 2**63 messages or
+            tokens: the stored count is wrong).
+    """
+    if conv.last_seq > MAX_ID - count:
+        raise ConversationFull(conversation_id=conv.pk, last_seq=conv.last_seq, count=count, limit=MAX_ID)
+    for field, added in (
+        ("message_count", count),
+        ("human_message_count", humans),
+        ("stored_tokens", tokens),
+    ):
+        value = getattr(conv, field)
+        if value > MAX_ID - added:
+            raise ConversationStateError(
+                f"its {field} is {value}, which {added} more would take past 2**63 - 1 "
+                "(no conversation holds that many)",
+                conversation_id=conv.pk,
+                field=field,
+                value=value,
+            )
+
+
+def seq_taken(exc: IntegrityError) -> bool:
+    """Whether ``exc`` is the unique ``(conversation, seq)`` constraint refusing a seq that a
+    stored message already has: PostgreSQL's detail names the key's columns (on a
+    partitioned table too), SQLite's message the table's columns."""
+    text = str(exc)
+    return "(conversation_id, seq)" in text or "agentmemory_message.seq" in text
+
+
+def _seq_taken_error(conversation_id: int, last_seq: int | None) -> ConversationStateError:
+    """The error of an append whose seqs collided with stored ones; ``last_seq`` ``None``:
+    PostgreSQL aborted the caller's transaction with the failed statement, so it was not
+    read again (the caller rolls the transaction back)."""
+    aborted = " (the failed statement aborted this transaction: roll it back)" if last_seq is None else ""
+    return ConversationStateError(
+        f"its last_seq{'' if last_seq is None else f' ({last_seq})'} is below the seq of a stored "
+        f"message, so the seq an append takes next is taken already{aborted}",
+        conversation_id=conversation_id,
+        field="last_seq",
+        value=last_seq,
+    )
 
 
 def check_conversation_argument(conversation: Any) -> None:
@@ -115,7 +172,9 @@ def last_foldable_seq(
     """
     using = router.db_for_read(Message)
     messages = Message.objects.using(using).filter(conversation_id=conversation.pk)
-    waiting = {seq for seq in (conversation.pending_tool_calls or {}).values() if floor < seq <= target}
+    waiting = {
+        seq for seq in pending_calls(conversation.pending_tool_calls).values() if floor < seq <= target
+    }
     abandoned: set[int] = set()
     timeout = app_settings().PENDING_TOOL_CALL_TIMEOUT
     if waiting and timeout is not None:
@@ -245,15 +304,24 @@ class PersistentChatHistory:
         counts = [self.token_counter.count_message(m) for m in batch]
         using = router.db_for_write(Message)
         stored = None
-        if connections[using].vendor == "postgresql":
-            if len(batch) == 1:
-                stored = _append_one_postgresql(
-                    using, self.conversation_id, batch[0], counts[0], self.token_counter.id, strict=strict
-                )
-            else:
-                stored = _append_postgresql(
-                    using, self.conversation_id, batch, counts, self.token_counter.id, strict=strict
-                )
+        connection = connections[using]
+        if connection.vendor == "postgresql":
+            try:
+                if len(batch) == 1:
+                    stored = _append_one_postgresql(
+                        using, self.conversation_id, batch[0], counts[0], self.token_counter.id, strict=strict
+                    )
+                else:
+                    stored = _append_postgresql(
+                        using, self.conversation_id, batch, counts, self.token_counter.id, strict=strict
+                    )
+            except IntegrityError as exc:
+                if not seq_taken(exc):
+                    raise
+                if connection.in_atomic_block:
+                    # the failed statement aborted the transaction: nothing more can be read
+                    raise _seq_taken_error(self.conversation_id, None) from exc
+                # outside a transaction the locked path below says it, with the stored value
         if stored is None:
             stored = self._append_locked(using, batch, counts, strict=strict)
         # Recall schedules the embedding of new messages from this signal
@@ -269,64 +337,77 @@ class PersistentChatHistory:
         """Append under a row lock on the conversation: the pending tool calls are read,
         checked and changed with the seqs, so concurrent appends see each other's calls."""
         counter_id = self.token_counter.id
-        with transaction.atomic(using=using):
-            try:
-                conv = (
-                    Conversation.objects.using(using)
-                    .select_for_update()
-                    .only(*_LOCK_FIELDS)
-                    .get(pk=self.conversation_id)
-                )
-            except Conversation.DoesNotExist as exc:
-                raise ConversationNotFound(f"conversation {self.conversation_id} does not exist") from exc
-            pending = dict(conv.pending_tool_calls or {})
-            rows = []
-            seq = conv.last_seq
-            humans = 0
-            # The system messages stored while the conversation holds only system messages
-            # (none at all: new, or cleared) are the pinned system prompt, whatever their seqs.
-            pinned_seq, pinned_last_seq = pin_after_append(
-                message_count=conv.message_count,
-                last_seq=conv.last_seq,
-                pinned_seq=conv.pinned_seq,
-                pinned_last_seq=conv.pinned_last_seq,
-                lead=leading_system_messages(batch),
-            )
-            now = timezone.now()
-            for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
-                seq += 1
-                exchange_seq = link_tool_message(message, seq, i, pending, strict=strict)
-                if message.role is Role.HUMAN:
-                    humans += 1
-                rows.append(
-                    Message(
-                        conversation_id=self.conversation_id,
-                        seq=seq,
-                        role=message.role.value,
-                        content=message.content,
-                        parts=[p.to_dict() for p in message.parts] or None,
-                        tool_calls=[c.to_dict() for c in message.tool_calls],
-                        tool_call_id=message.tool_call_id,
-                        name=message.name,
-                        token_count=tokens,
-                        token_counter=counter_id,
-                        exchange_seq=exchange_seq,
-                        metadata=dict(message.metadata or {}),
-                        created_at=now,
+        last_seq: int | None = None
+        try:
+            with transaction.atomic(using=using):
+                try:
+                    conv = (
+                        Conversation.objects.using(using)
+                        .select_for_update()
+                        .only(*_LOCK_FIELDS)
+                        .get(pk=self.conversation_id)
                     )
+                except Conversation.DoesNotExist as exc:
+                    raise ConversationNotFound(f"conversation {self.conversation_id} does not exist") from exc
+                last_seq = conv.last_seq
+                check_room(
+                    conv,
+                    count=len(batch),
+                    humans=sum(1 for m in batch if m.role is Role.HUMAN),
+                    tokens=sum(counts),
                 )
-            Message.objects.using(using).bulk_create(rows)
-            Conversation.objects.using(using).filter(pk=self.conversation_id).update(
-                last_seq=seq,
-                message_count=conv.message_count + len(rows),
-                human_message_count=conv.human_message_count + humans,
-                stored_tokens=conv.stored_tokens + sum(counts),
-                has_system_prompt=pinned_seq is not None,
-                pinned_seq=pinned_seq,
-                pinned_last_seq=pinned_last_seq,
-                pending_tool_calls=pending,
-                updated_at=now,
-            )
+                pending = pending_calls(conv.pending_tool_calls)
+                rows = []
+                seq = conv.last_seq
+                humans = 0
+                # The system messages stored while the conversation holds only system messages
+                # (none at all: new, or cleared) are the pinned system prompt, whatever their seqs.
+                pinned_seq, pinned_last_seq = pin_after_append(
+                    message_count=conv.message_count,
+                    last_seq=conv.last_seq,
+                    pinned_seq=conv.pinned_seq,
+                    pinned_last_seq=conv.pinned_last_seq,
+                    lead=leading_system_messages(batch),
+                )
+                now = timezone.now()
+                for i, (message, tokens) in enumerate(zip(batch, counts, strict=True)):
+                    seq += 1
+                    exchange_seq = link_tool_message(message, seq, i, pending, strict=strict)
+                    if message.role is Role.HUMAN:
+                        humans += 1
+                    rows.append(
+                        Message(
+                            conversation_id=self.conversation_id,
+                            seq=seq,
+                            role=message.role.value,
+                            content=message.content,
+                            parts=[p.to_dict() for p in message.parts] or None,
+                            tool_calls=[c.to_dict() for c in message.tool_calls],
+                            tool_call_id=message.tool_call_id,
+                            name=message.name,
+                            token_count=tokens,
+                            token_counter=counter_id,
+                            exchange_seq=exchange_seq,
+                            metadata=dict(message.metadata or {}),
+                            created_at=now,
+                        )
+                    )
+                Message.objects.using(using).bulk_create(rows)
+                Conversation.objects.using(using).filter(pk=self.conversation_id).update(
+                    last_seq=seq,
+                    message_count=conv.message_count + len(rows),
+                    human_message_count=conv.human_message_count + humans,
+                    stored_tokens=conv.stored_tokens + sum(counts),
+                    has_system_prompt=pinned_seq is not None,
+                    pinned_seq=pinned_seq,
+                    pinned_last_seq=pinned_last_seq,
+                    pending_tool_calls=pending,
+                    updated_at=now,
+                )
+        except IntegrityError as exc:
+            if not seq_taken(exc):
+                raise
+            raise _seq_taken_error(self.conversation_id, last_seq) from exc
         return [row.to_chat_message() for row in rows]
 
     def cancel_pending_tool_calls(self, reason: str = "the tool call was cancelled") -> list[ChatMessage]:
@@ -355,7 +436,7 @@ class PersistentChatHistory:
             )
             if conv is None:
                 raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
-            pending = dict(conv.pending_tool_calls or {})
+            pending = pending_calls(conv.pending_tool_calls)
             if not pending:
                 return []
             # Each result carries its call's tool name, as the agent's own results do, so the
@@ -464,7 +545,7 @@ class PersistentChatHistory:
                 return None
             row = newest[0]
             before = newest[1].seq if len(newest) > 1 else None
-            pending = dict(conv.pending_tool_calls or {})
+            pending = pending_calls(conv.pending_tool_calls)
             if row.role == Role.AI:
                 for call in row.tool_calls or ():
                     if pending.get(call.get("id")) == row.seq:
@@ -525,6 +606,8 @@ class PersistentChatHistory:
         """
         if limit is not None:
             limit = whole_number(limit, "limit", minimum=0)
+        if not -MAX_ID - 1 <= self.conversation_id <= MAX_ID:
+            return []  # no 64-bit id: no conversation (SQLite's driver raised OverflowError)
         qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if limit is not None:
             # A limit past any conversation's end means all of it; the database's LIMIT is a
@@ -549,6 +632,11 @@ class PersistentChatHistory:
         """
         if message_id is not None:
             whole_number(message_id, "message_id")
+        if not -MAX_ID - 1 <= self.conversation_id <= MAX_ID:
+            # no 64-bit id: no conversation (SQLite's driver raised OverflowError)
+            if message_id is not None:
+                raise MessageNotFound(f"message {message_id} is not in conversation {self.conversation_id}")
+            return []
         qs = Message.objects.using(router.db_for_read(Message)).filter(conversation_id=self.conversation_id)
         if message_id is not None:
             seq = qs.filter(pk=message_id).values_list("seq", flat=True).first()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -177,7 +178,7 @@ def stored_arguments(value: Any) -> dict[str, Any]:
         if not value.strip():
             return {}
         try:
-            decoded = json.loads(value)
+            decoded = json.loads(value, cls=StoredJSONDecoder)  # 1e400: its text, not infinity
         except (ValueError, RecursionError):  # RecursionError: nested ~1,000 levels deep
             decoded = None
         if isinstance(decoded, dict):
@@ -288,3 +289,76 @@ class PendingToolCall:
     requested_at: datetime
     age_seconds: float
     abandoned: bool
+
+
+#: the largest seq: the largest value of the 64-bit ``seq`` column
+_MAX_SEQ = 2**63 - 1
+
+
+def pending_calls(value: Any) -> dict[str, int]:
+    """A stored ``Conversation.pending_tool_calls`` value as ``{tool call id: seq of the AI
+    message that made the call}``, whatever the column holds: the entries with a text key and
+    a whole number from 1 to 2**63 - 1 (a ``bool`` is not one). Anything else, the value
+    itself when it is not a JSON object, is left out. A new dict: the caller may change it.
+
+    agentmemory writes the column under the conversation's row lock, always in that shape; a
+    row written by hand (raw SQL, a data migration) can hold anything JSON holds. Read as it
+    was, an array or a seq written as text failed every window of the conversation (a
+    ``ValueError`` the API reported as a wrong ``max_tokens``, an ``AttributeError``: a 500)
+    and every append that read it. The next append that changes the pending calls writes back
+    only these entries; ``manage.py repair_conversations`` does it at once."""
+    if not isinstance(value, dict) or not value:
+        return {}
+    return {
+        key: seq
+        for key, seq in value.items()
+        if isinstance(key, str) and type(seq) is int and 0 < seq <= _MAX_SEQ
+    }
+
+
+def _finite_or_text(text: str) -> float | str:
+    number = float(text)
+    return number if math.isfinite(number) else text
+
+
+def _int_or_text(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (``sys.get_int_max_str_digits``)
+        return text
+
+
+class StoredJSONDecoder(json.JSONDecoder):
+    """A JSON decoder that reads any number a JSON column holds: the ``decoder`` of every
+    ``JSONField`` of agentmemory's models, and of the rows its raw statements read
+    (``agentmemory.store.rows``).
+
+    agentmemory refuses NaN and infinities on write (``agentmemory.validation.json_problem``),
+    but a row written by hand (raw SQL, a data migration) can hold what JSON text or the
+    column can: ``1e400`` (a float past 1.8e308, which Python reads as infinity, and no JSON
+    renderer writes back: the API's answers, exports and admin pages failed with a 500), an
+    integer of more than 4,300 digits (PostgreSQL's ``jsonb`` holds up to 131,072; Python
+    refuses to convert it, so every read of the row failed, recall of the whole owner with
+    it), or SQLite's JSON text ``NaN``. Such a number is read as the text it was stored as
+    (``"1e400"``), a string: a stored value never makes a read fail, and what is shown is
+    what is stored. Every other value decodes as ``json.loads`` decodes it.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("parse_float", _finite_or_text)
+        kwargs.setdefault("parse_constant", str)
+        super().__init__(**kwargs)
+        self._digits: json.JSONDecoder | None = None
+
+    def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+        try:
+            return super().raw_decode(s, idx)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:
+            # an integer too long to convert: only then is each integer read in Python
+            if self._digits is None:
+                self._digits = json.JSONDecoder(
+                    parse_float=_finite_or_text, parse_constant=str, parse_int=_int_or_text
+                )
+            return self._digits.raw_decode(s, idx)

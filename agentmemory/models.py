@@ -17,8 +17,9 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
+from agentmemory.fields import StoredJSONField
 from agentmemory.managers import ConversationQuerySet, FactQuerySet, MessageQuerySet, ModelCallQuerySet
-from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall, pending_calls
 
 
 class MessageRole(models.TextChoices):
@@ -63,7 +64,7 @@ class Conversation(models.Model):
     )
     agent_key = models.CharField(_("agent key"), max_length=100, blank=True, db_index=True)
     title = models.CharField(_("title"), max_length=200, blank=True)
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -101,7 +102,7 @@ class Conversation(models.Model):
             "empty: none."
         ),
     )
-    pending_tool_calls = models.JSONField(
+    pending_tool_calls = StoredJSONField(
         _("pending tool calls"),
         default=dict,
         blank=True,
@@ -279,7 +280,7 @@ class Conversation(models.Model):
             using: the database alias to read the AI messages from (defaults to the one the
                 routers choose for reading ``Message``).
         """
-        pending = dict(self.pending_tool_calls or {})
+        pending = pending_calls(self.pending_tool_calls)
         if not pending:
             return []
         from agentmemory.conf import app_settings
@@ -339,8 +340,8 @@ class Message(models.Model):
     content = models.TextField(_("content"), null=True, blank=True)  # noqa: DJ001
     # The parts of a multi-part message (texts, images, audio, files) as
     # ``ContentPart.to_dict()`` dicts; NULL for plain text. ``content`` holds their text.
-    parts = models.JSONField(_("content parts"), null=True, blank=True, default=None)
-    tool_calls = models.JSONField(_("tool calls"), default=list, blank=True)
+    parts = StoredJSONField(_("content parts"), null=True, blank=True, default=None)
+    tool_calls = StoredJSONField(_("tool calls"), default=list, blank=True)
     tool_call_id = models.CharField(_("tool call id"), max_length=255, blank=True)
     name = models.CharField(_("name"), max_length=255, blank=True)
     token_count = models.PositiveIntegerField(_("token count"))
@@ -355,7 +356,7 @@ class Message(models.Model):
             "other messages and for orphaned tool results."
         ),
     )
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -552,8 +553,17 @@ class Fact(models.Model):
         related_name="supersedes",
     )
     superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    first_remembered_at = models.DateTimeField(
+        _("first remembered at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "When a fact told again was first remembered (a repeat moves created at, the daily "
+            "log's date, to the last time); empty: created at."
+        ),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     last_recalled_at = models.DateTimeField(_("last recalled at"), null=True, blank=True)
     recall_count = models.PositiveIntegerField(_("recall count"), default=0)
@@ -743,7 +753,7 @@ class ModelCall(models.Model):
     system_prompt_digest = models.CharField(_("system prompt digest"), max_length=64, blank=True)
     summary_digest = models.CharField(_("summary message digest"), max_length=64, blank=True)
     tools_digest = models.CharField(_("tool declarations digest"), max_length=64, blank=True)
-    window_changes = models.JSONField(
+    window_changes = StoredJSONField(
         _("window changes"),
         default=dict,
         blank=True,

@@ -35,8 +35,9 @@ from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.formats.transcripts import Transcript
 from agentmemory.history import PersistentChatHistory, leading_system_messages
 from agentmemory.invariants import window_violations
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, Role, ToolCall, pending_calls
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import MAX_ID
 
 __all__ = [
     "LONG_CONVERSATION_HUMANS",
@@ -413,10 +414,14 @@ def _check_window(
         report.add_violation(Finding(title, cid, newest_seq, problem))
 
     floor = max(window.summary_through_seq or 0, pinned)
-    before = window.first_seq if window.first_seq is not None else 2**62
-    pending = Conversation.objects.filter(pk=cid).values_list("pending_tool_calls", flat=True).first() or {}
+    # through the seq before the window's first; without history, every seq (``2**62`` left
+    # out what was stored above it)
+    through = window.first_seq - 1 if window.first_seq is not None else MAX_ID
+    pending = pending_calls(
+        Conversation.objects.filter(pk=cid).values_list("pending_tool_calls", flat=True).first()
+    )
     left_out = (
-        Message.objects.filter(conversation_id=cid, seq__gt=floor, seq__lt=before)
+        Message.objects.filter(conversation_id=cid, seq__gt=floor, seq__lte=through)
         .exclude(role=Role.TOOL.value, exchange_seq__isnull=True)
         .exclude(exchange_seq__in=set(pending.values()))
         .count()
@@ -437,7 +442,7 @@ def _check_window(
             if window.summary_id is not None
             else "no summary"
         )
-        span = f"seqs {floor + 1}..{before - 1}" if window.first_seq is not None else f"seqs after {floor}"
+        span = f"seqs {floor + 1}..{through}" if window.first_seq is not None else f"seqs after {floor}"
         report.add_left_out(
             left_out,
             Finding(

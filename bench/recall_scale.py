@@ -113,7 +113,8 @@ def populate(
                 connection.cursor() as cursor,
                 cursor.copy(
                     "COPY agentmemory_fact (uuid, owner_id, agent_key, namespace, content, content_hash, "
-                    "category, importance, persistent, metadata, created_at, updated_at, recall_count) "
+                    "category, importance, persistent, metadata, created_at, updated_at, recall_count, "
+                    "kind, in_daily_log) "
                     "FROM STDIN"
                 ) as copy,
             ):
@@ -133,6 +134,8 @@ def populate(
                             created,
                             created,
                             0,
+                            Fact.kind.field.default,
+                            True,
                         )
                     )
         else:

@@ -318,8 +318,8 @@ def test_a_usage_range_that_ends_before_it_starts_is_refused(api):  # type: igno
 @pytest.mark.parametrize(
     "value, says",
     [
-        ("9223372036854775807", "At most 1,000,000,000"),  # a whole number, too large
-        ("1" * 5000, "At most 1,000,000,000"),  # past int()'s digit limit: still a 400
+        ("9223372036854775808", "At most 9,223,372,036,854,775,807"),  # past the largest seq
+        ("1" * 5000, "At most 9,223,372,036,854,775,807"),  # past int()'s digit limit: still a 400
         ("\uff11\uff10", "whole number"),  # fullwidth 10: not ASCII digits
         ("٣", "whole number"),
         ("-5", "whole number of 0 or more"),  # the sign is the fault, not the number

@@ -222,3 +222,23 @@ def test_the_command_writes_the_migration_for_the_configured_embedder(embedding_
         call_command("pgvector_index_migration", "nosuchapp", "--dry-run")
     with pytest.raises(CommandError, match="1 to 2,000 dimensions"):
         call_command("pgvector_index_migration", "agentmemory", "--dry-run", "--dimensions", "4000")
+
+
+def test_equal_distances_are_broken_by_id_newest_first(embedding_settings) -> None:  # type: ignore[no-untyped-def]
+    """The nearest rows the ANN query keeps (``LIMIT``) at equal distances are the newest, as
+    full-text ranking breaks equal scores: which of them the scan reached first decided it
+    (the oldest, here), so one recall could give two answers."""
+    from agentmemory.models import Fact
+
+    same = [1.0, 0.5] + [0.0] * 14
+    user = UserFactory()
+    memory = KnowledgeMemory(user)
+    for i in range(40):
+        memory.store(f"fact number {i}", "general")
+    FactVector.objects.filter(fact__owner=user).update(vector=same)
+    facts = Fact.objects.filter(owner=user)
+    newest = list(facts.order_by("-pk").values_list("pk", flat=True)[:3])
+    backend = PgVectorBackend(StubEmbedder({"query": same}))
+    assert [pk for pk, _ in backend.ranking(facts, "query").top(3)] == newest
+    FactVector.objects.filter(fact_id__in=newest[:2]).update(model="stub-embedder")  # rows moved
+    assert [pk for pk, _ in backend.ranking(facts, "query").top(3)] == newest

@@ -174,3 +174,28 @@ def test_as_of_false_reads_only_relative_times_from_now() -> None:
         owner=user, query="kayak paddles and my employer", max_tokens=600, now=MAY_15, as_of=False
     )
     assert block is not None and "Tom" in block.text and "Company Beta" in block.text
+
+
+def test_a_fact_told_again_is_recalled_as_of_any_time_since_it_was_first_told() -> None:
+    """An exact repeat dates the daily log's entry by the last telling (``created_at`` moves
+    forward, and a transient entry ages from then, as docs/longterm.md promises), but the fact
+    was known from the first: a recall as of a time between the two missed it."""
+    user = UserFactory()
+    km = KnowledgeMemory(user, max_log_days=40)
+    text = "The spare key is under the blue flowerpot"
+    fact = km.store(text, "home", now=MAY_1).fact
+    assert km.store(text, "home", now=JUNE_1).action == "duplicate"
+    assert km.store(text, "home", now=JUNE_15).action == "duplicate"
+    stored = Fact.objects.get(pk=fact.pk)
+    assert (stored.first_remembered_at, stored.created_at) == (MAY_1, JUNE_15)  # the log's date
+
+    def recalled(now):  # type: ignore[no-untyped-def]
+        return [h.fact.pk for h in km.recall("spare key flowerpot", now=now)]
+
+    assert recalled(MAY_1 - timedelta(days=1)) == []  # not told yet
+    assert recalled(MAY_15) == [fact.pk]  # known since May 1 (it was missed)
+    assert recalled(MAY_1 + timedelta(days=41)) == [fact.pk]  # in the log from the first telling to the last
+    assert recalled(JUNE_15 + timedelta(days=39)) == [fact.pk]  # aged from the last telling
+    assert recalled(JUNE_15 + timedelta(days=41)) == []
+    block = recall_memory(owner=user, query="Where is the spare key?", max_tokens=400, now=MAY_15)
+    assert block is not None and "blue flowerpot" in block.text

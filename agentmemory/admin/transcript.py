@@ -20,6 +20,7 @@ from django.db.models.functions import Length, Substr
 from django.urls import reverse
 
 from agentmemory.admin.utils import short_datetime
+from agentmemory.messages import pending_calls
 from agentmemory.models import Conversation, Message, Summary
 
 #: messages per transcript page
@@ -235,7 +236,7 @@ def build_page(
         .filter(conversation_id=conversation.pk, through_seq__gte=low, through_seq__lte=high)
         .only("id", "first_seq", "through_seq", "token_count", "model", "text", "created_at")
     }
-    pending = dict(conversation.pending_tool_calls or {})
+    pending = pending_calls(conversation.pending_tool_calls)
     # A result belongs to the call of its exchange (call ids are not unique in every
     # provider's history: some recorded runs reuse them).
     results_here = {

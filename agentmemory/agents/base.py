@@ -72,7 +72,7 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.llm.base import ChatModel, ChatResponse, Usage
 from agentmemory.llm.config import DEFAULT_LLM, get_llm
-from agentmemory.messages import ChatMessage, Role, ToolCall
+from agentmemory.messages import ChatMessage, Role, ToolCall, pending_calls
 from agentmemory.models import Conversation
 from agentmemory.validation import json_problem, system_prompt_tokens, text_problem
 
@@ -814,7 +814,7 @@ class BaseToolCallingAgent:
             .values_list("pending_tool_calls", flat=True)
             .first()
         )
-        return set(pending) if isinstance(pending, Mapping) else set()
+        return set(pending_calls(pending))
 
     # -- helpers ------------------------------------------------------------------------
 

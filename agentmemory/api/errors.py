@@ -4,7 +4,7 @@ Every error the API answers is a JSON object ``{"error": code, "detail": text, .
 ``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
 ``too_many_fields``, ``not_authenticated``, ``permission_denied``, ``method_not_allowed``,
 ``invalid_message``, ``context_budget_exceeded``, ``database_unavailable``,
-``format_unavailable``...), ``detail`` a
+``format_unavailable``, ``conversation_inconsistent``...), ``detail`` a
 sentence for people. Validation errors add ``fields``: ``{field name: [messages]}``, a nested
 field named by its dotted path (``tool_calls.0.id``). The handler is used by agentmemory's
 views only (``get_exception_handler``), so a host project's
@@ -36,12 +36,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from agentmemory.exceptions import ConversationStateError
+
 __all__ = [
     "MAX_BODY_DEPTH",
     "MAX_ERROR_FIELDS",
     "MAX_ERROR_TEXT",
     "BadRequest",
     "BoundedJSONParser",
+    "ConversationInconsistent",
     "DatabaseUnavailable",
     "FormatUnavailable",
     "JSONAwareFormParser",
@@ -59,6 +62,15 @@ MAX_BODY_DEPTH = 100
 MAX_ERROR_TEXT = 1_000
 #: most entries of an error answer's ``fields`` (a list of 100,000 wrong items has as many)
 MAX_ERROR_FIELDS = 100
+
+
+class ConversationInconsistent(exceptions.APIException):
+    """409: the conversation's stored bookkeeping disagrees with its messages
+    (``agentmemory.exceptions.ConversationStateError``: a row written outside agentmemory);
+    the detail names the column and how to work it out again. Nothing was stored."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conversation_inconsistent"
 
 
 class DatabaseUnavailable(exceptions.APIException):
@@ -338,7 +350,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, answering in the API's error shape; also turns Django's
     ``RequestDataTooBig`` into a 413, its other ``SuspiciousOperation`` refusals of a request
     (too many fields or files, a malformed multipart body) into a 400 (``BadRequest``), a
-    Django ``ValidationError`` into a 400 and a database
+    Django ``ValidationError`` into a 400, a ``ConversationStateError`` into a 409
+    ``conversation_inconsistent`` and a database
     that cannot be reached (``OperationalError``, ``InterfaceError``) into a 503
     ``database_unavailable`` with ``Retry-After``. Anything else unhandled stays a server
     error (returns ``None``), so real bugs are not hidden."""
@@ -353,6 +366,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = _suspicious(exc, context.get("request"))
     elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.messages)
+    elif isinstance(exc, ConversationStateError):
+        kwargs = getattr(context.get("view"), "kwargs", None) or {}
+        exc = ConversationInconsistent(
+            exc.describe(kwargs.get("conversation_uuid") or kwargs.get("uuid") or "")
+        )
     elif unavailable:
         _close_broken_connections()
         exc = DatabaseUnavailable()

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from agentmemory.models import FactKind
+
 __all__ = [
     "SPECTACULAR",
     "AppAutoSchema",
@@ -73,6 +75,10 @@ except ImportError:  # pragma: no cover - exercised by a test in a child process
         STR = INT = BOOL = OBJECT = FLOAT = UUID = DATETIME = None
 
 
+#: enum components named by the API rather than by drf-spectacular: {choice values: name}
+#: (``AppAutoSchema._named_enum``)
+ENUM_NAMES: dict[frozenset[str], str] = {frozenset(FactKind.values): "FactKindEnum"}
+
 #: operation ids of the generic actions; a view's own actions use their name
 _ACTION_VERBS = {
     "list": "list",
@@ -131,7 +137,38 @@ if SPECTACULAR:
             extra = getattr(field, "schema_extra", None)
             if direction == "request" and extra and isinstance(schema, dict):
                 schema = {**schema, **extra}
-            return schema
+            return self._named_enum(schema)
+
+        def _named_enum(self, schema: Any) -> Any:
+            """``schema``, or a reference to an enum component of its own name when its values
+            are those of one of ``ENUM_NAMES``' choice sets. drf-spectacular names an enum
+            after its field (``KindEnum``), after the component and the field when several
+            sets share a field name, and after a hash of the values (``Kind353Enum``, with a
+            warning) when one set is used by several components: the fact's ``kind`` (in
+            ``Fact`` and ``FactHit``) beside a model call's and a recalled item's. A name
+            given here holds whatever other fields the schema gains, with no setting in the
+            host project (its ``ENUM_NAME_OVERRIDES`` would do the same)."""
+            if not isinstance(schema, dict) or not isinstance(schema.get("enum"), list):
+                return schema
+            name = ENUM_NAMES.get(frozenset(value for value in schema["enum"] if value not in ("", None)))
+            if name is None:
+                return schema
+            from drf_spectacular.plumbing import ResolvedComponent
+
+            # split as drf-spectacular's own enum hook splits a field's schema: the type, the
+            # values and the list of their labels to the component, the rest to the field
+            enum = {key: value for key, value in schema.items() if key in ("type", "enum")}
+            rest = {
+                key: value for key, value in schema.items() if key not in ("type", "enum", "x-spec-enum-id")
+            }
+            description = rest.get("description", "")
+            if description.startswith("*"):
+                enum["description"] = rest.pop("description")
+            elif "\n\n*" in description:
+                enum["description"] = "*" + description.partition("\n\n*")[2]
+            component = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, schema=enum, object=name)
+            self.registry.register_on_missing(component)
+            return {**component.ref, **rest}
 
         def _get_request_body(self, direction: str = "request") -> Any:
             # A view names the actions whose body is required (an empty body is no message

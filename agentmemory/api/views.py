@@ -71,13 +71,18 @@ from agentmemory.compaction import request_compaction
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindow, ContextWindowBuilder
 from agentmemory.context.builder import GAP_POLICIES
-from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
+from agentmemory.exceptions import (
+    ContextBudgetExceeded,
+    ConversationFull,
+    ConversationNotFound,
+    InvalidMessageError,
+)
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
 from agentmemory.managers import ConversationQuerySet
 from agentmemory.models import Conversation, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
-from agentmemory.validation import text_problem
+from agentmemory.validation import MAX_ID, text_problem
 
 #: most messages one append request may carry
 MAX_BATCH = s.MAX_BATCH
@@ -127,13 +132,16 @@ def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMAT
 
 #: largest integer accepted in query parameters (SQLite integers are 64-bit; budgets are far below)
 MAX_QUERY_INT = 10**9
+#: query parameters whose ceiling is not ``MAX_QUERY_INT``: a seq can be any 64-bit value
+_CEILINGS = {"after_seq": MAX_ID}
 _DIGITS = re.compile(r"[0-9]+")  # ASCII: \d also takes other scripts' digits
 
 
 def _positive_int_param(request: Request, name: str, *, default: int | None) -> int | None:
     """A whole-number query parameter: ASCII digits only (no sign, exponent, ``nan`` or ``inf``),
     at least 1 for ``max_tokens`` (0 for others), at most ``AGENTMEMORY["MAX_CONTEXT_TOKENS"]``
-    for ``max_tokens`` and 10^9 for others.
+    for ``max_tokens``, ``MAX_ID`` (2**63 - 1, the largest seq) for ``after_seq`` (any seq
+    a message list shows can be passed back) and 10^9 for others.
 
     Raises:
         ValidationError: any other value (a 400 naming the parameter).
@@ -146,10 +154,12 @@ def _positive_int_param(request: Request, name: str, *, default: int | None) -> 
         raise serializers.ValidationError(
             {name: [f"Must be a whole number of {minimum} or more, in ASCII digits (no sign or exponent)."]}
         )
-    value = int(raw) if len(raw) <= 18 else None  # more digits: over any ceiling
+    value = int(raw.lstrip("0") or "0") if len(raw.lstrip("0")) <= 19 else None  # more: over any ceiling
     if value is not None and value < minimum:
         raise serializers.ValidationError({name: [f"Must be at least {minimum}."]})
-    ceiling = app_settings().MAX_CONTEXT_TOKENS if name == "max_tokens" else MAX_QUERY_INT
+    ceiling = (
+        _CEILINGS.get(name, MAX_QUERY_INT) if name != "max_tokens" else app_settings().MAX_CONTEXT_TOKENS
+    )
     if value is None or value > ceiling:
         setting = ' (AGENTMEMORY["MAX_CONTEXT_TOKENS"])' if name == "max_tokens" else ""
         raise serializers.ValidationError({name: [f"At most {ceiling:,}{setting}."]})
@@ -545,6 +555,12 @@ class ConversationViewSet(
         ],
         responses={
             200: s.ContextWindowSerializer,
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="`conversation_inconsistent`: the conversation's stored bookkeeping "
+                "(its pinned system prompt, current summary or counts) hides its newest turn; "
+                "`manage.py repair_conversations` works it out again from the messages.",
+            ),
             422: OpenApiResponse(
                 s.ContextBudgetErrorSerializer, description="The newest human message cannot fit."
             ),
@@ -761,7 +777,7 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
         parameters=[
             OpenApiParameter(
                 "after_seq",
-                {"type": "integer", "minimum": 0, "maximum": MAX_QUERY_INT},
+                {"type": "integer", "minimum": 0, "maximum": MAX_ID},
                 description="Only messages with a greater seq.",
             ),
         ]
@@ -784,6 +800,14 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
                 resource_type_field_name=None,
             ),
             400: OpenApiResponse(s.InvalidMessageErrorSerializer, description="Refused; nothing stored."),
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="Refused; nothing stored. `conversation_full`: the seqs would pass "
+                "2**63 - 1, the largest a seq holds (a last seq set there by raw SQL): "
+                "store the messages in a new conversation. `conversation_inconsistent`: the "
+                "conversation's stored bookkeeping (its last seq, its counts) disagrees with its "
+                "messages; `manage.py repair_conversations` works it out again.",
+            ),
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -820,6 +844,8 @@ class MessageViewSet(AppAPIView, _ConversationScoped, BoundedListMixin, GenericV
                 # An Anthropic message whose content is an empty list converts to nothing.
                 raise InvalidMessageError("the message has no content: nothing to store", index=0)
             stored = PersistentChatHistory(conversation).add_messages(messages)
+        except ConversationFull as exc:
+            return error_response("conversation_full", str(exc), status.HTTP_409_CONFLICT)
         except InvalidMessageError as exc:
             return invalid_message_response(exc, batch=batch)
         except ConversationNotFound:

@@ -28,6 +28,7 @@ from django.db import router
 
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
+from agentmemory.context.bookkeeping import check_pinned
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
     _sent_history,
@@ -322,10 +323,10 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
                 1 and the ceiling, or ``max_messages`` is negative or not an integer.
             ConversationNotFound: the conversation does not exist (any more).
             ContextBudgetExceeded: the newest human message cannot fit (policy "error").
-            TurnTooLarge: the turn in progress cannot fit, even with its tool results sent
-                as the truncation marker alone; or, with gap policy "close", not beside the
-                shortest cut of the summary (see ``fit_newest_turn``). A
-                ``ContextBudgetExceeded``.
+            TurnTooLarge: the turn in progress cannot fit, even with its tool results sent as the
+                truncation marker alone; or, with gap policy "close", not beside the shortest cut
+                of the summary (see ``fit_newest_turn``). A ``ContextBudgetExceeded``.
+            ConversationStateError: the pinned prompt, summary or counts hide the newest turn.
         """
         max_tokens, max_messages = self.limits(max_tokens, max_messages)
         if self.gap_policy == "close" and self._can_compact:
@@ -582,6 +583,7 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         if head is None:
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
         conv, summary = head.conv, head.summary
+        check_pinned(conv)  # a stored value no run of seqs has hides messages silently
         if head.pinned:
             # The leading run of stored system messages, in stored order, counted once.
             messages.extend(head.pinned)

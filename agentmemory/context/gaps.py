@@ -15,9 +15,11 @@ from agentmemory.context.packing import _SEQ, _TOKENS
 from agentmemory.context.window import NO_UNCOVERED, ContextWindow, UncoveredMessages
 from agentmemory.store.gap import GapProbe
 from agentmemory.store.rows import ConversationRow, RowMeta, SummaryRow
-from agentmemory.store.window import WindowHead
+from agentmemory.store.window import MAX_SEQ, WindowHead
 
-_NO_SEQ = 2**62
+#: the ``before`` of a window without history: past every seq (the seq column holds up to
+#: ``MAX_SEQ``; ``2**62`` here left out what was stored above it, silently)
+_NO_SEQ = MAX_SEQ + 1
 
 
 @dataclass(frozen=True, slots=True)

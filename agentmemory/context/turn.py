@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from django.db import router
 
+from agentmemory.context.bookkeeping import turn_refusal
 from agentmemory.context.fitting import _fitting_cap, _newest_turn, _placeholders_cost, _turn_floor
 from agentmemory.context.packing import PackResult, RowMeta, marker_only_copy, pack_history
 from agentmemory.exceptions import ContextBudgetExceeded
@@ -138,6 +139,8 @@ class TurnFitting:
             ContextBudgetExceeded: ``max_messages`` is too small for the turn, or its human
                 message does not fit.
             TurnTooLarge: a tool loop that does not fit, naming its parts and sizes.
+            ConversationStateError: nothing blocked the packing: the pinned prompt, the
+                summary or the counts hide the turn (``bookkeeping.turn_refusal``).
         """
         blocked_seq, blocked_tokens = packed.blocked or (None, 0)
         if packed.blocked_by_count:
@@ -154,9 +157,8 @@ class TurnFitting:
             raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
                 summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
             )
-        raise ContextBudgetExceeded(
-            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
-        )
+        # nothing blocked the packing: the bookkeeping that hides the turn is named instead
+        raise turn_refusal(reader, packed, blocked_seq, blocked_tokens)
 
     def _marker_tokens(
         self: _Builder, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int

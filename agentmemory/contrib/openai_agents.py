@@ -89,7 +89,15 @@ from agentmemory.contrib import sessions
 from agentmemory.exceptions import ConversationNotFound, InvalidMessageError
 from agentmemory.formats.media import AUDIO_FORMATS, data_url, parse_data_url
 from agentmemory.history import PersistentChatHistory
-from agentmemory.messages import RAW_ARGUMENTS_KEY, ChatMessage, ContentPart, PartKind, Role, ToolCall
+from agentmemory.messages import (
+    RAW_ARGUMENTS_KEY,
+    ChatMessage,
+    ContentPart,
+    PartKind,
+    Role,
+    ToolCall,
+    pending_calls,
+)
 from agentmemory.models import Conversation, Message
 
 __all__ = [
@@ -650,11 +658,12 @@ class AgentMemorySession:
         if not any(m.role is Role.TOOL or m.tool_calls for m in messages):
             return True
         pending = set(
-            Conversation.objects.using(router.db_for_read(Conversation))
-            .filter(pk=history.conversation_id)
-            .values_list("pending_tool_calls", flat=True)
-            .first()
-            or {}
+            pending_calls(
+                Conversation.objects.using(router.db_for_read(Conversation))
+                .filter(pk=history.conversation_id)
+                .values_list("pending_tool_calls", flat=True)
+                .first()
+            )
         )
         orphans: list[str] = []
         superseding: list[str] = []

@@ -17,6 +17,7 @@ from agentmemory.conf import get_token_counter
 from agentmemory.knowledge.storage import days_before
 from agentmemory.models import Fact
 from agentmemory.recall.said import shown_time
+from agentmemory.validation import MAX_ID
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory
@@ -53,7 +54,9 @@ def recent_entries(memory: KnowledgeMemory, days: int = 7, limit: int = 50) -> l
     rows = (
         memory.live_facts(now)
         .filter(in_daily_log=True, created_at__gte=days_before(now, days))
-        .order_by("-created_at", "-pk")[:limit]
+        # a limit past the table's end means all of it; the database's LIMIT is a 64-bit
+        # integer (SQLite answered a larger one with "datatype mismatch")
+        .order_by("-created_at", "-pk")[: min(limit, MAX_ID)]
     )
     return [_entry(f) for f in rows]
 

@@ -49,7 +49,7 @@ from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_re
 from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
 from agentmemory.recall.compiled import Scope
 from agentmemory.recall.embedders import Embedder
-from agentmemory.recall.said import fact_said_at, said_instant
+from agentmemory.recall.said import fact_first_said_at, fact_said_at, said_instant
 from agentmemory.recall.scope import MemoryScope
 from agentmemory.recall.text import bounded_query
 from agentmemory.recording import usage_scope
@@ -571,7 +571,7 @@ class KnowledgeMemory:
         if not found:
             report_recall("facts", self.scope.owner_id, backend, 0, started)
             return []
-        hits = [FactHit(f, boost(score, best, f.created_at, f.importance, now)) for f, score, best in found]
+        hits = [FactHit(f, boost(score, best, _dated(f, now), f.importance, now)) for f, score, best in found]
         hits.sort(key=lambda h: (-h.score, -h.fact.pk))
         hits = hits[:k]
         if record and not recorded:
@@ -815,26 +815,41 @@ def _as_of_probe(
 
 def _as_of(facts: Any, now: datetime, cutoff: datetime) -> Any:
     """The ``facts`` that may have been in default recall at ``now``, as the memory stood then:
-    stored by then, or dated by a transcript (``metadata["said_at"]``, which only Python reads:
+    stored by then (first stored, for a fact told again since: ``first_remembered_at``), or
+    dated by a transcript (``metadata["said_at"]``, which only Python reads:
     ``_in_recall_then``); the current fact then (not superseded, or superseded after ``now``:
     ``superseded_at``); not expired then; persistent or stored since ``cutoff``."""
     return (
-        facts.filter(Q(created_at__lte=now) | Q(metadata__has_key="said_at"))
+        facts.filter(
+            Q(created_at__lte=now) | Q(first_remembered_at__lte=now) | Q(metadata__has_key="said_at")
+        )
         .filter(Q(superseded_by__isnull=True) | Q(superseded_at__gt=now))
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .filter(Q(persistent=True) | Q(created_at__gte=cutoff))
     )
 
 
+def _dated(fact: Fact, now: datetime) -> datetime:
+    """The time recency is measured from at ``now``: when the fact was last remembered, or,
+    as of a time before a repeat (``recall(now=...)``), when it was first."""
+    first = fact.first_remembered_at
+    return fact.created_at if fact.created_at <= now or first is None else min(first, fact.created_at)
+
+
 def _in_recall_then(fact: Fact, now: datetime, max_log_days: int) -> bool:
     """Whether ``fact``, one of ``facts_as_of(now)``, was in recall at ``now`` by the time it
-    was said (``fact_said_at``: a transcript's date, else when it was stored): said by then,
-    and, for a transient entry, said within ``max_log_days`` before then."""
-    said = fact_said_at(fact)
-    if said is None:
+    was said (``fact_said_at``: a transcript's date, else when it was stored): first said by
+    then (``fact_first_said_at``: a fact told again was known from the first time), and, for a
+    transient entry, said within ``max_log_days`` before then. A fact told again was in recall
+    from its first telling to its last: a repeat finds the fact only while it is in recall
+    (one aged out is stored anew), so it never left the log in between."""
+    said, first = fact_said_at(fact), fact_first_said_at(fact)
+    if said is None or first is None:
         return True
-    said = said_instant(said)
-    return said <= now and (fact.persistent or said >= days_before(now, max_log_days))
+    said, first = said_instant(said), said_instant(first)
+    if first > now:
+        return False
+    return said > now or fact.persistent or said >= days_before(now, max_log_days)
 
 
 def _in_recall(facts: Any, now: datetime, cutoff: datetime) -> Any:

@@ -521,13 +521,18 @@ def log_again(fact: Fact, now: datetime) -> list[str]:
     than its date (never earlier: a repeat dated in the past, an import, moves nothing back).
     The knowledge seed appends every ``remember()`` to the day's log, persistent or not, so
     the entry is listed by ``get_recent_entries()`` of the days after, and a transient entry
-    ages out ``max_log_days`` after the last time it was remembered, not the first. Changes
+    ages out ``max_log_days`` after the last time it was remembered, not the first. The first
+    time is kept in ``first_remembered_at`` (set by the first repeat that moves the date), so
+    a recall as of a time between the two still finds the fact (``recall(now=...)``). Changes
     ``fact`` in memory; returns the names of the fields changed (to save)."""
     fields = []
     if not fact.in_daily_log:
         fact.in_daily_log = True
         fields.append("in_daily_log")
     if now > fact.created_at:
+        if fact.first_remembered_at is None:
+            fact.first_remembered_at = fact.created_at
+            fields.append("first_remembered_at")
         fact.created_at = now
         fields.append("created_at")
     return fields

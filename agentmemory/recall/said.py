@@ -20,6 +20,7 @@ __all__ = [
     "AS_WRITTEN",
     "TRANSCRIPT_DATE_KEYS",
     "date_text",
+    "fact_first_said_at",
     "fact_said_at",
     "said_by",
     "said_instant",
@@ -87,6 +88,16 @@ def fact_said_at(fact: Any) -> datetime | None:
     if isinstance(said, str):
         return session_date({"session_date_time": said}, fact.created_at)
     return fact.created_at
+
+
+def fact_first_said_at(fact: Any) -> datetime | None:
+    """When a fact was first said: ``fact_said_at``, but for a fact told again since (its
+    ``created_at`` moved to the last time it was remembered) the first time it was stored
+    (``first_remembered_at``). A transcript's date is the same for every telling."""
+    metadata = fact.metadata if isinstance(fact.metadata, dict) else {}
+    if isinstance(metadata.get("said_at"), str) or getattr(fact, "first_remembered_at", None) is None:
+        return fact_said_at(fact)
+    return fact.first_remembered_at  # type: ignore[no-any-return]
 
 
 def said_instant(said_at: datetime) -> datetime:

@@ -102,6 +102,13 @@ def pin_assignments(*, lead: str, row: str = "", last_seq: str | None = None) ->
     )
 
 
+# Every statement below updates no row when a counter would pass 2**63 - 1, the largest
+# value of its 64-bit column (``last_seq`` or a count written by hand: raw SQL, a data
+# migration), instead of failing with "bigint out of range": nothing is stored,
+# and the locked path (``PersistentChatHistory._append_locked``) raises the typed error.
+# Those that read the pending tool calls also update none when the column is not a JSON
+# object, or holds for a call answered here what is no seq (a row written by hand), rather
+# than failing on the cast: the locked path reads it with ``messages.pending_calls``.
 _PLAIN_APPEND_SQL = """
 WITH bumped AS (
     UPDATE {conversation}
@@ -112,6 +119,9 @@ WITH bumped AS (
         {pin}
         updated_at = %(now)s
     WHERE id = %(id)s
+      AND last_seq <= 9223372036854775807 - %(n)s AND message_count <= 9223372036854775807 - %(n)s
+      AND human_message_count <= 9223372036854775807 - %(humans)s
+      AND stored_tokens <= 9223372036854775807 - %(tokens)s
     RETURNING last_seq - %(n)s AS base
 )
 INSERT INTO {message} (
@@ -147,6 +157,15 @@ WITH locked AS (
         updated_at = %(now)s
     FROM locked
     WHERE c.id = locked.id
+      AND locked.last_seq <= 9223372036854775807 - %(n)s AND c.message_count <= 9223372036854775807 - %(n)s
+      AND c.human_message_count <= 9223372036854775807 - %(humans)s
+      AND c.stored_tokens <= 9223372036854775807 - %(tokens)s
+      AND jsonb_typeof(locked.pending) = 'object'
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest(%(answered)s::text[]) AS a(k)
+          WHERE locked.pending ? a.k AND NOT (jsonb_typeof(locked.pending -> a.k) = 'number'
+                                              AND (locked.pending ->> a.k) ~ '^[1-9][0-9]{{0,17}}$')
+      )
       AND (NOT %(strict)s OR locked.pending ?& %(answered)s::text[])
       AND NOT locked.pending ?| %(called)s::text[]
     RETURNING locked.last_seq AS base, locked.pending AS pending
@@ -187,6 +206,9 @@ WITH bumped AS (
         stored_tokens = stored_tokens + %(tokens)s,{pin}
         updated_at = %(now)s::timestamptz
     WHERE id = %(id)s
+      AND last_seq < 9223372036854775807 AND message_count < 9223372036854775807
+      AND human_message_count <= 9223372036854775807 - {humans}
+      AND stored_tokens <= 9223372036854775807 - %(tokens)s
     RETURNING id, last_seq, updated_at
 )
 INSERT INTO {message} (
@@ -218,6 +240,12 @@ WITH locked AS (
         updated_at = %(now)s::timestamptz
     FROM locked
     WHERE c.id = locked.id
+      AND locked.last_seq < 9223372036854775807 AND c.message_count < 9223372036854775807
+      AND c.stored_tokens <= 9223372036854775807 - %(tokens)s
+      AND jsonb_typeof(locked.pending) = 'object'
+      AND (NOT locked.pending ? %(answered)s::text
+           OR (jsonb_typeof(locked.pending -> %(answered)s::text) = 'number'
+               AND (locked.pending ->> %(answered)s::text) ~ '^[1-9][0-9]{{0,17}}$'))
       AND (%(answered)s::text = '' OR NOT %(strict)s OR locked.pending ? %(answered)s::text)
       AND NOT EXISTS (SELECT 1 FROM new_ids WHERE locked.pending ? new_ids.k)
     RETURNING c.id, locked.last_seq AS base, locked.pending AS pending, c.updated_at

@@ -20,7 +20,15 @@ from agentmemory.messages import Role
 from agentmemory.models import Message
 from agentmemory.store.connection import statement_cursor
 from agentmemory.store.rows import _tool_calls
-from agentmemory.store.window import _GAP_KEY, _SQL_CACHE, _names, _sum, _through_function, _uses_functions
+from agentmemory.store.window import (
+    _GAP_KEY,
+    _SQL_CACHE,
+    MAX_SEQ,
+    _names,
+    _sum,
+    _through_function,
+    _uses_functions,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +116,10 @@ def read_gap_probe(
         "id": conversation_id,
         "system": Role.SYSTEM.value,
         "summary": summary_id,
-        "before": before,
+        # ``before`` is ``MAX_SEQ + 1`` for "no window" (past every seq), which no 64-bit
+        # parameter holds: an orphan at ``MAX_SEQ`` itself is then not found as one and is
+        # counted among the uncovered messages (too many, never too few).
+        "before": min(before, MAX_SEQ),
         "pinned": pinned_seq,
         "pinned_last": pinned_seq if pinned_last_seq is None else pinned_last_seq,
     }

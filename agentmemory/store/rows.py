@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall, stored_arguments
+from agentmemory.messages import ChatMessage, ContentPart, Role, StoredJSONDecoder, ToolCall, stored_arguments
 from agentmemory.models import pinned_end
 
 #: the ``Message`` columns a ``RowMeta`` holds, in its order
@@ -101,13 +101,15 @@ class SummaryRow:
     human_messages_covered: int
 
 
-_raw_decode = json.JSONDecoder().raw_decode
+#: numbers no Python value holds are read as their text (``StoredJSONDecoder``): a stored
+#: value never makes a window fail
+_raw_decode = StoredJSONDecoder().raw_decode
 
 
 def _loads(value: Any) -> Any:
     """A JSON column as the model field returns it: the raw cursor gives text (PostgreSQL's
     ``jsonb`` too, as Django configures psycopg), decoded here as ``JSONField.from_db_value``
-    decodes it (no field of the read path has a custom decoder), without its per-call
+    decodes it (with the fields' ``StoredJSONDecoder``), without its per-call
     lookups: this runs for the JSON columns of every row of every window.
 
     Text that is one JSON value from its first character to its last (what both databases
@@ -123,7 +125,7 @@ def _loads(value: Any) -> Any:
             pass  # leading whitespace, or not JSON: ``json.loads`` decides
     if isinstance(value, str | bytes):
         try:
-            return json.loads(value)
+            return json.loads(value, cls=StoredJSONDecoder)
         except json.JSONDecodeError:
             return value  # what from_db_value returns for text that is not JSON
     return value

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connections, router
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall
+from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall, pending_calls
 from agentmemory.models import Conversation, Message
 from agentmemory.store import functions
 from agentmemory.store.connection import statement_cursor
@@ -60,6 +60,9 @@ from agentmemory.store.sent_metadata import sent_metadata, sent_metadata_column,
 _SQL_CACHE: dict[tuple[Any, ...], str] = {}
 #: largest budget (tokens) and message cap passed to the database
 MAX_READ = 2**31
+#: largest seq: the largest value of the 64-bit ``seq`` column (PostgreSQL's ``bigint``,
+#: SQLite's ``INTEGER``), and of any parameter compared with it
+MAX_SEQ = 2**63 - 1
 #: largest cap on tool results passed to the database: the ``token_count`` column's (a
 #: 32-bit integer), which no stored count exceeds, so a larger cap caps nothing either
 _MAX_CAP = 2**31 - 1
@@ -559,6 +562,8 @@ def read_head(
     ``floor`` (a seq; ``None``: the stored summary's ``through_seq``), whichever is
     higher. Rows a summary covers are never read, whatever the budget.
     """
+    if not -MAX_SEQ - 1 <= conversation_id <= MAX_SEQ:
+        return None  # no 64-bit id: no conversation (SQLite's driver raised OverflowError)
     capped = max_tool_result_tokens is not None
     budget = max(budget, 0)
     params: dict[str, Any] = {
@@ -592,8 +597,10 @@ def read_head(
             continue
         if kind == _CONVERSATION:
             first_seq = None if values[1] is None else int(values[1])
-            pending = _loads(values[11]) if values[11] and values[11] != "{}" else None
-            call_seqs = tuple(int(seq) for seq in pending.values()) if pending else ()
+            # the entries that name a call and a seq (``pending_calls``: a row written by hand
+            # may hold anything, and failed every window)
+            pending = pending_calls(_loads(values[11])) if values[11] and values[11] != "{}" else None
+            call_seqs = tuple(pending.values()) if pending else ()
             conv = ConversationRow(
                 values[6],
                 values[0],
@@ -855,7 +862,7 @@ def _uncovered_sql(alias: str, *, pending: int) -> str:
         sql = _SQL_CACHE[key] = (
             f"SELECT {m('seq')}, COUNT(*) OVER (), {_sum(alias, m('token_count'))} OVER () "
             f"FROM {qn(Message._meta.db_table)} WHERE {m('conversation')} = %s AND {m('seq')} > %s "
-            f"AND {m('seq')} < %s AND NOT ({m('role')} = %s AND {exchange} IS NULL){waiting} "
+            f"AND {m('seq')} <= %s AND NOT ({m('role')} = %s AND {exchange} IS NULL){waiting} "
             f"ORDER BY {m('seq')} DESC LIMIT %s"
         )
     return sql
@@ -868,11 +875,19 @@ def read_uncovered(
     and the messages of the tool exchanges started at ``pending_exchanges`` (seqs of AI
     messages whose calls await a result): ``(count, tokens, seqs)``, the seqs newest
     first and at most ``listed`` of them (count and tokens are exact). One statement on
-    the ``(conversation, seq)`` index."""
+    the ``(conversation, seq)`` index. ``before`` may be ``MAX_SEQ + 1`` (no window: every
+    seq); ``after`` and ``before - 1`` are compared as sent, within the column's range."""
     with statement_cursor(alias) as cursor:
         cursor.execute(
             _uncovered_sql(alias, pending=len(pending_exchanges)),
-            [conversation_id, after, before, Role.TOOL.value, *pending_exchanges, listed],
+            [
+                conversation_id,
+                max(after, -MAX_SEQ - 1),
+                min(before - 1, MAX_SEQ),
+                Role.TOOL.value,
+                *pending_exchanges,
+                listed,
+            ],
         )
         rows = cursor.fetchall()
     if not rows:

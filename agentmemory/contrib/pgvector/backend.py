@@ -126,7 +126,9 @@ class PgVectorRanking:
                     "set_config('hnsw.ef_search', %s, true)",
                     [str(self.backend.HNSW_EF_SEARCH)],
                 )
-                found = list(rows.order_by("distance")[:limit])
+                # equal distances broken by id, newest first, as full-text ranking breaks
+                # equal scores: which of them the limit keeps is then never the scan's choice
+                found = list(rows.order_by("distance", f"-{fk}_id")[:limit])
         ranked = [(pk, 1.0 - float(distance)) for pk, distance in found if distance is not None]
         ranked.sort(key=lambda item: (-item[1], -item[0]))
         return [(pk, score) for pk, score in ranked if score > 0]
