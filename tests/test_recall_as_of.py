@@ -199,3 +199,19 @@ def test_a_fact_told_again_is_recalled_as_of_any_time_since_it_was_first_told() 
     assert recalled(JUNE_15 + timedelta(days=41)) == []
     block = recall_memory(owner=user, query="Where is the spare key?", max_tokens=400, now=MAY_15)
     assert block is not None and "blue flowerpot" in block.text
+
+
+def test_a_repeat_told_earlier_than_the_stored_fact_moves_its_first_telling_back() -> None:
+    """Transcripts replayed out of order, or an import of older notes, tell a fact at a time
+    before the one stored: the fact was known from the earliest telling, whichever order the
+    tellings were stored in (the log's date stays the latest)."""
+    user = UserFactory()
+    km = KnowledgeMemory(user, max_log_days=400)
+    text = "The spare key is under the blue flowerpot"
+    fact = km.store(text, "home", now=JUNE_1).fact
+    assert km.store(text, "home", now=MAY_1).action == "duplicate"
+    assert km.store(text, "home", now=JUNE_15).action == "duplicate"
+    assert km.store(text, "home", now=MAY_15).action == "duplicate"
+    stored = Fact.objects.get(pk=fact.pk)
+    assert (stored.first_remembered_at, stored.created_at) == (MAY_1, JUNE_15)
+    assert [h.fact.pk for h in km.recall("spare key flowerpot", now=MAY_15)] == [fact.pk]

@@ -522,13 +522,19 @@ def log_again(fact: Fact, now: datetime) -> list[str]:
     The knowledge seed appends every ``remember()`` to the day's log, persistent or not, so
     the entry is listed by ``get_recent_entries()`` of the days after, and a transient entry
     ages out ``max_log_days`` after the last time it was remembered, not the first. The first
-    time is kept in ``first_remembered_at`` (set by the first repeat that moves the date), so
-    a recall as of a time between the two still finds the fact (``recall(now=...)``). Changes
+    time is kept in ``first_remembered_at`` (set by the first repeat that moves the date, or
+    moved back by a repeat told before every stored telling), so a recall as of a time between
+    the two still finds the fact (``recall(now=...)``). Changes
     ``fact`` in memory; returns the names of the fields changed (to save)."""
     fields = []
     if not fact.in_daily_log:
         fact.in_daily_log = True
         fields.append("in_daily_log")
+    if now < (fact.first_remembered_at or fact.created_at):
+        # told before any telling stored (transcripts replayed out of order, an import of
+        # older notes): the fact was known from then
+        fact.first_remembered_at = now
+        fields.append("first_remembered_at")
     if now > fact.created_at:
         if fact.first_remembered_at is None:
             fact.first_remembered_at = fact.created_at
