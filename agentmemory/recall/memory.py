@@ -27,7 +27,8 @@ into one delimited message of at most a given number of tokens.
    A fact whose source message is shown is left out, its tokens given back. With a
    tiktoken counter of cl100k_base each unit is counted at exactly what it adds to the
    block (its lines, headings and gap marks with their newlines), so the block fills its
-   budget to within a line.
+   budget to within a line; with another counter the estimates reserve a little more and
+   the packing runs again in what the count of the block says is left (``REFILLS``).
 4. **How it is rendered.** One ``<memory>`` ... ``</memory>`` block with a one-line header;
    items oldest first, each opening with its provenance: the date it was said (the session
    date a transcript gave in the message metadata, else the time it was stored), the
@@ -143,6 +144,9 @@ TIME_WEIGHT = 2.0
 MAX_FACTS = 10
 #: the line between two messages of one item that are not next to each other
 GAP_MARK = "…"
+#: with a counter whose counts do not add up line by line, the packing passes run again in
+#: what the count of the block says is left, at most this many times (each one count more)
+REFILLS = 3
 
 
 @dataclass(frozen=True)
@@ -429,68 +433,88 @@ def recall_memory(
     fact_words = {h.fact.pk: words_key(h.fact.content) for h in fact_hits}
     chosen_facts: list[Any] = []
     fact_costs: dict[int, int] = {}
-    estimate = 0
-    for unit in units:
-        if unit.fact is not None:
-            if unit.fact.source_message_id in shown_ids or fact_words[unit.fact.pk] in shown_said:
+
+    def pack(estimate: int) -> None:
+        """Take the units, best first, that fit in ``budget`` with ``estimate`` tokens used."""
+        nonlocal groups, named
+        for unit in units:
+            if unit.fact is not None:
+                if (
+                    unit.fact.pk in fact_costs  # taken (or left out for a message shown) before
+                    or unit.fact.source_message_id in shown_ids
+                    or fact_words[unit.fact.pk] in shown_said
+                ):
+                    continue
+                cost = counted(_fact_text(unit.fact)) + (0 if exact else 1)
+                if estimate + cost <= budget:
+                    chosen_facts.append((unit.fact, unit.score))
+                    fact_costs[unit.fact.pk] = cost
+                    estimate += cost
                 continue
-            cost = counted(_fact_text(unit.fact)) + (0 if exact else 1)
-            if estimate + cost <= budget:
-                chosen_facts.append((unit.fact, unit.score))
-                fact_costs[unit.fact.pk] = cost
-                estimate += cost
-            continue
-        conversation = unit.conversation_id
-        new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
-        if not new:
-            continue
-        if floors:
-            fewest = estimate
+            conversation = unit.conversation_id
+            new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
+            if not new:
+                continue
+            if floors:
+                fewest = estimate
+                for key in new:
+                    least = line_floors.get(key)  # type: ignore[arg-type]
+                    if least is None:
+                        least = line_floors[key] = len(_line_text(lines[key]).split()) + reserve  # type: ignore[index]
+                    fewest += least
+                if fewest > budget:
+                    continue
+            cost = 0
+            heads = set()
+            names = set()
+            added: dict[tuple[int, str], list[int]] = {}
             for key in new:
-                least = line_floors.get(key)  # type: ignore[arg-type]
-                if least is None:
-                    least = line_floors[key] = len(_line_text(lines[key]).split()) + reserve  # type: ignore[index]
-                fewest += least
-            if fewest > budget:
+                line = lines[key]  # type: ignore[index]
+                cost += line_cost(key)  # type: ignore[arg-type]
+                group = (line.conversation_id, line.date)
+                added.setdefault(group, []).append(line.seq)
+                if group not in groups and group not in heads:
+                    heads.add(group)
+                    if line.conversation_id in named or line.conversation_id in names:
+                        cost += head_cost(line, False)
+                    else:
+                        names.add(line.conversation_id)
+                        cost += head_cost(line, True)
+            if exact:  # the gap marks between the messages of each group it adds to
+                for group, seqs in added.items():
+                    before = group_seqs.get(group, [])
+                    cost += gap_cost * (_gaps(sorted([*before, *seqs])) - _gaps(before))
+            if estimate + cost > budget:
                 continue
-        cost = 0
-        heads = set()
-        names = set()
-        added: dict[tuple[int, str], list[int]] = {}
-        for key in new:
-            line = lines[key]  # type: ignore[index]
-            cost += line_cost(key)  # type: ignore[arg-type]
-            group = (line.conversation_id, line.date)
-            added.setdefault(group, []).append(line.seq)
-            if group not in groups and group not in heads:
-                heads.add(group)
-                if line.conversation_id in named or line.conversation_id in names:
-                    cost += head_cost(line, False)
-                else:
-                    names.add(line.conversation_id)
-                    cost += head_cost(line, True)
-        if exact:  # the gap marks between the messages of each group it adds to
+            chosen.update(new)  # type: ignore[arg-type]
             for group, seqs in added.items():
-                before = group_seqs.get(group, [])
-                cost += gap_cost * (_gaps(sorted([*before, *seqs])) - _gaps(before))
-        if estimate + cost > budget:
-            continue
-        chosen.update(new)  # type: ignore[arg-type]
-        for group, seqs in added.items():
-            group_seqs[group] = sorted([*group_seqs.get(group, []), *seqs])
-        groups |= heads
-        named |= names
-        estimate += cost
-        shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
-        if fact_words:  # only a block with facts compares texts
-            for key in new:
-                shown_said.update(said_keys(lines[key].text))  # type: ignore[index]
-        for fact, score in list(chosen_facts):
-            if fact.source_message_id in shown_ids or fact_words[fact.pk] in shown_said:
-                chosen_facts.remove((fact, score))
-                estimate -= fact_costs[fact.pk]
+                group_seqs[group] = sorted([*group_seqs.get(group, []), *seqs])
+            groups |= heads
+            named |= names
+            estimate += cost
+            shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
+            if fact_words:  # only a block with facts compares texts
+                for key in new:
+                    shown_said.update(said_keys(lines[key].text))  # type: ignore[index]
+            for fact, score in list(chosen_facts):
+                if fact.source_message_id in shown_ids or fact_words[fact.pk] in shown_said:
+                    chosen_facts.remove((fact, score))
+                    estimate -= fact_costs[fact.pk]
+
+    pack(0)
     items = _items(lines, chosen, chosen_facts, counts)
     tokens = counts.block(items)
+    for _pass in range(0 if exact else REFILLS):
+        # the estimates reserved tokens the block did not use: pack again in what the count
+        # of the block says is left (each pass one more count of the block)
+        taken = len(chosen) + len(chosen_facts)
+        if tokens >= max_tokens:
+            break
+        pack(tokens - empty)
+        if len(chosen) + len(chosen_facts) == taken:
+            break
+        items = _items(lines, chosen, chosen_facts, counts)
+        tokens = counts.block(items)
     while items and tokens > max_tokens:
         weakest = min(chosen, key=lambda key: lines[key].score, default=None)
         if weakest is not None:
