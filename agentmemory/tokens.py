@@ -718,44 +718,86 @@ def _load_encoding(name: str):  # type: ignore[no-untyped-def]
 
 
 def configured_model() -> str | None:
-    """The model name token counts are made for.
+    """The model name token counts are made for (``model_choice()``'s model)."""
+    return model_choice()[0]
+
+
+def model_choice() -> tuple[str | None, str]:
+    """The model name token counts are made for, and the setting that chose it, in words
+    (for messages: "AGENTMEMORY['TOKENIZER_MODEL']").
 
     In order: ``AGENTMEMORY["TOKENIZER_MODEL"]``; the ``"model"`` option of
     ``AGENTMEMORY["LLMS"]["default"]``; the ``AGENTMEMORY_LLM_MODEL`` environment variable;
     the default model of the provider the environment configures (``OPENAI_API_KEY`` or
-    ``ANTHROPIC_API_KEY``); else ``None``.
+    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY`` or ``ANTHROPIC_BASE_URL``), which the user did
+    not name; else ``None``.
     """
     from agentmemory.conf import app_settings
 
     conf = app_settings()
     if conf.TOKENIZER_MODEL:
-        return str(conf.TOKENIZER_MODEL)
+        return str(conf.TOKENIZER_MODEL), "AGENTMEMORY['TOKENIZER_MODEL']"
     llms = conf.LLMS or {}
     entry = llms.get("default") if isinstance(llms, dict) else None
     if isinstance(entry, dict):
         options = entry.get("OPTIONS") or {}
         model = options.get("model") if isinstance(options, dict) else None
-        return str(model) if model else None
+        return (str(model), "the 'model' option of AGENTMEMORY['LLMS']['default']") if model else (None, "")
     if llms:
-        return None
+        return None, ""
     if os.environ.get("AGENTMEMORY_LLM_MODEL"):
-        return os.environ["AGENTMEMORY_LLM_MODEL"]
+        return os.environ["AGENTMEMORY_LLM_MODEL"], "the AGENTMEMORY_LLM_MODEL environment variable"
     provider = (os.environ.get("AGENTMEMORY_LLM_PROVIDER") or "").strip().lower()
-    if provider in ("", "openai") and (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
-        from agentmemory.llm.openai import DEFAULT_MODEL
-
-        return DEFAULT_MODEL
-    if provider in ("", "anthropic") and (
-        os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_BASE_URL")
+    for name, variables in (
+        ("openai", ("OPENAI_API_KEY", "OPENAI_BASE_URL")),
+        ("anthropic", ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")),
     ):
-        from agentmemory.llm.anthropic import DEFAULT_MODEL as ANTHROPIC_DEFAULT_MODEL
+        found = [variable for variable in variables if os.environ.get(variable)]
+        if provider in ("", name) and found:
+            if name == "openai":
+                from agentmemory.llm.openai import DEFAULT_MODEL
+            else:
+                from agentmemory.llm.anthropic import DEFAULT_MODEL
+            label = "OpenAI" if name == "openai" else "Anthropic"
+            return DEFAULT_MODEL, (
+                f"the {label} adapter's default model, used because {' and '.join(found)} "
+                f"{'is' if len(found) == 1 else 'are'} set and AGENTMEMORY_LLM_MODEL is not"
+            )
+    return None, ""
 
-        return ANTHROPIC_DEFAULT_MODEL
-    return None
+
+def unchosen_model_hint(chosen_by: str) -> str:
+    """What to do when ``chosen_by`` (``model_choice()``'s words) is a provider's default
+    rather than a model the user named: name the model the server runs ("" otherwise)."""
+    if "default model" not in chosen_by:
+        return ""
+    return (
+        "If the server runs another model (a local server usually does), name it: "
+        "AGENTMEMORY_LLM_MODEL=<its name> (requests and token counts then use it), or "
+        "AGENTMEMORY['TOKENIZER_MODEL'] for the counts alone."
+    )
+
+
+def offline_encoding_hint(encoding: str) -> str:
+    """How to make tiktoken's ``encoding`` available offline: the ``o200k`` extra, installed
+    as this package was (``agentmemory.extras.pip_install``), for the encodings it ships; or
+    one download into tiktoken's cache."""
+    from agentmemory.extras import pip_install
+
+    bundled = (
+        f"{pip_install('o200k')} (quicktok-v1 ships cl100k_base and o200k_base), or "
+        if encoding in _QUICKTOK_ENCODINGS
+        else ""
+    )
+    return (
+        f"{bundled}load it once with network access "
+        f"(python -c \"import tiktoken; tiktoken.get_encoding('{encoding}')\") or set "
+        "TIKTOKEN_CACHE_DIR to a folder that holds it"
+    )
 
 
 @lru_cache(maxsize=16)
-def counter_for_model(model: str | None) -> BaseTokenCounter:
+def counter_for_model(model: str | None, chosen_by: str = "") -> BaseTokenCounter:
     """The best counter for ``model`` that works offline (built once per model name).
 
     * tiktoken knows the model: its encoding (``o200k_base`` for the gpt-4o, gpt-4.1,
@@ -771,7 +813,8 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
 
     The returned counter's ``id`` names what actually counts (``"tiktoken:o200k_base"``,
     ``"tiktoken:cl100k_base"``, ``"approx-v3"``), so ``manage.py recount_tokens`` can move
-    stored counts over when it changes.
+    stored counts over when it changes. ``chosen_by`` names the setting that chose ``model``
+    in the warning (``model_choice()``).
     """
     try:
         wanted = encoding_for_model(model)
@@ -781,12 +824,15 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
     encoding = wanted
     if not encoding_available_offline(wanted):
         encoding = DEFAULT_ENCODING
+        unchosen = unchosen_model_hint(chosen_by)
         logger.warning(
-            "the %s encoding of model %r is not available offline; counting with %s instead "
-            "(download it once with tiktoken, or set TIKTOKEN_CACHE_DIR to a folder that holds it)",
+            "the %s encoding of model %r%s is not available offline; counting with %s instead (%s).%s",
             wanted,
             model,
+            f" ({chosen_by})" if chosen_by else "",
             encoding,
+            offline_encoding_hint(wanted),
+            f" {unchosen}" if unchosen else "",
         )
     rule = "anthropic" if model and model.lower().startswith("claude") else "openai"
     try:
@@ -797,8 +843,8 @@ def counter_for_model(model: str | None) -> BaseTokenCounter:
 
 
 def model_token_counter() -> BaseTokenCounter:
-    """The default ``AGENTMEMORY["TOKEN_COUNTER"]``: ``counter_for_model(configured_model())``."""
-    return counter_for_model(configured_model())
+    """The default ``AGENTMEMORY["TOKEN_COUNTER"]``: the counter of ``model_choice()``'s model."""
+    return counter_for_model(*model_choice())
 
 
 class LengthTokenCounter(BaseTokenCounter):

@@ -1,9 +1,10 @@
 """Example agents of the example project: a support agent with three tools and memory
-compaction, and a variant that overrides ``get_config()`` with its own compactor.
+compaction, a variant that overrides ``get_config()`` with its own compactor, and one with
+long-term memory of each customer.
 
-Try them with ``python manage.py chat support`` (or ``support-early-summary``) once an LLM is
-configured (see docs/agents.md). The order data is a small in-memory table standing in for
-the host project's own models.
+Try them with ``python manage.py chat support`` (or ``support-early-summary``, or
+``support-memory --owner alice``) once an LLM is configured (see docs/agents.md). The order
+data is a small in-memory table standing in for the host project's own models.
 """
 
 from __future__ import annotations
@@ -124,3 +125,15 @@ class EarlySummarySupportAgent(SupportAgent):
     @classmethod
     def get_config(cls) -> AgentConfig:
         return AgentConfig(memory=MemoryConfig(compactor_class=EarlySummaryCompactor))
+
+
+class MemorySupportAgent(SupportAgent):
+    """The support agent with long-term memory of each customer: the ``remember`` and
+    ``recall`` tools, the customer's facts in the system prompt, and a memory block recalled
+    from their past conversations on every model call. The memory is the conversation
+    owner's: ``manage.py chat support-memory --owner alice``."""
+
+    NAME = "Support agent (with memory)"
+    AGENT_KEY = "support-memory"
+    KNOWLEDGE_MEMORY_ENABLED = True
+    MEMORY_RECALL_ENABLED = True

@@ -180,3 +180,59 @@ def test_text_patterns_say_what_the_fields_accept(value: str) -> None:
         except Exception:
             accepted = False
         assert (re.fullmatch(pattern[1:-1], value) is not None) == accepted, (type(field).__name__, value)
+
+
+@pytest.fixture
+def without_langchain_core(monkeypatch):  # type: ignore[no-untyped-def]
+    """As if langchain-core (the ``langchain`` extra) were not installed on the server."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "agentmemory.formats.langchain", raising=False)
+    for name in [m for m in sys.modules if m == "langchain_core" or m.startswith("langchain_core.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "langchain_core", None)
+
+
+def test_a_format_the_server_cannot_serve_is_a_documented_501(
+    check, django_user_model, without_langchain_core
+):  # type: ignore[no-untyped-def]
+    """The langchain message format needs langchain-core on the server: without it the
+    request is not the client's fault (a 400 said so), but what the server does not do."""
+    from agentmemory.agents import BaseToolCallingAgent
+    from agentmemory.llm.fake import ScriptedChatModel
+    from agentmemory.models import ModelCall
+
+    class Agent(BaseToolCallingAgent, register=False):
+        AGENT_KEY = "format-test"
+
+    user = django_user_model.objects.create_user("alice", password="pw")
+    agent = Agent(llm=ScriptedChatModel(["Hello."]))
+    conv = agent.start_conversation(owner=user)
+    agent.run(conv, "hi")
+    call = ModelCall.objects.get(conversation=conv)
+    api = APIClient()
+    api.force_login(user)
+    base = f"/api/conversations/{conv.uuid}"
+    message = {"type": "human", "data": {"content": "hello", "type": "human"}}
+
+    answers = [
+        (
+            api.post(f"{base}/messages/?message_format=langchain", message, format="json"),
+            "{conversation_uuid}/messages/",
+            "post",
+        ),
+        (api.get(f"{base}/context/?message_format=langchain"), "{uuid}/context/", "get"),
+        (
+            api.get(f"{base}/model-calls/{call.uuid}/window/?message_format=langchain"),
+            "{conversation_uuid}/model-calls/{uuid}/window/",
+            "get",
+        ),
+    ]
+    for response, suffix, method in answers:
+        assert response.status_code == 501, response.content
+        body = response.json()
+        assert body["error"] == "format_unavailable"
+        assert "langchain-core" in body["detail"] and "not installed on this server" in body["detail"]
+        path = "/api/conversations/" + suffix
+        check(response, path, method)
+    assert conv.messages.count() == 2  # the turn's, nothing more

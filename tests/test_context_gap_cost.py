@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from agentmemory.compaction import LLMMemoryCompactor
-from agentmemory.context import ContextWindowBuilder
-from agentmemory.context import builder as builder_module
+from agentmemory.context import ContextWindowBuilder, left_out
 from agentmemory.context.window import UncoveredMessages
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
@@ -27,13 +26,13 @@ from tests.factories import conversation_with_turns
 def gap_counts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Every ``(after, before)`` for which the builder fell back to counting the gap's rows."""
     calls: list[tuple[int, int]] = []
-    original = builder_module.read_uncovered
+    original = left_out.read_uncovered
 
     def recording(using: str, conversation_id: int, **kwargs: Any) -> Any:
         calls.append((kwargs["after"], kwargs["before"]))
         return original(using, conversation_id, **kwargs)
 
-    monkeypatch.setattr(builder_module, "read_uncovered", recording)
+    monkeypatch.setattr(left_out, "read_uncovered", recording)
     return calls
 
 

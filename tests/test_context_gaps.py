@@ -21,7 +21,7 @@ from django.test import override_settings
 from agentmemory import closing, signals
 from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.context.builder import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
+from agentmemory.context.gaps import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.history import PersistentChatHistory
 from agentmemory.llm.fake import ScriptedChatModel
@@ -476,7 +476,8 @@ def test_a_turn_that_fits_beside_the_prompt_but_not_the_summary_gets_a_cut_summa
 ) -> None:
     """Through the agent, tau-bench calls failed with a budget error although the turn in
     progress fitted the window beside the system prompt: the summary took the room."""
-    from agentmemory.context.builder import MIN_CUT_SUMMARY_TOKENS, REASON_SUMMARY_CUT
+    from agentmemory.context.fitting import MIN_CUT_SUMMARY_TOKENS
+    from agentmemory.context.gaps import REASON_SUMMARY_CUT
     from agentmemory.exceptions import TurnTooLarge
     from agentmemory.messages import ToolCall
 

@@ -229,3 +229,30 @@ def test_the_conversation_page_shows_its_usage_and_cost(turn, admin_client) -> N
     empty = Conversation.objects.create(owner=conv.owner, agent_key="surfaces-test")
     page = admin_client.get(reverse("admin:agentmemory_conversation_change", args=[empty.pk]))
     assert "no model calls recorded" in page.content.decode()
+
+
+def test_a_recorded_window_declares_its_tools_in_the_shape_asked_for(turn) -> None:  # type: ignore[no-untyped-def]
+    """The tools beside the messages are in the same provider's shape: OpenAI's function
+    tools, Anthropic's ``input_schema`` tools, the native declarations; LangChain's chat
+    models were sent OpenAI's shape (``bind_tools``)."""
+    user, conv, llm = turn
+    api = client_for(user)
+    call = ModelCall.objects.filter(conversation=conv).order_by("id").last()
+    url = calls_url(conv, f"{call.uuid}/window/")
+    [declared] = llm.calls[1][1]
+    assert set(declared) == {"name", "description", "parameters"}
+
+    def tools(message_format: str) -> list[dict]:
+        response = api.get(url, {"message_format": message_format})
+        assert response.status_code == 200, response.content
+        return response.json()["tools"]
+
+    assert tools("native") == [declared]
+    assert tools("openai") == [{"type": "function", "function": declared}]
+    assert tools("anthropic") == [
+        {"name": "lookup", "description": declared["description"], "input_schema": declared["parameters"]}
+    ]
+    pytest.importorskip("langchain_core")
+    assert tools("langchain") == [{"type": "function", "function": declared}]
+    # ?format=openai (the renderer) means the OpenAI shape too
+    assert api.get(url, {"format": "openai"}).json()["tools"] == [{"type": "function", "function": declared}]

@@ -255,3 +255,37 @@ def test_fitting_a_long_fold_parses_each_date_once(monkeypatch) -> None:  # type
     assert "place number 399" in text and "said on 8 May 2023; 9 May 2023" in text
     # each message's date read once, and each of the 100 days tried once in the five formats
     assert len(parsed) <= 400 + 5 * 100
+
+
+# -- what the admin says it cost ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_says_an_offline_summary_called_no_model(admin_client) -> None:  # type: ignore[no-untyped-def]
+    from django.urls import reverse
+
+    from agentmemory.models import Summary
+
+    conv, _ = conversation_with_turns(3)
+    offline = OfflineMemoryCompactor(None, conv.pk, None).compact()
+    assert offline is not None and offline.text.startswith(OFFLINE_LABEL)
+    written = Summary.objects.create(
+        conversation=Conversation.objects.create(),
+        text="The user asked about order 7.",
+        first_seq=1,
+        through_seq=2,
+        model="gpt-4o-mini",
+        llm_calls=2,
+    )
+
+    def cost(summary: Summary) -> str:
+        page = admin_client.get(reverse("admin:agentmemory_summary_change", args=[summary.pk]))
+        assert page.status_code == 200
+        body = page.content.decode()
+        assert "LLM calls" not in body
+        start = body.index("Summariser calls")
+        return body[start : body.index("</div>", body.index('class="readonly"', start))]
+
+    assert "no model was called" in cost(offline) and "offline extractive summariser" in cost(offline)
+    shown = cost(written)
+    assert shown.rstrip().endswith(">2") and "no model" not in shown

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentmemory.knowledge import KnowledgeMemory
-from agentmemory.knowledge.storage import content_hash
+from agentmemory.knowledge.text import content_hash
 from agentmemory.models import Fact
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

@@ -294,7 +294,7 @@ def test_a_tool_loop_that_cannot_fit_beside_the_prompt_is_a_typed_error_naming_i
     assert error.system_tokens == system and error.max_tokens == budget
     assert f"{messages:,} for its human and AI messages (tool-call arguments are never cut)" in str(error)
     assert f"{sum(markers):,} for 8 tool results sent as the truncation marker alone" in str(error)
-    assert f"the window has {budget - system:,} after the system prompt" in str(error)
+    assert f"leaves {budget - system:,} for it after the {system:,} tokens of the system prompt" in str(error)
     # Room for the results at their shortest cut: the call goes out, nothing is left out.
     window = builder.build(budget + 8 * 64)
     assert len(window.history) == len(rows) and window.uncovered.count == 0

@@ -792,3 +792,104 @@ def test_characters_outside_the_bmp_are_never_undercounted():
     for label, text in three_tokens.items():
         message = ChatMessage.human(text * 4)
         assert approx.count_message(message) <= 1.2 * exact.count_message(message), label
+
+
+@pytest.fixture
+def local_server_only(settings, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """Only ``OPENAI_BASE_URL`` set (a local OpenAI-compatible server), no model named, and
+    o200k not available offline (no quicktok, an empty tiktoken cache)."""
+    for name in (
+        "AGENTMEMORY_LLM_MODEL",
+        "AGENTMEMORY_LLM_PROVIDER",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    settings.AGENTMEMORY = {}
+
+
+def _w031(settings_checks):  # type: ignore[no-untyped-def]
+    return [p for p in settings_checks if p.id == "agentmemory.W031"]
+
+
+def test_w031_names_the_setting_that_chose_the_model_and_the_install_that_keeps_a_checkout_editable(
+    local_server_only, fresh_counters, without_quicktok, settings, monkeypatch
+):
+    from agentmemory import extras
+    from agentmemory.checks import check_settings
+
+    monkeypatch.setattr(extras, "_installed_from", lambda: ("/src/agentmemory", True))
+    [warning] = _w031(check_settings())
+    assert "'gpt-4o-mini'" in warning.msg
+    # which setting chose a model the user never named
+    assert "OpenAI adapter's default model" in warning.msg and "OPENAI_BASE_URL is set" in warning.msg
+    assert "AGENTMEMORY_LLM_MODEL is not" in warning.msg
+    # what to do: name the server's model, or install the extra as the package was installed
+    assert "AGENTMEMORY_LLM_MODEL" in warning.hint and "TOKENIZER_MODEL" in warning.hint
+    assert "pip install -e '/src/agentmemory[o200k]'" in warning.hint
+    monkeypatch.setattr(extras, "_installed_from", lambda: None)
+    [warning] = _w031(check_settings())
+    assert "pip install 'django-agentmemory[o200k]'" in warning.hint
+
+    # the server's model named: a model tiktoken does not know counts with cl100k, offline
+    monkeypatch.setenv("AGENTMEMORY_LLM_MODEL", "llama3.1")
+    assert _w031(check_settings()) == []
+    # a model the user chose is still warned about, naming the setting
+    settings.AGENTMEMORY = {"TOKENIZER_MODEL": "gpt-4o"}
+    [warning] = _w031(check_settings())
+    assert "AGENTMEMORY['TOKENIZER_MODEL']" in warning.msg and "default model" not in warning.msg
+
+
+def test_the_counters_warning_names_the_setting_and_the_install(
+    local_server_only, fresh_counters, without_quicktok, monkeypatch, caplog
+):
+    from agentmemory import extras
+    from agentmemory.tokens import model_token_counter
+
+    monkeypatch.setattr(extras, "_installed_from", lambda: ("/src/agentmemory", True))
+    with caplog.at_level("WARNING", logger="agentmemory.tokens"):
+        counter = model_token_counter()
+    assert counter.id == "tiktoken:cl100k_base"
+    assert "'gpt-4o-mini'" in caplog.text and "OPENAI_BASE_URL is set" in caplog.text
+    assert "pip install -e '/src/agentmemory[o200k]'" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "command"),
+    [
+        (
+            {"url": "file:///home/me/agentmemory", "dir_info": {"editable": True}},
+            "pip install -e '/home/me/agentmemory[o200k]'",
+        ),
+        (
+            {"url": "file:///home/me/agent%20memory", "dir_info": {}},
+            "pip install '/home/me/agent memory[o200k]'",
+        ),
+        (
+            {"url": "file:///tmp/django_agentmemory-0.1.0-py3-none-any.whl", "archive_info": {}},
+            "pip install '/tmp/django_agentmemory-0.1.0-py3-none-any.whl[o200k]'",
+        ),
+        ({"url": "https://example.com/x.whl", "archive_info": {}}, "pip install 'django-agentmemory[o200k]'"),
+        (None, "pip install 'django-agentmemory[o200k]'"),
+    ],
+)
+def test_an_extra_is_installed_the_way_the_package_was(monkeypatch, direct_url, command):  # type: ignore[no-untyped-def]
+    import json
+    from importlib import metadata
+
+    from agentmemory import extras
+
+    class Distribution:
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return None if direct_url is None else json.dumps(direct_url)
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: Distribution())
+    extras._installed_from.cache_clear()
+    try:
+        assert extras.pip_install("o200k") == command
+    finally:
+        extras._installed_from.cache_clear()

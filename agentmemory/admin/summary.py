@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from agentmemory.admin.utils import (
     PRE_STYLE,
@@ -13,6 +14,7 @@ from agentmemory.admin.utils import (
     short_conversation,
     short_datetime,
 )
+from agentmemory.llm.offline import OFFLINE_MODEL
 from agentmemory.models import Summary
 
 
@@ -51,7 +53,7 @@ class SummaryAdmin(ReadOnlyAdmin):
         "prompt_version",
         "input_tokens",
         "output_tokens",
-        "llm_calls",
+        "summariser_calls",
         "created_at",
     )
     readonly_fields = fields
@@ -79,6 +81,19 @@ class SummaryAdmin(ReadOnlyAdmin):
     @admin.display(description=_("previous summary"))
     def previous_link(self, obj: Summary) -> str:
         return admin_link(obj.previous) if obj.previous_id else "-"
+
+    @admin.display(description=_("summariser calls"))
+    def summariser_calls(self, obj: Summary) -> str:
+        """``Summary.llm_calls``: calls of the summariser, each a model call, but those of the
+        offline extractive summariser, which reads the messages without a model (its summary
+        says so in its first line)."""
+        if obj.model == OFFLINE_MODEL:
+            return ngettext(
+                "%(calls)s pass of the offline extractive summariser; no model was called",
+                "%(calls)s passes of the offline extractive summariser; no model was called",
+                obj.llm_calls,
+            ) % {"calls": obj.llm_calls}
+        return str(obj.llm_calls)
 
     @admin.display(description=_("text"))
     def text_display(self, obj: Summary) -> str:

@@ -57,6 +57,7 @@ from agentmemory.calls import WindowUnavailable, recorded_context_window, record
 from agentmemory.conf import get_token_counter
 from agentmemory.context import ContextWindow
 from agentmemory.exceptions import InvalidMessageError
+from agentmemory.formats.tools import tools_in_format
 from agentmemory.models import ModelCall, ModelCallKind
 from agentmemory.usage import usage_totals
 
@@ -120,7 +121,10 @@ class ModelCallViewSet(
     @action(detail=True, methods=["get"], pagination_class=None)
     def window(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """The messages a chat call sent, exactly as sent, with its accounting and the tool
-        declarations; a 409 when it cannot be rebuilt (not a chat call, a message deleted)."""
+        declarations, both in the shape ``message_format`` asks for (the tools as OpenAI's
+        function tools for ``openai`` and ``langchain``, Anthropic's ``input_schema`` tools for
+        ``anthropic``, ``{"name", "description", "parameters"}`` natively); a 409 when it cannot
+        be rebuilt (not a chat call, a message deleted)."""
         call = self.get_object()
         shape = message_format(request)
         if call.kind != ModelCallKind.CHAT:
@@ -138,7 +142,8 @@ class ModelCallViewSet(
             "call": call,
             "message_format": shape,
             "token_counter": get_token_counter(),
-            "tools": tools,
+            # in the shape of the messages beside them, as the provider received them
+            "tools": tools_in_format(tools, shape),
             "provider_changes_more": more if isinstance(more, int) and not isinstance(more, bool) else 0,
         }
 

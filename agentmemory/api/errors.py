@@ -3,7 +3,8 @@
 Every error the API answers is a JSON object ``{"error": code, "detail": text, ...}``:
 ``code`` is a short stable word (``invalid``, ``not_found``, ``parse_error``, ``too_large``,
 ``too_many_fields``, ``not_authenticated``, ``permission_denied``, ``method_not_allowed``,
-``invalid_message``, ``context_budget_exceeded``, ``database_unavailable``...), ``detail`` a
+``invalid_message``, ``context_budget_exceeded``, ``database_unavailable``,
+``format_unavailable``...), ``detail`` a
 sentence for people. Validation errors add ``fields``: ``{field name: [messages]}``, a nested
 field named by its dotted path (``tool_calls.0.id``). The handler is used by agentmemory's
 views only (``get_exception_handler``), so a host project's
@@ -42,6 +43,7 @@ __all__ = [
     "BadRequest",
     "BoundedJSONParser",
     "DatabaseUnavailable",
+    "FormatUnavailable",
     "JSONAwareFormParser",
     "PayloadTooLarge",
     "bounded_error_body",
@@ -69,6 +71,21 @@ class DatabaseUnavailable(exceptions.APIException):
     default_code = "database_unavailable"
     default_detail = "The database is unavailable; retry shortly."
     retry_after_seconds = 1
+
+
+class FormatUnavailable(exceptions.APIException):
+    """501 ``format_unavailable``: the request asks for a message format this server cannot
+    read or write, because the optional package it needs is not installed here (the
+    ``langchain`` format without langchain-core). The request is well formed and the fault is
+    the server's setup, so not a 400; 501 is HTTP's "the server does not support the
+    functionality required to fulfill the request" (RFC 9110, section 15.6.2). Nothing was
+    stored."""
+
+    status_code = status.HTTP_501_NOT_IMPLEMENTED
+    default_code = "format_unavailable"
+    default_detail = (
+        "This server cannot read or write that message format: a package it needs is not installed."
+    )
 
 
 class PayloadTooLarge(exceptions.APIException):

@@ -93,7 +93,8 @@ if SPECTACULAR:
         ``messages_create``, ``facts_partial_update``, ``search``): they name the methods of
         generated clients, whatever path the host mounts the API under. Every operation gets
         the error answers it can give (the API's error shape, ``ErrorSerializer``) where the
-        view declares none of its own for that status.
+        view declares none of its own for that status; those taking ``message_format`` a 501
+        (``FormatUnavailable``).
         """
 
         def get_operation_id(self) -> str:
@@ -182,6 +183,12 @@ if SPECTACULAR:
             if self.method in ("POST", "PUT", "PATCH"):
                 errors["413"] = "The body is over DATA_UPLOAD_MAX_MEMORY_SIZE."
                 errors["415"] = "Unsupported media type (send application/json)."
+            if any(getattr(p, "name", None) == "message_format" for p in self.get_override_parameters()):
+                errors["501"] = (
+                    "A message_format this server cannot read or write: the optional package it "
+                    "needs is not installed here (format_unavailable: langchain without "
+                    "langchain-core). Nothing stored."
+                )
             for code, description in errors.items():
                 if code not in responses:
                     responses[code] = self._get_response_for_code(

@@ -74,7 +74,8 @@ from agentmemory.context.builder import GAP_POLICIES
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationNotFound, InvalidMessageError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
-from agentmemory.models import Conversation, ConversationQuerySet, Message, Summary
+from agentmemory.managers import ConversationQuerySet
+from agentmemory.models import Conversation, Message, Summary
 from agentmemory.transfer import InvalidConversationData, export_json, import_conversation
 from agentmemory.validation import text_problem
 
@@ -90,7 +91,8 @@ MESSAGE_FORMAT_PARAMETER = OpenApiParameter(
     enum=list(s.MESSAGE_FORMATS),
     default=s.NATIVE,
     description="Message shape: agentmemory's native shape, OpenAI chat-completions messages, "
-    "Anthropic messages or LangChain message dicts (messages_to_dict; needs langchain-core).",
+    "Anthropic messages or LangChain message dicts (messages_to_dict; needs langchain-core on the "
+    "server: without it, 501 format_unavailable).",
 )
 #: DRF's renderer choice (``URL_FORMAT_OVERRIDE``) on the operations that read or write
 #: messages in a shape, the only ones with a second JSON renderer (``OpenAIFormatRenderer``);
@@ -110,6 +112,8 @@ def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMAT
 
     Raises:
         ValidationError: a value that is not one of ``allowed``.
+        FormatUnavailable: a format whose optional package this server lacks (``langchain``
+            without langchain-core), a 501 before anything is read or written.
     """
     value = request.query_params.get("message_format")
     if value is None:
@@ -117,6 +121,7 @@ def message_format(request: Request, allowed: tuple[str, ...] = s.MESSAGE_FORMAT
         return s.OPENAI if getattr(renderer, "format", None) == s.OPENAI else s.NATIVE
     if value not in allowed:
         raise serializers.ValidationError({"message_format": [f"Must be one of: {', '.join(allowed)}."]})
+    s.check_format_available(value)
     return value
 
 

@@ -18,9 +18,9 @@ statement in the common case), not by reading the messages left out (see
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -30,9 +30,6 @@ from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
-    _fitting_cap,
-    _newest_turn,
-    _placeholders_cost,
     _sent_history,
     _turn_floor,
     _turn_rows,
@@ -41,17 +38,8 @@ from agentmemory.context.fitting import (
 from agentmemory.context.fitting import (
     MIN_FITTED_TOOL_RESULT_TOKENS as MIN_FITTED_TOOL_RESULT_TOKENS,  # the rule, named where it applies
 )
-from agentmemory.context.gaps import (
-    _NO_SEQ,
-    REASON_NO_COMPACTOR,
-    REASON_NOT_CLOSED,
-    REASON_NOT_REQUESTED,
-    REASON_SUMMARY_CUT,
-    _derive_gap,
-    _GapState,
-    probe_from_head,
-    report_left_out,
-)
+from agentmemory.context.gaps import _NO_SEQ, _GapState
+from agentmemory.context.left_out import LeftOutReport
 from agentmemory.context.memory import (  # noqa: F401  (re-exported)
     MEMORY_QUERY_MAX_CHARS,
     MEMORY_QUERY_PART_CHARS,
@@ -63,38 +51,28 @@ from agentmemory.context.memory import (  # noqa: F401  (re-exported)
 from agentmemory.context.packing import (
     _PLACEHOLDER,
     _SEQ,
-    PackResult,
     RowMeta,
-    marker_only_copy,
     pack_history,
     pending_placeholder,
     summary_token_budget,
     truncate_message,
 )
-from agentmemory.context.window import (
-    MAX_LISTED_SEQS,
-    NO_UNCOVERED,
-    SUMMARY_CUT,
-    ContextWindow,
-    UncoveredMessages,
-)
+from agentmemory.context.turn import TurnFitting
+from agentmemory.context.window import NO_UNCOVERED, SUMMARY_CUT, ContextWindow
 from agentmemory.exceptions import (
     ContextBudgetExceeded,
     ConversationNotFound,
     TurnTooLarge,
 )
 from agentmemory.history import check_conversation_argument, resolve_conversation_id, running_in_event_loop
-from agentmemory.messages import ChatMessage, Role
+from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation, Message
-from agentmemory.store.gap import read_gap_probe
 from agentmemory.store.window import (
     MAX_READ,
-    ConversationRow,
     SummaryRow,
     TailReader,
     read_contents,
     read_head,
-    read_uncovered,
 )
 from agentmemory.tokens import TokenCounter
 from agentmemory.validation import (
@@ -106,13 +84,11 @@ from agentmemory.validation import (
 
 logger = logging.getLogger("agentmemory.context")
 
-_HUMAN, _TOOL = Role.HUMAN.value, Role.TOOL.value
-
 #: what a builder does about stored messages left in neither the window nor the summary
 GAP_POLICIES = ("close", "report", "ignore")
 
 
-class ContextWindowBuilder(MemoryBlock):
+class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
     """Builds ``ContextWindow``s for one conversation.
 
     Two ways to name the conversation: ``ContextWindowBuilder(conversation)``, or, as the
@@ -393,32 +369,6 @@ class ContextWindowBuilder(MemoryBlock):
         pinned one; 0 before the first)."""
         return self._system_tokens
 
-    def left_out_reason(self, window: ContextWindow, *, summary_cut: bool, compaction: Any = None) -> str:
-        """Why ``window`` leaves stored messages in neither itself nor the summary (the
-        ``reason`` of ``messages_left_out``; ``""`` when it leaves none): the summary cut
-        for the turn in progress, a compaction asked for (``compaction``, the
-        ``request_compaction`` result) that did not cover them, no compactor for policy
-        "close", or policy "report"."""
-        if not window.uncovered:
-            return ""
-        if summary_cut:
-            # Left out beside the turn in progress: compaction cannot help, it never folds
-            # the newest turn.
-            return REASON_SUMMARY_CUT
-        if compaction is not None:
-            error = getattr(compaction, "error", None)
-            return f"{REASON_NOT_CLOSED}: {error}" if error else REASON_NOT_CLOSED
-        if self.gap_policy == "close":
-            return REASON_NO_COMPACTOR
-        return REASON_NOT_REQUESTED
-
-    def report(self, window: ContextWindow, reason: str) -> ContextWindow:
-        """Report what ``window`` leaves out (``reason``: ``left_out_reason``; the log and
-        ``messages_left_out``) and return ``window``."""
-        if window.uncovered:
-            self._report_left_out(window, reason)
-        return window
-
     def _insert_memory(self, window: ContextWindow, block: Any, room: int | None = None) -> ContextWindow:
         """``window`` with the memory message of ``block`` after its summary, when it fits in
         ``room`` tokens (default: what ``window`` leaves of its ``max_tokens``)."""
@@ -571,9 +521,6 @@ class ContextWindowBuilder(MemoryBlock):
             pending_exchanges=self._gap_state.conv.pending_exchanges if self._gap_state else (),
         )
         return replace(window, summary_id=None, summary_through_seq=None, uncovered=uncovered)
-
-    def _report_left_out(self, window: ContextWindow, reason: str) -> None:
-        report_left_out(ContextWindowBuilder, self.conversation_id, window, reason)
 
     def _summary(self, stored: SummaryRow | None) -> tuple[SummaryRow | None, str | None]:
         """The summary to send: ``(row, None)`` when its coverage is known, ``(None,
@@ -794,185 +741,6 @@ class ContextWindowBuilder(MemoryBlock):
             summary_tokens = counter.count_message(summary_message)
             summary_cut = True
         return summary_message, summary_tokens, summary_cut
-
-    def _fit_newest_turn(
-        self,
-        packed: PackResult,
-        source: Iterator[RowMeta],
-        reader: TailReader,
-        *,
-        humans_after_floor: int,
-        available: int,
-        max_messages: int | None,
-        markers_allowed: bool,
-    ) -> tuple[PackResult, int | None, bool, list[RowMeta], dict[int, int] | None, dict[int, int] | None]:
-        """Fit the turn in progress when the packing ``packed`` left it out (a tool loop
-        whose results pile up after the human message; see ``fit_newest_turn``): its tool
-        results as copies cut to one size, and as a last step (``markers_allowed``: the
-        summary is already cut or left out) the oldest as the truncation marker alone.
-
-        Returns ``(packed, cap, has_human, turn, marks, marker_tokens)``: the packing to
-        send (the refit one when the turn now fits), the tool-result cap it used (tokens),
-        whether it holds a human message, the turn's rows (empty: not looked at), what each
-        result costs as the marker alone where that was counted, and the results sent so.
-        """
-        cap = self.max_tool_result_tokens
-        placeholder_tokens = self._placeholder_tokens
-        has_human = any(unit[0].role == _HUMAN for unit in packed.units)
-        turn: list[RowMeta] = []
-        marker_tokens: dict[int, int] | None = None
-        marks: dict[int, int] | None = None  # what each result costs as the marker alone
-        if (
-            not self.fit_newest_turn
-            or has_human
-            or humans_after_floor <= 0
-            or cap is None
-            or packed.blocked_by_count
-        ):
-            return packed, cap, has_human, turn, marks, marker_tokens
-        # The newest turn does not fit: in a tool loop its results pile up after the
-        # human message. Send its tool results as shorter truncated copies, all cut to
-        # one size, rather than fail the model call (the turn stays whole and in order).
-        turn = _newest_turn(source, reader.seen)
-        # The room left once the placeholders sent for unanswered calls are paid for.
-        room = available - _placeholders_cost(turn, placeholder_tokens)
-        fitted = _fitting_cap(turn, room, cap) if turn else None
-        if fitted is None and turn and markers_allowed:
-            # Not even the shortest cut copies fit (and the summary, if any, is already
-            # cut or left out): the last step before refusing sends the oldest results
-            # as copies holding only the truncation marker.
-            marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
-            floor = _turn_floor(turn, cap, marks, placeholder_tokens)
-            plan = floor.marker_plan(available)
-            if plan is not None:  # ``{}``: the shortest cut copies fit without markers
-                fitted, marker_tokens = floor.floor, plan or None
-        if fitted is not None:
-            refit = pack_history(
-                turn,
-                budget=available,
-                max_messages=max_messages,
-                max_tool_result_tokens=fitted,
-                truncate_oversized_human=self.oversized_message_policy == "truncate",
-                placeholder_tokens=placeholder_tokens,
-                marker_tokens=marker_tokens,
-            )
-            if any(unit[0].role == _HUMAN for unit in refit.units):
-                refit.blocked = refit.blocked or packed.blocked  # older rows were not read
-                return refit, fitted, True, turn, marks, marker_tokens
-            marker_tokens = None
-        return packed, cap, has_human, turn, marks, marker_tokens
-
-    def _refuse_turn(
-        self,
-        packed: PackResult,
-        turn: list[RowMeta],
-        marks: dict[int, int] | None,
-        reader: TailReader,
-        *,
-        max_messages: int | None,
-        markers_allowed: bool,
-        summary_tokens: int,
-        system_tokens: int,
-        max_tokens: int,
-    ) -> NoReturn:
-        """Refuse a window whose packing holds no human message though the conversation
-        has one after the summary: the turn in progress does not fit.
-
-        Raises:
-            ContextBudgetExceeded: ``max_messages`` is too small for the turn, or its human
-                message does not fit.
-            TurnTooLarge: a tool loop that does not fit, naming its parts and sizes.
-        """
-        blocked_seq, blocked_tokens = packed.blocked or (None, 0)
-        if packed.blocked_by_count:
-            raise ContextBudgetExceeded(
-                seq=blocked_seq,
-                tokens=blocked_tokens,
-                available=packed.available_at_block,
-                message=f"the newest turn needs more than max_messages={max_messages} messages "
-                f"(its unit from seq={blocked_seq} does not fit); raise max_messages",
-            )
-        if len(turn) > 1:  # a tool loop: name its parts (a lone human message is named below)
-            if marks is None and markers_allowed:
-                marks = self._marker_tokens(turn, reader.contents, reader.conversation_id)
-            raise _turn_floor(turn, self.max_tool_result_tokens, marks, self._placeholder_tokens).error(
-                summary_tokens=summary_tokens, system_tokens=system_tokens, max_tokens=max_tokens
-            )
-        raise ContextBudgetExceeded(
-            seq=blocked_seq, tokens=blocked_tokens, available=packed.available_at_block
-        )
-
-    def _uncovered_after(
-        self, packed: PackResult, using: str, floor_seq: int, conv: ConversationRow, first_seq: int | None
-    ) -> UncoveredMessages:
-        """What the window whose oldest history seq is ``first_seq`` leaves in neither
-        itself nor the summary (``ContextWindow.uncovered``; ``NO_UNCOVERED`` for none):
-        nothing to look up when packing read every row down to the floor (nothing blocked
-        it) and dropped nothing older than the window but waiting exchanges and orphans;
-        otherwise ``_gap`` works it out."""
-        before = first_seq if first_seq is not None else _NO_SEQ
-        if packed.blocked is None and not any(seq < before for seq in packed.dropped_leading):
-            return NO_UNCOVERED
-        uncovered = self._gap(using, after=floor_seq, before=before, pending_exchanges=conv.pending_exchanges)
-        return uncovered if uncovered.count else NO_UNCOVERED
-
-    def _marker_tokens(
-        self, turn: list[RowMeta], contents: dict[int, ChatMessage], conv_pk: int
-    ) -> dict[int, int]:
-        """What each tool result of ``turn`` costs as a marker-only copy (tokens, by seq),
-        by the builder's counter. Reads the content of the results the window did not read
-        yet (one query) and keeps it in ``contents``."""
-        seqs = [row.seq for row in turn if row.role == _TOOL and not row.placeholder]
-        missing = [seq for seq in seqs if seq not in contents]
-        if missing:
-            contents.update(read_contents(router.db_for_read(Message), conv_pk, missing))
-        counter = self.token_counter
-        return {
-            seq: counter.count_message(marker_only_copy(contents[seq])) for seq in seqs if seq in contents
-        }
-
-    def _gap(
-        self, using: str, *, after: int, before: int, pending_exchanges: tuple[int, ...]
-    ) -> UncoveredMessages:
-        """The stored messages with ``after < seq < before`` (``before``: the window's
-        oldest history seq), less orphaned tool results and the messages of the tool
-        exchanges started at ``pending_exchanges``: what the window leaves in neither
-        itself nor the summary.
-
-        Worked out from the conversation's counters (``message_count``, ``stored_tokens``),
-        the summary's ``tokens_covered`` and the rows the window read, with the few index
-        lookups the head statement made beside them (``probe_from_head``), or, where those
-        do not say it all, one statement of them (``read_gap_probe``): the cost does not
-        grow with the number of messages left out. Where the counters cannot say (seqs
-        with holes, which only an imported document can leave; a summary whose span does
-        not start the conversation; a waiting tool exchange in the gap that already has
-        results), one statement counts the gap instead (``read_uncovered``), reading it."""
-        state = self._gap_state
-        assert state is not None  # set by ``_assemble`` before it asks
-        relevant = [seq for seq in pending_exchanges if seq < before]
-        probe = probe_from_head(state, before=before, pending_exchanges=relevant) or read_gap_probe(
-            using,
-            self.conversation_id,
-            before=before,
-            summary_id=state.summary.pk if state.summary is not None else None,
-            pending_exchanges=relevant,
-            pinned_seq=state.conv.pinned_seq,
-            pinned_last_seq=state.conv.pinned_through or None,
-        )
-        derived = _derive_gap(state, probe, after=after, before=before, pending_exchanges=relevant)
-        if derived is not None:
-            return derived
-        count, tokens, seqs = read_uncovered(
-            using,
-            self.conversation_id,
-            after=after,
-            before=before,
-            pending_exchanges=sorted(set(pending_exchanges)),
-            listed=MAX_LISTED_SEQS,
-        )
-        if not count:
-            return NO_UNCOVERED
-        return UncoveredMessages(count, tokens, tuple(reversed(seqs)))
 
     def _system_prompt_message(self) -> tuple[ChatMessage, int]:
         """The system prompt's message and its tokens by the builder's counter (tokens),

@@ -1,7 +1,7 @@
 """What a window leaves in neither itself nor the summary, worked out from the
 conversation's counters and the gap probe's few rows (``agentmemory.store.window``), not by
-reading the messages left out. ``ContextWindowBuilder._gap`` falls back to counting the rows
-where the counters cannot say. No database access.
+reading the messages left out. ``ContextWindowBuilder._gap`` (``left_out.py``) falls back to
+counting the rows where the counters cannot say. No database access.
 """
 
 from __future__ import annotations

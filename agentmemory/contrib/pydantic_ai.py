@@ -423,7 +423,11 @@ class ContextWindowProcessor:
                 seq=None,
                 tokens=used,
                 available=budget,
-                message=f"the run's own messages take {used} tokens of the budget of {budget}",
+                message=(
+                    f"the run's own messages (its system prompt and the messages of this run) need "
+                    f"{used:,} tokens, the whole budget of {budget:,} or more: nothing is left for the "
+                    "stored history; raise the budget (max_tokens) or shorten the run's messages"
+                ),
             )
         builder = ContextWindowBuilder(conversation, token_counter=counter, **self.builder_options)
         self.last_window = builder.build(budget - used)

@@ -44,8 +44,10 @@ from agentmemory.knowledge.storage import (  # noqa: F401
     PreparedFact,
     RememberResult,
     category_filter,
-    content_hash,
     days_before,
+)
+from agentmemory.knowledge.text import (  # noqa: F401
+    content_hash,
     fact_key,
     fact_subject,
     normalize,

@@ -34,7 +34,6 @@ from agentmemory.knowledge.storage import (
     category_filter,
     check_owner,
     clock,
-    content_hash,
     days_before,
     delete_ids,
     embed_content,
@@ -44,6 +43,7 @@ from agentmemory.knowledge.storage import (
     take_scope_lock,
     validate_fact,
 )
+from agentmemory.knowledge.text import content_hash
 from agentmemory.models import Fact, FactKind, Message
 from agentmemory.recall import MAX_K, MIN_CANDIDATES, boost, fulltext, report_recall
 from agentmemory.recall.backends import FullTextBackend, RecallBackend, get_backend, get_embedder
@@ -292,7 +292,7 @@ class KnowledgeMemory:
 
         Returns:
             ``RememberResult``. A live fact of the same scope with the same content (up to
-            whitespace, Unicode form and invisible characters: ``storage.normalize``) is a
+            whitespace, Unicode form and invisible characters: ``text.normalize``) is a
             repeat: nothing new is stored, and the fact is written to the daily log again
             (``storage.log_again``: listed by ``get_recent_entries()`` again, dated ``now``
             when that is later, a transient entry aging from then). Otherwise a new fact is stored and

@@ -23,6 +23,7 @@ from agentmemory.formats.anthropic import (
     to_anthropic,
 )
 from agentmemory.formats.changes import SentChange, collecting
+from agentmemory.formats.tools import to_anthropic_tool
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.messages import ChatMessage
@@ -42,31 +43,8 @@ def _import_anthropic() -> Any:
     return import_sdk("anthropic")
 
 
-def tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """Convert a ``{"name", "description", "parameters"}`` declaration into an Anthropic tool.
-
-    Returns ``{"name", "description", "input_schema"}`` (Messages API ``tools`` parameter); an
-    OpenAI-wrapped ``{"type": "function", "function": {...}}`` is unwrapped first, and a
-    declaration that already has ``input_schema`` is returned as it is. A missing ``parameters``
-    becomes ``{"type": "object", "properties": {}}`` (the API requires an object schema).
-
-    Raises:
-        ValueError: the declaration has no ``name``.
-    """
-    if "input_schema" in tool:
-        return dict(tool)
-    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
-        tool = tool["function"]
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"tool declaration without a 'name': {dict(tool)!r}")
-    result: dict[str, Any] = {
-        "name": name,
-        "input_schema": dict(tool.get("parameters") or {"type": "object", "properties": {}}),
-    }
-    if tool.get("description"):
-        result["description"] = tool["description"]
-    return result
+#: an Anthropic tool of a ``{"name", "description", "parameters"}`` declaration (kept importable)
+tool_param = to_anthropic_tool
 
 
 class AnthropicChatModel:
@@ -212,7 +190,7 @@ class AnthropicChatModel:
         if system is not None:
             request["system"] = system
         if tools:
-            request["tools"] = [tool_param(tool) for tool in tools]
+            request["tools"] = [to_anthropic_tool(tool) for tool in tools]
             # the tools' breakpoints count toward the request's four, ahead of the history's
             limit_cache_breakpoints(request["tools"], system, turns)
         if self.temperature is not None:

@@ -19,6 +19,7 @@ from agentmemory.exceptions import (
     TransientLLMError,
 )
 from agentmemory.formats.langchain import from_langchain_message, to_langchain
+from agentmemory.formats.tools import to_openai_tool
 from agentmemory.llm._sdk import is_context_overflow
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.llm.structured import decode_json, json_only_instructions, prompted, with_instructions
@@ -48,17 +49,6 @@ _TRANSIENT_NAMES = frozenset(
         "TimeoutException",
     }
 )
-
-
-def _function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"name", "description", "parameters"}`` as ``{"type": "function", "function": {...}}``.
-
-    That OpenAI tool shape is accepted by every ``bind_tools`` in LangChain's integrations
-    (``convert_to_openai_tool`` returns it unchanged; ``ChatAnthropic`` converts it).
-    """
-    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
-        return {"type": "function", "function": dict(tool["function"])}
-    return {"type": "function", "function": dict(tool)}
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -151,7 +141,7 @@ class LangChainChatModel:
         if not tools:
             return self.chat_model
         try:
-            return self.chat_model.bind_tools([_function_tool(tool) for tool in tools])
+            return self.chat_model.bind_tools([to_openai_tool(tool) for tool in tools])
         except NotImplementedError as exc:
             raise PermanentLLMError(
                 f"{type(self.chat_model).__name__} does not support tool calling (bind_tools); "

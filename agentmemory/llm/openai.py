@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agentmemory.exceptions import InvalidMessageError, LLMError, PermanentLLMError
 from agentmemory.formats.changes import SentChange, collecting
 from agentmemory.formats.openai import from_openai, to_openai_messages
+from agentmemory.formats.tools import to_openai_tool
 from agentmemory.llm._sdk import SDKClients, create_client, import_sdk, map_sdk_error, provider_text
 from agentmemory.llm.base import ChatResponse, OutputSchema, Usage
 from agentmemory.llm.structured import decode_json, json_only_instructions, prompted, with_instructions
@@ -38,13 +39,6 @@ LOCAL_API_KEY = "not-needed"
 
 def _import_openai() -> Any:
     return import_sdk("openai")
-
-
-def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """Wrap a ``{"name", "description", "parameters"}`` declaration as an OpenAI function tool."""
-    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
-        return {"type": "function", "function": dict(tool["function"])}
-    return {"type": "function", "function": dict(tool)}
 
 
 class OpenAIChatModel:
@@ -174,7 +168,7 @@ class OpenAIChatModel:
         with collecting() as changes:
             request: dict[str, Any] = {"model": self.model_name, "messages": to_openai_messages(messages)}
         if tools:
-            request["tools"] = [_tool_param(tool) for tool in tools]
+            request["tools"] = [to_openai_tool(tool) for tool in tools]
         if self.temperature is not None:
             request["temperature"] = self.temperature
         if self.extra_body:

@@ -1,5 +1,5 @@
 """Facts are compared for exact repeats in one Unicode form
-(``agentmemory.knowledge.storage.normalize``: NFKC, invisible characters left out) and stored
+(``agentmemory.knowledge.text.normalize``: NFKC, invisible characters left out) and stored
 composed (NFC). The stored facts holding a character that is not ASCII (the only ones whose
 form changes) get their content composed and their ``content_hash`` computed again; live
 facts of one scope that are now the same fact (stored once composed and once decomposed, or

@@ -187,7 +187,12 @@ class RecordedWindowSerializer(ContextWindowSerializer):
         help_text="Public ids of the facts the knowledge block at the end of the system prompt "
         "showed (those still stored); empty without one."
     )
-    tools = serializers.SerializerMethodField()
+    tools = serializers.SerializerMethodField(
+        help_text="The tool declarations the call sent, in the shape of `message_format`: OpenAI's "
+        'function tools (`{"type": "function", "function": {...}}`) for `openai` and `langchain` '
+        "(what LangChain chat models are bound with), Anthropic's tools (`input_schema`) for "
+        '`anthropic`, `{"name", "description", "parameters"}` for `native`.'
+    )
     provider_changes = serializers.SerializerMethodField(
         help_text="What the provider adapter changed in these messages to meet the provider's "
         "limits, in request order (already applied to `messages`; a whole message's content cut "

@@ -250,7 +250,8 @@ class ErrorSerializer(serializers.Serializer):
     error = serializers.CharField(
         help_text="A stable code: invalid, not_found, parse_error, too_large, too_many_fields, "
         "not_authenticated, "
-        "permission_denied, method_not_allowed, invalid_message, context_budget_exceeded, ..."
+        "permission_denied, method_not_allowed, invalid_message, context_budget_exceeded, "
+        "format_unavailable, database_unavailable, ..."
     )
     detail = serializers.CharField(help_text="What went wrong, for people.")
 

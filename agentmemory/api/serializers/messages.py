@@ -35,7 +35,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from agentmemory.api.errors import flatten_errors
+from agentmemory.api.errors import FormatUnavailable, flatten_errors
 from agentmemory.api.serializers.common import (
     IMAGE_URL_PATTERN,
     MAX_SHORT_TEXT,
@@ -68,17 +68,31 @@ def _langchain() -> Any:
     """``agentmemory.formats.langchain`` with ``langchain_core.messages``' dict converters.
 
     Raises:
-        InvalidMessageError: langchain-core is not installed (the ``langchain`` extra).
+        FormatUnavailable: langchain-core (the ``langchain`` extra) is not installed on this
+            server (a 501: the request is not at fault).
     """
     try:
         from langchain_core.messages import messages_from_dict, messages_to_dict
 
         from agentmemory.formats import langchain
     except ImportError:
-        raise InvalidMessageError(
-            "the langchain message format needs langchain-core (pip install 'django-agentmemory[langchain]')"
+        raise FormatUnavailable(
+            "The langchain message format needs langchain-core, which is not installed on this "
+            "server (its administrator can install it: pip install 'django-agentmemory[langchain]'); "
+            "message_format=native, openai and anthropic need nothing more."
         ) from None
     return langchain, messages_from_dict, messages_to_dict
+
+
+def check_format_available(message_format: str) -> None:
+    """Refuse, before anything is read or written, a ``message_format`` whose optional
+    package this server lacks (``langchain`` needs langchain-core).
+
+    Raises:
+        FormatUnavailable: the package is not installed here.
+    """
+    if message_format == LANGCHAIN:
+        _langchain()
 
 
 _NATIVE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "metadata", "parts"})

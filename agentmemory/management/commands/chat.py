@@ -1,4 +1,5 @@
-"""``manage.py chat AGENT_KEY``: an interactive session with a registered agent."""
+"""``manage.py chat AGENT_KEY``: an interactive conversation with a registered agent, owned
+by a user (``--owner``) when the memory features should have one."""
 
 from __future__ import annotations
 
@@ -17,22 +18,42 @@ from agentmemory.agents.results import FinalAnswer, ToolResultEvent
 from agentmemory.exceptions import AgentMemoryError, ConversationNotFound, PermanentLLMError
 from agentmemory.llm._sdk import import_sdk
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import OWNER_HELP, resolve_owner
 
 QUIT = ("/quit", "/exit")
 _PREVIEW = 200
 
 
+def _uses_memory(agent: BaseToolCallingAgent) -> bool:
+    """Whether ``agent`` reads or writes its conversations' owner's long-term memory."""
+    cls = type(agent)
+    return bool(
+        cls.KNOWLEDGE_MEMORY_ENABLED or cls.MEMORY_RECALL_ENABLED or "search_conversations" in agent.tools
+    )
+
+
 class Command(TextArgumentsCommand):
     help = (
         "Chat with a registered agent in the terminal: each line you type is one turn, stored in a "
-        "conversation. /quit (or end of input) leaves."
+        "conversation (owned by --owner USERNAME, whose long-term memory the agent's memory "
+        "features use). /quit (or end of input) leaves."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "agent_key", help="AGENT_KEY of a registered agent (or the agent class's dotted path)"
         )
-        parser.add_argument("--conversation", help="continue the conversation with this public uuid")
+        parser.add_argument(
+            "--conversation",
+            help="continue the conversation with this public uuid (with its owner; --owner, when "
+            "given too, must be that owner)",
+        )
+        parser.add_argument(
+            "--owner",
+            metavar="USERNAME",
+            default=None,
+            help=OWNER_HELP.format(what="a new conversation", them="it"),
+        )
         parser.add_argument("--llm", help="name of an AGENTMEMORY['LLMS'] entry (default: the agent's own)")
         parser.add_argument("--title", default="Chat session", help="title of a new conversation")
 
@@ -57,22 +78,52 @@ class Command(TextArgumentsCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
 
+        owner_name = options["owner"]
         if options["conversation"]:
             try:
                 conversation = load_conversation(options["conversation"])
             except ConversationNotFound as exc:
                 raise CommandError(str(exc)) from exc
+            if owner_name is not None:
+                self._check_owner(conversation, owner_name)
         else:
-            conversation = agent.start_conversation(title=options["title"])
+            owner = (
+                resolve_owner(owner_name, self.stdout, purpose="to own the conversation")
+                if owner_name is not None
+                else None
+            )
+            conversation = agent.start_conversation(owner=owner, title=options["title"])
         name = agent.NAME or agent.AGENT_KEY
+        owned = (
+            f", owned by {conversation.owner.get_username()}"
+            if conversation.owner is not None
+            else ", no owner"
+        )
         self.stdout.write(
-            f"Conversation {conversation.uuid} with {name} (model {getattr(llm, 'model_name', '?')}). "
+            f"Conversation {conversation.uuid} with {name} (model {getattr(llm, 'model_name', '?')}){owned}. "
             f"Type {QUIT[0]} to leave."
         )
+        if conversation.owner is None and _uses_memory(agent):
+            self.stdout.write(
+                "  Long-term memory (the remember and recall tools, the memory block) belongs to a "
+                "conversation's owner: start one with --owner USERNAME to use it."
+            )
         self._loop(agent, conversation)
         self.stdout.write(
             f"Bye. Continue later with: manage.py chat {agent.AGENT_KEY} --conversation {conversation.uuid}"
         )
+
+    def _check_owner(self, conversation: Any, owner_name: str) -> None:
+        """Refuse ``--owner`` naming another user than the conversation's owner (its messages,
+        and the facts the memory tools write, would mix two users' memory)."""
+        owner = conversation.owner
+        current = owner.get_username() if owner is not None else None
+        if current != owner_name:
+            whose = f"belongs to {current}" if current is not None else "belongs to no user"
+            raise CommandError(
+                f"conversation {conversation.uuid} {whose}, not {owner_name}: leave out --owner to "
+                "continue it, or start a new conversation with --owner"
+            )
 
     def _agent_class(self, key: str) -> type[BaseToolCallingAgent]:
         try:

@@ -8,16 +8,13 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.hashers import make_password
-from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser, OutputWrapper
-from django.db import IntegrityError, connection, models, router, transaction
+from django.core.management.base import CommandError, CommandParser
+from django.db import connection
 
 from agentmemory.conf import app_settings
 from agentmemory.formats.transcripts import FORMATS, TranscriptError, load_transcripts
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import OWNER_HELP, resolve_owner
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "support_demo.json"
 
@@ -67,41 +64,6 @@ def progress_bar(total: int, file: TextIO) -> _Progress:
     )
 
 
-def resolve_owner(username: str, stdout: OutputWrapper) -> AbstractBaseUser:
-    """The user named ``username`` (by the user model's ``USERNAME_FIELD``), created with no
-    usable password when there is none, so that it can own conversations but not log in until
-    someone sets a password (``manage.py changepassword``).
-
-    Raises:
-        CommandError: an empty name, or one the user model refuses (its field validators, or
-            required fields a custom user model has beside the username).
-    """
-    user_model = get_user_model()
-    field = user_model.USERNAME_FIELD
-    if not username.strip():
-        raise CommandError("--owner needs a user name")
-    manager = user_model._default_manager
-    try:
-        return manager.get(**{field: username})
-    except user_model.DoesNotExist:
-        pass
-    try:
-        username_field = user_model._meta.get_field(field)
-        if isinstance(username_field, models.Field):
-            username_field.clean(username, None)
-        with transaction.atomic(using=router.db_for_write(user_model)):
-            user = manager.create(**{field: username, "password": make_password(None)})
-    except ValidationError as exc:
-        raise CommandError(f"--owner {username!r}: {' '.join(exc.messages)}") from exc
-    except (IntegrityError, ValueError, TypeError) as exc:
-        raise CommandError(f"--owner {username!r}: no such user, and none could be created ({exc})") from exc
-    stdout.write(
-        f"Created user {username!r} to own the replayed conversations; it logs in once it is given "
-        f"a password (`manage.py changepassword {username}`)"
-    )
-    return user
-
-
 class Command(TextArgumentsCommand):
     help = (
         "Import transcripts (tau-bench runs, LoCoMo conversations or OpenAI message lists) and "
@@ -144,9 +106,7 @@ class Command(TextArgumentsCommand):
             "--owner",
             metavar="USERNAME",
             default=None,
-            help="the user who owns the conversations created, so that they show in that user's API "
-            "list; created (with no usable password) when no user has that name. Default: no owner, "
-            "only staff see the conversations",
+            help=OWNER_HELP.format(what="the conversations created", them="them"),
         )
         parser.add_argument(
             "--no-progress",
@@ -206,7 +166,11 @@ class Command(TextArgumentsCommand):
             raise CommandError(str(exc)) from exc
         if not transcripts:
             raise CommandError(f"{path}: no conversations to replay")
-        owner = resolve_owner(options["owner"], self.stdout) if options["owner"] is not None else None
+        owner = (
+            resolve_owner(options["owner"], self.stdout, purpose="to own the replayed conversations")
+            if options["owner"] is not None
+            else None
+        )
 
         eager = compaction_mode() != "celery"  # inline (or off): nothing to wait for
         llm = get_compaction_llm()

@@ -1,0 +1,288 @@
+"""The text rules of facts: what counts as an exact repeat (``normalize``, ``content_hash``),
+the key of a "key: value" fact (``fact_key``), and what a fact is about (``fact_subject``,
+``same_subject``). Pure: no database access; ``agentmemory.knowledge.storage`` writes by
+them (design invariant R3, ``tests/test_knowledge.py``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import unicodedata
+
+from agentmemory.recall.text import INVISIBLE_RANGES, character_class
+
+#: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
+#: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
+#: ("https://..."), a port ("localhost:8000") or a ratio ("16:9") from reading as a key.
+#: Chinese and Japanese write the full-width colon, U+FF1A, with no space after it;
+#: between two digits it is a clock time ("14\uff1a30"), never a key's end.
+_KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
+#: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
+#: dentist on Monday", "Warning: the stove is hot"): a new note is another note, not a new
+#: value of the last one
+_LABELS_TEXT = """
+    note notes reminder reminders todo to-do task tasks fyi ps nb btw re fwd update updates
+    important tip tips idea ideas memo warning caution alert attention example question answer
+    hint quote comment observation thought insight lesson news log journal diary entry edit
+    aside heads-up
+"""
+_LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
+#: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
+#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam"): entries of a
+#: day or a period, as a clock time is (two things happen on one day, in one week)
+_WHEN_TEXT = """
+    monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
+    sat sun january february march april may june july august september october november
+    december jan feb mar apr jun jul aug sep sept oct nov dec today tomorrow tonight yesterday
+    morning afternoon evening night noon midnight am pm at on of the this next every weekend
+    weekends day days week weeks fortnight month months year years last in within by until
+    end start beginning mid early late later soon spring summer autumn fall winter a an one
+    two three four five six seven eight nine ten eleven twelve couple few
+"""
+_WHEN = frozenset(_WHEN_TEXT.split())
+_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h)?")
+
+
+#: invisible characters a repeat may hold or lack without being another fact
+#: (``recall.text.INVISIBLE_RANGES`` less the zero-width non-joiner and joiner, which change
+#: how a Persian word or an emoji sequence is drawn): the soft hyphen, the zero-width space,
+#: direction marks, the word joiner, variation selectors ("❤\ufe0f"), the byte order mark
+_UNSEEN = re.compile(
+    character_class(
+        [(a, b) for a, b in INVISIBLE_RANGES if (a, b) != (0x200B, 0x200F)]
+        + [(0x200B, 0x200B), (0x200E, 0x200F)]
+    )
+)
+
+
+def normalize(content: str) -> str:
+    """The form compared for exact repeats: compatibility forms unfolded (Unicode NFKC: a
+    letter typed composed or decomposed, "ü" and "u\u0308", full-width and ligature forms,
+    "\uff44" and "d"), invisible characters left out (``_UNSEEN``: a zero-width space pasted
+    with the text), every run of whitespace made one space and the ends stripped. Case and
+    punctuation are kept (they may be the change). The same text in two Unicode forms was
+    two live facts, both shown in the context."""
+    return " ".join(_UNSEEN.sub("", unicodedata.normalize("NFKC", content)).split())
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(normalize(content).encode()).hexdigest()
+
+
+def fact_key(content: str) -> str | None:
+    """The key of a "key: value" fact ("Preferred language: Python" has the key
+    "preferred language"), or None. A new fact with the key of a live fact of the same scope
+    and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
+    for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
+    as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
+    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day, a time or a period
+    alone ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym", "Next week: parents
+    visit": two entries of one day or week).
+    The full-width colon of Chinese and Japanese ends a key without a space after it
+    ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
+    (a clock time, "14\uff1a30")."""
+    match = _KEY.match(content)
+    if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
+        return None
+    key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
+    words = re.findall(r"[^\W_]+", key)
+    if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
+        return None
+    return key
+
+
+#: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
+#: elision kept whole ("alice's", "o'neil")
+_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+#: words that lead a subject without naming it: articles, possessive and demonstrative
+#: determiners ("my sister", "the dentist", "this laptop")
+_DETERMINERS_TEXT = """
+    a an the my your his her its our their this that these those
+    mi mis tu tus su sus nuestro nuestra nuestros nuestras el la los las un una
+    ma mon mes ta ton tes sa son ses notre nos votre vos leur leurs le les une ce cette ces
+    mein meine meinen meinem meiner dein deine sein seine ihr ihre unser unsere der die das
+    dem den des ein eine einen
+    mio mia miei mie tuo tua suo sua il lo gli
+    meu minha meus minhas teu tua seu sua um uma os
+    mijn zijn haar ons onze het een
+"""
+_DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
+#: subjects of one word: personal pronouns, and "user" as facts about a user write it
+_PRONOUNS_TEXT = """
+    i we you he she they it user
+    yo ella nosotros je il elle nous ich er sie wir io lui lei noi eu ele ela nós ik hij zij
+"""
+_PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
+#: verbs that a suffix does not show (auxiliaries, common irregular past forms): after a first
+#: word, they make it a named subject ("Lea is 7", "Tom went to Oslo")
+_VERBS_TEXT = """
+    is are was were am be been has have had does do did can could will would should may might
+    must shall went got made took left came saw said told gave kept bought sold began became
+    ran met wrote drove flew lost won paid
+"""
+_VERBS = frozenset(_VERBS_TEXT.split())
+#: words between a subject and its verb that are neither ("Alice now works at Stripe",
+#: "Tom no longer lives in Oslo")
+_ADVERBS_TEXT = """
+    not never now no longer still also always usually often recently just already finally currently
+"""
+_ADVERBS = frozenset(_ADVERBS_TEXT.split())
+#: most words of a subject named before its verb ("Room 101 is booked", "Flight LH123 leaves")
+_SUBJECT_WORDS = 3
+#: a replaced span of at most this many words on each side is a slot of a shared template
+_SLOT_WORDS = 2
+#: words of each fact compared after its subject: what a fact is about, and the slots of its
+#: template, are in its opening. difflib's comparison grows with the product of the lengths:
+#: two long facts alike (10,000 characters, ``MAX_FACT_CHARS``) took 1.5-2.2 s each, under the
+#: scope's write lock; 200 words take milliseconds
+_COMPARED_WORDS = 200
+
+
+def _verb_like(word: str) -> bool:
+    """A word written like an English verb form: a known one, a negated one ("doesn't",
+    "isn't"), or a third-person "-s" or a past "-ed" of three letters or more ("likes",
+    "joined"; not "as", "bus", "class")."""
+    if word in _VERBS or word.endswith(("n't", "n\u2019t")):
+        return True
+    if len(word) < 3 or not word.isalpha():
+        return False
+    return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
+
+
+def fact_subject(content: str) -> tuple[str, ...]:
+    """The leading words that name what a fact is about, case-folded, or ``()`` when it
+    names none (a fact about the user written without a subject: "Likes spicy food",
+    "Works at Northwind"). Named: determiners and the word after them ("my sister", "the
+    dentist"), a pronoun ("i", "user"), a possessive and the word after it ("alice's
+    birthday"), or up to ``_SUBJECT_WORDS`` first words followed by a verb, adverbs such as
+    "now" or "no longer" between them left out ("alice" in "Alice works at Google" and in
+    "Alice now works at Stripe", "room 101" in "Room 101 is booked").
+    A rule of thumb for English word order (subject first), not a parser: both facts
+    compared go through the same rule."""
+    words = _words(content)
+    if not words:
+        return ()
+    end = 0
+    if words[0] in _PRONOUNS:
+        end = 1
+    elif words[0] in _DETERMINERS:
+        while end < len(words) - 1 and words[end] in _DETERMINERS:
+            end += 1
+        end += 1
+    elif words[0].endswith(("'s", "\u2019s")):
+        end = 1
+    elif words[0] not in _VERBS:
+        return _named_before_verb(words)
+    while 0 < end < len(words) and words[end - 1].endswith(("'s", "\u2019s")):
+        end += 1
+    return tuple(words[:end])
+
+
+def _named_before_verb(words: list[str]) -> tuple[str, ...]:
+    """The first words of ``words`` (at most ``_SUBJECT_WORDS``, adverbs left out) when a verb
+    follows them, else ``()``."""
+    named: list[str] = []
+    for word in words:
+        if named and _verb_like(word):
+            return tuple(named)
+        if word not in _ADVERBS:
+            if len(named) == _SUBJECT_WORDS:
+                return ()
+            named.append(word)
+    return ()
+
+
+def same_subject(old: str, new: str) -> bool:
+    """Whether ``new`` says something new about what ``old`` is about, the condition for a
+    fact found similar by its embedding to supersede another. Both must name the same
+    subject (``fact_subject``; none named counts as the same: the user), and the rest must
+    not be the same sentence with two or more of its slots filled differently ("Pickup at
+    8:40 for Tom" after "Pickup at 8:15 for Lea" is another pickup, "Favourite food is sushi"
+    after "Favourite colour is blue" another favourite; slots that are all numbers are new
+    amounts of the same fact: "Boys are 9, 6 and 2" after "Boys are 8, 5 and 1"). A number
+    or code naming which thing (``_names``: "Room 205", "Seat 22A", "Order #1043") makes it
+    another thing, another "key:" another fact, and text the rule cannot read
+    (``_readable``: letters of a script other than Latin) is never the same subject. Of a
+    long fact, the first ``_COMPARED_WORDS`` words after its subject are compared.
+    "My sister now lives in Porto" after "My sister lives in Lisbon", "Dislikes spicy food"
+    after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
+    are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
+    similarity alone replaced such facts: sentences that differ in one name embed above a
+    cosine of 0.85."""
+    if not (_readable(old) and _readable(new)):
+        return False
+    old_key, new_key = fact_key(old), fact_key(new)
+    if old_key is not None and new_key is not None and old_key != new_key:
+        return False  # "Room 101: ..." and "Room 205: ...": a key names what a fact is about
+    subject = fact_subject(old)
+    if subject != fact_subject(new):
+        return False
+    end = len(subject) + _COMPARED_WORDS
+    old_rest = _words(old)[len(subject) : end]
+    new_rest = _words(new)[len(subject) : end]
+    old_names = _names(old)[len(subject) : end]
+    new_names = _names(new)[len(subject) : end]
+    matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
+    replaced = []
+    amounts = True  # whether every replaced word is a number on both sides
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op != "replace":
+            continue
+        if any(old_names[i1:i2]) or any(new_names[j1:j2]):
+            return False  # another room, seat or flight: a number or code naming which one
+        replaced.append((i2 - i1, j2 - j1))
+        amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
+    # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
+    # a year later "9, 6 and 2"), not another instance of a template
+    slots = (
+        len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
+    )
+    return not slots
+
+
+def _words(content: str) -> list[str]:
+    """The words of ``content`` compared for subjects (``_SUBJECT_WORD``), case-folded."""
+    return [word.casefold() for word in _SUBJECT_WORD.findall(content)]
+
+
+#: nouns a number after them names one of ("Room 101", "Gate 12", "Seat 14"), not an amount
+#: or a progress ("level 7", "chapter 5", "step 3" are values of one thing and still change)
+_NUMBERED_TEXT = """
+    room gate seat table floor apartment apt flat unit suite building platform terminal door
+    desk office locker cabin bed ward bay dock booth row aisle hall lot spot order invoice
+    ticket case issue bug pr account flight policy claim parcel package
+"""
+_NUMBERED = frozenset(_NUMBERED_TEXT.split())
+#: a code naming a thing: capitals then digits ("LH123", "A320", "P12"), or digits and one
+#: capital ("4B", "14C")
+_CODE = re.compile(r"[A-Z]{1,3}\d{1,6}[A-Z]?|\d{1,5}[A-Z]")
+
+
+def _names(content: str) -> list[bool]:
+    """For each word of ``content`` (as ``_words`` gives them), whether it names which thing
+    a fact is about rather than giving a value: a code (``_CODE``), a number after "#"
+    ("Order #1042") or after a noun of ``_NUMBERED`` ("Room 101", "seat 14"). A fact about
+    Room 205 says nothing new about Room 101; "I have 3 kids" does about "I have 2 kids"."""
+    names = []
+    previous = ""
+    for match in _SUBJECT_WORD.finditer(content):
+        word = match.group()
+        named = bool(_CODE.fullmatch(word)) or (
+            word.isdigit() and (content[: match.start()].endswith("#") or previous in _NUMBERED)
+        )
+        names.append(named)
+        previous = word.casefold()
+    return names
+
+
+def _readable(content: str) -> bool:
+    """Whether the subject rule can read ``content``: its letters are all of the Latin
+    script. Words of other scripts were read as English ones (Chinese and Japanese, written
+    without spaces, as one word for the whole sentence; "Моя сестра" and "Мой брат" as no
+    subject at all), so any two similar facts in them were "about the same subject"."""
+    return all(
+        not char.isalpha() or char.isascii() or unicodedata.name(char, "").startswith("LATIN")
+        for char in content
+    )
