@@ -24,7 +24,11 @@ into one delimited message of at most a given number of tokens.
 3. **How it is packed.** Messages are taken best first until the budget is spent; a long
    message is cut to its first sentence and the sentences holding the query's words
    (``…`` marks a cut). Messages next to each other in one conversation become one item.
-   A fact whose source message is shown is left out, its tokens given back.
+   A fact whose source message is shown is left out, its tokens given back. With a
+   tiktoken counter of cl100k_base each unit is counted at exactly what it adds to the
+   block (its lines, headings and gap marks with their newlines), so the block fills its
+   budget to within a line; with another counter the estimates reserve a little more and
+   the packing runs again in what the count of the block says is left (``REFILLS``).
 4. **How it is rendered.** One ``<memory>`` ... ``</memory>`` block with a one-line header;
    items oldest first, each opening with its provenance: the date it was said (the session
    date a transcript gave in the message metadata, else the time it was stored), the
@@ -48,6 +52,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import lru_cache, partial
+from itertools import pairwise
 from typing import Any
 
 from django.db import router
@@ -137,6 +142,11 @@ SPEAKER_WEIGHT = 0.3
 TIME_WEIGHT = 2.0
 #: most facts recalled per block
 MAX_FACTS = 10
+#: the line between two messages of one item that are not next to each other
+GAP_MARK = "…"
+#: with a counter whose counts do not add up line by line, the packing passes run again in
+#: what the count of the block says is left, at most this many times (each one count more)
+REFILLS = 3
 
 
 @dataclass(frozen=True)
@@ -375,6 +385,15 @@ def recall_memory(
     # its first group's header only (``_items``); a fact whose source message is shown is
     # left out (the message says it, with its neighbours), its tokens given back. Each line
     # and each heading is counted once (a unit that does not fit may be tried again later).
+    counts = _Counts(counter, empty, block_cost)  # an item left as it was is not counted again
+    # With a counter whose counts add up line by line (``_Counts.adds_up``) a unit costs
+    # exactly what it adds to the block: its lines and new headings each with their newline
+    # (``_newline_count``), and the gap marks ("…") it opens or closes in its groups. Else
+    # each line is reserved 2 tokens more (its newline and a possible gap mark) and each
+    # heading 1, as before: at 2,000 tokens that left about 110 tokens of a LoCoMo block
+    # unused. The one cost left uncertain is a heading naming its conversation again where
+    # groups of two conversations alternate in time; the check after the loop trims then.
+    exact = counts.adds_up
     line_costs: dict[tuple[int, int], int] = {}
     line_floors: dict[tuple[int, int], int] = {}  # a line's fewest tokens, worked out once
     head_costs: dict[tuple[int, str, bool], int] = {}
@@ -385,20 +404,27 @@ def recall_memory(
     # block is nearly full are passed over so, instead of counting each of their lines.
     floors = type(counter) is TiktokenCounter
     count_text = partial(_tiktoken_count, counter) if floors else counter.count_text
+    reserve = 0 if exact else 2  # tokens a line's estimate adds beside the line (and its floor)
+
+    def counted(text: str) -> int:
+        """``text``'s tokens in the block: with its newline when they add up."""
+        return _newline_count(count_text, text) if exact else int(count_text(text))
 
     def line_cost(key: tuple[int, int]) -> int:
         cost = line_costs.get(key)
         if cost is None:
-            cost = line_costs[key] = count_text(_line_text(lines[key])) + 2
+            cost = line_costs[key] = counted(_line_text(lines[key])) + reserve
         return cost
 
     def head_cost(line: _Line, titled: bool) -> int:
         key = (line.conversation_id, line.date, titled)
         cost = head_costs.get(key)
         if cost is None:
-            cost = head_costs[key] = count_text(_head(line, titled=titled)) + 1
+            cost = head_costs[key] = counted(_head(line, titled=titled)) + (0 if exact else 1)
         return cost
 
+    gap_cost = counted(GAP_MARK) if exact else 0
+    group_seqs: dict[tuple[int, str], list[int]] = {}  # the seqs chosen in each group, in order
     chosen: set[tuple[int, int]] = set()
     groups: set[tuple[int, str]] = set()
     named: set[int] = set()
@@ -407,61 +433,88 @@ def recall_memory(
     fact_words = {h.fact.pk: words_key(h.fact.content) for h in fact_hits}
     chosen_facts: list[Any] = []
     fact_costs: dict[int, int] = {}
-    estimate = 0
-    for unit in units:
-        if unit.fact is not None:
-            if unit.fact.source_message_id in shown_ids or fact_words[unit.fact.pk] in shown_said:
+
+    def pack(estimate: int) -> None:
+        """Take the units, best first, that fit in ``budget`` with ``estimate`` tokens used."""
+        nonlocal groups, named
+        for unit in units:
+            if unit.fact is not None:
+                if (
+                    unit.fact.pk in fact_costs  # taken (or left out for a message shown) before
+                    or unit.fact.source_message_id in shown_ids
+                    or fact_words[unit.fact.pk] in shown_said
+                ):
+                    continue
+                cost = counted(_fact_text(unit.fact)) + (0 if exact else 1)
+                if estimate + cost <= budget:
+                    chosen_facts.append((unit.fact, unit.score))
+                    fact_costs[unit.fact.pk] = cost
+                    estimate += cost
                 continue
-            cost = count_text(_fact_text(unit.fact)) + 1
-            if estimate + cost <= budget:
-                chosen_facts.append((unit.fact, unit.score))
-                fact_costs[unit.fact.pk] = cost
-                estimate += cost
-            continue
-        conversation = unit.conversation_id
-        new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
-        if not new:
-            continue
-        if floors:
-            fewest = estimate
-            for key in new:
-                least = line_floors.get(key)  # type: ignore[arg-type]
-                if least is None:
-                    least = line_floors[key] = len(_line_text(lines[key]).split()) + 2  # type: ignore[index]
-                fewest += least
-            if fewest > budget:
+            conversation = unit.conversation_id
+            new = [(conversation, s) for s in unit.seqs if (conversation, s) not in chosen]
+            if not new:
                 continue
-        cost = 0
-        heads = set()
-        names = set()
-        for key in new:
-            line = lines[key]  # type: ignore[index]
-            cost += line_cost(key)  # type: ignore[arg-type]  # the line and a possible gap mark
-            group = (line.conversation_id, line.date)
-            if group not in groups and group not in heads:
-                heads.add(group)
-                if line.conversation_id in named or line.conversation_id in names:
-                    cost += head_cost(line, False)
-                else:
-                    names.add(line.conversation_id)
-                    cost += head_cost(line, True)
-        if estimate + cost > budget:
-            continue
-        chosen.update(new)  # type: ignore[arg-type]
-        groups |= heads
-        named |= names
-        estimate += cost
-        shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
-        if fact_words:  # only a block with facts compares texts
+            if floors:
+                fewest = estimate
+                for key in new:
+                    least = line_floors.get(key)  # type: ignore[arg-type]
+                    if least is None:
+                        least = line_floors[key] = len(_line_text(lines[key]).split()) + reserve  # type: ignore[index]
+                    fewest += least
+                if fewest > budget:
+                    continue
+            cost = 0
+            heads = set()
+            names = set()
+            added: dict[tuple[int, str], list[int]] = {}
             for key in new:
-                shown_said.update(said_keys(lines[key].text))  # type: ignore[index]
-        for fact, score in list(chosen_facts):
-            if fact.source_message_id in shown_ids or fact_words[fact.pk] in shown_said:
-                chosen_facts.remove((fact, score))
-                estimate -= fact_costs[fact.pk]
-    counts = _Counts(counter, empty, block_cost)  # an item left as it was is not counted again
+                line = lines[key]  # type: ignore[index]
+                cost += line_cost(key)  # type: ignore[arg-type]
+                group = (line.conversation_id, line.date)
+                added.setdefault(group, []).append(line.seq)
+                if group not in groups and group not in heads:
+                    heads.add(group)
+                    if line.conversation_id in named or line.conversation_id in names:
+                        cost += head_cost(line, False)
+                    else:
+                        names.add(line.conversation_id)
+                        cost += head_cost(line, True)
+            if exact:  # the gap marks between the messages of each group it adds to
+                for group, seqs in added.items():
+                    before = group_seqs.get(group, [])
+                    cost += gap_cost * (_gaps(sorted([*before, *seqs])) - _gaps(before))
+            if estimate + cost > budget:
+                continue
+            chosen.update(new)  # type: ignore[arg-type]
+            for group, seqs in added.items():
+                group_seqs[group] = sorted([*group_seqs.get(group, []), *seqs])
+            groups |= heads
+            named |= names
+            estimate += cost
+            shown_ids.update(lines[key].message_id for key in new)  # type: ignore[index]
+            if fact_words:  # only a block with facts compares texts
+                for key in new:
+                    shown_said.update(said_keys(lines[key].text))  # type: ignore[index]
+            for fact, score in list(chosen_facts):
+                if fact.source_message_id in shown_ids or fact_words[fact.pk] in shown_said:
+                    chosen_facts.remove((fact, score))
+                    estimate -= fact_costs[fact.pk]
+
+    pack(0)
     items = _items(lines, chosen, chosen_facts, counts)
     tokens = counts.block(items)
+    for _pass in range(0 if exact else REFILLS):
+        # the estimates reserved tokens the block did not use: pack again in what the count
+        # of the block says is left (each pass one more count of the block)
+        taken = len(chosen) + len(chosen_facts)
+        if tokens >= max_tokens:
+            break
+        pack(tokens - empty)
+        if len(chosen) + len(chosen_facts) == taken:
+            break
+        items = _items(lines, chosen, chosen_facts, counts)
+        tokens = counts.block(items)
     while items and tokens > max_tokens:
         weakest = min(chosen, key=lambda key: lines[key].score, default=None)
         if weakest is not None:
@@ -715,6 +768,12 @@ def _ranked(
     return ranked[: min(most, k)]
 
 
+def _gaps(seqs: Sequence[int]) -> int:
+    """The gap marks between ``seqs`` (ascending) shown as one group: one where a seq does
+    not follow the one before it."""
+    return sum(1 for before, after in pairwise(seqs) if after != before + 1)
+
+
 def _begins_word(text: str, stem: str) -> bool:
     """Whether the rough stem ``stem`` (``rough_stem`` of a word) stands for a word of ``text``:
     a stem of five letters any word it begins, a shorter one (a whole short word) only that
@@ -856,7 +915,7 @@ def _items(
         texts = [_head(run[0])]
         for index, line in enumerate(run):
             if index and line.seq != run[index - 1].seq + 1:
-                texts.append("…")
+                texts.append(GAP_MARK)
             texts.append(_line_text(line))
         text, tokens = counts.item(texts)
         items.append(
