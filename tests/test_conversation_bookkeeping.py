@@ -264,3 +264,14 @@ def test_pending_calls_the_functions_cannot_read_fall_back_to_the_locked_path(co
         Conversation.objects.filter(pk=conv.pk).update(pending_tool_calls=stored)
         with pytest.raises(InvalidMessageError):
             history.add_message(ChatMessage.tool("x", tool_call_id="c1", name="track"))
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_the_admin_context_page_names_bookkeeping_that_hides_messages(admin_client, conv, case) -> None:  # type: ignore[no-untyped-def]
+    """The admin's context window page answered a server error where the API answers 409
+    ``conversation_inconsistent``: it shows the same message, with the command that repairs."""
+    field = _corrupt(conv, case)
+    response = admin_client.get(f"/admin/agentmemory/conversation/{conv.pk}/context/")
+    assert response.status_code == 400  # as for the page's other errors
+    page = response.content.decode()
+    assert field in page and "repair_conversations" in page

@@ -47,7 +47,7 @@ from agentmemory.agent_registry import find, memory_recall_enabled, memory_scope
 from agentmemory.api.serializers import HISTORY_PART, SUMMARY_PART, window_entries
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import ContextWindowBuilder
-from agentmemory.exceptions import ContextBudgetExceeded
+from agentmemory.exceptions import ContextBudgetExceeded, ConversationStateError
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge.memory import unrecorded_recalls
 from agentmemory.models import Conversation, Message, ModelCall, Summary
@@ -589,6 +589,10 @@ class ConversationAdmin(CheckedQueryAdmin):
                     window = builder.build(max_tokens, max_messages=max_messages)
             except ContextBudgetExceeded as exc:
                 budget_error = exc
+            except ConversationStateError as exc:
+                # bookkeeping written by hand (the API's 409 conversation_inconsistent): the
+                # page says what disagrees and how to repair it, instead of a server error
+                errors.append(str(exc))
             else:
                 for part, message, tokens in window_entries(window, counter):
                     entries.append(
