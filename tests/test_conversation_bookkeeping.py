@@ -84,6 +84,9 @@ CORRUPTIONS: dict[str, tuple[Any, str]] = {
     "pinned past the end": ({"pinned_seq": 1, "pinned_last_seq": 100}, "pinned_last_seq"),
     "pinned at the largest seq": ({"pinned_last_seq": MAX_ID}, "pinned_last_seq"),
     "pinned over a human message": ({"pinned_last_seq": 5}, "pinned_last_seq"),
+    # the newest turn still in the window: the run's other messages were left out unreported
+    "pinned over the first turn": ({"pinned_last_seq": 4}, "pinned_last_seq"),
+    "pinned seq alone on a human message": ({"pinned_seq": 3, "pinned_last_seq": None}, "pinned_seq"),
     "pinned run wholly past the end": ({"pinned_seq": 50, "pinned_last_seq": 60}, "pinned_last_seq"),
     "pinned seq alone past the end": ({"pinned_seq": 50, "pinned_last_seq": None}, "pinned_seq"),
     "pinned run reversed": ({"pinned_seq": 2, "pinned_last_seq": 1}, "pinned_last_seq"),

@@ -52,6 +52,36 @@ def check_pinned(conv: ConversationRow) -> None:
     )
 
 
+def pinned_over_other(
+    using: str, pk: int, pinned_seq: int, pinned_last: int | None
+) -> ConversationStateError | None:
+    """The ``ConversationStateError`` naming a pinned system prompt recorded over a message
+    that is not a system message (``pinned_seq`` through ``pinned_last_seq`` written by
+    hand): the window starts after the pinned run, so that message was in neither the window
+    nor its ``uncovered`` report. ``None`` when the run holds system messages only. One
+    indexed query."""
+    through = pinned_seq if pinned_last is None else pinned_last
+    other = (
+        Message.objects.using(using)
+        .filter(conversation_id=pk, seq__gte=pinned_seq, seq__lte=through)
+        .exclude(role=Role.SYSTEM.value)
+        .order_by("seq")
+        .values_list("seq", "role")
+        .first()
+    )
+    if other is None:
+        return None
+    return ConversationStateError(
+        f"its pinned system prompt is recorded as seqs {pinned_seq}..{through} (pinned_seq "
+        f"{pinned_seq}, pinned_last_seq {'empty' if pinned_last is None else pinned_last}), which "
+        f"holds the {other[1]} message at seq {other[0]} (a pinned prompt is the leading run of "
+        "system messages only), so the messages it reaches over are in no context window",
+        conversation_id=pk,
+        field="pinned_seq" if pinned_last is None else "pinned_last_seq",
+        value=through,
+    )
+
+
 def turn_refusal(
     reader: TailReader, packed: PackResult, seq: int | None, tokens: int
 ) -> ConversationStateError | ContextBudgetExceeded:
@@ -98,22 +128,9 @@ def stored_state_error(reader: TailReader, packed: PackResult) -> ConversationSt
             f"its pinned system prompt is recorded as seqs {pinned_seq}..{through} (pinned_seq "
             f"{pinned_seq}, pinned_last_seq {'empty' if pinned_last is None else pinned_last})"
         )
-        other = (
-            messages.filter(seq__gte=pinned_seq, seq__lte=through)
-            .exclude(role=Role.SYSTEM.value)
-            .order_by("seq")
-            .values_list("seq", "role")
-            .first()
-        )
-        if other is not None:
-            return ConversationStateError(
-                f"{span}, which holds the {other[1]} message at seq {other[0]} (a pinned prompt "
-                "is the leading run of system messages only), so the messages it reaches over "
-                "are in no context window",
-                conversation_id=pk,
-                field=field,
-                value=through,
-            )
+        found = pinned_over_other(using, pk, pinned_seq, pinned_last)
+        if found is not None:
+            return found
         if newest is not None and through > newest:
             return ConversationStateError(
                 f"{span}, past its newest message (seq {newest}), so no message is in any context window",

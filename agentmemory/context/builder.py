@@ -28,7 +28,7 @@ from django.db import router
 
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
-from agentmemory.context.bookkeeping import check_pinned
+from agentmemory.context.bookkeeping import check_pinned, pinned_over_other
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
     _sent_history,
@@ -584,6 +584,16 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
         conv, summary = head.conv, head.summary
         check_pinned(conv)  # a stored value no run of seqs has hides messages silently
+        if (
+            conv.pinned_seq is not None
+            and self.system_prompt is None
+            and len(head.pinned) != conv.pinned_through - conv.pinned_seq + 1
+        ):
+            # fewer system rows than the pinned run's seqs: a deleted one, or a run written
+            # by hand over other messages, which the window would leave out unreported
+            found = pinned_over_other(using, self.conversation_id, conv.pinned_seq, conv.pinned_last_seq)
+            if found is not None:
+                raise found
         if head.pinned:
             # The leading run of stored system messages, in stored order, counted once.
             messages.extend(head.pinned)
