@@ -4,13 +4,14 @@ are made from (``Conversation.objects``, ``Message.objects``, ``Fact.objects``,
 (docs/architecture.md, "Lock order"). ORM only: nothing here forwards to ``agentmemory.store``.
 
 ``agentmemory.models`` imports this module to make its managers, so the models a method needs
-are imported inside it, when a query runs.
+are taken from the app registry when a query runs (``_models``), never imported back.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.db import connections, models, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -20,6 +21,13 @@ from agentmemory.signals import memory_deleted
 if TYPE_CHECKING:
     # named as strings in the querysets' type arguments
     from agentmemory.models import Conversation, Fact, Message, ModelCall  # noqa: F401
+
+
+def _models(*names: str) -> tuple[Any, ...]:
+    """The app's models named: ``models.py`` imports this module for its managers, so the
+    querysets reach the models through the app registry (loaded by the time a query runs),
+    as Django's own related managers do, not by importing ``agentmemory.models`` back."""
+    return tuple(apps.get_model("agentmemory", name) for name in names)
 
 
 class ConversationQuerySet(models.QuerySet["Conversation"]):
@@ -42,8 +50,7 @@ class ConversationQuerySet(models.QuerySet["Conversation"]):
         one object each (a conversation may hold 100,000 of them); rows that point at a message
         are deleted or unlinked first, as their foreign keys say.
         """
-        from agentmemory.models import Conversation, Fact, Message
-
+        Conversation, Fact, Message = _models("Conversation", "Fact", "Message")
         with transaction.atomic(using=self.db):
             locked = self.model._default_manager.using(self.db).select_for_update().order_by("pk")
             rows = list(locked.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
@@ -78,8 +85,7 @@ def _delete_messages_in_bulk(using: str, conversation_ids: list[int]) -> dict[st
     the rows deleted by model label (``{"agentmemory.Message": n, ...}``); empty (leaving
     them to Django's collector) when a receiver listens to message deletes or a reference has
     another ``on_delete``, which only the collector honours."""
-    from agentmemory.models import Message
-
+    (Message,) = _models("Message")
     deleted: dict[str, int] = {}
     if not conversation_ids:
         return deleted
@@ -125,8 +131,7 @@ class FactQuerySet(models.QuerySet["Fact"]):
         """Delete the facts with their history (``superseded_by`` cascades) and embeddings;
         sends ``memory_deleted`` with every fact id gone, in the same transaction. All are locked
         in ascending pk first: the collector locks in scan order (docs/architecture.md, "Lock order")."""
-        from agentmemory.models import Fact
-
+        (Fact,) = _models("Fact")
         facts = Fact._base_manager.using(self.db)
         rows = dict(facts.filter(pk__in=self.values("pk")).values_list("pk", "owner_id"))
         if not rows:
