@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
+from agentmemory.extras import pip_install
 from agentmemory.messages import ChatMessage, ContentPart, PartKind, Role
 
 logger = logging.getLogger(__name__)
@@ -782,7 +783,6 @@ def offline_encoding_hint(encoding: str) -> str:
     """How to make tiktoken's ``encoding`` available offline: the ``o200k`` extra, installed
     as this package was (``agentmemory.extras.pip_install``), for the encodings it ships; or
     one download into tiktoken's cache."""
-    from agentmemory.extras import pip_install
 
     bundled = (
         f"{pip_install('o200k')} (quicktok-v1 ships cl100k_base and o200k_base), or "
