@@ -19,10 +19,11 @@ from agentmemory.admin.deletion import (
 from agentmemory.admin.fact import FactAdmin
 from agentmemory.admin.message import MessageAdmin
 from agentmemory.admin.summary import SummaryAdmin
-from agentmemory.admin.utils import BoundedCountPaginator, admin_link, pretty_json
+from agentmemory.admin.utils import BoundedCountPaginator, CheckedQueryAdmin, admin_link, pretty_json
 
 __all__ = [
     "BoundedCountPaginator",
+    "CheckedQueryAdmin",
     "ConversationAdmin",
     "ConversationAdminForm",
     "FactAdmin",

@@ -10,13 +10,17 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agentmemory.admin import BoundedCountPaginator, admin_link, pretty_json
+from agentmemory.admin import BoundedCountPaginator, CheckedQueryAdmin, admin_link, pretty_json
 from agentmemory.contrib.langgraph.models import Checkpoint, MirroredThread, StoreItem
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(CheckedQueryAdmin):
+    """A list that refuses, with a 400, filters the database cannot compare and searches
+    longer than ``max_search_chars`` (``CheckedQueryAdmin``), as the core admins do."""
+
     paginator = BoundedCountPaginator
     show_full_result_count = False
+    max_search_chars = 1_000
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
