@@ -116,3 +116,27 @@ def test_the_admin_recall_page_matches_the_agent_key_exactly(admin_client, user)
     recall = reverse("admin:agentmemory_fact_recall")
     page = admin_client.get(recall, {"owner": "scoped", "q": "ferry", "agent_key": "b "}).content.decode()
     assert "Takes the night ferry" in page and "Takes the day ferry" not in page
+
+
+@pytest.mark.parametrize("typed", [" travel ", "travel\t", "\ttravel\n"])
+def test_a_category_is_read_by_the_rule_it_is_stored_by(api_forced, user, typed) -> None:  # type: ignore[no-untyped-def]
+    # A category is stored stripped and composed (``validate_fact``), but its filter compared
+    # the value as typed: a fact stored with category " travel " was then out of reach of
+    # that same category in recall, the fact list, the search and forget_all.
+    memory = KnowledgeMemory(user)
+    fact = memory.store("Takes the night ferry", typed, persistent=True).fact
+    assert fact.category == "travel"
+    assert [h.fact.pk for h in memory.recall("ferry", category=typed)] == [fact.pk]
+    listed = api_forced.get("/api/facts/", {"category": typed}).json()["results"]
+    assert [f["id"] for f in listed] == [str(fact.uuid)]
+    found = api_forced.get("/api/search/", {"q": "ferry", "category": typed, "include": "facts"})
+    assert [f["id"] for f in found.json()["facts"]] == [str(fact.uuid)]
+    # a category of white space only is no category, on the list as on the search
+    assert len(api_forced.get("/api/facts/", {"category": " "}).json()["results"]) == 1
+    assert memory.forget_all(category=typed) == 1
+
+
+def test_a_category_composed_or_not_is_one_category(user) -> None:  # type: ignore[no-untyped-def]
+    memory = KnowledgeMemory(user)
+    fact = memory.store("Likes cafe\u0301s", "cafe\u0301 ", persistent=True).fact
+    assert [h.fact.pk for h in memory.recall("likes", category=" caf\u00e9")] == [fact.pk]

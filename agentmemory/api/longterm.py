@@ -89,7 +89,12 @@ FACT_ID_PARAMETER = OpenApiParameter(
     list=extend_schema(
         parameters=[
             *FACT_SCOPE_PARAMETERS,
-            OpenApiParameter("category", OpenApiTypes.STR, description="Only this category (exact)."),
+            OpenApiParameter(
+                "category",
+                OpenApiTypes.STR,
+                description="Only this category, read as categories are stored: stripped of white "
+                "space at both ends, composed (NFC). Empty or blank: every category.",
+            ),
             OpenApiParameter(
                 "history",
                 OpenApiTypes.BOOL,
@@ -175,8 +180,8 @@ class FactViewSet(
             if value is not None:
                 qs = qs.filter(**{name: value})
         category = _text_param(self.request, "category")
-        if category:  # empty: no filter, as on search (a fact's category is never empty)
-            qs = qs.filter(category=category_filter(category))  # in the stored (composed) form
+        if category and category.strip():  # empty or blank: no filter, as on search
+            qs = qs.filter(category=category_filter(category))  # in the stored form
         if not _bool_param(self.request, "history"):
             now = timezone.now()
             days = KnowledgeMemory(user).max_log_days

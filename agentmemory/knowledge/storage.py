@@ -157,9 +157,19 @@ def clock(now: Any) -> datetime:
     return now
 
 
+def category_value(category: str) -> str:
+    """``category`` by the one rule every write and read of a category follows: stripped of
+    white space at both ends and composed (NFC: "perso\u0308nlich" typed on macOS is
+    "persönlich"), so that a category typed with a trailing space or decomposed names the
+    category stored from it (``validate_fact``), in a filter as in a write."""
+    return unicodedata.normalize("NFC", category.strip())
+
+
 def category_filter(category: Any) -> str:
-    """``category`` as a filter value, in the composed form categories are stored in (NFC,
-    ``validate_fact``); a value the database cannot compare (not a string, a NUL, a lone
+    """``category`` as a filter value, in the form categories are stored in
+    (``category_value``: stripped and composed, as ``validate_fact`` stores them; a filter
+    compared the value as typed, so a fact stored with category " travel " was out of reach
+    of " travel"); a value the database cannot compare (not a string, a NUL, a lone
     surrogate) is refused here instead of failing in the database driver.
 
     Raises:
@@ -167,7 +177,7 @@ def category_filter(category: Any) -> str:
     """
     if not isinstance(category, str) or text_problem(category):
         raise InvalidFactError(f"category must be text without NUL or lone surrogates, not {category!r}")
-    return unicodedata.normalize("NFC", category)
+    return category_value(category)
 
 
 def check_owner(memory: KnowledgeMemory) -> None:
@@ -353,9 +363,8 @@ def validate_fact(
     if problem := text_problem(content):
         raise InvalidFactError(f"content {problem}")
     if isinstance(category, str):
-        # composed (NFC) as content is: "perso\u0308nlich" typed on macOS is "persönlich",
-        # one category for its "key:" facts, its heading and its filter
-        category = unicodedata.normalize("NFC", category.strip())
+        # one category for its "key:" facts, its heading and its filter (``category_value``)
+        category = category_value(category)
     if (
         not isinstance(category, str)
         or not category
