@@ -48,7 +48,9 @@ def test_the_contrib_lists_are_among_those_checked() -> None:
         assert "/admin/agentmemory_langgraph/storeitem/" in _lists()
 
 
-@pytest.mark.parametrize("query", HOSTILE, ids=[next(iter(q)) + "=" + next(iter(q.values()))[:20] for q in HOSTILE])
+@pytest.mark.parametrize(
+    "query", HOSTILE, ids=[next(iter(q)) + "=" + next(iter(q.values()))[:20] for q in HOSTILE]
+)
 def test_no_query_string_makes_an_admin_list_fail(admin_client, query) -> None:  # type: ignore[no-untyped-def]
     conversation_with_turns(2)
     answers = {url: admin_client.get(url, query).status_code for url in _lists()}
