@@ -6,10 +6,10 @@ import json
 import sys
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import find_user
 from agentmemory.transfer import ConversationExists, InvalidConversationData, import_conversation
 
 
@@ -31,12 +31,7 @@ class Command(TextArgumentsCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         owner = None
         if options["owner"]:
-            user_model = get_user_model()
-            owner = user_model._default_manager.filter(
-                **{user_model.USERNAME_FIELD: options["owner"]}
-            ).first()
-            if owner is None:
-                raise CommandError(f"no user {options['owner']!r}")
+            owner = find_user(options["owner"], by="username")
         try:
             if options["file"] == "-":
                 data = json.load(sys.stdin)

@@ -6,25 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, export_memory_md, import_memory_md
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import find_user
 from agentmemory.recall.scope import MemoryScopeError
-from agentmemory.validation import parse_id
-
-
-def find_user(value: str) -> Any:
-    """A user by username (the user model's ``USERNAME_FIELD``) or by numeric id."""
-    model = get_user_model()
-    user = model._default_manager.filter(**{model.USERNAME_FIELD: value}).first()
-    pk = parse_id(value)
-    if user is None and pk is not None:
-        user = model._default_manager.filter(pk=pk).first()
-    if user is None:
-        raise CommandError(f"no user {value!r}")
-    return user
 
 
 class Command(TextArgumentsCommand):
