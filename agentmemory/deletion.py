@@ -26,9 +26,10 @@ from typing import Any
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import connections, models, router, transaction
-from django.db.models import Sum, Value
+from django.db.models import Value
 from django.db.models.functions import Cast, Concat
 
+from agentmemory.managers import Total
 from agentmemory.models import (
     Conversation,
     Fact,
@@ -253,11 +254,11 @@ def erasure_counts(users: Iterable[Any], *, using: str | None = None) -> dict[st
     ids = [_user_id(u) for u in users]
     alias = using or router.db_for_read(Conversation)
     conversations = Conversation.objects.using(alias).filter(owner_id__in=ids)
-    totals = conversations.aggregate(n=models.Count("pk"), messages=Sum("message_count"))
+    totals = conversations.aggregate(n=models.Count("pk"), messages=Total("message_count"))
     facts = Fact.objects.using(alias).filter(owner_id__in=ids)
     counts = {
         str(Conversation._meta.verbose_name_plural): totals["n"] or 0,
-        str(Message._meta.verbose_name_plural): totals["messages"] or 0,
+        str(Message._meta.verbose_name_plural): int(totals["messages"] or 0),
         str(Summary._meta.verbose_name_plural): Summary.objects.using(alias)
         .filter(conversation__owner_id__in=ids)
         .count(),

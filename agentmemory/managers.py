@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from agentmemory.models import Conversation, Fact, Message, ModelCall  # noqa: F401
 
 
+class Total(models.Sum):
+    """``SUM``, except on SQLite, whose ``SUM`` of integers raises "integer overflow" past
+    2**63 - 1, a bound two rows reach there (a positive integer column holds up to that
+    much on SQLite): its ``TOTAL``, a float, exact up to 2**53. PostgreSQL sums integer
+    columns as a bigint and bigint columns as a numeric, which never overflow here. Every
+    sum over stored counters reads through it (token usage, the erasure counts,
+    ``repair_conversation``): a stored value must never make a read fail."""
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, function="TOTAL", **extra_context)
+
+
 def _models(*names: str) -> tuple[Any, ...]:
     """The app's models named: ``models.py`` imports this module for its managers, so the
     querysets reach the models through the app registry (loaded by the time a query runs),

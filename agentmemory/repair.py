@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Count, F, Max, Min, Q, Sum
+from django.db.models import Count, F, Max, Min, Q
 
 from agentmemory.exceptions import ConversationNotFound
+from agentmemory.managers import Total
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
+from agentmemory.validation import MAX_ID
 
 __all__ = ["Repair", "repair_conversation"]
 
@@ -112,7 +114,7 @@ def _worked_out(using: str, pk: int, stored: dict[str, Any]) -> dict[str, Any]:
         newest=Max("seq"),
         count=Count("pk"),
         humans=Count("pk", filter=human),
-        tokens=Sum("token_count"),
+        tokens=Total("token_count"),
         newest_human=Max("seq", filter=human),
         first_other=Min("seq", filter=~Q(role=Role.SYSTEM.value)),
     )
@@ -124,7 +126,9 @@ def _worked_out(using: str, pk: int, stored: dict[str, Any]) -> dict[str, Any]:
         "last_seq": max(stored["last_seq"], newest or 0),
         "message_count": totals["count"],
         "human_message_count": totals["humans"],
-        "stored_tokens": totals["tokens"] or 0,
+        # a total past what the column holds (token counts at their largest value on
+        # SQLite) is stored as the largest value: appends stop there too
+        "stored_tokens": min(int(totals["tokens"] or 0), MAX_ID),
         "pinned_seq": run["first"],
         "pinned_last_seq": run["last"],
         "has_system_prompt": run["first"] is not None,

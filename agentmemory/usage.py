@@ -30,9 +30,10 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet
 
 from agentmemory.conf import app_settings
+from agentmemory.managers import Total
 from agentmemory.models import ModelCall, UsageSource
 
 __all__ = [
@@ -179,18 +180,8 @@ class UsageTotals:
     by_model: tuple[ModelUsage, ...] = field(default=())
 
 
-class _Total(Sum):
-    """``SUM``, except on SQLite, whose ``SUM`` of integers raises "integer overflow" past
-    2**63 - 1, a bound two rows reach there (a positive integer column holds up to that
-    much): its ``TOTAL``, a float, exact up to 2**53 tokens. (PostgreSQL sums the integer
-    columns as a bigint.)"""
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(compiler, connection, function="TOTAL", **extra_context)
-
-
 def _annotations() -> dict[str, Any]:
-    sums: dict[str, Any] = {name: _Total(name) for name in _SUMS}
+    sums: dict[str, Any] = {name: Total(name) for name in _SUMS}
     return {
         "n_calls": Count("id"),
         "n_counted": Count("id", filter=Q(usage_source=UsageSource.COUNTED)),

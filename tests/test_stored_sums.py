@@ -1,0 +1,65 @@
+"""Sums over stored counters never make a read fail.
+
+SQLite's ``SUM`` of integers raises "integer overflow" past 2**63 - 1, which two rows reach
+there: a positive integer column holds up to 2**63 - 1 on SQLite (PostgreSQL sums its
+integer columns as a bigint, its bigint columns as a numeric). ``agentmemory.usage`` summed
+with SQLite's ``TOTAL`` already; the erasure counts (``forget_user --dry-run``, the admin's
+erasure confirmation) and ``repair_conversations``, the command meant for hand-set
+bookkeeping, failed with ``OperationalError: integer overflow`` on such rows.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from agentmemory.deletion import erasure_counts
+from agentmemory.history import PersistentChatHistory
+from agentmemory.messages import ChatMessage
+from agentmemory.models import Conversation, Message
+from agentmemory.repair import repair_conversation
+from agentmemory.validation import MAX_ID
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+#: the largest value of a positive integer column on this database (2**63 - 1 on SQLite)
+MAX_INT = connection.ops.integer_field_range("PositiveIntegerField")[1]
+
+
+@pytest.fixture
+def owner():  # type: ignore[no-untyped-def]
+    user = UserFactory(username="counted")
+    for _ in range(2):
+        conversation = Conversation.objects.create(owner=user)
+        PersistentChatHistory(conversation).add_messages(
+            [ChatMessage.human("hello there"), ChatMessage.ai("hello back")]
+        )
+        Message.objects.filter(conversation=conversation).update(token_count=MAX_INT)
+        Conversation.objects.filter(pk=conversation.pk).update(message_count=MAX_ID)
+    return user
+
+
+def test_the_erasure_counts_add_up_counters_at_their_largest_value(owner) -> None:  # type: ignore[no-untyped-def]
+    counts = erasure_counts([owner])
+    assert counts["conversations"] == 2
+    # their sum, past 64 bits (exact on PostgreSQL, to 53 bits on SQLite, whose sum is a float)
+    assert counts["messages"] == pytest.approx(2 * MAX_ID, rel=1e-15)
+    out = io.StringIO()
+    call_command("forget_user", "counted", "--dry-run", stdout=out)
+    assert f"{counts['messages']} messages" in out.getvalue()
+
+
+def test_repair_works_out_a_token_total_past_the_column_as_its_largest_value(owner) -> None:  # type: ignore[no-untyped-def]
+    conversation = Conversation.objects.filter(owner=owner).first()
+    assert conversation is not None
+    repair = repair_conversation(conversation.pk)
+    assert repair.changes["message_count"] == (MAX_ID, 2)
+    # two token counts at the column's largest value: their sum, up to what the column holds
+    assert Conversation.objects.get(pk=conversation.pk).stored_tokens == min(2 * MAX_INT, MAX_ID)
+    out = io.StringIO()
+    call_command("repair_conversations", "--dry-run", stdout=out)
+    assert "message_count" in out.getvalue()
