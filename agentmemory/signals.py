@@ -46,7 +46,8 @@
   (``clear``, blanking). The copies of their text that recorded model calls of the
   same owners keep are removed from it (``agentmemory.recording.redact_recorded_copies``), and
   ``agentmemory.contrib.langgraph`` erases the checkpoints of a mirrored thread whose
-  conversation was cleared or blanked.
+  conversation was cleared or blanked, and ``agentmemory.contrib.pgvector`` the ``vector``
+  copies of a blanked conversation's messages.
 
 Every signal is also a metrics hook (``docs/operations.md``; ``agentmemory.contrib.prometheus``
 exports them), and each service writes a structured log record (logger ``agentmemory``, the

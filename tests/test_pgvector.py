@@ -242,3 +242,25 @@ def test_equal_distances_are_broken_by_id_newest_first(embedding_settings) -> No
     assert [pk for pk, _ in backend.ranking(facts, "query").top(3)] == newest
     FactVector.objects.filter(fact_id__in=newest[:2]).update(model="stub-embedder")  # rows moved
     assert [pk for pk, _ in backend.ranking(facts, "query").top(3)] == newest
+
+
+def test_blanking_a_conversation_deletes_its_vectors(
+    embedding_settings, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
+    # ``purge_conversations --blank-content`` keeps the messages and deleted their
+    # ``MessageEmbedding`` rows, but the pgvector copies (a foreign key to the message, which
+    # stays) were left: vectors of the blanked words, which pgvector recall still ranked.
+    from datetime import timedelta
+
+    from agentmemory.retention import purge_conversations
+
+    owner = UserFactory()
+    blanked = _store(owner, _texts(5), django_capture_on_commit_callbacks)
+    kept = _store(owner, _texts(3, offset=1), django_capture_on_commit_callbacks)
+    assert MessageVector.objects.count() == 8
+    Conversation.objects.filter(pk=blanked.pk).update(updated_at="2000-01-01T00:00:00Z")
+    report = purge_conversations(older_than=timedelta(days=30), blank_content=True)
+    assert report.conversations == 1
+    assert not MessageVector.objects.filter(message__conversation=blanked).exists()
+    assert MessageVector.objects.filter(message__conversation=kept).count() == 3
+    assert {h.conversation_id for h in search_messages("apple banana", owner=owner, k=10)} == {kept.pk}

@@ -18,9 +18,16 @@ from typing import Any
 from django.db.models import Model, QuerySet
 
 from agentmemory.contrib.pgvector import indexes
+from agentmemory.models import Conversation, Message
 from agentmemory.recall.backends import EmbeddingBackend, EmbeddingRanking, Ranking
 
-__all__ = ["PgVectorBackend", "PgVectorRanking", "copy_vectors_after_rebuild", "store_mirrored_vectors"]
+__all__ = [
+    "PgVectorBackend",
+    "PgVectorRanking",
+    "copy_vectors_after_rebuild",
+    "delete_blanked_vectors",
+    "store_mirrored_vectors",
+]
 
 
 def store_mirrored_vectors(
@@ -38,6 +45,29 @@ def store_mirrored_vectors(
     later finds every row."""
     if objects and indexes.available(using):
         indexes.store_vectors(using, objects, embedding_model, vectors)
+
+
+def delete_blanked_vectors(
+    sender: Any = None,
+    *,
+    using: str,
+    conversation_ids: Sequence[int] = (),
+    kept: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Receiver of ``memory_deleted``: the vectors of the messages of conversations whose
+    words were erased while the conversations and their rows stay (``kept=True``:
+    ``purge_conversations --blank-content``, ``PersistentChatHistory.clear``) go too, as their
+    ``MessageEmbedding`` rows do. A vector encodes what the message said; the copies here
+    hang on the message, which blanking keeps, so they were left behind and pgvector recall
+    still ranked the blanked messages by them. A deleted message takes its vectors with it
+    (the foreign key cascades), so nothing else needs this."""
+    if sender is not Conversation or not kept or not conversation_ids or not indexes.available(using):
+        return
+    vector_model, _fk = indexes.vector_model_for(Message)
+    vector_model._default_manager.using(using).filter(
+        message__conversation_id__in=list(conversation_ids)
+    ).delete()
 
 
 def copy_vectors_after_rebuild(
