@@ -116,6 +116,7 @@ class MemoryMCPApp:
             return
         try:
             owner_id = await sync_to_async(self._authenticate)(scope)
+            receive = await _bounded_body(scope, receive)
         except _Refused as refused:
             await _respond(send, refused.status, {"detail": refused.detail}, refused.headers)
             return
@@ -166,6 +167,56 @@ class MemoryMCPApp:
             return int(user.pk)
         finally:
             close_stale_connections()
+
+
+async def _bounded_body(scope: dict[str, Any], receive: Any) -> Any:
+    """The request's body read here, at most Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes
+    (no bound when it is None), and a ``receive`` that hands it on whole: the MCP SDK reads a
+    body of any size into memory before it looks at it.
+
+    Raises:
+        _Refused: 413 for a ``Content-Length`` over the bound, at once, or for a body that
+            grows past it as it arrives (it is not read further); 400 for a
+            ``Content-Length`` that is no number.
+    """
+    from django.conf import settings
+
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    too_large = _Refused(413, f"The request body is over {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE).")
+    declared = dict(scope.get("headers") or ()).get(b"content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise _Refused(400, "Content-Length is not a number of bytes.")
+        if limit is not None and int(declared) > limit:
+            raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: the SDK is told so
+            return _replay(chunks, message, receive)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return _replay(chunks, None, receive)
+
+
+def _replay(chunks: list[bytes], last: dict[str, Any] | None, receive: Any) -> Any:
+    """A ``receive`` that gives the body read in ``chunks`` as one message (then ``last``, if
+    any), and after that what ``receive`` gives."""
+    pending: list[dict[str, Any]] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+    if last is not None:
+        pending.append(last)
+
+    async def replayed() -> Any:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
 
 
 async def _respond(

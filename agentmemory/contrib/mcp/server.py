@@ -53,6 +53,31 @@ MAX_HITS = 50
 MAX_CONVERSATIONS = 100
 #: largest context window a client may ask for (tokens)
 MAX_WINDOW_TOKENS = 200_000
+#: bytes of an answer kept for its keys beside the hits or messages it holds
+ENVELOPE_BYTES = 1_024
+
+
+def answer_budget() -> int:
+    """Bytes the hits or messages of one tool's answer may take: half of
+    ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]`` (an answer is sent twice, as text and as
+    structured content) less ``ENVELOPE_BYTES``, so that a tool's response is within the
+    bound every API answer keeps to. ``search_conversations`` with 50 hits of 2 MB messages
+    answered 200 MB."""
+    from agentmemory.conf import app_settings
+
+    return max(app_settings().API_MAX_RESPONSE_BYTES // 2 - ENVELOPE_BYTES, 1)
+
+
+def _bounded(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{kind: the items that fit in answer_budget(), best first}``, with ``"left_out"``
+    (how many did not) when any did not; at least one."""
+    from agentmemory.api.pagination import bounded_hits
+
+    kept, left_out = bounded_hits({kind: items}, answer_budget())
+    answer: dict[str, Any] = {kind: kept[kind]}
+    if left_out[kind]:
+        answer["left_out"] = left_out[kind]
+    return answer
 
 
 @dataclass(frozen=True)
@@ -188,7 +213,7 @@ def recall(scope: MemoryScope, args: RecallArguments) -> dict[str, Any]:
         hits = _memory(scope).recall(args.query, k=args.k, category=args.category)
     except (InvalidFactError, ValueError) as exc:
         raise ToolFailure(str(exc)) from exc
-    return {"facts": [_fact(hit.fact, hit.score) for hit in hits]}
+    return _bounded("facts", [_fact(hit.fact, hit.score) for hit in hits])
 
 
 def _conversation(scope: MemoryScope, conversation_id: uuid.UUID) -> Any:
@@ -212,8 +237,9 @@ def search_conversations(scope: MemoryScope, args: SearchArguments) -> dict[str,
     hits = search_messages(
         args.query, owner=scope.owner_id, conversation=args.conversation, agent_key=scope.agent_key, k=args.k
     )
-    return {
-        "messages": [
+    return _bounded(
+        "messages",
+        [
             {
                 "conversation": str(hit.conversation_uuid),
                 "seq": hit.seq,
@@ -223,8 +249,8 @@ def search_conversations(scope: MemoryScope, args: SearchArguments) -> dict[str,
                 "score": round(hit.score, 6),
             }
             for hit in hits
-        ]
-    }
+        ],
+    )
 
 
 def list_conversations(scope: MemoryScope, args: ListConversationsArguments) -> dict[str, Any]:
@@ -263,26 +289,37 @@ def _message(message: Any) -> dict[str, Any]:
 
 
 def get_context_window(scope: MemoryScope, args: ContextWindowArguments) -> dict[str, Any]:
+    from agentmemory.api.windows import bounded_window
     from agentmemory.context import ContextWindowBuilder
     from agentmemory.formats.openai import to_openai_messages
 
     conversation = _conversation(scope, args.conversation)
-    window = ContextWindowBuilder(conversation).build(max_tokens=args.max_tokens)
-    messages = (
-        to_openai_messages(window.messages)
-        if args.message_format == "openai"
-        else [_message(m) for m in window.messages]
+
+    def build(max_messages: int | None) -> Any:
+        return ContextWindowBuilder(conversation).build(max_tokens=args.max_tokens, max_messages=max_messages)
+
+    def serialize(window: Any) -> dict[str, Any]:
+        messages = (
+            to_openai_messages(window.messages)
+            if args.message_format == "openai"
+            else [_message(m) for m in window.messages]
+        )
+        return {
+            "conversation": str(conversation.uuid),
+            "format": args.message_format,
+            "messages": messages,
+            "max_tokens": window.max_tokens,
+            "total_tokens": window.system_tokens + window.summary_tokens + window.history_tokens,
+            "summary_through_seq": window.summary_through_seq,
+            "first_seq": window.first_seq,
+            "last_seq": window.last_seq,
+        }
+
+    # over the answer's bound, built again with the newest history messages that fit (as the
+    # API's /context/ is): ``first_seq`` says where the history sent starts
+    return bounded_window(
+        build, serialize, budget=answer_budget(), shape=args.message_format, max_messages=None
     )
-    return {
-        "conversation": str(conversation.uuid),
-        "format": args.message_format,
-        "messages": messages,
-        "max_tokens": window.max_tokens,
-        "total_tokens": window.system_tokens + window.summary_tokens + window.history_tokens,
-        "summary_through_seq": window.summary_through_seq,
-        "first_seq": window.first_seq,
-        "last_seq": window.last_seq,
-    }
 
 
 def forget(scope: MemoryScope, args: ForgetArguments) -> dict[str, Any]:
