@@ -362,7 +362,7 @@ class FactAdmin(CheckedQueryAdmin):
         query = request.GET.get("q", "").strip()
         agent_key = request.GET.get("agent_key", "")  # exact, as every scope string
         errors: list[Any] = []
-        owner = None
+        owner: Any = None
         if owner_text:
             users = get_user_model()._default_manager
             owner_id = parse_id(owner_text)
