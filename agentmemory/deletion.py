@@ -40,6 +40,7 @@ from agentmemory.models import (
     Summary,
 )
 from agentmemory.recall.fulltext import drop_removed_words
+from agentmemory.validation import MAX_ID
 
 __all__ = [
     "ErasureReport",
@@ -142,6 +143,9 @@ def _user_id(user: Any) -> int:
     pk = getattr(user, "pk", user)
     if isinstance(pk, bool) or not isinstance(pk, int):
         raise TypeError(f"user must be a user instance or a primary key, not {type(user).__name__}")
+    if not -MAX_ID - 1 <= pk <= MAX_ID:
+        # no database holds such a key (SQLite's driver raised OverflowError in the first query)
+        raise ValueError(f"a user's primary key is a 64-bit integer, not {pk}")
     return pk
 
 
@@ -178,6 +182,7 @@ def forget_user(user: Any, *, using: str | None = None) -> ErasureReport:
 
     Raises:
         TypeError: ``user`` is neither a user nor an integer primary key.
+        ValueError: a primary key past 64 bits, which no user can have.
     """
     user_id = _user_id(user)
     alias = using or router.db_for_write(Conversation)

@@ -87,9 +87,14 @@ def repair_conversation(conversation: Conversation | int, *, dry_run: bool = Fal
         A ``Repair`` with the columns that changed (or would).
 
     Raises:
-        ConversationNotFound: no such conversation.
+        ConversationNotFound: no such conversation (an id past 64 bits included).
+        TypeError: ``conversation`` is neither a conversation nor an integer.
     """
     pk = conversation.pk if isinstance(conversation, Conversation) else conversation
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise TypeError(f"conversation must be a Conversation or its primary key, not {pk!r}")
+    if not 0 < pk <= MAX_ID:
+        raise ConversationNotFound(f"conversation {pk} does not exist")
     using = router.db_for_write(Message)
     with transaction.atomic(using=using):
         stored = Conversation.objects.using(using).select_for_update().filter(pk=pk).values(*COLUMNS).first()

@@ -63,3 +63,21 @@ def test_repair_works_out_a_token_total_past_the_column_as_its_largest_value(own
     out = io.StringIO()
     call_command("repair_conversations", "--dry-run", stdout=out)
     assert "message_count" in out.getvalue()
+
+
+@pytest.mark.parametrize("pk", [2**70, -(2**70)])
+def test_a_user_id_past_64_bits_is_a_value_error(pk) -> None:  # type: ignore[no-untyped-def]
+    # SQLite's driver raised OverflowError from the first query of ``forget_user``
+    from agentmemory.deletion import forget_user
+
+    with pytest.raises(ValueError, match="64-bit"):
+        forget_user(pk)
+    with pytest.raises(ValueError, match="64-bit"):
+        erasure_counts([pk])
+
+
+@pytest.mark.parametrize(("value", "error"), [(2**70, "ConversationNotFound"), (float("inf"), "TypeError")])
+def test_repair_refuses_what_names_no_conversation(value, error) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Exception) as caught:
+        repair_conversation(value)
+    assert type(caught.value).__name__ == error
