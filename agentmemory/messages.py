@@ -316,6 +316,104 @@ def pending_calls(value: Any) -> dict[str, int]:
     }
 
 
+def _stored_text(value: Any) -> str | None:
+    """A stored id or name as text: itself, a whole number as its digits, else ``None``."""
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+def _stored_call_ok(call: Any) -> bool:
+    return (
+        type(call) is dict
+        and type(call.get("id")) is str
+        and type(call.get("name")) is str
+        and type(call.get("arguments")) is dict
+    )
+
+
+def stored_tool_calls(value: Any) -> list[dict[str, Any]]:
+    """A stored ``Message.tool_calls`` value as the list of calls every reader takes,
+    whatever the column holds: its entries that are JSON objects with an ``id``, each with
+    its ``id`` and ``name`` as text (a whole number as its digits; a ``name`` of another
+    type, or none, as ``""``) and its ``arguments`` a JSON object (``stored_arguments``:
+    a JSON string's object, ``{}`` for none, else the value as text under
+    ``RAW_ARGUMENTS_KEY``); the value itself when it is in that shape already (no copy). An entry without an
+    ``id`` names no call any result can answer and is left out; so is the whole value when
+    it is no JSON array.
+
+    agentmemory writes the column in that shape (``validate_message`` refuses anything
+    else); a row written by hand (the ORM, SQL, a data migration) can hold any JSON value.
+    Read as it was, a string or a number there failed every window of the conversation,
+    its message list, the admin's transcript and the recorded windows that held it (500s).
+    The row is not changed."""
+    if type(value) is not list:
+        return []
+    if all(_stored_call_ok(call) for call in value):
+        return value
+    calls = []
+    for call in value:
+        if type(call) is dict and (call_id := _stored_text(call.get("id"))) is not None:
+            name = _stored_text(call.get("name")) or ""
+            arguments = call.get("arguments")
+            arguments = arguments if type(arguments) is dict else stored_arguments(arguments)
+            calls.append({**call, "id": call_id, "name": name, "arguments": arguments})
+    return calls
+
+
+#: the text fields of a stored content part (``ContentPart.to_dict``)
+_PART_TEXTS = ("text", "data", "url", "file_id", "mime_type", "detail", "filename")
+_PART_KINDS = frozenset(kind.value for kind in PartKind)
+
+
+def _stored_part_ok(part: Any) -> bool:
+    return (
+        type(part) is dict
+        and part.get("type") in _PART_KINDS
+        and all(type(part.get(name, "")) is str for name in _PART_TEXTS)
+        and all(type(part.get(name, 0)) is int for name in ("width", "height"))
+        and type(part.get("extra", {})) is dict
+    )
+
+
+def stored_parts(value: Any) -> list[dict[str, Any]] | None:
+    """A stored ``Message.parts`` value as the list of parts ``ContentPart.from_dict``
+    reads, whatever the column holds: its entries that are JSON objects of a known
+    ``type``, each with the fields of the wrong type left out (text fields that are not
+    text, a size that is not two whole numbers, ``extra`` that is not an object); the value
+    itself when it is in that shape already (no copy); ``None`` (no parts: the message is
+    its ``content``) when nothing is left or the value is no JSON array.
+
+    As ``stored_tool_calls``: a row written by hand failed every window that held the
+    message, and its admin page."""
+    if type(value) is not list:
+        return None
+    if all(_stored_part_ok(part) for part in value):
+        return value or None
+    parts = []
+    for part in value:
+        if type(part) is not dict or part.get("type") not in _PART_KINDS:
+            continue
+        kept = {"type": part["type"]}
+        kept.update((name, part[name]) for name in _PART_TEXTS if type(part.get(name)) is str)
+        if type(part.get("width")) is int and type(part.get("height")) is int:
+            kept["width"], kept["height"] = part["width"], part["height"]
+        if type(part.get("extra")) is dict:
+            kept["extra"] = part["extra"]
+        parts.append(kept)
+    return parts or None
+
+
+def stored_object(value: Any) -> dict[str, Any]:
+    """A stored JSON column that holds an object (``metadata``, ``window_changes``): the
+    object, or ``{}`` when a row written by hand holds another JSON value there (an array, a
+    string, a number, ``null``), which failed every reader that looks a key up (the search,
+    the admin's transcript, the model call list)."""
+    return value if type(value) is dict else {}
+
+
 def _finite_or_text(text: str) -> float | str:
     number = float(text)
     return number if math.isfinite(number) else text

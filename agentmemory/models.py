@@ -19,7 +19,17 @@ from django.utils.translation import gettext_lazy as _
 from agentmemory.exceptions import WindowUnavailable
 from agentmemory.fields import StoredJSONField
 from agentmemory.managers import ConversationQuerySet, FactQuerySet, MessageQuerySet, ModelCallQuerySet
-from agentmemory.messages import ChatMessage, ContentPart, PendingToolCall, Role, ToolCall, pending_calls
+from agentmemory.messages import (
+    ChatMessage,
+    ContentPart,
+    PendingToolCall,
+    Role,
+    ToolCall,
+    pending_calls,
+    stored_object,
+    stored_parts,
+    stored_tool_calls,
+)
 
 
 class MessageRole(models.TextChoices):
@@ -64,7 +74,7 @@ class Conversation(models.Model):
     )
     agent_key = models.CharField(_("agent key"), max_length=100, blank=True, db_index=True)
     title = models.CharField(_("title"), max_length=200, blank=True)
-    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True, reader=stored_object)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -340,8 +350,8 @@ class Message(models.Model):
     content = models.TextField(_("content"), null=True, blank=True)  # noqa: DJ001
     # The parts of a multi-part message (texts, images, audio, files) as
     # ``ContentPart.to_dict()`` dicts; NULL for plain text. ``content`` holds their text.
-    parts = StoredJSONField(_("content parts"), null=True, blank=True, default=None)
-    tool_calls = StoredJSONField(_("tool calls"), default=list, blank=True)
+    parts = StoredJSONField(_("content parts"), null=True, blank=True, default=None, reader=stored_parts)
+    tool_calls = StoredJSONField(_("tool calls"), default=list, blank=True, reader=stored_tool_calls)
     tool_call_id = models.CharField(_("tool call id"), max_length=255, blank=True)
     name = models.CharField(_("name"), max_length=255, blank=True)
     token_count = models.PositiveIntegerField(_("token count"))
@@ -356,7 +366,7 @@ class Message(models.Model):
             "other messages and for orphaned tool results."
         ),
     )
-    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True, reader=stored_object)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = MessageQuerySet.as_manager()
@@ -553,7 +563,7 @@ class Fact(models.Model):
         related_name="supersedes",
     )
     superseded_at = models.DateTimeField(_("superseded at"), null=True, blank=True)
-    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True, reader=stored_object)
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     first_remembered_at = models.DateTimeField(
         _("first remembered at"),
@@ -757,6 +767,7 @@ class ModelCall(models.Model):
         _("window changes"),
         default=dict,
         blank=True,
+        reader=stored_object,
         help_text=_(
             "How the copy sent differed from storage: left-out seqs, truncated copies "
             "(characters kept), stubbed results, placeholder results."

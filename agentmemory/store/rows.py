@@ -29,7 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, StoredJSONDecoder, ToolCall, stored_arguments
+from agentmemory.messages import (
+    ChatMessage,
+    ContentPart,
+    Role,
+    StoredJSONDecoder,
+    ToolCall,
+    stored_arguments,
+    stored_parts,
+    stored_tool_calls,
+)
 from agentmemory.models import pinned_end
 
 #: the ``Message`` columns a ``RowMeta`` holds, in its order
@@ -132,15 +141,19 @@ def _loads(value: Any) -> Any:
 
 
 def _parts(value: Any) -> tuple[ContentPart, ...]:
+    """A ``parts`` column as read (text, or decoded by the ORM) as content parts, whatever a
+    row written by hand holds there (``stored_parts``)."""
     if value is None:
         return ()
-    return tuple(ContentPart.from_dict(p) for p in _loads(value) or ())
+    return tuple(ContentPart.from_dict(p) for p in stored_parts(_loads(value)) or ())
 
 
 def _tool_calls(value: Any) -> Any:
+    """A ``tool_calls`` column as read (text, or decoded by the ORM) as the list of stored
+    calls, whatever a row written by hand holds there (``stored_tool_calls``)."""
     if not value or value == "[]":
         return ()
-    return _loads(value) or ()
+    return stored_tool_calls(_loads(value)) or ()
 
 
 _ROLES = {role.value: role for role in Role}

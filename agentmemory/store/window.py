@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connections, router
 
-from agentmemory.messages import ChatMessage, ContentPart, Role, ToolCall, pending_calls
+from agentmemory.messages import ChatMessage, Role, ToolCall, pending_calls, stored_object
 from agentmemory.models import Conversation, Message
 from agentmemory.store import functions
 from agentmemory.store.connection import statement_cursor
@@ -624,7 +624,7 @@ def read_head(
                     tool_calls=tuple(ToolCall.from_stored(c) for c in _tool_calls(tool_calls)),
                     tool_call_id=tool_call_id,
                     name=name,
-                    metadata=_loads(metadata) or {},
+                    metadata=stored_object(_loads(metadata)),
                     seq=seq,
                     id=pk,
                     token_count=tokens,
@@ -684,7 +684,7 @@ def read_contents(alias: str, conversation_id: int, seqs: list[int]) -> dict[int
             r[5],
             r[6],
             r[7],
-            tuple(ContentPart.from_dict(p) for p in r[8] or ()),
+            _parts(r[8]),
         )
         if r[9] is not None and (kept := sent_metadata(r[2], r[9])) is not None:
             _set_metadata(chat, kept)
