@@ -17,7 +17,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from agentmemory.exceptions import WindowUnavailable
-from agentmemory.fields import StoredJSONField
+from agentmemory.fields import StoredJSONField, stored_window_changes
 from agentmemory.managers import ConversationQuerySet, FactQuerySet, MessageQuerySet, ModelCallQuerySet
 from agentmemory.messages import (
     ChatMessage,
@@ -767,7 +767,7 @@ class ModelCall(models.Model):
         _("window changes"),
         default=dict,
         blank=True,
-        reader=stored_object,
+        reader=stored_window_changes,
         help_text=_(
             "How the copy sent differed from storage: left-out seqs, truncated copies "
             "(characters kept), stubbed results, placeholder results."

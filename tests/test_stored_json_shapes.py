@@ -27,7 +27,7 @@ from agentmemory.messages import ChatMessage, ToolCall, stored_parts, stored_too
 from agentmemory.models import Conversation, Fact, Message, ModelCall
 from agentmemory.retention import purge_conversations
 from agentmemory.transfer import export_conversation
-from tests.test_recorded_copies_deleted import asked
+from tests.test_recorded_copies_deleted import FILLER, SECRET, asked, stored
 
 pytestmark = pytest.mark.django_db
 
@@ -37,6 +37,8 @@ ODD_PARTS = [*ODD, [{"type": "image", "data": 5, "width": "10"}], [{"type": "sou
 
 
 def _conversation(user):  # type: ignore[no-untyped-def]
+    # a conversation the memory block quotes: the call's record has a memory entry
+    stored(user, [*FILLER, SECRET, "Noted."])
     conversation, call = asked(user)
     PersistentChatHistory(conversation).add_messages(
         [
@@ -121,3 +123,38 @@ def test_what_is_in_its_shape_is_read_as_stored() -> None:
     ]
     assert stored_parts([{"type": "text", "text": 5}, {"type": "sound"}, 3]) == [{"type": "text"}]
     assert stored_parts([]) is None and stored_parts("x") is None
+
+
+ODD_CHANGES = [
+    {"truncated": {"a": 1}},
+    {"truncated": {"1": "x"}},
+    {"stubbed": {"1": 5}},
+    {"stubbed": {"x": "y"}},
+    {"left_out": [1, "a", None]},
+    {"memory": "x"},
+    {"memory": {"digest": 5, "tokens": "x", "sources": {"conversations": ["a"], "messages": [1]}}},
+    {"knowledge": {"facts": "x", "chars": "y"}},
+    {"provider_changes": "x"},
+    {"provider_changes_more": "x"},
+]
+
+
+@pytest.mark.parametrize("value", ODD_CHANGES, ids=repr)
+def test_window_changes_of_any_shape(admin_user, admin_client, value) -> None:  # type: ignore[no-untyped-def]
+    # written by ``agentmemory.calls`` in its shape; a record edited by hand failed the
+    # call's recorded window (``int()`` of a seq key that is no number), its admin page and
+    # the model call list (a memory block's ``tokens`` as text)
+    conversation, call = _conversation(admin_user)
+    stored = ModelCall.objects.get(pk=call.pk).window_changes
+    ModelCall.objects.filter(pk=call.pk).update(window_changes={**stored, **value})
+    assert _reads(admin_user, conversation, call, admin_client) == {}
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    assert api.get(f"/api/conversations/{conversation.uuid}/model-calls/").status_code == 200
+    admin_client.raise_request_exception = False
+    assert admin_client.get(reverse("admin:agentmemory_modelcall_changelist")).status_code == 200
+    # what is in its shape is read as stored
+    read = ModelCall.objects.get(pk=call.pk).window_changes
+    assert {k: v for k, v in read.items() if k not in value} == {
+        k: v for k, v in stored.items() if k not in value
+    }
