@@ -50,11 +50,12 @@ class CheckpointAdmin(_ReadOnly):
 
     @admin.display(description="source")
     def source(self, obj: Checkpoint) -> str:
-        return str((obj.metadata or {}).get("source", ""))
+        # metadata written by hand may be another JSON value than an object
+        return str(obj.metadata.get("source", "")) if isinstance(obj.metadata, dict) else ""
 
     @admin.display(description="step")
     def step(self, obj: Checkpoint) -> Any:
-        return (obj.metadata or {}).get("step")
+        return obj.metadata.get("step") if isinstance(obj.metadata, dict) else None
 
     @admin.display(description="metadata")
     def metadata_json(self, obj: Checkpoint) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from agentmemory.fields import StoredJSONField
 from agentmemory.models import Conversation
 
 
@@ -33,8 +34,10 @@ class Checkpoint(models.Model):
     run_id = models.TextField(_("run id"), blank=True, default="")
     type = models.TextField(_("serializer type"))
     checkpoint = models.BinaryField(_("checkpoint"))
-    channel_versions = models.JSONField(_("channel versions"), default=dict)
-    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    # a number no Python value holds, written by hand, is read as its text (as in every JSON
+    # column of the core: ``StoredJSONField``), not a ``ValueError`` on every read of the row
+    channel_versions = StoredJSONField(_("channel versions"), default=dict)
+    metadata = StoredJSONField(_("metadata"), default=dict, blank=True)
     uses_delta = models.BooleanField(_("uses a delta channel"), default=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -121,7 +124,7 @@ class StoreItem(models.Model):
 
     namespace = models.TextField(_("namespace"))
     key = models.TextField(_("key"))
-    value = models.JSONField(_("value"))
+    value = StoredJSONField(_("value"))
     content = models.TextField(_("searchable text"), blank=True, default="")
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), db_index=True)
