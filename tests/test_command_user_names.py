@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from agentmemory.contrib.mcp import server
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.management.owners import find_user, resolve_owner
 from agentmemory.models import Conversation, Fact
@@ -73,9 +74,6 @@ def test_import_conversation_finds_the_owner(alice, tmp_path) -> None:  # type: 
 
 
 def test_mcp_server_finds_the_user(alice, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("mcp")
-    from agentmemory.contrib.mcp import server
-
     served: list[int] = []
 
     async def serve() -> None:  # what the transport would act for, instead of serving stdin

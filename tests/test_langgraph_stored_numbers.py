@@ -15,10 +15,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-pytest.importorskip("langgraph")
-
-from agentmemory.contrib.langgraph import DjangoSaver, DjangoStore  # noqa: E402
-from agentmemory.contrib.langgraph.models import Checkpoint, StoreItem  # noqa: E402
+from agentmemory.contrib.langgraph import DjangoSaver, DjangoStore
+from agentmemory.contrib.langgraph.models import Checkpoint, StoreItem
 
 pytestmark = pytest.mark.django_db
 

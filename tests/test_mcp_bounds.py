@@ -16,14 +16,11 @@ from typing import Any
 
 import pytest
 
+from agentmemory.contrib.mcp.asgi import MemoryMCPApp
 from agentmemory.history import PersistentChatHistory
 from agentmemory.knowledge import KnowledgeMemory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
-
-pytest.importorskip("mcp")
-
-from agentmemory.contrib.mcp.asgi import MemoryMCPApp
 from tests.test_mcp import ACCEPT, _token, call, over_http
 
 pytestmark = pytest.mark.django_db
