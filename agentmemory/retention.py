@@ -42,9 +42,23 @@ THINKING_KEY = "thinking"
 #: metadata keys that hold what was said, which blanking removes: the thinking blocks, and
 #: the whole item or message the contrib adapters keep beside the columns when these cannot
 #: give it back exactly (``openai_agents.ITEM_KEY``, ``langchain.MESSAGE_KEY``, and
-#: pydantic-ai's thinking and other response parts); named here, since importing the
-#: adapters needs their optional libraries
-WORD_KEYS = (THINKING_KEY, "openai_item", "langchain_message", "pydantic_ai_thinking", "pydantic_ai_parts")
+#: pydantic-ai's thinking and other response parts), and selectools' ``tool_result`` kept by
+#: the compat memories (``agentmemory.compat.types.COMPAT_KEY``); named here, since importing
+#: the adapters needs their optional libraries (and the core imports no integration)
+WORD_KEYS = (
+    THINKING_KEY,
+    "openai_item",
+    "langchain_message",
+    "pydantic_ai_thinking",
+    "pydantic_ai_parts",
+    "compat",
+)
+#: the conversation metadata key of the compat memories' state
+#: (``agentmemory.compat.store.STATE_KEY``), and its keys that hold what was said (the
+#: summary of trimmed messages: selectools' ``summary``, windlass' ``SummaryMemory``), which
+#: blanking removes
+STATE_KEY = "compat_state"
+STATE_WORD_KEYS = ("summary",)
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks", "": "days"}
@@ -304,6 +318,20 @@ def _blank_recorded_texts(alias: str, batch: list[int]) -> None:
     )
 
 
+def _blank_compat_state(alias: str, batch: list[int]) -> None:
+    """Remove the words the compat memories keep in the conversations' metadata
+    (``STATE_KEY``'s ``STATE_WORD_KEYS``: a summary of the trimmed messages); the rest of
+    their state (how far the summary reaches) stays, as the other metadata does."""
+    rows = Conversation.objects.using(alias).filter(pk__in=batch, metadata__has_key=STATE_KEY)
+    changed = []
+    for conversation in rows.only("pk", "metadata"):
+        state = conversation.metadata.get(STATE_KEY)
+        if isinstance(state, dict) and any(key in state for key in STATE_WORD_KEYS):
+            conversation.metadata[STATE_KEY] = {k: v for k, v in state.items() if k not in STATE_WORD_KEYS}
+            changed.append(conversation)
+    Conversation.objects.using(alias).bulk_update(changed, ["metadata"])
+
+
 def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
     """Blank the content of the conversations in ``batch`` (locked by the caller)."""
     messages = Message.objects.using(alias).filter(conversation_id__in=batch)
@@ -326,6 +354,7 @@ def _blank(alias: str, batch: list[int], now: datetime) -> dict[str, int]:
         Message.objects.using(alias).bulk_update(page, ["tool_calls", "metadata"])
         last = page[-1].pk
     summaries = Summary.objects.using(alias).filter(conversation_id__in=batch).update(text="")
+    _blank_compat_state(alias, batch)
     _blank_recorded_texts(alias, batch)
     # copies of the blanked words in other conversations' recorded calls go too
     owners = (

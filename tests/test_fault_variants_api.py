@@ -282,3 +282,46 @@ def test_an_agents_conversation_refuses_what_the_api_refuses(user, title, metada
         agent.start_conversation(owner=user, title=title, metadata=metadata)
     assert not Conversation.objects.filter(agent_key="variants").exists()
     assert agent.start_conversation(owner=user, title="t" * 200, metadata={"a": 1.5}).title == "t" * 200
+
+
+def test_blanking_reaches_what_the_compat_memories_keep_in_metadata() -> None:
+    # selectools' ``tool_result`` is kept in the message's metadata (``"compat"``), and the
+    # summary of trimmed messages (selectools' ``summary``, windlass' ``SummaryMemory``) in
+    # the conversation's (``"compat_state"``): blanking left both, words of the conversation
+    from agentmemory.compat.selectools import ConversationMemory, Message as CompatMessage, Role as CompatRole
+    from agentmemory.compat.store import STATE_KEY
+    from agentmemory.compat.types import COMPAT_KEY
+    from agentmemory.retention import WORD_KEYS
+
+    conversation = ConversationFactory()
+    memory = ConversationMemory(conversation=conversation)
+    memory.add(CompatMessage(role=CompatRole.USER, content="Book the zeppelin"))
+    memory.add(
+        CompatMessage(
+            role=CompatRole.ASSISTANT,
+            content="",
+            tool_calls=[{"id": "c1", "name": "book", "parameters": {"what": "zeppelin"}}],
+        )
+    )
+    memory.add(
+        CompatMessage(
+            role=CompatRole.TOOL,
+            content="ok",
+            tool_name="book",
+            tool_call_id="c1",
+            tool_result="zeppelin booked, hangar 4",
+        )
+    )
+    memory.summary = "The user booked a zeppelin from hangar 4."
+    assert "zeppelin" in str(Conversation.objects.get(pk=conversation.pk).metadata)
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timedelta(days=400))
+
+    purge_conversations(older_than=timedelta(days=30), blank_content=True)
+
+    rows = list(Message.objects.filter(conversation=conversation))
+    assert rows and not any("zeppelin" in str(m.metadata).lower() for m in rows)
+    kept = Conversation.objects.get(pk=conversation.pk).metadata
+    assert "zeppelin" not in str(kept).lower()
+    assert STATE_KEY in kept  # the rest of the state stays, as the other metadata does
+    assert COMPAT_KEY in WORD_KEYS and STATE_KEY == "compat_state"
+    assert ConversationMemory(conversation=conversation).summary in (None, "")
