@@ -288,7 +288,9 @@ def test_blanking_reaches_what_the_compat_memories_keep_in_metadata() -> None:
     # selectools' ``tool_result`` is kept in the message's metadata (``"compat"``), and the
     # summary of trimmed messages (selectools' ``summary``, windlass' ``SummaryMemory``) in
     # the conversation's (``"compat_state"``): blanking left both, words of the conversation
-    from agentmemory.compat.selectools import ConversationMemory, Message as CompatMessage, Role as CompatRole
+    from agentmemory.compat.selectools import ConversationMemory
+    from agentmemory.compat.selectools import Message as CompatMessage
+    from agentmemory.compat.selectools import Role as CompatRole
     from agentmemory.compat.store import STATE_KEY
     from agentmemory.compat.types import COMPAT_KEY
     from agentmemory.retention import WORD_KEYS
