@@ -81,3 +81,21 @@ def test_repair_refuses_what_names_no_conversation(value, error) -> None:  # typ
     with pytest.raises(Exception) as caught:
         repair_conversation(value)
     assert type(caught.value).__name__ == error
+
+
+def test_a_failed_compaction_is_recorded_with_the_failure_count_at_its_largest_value() -> None:
+    # ``compaction_failures + 1`` past the column's largest value raised "integer out of
+    # range" on PostgreSQL: the failure was not recorded (only logged), and inside a
+    # transaction the next statement failed too
+    from agentmemory.compaction.runs import run_compaction
+    from agentmemory.exceptions import PermanentLLMError
+    from agentmemory.llm.fake import ScriptedChatModel
+    from tests.factories import conversation_with_turns
+
+    conversation, _history = conversation_with_turns(12)
+    Conversation.objects.filter(pk=conversation.pk).update(compaction_failures=MAX_INT)
+    with pytest.raises(PermanentLLMError):
+        run_compaction(conversation.pk, llm=ScriptedChatModel([PermanentLLMError("no such model")]))
+    stored = Conversation.objects.get(pk=conversation.pk)
+    assert stored.compaction_failures == MAX_INT
+    assert "no such model" in stored.compaction_error

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import OperationalError, connections
-from django.db.models import F, Q
+from django.db import OperationalError, connections, router
+from django.db.models import Case, F, PositiveIntegerField, Q, When
 from django.utils import timezone
 
 from agentmemory.conf import app_settings
@@ -255,7 +255,16 @@ def record_compaction_failure(
         now = timezone.now()
         changes: dict[str, Any] = {"compaction_error": text, "compaction_failed_at": now}
         if failed_run:
-            changes["compaction_failures"] = F("compaction_failures") + 1
+            # counted up to the column's largest value, never past it: past it PostgreSQL
+            # raised "integer out of range" (the failure went unrecorded) and SQLite stored a
+            # float in the column
+            using = router.db_for_write(Conversation)
+            most = connections[using].ops.integer_field_range("PositiveIntegerField")[1]
+            changes["compaction_failures"] = Case(
+                When(compaction_failures__lt=most, then=F("compaction_failures") + 1),
+                default=F("compaction_failures"),
+                output_field=PositiveIntegerField(),
+            )
         Conversation.objects.filter(pk=conversation_id).update(**changes)
         Conversation.objects.filter(pk=conversation_id, compaction_requested_at__isnull=True).update(
             compaction_requested_at=now
