@@ -10,6 +10,8 @@ disagree on, each fixed where the schema could state the rule:
 - a part's ``url`` holding U+001C-U+001F was refused while the schema's pattern (ECMAScript's
   ``\\S``) allowed it, and "http" + U+017F + "://" was taken (Python's case folding) while the pattern
   refused it;
+- ``supersedes`` took a JSON number as an id (``UUID(int=...)``) and the other spellings
+  Python's ``UUID`` reads, where the schema says ``format: uuid``;
 - the operation ids of search and usage were ``search_retrieve`` and ``usage_retrieve``, not
   what docs/api.md names.
 """
@@ -112,6 +114,30 @@ def test_history_is_true_or_false(api_forced, value) -> None:  # type: ignore[no
     assert api_forced.get("/api/facts/", {"history": value}).status_code == 400
     assert api_forced.get("/api/facts/", {"history": "true"}).status_code == 200
     assert api_forced.get("/api/facts/", {"history": "false"}).status_code == 200
+
+
+# -- ids -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["int", "hex", "urn", "braces"])
+def test_supersedes_is_an_id_as_the_schema_writes_one(api_forced, shape) -> None:  # type: ignore[no-untyped-def]
+    # ``type: string, format: uuid``: DRF's field also took a JSON number (``UUID(int=...)``)
+    # and the other spellings Python's ``UUID`` reads, as ``persistent`` took 0 and 1
+    old = api_forced.post("/api/facts/", {"content": "Likes tea", "persistent": True}, format="json")
+    uuid = old.json()["fact"]["id"]
+    value = {
+        "int": int(uuid.replace("-", ""), 16),
+        "hex": uuid.replace("-", ""),
+        "urn": f"urn:uuid:{uuid}",
+        "braces": "{" + uuid + "}",
+    }[shape]
+    response = api_forced.post("/api/facts/", {"content": "Likes jam", "supersedes": value}, format="json")
+    assert response.status_code == 400 and "supersedes" in response.json()["fields"]
+    assert Fact.objects.count() == 1
+    taken = api_forced.post(
+        "/api/facts/", {"content": "Likes jam", "supersedes": uuid.upper()}, format="json"
+    )
+    assert taken.status_code == 201 and taken.json()["superseded_ids"] == [uuid]
 
 
 # -- one value per query parameter ---------------------------------------------------------------

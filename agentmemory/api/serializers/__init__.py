@@ -30,6 +30,7 @@ from agentmemory.api.serializers.common import (
     StrictBooleanField,
     StrictInputMixin,
     StrictTextField,
+    StrictUUIDField,
 )
 from agentmemory.api.serializers.conversations import (
     IMPORT_EXAMPLE,
@@ -149,6 +150,7 @@ __all__ = [
     "StrictBooleanField",
     "StrictInputMixin",
     "StrictTextField",
+    "StrictUUIDField",
     "SummarySerializer",
     "ToolCallInputSerializer",
     "ToolCallSerializer",

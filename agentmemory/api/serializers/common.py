@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -300,6 +301,23 @@ class StrictBooleanField(serializers.BooleanField):
         if isinstance(data, str) and hasattr(getattr(self.parent, "initial_data", None), "getlist"):
             return bool(super().to_internal_value(data))
         raise serializers.ValidationError(f"Must be true or false, not {json_type(data)}.")
+
+
+#: a public id as the schema's ``format: uuid`` writes it (RFC 9562: 8-4-4-4-12 hex digits,
+#: either case)
+UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A ``UUIDField`` that takes a public id as the schema writes one (``type: string,
+    format: uuid``: 8-4-4-4-12 hex digits) and nothing else: DRF's also takes a JSON number
+    (``UUID(int=...)``) and the other spellings Python's ``UUID`` reads (32 hex digits,
+    ``urn:uuid:``, braces), as its ``BooleanField`` took 0 and 1."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not UUID_TEXT.fullmatch(data):
+            self.fail("invalid", value=data if isinstance(data, str) else json_type(data))
+        return super().to_internal_value(data)
 
 
 class FiniteFloatField(serializers.FloatField):

@@ -13,6 +13,7 @@ from agentmemory.api.serializers.common import (
     StrictBooleanField,
     StrictInputMixin,
     StrictTextField,
+    StrictUUIDField,
     _SettingLimits,
 )
 from agentmemory.knowledge import MAX_TTL_SECONDS
@@ -99,7 +100,7 @@ class FactWriteSerializer(_SettingLimits, StrictInputMixin, serializers.Serializ
     # scopes are different scopes
     agent_key = StrictTextField(max_length=100, default="", allow_blank=True, help_text="Exact scope.")
     namespace = StrictTextField(max_length=200, default="", allow_blank=True, help_text="Exact scope.")
-    supersedes = serializers.UUIDField(
+    supersedes = StrictUUIDField(
         required=False,
         allow_null=True,
         help_text="Id of a fact in force of the same scope that this one replaces.",
