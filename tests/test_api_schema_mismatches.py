@@ -10,6 +10,7 @@ disagree on, each fixed where the schema could state the rule:
 - a part's ``url`` holding U+001C-U+001F was refused while the schema's pattern (ECMAScript's
   ``\\S``) allowed it, and "http" + U+017F + "://" was taken (Python's case folding) while the pattern
   refused it;
+- ``importance`` and ``ttl`` took JSON strings ("0.5") where the schema says a number;
 - ``supersedes`` took a JSON number as an id (``UUID(int=...)``) and the other spellings
   Python's ``UUID`` reads, where the schema says ``format: uuid``;
 - the operation ids of search and usage were ``search_retrieve`` and ``usage_retrieve``, not
@@ -114,6 +115,22 @@ def test_history_is_true_or_false(api_forced, value) -> None:  # type: ignore[no
     assert api_forced.get("/api/facts/", {"history": value}).status_code == 400
     assert api_forced.get("/api/facts/", {"history": "true"}).status_code == 200
     assert api_forced.get("/api/facts/", {"history": "false"}).status_code == 200
+
+
+# -- numbers -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value"), [("importance", "0.5"), ("ttl", "100"), ("ttl", "1e3")])
+def test_a_number_is_a_json_number(api_forced, field, value) -> None:  # type: ignore[no-untyped-def]
+    # ``type: number``: DRF's field took the text "0.5", as ``persistent`` took 0
+    response = api_forced.post("/api/facts/", {"content": "Likes tea", field: value}, format="json")
+    assert response.status_code == 400 and field in response.json()["fields"]
+    assert not Fact.objects.exists()
+    taken = api_forced.post("/api/facts/", {"content": "Likes tea", field: float(value)}, format="json")
+    assert taken.status_code == 201
+    # the browsable API's form sends text
+    form = api_forced.post("/api/facts/", {"content": "Likes jam", field: value}, format="multipart")
+    assert form.status_code == 201, form.content
 
 
 # -- ids -----------------------------------------------------------------------------------------

@@ -321,10 +321,12 @@ class StrictUUIDField(serializers.UUIDField):
 
 
 class FiniteFloatField(serializers.FloatField):
-    """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks)
-    and JSON booleans (DRF's field reads ``true`` as 1.0; the schema says a number). A stored
-    value that is not finite reads as ``null`` (give the field ``allow_null=True``): JSON has
-    no NaN, and DRF's strict renderer raised on one, so a single such row made a page a 500."""
+    """A ``FloatField`` that refuses NaN and infinities (``float("nan")`` passes range checks),
+    JSON booleans (DRF's field reads ``true`` as 1.0) and JSON strings (DRF's reads ``"0.5"``
+    as 0.5, as its ``BooleanField`` read 0 as false): the schema says a number. A form (the
+    browsable API's) sends text, which is read as before. A stored value that is not finite
+    reads as ``null`` (give the field ``allow_null=True``): JSON has no NaN, and DRF's strict
+    renderer raised on one, so a single such row made a page a 500."""
 
     def to_representation(self, value: Any) -> float | None:
         number: float = super().to_representation(value)
@@ -333,6 +335,8 @@ class FiniteFloatField(serializers.FloatField):
     def to_internal_value(self, data: Any) -> float:
         if isinstance(data, bool):
             self.fail("invalid")
+        if isinstance(data, str) and not hasattr(getattr(self.parent, "initial_data", None), "getlist"):
+            raise serializers.ValidationError(f"Must be a number, not {json_type(data)}.")
         value: float = super().to_internal_value(data)
         if not math.isfinite(value):
             raise serializers.ValidationError("A finite number is required.")
