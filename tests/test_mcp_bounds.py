@@ -114,3 +114,37 @@ def test_a_request_body_over_the_upload_limit_is_refused_before_it_is_read(alice
 
     assert over_http(MemoryMCPApp(), token, streamed).status_code == 413
     assert not KnowledgeMemory(alice).live_facts().exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "field"),
+    [
+        ("remember", {"content": "Likes tea", "persistent": 1}, "persistent"),
+        ("remember", {"content": "Likes tea", "persistent": "yes"}, "persistent"),
+        ("remember", {"content": "Likes tea", "importance": "0.5"}, "importance"),
+        ("remember", {"content": "Likes tea", "importance": True}, "importance"),
+        ("recall", {"query": "tea", "k": "5"}, "k"),
+        ("recall", {"query": "tea", "k": 5.0}, "k"),
+        ("list_conversations", {"limit": True}, "limit"),
+        (
+            "get_context_window",
+            {"conversation": "00000000-0000-0000-0000-000000000000", "max_tokens": "9"},
+            "max_tokens",
+        ),
+    ],
+)
+def test_arguments_are_of_the_type_their_schema_says(alice, name, arguments, field) -> None:  # type: ignore[no-untyped-def]
+    # the tools' JSON Schema says boolean, number, integer: the lax reading took 1 and "yes"
+    # as true, "0.5" as a number, 5.0 and true as integers (as the API took persistent: 0)
+    result = call(alice, name, arguments)
+    assert result.is_error and field in " ".join(block.text for block in result.content)
+    assert not KnowledgeMemory(alice).live_facts().exists()
+
+
+def test_arguments_of_their_type_are_taken(alice) -> None:  # type: ignore[no-untyped-def]
+    stored = call(alice, "remember", {"content": "Likes tea", "persistent": True, "importance": 1})
+    assert not stored.is_error and stored.structured_content["fact"]["importance"] == 1.0
+    found = call(alice, "recall", {"query": "tea", "k": 5})
+    assert [fact["content"] for fact in found.structured_content["facts"]] == ["Likes tea"]
+    fact_id = stored.structured_content["fact"]["id"]
+    assert not call(alice, "forget", {"fact": fact_id}).is_error

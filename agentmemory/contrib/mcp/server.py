@@ -123,7 +123,13 @@ class ToolFailure(Exception):
 
 
 class _Arguments(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Arguments read as their JSON Schema says (``strict``): a boolean is ``true`` or
+    ``false``, a number or an integer a JSON number (an integer not ``5.0``, neither of them
+    ``true``), text a string; the lax reading took 1 and ``"yes"`` as true and ``"0.5"`` as a
+    number, as the API's fields once did. Ids are strings the schema names ``format: uuid``
+    (``strict=False`` on those fields: a UUID comes as text in JSON)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RememberArguments(_Arguments):
@@ -144,7 +150,7 @@ class RecallArguments(_Arguments):
 class SearchArguments(_Arguments):
     query: str = Field(description="What to look for in past conversations, in plain words.", min_length=1)
     k: int = Field(5, ge=1, le=MAX_HITS, description="How many messages at most.")
-    conversation: uuid.UUID | None = Field(None, description="Only this conversation (its id).")
+    conversation: uuid.UUID | None = Field(None, strict=False, description="Only this conversation (its id).")
 
 
 class ListConversationsArguments(_Arguments):
@@ -152,7 +158,7 @@ class ListConversationsArguments(_Arguments):
 
 
 class ContextWindowArguments(_Arguments):
-    conversation: uuid.UUID = Field(description="The conversation's id.")
+    conversation: uuid.UUID = Field(strict=False, description="The conversation's id.")
     max_tokens: int = Field(4000, ge=1, le=MAX_WINDOW_TOKENS, description="Token budget of the window.")
     message_format: Literal["native", "openai"] = Field(
         "native", description="Messages in agentmemory's shape or in OpenAI's chat shape."
@@ -160,7 +166,9 @@ class ContextWindowArguments(_Arguments):
 
 
 class ForgetArguments(_Arguments):
-    fact: uuid.UUID = Field(description="The id of the fact to forget (from remember or recall).")
+    fact: uuid.UUID = Field(
+        strict=False, description="The id of the fact to forget (from remember or recall)."
+    )
 
 
 # -- the tools (synchronous, run in a worker thread) -------------------------------------
