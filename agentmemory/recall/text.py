@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 #: common English function words (the indefinite pronouns among them: "something" in "I
 #: cooked something for my friend" names nothing to look for); a query made only of them
@@ -226,6 +226,31 @@ def said_keys(text: str) -> set[str]:
     keys.update(words_key(part) for part in _SAID_END.split(text))
     keys.discard("")
     return keys
+
+
+#: fewest words of a text that ``said_within`` counts as said by another: a short line
+#: ("Thanks!", "Me too") is said in passing by many texts
+SAID_MIN_WORDS = 4
+
+
+def word_keys(texts: Iterable[str]) -> list[str]:
+    """The ``words_key`` of each of ``texts`` (those that have words), with a space on each
+    side: what ``said_within`` looks in."""
+    return [f" {key} " for key in (words_key(t) for t in texts if isinstance(t, str)) if key]
+
+
+def said_within(keys: Sequence[str], text: str) -> bool:
+    """Whether one of ``keys`` (``word_keys``) says ``text`` word for word: its
+    ``words_key`` within one of them, on word boundaries, ``text`` being at least
+    ``SAID_MIN_WORDS`` words. A memory flush keeps a turn as a fact quoting it, an
+    extractive summary quotes its turns: the texts sending them say the turn. A text cut
+    short ("…" where sentences are left out) is compared as it stands, so it counts as said
+    only when its pieces are said together."""
+    words = words_key(text)
+    if not words or words.count(" ") + 1 < SAID_MIN_WORDS:
+        return False
+    padded = f" {words} "
+    return any(padded in key for key in keys)
 
 
 def query_words(query: str) -> list[str]:
