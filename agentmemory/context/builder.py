@@ -147,6 +147,10 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             (``agentmemory.context.gaps.probe_from_head``). Defaults to "report": a
             read has no side effects unless asked; agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
+        compaction: ``False``: no compaction is asked for, whatever ``gap_policy`` (an
+            agent without a memory compactor sends the stored summary and trims); with
+            ``"close"`` what the window leaves out is then reported at WARNING as left out
+            for want of a compactor (``messages_left_out``'s reason "no memory compactor").
 
         fit_newest_turn: when the turn in progress (a human message and the tool exchanges
             after it) does not fit, send its tool results as marked truncated copies cut to
@@ -212,6 +216,7 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         oversized_message_policy: str | None = None,
         pending_tool_calls: str | None = None,
         gap_policy: str | None = None,
+        compaction: bool = True,
         fit_newest_turn: bool = True,
         memory_recall: bool | None = None,
         memory_query: str | None = None,
@@ -286,8 +291,9 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         self._pinned_floor = 0
         self._placeholder_tokens: Callable[[dict[str, Any]], int] | None = None
         self._gap_state: _GapState | None = None
-        self._can_compact = memory_compactor is self._UNSET or (
-            memory_compactor is not None and self._compactor_class is not None
+        self._can_compact = compaction and (
+            memory_compactor is self._UNSET
+            or (memory_compactor is not None and self._compactor_class is not None)
         )
 
     @property
