@@ -11,7 +11,7 @@ import hashlib
 import re
 import unicodedata
 
-from agentmemory.recall.text import INVISIBLE_RANGES, character_class
+from agentmemory.recall.text import INVISIBLE_RANGES, character_class, search_text
 
 #: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
 #: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
@@ -82,11 +82,17 @@ def fact_key(content: str) -> str | None:
     visit": two entries of one day or week).
     The full-width colon of Chinese and Japanese ends a key without a space after it
     ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
-    (a clock time, "14\uff1a30")."""
+    (a clock time, "14\uff1a30").
+    A key is compared as both databases' full-text indexes see its words
+    (``recall.text.search_text``), case-folded: "\uff25mail" (full width) and "Email",
+    "\ufb01le" (a ligature) and "file", "Stra\u00dfe" and "STRASSE", "\u0130stanbul" and
+    "Istanbul", "Caf\u00e9" and "Cafe", "Pass\u200bword" and "Password" are one key.
+    Folded by NFKC and ``str.casefold`` alone, each pair was two keys, and the new value of
+    a key stayed in force beside the old one."""
     match = _KEY.match(content)
     if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
         return None
-    key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
+    key = " ".join(search_text(match.group(1)).casefold().split())
     words = re.findall(r"[^\W_]+", key)
     if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
         return None
