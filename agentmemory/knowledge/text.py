@@ -100,8 +100,9 @@ def fact_key(content: str) -> str | None:
 
 
 #: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
-#: elision kept whole ("alice's", "o'neil")
-_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+#: elision kept whole ("alice's", "o'neil"), and each emoji or pictograph ("Likes \U0001f355"
+#: and "Likes \U0001f363" are two things liked)
+_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|[\u2600-\u27bf\U0001f000-\U0001faff]")
 #: words that lead a subject without naming it: articles, possessive and demonstrative
 #: determiners ("my sister", "the dentist", "this laptop")
 _DETERMINERS_TEXT = """
@@ -115,9 +116,11 @@ _DETERMINERS_TEXT = """
     mijn zijn haar ons onze het een
 """
 _DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
-#: subjects of one word: personal pronouns, and "user" as facts about a user write it
+#: subjects of one word: personal pronouns (with the verb they are contracted with: "I'm
+#: allergic to peanuts"), and "user" as facts about a user write it
 _PRONOUNS_TEXT = """
-    i we you he she they it user
+    i we you he she they it user i'm i've i'd i'll we're we've we'd we'll
+    i\u2019m i\u2019ve i\u2019d i\u2019ll we\u2019re we\u2019ve we\u2019d we\u2019ll
     yo ella nosotros je il elle nous ich er sie wir io lui lei noi eu ele ela nós ik hij zij
 """
 _PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
@@ -135,6 +138,43 @@ _ADVERBS_TEXT = """
     not never now no longer still also always usually often recently just already finally currently
 """
 _ADVERBS = frozenset(_ADVERBS_TEXT.split())
+#: the subjects that are the user: a fact saying nothing of whom it is about ("Likes tea"),
+#: or saying "I", "we" or "user"
+_USER_SUBJECTS = frozenset(
+    [(), *((word,) for word in ("i", "we", "user", "i'm", "i\u2019m", "we're", "we\u2019re"))]
+)
+#: verbs (and an adjective) whose objects add up rather than replace each other: a person
+#: likes, speaks, plays, owns and is allergic to several things ("Likes hiking" and "Likes
+#: swimming", "Speaks French" and "Speaks German", "I have a cat" and "I have a dog"). Lives
+#: in, works at and prefers take one value at a time and are not here.
+_ADDITIVE_TEXT = """
+    like likes liked love loves loved enjoy enjoys enjoyed adore adores hate hates hated
+    dislike dislikes disliked speak speaks spoke know knows knew play plays played visit visits
+    visited own owns owned have has had collect collects collected watch watches watched
+    read reads follow follows followed learn learns learned learnt learning study studies
+    studied studying attend attends attended use uses used using buy buys bought need needs
+    needed want wants wanted drink drinks drank eat eats ate listen listens listened allergic
+"""
+_ADDITIVE = frozenset(_ADDITIVE_TEXT.split())
+#: names of days and months, and words of a day: a different one is another occasion ("Yoga
+#: on Monday" and "Yoga on Wednesday"), never a verb ("Mondays")
+_DAYS_TEXT = """
+    monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays
+    thursdays fridays saturdays sundays mon tue tues wed thu thur thurs fri today tomorrow
+    tonight yesterday weekend weekends
+"""
+_DAYS = frozenset(_DAYS_TEXT.split())
+#: month names ("may" only beside a number: "May 3", else it is the verb)
+_MONTHS_TEXT = """
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+"""
+_MONTHS = frozenset(_MONTHS_TEXT.split())
+#: a day of a month or a year beside a month name ("May 3", "3rd of May", "June 2026")
+_DAY_NUMBER = re.compile(r"\d{1,2}(?:st|nd|rd|th)?|\d{4}")
+#: a written date: ISO "2026-01-05", or day, month and year with "/" or "." ("05/01/2026",
+#: "5.1.26"; without a year "4/5" may be a score and "3.11" a version)
+_DATE = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}([/.])\d{1,2}\1\d{2,4}\b")
 #: most words of a subject named before its verb ("Room 101 is booked", "Flight LH123 leaves")
 _SUBJECT_WORDS = 3
 #: a replaced span of at most this many words on each side is a slot of a shared template
@@ -152,7 +192,7 @@ def _verb_like(word: str) -> bool:
     "joined"; not "as", "bus", "class")."""
     if word in _VERBS or word.endswith(("n't", "n\u2019t")):
         return True
-    if len(word) < 3 or not word.isalpha():
+    if len(word) < 3 or not word.isalpha() or word in _DAYS:
         return False
     return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
 
@@ -216,7 +256,16 @@ def same_subject(old: str, new: str) -> bool:
     after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
     are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
     similarity alone replaced such facts: sentences that differ in one name embed above a
-    cosine of 0.85."""
+    cosine of 0.85.
+    Nor is it the same thing when a replaced word other than an amount or a time (a word
+    holding a digit) is: a word of a note without a verb ("Call dad at 5pm" after "Call mom
+    at 5pm", "Haircut appointment on Monday" after "Dentist appointment on Monday": an entry
+    of a to-do list or a calendar, 0.85 alike by the local model); another day or date of the
+    user's (``_dates``: "Yoga on Wednesday" after "Yoga on Monday", 0.93 alike; a named
+    subject's date still changes: "Alice's birthday is March 4"); or the object of a verb
+    whose objects add up (``_ADDITIVE``: "Likes swimming" after "Likes hiking", "Speaks
+    German" after "Speaks French"; the verb itself changing, "Dislikes hiking", is a change
+    of mind). "Dinner at 8pm on Friday" after "Dinner at 7pm on Friday" is a changed time."""
     if not (_readable(old) and _readable(new)):
         return False
     old_key, new_key = fact_key(old), fact_key(new)
@@ -230,6 +279,13 @@ def same_subject(old: str, new: str) -> bool:
     new_rest = _words(new)[len(subject) : end]
     old_names = _names(old)[len(subject) : end]
     new_names = _names(new)[len(subject) : end]
+    old_dates = _dates(old)[len(subject) : end]
+    new_dates = _dates(new)[len(subject) : end]
+    about_user = subject in _USER_SUBJECTS
+    # a note without a verb ("Call mom at 5pm", "Dentist appointment on Monday") is named by
+    # all of its words but its amounts and times
+    note = not subject and not any(_verb_like(word) for word in [*old_rest, *new_rest])
+    old_verb, new_verb = _first_additive(old_rest), _first_additive(new_rest)
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
     replaced = []
     amounts = True  # whether every replaced word is a number on both sides
@@ -238,6 +294,12 @@ def same_subject(old: str, new: str) -> bool:
             continue
         if any(old_names[i1:i2]) or any(new_names[j1:j2]):
             return False  # another room, seat or flight: a number or code naming which one
+        if about_user and (any(old_dates[i1:i2]) or any(new_dates[j1:j2])):
+            return False  # another day or date of the user's: another occasion
+        if not all(_amount(word) for word in [*old_rest[i1:i2], *new_rest[j1:j2]]) and (
+            note or i2 - 1 > old_verb or j2 - 1 > new_verb
+        ):
+            return False  # another word of a note, or another thing liked, spoken, owned
         replaced.append((i2 - i1, j2 - j1))
         amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
     # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
@@ -246,6 +308,38 @@ def same_subject(old: str, new: str) -> bool:
         len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
     )
     return not slots
+
+
+def _first_additive(words: list[str]) -> int:
+    """The index of the first word of ``words`` in ``_ADDITIVE``, or past the last index
+    when there is none."""
+    return next((index for index, word in enumerate(words) if word in _ADDITIVE), len(words))
+
+
+def _amount(word: str) -> bool:
+    """Whether ``word`` is an amount or a time rather than a name of something: it holds a
+    digit ("3", "8gb", "7pm")."""
+    return any(char.isdigit() for char in word)
+
+
+def _dates(content: str) -> list[bool]:
+    """For each word of ``content`` (as ``_words`` gives them), whether it says which day: a
+    name of a day (``_DAYS``), a month name, a number beside one ("May 3"), or part of a
+    written date (``_DATE``: "2026-01-05")."""
+    spans = [match.span() for match in _DATE.finditer(content)]
+    found = list(_SUBJECT_WORD.finditer(content))
+    words = [match.group().casefold() for match in found]
+    flags = []
+    for index, match in enumerate(found):
+        word = words[index]
+        beside = [words[i] for i in (index - 1, index + 1) if 0 <= i < len(words)]
+        flags.append(
+            word in _DAYS
+            or (word in _MONTHS and (word != "may" or any(_DAY_NUMBER.fullmatch(w) for w in beside)))
+            or (bool(_DAY_NUMBER.fullmatch(word)) and any(w in _MONTHS for w in beside))
+            or any(start <= match.start() < stop for start, stop in spans)
+        )
+    return flags
 
 
 def _words(content: str) -> list[str]:
