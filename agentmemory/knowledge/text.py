@@ -20,18 +20,25 @@ from agentmemory.recall.text import INVISIBLE_RANGES, character_class, search_te
 #: between two digits it is a clock time ("14\uff1a30"), never a key's end.
 _KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
-#: dentist on Monday", "Warning: the stove is hot"): a new note is another note, not a new
-#: value of the last one
+#: dentist on Monday", "Warning: the stove is hot", "Notiz: Milch kaufen", "Q: ... A: ...",
+#: "Link: https://..."): a new note is another note, not a new value of the last one. Keys
+#: are compared folded (``fact_key``): no accents, "tache" for "t\u00e2che"
 _LABELS_TEXT = """
     note notes reminder reminders todo to-do task tasks fyi ps nb btw re fwd update updates
     important tip tips idea ideas memo warning caution alert attention example question answer
     hint quote comment observation thought insight lesson news log journal diary entry edit
-    aside heads-up
+    aside heads-up q a q&a faq link links url urls asap urgent eod eow eom
+    notiz notizen nota notas rappel remarque erinnerung hinweis aufgabe tache tarea
+    recordatorio aviso tipp astuce consejo frage pregunta antwort reponse respuesta promemoria
+    lembrete herinnering notitie opmerking
 """
 _LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
-#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam"): entries of a
-#: day or a period, as a clock time is (two things happen on one day, in one week)
+#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam", "8 o'clock:",
+#: "Weekdays:", "Lundi:", "Am Montag um 9 Uhr:", "Ma\u00f1ana por la tarde:"): entries of a
+#: day or a period, as a clock time is (two things happen on one day, in one week). English,
+#: then French, German, Spanish, Italian, Portuguese and Dutch days, months and times of
+#: day, folded as keys are (no accents)
 _WHEN_TEXT = """
     monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
     sat sun january february march april may june july august september october november
@@ -40,9 +47,48 @@ _WHEN_TEXT = """
     weekends day days week weeks fortnight month months year years last in within by until
     end start beginning mid early late later soon spring summer autumn fall winter a an one
     two three four five six seven eight nine ten eleven twelve couple few
+    mondays tuesdays wednesdays thursdays fridays saturdays sundays weekday weekdays daily
+    weekly monthly yearly nightly other each o clock p m h hr hrs hour hours quarter half past
+    lundi mardi mercredi jeudi vendredi samedi dimanche janvier fevrier mars avril mai juin
+    juillet aout septembre octobre novembre decembre aujourd hui demain hier matin soir
+    apres midi minuit semaine mois annee week-end le la les ce cette chaque prochain prochaine
+    dernier derniere au du de des en heure heures lundis mardis mercredis jeudis vendredis samedis
+    dimanches
+    montag dienstag mittwoch donnerstag freitag samstag sonnabend sonntag montags dienstags
+    mittwochs donnerstags freitags samstags sonntags januar februar marz juni juli oktober
+    dezember heute morgen ubermorgen gestern fruh abend abends morgens nachmittag nachmittags
+    mittag nacht woche wochen monat jahr wochenende um im jeden jede nachste nachsten diese
+    diesen uhr
+    lunes martes miercoles jueves viernes sabado domingo enero febrero marzo abril mayo junio
+    julio agosto septiembre setiembre octubre noviembre diciembre hoy manana ayer tarde noche
+    mes ano fin el los las cada proximo proxima este esta por
+    lunedi martedi mercoledi giovedi venerdi sabato domenica gennaio febbraio aprile maggio
+    giugno luglio settembre ottobre dicembre oggi domani ieri mattina pomeriggio sera notte
+    settimana mese anno ogni prossimo il
+    segunda terca quarta quinta sexta feira janeiro fevereiro marco maio junho julho setembro
+    outubro novembro dezembro hoje amanha ontem manha noite semana
+    maandag dinsdag woensdag donderdag vrijdag zaterdag zondag januari februari maart mei
+    augustus vandaag gisteren ochtend middag avond maand jaar volgende elke op om
 """
 _WHEN = frozenset(_WHEN_TEXT.split())
-_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h)?")
+#: a number of a time or a date: "9", "3rd", "9am", "8h15" and "14h30" (French), "1er",
+#: "2e", "1o" ("1\u00ba" folded), a quarter or a half of a year ("q1", "h2")
+_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h\d*|uhr|er|e|eme|o|a)?|q[1-4]|h[12]")
+#: a word of Chinese, Japanese or Korean that only says when: days of the week ("\u5468\u4e00",
+#: "\u661f\u671f\u4e00", "\u6708\u66dc\u65e5", "\uc6d4\uc694\uc77c"), today and tomorrow, morning and
+#: afternoon, and numbers of hours, days, months and years ("\u4e0b\u53483\u70b9", "3\u67085\u65e5")
+_CJK_WHEN = re.compile(
+    "(?:\\d+"
+    "|[\u4eca\u660e\u6628\u524d\u540e\u5f8c]\u5929|[\u4eca\u660e\u6628]\u65e5"
+    "|[\u4e0a\u4e0b\u4e2d]\u5348|\u5348[\u524d\u5f8c\u540e]|\u665a\u4e0a|\u65e9\u4e0a"
+    "|\u591c|\u671d|\u6669|\u665a"
+    "|\u5468[\u4e00\u4e8c\u4e09\u56db\u4e94\u516d\u65e5\u5929\u672b]"
+    "|(?:\u661f\u671f|\u793c\u62dc)[\u4e00\u4e8c\u4e09\u56db\u4e94\u516d\u65e5\u5929]"
+    "|[\u6708\u706b\u6c34\u6728\u91d1\u571f\u65e5]\u66dc\u65e5?"
+    "|[\u70b9\u9ede\u6642\u65f6\u5206\u534a\u53f7\u865f\u65e5\u6708\u5e74]"
+    "|\uc624\ub298|\ub0b4\uc77c|\uc5b4\uc81c|\uc624\uc804|\uc624\ud6c4|\uc800\ub141|\uc544\uce68"
+    "|[\uc6d4\ud654\uc218\ubaa9\uae08\ud1a0\uc77c]\uc694\uc77c|\uc2dc|\ubd84)+"
+)
 
 
 #: invisible characters a repeat may hold or lack without being another fact
@@ -94,7 +140,9 @@ def fact_key(content: str) -> str | None:
         return None
     key = " ".join(search_text(match.group(1)).casefold().split())
     words = re.findall(r"[^\W_]+", key)
-    if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
+    if key in _LABELS or all(
+        word in _WHEN or _WHEN_NUMBER.fullmatch(word) or _CJK_WHEN.fullmatch(word) for word in words
+    ):
         return None
     return key
 
