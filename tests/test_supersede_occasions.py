@@ -48,6 +48,11 @@ BOTH_TRUE = [
     ("I'm allergic to peanuts", "I'm allergic to shellfish"),
     ("User is learning Spanish", "User is learning French"),
     ("Likes \U0001f355", "Likes \U0001f363"),  # emoji are words too
+    # a number after a noun that names one of several: another classroom, bus, court, server
+    ("Meeting in classroom 12 on Monday", "Meeting in classroom 14 on Monday"),
+    ("Take bus 42 at 7:50", "Take bus 17 at 7:50"),
+    ("Tennis on court 3 at 6pm", "Tennis on court 5 at 6pm"),
+    ("Deploy to server 3 on Friday", "Deploy to server 4 on Friday"),
 ]
 
 

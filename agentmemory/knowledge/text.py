@@ -400,7 +400,10 @@ def _words(content: str) -> list[str]:
 _NUMBERED_TEXT = """
     room gate seat table floor apartment apt flat unit suite building platform terminal door
     desk office locker cabin bed ward bay dock booth row aisle hall lot spot order invoice
-    ticket case issue bug pr account flight policy claim parcel package
+    ticket case issue bug pr account flight policy claim parcel package classroom lab court
+    field pitch lane track bus tram line route exit stop station channel server node host
+    printer car coach carriage berth pier shelf drawer bin box slot site zone sector block
+    house studio theater theatre screen counter
 """
 _NUMBERED = frozenset(_NUMBERED_TEXT.split())
 #: a code naming a thing: capitals then digits ("LH123", "A320", "P12"), or digits and one
