@@ -80,3 +80,36 @@ def test_a_key_naming_a_thing_still_supersedes(old: str, new: str) -> None:
     km = KnowledgeMemory(UserFactory())
     first = km.store(old, "personal", persistent=True).fact
     assert km.store(new, "personal", persistent=True).superseded_ids == (first.pk,), (old, new)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Allergy: peanuts", "Allergy: shellfish"),
+        ("Food allergy: peanuts", "Food allergy: kiwi"),
+        ("Medication: ibuprofen 400 mg", "Medication: lisinopril 10 mg"),
+        ("Pet: a cat named Tom", "Pet: a dog named Rex"),
+        ("Hobby: chess", "Hobby: painting"),
+        ("Kid: Lea, 7", "Kid: Tom, 4"),
+    ],
+)
+def test_entries_headed_by_one_of_several_things_a_person_has_both_stay(first: str, second: str) -> None:
+    """A singular heading of something a person has several of heads one entry of a list:
+    the second allergy replaced the first, which was still true."""
+    km = KnowledgeMemory(UserFactory())
+    km.remember(first, "personal", persistent=True)
+    assert km.store(second, "personal", persistent=True).action == "created", (first, second)
+    assert sorted(f.content for f in km.live_facts()) == sorted([first, second])
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Allergies: peanuts, shellfish", "Allergies: peanuts"),  # the whole list, changed
+        ("Favourite hobby: chess", "Favourite hobby: painting"),
+    ],
+)
+def test_a_list_or_the_one_favourite_still_supersedes(old: str, new: str) -> None:
+    km = KnowledgeMemory(UserFactory())
+    first = km.store(old, "personal", persistent=True).fact
+    assert km.store(new, "personal", persistent=True).superseded_ids == (first.pk,), (old, new)

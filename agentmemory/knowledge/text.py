@@ -33,6 +33,17 @@ _LABELS_TEXT = """
     lembrete herinnering notitie opmerking
 """
 _LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
+#: nouns naming one of several things a person has at once: a key ending in one, singular,
+#: heads an entry of a list ("Allergy: peanuts", then "Allergy: shellfish"; "Pet: a cat named
+#: Tom", then "Pet: a dog named Rex"), not a value that replaces the last one. A plural key
+#: ("Allergies: peanuts, shellfish") is the whole list and still supersedes.
+_ONE_OF_SEVERAL_TEXT = """
+    allergy intolerance medication medicine hobby interest skill pet child kid friend sibling
+"""
+_ONE_OF_SEVERAL = frozenset(_ONE_OF_SEVERAL_TEXT.split())
+#: words that make such a key name one thing ("Favourite hobby: chess", "Main skill: Python")
+_ONLY_TEXT = "favourite favorite preferred main primary current best first last only"
+_ONLY = frozenset(_ONLY_TEXT.split())
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
 #: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam", "8 o'clock:",
 #: "Weekdays:", "Lundi:", "Am Montag um 9 Uhr:", "Ma\u00f1ana por la tarde:"): entries of a
@@ -123,7 +134,8 @@ def fact_key(content: str) -> str | None:
     and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
     as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
-    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day, a time or a period
+    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``), by one of several things a
+    person has at once ("Allergy: peanuts", ``_ONE_OF_SEVERAL``) or by a day, a time or a period
     alone ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym", "Next week: parents
     visit": two entries of one day or week).
     The full-width colon of Chinese and Japanese ends a key without a space after it
@@ -144,6 +156,8 @@ def fact_key(content: str) -> str | None:
         word in _WHEN or _WHEN_NUMBER.fullmatch(word) or _CJK_WHEN.fullmatch(word) for word in words
     ):
         return None
+    if words and words[-1] in _ONE_OF_SEVERAL and not _ONLY.intersection(words):
+        return None  # "Allergy: peanuts" and "Allergy: shellfish": two allergies
     return key
 
 
