@@ -100,10 +100,11 @@ class FactHit:
 #: in ASCII and folds to it starts with them too, in any case (stored content is stripped),
 #: which both databases' ``LIKE`` can fold
 _KEY_HEAD = re.compile(r"[A-Za-z0-9]+")
-#: a stored fact with a character beyond ASCII before its first colon: its key may fold
-#: (``fact_key``) to one that its raw spelling does not show ("\uff25mail", "Stra\u00dfe",
-#: "\u0130stanbul"), so no pattern of the new key can pick it; ``fact_key`` decides
-_NON_ASCII_KEY = "^[^:\uff1a\n]{0,80}" + character_class([(0x80, 0x10FFFF)])
+#: a stored fact with a character beyond ASCII before its first colon, which follows within
+#: a key's length: its key may fold (``fact_key``) to one that its raw spelling does not show
+#: ("\uff25mail", "Stra\u00dfe", "\u0130stanbul"), so no pattern of the new key can pick it;
+#: ``fact_key`` decides
+_NON_ASCII_KEY = "^[^:\uff1a\n]{0,80}" + character_class([(0x80, 0x10FFFF)]) + "[^:\uff1a\n]{0,80}[:\uff1a]"
 
 
 def _key_rows(rows: Any, key: str) -> Any:
