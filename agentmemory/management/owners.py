@@ -1,5 +1,7 @@
-"""The ``--owner USERNAME`` option of the management commands that create conversations
-(``replay_conversations``, ``chat``): the user they belong to, created when there is none."""
+"""Users named on a command line: the ``--owner USERNAME`` option of the management commands
+that create conversations (``replay_conversations``, ``chat``), the user they belong to,
+created when there is none; and ``find_user_by_name``, the user a command names (``memory_md
+--user``, ``import_conversation --owner``, ``forget_user``, ``mcp_server --user``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,22 @@ OWNER_HELP = (
     "features (remember and recall tools, the memory block) have a user; created (with no "
     "usable password) when no user has that name. Default: no owner, only staff see {them}"
 )
+
+
+def find_user_by_name(username: str) -> AbstractBaseUser | None:
+    """The user whose ``USERNAME_FIELD`` is ``username`` as typed or as ``create_user`` stores
+    it (``AbstractBaseUser.normalize_username``: NFKC, so "alice" in full-width letters, or
+    "Zu\u0308rich" decomposed as macOS file names and some terminals give it, is the user
+    "alice" or "Z\u00fcrich"), or ``None``. The name as typed is tried first: a user stored
+    without ``create_user`` keeps the name it was given."""
+    user_model = get_user_model()
+    manager = user_model._default_manager
+    field = user_model.USERNAME_FIELD
+    user = manager.filter(**{field: username}).first()
+    normalised = user_model.normalize_username(username)
+    if user is None and normalised != username:
+        user = manager.filter(**{field: normalised}).first()
+    return user  # type: ignore[no-any-return]
 
 
 def resolve_owner(username: str, stdout: OutputWrapper | None, *, purpose: str) -> AbstractBaseUser:

@@ -9,6 +9,7 @@ from django.core.management.base import CommandError
 
 from agentmemory.deletion import erasure_counts, forget_user
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import find_user_by_name
 from agentmemory.validation import parse_id
 
 
@@ -61,7 +62,7 @@ class Command(TextArgumentsCommand):
         manager = model._default_manager
         by_name = None
         if by in (None, "username"):
-            by_name = manager.filter(**{model.USERNAME_FIELD: value}).first()
+            by_name = find_user_by_name(value)
         by_pk = None
         pk = parse_id(value)
         if by in (None, "pk") and pk is not None:

@@ -6,10 +6,10 @@ import json
 import sys
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import find_user_by_name
 from agentmemory.transfer import ConversationExists, InvalidConversationData, import_conversation
 
 
@@ -31,10 +31,7 @@ class Command(TextArgumentsCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         owner = None
         if options["owner"]:
-            user_model = get_user_model()
-            owner = user_model._default_manager.filter(
-                **{user_model.USERNAME_FIELD: options["owner"]}
-            ).first()
+            owner = find_user_by_name(options["owner"])
             if owner is None:
                 raise CommandError(f"no user {options['owner']!r}")
         try:

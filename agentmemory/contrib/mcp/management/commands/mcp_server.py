@@ -6,10 +6,10 @@ import sys
 from typing import Any
 
 import anyio
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
+from agentmemory.management.owners import find_user_by_name
 
 
 class Command(TextArgumentsCommand):
@@ -27,11 +27,9 @@ class Command(TextArgumentsCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from agentmemory.contrib.mcp.server import bind_owner, serve_stdio
 
-        user_model = get_user_model()
-        try:
-            user = user_model._default_manager.get_by_natural_key(options["user"])
-        except user_model.DoesNotExist as exc:
-            raise CommandError(f"no user {options['user']!r}") from exc
+        user = find_user_by_name(options["user"])
+        if user is None:
+            raise CommandError(f"no user {options['user']!r}")
         if not user.is_active:
             raise CommandError(f"user {options['user']!r} is inactive")
         # from here on only the transport writes to stdout: it takes file descriptor 1 and
