@@ -260,6 +260,17 @@ class Conversation(models.Model):
         return pinned_end(self.pinned_seq, self.pinned_last_seq)
 
     @property
+    def own_summary(self) -> Summary | None:
+        """The current summary (``summary``) where it is one of this conversation's own;
+        ``None`` without one, and where ``summary_id`` names another conversation's summary
+        (a row written by hand: raw SQL, a data migration, a restore of one table), whose
+        text is never this conversation's (``manage.py repair_conversations`` puts one of
+        its own back). Reads the relation: a query unless it was selected with
+        ``select_related("summary")``."""
+        summary = self.summary
+        return summary if summary is not None and summary.conversation_id == self.pk else None
+
+    @property
     def pinned_count(self) -> int:
         """How many seqs the pinned run spans (``pinned_seq`` through ``pinned_through``;
         0: none). Appends hand out consecutive seqs, so it is the number of pinned messages

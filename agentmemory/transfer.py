@@ -168,7 +168,10 @@ def _export_parts(
     alias = using or router.db_for_read(Conversation, instance=conversation)
     conv = Conversation.objects.using(alias).select_related("summary").get(pk=conversation.pk)
     data = _row(conv, _fields(Conversation, _CONVERSATION_SKIP))
-    data["summary_through_seq"] = conv.summary.through_seq if conv.summary else None
+    # Only a summary of its own (``own_summary``): one of another conversation's (a
+    # ``summary_id`` written by hand) is no span of this document, which an import refuses.
+    current = conv.own_summary
+    data["summary_through_seq"] = current.through_seq if current is not None else None
     if conv.pinned_seq is None:
         # Nothing is pinned: a value here is one the previous release's ``clear()`` left
         # behind (it reset ``pinned_seq`` only), which no reader uses and an import refuses.

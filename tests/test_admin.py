@@ -294,7 +294,7 @@ def test_context_window_page_switches_the_memory_block(admin_client, chat, admin
 
 def test_context_window_page_says_which_agent_chose_the_memory_scope(admin_client, admin_user):  # type: ignore[no-untyped-def]
     # The accounting said "(the scope of the agent registered under the conversation's agent
-    # key, else of that key)" on every page, so a reader could not tell which rule applied.
+    # key, else of that key)." on every page, so a reader could not tell which rule applied.
     from agentmemory.agent_registry import get
 
     support = get("support")

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.test import override_settings
 
 from agentmemory import closing, signals
+from agentmemory.agents import BaseToolCallingAgent
 from agentmemory.compaction import BaseMemoryCompactor, LLMMemoryCompactor
 from agentmemory.context import ContextWindowBuilder
 from agentmemory.context.gaps import REASON_NO_COMPACTOR, REASON_NOT_CLOSED, REASON_NOT_REQUESTED
@@ -294,6 +295,69 @@ def test_close_without_a_compactor_only_reports(compaction_requests: Any, left_o
 
     assert compaction_requests == [] and window.uncovered.count == 16
     assert left_out[0]["reason"] == REASON_NO_COMPACTOR
+
+
+@pytest.mark.django_db
+def test_close_with_compaction_off_sends_the_stored_summary_and_warns(
+    compaction_requests: Any, left_out: Any, caplog: Any
+) -> None:
+    conv, _ = ten_turns()
+    summary = Summary.objects.create(
+        conversation=conv,
+        text="Earlier: greetings.",
+        first_seq=2,
+        through_seq=3,
+        token_count=1,
+        human_messages_covered=1,
+        token_counter=COUNTER.id,
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+
+    with caplog.at_level(logging.WARNING, logger="agentmemory.context"):
+        window = ContextWindowBuilder(
+            conv, token_counter=COUNTER, gap_policy="close", compaction=False
+        ).build(6)
+
+    assert compaction_requests == [] and window.summary_id == summary.pk
+    assert window.uncovered.count == 14
+    assert left_out[0]["reason"] == REASON_NO_COMPACTOR
+    assert "leaves 14 stored messages" in caplog.text and REASON_NO_COMPACTOR in caplog.text
+
+
+class Sliding(BaseToolCallingAgent, register=False):
+    """An agent without a memory compactor: a sliding window over its history."""
+
+    AGENT_KEY = "sliding-test"
+    SYSTEM_PROMPT = "Be brief."
+    CONVERSATION_HISTORY_TOKEN_LIMIT = 60
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("policy", "level", "reason"),
+    [("close", logging.WARNING, REASON_NO_COMPACTOR), ("report", logging.INFO, REASON_NOT_REQUESTED)],
+)
+def test_an_agent_without_a_compactor_reports_what_it_leaves_out_by_the_gap_policy(
+    policy: str, level: int, reason: str, compaction_requests: Any, left_out: Any, caplog: Any
+) -> None:
+    """The README: agents follow ``CONTEXT_GAP_POLICY`` ("close" by default) and what is left
+    out is logged as a warning. An agent without a compactor was built with "report"
+    whatever the setting: its trimmed turns were logged at INFO, unseen by default."""
+    conv = Conversation.objects.create(agent_key=Sliding.AGENT_KEY)
+    replies = [f"Answer number {i} to that question." for i in range(8)]
+    agent = Sliding(ScriptedChatModel(replies))
+    with (
+        override_settings(AGENTMEMORY={"CONTEXT_GAP_POLICY": policy}),
+        caplog.at_level(logging.INFO, logger="agentmemory.context"),
+    ):
+        for i in range(8):
+            result = agent.run(conv, f"Question number {i}: what do you think of this one?")
+
+    assert compaction_requests == [] and not Summary.objects.filter(conversation=conv).exists()
+    assert result.windows[-1].uncovered.count > 0
+    assert left_out and {sent["reason"] for sent in left_out} == {reason}
+    logged = [r for r in caplog.records if "in neither the window nor the summary" in r.getMessage()]
+    assert logged and {r.levelno for r in logged} == {level}
 
 
 # -- the seed's constructor ------------------------------------------------------------------

@@ -8,6 +8,8 @@ data migration) is named, with how to fix it, and ``manage.py repair_conversatio
   run of seqs (its last seq before its first, a last seq without a first, a seq below 1) hid
   messages silently. Each is a ``ConversationStateError`` naming the column (the API's 409
   ``conversation_inconsistent``).
+- A current summary that is another conversation's sent that conversation's text as this
+  one's: the same ``ConversationStateError`` naming ``summary``.
 - ``pending_tool_calls`` holding an array, text or a seq written as text failed every window
   (a ``ValueError`` reported as a wrong ``max_tokens``, or a 500) and the appends that read
   it: the entries that name a call and a seq are read, the rest left out.
@@ -94,6 +96,8 @@ CORRUPTIONS: dict[str, tuple[Any, str]] = {
     "pinned seq below 1": ({"pinned_seq": -5, "pinned_last_seq": 2}, "pinned_seq"),
     "summary past the end": ("summary", 100),
     "summary over the newest human message": ("summary", 5),
+    # another conversation's (tests/test_foreign_summary.py): its text was sent as this one's
+    "summary of another conversation": ("other summary", 4),
     "human messages counted that are not stored": ({"human_message_count": 9}, "human_message_count"),
 }
 
@@ -103,6 +107,10 @@ def _corrupt(conv: Conversation, case: str) -> str:
     if written == "summary":
         summary = _summary(conv, 3, field)  # type: ignore[arg-type]
         Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+        return "summary"
+    if written == "other summary":
+        other = Conversation.objects.create(owner=conv.owner)
+        Conversation.objects.filter(pk=conv.pk).update(summary=_summary(conv, 3, field, other))  # type: ignore[arg-type]
         return "summary"
     if case == "human messages counted that are not stored":
         Message.objects.filter(conversation=conv, role="human").delete()

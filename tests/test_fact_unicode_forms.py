@@ -177,3 +177,34 @@ def test_the_migration_keeps_the_fact_in_force_over_a_newer_expired_or_transient
     assert sorted(live.values_list("content", flat=True)) == ["Allergic to crème brûlée", "Loves Zürich"]
     assert all(live.values_list("persistent", flat=True))
     assert Fact.objects.filter(owner__username="alice", superseded_by__isnull=True).count() == 2
+
+
+#: one key written two ways, as both databases' indexes see it alike
+#: (``recall.text.search_text``): compatibility forms, case folding beyond ASCII, letters
+#: Unicode does not decompose, accents and invisible characters
+KEY_SPELLINGS = [
+    ("\uff25mail: a@example.com", "Email: b@example.com"),  # a full-width letter
+    ("Email: a@example.com", "\uff25\uff4d\uff41\uff49\uff4c: b@example.com"),
+    ("\ufb01le server: down", "File server: up"),  # the ligature "fi"
+    ("File server: down", "\ufb01le server: up"),
+    ("Stra\u00dfe: Hauptstra\u00dfe 1", "STRASSE: Hauptstrasse 2"),  # sharp s, upper case SS
+    ("STRASSE: Hauptstrasse 2", "Stra\u00dfe: Hauptstra\u00dfe 1"),
+    ("\u0130stanbul office: open", "Istanbul office: closed"),  # the Turkish dotted capital I
+    ("Istanbul office: open", "\u0130stanbul office: closed"),
+    ("Pass\u200bword: hunter2", "Password: hunter3"),  # a zero-width space pasted in
+    ("Password: hunter2", "Pass\u200bword: hunter3"),
+    ("Caf\u00e9: Flore", "Cafe: Deux Magots"),  # with and without the accent
+    ("\u00c4rger: viel", "\u00e4rger: wenig"),  # a non-ASCII letter in another case
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("old", "new"), KEY_SPELLINGS)
+def test_a_key_in_another_spelling_of_the_same_letters_supersedes(old: str, new: str) -> None:
+    # the new value stayed in force beside the old one: the key compared NFKC-folded but not
+    # case-folded beyond ASCII, and the stored rows were picked by their raw spelling
+    memory = KnowledgeMemory(UserFactory())
+    first = memory.store(old, "contacts", persistent=True).fact
+    result = memory.store(new, "contacts", persistent=True)
+    assert result.action == "superseded" and result.superseded_ids == (first.pk,), (old, new)
+    assert [f.content for f in memory.live_facts()] == [new]

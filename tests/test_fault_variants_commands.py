@@ -139,3 +139,46 @@ def test_an_export_that_fails_half_way_leaves_the_file_as_it_was(tmp_path, monke
     monkeypatch.undo()
     _run("export_conversation", str(conversation.uuid), "--output", str(target))
     assert '"format"' in target.read_text(encoding="utf-8") and target.stat().st_mode & 0o777 == 0o640
+
+
+# -- a user named in another Unicode form of the same name -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stored", "typed"),
+    [
+        ("alice", "\uff41\uff4c\uff49\uff43\uff45"),  # full-width letters
+        ("Z\u00fcrich", "Zu\u0308rich"),  # decomposed, as macOS file names and some terminals give it
+    ],
+)
+def test_every_command_naming_a_user_finds_them_in_any_form_of_the_name(
+    stored, typed, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """``create_user`` stores a username normalised (NFKC, ``normalize_username``) and
+    ``chat --owner`` reads it so; ``memory_md --user``, ``import_conversation --owner``,
+    ``forget_user`` and ``mcp_server --user`` compared the name as typed and answered "no
+    user" for the user's own name in another form."""
+    from django.contrib.auth import get_user_model
+
+    from agentmemory.contrib.mcp import server
+    from agentmemory.models import Conversation
+
+    user = get_user_model().objects.create_user(stored)
+    KnowledgeMemory(user).remember("Likes tea", persistent=True)
+    assert "Likes tea" in _run("memory_md", "export", "--user", typed)
+    exported = tmp_path / "conversation.json"
+    conversation, _history = conversation_with_turns(1)
+    _run("export_conversation", str(conversation.uuid), "--output", str(exported))
+    conversation.delete()
+    _run("import_conversation", str(exported), "--owner", typed)
+    assert Conversation.objects.get().owner_id == user.pk
+    served = []
+
+    async def serve() -> None:
+        served.append(True)
+
+    monkeypatch.setattr(server, "serve_stdio", serve)
+    _run("mcp_server", "--user", typed)
+    assert served == [True]
+    _run("forget_user", typed, "--noinput")
+    assert not Conversation.objects.exists() and not KnowledgeMemory(user).live_facts().exists()

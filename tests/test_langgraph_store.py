@@ -295,3 +295,20 @@ def test_full_text_finds_words_with_combining_marks_as_recall_does() -> None:
     store.put(("docs",), "other", {"text": "Staying in Basel"})
     assert [i.key for i in store.search(("docs",), query="Zürich")] == ["zurich"]
     assert [i.key for i in store.search(("docs",), query="नमस्ते")] == ["hindi"]
+
+
+def test_a_search_prefix_matches_labels_exactly_in_case_too() -> None:
+    """A namespace prefix names its labels exactly, as ``InMemoryStore`` compares them: on
+    SQLite, whose ``LIKE`` ignores the case of ASCII letters, a search of ("users", "Alice")
+    returned the items of ("users", "alice", ...), another user's memories."""
+    ours, theirs = DjangoStore(), InMemoryStore()
+    for store in (ours, theirs):
+        store.put(("users", "alice", "memories"), "k1", {"text": "alice's note"})
+        store.put(("users", "Alice", "memories"), "k2", {"text": "Alice's note"})
+        store.put(("users", "ALICE"), "k3", {"text": "ALICE's note"})
+        store.put(("users", "al_ce", "memories"), "k4", {"text": "a look-alike with a LIKE wildcard"})
+    prefixes = [("users", "Alice"), ("users", "alice"), ("users", "ALICE"), ("users", "al_ce"), ("Users",)]
+    for prefix in prefixes:
+        found = sorted(i.key for i in ours.search(prefix))
+        assert found == sorted(i.key for i in theirs.search(prefix)), prefix
+        assert ours.list_namespaces(prefix=prefix) == theirs.list_namespaces(prefix=prefix), prefix

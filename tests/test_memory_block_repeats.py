@@ -77,3 +77,88 @@ def test_a_fact_of_a_message_the_window_sends_cut_is_still_recalled() -> None:
     ).build(2_000)
     assert window.truncated and "4417" not in window.history[-1].text
     assert window.memory is not None and "Gym locker code: 4417" in window.memory.text
+
+
+class Flushing(BaseToolCallingAgent, register=False):
+    AGENT_KEY = "flushing-test"
+    SYSTEM_PROMPT = "You answer from what the user told you."
+    KNOWLEDGE_MEMORY_ENABLED = True
+    MEMORY_RECALL_ENABLED = True
+
+
+def test_a_message_the_knowledge_block_quotes_is_not_in_the_memory_block_again() -> None:
+    """A memory flush keeps a turn as a fact quoting it; that fact is in the agent's
+    knowledge block (the system prompt) in every later conversation. The memory block
+    showed the same words again as the message, taking the room of other lines."""
+    user = UserFactory()
+    past = Conversation.objects.create(owner=user, agent_key=Flushing.AGENT_KEY)
+    PersistentChatHistory(past).add_messages(
+        [
+            ChatMessage.human("My favourite food is bacalhau with chickpeas."),
+            ChatMessage.ai("Noted, bacalhau it is."),
+            ChatMessage.human("And my favourite dessert is pastel de nata from Belem."),
+            ChatMessage.ai("A classic."),
+        ]
+    )
+    source = Message.objects.get(conversation=past, seq=1)
+    KnowledgeMemory(user).store(
+        'The user said "My favourite food is bacalhau with chickpeas." on 7 December 2026.',
+        source_message=source,
+    )
+    llm = ScriptedChatModel(["Bacalhau, and pastel de nata for dessert."])
+    later = Conversation.objects.create(owner=user, agent_key=Flushing.AGENT_KEY)
+    Flushing(llm).run(later, "What is my favourite food and my favourite dessert?")
+    sent = llm.calls[0][0]
+    assert "My favourite food is bacalhau with chickpeas." in sent[0].text  # the knowledge block
+    block = block_of(sent)
+    assert "pastel de nata from Belem" in block  # what the prompt does not say is recalled
+    assert "user: My favourite food is bacalhau" not in block
+    request = " ".join(m.text for m in sent)
+    assert request.count("My favourite food is bacalhau with chickpeas") == 1
+
+
+def test_a_message_the_summary_quotes_is_not_in_the_memory_block_again() -> None:
+    """Asked in the same conversation, an extractive summary quoting a folded turn is sent;
+    the block recalling that turn repeated it."""
+    user = UserFactory()
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    history = PersistentChatHistory(conv)
+    history.add_messages(
+        [
+            ChatMessage.human("My sister Ana lives in Lisbon near the river."),
+            ChatMessage.ai("Lovely city."),
+            ChatMessage.human("My brother Rui moved to Porto for his new job."),
+            ChatMessage.ai("Good luck to him."),
+            ChatMessage.human("Where do my sister and my brother live?"),
+        ]
+    )
+    stored = history.get_messages()
+    summary = conv.summaries.create(
+        text="Earlier: the user said: My sister Ana lives in Lisbon near the river.",
+        first_seq=1,
+        through_seq=2,
+        token_count=20,
+    )
+    Conversation.objects.filter(pk=conv.pk).update(summary=summary)
+    conv.refresh_from_db()
+    assert stored[-1].seq == 5
+    window = ContextWindowBuilder(conv, memory_recall=True).build(200)
+    texts = [m.text for m in window.messages]
+    assert any("My sister Ana lives in Lisbon" in t for t in texts[:1])
+    block = window.memory.text if window.memory is not None else ""
+    assert "user: My sister Ana lives in Lisbon" not in block
+
+
+def test_a_short_line_the_prompt_happens_to_hold_is_still_recalled() -> None:
+    """Fewer than four words are said in passing by many texts: the line stays."""
+    user = UserFactory()
+    past = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(past).add_messages(
+        [ChatMessage.human("Which ferry goes to Cacilhas?"), ChatMessage.ai("Take the ferry.")]
+    )
+    later = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(later).add_messages([ChatMessage.human("Which ferry did you suggest?")])
+    window = ContextWindowBuilder(
+        later, memory_recall=True, system_prompt="When unsure, say: take the ferry."
+    ).build(2_000)
+    assert window.memory is not None and "assistant: Take the ferry." in window.memory.text

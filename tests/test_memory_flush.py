@@ -384,7 +384,7 @@ def test_a_changed_fact_supersedes_and_a_repeat_adds_nothing() -> None:
 def test_a_fact_that_cannot_be_stored_is_dropped_and_the_rest_are_kept(caplog) -> None:  # type: ignore[no-untyped-def]
     user = UserFactory()
     conv = conversation(user)
-    # 'Caroline said "I moved to Lisbon in March" on 8 May 2023.' is 57 characters, the other 55
+    # 'Caroline said "I moved to Lisbon in March." on 8 May 2023.' is 57 characters, the other 55
     with (
         override_settings(AGENTMEMORY={"MAX_FACT_CHARS": 56}),
         caplog.at_level(logging.INFO, "agentmemory.flush"),
@@ -393,7 +393,7 @@ def test_a_fact_that_cannot_be_stored_is_dropped_and_the_rest_are_kept(caplog) -
 
     assert run.status == STORED
     assert [f.content for f in scope(user).live_facts()] == [
-        'Caroline said "My daughter Lea is allergic to peanuts".'
+        'Caroline said "My daughter Lea is allergic to peanuts."'
     ]
     assert "fact of #1 dropped: content must be at most 56 characters" in caplog.text
     assert "1 facts created, 0 superseding, 0 repeats, 0 updated, 1 dropped" in caplog.text
@@ -524,10 +524,10 @@ def test_the_offline_compactor_keeps_first_person_facts_marked_as_found_without_
     assert run.status == STORED and run.summary.text.startswith(OFFLINE_LABEL)
     facts = {f.content: f for f in scope(user).live_facts()}
     assert set(facts) == {
-        'Caroline said "I moved to Lisbon in March" on 8 May 2023.',
-        'Caroline said "My daughter Lea is allergic to peanuts".',
+        'Caroline said "I moved to Lisbon in March." on 8 May 2023.',
+        'Caroline said "My daughter Lea is allergic to peanuts."',
     }
-    moved = facts['Caroline said "I moved to Lisbon in March" on 8 May 2023.']
+    moved = facts['Caroline said "I moved to Lisbon in March." on 8 May 2023.']
     assert moved.category == "events" and moved.source_message_id == message_id(conv, 1)
     assert moved.metadata["extracted_by"] == OFFLINE_FACTS and moved.metadata["said_at"] == MAY_8
     assert moved.importance == 0.4
@@ -637,6 +637,6 @@ def test_an_agent_meets_the_facts_of_its_folded_turns_in_a_new_conversation(
         agent.run(agent.start_conversation(owner=user), "What should I cook tonight?")
 
     assert "Long-term Memory" not in seen[0]
-    assert 'The user said "I moved to Lisbon in March".' not in seen[0]
-    assert 'The user said "My daughter Lea is allergic to peanuts".' in seen[-1]
-    assert 'The user said "I moved to Lisbon in March" on ' in seen[-1]
+    assert 'The user said "I moved to Lisbon in March."' not in seen[0]
+    assert 'The user said "My daughter Lea is allergic to peanuts."' in seen[-1]
+    assert 'The user said "I moved to Lisbon in March." on ' in seen[-1]

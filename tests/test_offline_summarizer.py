@@ -84,17 +84,17 @@ def _facts(text: str, **metadata: str) -> list[tuple[str, str]]:
     [
         (
             "I'm a nurse at the city hospital.",
-            [("personal", 'The user said "I\'m a nurse at the city hospital".')],
+            [("personal", 'The user said "I\'m a nurse at the city hospital."')],
         ),
-        ("My sister lives in Lisbon.", [("personal", 'The user said "My sister lives in Lisbon".')]),
+        ("My sister lives in Lisbon.", [("personal", 'The user said "My sister lives in Lisbon."')]),
         (
             "I really love hiking in the Alps.",
-            [("preferences", 'The user said "I really love hiking in the Alps".')],
+            [("preferences", 'The user said "I really love hiking in the Alps."')],
         ),
-        ("My favourite food is sushi!", [("preferences", 'The user said "My favourite food is sushi!".')]),
-        ("I don't eat meat at all.", [("preferences", 'The user said "I don\'t eat meat at all".')]),
-        ("Oh, I adopted a dog last week.", [("events", 'The user said "I adopted a dog last week".')]),
-        ("Hey Mel! We bought a house in Porto.", [("events", 'The user said "We bought a house in Porto".')]),
+        ("My favourite food is sushi!", [("preferences", 'The user said "My favourite food is sushi!"')]),
+        ("I don't eat meat at all.", [("preferences", 'The user said "I don\'t eat meat at all."')]),
+        ("Oh, I adopted a dog last week.", [("events", 'The user said "I adopted a dog last week."')]),
+        ("Hey Mel! We bought a house in Porto.", [("events", 'The user said "We bought a house in Porto."')]),
         # no fact: a question, the listener, small talk, hedges, too short
         ("Do I have a meeting today?", []),
         ("I love that you remembered my birthday.", []),
@@ -117,9 +117,9 @@ def test_offline_facts_name_the_speaker_and_date_events_not_states() -> None:
         session_date_time="1:56 pm on 8 May, 2023",
     )
     assert facts == [
-        ("events", 'Caroline said "I went to a support group yesterday" on 8 May 2023.'),
-        ("personal", 'Caroline said "I have two kids".'),
-        ("events", 'Caroline said "I moved to Berlin" on 8 May 2023.'),
+        ("events", 'Caroline said "I went to a support group yesterday." on 8 May 2023.'),
+        ("personal", 'Caroline said "I have two kids."'),
+        ("events", 'Caroline said "I moved to Berlin." on 8 May 2023.'),
     ]
 
 
@@ -130,7 +130,7 @@ def test_offline_facts_come_from_people_not_from_the_assistant() -> None:
     person = ChatMessage.ai("I moved to Berlin in May.", seq=3, metadata={"speaker": "Melanie"})
     facts = extract_facts([assistant, person])
     assert [(f.content, f.source_seq, f.extracted_by) for f in facts] == [
-        ('Melanie said "I moved to Berlin in May".', 3, OFFLINE_FACTS)
+        ('Melanie said "I moved to Berlin in May."', 3, OFFLINE_FACTS)
     ]
 
 
@@ -169,7 +169,7 @@ def test_offline_rules_skip_how_someone_has_been_but_keep_what_they_have_been_do
     assert _facts("I've been doing great lately, really.") == []
     assert _facts("I've been so stressed at work.") == []
     assert _facts("I've been volunteering at the animal shelter.") == [
-        ("personal", 'The user said "I\'ve been volunteering at the animal shelter".')
+        ("personal", 'The user said "I\'ve been volunteering at the animal shelter."')
     ]
 
 

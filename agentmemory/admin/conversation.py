@@ -199,7 +199,17 @@ class ConversationAdmin(CheckedQueryAdmin):
 
     @admin.display(description=_("current summary"))
     def current_summary(self, obj: Conversation) -> str:
-        summary = obj.summary
+        summary = obj.own_summary
+        if summary is None and obj.summary_id is not None:
+            # written by hand to another conversation's summary: its text is not this one's
+            return format_html(
+                "{}",
+                _(
+                    "summary %(id)s is another conversation's: run manage.py "
+                    "repair_conversations --conversation %(uuid)s"
+                )
+                % {"id": obj.summary_id, "uuid": obj.uuid},
+            )
         if summary is None:
             return "-"
         return format_html(

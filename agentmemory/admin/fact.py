@@ -30,7 +30,7 @@ from agentmemory.admin.utils import (
     short_datetime,
 )
 from agentmemory.knowledge import DELETE_BATCH
-from agentmemory.management.owners import user_by_name
+from agentmemory.management.owners import find_user_by_name
 from agentmemory.models import Fact
 from agentmemory.recall.scope import MemoryScopeError, scope_key
 from agentmemory.validation import parse_id
@@ -368,7 +368,7 @@ class FactAdmin(CheckedQueryAdmin):
             owner_id = parse_id(owner_text)
             owner = users.filter(pk=owner_id).first() if owner_id is not None else None
             if owner is None:  # a name, read as the management commands read it
-                owner = user_by_name(owner_text)
+                owner = find_user_by_name(owner_text)
             if owner is None:
                 errors.append(_("No user %(owner)s.") % {"owner": owner_text[:100]})
         elif query:

@@ -475,8 +475,10 @@ class BaseToolCallingAgent:
         """The builder of this turn's windows. With a compactor, its ``get_summary()`` gives
         the summary and a window that would leave stored messages in neither itself nor the
         summary first gets a compaction (``AGENTMEMORY['CONTEXT_GAP_POLICY']``, "close" by
-        default). Without one, the stored summary is sent and what trimming leaves out is
-        only reported. With ``MEMORY_RECALL_ENABLED`` each window carries the memory block
+        default). Without one, the stored summary is sent and no compaction is asked for:
+        what trimming leaves out is reported, at WARNING under "close" (no memory
+        compactor), at INFO under "report", not at all under "ignore". With
+        ``MEMORY_RECALL_ENABLED`` each window carries the memory block
         (``memory_recall=True``, scoped by ``KNOWLEDGE_MEMORY_AGENT_KEY`` and
         ``KNOWLEDGE_MEMORY_NAMESPACE``, leaving out the facts of the system prompt's knowledge
         block)."""
@@ -494,7 +496,8 @@ class BaseToolCallingAgent:
                 injector.conversation,
                 system_prompt=system_prompt,
                 token_counter=injector.token_counter,
-                gap_policy="report",
+                gap_policy=app_settings().CONTEXT_GAP_POLICY,
+                compaction=False,
                 **memory,
             )
         return ContextWindowBuilder(

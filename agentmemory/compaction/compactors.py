@@ -39,6 +39,7 @@ from agentmemory.compaction.state import (
     request_is_stale,
 )
 from agentmemory.conf import app_settings, get_token_counter
+from agentmemory.context.bookkeeping import foreign_summary_error
 from agentmemory.exceptions import InvalidSummaryError, LLMContextLengthError
 from agentmemory.history import PersistentChatHistory, last_foldable_seq
 from agentmemory.llm.base import ChatModel
@@ -54,6 +55,21 @@ _PAGE = 500
 #: the least ``max_input_tokens`` a run lowers itself to when the summariser's window is
 #: smaller than the span (``_smaller_spans``); below it the run fails
 MIN_INPUT_TOKENS = 32
+
+
+def summary_of(conv: Conversation) -> Summary | None:
+    """The current summary of ``conv``, the one the next summary extends (``None``: none).
+
+    Raises:
+        ConversationStateError: ``summary_id`` names another conversation's summary (written
+            by hand: raw SQL, a data migration, a restore), whose text is never folded into a
+            summary of this conversation; ``manage.py repair_conversations`` puts one of its
+            own back (``agentmemory.context.bookkeeping.foreign_summary_error``).
+    """
+    summary = conv.own_summary
+    if summary is None and conv.summary_id is not None:
+        raise foreign_summary_error(conv.pk, conv.summary_id)
+    return summary
 
 
 class BaseMemoryCompactor:
@@ -162,9 +178,14 @@ class BaseMemoryCompactor:
         return conversation
 
     def get_summary(self) -> Summary | None:
-        """The conversation's current summary, or ``None``."""
+        """The conversation's current summary, or ``None``.
+
+        Raises:
+            ConversationStateError: the current summary is another conversation's
+                (``summary_of``).
+        """
         conv = self._conversation()
-        return conv.summary if conv is not None else None
+        return summary_of(conv) if conv is not None else None
 
     #: How ``ContextWindowBuilder`` (a layer below, which does not import this class) knows
     #: a compactor: the compaction door can build this class, and whether its
@@ -183,8 +204,9 @@ class BaseMemoryCompactor:
         those (its history starts on a human message, design invariant C3); or the messages
         after the summary open before its first human message, which no window can start
         on; or a compaction was requested longer than ``COMPACTION_LEASE_SECONDS`` ago and
-        has not completed (it failed, or its worker died) and no live lease holds it. Reads
-        the conversation row (one to three queries).
+        has not completed (it failed, or its worker died) and no live lease holds it. Never
+        while the current summary is another conversation's (``summary_of``: a run refuses
+        it). Reads the conversation row (one to three queries).
 
         The system prompt is never folded, so it is not counted as history (a large prompt
         alone must not make every turn due), but the room it takes is left out of the window
@@ -194,6 +216,10 @@ class BaseMemoryCompactor:
         conv = self._conversation()
         self.last_checked = conv
         if conv is None:
+            return False
+        if conv.summary_id is not None and conv.own_summary is None:
+            # Its current summary is another conversation's (written by hand): a run refuses
+            # it (``summary_of``), so none is due until ``repair_conversations`` fixes it.
             return False
         if request_is_stale(conv):
             return True
@@ -329,7 +355,8 @@ class BaseMemoryCompactor:
     def _floor(self, conv: Conversation) -> int:
         # The pinned system prompt, its whole run of system messages (and anything before
         # it, which ``clear()`` deleted), is never folded into a summary.
-        floor = conv.summary.through_seq if conv.summary else 0
+        summary = conv.own_summary
+        floor = summary.through_seq if summary else 0
         return max(floor, conv.pinned_through)
 
     def target_boundary(self, conv: Conversation) -> int | None:
@@ -531,6 +558,8 @@ class BaseMemoryCompactor:
         Raises:
             InvalidSummaryError: the summariser's output was unusable (nothing is stored).
             TransientLLMError, PermanentLLMError: from the model (nothing is stored).
+            ConversationStateError: the current summary is another conversation's
+                (``summary_of``): no summariser call is made, nothing is stored.
         """
         lease = self._claim()
         if lease is None:
@@ -539,10 +568,11 @@ class BaseMemoryCompactor:
             conv = self._conversation()
             if conv is None:
                 return CompactionRun(GONE)
+            current = summary_of(conv)  # never another conversation's: its text is not folded
             target = self.target_boundary(conv)
             if target is None:
                 mark_request_served(self.conversation_id, lease.taken_at)
-                return CompactionRun(NOTHING, summary=conv.summary)
+                return CompactionRun(NOTHING, summary=current)
             self.max_summary_tokens = self.summary_budget(conv)
             self.flush = memory_flush.MemoryFlush.for_conversation(conv)
             input_limit = self.max_input_tokens  # ``_smaller_spans`` may lower it for this run
@@ -574,7 +604,7 @@ class BaseMemoryCompactor:
     # transaction writes, and the checks under the row lock read them all; halves would
     # hand a dozen values across.
     def _compact(self, conv: Conversation, target: int, lease: Lease, keeper: LeaseKeeper) -> CompactionRun:
-        previous = conv.summary
+        previous = summary_of(conv)
         floor = self._floor(conv)
         text = previous.text if previous else None
         model = ""
@@ -657,7 +687,13 @@ class BaseMemoryCompactor:
             )
             if locked is None:
                 return CompactionRun(GONE, llm_calls=calls)  # deleted while the model worked (BUG-23)
-            current = Summary.objects.filter(pk=locked.summary_id).first() if locked.summary_id else None
+            # The current summary as stored now, only one of this conversation's own: one set
+            # by hand to another conversation's meanwhile stops the run (``SUPERSEDED``).
+            current = (
+                Summary.objects.filter(pk=locked.summary_id, conversation_id=self.conversation_id).first()
+                if locked.summary_id
+                else None
+            )
             if current is not None and current.through_seq >= boundary:
                 # Someone else got there first: the boundary never moves back.
                 return CompactionRun(STORED, summary=current, llm_calls=calls)
@@ -667,7 +703,7 @@ class BaseMemoryCompactor:
                     self.conversation_id,
                 )
                 return CompactionRun(LOST_LEASE, llm_calls=calls)
-            if (current.pk if current else None) != (previous.pk if previous else None):
+            if locked.summary_id != (previous.pk if previous else None):
                 return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)
             if not Message.objects.filter(conversation_id=self.conversation_id, seq=boundary).exists():
                 return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)  # history cleared

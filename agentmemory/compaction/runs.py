@@ -125,6 +125,8 @@ def run_compaction(
 
     Raises:
         TransientLLMError, PermanentLLMError, InvalidSummaryError: recorded, then raised.
+        ConversationStateError: the current summary is another conversation's
+            (``agentmemory.compaction.compactors.summary_of``); recorded, then raised.
     """
     if not Conversation.objects.filter(pk=conversation_id).exists():
         logger.info("conversation %s is gone; nothing to compact", conversation_id)
@@ -136,7 +138,7 @@ def run_compaction(
         conv = compactor.last_checked
         if conv is not None and conv.compaction_requested_at is not None:
             mark_request_served(conversation_id, timezone.now())
-        return CompactionRun(NOTHING, summary=conv.summary if conv is not None else None)
+        return CompactionRun(NOTHING, summary=conv.own_summary if conv is not None else None)
     started = time.perf_counter()
     try:
         run = compactor.run()

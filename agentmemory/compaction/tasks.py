@@ -20,7 +20,12 @@ from celery import shared_task
 from agentmemory.compaction import dispatch
 from agentmemory.compaction.runs import run_compaction
 from agentmemory.compaction.state import BUSY, PARTIAL
-from agentmemory.exceptions import InvalidSummaryError, PermanentLLMError, TransientLLMError
+from agentmemory.exceptions import (
+    ConversationStateError,
+    InvalidSummaryError,
+    PermanentLLMError,
+    TransientLLMError,
+)
 
 __all__ = ["MAX_BUSY_RETRIES", "compact_conversation", "sweep_compactions"]
 
@@ -55,7 +60,8 @@ def compact_conversation(  # type: ignore[no-untyped-def]
 
     Transient model errors (rate limits, 5xx, timeouts) are retried with exponential backoff
     and jitter, at most 5 times; the previous summary stays in force meanwhile. A rejected
-    summary (``InvalidSummaryError``) or a permanent model error is recorded on the
+    summary (``InvalidSummaryError``), a permanent model error, or bookkeeping a run refuses
+    (``ConversationStateError``: a current summary of another conversation) is recorded on the
     conversation and not retried here: the same input would fail the same way, so the
     sweep or the next trigger tries again later. A run refused because another holds the
     lease is retried once that lease can have expired. A backlog longer than one run
@@ -92,7 +98,7 @@ def compact_conversation(  # type: ignore[no-untyped-def]
                 max_tokens=max_tokens,
                 system_tokens=system_tokens,
             )
-    except (InvalidSummaryError, PermanentLLMError) as exc:
+    except (InvalidSummaryError, PermanentLLMError, ConversationStateError) as exc:
         logger.warning("compaction of conversation %s failed and is not retried: %s", conversation_id, exc)
         return None
     except TransientLLMError as exc:

@@ -1,6 +1,8 @@
 """Why a window found no human message where the conversation's bookkeeping says one is: the
 pinned system prompt or the current summary recorded as reaching over it, or a human message
-count above what is stored.
+count above what is stored. And the checks every window makes of the stored values that no
+append writes: a pinned run that is no run of seqs (``check_pinned``), a current summary that
+is another conversation's (``check_summary``).
 
 A window's history starts after the pinned system prompt (``Conversation.pinned_seq``
 through ``pinned_last_seq``) and after what the current summary covers (its
@@ -20,7 +22,7 @@ from agentmemory.context.packing import PackResult
 from agentmemory.exceptions import ContextBudgetExceeded, ConversationStateError
 from agentmemory.messages import Role
 from agentmemory.models import Conversation, Message, Summary
-from agentmemory.store.rows import ConversationRow
+from agentmemory.store.rows import ConversationRow, SummaryRow
 from agentmemory.store.window import TailReader
 
 
@@ -50,6 +52,39 @@ def check_pinned(conv: ConversationRow) -> None:
         field=field,
         value=last if field == "pinned_last_seq" else first,
     )
+
+
+def foreign_summary_error(conversation_id: int, summary_id: int) -> ConversationStateError:
+    """The ``ConversationStateError`` naming a current summary (``Conversation.summary``,
+    ``summary_id``) that is not one of the conversation's own summaries: written by hand (raw
+    SQL, a data migration, a restore of one table), it names another conversation's, possibly
+    another user's, whose text is never sent, shown or folded as this conversation's. The
+    message names the summary's id only, never its text or conversation."""
+    return ConversationStateError(
+        f"its current summary (id {summary_id}) is another conversation's, whose text is never "
+        "sent or summarised as this conversation's",
+        conversation_id=conversation_id,
+        field="summary",
+        value=summary_id,
+    )
+
+
+def check_summary(conv: ConversationRow, summary: SummaryRow | None) -> None:
+    """Refuse a window that would send the stored summary of a conversation whose
+    ``summary_id`` names another conversation's summary. The head statement reads the
+    summary only where its ``conversation_id`` is the conversation's (``read_head``), so a
+    ``summary_id`` read without its summary is one: the window sent that conversation's text
+    to the model, and started after its span. Python only: no query.
+
+    Args:
+        conv: the conversation row the head statement read.
+        summary: the summary it read with it (``None``: none of the conversation's own).
+
+    Raises:
+        ConversationStateError: naming ``summary`` (``foreign_summary_error``).
+    """
+    if conv.summary_id is not None and summary is None:
+        raise foreign_summary_error(conv.pk, conv.summary_id)
 
 
 def pinned_over_other(
@@ -145,27 +180,18 @@ def stored_state_error(reader: TailReader, packed: PackResult) -> ConversationSt
             .values("conversation_id", "first_seq", "through_seq")
             .first()
         )
-        if summary is not None:
-            span = (
+        if summary is not None and summary["conversation_id"] != pk:
+            return foreign_summary_error(pk, conv["summary_id"])
+        if summary is not None and newest_human is not None and summary["through_seq"] >= newest_human:
+            return ConversationStateError(
                 f"its current summary (id {conv['summary_id']}) is recorded as covering seqs "
-                f"{summary['first_seq']}..{summary['through_seq']}"
+                f"{summary['first_seq']}..{summary['through_seq']}, which holds its newest human "
+                f"message (seq {newest_human}); compaction never folds the newest turn, so the "
+                "newest turn is in no context window",
+                conversation_id=pk,
+                field="summary",
+                value=conv["summary_id"],
             )
-            if summary["conversation_id"] != pk:
-                problem = f"its current summary (id {conv['summary_id']}) is another conversation's"
-            elif newest_human is not None and summary["through_seq"] >= newest_human:
-                problem = (
-                    f"{span}, which holds its newest human message (seq {newest_human}); "
-                    "compaction never folds the newest turn"
-                )
-            else:
-                problem = None
-            if problem is not None:
-                return ConversationStateError(
-                    f"{problem}, so the newest turn is in no context window",
-                    conversation_id=pk,
-                    field="summary",
-                    value=conv["summary_id"],
-                )
     if newest_human is None or newest_human <= reader.floor_seq:
         stored = "none" if newest_human is None else f"none after seq {reader.floor_seq}"
         return ConversationStateError(

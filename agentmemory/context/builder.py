@@ -28,7 +28,12 @@ from django.db import router
 
 from agentmemory.conf import app_settings, get_token_counter
 from agentmemory.context import hooks
-from agentmemory.context.bookkeeping import check_pinned, pinned_over_other
+from agentmemory.context.bookkeeping import (
+    check_pinned,
+    check_summary,
+    foreign_summary_error,
+    pinned_over_other,
+)
 from agentmemory.context.fitting import (
     MIN_CUT_SUMMARY_TOKENS,
     _sent_history,
@@ -106,7 +111,9 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             a ``str`` or ``None``), and gaps are closed by compactions of its class; a
             ``str`` summary covers messages the builder cannot know, so no gap is looked
             for then. ``None``: no summary is sent and none is made (trimming only; what
-            is trimmed is still reported).
+            is trimmed is still reported). A summary of another conversation (the stored
+            one, where ``summary_id`` was written by hand, or a ``Summary`` a compactor
+            gives) is never sent: the build raises ``ConversationStateError``.
         token_counter: counts what is not stored (summary message, truncated copies, an
             explicit system prompt); defaults to ``AGENTMEMORY['TOKEN_COUNTER']``. Stored
             messages are budgeted with their stored counts.
@@ -140,6 +147,10 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             (``agentmemory.context.gaps.probe_from_head``). Defaults to "report": a
             read has no side effects unless asked; agents and the replay pass
             ``AGENTMEMORY['CONTEXT_GAP_POLICY']`` ("close" by default).
+        compaction: ``False``: no compaction is asked for, whatever ``gap_policy`` (an
+            agent without a memory compactor sends the stored summary and trims); with
+            ``"close"`` what the window leaves out is then reported at WARNING as left out
+            for want of a compactor (``messages_left_out``'s reason "no memory compactor").
 
         fit_newest_turn: when the turn in progress (a human message and the tool exchanges
             after it) does not fit, send its tool results as marked truncated copies cut to
@@ -205,6 +216,7 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         oversized_message_policy: str | None = None,
         pending_tool_calls: str | None = None,
         gap_policy: str | None = None,
+        compaction: bool = True,
         fit_newest_turn: bool = True,
         memory_recall: bool | None = None,
         memory_query: str | None = None,
@@ -279,8 +291,9 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         self._pinned_floor = 0
         self._placeholder_tokens: Callable[[dict[str, Any]], int] | None = None
         self._gap_state: _GapState | None = None
-        self._can_compact = memory_compactor is self._UNSET or (
-            memory_compactor is not None and self._compactor_class is not None
+        self._can_compact = compaction and (
+            memory_compactor is self._UNSET
+            or (memory_compactor is not None and self._compactor_class is not None)
         )
 
     @property
@@ -326,7 +339,9 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             TurnTooLarge: the turn in progress cannot fit, even with its tool results sent as the
                 truncation marker alone; or, with gap policy "close", not beside the shortest cut
                 of the summary (see ``fit_newest_turn``). A ``ContextBudgetExceeded``.
-            ConversationStateError: the pinned prompt, summary or counts hide the newest turn.
+            ConversationStateError: the pinned prompt, summary or counts hide the newest turn;
+                or the summary the window would send is another conversation's (a
+                ``summary_id`` written by hand: ``agentmemory.context.bookkeeping.check_summary``).
         """
         max_tokens, max_messages = self.limits(max_tokens, max_messages)
         if self.gap_policy == "close" and self._can_compact:
@@ -537,6 +552,8 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         if got is None:
             return None, None
         if isinstance(got, Summary):
+            if got.conversation_id is not None and got.conversation_id != self.conversation_id:
+                raise foreign_summary_error(self.conversation_id, got.pk)
             return (
                 SummaryRow(
                     got.pk,
@@ -584,6 +601,8 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             raise ConversationNotFound(f"conversation {self.conversation_id} does not exist")
         conv, summary = head.conv, head.summary
         check_pinned(conv)  # a stored value no run of seqs has hides messages silently
+        if not (self._no_summary or self._custom_summary):
+            check_summary(conv, summary)  # another conversation's: never sent as this one's
         if (
             conv.pinned_seq is not None
             and self.system_prompt is None

@@ -27,7 +27,7 @@ from agentmemory.context.window import MEMORY_BLOCK_KEY, ContextWindow
 from agentmemory.exceptions import ContextBudgetExceeded
 from agentmemory.messages import PART_SEPARATOR, ChatMessage, PartKind, Role
 from agentmemory.models import Conversation, Message
-from agentmemory.recall.text import bounded_query, said_keys
+from agentmemory.recall.text import bounded_query, said_keys, said_within, word_keys
 
 if TYPE_CHECKING:
     from agentmemory.tokens import TokenCounter
@@ -122,6 +122,41 @@ def _texts_sent(window: ContextWindow) -> list[str]:
         elif message.text:
             texts.append(message.text)
     return texts
+
+
+def _texts_beside(window: ContextWindow) -> list[str]:
+    """The texts ``window`` sends before its history: the system prompt (with an agent's
+    knowledge block) and the summary, as sent (a cut summary as cut). A message one of them
+    says word for word is not repeated in the memory block (``recall_memory``'s
+    ``exclude_said_in``)."""
+    texts: list[str] = []
+    for message in window.messages:
+        if message.role is not Role.SYSTEM:
+            break
+        if message.parts:
+            texts.extend(p.text for p in message.parts if p.kind is PartKind.TEXT and p.text)
+        elif message.text:
+            texts.append(message.text)
+    return texts
+
+
+def _block_repeats(block: Any, texts: Sequence[str]) -> bool:
+    """Whether a message line of ``block`` (a ``MemoryBlock``) is said word for word by one
+    of ``texts`` (``said_within``), as ``recall_memory``'s ``exclude_said_in`` would have
+    left it out: a window built again with more room, its summary whole, may send it now."""
+    said = word_keys(texts)
+    if not said:
+        return False
+    for item in block.items:
+        if item.kind != "message":
+            continue
+        for row in item.text.splitlines():
+            if row.startswith("["):
+                continue  # a heading; a gap mark has no words
+            _speaker, sep, text = row.partition(": ")
+            if sep and said_within(said, text):
+                return True
+    return False
 
 
 def turn_query(history: Sequence[ChatMessage]) -> str:
@@ -299,7 +334,7 @@ class MemoryBlock:
             or i.source_message_id in sent_whole
             or (i.kind == "fact" and i.words in said)
             for i in sent.memory.items
-        ):
+        ) or _block_repeats(sent.memory, _texts_beside(wider)):
             return sent
         return self._insert_memory(wider, sent.memory)
 
@@ -363,6 +398,7 @@ class MemoryBlock:
                     exclude_fact_ids=self.memory_exclude_fact_ids,
                     exclude_message_ids=sent_whole,
                     exclude_texts=sent_texts,
+                    exclude_said_in=_texts_beside(window),
                     using=alias,
                 )
         except Exception:

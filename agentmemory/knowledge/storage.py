@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.contrib.auth import get_user_model
 from django.db import connections, router, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agentmemory.conf import app_settings
@@ -33,6 +34,7 @@ from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.said import TRANSCRIPT_DATE_KEYS, said_instant, session_date
 from agentmemory.recall.scope import MemoryScopeError, require_user
+from agentmemory.recall.text import character_class
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -94,22 +96,34 @@ class FactHit:
     score: float
 
 
-#: the ASCII letters and digits a fact starts with: every fact with its key starts with them
-#: too, in any case (stored content is stripped), which both databases' ``LIKE`` can fold
+#: the ASCII letters and digits a key starts with: every stored fact whose key is written
+#: in ASCII and folds to it starts with them too, in any case (stored content is stripped),
+#: which both databases' ``LIKE`` can fold
 _KEY_HEAD = re.compile(r"[A-Za-z0-9]+")
+#: a stored fact with a character beyond ASCII before its first colon, which follows within
+#: a key's length: its key may fold (``fact_key``) to one that its raw spelling does not show
+#: ("\uff25mail", "Stra\u00dfe", "\u0130stanbul"), so no pattern of the new key can pick it;
+#: ``fact_key`` decides
+_NON_ASCII_KEY = "^[^:\uff1a\n]{0,80}" + character_class([(0x80, 0x10FFFF)]) + "[^:\uff1a\n]{0,80}[:\uff1a]"
 
 
-def _key_pattern(content: str) -> str:
-    """A case-insensitive regular expression (``iregex``) that every stored fact with the key
-    of ``content`` matches: its key's words with any run of whitespace between them, then the
-    colon. It only narrows the rows read; ``fact_key`` decides. A plain ``istartswith`` of the
-    key missed the same key with other spacing ("Preferred  language:"), and on SQLite, whose
-    ``LIKE`` folds only ASCII, one with another case of a non-ASCII letter ("Ärger:" and
-    "ärger:"), so both facts stayed in force there and not on PostgreSQL. The escapes of
-    ``re.escape`` (a backslash before a non-alphanumeric character) mean the character itself
-    in PostgreSQL's regular expressions too."""
-    words = re.split("[:\uff1a]", content, maxsplit=1)[0].split()
-    return r"^\s*" + r"\s+".join(re.escape(word) for word in words) + "\\s*[:\uff1a]"
+def _key_rows(rows: Any, key: str) -> Any:
+    """The ``rows`` (a queryset of facts) that may have the key ``key`` (as ``fact_key``
+    gives it, folded): those whose opening before the colon is ``key``'s words in any case
+    with any run of whitespace between them (a regular expression, ``iregex``), and those
+    with a character beyond ASCII before their first colon, whatever it is. It only narrows
+    the rows read; ``fact_key`` decides. A pattern of the key as written missed the same key
+    in another spelling ("Email:" after "\uff25mail:", "STRASSE:" after "Stra\u00dfe:"), and
+    on SQLite, whose ``LIKE`` folds only ASCII, one with another case of a non-ASCII letter
+    ("\u00c4rger:" and "\u00e4rger:"). The escapes of ``re.escape`` (a backslash before a
+    non-alphanumeric character) mean the character itself in PostgreSQL's regular
+    expressions too."""
+    pattern = r"^\s*" + r"\s+".join(re.escape(word) for word in key.split()) + "\\s*[:\uff1a]"
+    plain = Q(content__iregex=pattern)
+    if head := _KEY_HEAD.match(key):
+        # a cheap condition first: SQLite runs REGEXP in Python, row by row
+        plain = Q(content__istartswith=head.group(0)) & plain
+    return rows.filter(plain | Q(content__regex=_NON_ASCII_KEY))
 
 
 #: the longest ``ttl`` (100 years, in seconds); longer is an error, not "never" (use None)
@@ -606,11 +620,7 @@ def superseded_candidates(
     key = fact_key(content)
     found: list[int] = []
     if key is not None:
-        rows = same_category
-        if head := _KEY_HEAD.match(content):
-            # a cheap condition first: SQLite runs REGEXP in Python, row by row
-            rows = rows.filter(content__istartswith=head.group(0))
-        rows = rows.filter(content__iregex=_key_pattern(content))
+        rows = _key_rows(same_category, key)
         found = [pk for pk, text in rows.values_list("pk", "content") if fact_key(text) == key]
         if found and not every:
             return found

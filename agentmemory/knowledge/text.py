@@ -11,7 +11,7 @@ import hashlib
 import re
 import unicodedata
 
-from agentmemory.recall.text import INVISIBLE_RANGES, character_class
+from agentmemory.recall.text import INVISIBLE_RANGES, character_class, search_text
 
 #: a "key: value" fact: up to 80 characters without a colon, then a colon and whitespace
 #: before the value. The whitespace keeps a clock time ("Pickup at 8:15 for Lea"), a URL
@@ -20,18 +20,36 @@ from agentmemory.recall.text import INVISIBLE_RANGES, character_class
 #: between two digits it is a clock time ("14\uff1a30"), never a key's end.
 _KEY = re.compile(r"^\s*([^:\uff1a\n]{1,80}?)\s*(?::\s+|(\uff1a)\s*)(\S)")
 #: labels that head an entry without naming what it is about ("Note: buy milk", "Reminder:
-#: dentist on Monday", "Warning: the stove is hot"): a new note is another note, not a new
-#: value of the last one
+#: dentist on Monday", "Warning: the stove is hot", "Notiz: Milch kaufen", "Q: ... A: ...",
+#: "Link: https://..."): a new note is another note, not a new value of the last one. Keys
+#: are compared folded (``fact_key``): no accents, "tache" for "t\u00e2che"
 _LABELS_TEXT = """
     note notes reminder reminders todo to-do task tasks fyi ps nb btw re fwd update updates
     important tip tips idea ideas memo warning caution alert attention example question answer
     hint quote comment observation thought insight lesson news log journal diary entry edit
-    aside heads-up
+    aside heads-up q a q&a faq link links url urls asap urgent eod eow eom
+    notiz notizen nota notas rappel remarque erinnerung hinweis aufgabe tache tarea
+    recordatorio aviso tipp astuce consejo frage pregunta antwort reponse respuesta promemoria
+    lembrete herinnering notitie opmerking
 """
 _LABELS = frozenset([*_LABELS_TEXT.split(), "note to self", "to do", "heads up", "side note", "quick note"])
+#: nouns naming one of several things a person has at once: a key ending in one, singular,
+#: heads an entry of a list ("Allergy: peanuts", then "Allergy: shellfish"; "Pet: a cat named
+#: Tom", then "Pet: a dog named Rex"), not a value that replaces the last one. A plural key
+#: ("Allergies: peanuts, shellfish") is the whole list and still supersedes.
+_ONE_OF_SEVERAL_TEXT = """
+    allergy intolerance medication medicine hobby interest skill pet child kid friend sibling
+"""
+_ONE_OF_SEVERAL = frozenset(_ONE_OF_SEVERAL_TEXT.split())
+#: words that make such a key name one thing ("Favourite hobby: chess", "Main skill: Python")
+_ONLY_TEXT = "favourite favorite preferred main primary current best first last only"
+_ONLY = frozenset(_ONLY_TEXT.split())
 #: words of a key that only says when ("Monday: dentist at 9", "2024-05-01: haircut", "9am:
-#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam"): entries of a
-#: day or a period, as a clock time is (two things happen on one day, in one week)
+#: gym", "May 3: recital", "Next week: parents visit", "In two weeks: exam", "8 o'clock:",
+#: "Weekdays:", "Lundi:", "Am Montag um 9 Uhr:", "Ma\u00f1ana por la tarde:"): entries of a
+#: day or a period, as a clock time is (two things happen on one day, in one week). English,
+#: then French, German, Spanish, Italian, Portuguese and Dutch days, months and times of
+#: day, folded as keys are (no accents)
 _WHEN_TEXT = """
     monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
     sat sun january february march april may june july august september october november
@@ -40,9 +58,48 @@ _WHEN_TEXT = """
     weekends day days week weeks fortnight month months year years last in within by until
     end start beginning mid early late later soon spring summer autumn fall winter a an one
     two three four five six seven eight nine ten eleven twelve couple few
+    mondays tuesdays wednesdays thursdays fridays saturdays sundays weekday weekdays daily
+    weekly monthly yearly nightly other each o clock p m h hr hrs hour hours quarter half past
+    lundi mardi mercredi jeudi vendredi samedi dimanche janvier fevrier mars avril mai juin
+    juillet aout septembre octobre novembre decembre aujourd hui demain hier matin soir
+    apres midi minuit semaine mois annee week-end le la les ce cette chaque prochain prochaine
+    dernier derniere au du de des en heure heures lundis mardis mercredis jeudis vendredis samedis
+    dimanches
+    montag dienstag mittwoch donnerstag freitag samstag sonnabend sonntag montags dienstags
+    mittwochs donnerstags freitags samstags sonntags januar februar marz juni juli oktober
+    dezember heute morgen ubermorgen gestern fruh abend abends morgens nachmittag nachmittags
+    mittag nacht woche wochen monat jahr wochenende um im jeden jede nachste nachsten diese
+    diesen uhr
+    lunes martes miercoles jueves viernes sabado domingo enero febrero marzo abril mayo junio
+    julio agosto septiembre setiembre octubre noviembre diciembre hoy manana ayer tarde noche
+    mes ano fin el los las cada proximo proxima este esta por
+    lunedi martedi mercoledi giovedi venerdi sabato domenica gennaio febbraio aprile maggio
+    giugno luglio settembre ottobre dicembre oggi domani ieri mattina pomeriggio sera notte
+    settimana mese anno ogni prossimo il
+    segunda terca quarta quinta sexta feira janeiro fevereiro marco maio junho julho setembro
+    outubro novembro dezembro hoje amanha ontem manha noite semana
+    maandag dinsdag woensdag donderdag vrijdag zaterdag zondag januari februari maart mei
+    augustus vandaag gisteren ochtend middag avond maand jaar volgende elke op om
 """
 _WHEN = frozenset(_WHEN_TEXT.split())
-_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h)?")
+#: a number of a time or a date: "9", "3rd", "9am", "8h15" and "14h30" (French), "1er",
+#: "2e", "1o" ("1\u00ba" folded), a quarter or a half of a year ("q1", "h2")
+_WHEN_NUMBER = re.compile(r"\d+(?:st|nd|rd|th|am|pm|h\d*|uhr|er|e|eme|o|a)?|q[1-4]|h[12]")
+#: a word of Chinese, Japanese or Korean that only says when: days of the week ("\u5468\u4e00",
+#: "\u661f\u671f\u4e00", "\u6708\u66dc\u65e5", "\uc6d4\uc694\uc77c"), today and tomorrow, morning and
+#: afternoon, and numbers of hours, days, months and years ("\u4e0b\u53483\u70b9", "3\u67085\u65e5")
+_CJK_WHEN = re.compile(
+    "(?:\\d+"
+    "|[\u4eca\u660e\u6628\u524d\u540e\u5f8c]\u5929|[\u4eca\u660e\u6628]\u65e5"
+    "|[\u4e0a\u4e0b\u4e2d]\u5348|\u5348[\u524d\u5f8c\u540e]|\u665a\u4e0a|\u65e9\u4e0a"
+    "|\u591c|\u671d|\u6669|\u665a"
+    "|\u5468[\u4e00\u4e8c\u4e09\u56db\u4e94\u516d\u65e5\u5929\u672b]"
+    "|(?:\u661f\u671f|\u793c\u62dc)[\u4e00\u4e8c\u4e09\u56db\u4e94\u516d\u65e5\u5929]"
+    "|[\u6708\u706b\u6c34\u6728\u91d1\u571f\u65e5]\u66dc\u65e5?"
+    "|[\u70b9\u9ede\u6642\u65f6\u5206\u534a\u53f7\u865f\u65e5\u6708\u5e74]"
+    "|\uc624\ub298|\ub0b4\uc77c|\uc5b4\uc81c|\uc624\uc804|\uc624\ud6c4|\uc800\ub141|\uc544\uce68"
+    "|[\uc6d4\ud654\uc218\ubaa9\uae08\ud1a0\uc77c]\uc694\uc77c|\uc2dc|\ubd84)+"
+)
 
 
 #: invisible characters a repeat may hold or lack without being another fact
@@ -77,25 +134,37 @@ def fact_key(content: str) -> str | None:
     and category supersedes it. The colon must be followed by whitespace: "Pickup at 8:15
     for Lea", "See https://example.com" and "Slides in 16:9" have no key (a clock time read
     as a key made "Pickup at 8:40 for Tom" replace Lea's pickup); nor has a fact headed by
-    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``) or by a day, a time or a period
+    a label ("Note: buy milk", "Reminder: ...", ``_LABELS``), by one of several things a
+    person has at once ("Allergy: peanuts", ``_ONE_OF_SEVERAL``) or by a day, a time or a period
     alone ("Monday: dentist at 9", "2024-05-01: haircut", "9am: gym", "Next week: parents
     visit": two entries of one day or week).
     The full-width colon of Chinese and Japanese ends a key without a space after it
     ("\u9996\u9009\u8bed\u8a00\uff1aPython" has a key), except between two digits
-    (a clock time, "14\uff1a30")."""
+    (a clock time, "14\uff1a30").
+    A key is compared as both databases' full-text indexes see its words
+    (``recall.text.search_text``), case-folded: "\uff25mail" (full width) and "Email",
+    "\ufb01le" (a ligature) and "file", "Stra\u00dfe" and "STRASSE", "\u0130stanbul" and
+    "Istanbul", "Caf\u00e9" and "Cafe", "Pass\u200bword" and "Password" are one key.
+    Folded by NFKC and ``str.casefold`` alone, each pair was two keys, and the new value of
+    a key stayed in force beside the old one."""
     match = _KEY.match(content)
     if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
         return None
-    key = " ".join(unicodedata.normalize("NFKC", match.group(1)).split()).casefold()
+    key = " ".join(search_text(match.group(1)).casefold().split())
     words = re.findall(r"[^\W_]+", key)
-    if key in _LABELS or all(word in _WHEN or _WHEN_NUMBER.fullmatch(word) for word in words):
+    if key in _LABELS or all(
+        word in _WHEN or _WHEN_NUMBER.fullmatch(word) or _CJK_WHEN.fullmatch(word) for word in words
+    ):
         return None
+    if words and words[-1] in _ONE_OF_SEVERAL and not _ONLY.intersection(words):
+        return None  # "Allergy: peanuts" and "Allergy: shellfish": two allergies
     return key
 
 
 #: words of a fact for comparing subjects: runs of letters and digits, a possessive or an
-#: elision kept whole ("alice's", "o'neil")
-_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+#: elision kept whole ("alice's", "o'neil"), and each emoji or pictograph ("Likes \U0001f355"
+#: and "Likes \U0001f363" are two things liked)
+_SUBJECT_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|[\u2600-\u27bf\U0001f000-\U0001faff]")
 #: words that lead a subject without naming it: articles, possessive and demonstrative
 #: determiners ("my sister", "the dentist", "this laptop")
 _DETERMINERS_TEXT = """
@@ -109,9 +178,11 @@ _DETERMINERS_TEXT = """
     mijn zijn haar ons onze het een
 """
 _DETERMINERS = frozenset(_DETERMINERS_TEXT.split())
-#: subjects of one word: personal pronouns, and "user" as facts about a user write it
+#: subjects of one word: personal pronouns (with the verb they are contracted with: "I'm
+#: allergic to peanuts"), and "user" as facts about a user write it
 _PRONOUNS_TEXT = """
-    i we you he she they it user
+    i we you he she they it user i'm i've i'd i'll we're we've we'd we'll
+    i\u2019m i\u2019ve i\u2019d i\u2019ll we\u2019re we\u2019ve we\u2019d we\u2019ll
     yo ella nosotros je il elle nous ich er sie wir io lui lei noi eu ele ela nós ik hij zij
 """
 _PRONOUNS = frozenset(_PRONOUNS_TEXT.split())
@@ -129,6 +200,43 @@ _ADVERBS_TEXT = """
     not never now no longer still also always usually often recently just already finally currently
 """
 _ADVERBS = frozenset(_ADVERBS_TEXT.split())
+#: the subjects that are the user: a fact saying nothing of whom it is about ("Likes tea"),
+#: or saying "I", "we" or "user"
+_USER_SUBJECTS = frozenset(
+    [(), *((word,) for word in ("i", "we", "user", "i'm", "i\u2019m", "we're", "we\u2019re"))]
+)
+#: verbs (and an adjective) whose objects add up rather than replace each other: a person
+#: likes, speaks, plays, owns and is allergic to several things ("Likes hiking" and "Likes
+#: swimming", "Speaks French" and "Speaks German", "I have a cat" and "I have a dog"). Lives
+#: in, works at and prefers take one value at a time and are not here.
+_ADDITIVE_TEXT = """
+    like likes liked love loves loved enjoy enjoys enjoyed adore adores hate hates hated
+    dislike dislikes disliked speak speaks spoke know knows knew play plays played visit visits
+    visited own owns owned have has had collect collects collected watch watches watched
+    read reads follow follows followed learn learns learned learnt learning study studies
+    studied studying attend attends attended use uses used using buy buys bought need needs
+    needed want wants wanted drink drinks drank eat eats ate listen listens listened allergic
+"""
+_ADDITIVE = frozenset(_ADDITIVE_TEXT.split())
+#: names of days and months, and words of a day: a different one is another occasion ("Yoga
+#: on Monday" and "Yoga on Wednesday"), never a verb ("Mondays")
+_DAYS_TEXT = """
+    monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays
+    thursdays fridays saturdays sundays mon tue tues wed thu thur thurs fri today tomorrow
+    tonight yesterday weekend weekends
+"""
+_DAYS = frozenset(_DAYS_TEXT.split())
+#: month names ("may" only beside a number: "May 3", else it is the verb)
+_MONTHS_TEXT = """
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+"""
+_MONTHS = frozenset(_MONTHS_TEXT.split())
+#: a day of a month or a year beside a month name ("May 3", "3rd of May", "June 2026")
+_DAY_NUMBER = re.compile(r"\d{1,2}(?:st|nd|rd|th)?|\d{4}")
+#: a written date: ISO "2026-01-05", or day, month and year with "/" or "." ("05/01/2026",
+#: "5.1.26"; without a year "4/5" may be a score and "3.11" a version)
+_DATE = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}([/.])\d{1,2}\1\d{2,4}\b")
 #: most words of a subject named before its verb ("Room 101 is booked", "Flight LH123 leaves")
 _SUBJECT_WORDS = 3
 #: a replaced span of at most this many words on each side is a slot of a shared template
@@ -146,7 +254,7 @@ def _verb_like(word: str) -> bool:
     "joined"; not "as", "bus", "class")."""
     if word in _VERBS or word.endswith(("n't", "n\u2019t")):
         return True
-    if len(word) < 3 or not word.isalpha():
+    if len(word) < 3 or not word.isalpha() or word in _DAYS:
         return False
     return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
 
@@ -210,7 +318,16 @@ def same_subject(old: str, new: str) -> bool:
     after "Likes spicy food" and "Started a new job at Contoso" after "Works at Northwind"
     are changes; "My brother lives in Lisbon" is a fact about someone else. Embedding
     similarity alone replaced such facts: sentences that differ in one name embed above a
-    cosine of 0.85."""
+    cosine of 0.85.
+    Nor is it the same thing when a replaced word other than an amount or a time (a word
+    holding a digit) is: a word of a note without a verb ("Call dad at 5pm" after "Call mom
+    at 5pm", "Haircut appointment on Monday" after "Dentist appointment on Monday": an entry
+    of a to-do list or a calendar, 0.85 alike by the local model); another day or date of the
+    user's (``_dates``: "Yoga on Wednesday" after "Yoga on Monday", 0.93 alike; a named
+    subject's date still changes: "Alice's birthday is March 4"); or the object of a verb
+    whose objects add up (``_ADDITIVE``: "Likes swimming" after "Likes hiking", "Speaks
+    German" after "Speaks French"; the verb itself changing, "Dislikes hiking", is a change
+    of mind). "Dinner at 8pm on Friday" after "Dinner at 7pm on Friday" is a changed time."""
     if not (_readable(old) and _readable(new)):
         return False
     old_key, new_key = fact_key(old), fact_key(new)
@@ -224,6 +341,13 @@ def same_subject(old: str, new: str) -> bool:
     new_rest = _words(new)[len(subject) : end]
     old_names = _names(old)[len(subject) : end]
     new_names = _names(new)[len(subject) : end]
+    old_dates = _dates(old)[len(subject) : end]
+    new_dates = _dates(new)[len(subject) : end]
+    about_user = subject in _USER_SUBJECTS
+    # a note without a verb ("Call mom at 5pm", "Dentist appointment on Monday") is named by
+    # all of its words but its amounts and times
+    note = not subject and not any(_verb_like(word) for word in [*old_rest, *new_rest])
+    old_verb, new_verb = _first_additive(old_rest), _first_additive(new_rest)
     matcher = difflib.SequenceMatcher(None, old_rest, new_rest, autojunk=False)
     replaced = []
     amounts = True  # whether every replaced word is a number on both sides
@@ -232,6 +356,12 @@ def same_subject(old: str, new: str) -> bool:
             continue
         if any(old_names[i1:i2]) or any(new_names[j1:j2]):
             return False  # another room, seat or flight: a number or code naming which one
+        if about_user and (any(old_dates[i1:i2]) or any(new_dates[j1:j2])):
+            return False  # another day or date of the user's: another occasion
+        if not all(_amount(word) for word in [*old_rest[i1:i2], *new_rest[j1:j2]]) and (
+            note or i2 - 1 > old_verb or j2 - 1 > new_verb
+        ):
+            return False  # another word of a note, or another thing liked, spoken, owned
         replaced.append((i2 - i1, j2 - j1))
         amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
     # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
@@ -240,6 +370,38 @@ def same_subject(old: str, new: str) -> bool:
         len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
     )
     return not slots
+
+
+def _first_additive(words: list[str]) -> int:
+    """The index of the first word of ``words`` in ``_ADDITIVE``, or past the last index
+    when there is none."""
+    return next((index for index, word in enumerate(words) if word in _ADDITIVE), len(words))
+
+
+def _amount(word: str) -> bool:
+    """Whether ``word`` is an amount or a time rather than a name of something: it holds a
+    digit ("3", "8gb", "7pm")."""
+    return any(char.isdigit() for char in word)
+
+
+def _dates(content: str) -> list[bool]:
+    """For each word of ``content`` (as ``_words`` gives them), whether it says which day: a
+    name of a day (``_DAYS``), a month name, a number beside one ("May 3"), or part of a
+    written date (``_DATE``: "2026-01-05")."""
+    spans = [match.span() for match in _DATE.finditer(content)]
+    found = list(_SUBJECT_WORD.finditer(content))
+    words = [match.group().casefold() for match in found]
+    flags = []
+    for index, match in enumerate(found):
+        word = words[index]
+        beside = [words[i] for i in (index - 1, index + 1) if 0 <= i < len(words)]
+        flags.append(
+            word in _DAYS
+            or (word in _MONTHS and (word != "may" or any(_DAY_NUMBER.fullmatch(w) for w in beside)))
+            or (bool(_DAY_NUMBER.fullmatch(word)) and any(w in _MONTHS for w in beside))
+            or any(start <= match.start() < stop for start, stop in spans)
+        )
+    return flags
 
 
 def _words(content: str) -> list[str]:
@@ -252,7 +414,10 @@ def _words(content: str) -> list[str]:
 _NUMBERED_TEXT = """
     room gate seat table floor apartment apt flat unit suite building platform terminal door
     desk office locker cabin bed ward bay dock booth row aisle hall lot spot order invoice
-    ticket case issue bug pr account flight policy claim parcel package
+    ticket case issue bug pr account flight policy claim parcel package classroom lab court
+    field pitch lane track bus tram line route exit stop station channel server node host
+    printer car coach carriage berth pier shelf drawer bin box slot site zone sector block
+    house studio theater theatre screen counter
 """
 _NUMBERED = frozenset(_NUMBERED_TEXT.split())
 #: a code naming a thing: capitals then digits ("LH123", "A320", "P12"), or digits and one

@@ -32,8 +32,9 @@ found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
    followed by a feeling or a passing state ("glad", "sorry", "so excited", "off to",
    "thinking") are small talk, not facts. Hedges and wishes ("I think", "I'd", "I'll",
    "I hope", "I wanted") match none of the kinds.
-4. The fact is the sentence as said, attributed: ``Caroline said "I moved to Berlin last
-   year" on 8 May 2023.`` The date (the day it was said) is added to events and to sentences
+4. The fact is the sentence as said, word for word (its apostrophes and closing
+   punctuation kept), attributed: ``Caroline said "I moved to Berlin last year." on 8 May
+   2023.`` The date (the day it was said) is added to events and to sentences
    that place themselves in time relative to it ("yesterday", "last week", "two days ago");
    states and preferences are left undated, so that a repeat adds nothing.
 5. Each fact is persistent, with importance 0.4 (below the 0.5 default of a fact remembered
@@ -320,7 +321,10 @@ def extract_facts(messages: Sequence[ChatMessage]) -> list[FactDraft]:
                 continue
             statement, category = found
             dated = day and (category == "events" or _RELATIVE_TIME.search(statement))
-            content = f'{name or "The user"} said "{statement}"' + (f" on {day}." if dated else ".")
+            # the closing punctuation is the speaker's, inside the quote; a sentence that
+            # ends without one gets the fact's own
+            end = "" if statement.endswith((".", "!", "\u2026")) else "."
+            content = f'{name or "The user"} said "{statement}"' + (f" on {day}." if dated else end)
             facts.append(
                 FactDraft(
                     content=content,
@@ -335,17 +339,25 @@ def extract_facts(messages: Sequence[ChatMessage]) -> list[FactDraft]:
 
 
 def _fact_of(sentence: str) -> tuple[str, str] | None:
-    """``(statement, category)`` when ``sentence`` is a first-person fact by the rules."""
-    text = " ".join(sentence.replace("\u2019", "'").split())
-    text = _INTERJECTION.sub("", _GREETING.sub("", text)).strip(" ,;-")
+    """``(statement, category)`` when ``sentence`` is a first-person fact by the rules. The
+    statement is the sentence as written, white space collapsed, less a greeting or
+    interjection it opens with, its first letter capitalised: its words, apostrophes and
+    closing punctuation are the speaker's, so the fact quotes them word for word."""
+    said = " ".join(sentence.split())
+    # read with plain apostrophes (U+2019 as "'"); one character for one, so what the
+    # opening rules leave is the same span of what was said
+    read = _INTERJECTION.sub("", _GREETING.sub("", said.replace("\u2019", "'")))
+    kept = said[len(said) - len(read) :]
+    start = len(kept) - len(kept.lstrip(" ,;-"))
+    end = len(kept.rstrip(" ,;-"))
+    text, kept = read[start:end], kept[start:end]
     if not text or "?" in text or _ADDRESSED.search(text):
         return None
     words = _WORD.findall(text.lower())
     if not 4 <= len(words) <= 40 or words[0] not in _SUBJECTS:
         return None
-    statement = text[0].upper() + text[1:]
     category = _kind(words)
-    return (statement.rstrip(" ."), category) if category else None
+    return (kept[0].upper() + kept[1:], category) if category else None
 
 
 def _kind(words: list[str]) -> str | None:

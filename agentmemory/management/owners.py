@@ -1,8 +1,7 @@
-"""How the management commands name a user: ``find_user`` for the commands that act on an
-existing user (``forget_user``, ``memory_md``, ``import_conversation --owner``,
-``mcp_server``), and ``resolve_owner`` for the ``--owner USERNAME`` option of those that
-create conversations (``replay_conversations``, ``chat``), which creates the user when there
-is none. Both read a name by one rule: as given, else as ``create_user`` stores it (NFKC)."""
+"""Users named on a command line: the ``--owner USERNAME`` option of the management commands
+that create conversations (``replay_conversations``, ``chat``), the user they belong to,
+created when there is none; and ``find_user_by_name``, the user a command names (``memory_md
+--user``, ``import_conversation --owner``, ``forget_user``, ``mcp_server --user``)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import IntegrityError, models, router, transaction
 
-from agentmemory.validation import parse_id
-
 #: the help text of ``--owner``, after what the command creates ("the conversations created")
 OWNER_HELP = (
     "the user who owns {what}, so that they show in that user's API list and the memory "
@@ -23,49 +20,20 @@ OWNER_HELP = (
 )
 
 
-def user_by_name(username: str) -> AbstractBaseUser | None:
-    """The user whose name (the user model's ``USERNAME_FIELD``) is ``username`` as given,
-    else as ``create_user`` stores it (``AbstractBaseUser.normalize_username``, NFKC: "alice"
-    typed in full-width letters is "alice"); ``None`` when there is none. The one rule every
-    command reads a user's name by (``find_user``, ``resolve_owner``): ``chat --owner`` found
-    the user that ``forget_user``, ``memory_md --user`` and ``mcp_server --user`` said did
-    not exist."""
+def find_user_by_name(username: str) -> AbstractBaseUser | None:
+    """The user whose ``USERNAME_FIELD`` is ``username`` as typed or as ``create_user`` stores
+    it (``AbstractBaseUser.normalize_username``: NFKC, so "alice" in full-width letters, or
+    "Zu\u0308rich" decomposed as macOS file names and some terminals give it, is the user
+    "alice" or "Z\u00fcrich"), or ``None``. The name as typed is tried first: a user stored
+    without ``create_user`` keeps the name it was given."""
     user_model = get_user_model()
     manager = user_model._default_manager
     field = user_model.USERNAME_FIELD
     user = manager.filter(**{field: username}).first()
-    normalized = user_model.normalize_username(username)
-    if user is None and normalized != username:
-        user = manager.filter(**{field: normalized}).first()
-    return user
-
-
-def find_user(value: str, *, by: str | None = None) -> AbstractBaseUser:
-    """The existing user ``value`` names: a name (``user_by_name``) or, with ``by`` None or
-    ``"pk"``, a primary key; ``by="username"`` reads it only as a name, ``by="pk"`` only as
-    a primary key.
-
-    Raises:
-        CommandError: no such user; a ``value`` that is no primary key with ``by="pk"``; or,
-            with ``by`` None, a name of one user that is the primary key of another.
-    """
-    by_name = user_by_name(value) if by in (None, "username") else None
-    pk = parse_id(value)
-    if by == "pk" and pk is None:
-        raise CommandError(f"{value!r} is not a primary key")
-    by_pk = None
-    if by in (None, "pk") and pk is not None:
-        by_pk = get_user_model()._default_manager.filter(pk=pk).first()
-    if by_name is not None and by_pk is not None and by_name.pk != by_pk.pk:
-        raise CommandError(
-            f"{value!r} is the username of user {by_name.pk} and the id of another user; "
-            "pass --by username or --by pk"
-        )
-    user = by_name or by_pk
-    if user is None:
-        how = {None: "by username or primary key", "username": "by username", "pk": "by primary key"}[by]
-        raise CommandError(f"no user {value!r} ({how})")
-    return user
+    normalised = user_model.normalize_username(username)
+    if user is None and normalised != username:
+        user = manager.filter(**{field: normalised}).first()
+    return user  # type: ignore[no-any-return]
 
 
 def resolve_owner(username: str, stdout: OutputWrapper | None, *, purpose: str) -> AbstractBaseUser:
@@ -92,10 +60,13 @@ def resolve_owner(username: str, stdout: OutputWrapper | None, *, purpose: str) 
         raise CommandError("--owner needs a user name")
     # the name as ``create_user`` stores it (NFKC: "alice" typed in full-width letters is "alice"), so a
     # look-alike spelling finds the user instead of making a second one
-    manager = user_model._default_manager
-    user = user_by_name(username)
     username = user_model.normalize_username(username)
-    if user is not None:
+    manager = user_model._default_manager
+    try:
+        user = manager.get(**{field: username})
+    except user_model.DoesNotExist:
+        pass
+    else:
         if not getattr(user, "is_active", True) and stdout is not None:
             stdout.write(
                 f"User {username!r} is inactive: the conversation is theirs, but they cannot log "

@@ -87,7 +87,9 @@ from agentmemory.recall.text import (
     bounded_query,
     query_words,
     said_keys,
+    said_within,
     search_text,
+    word_keys,
     words_key,
 )
 from agentmemory.recall.when import windows_in, without_times
@@ -215,6 +217,7 @@ def recall_memory(
     exclude_fact_ids: Collection[int] = (),
     exclude_message_ids: Collection[int] = (),
     exclude_texts: Collection[str] = (),
+    exclude_said_in: Collection[str] = (),
     facts: bool = True,
     using: str | None = None,
     fact_agent_key: str | None = None,
@@ -244,6 +247,13 @@ def recall_memory(
             case, white space and punctuation aside) is left out, with or without a
             ``source_message`` (a host's own ``remember()`` calls, an import, MEMORY.md
             keep none). So is a fact that a message the block shows says.
+        exclude_said_in: the other texts the request sends (the system prompt with its
+            knowledge block, the summary): a message of at least ``recall.text.SAID_MIN_WORDS``
+            words that one of them says word for word (``recall.text.said_within``: case,
+            white space and punctuation aside) is left out, as a hit or beside one, its room given to
+            others. A memory flush keeps a turn as a fact quoting it ("The user said "..." on
+            7 December 2026"), an extractive summary quotes its turns: the knowledge block or
+            the summary already sends them (design R3: the request never repeats itself).
         facts: whether facts are recalled too.
         using: the database alias; default the router's choice for reading messages.
         fact_agent_key: the facts' agent key (the agent's ``KNOWLEDGE_MEMORY_AGENT_KEY``;
@@ -351,6 +361,8 @@ def recall_memory(
     if then is not None:
         # as of ``now``: a message said after it was not there yet, also beside a hit
         lines = {key: line for key, line in lines.items() if said_by(line.said_at, then)}
+    if exclude_said_in:
+        lines = _unsaid(lines, exclude_said_in)
     if memory is not None:
         skip = {int(pk) for pk in exclude_fact_ids}
         sent = {int(pk) for pk in exclude_message_ids}
@@ -646,6 +658,14 @@ class _Counts:
         if self.adds_up and all(item.text and not item.text[0].isspace() for item in items):
             return self.empty + sum(self.texts[item.text][1] for item in items)
         return int(self.block_cost([item.text for item in items]))
+
+
+def _unsaid(lines: dict[tuple[int, int], _Line], texts: Collection[str]) -> dict[tuple[int, int], _Line]:
+    """``lines`` less those that one of ``texts`` says word for word (``recall.text.said_within``)."""
+    said = word_keys(texts)
+    if not said:
+        return lines
+    return {key: line for key, line in lines.items() if not said_within(said, line.text)}
 
 
 def rank_messages(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 #: common English function words (the indefinite pronouns among them: "something" in "I
 #: cooked something for my friend" names nothing to look for); a query made only of them
@@ -226,6 +227,51 @@ def said_keys(text: str) -> set[str]:
     keys.update(words_key(part) for part in _SAID_END.split(text))
     keys.discard("")
     return keys
+
+
+#: fewest words of a text that ``said_within`` counts as said by another: a short line
+#: ("Thanks!", "Me too") is said in passing by many texts
+SAID_MIN_WORDS = 4
+
+
+@dataclass(frozen=True)
+class SaidIn:
+    """Texts that ``said_within`` looks in: each text's ``words_key`` with a space on each
+    side (``keys``) and every word of them (``words``)."""
+
+    keys: tuple[str, ...]
+    words: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+
+def word_keys(texts: Iterable[str]) -> SaidIn:
+    """What ``said_within`` looks in for ``texts`` (those that have words)."""
+    keys = tuple(f" {key} " for key in (words_key(t) for t in texts if isinstance(t, str)) if key)
+    return SaidIn(keys, frozenset(word for key in keys for word in key.split()))
+
+
+def said_within(said: SaidIn, text: str) -> bool:
+    """Whether one of the texts of ``said`` (``word_keys``) says ``text`` word for word: its
+    ``words_key`` within one of theirs, on word boundaries, ``text`` being at least
+    ``SAID_MIN_WORDS`` words. A memory flush keeps a turn as a fact quoting it, an
+    extractive summary quotes its turns: the texts sending them say the turn. A text cut
+    short ("…" where sentences are left out) is compared as it stands, so it counts as said
+    only when its pieces are said together."""
+    if not said.keys:
+        return False
+    # A quick look first (most texts are said by none): each plain word of ``text`` must be
+    # a word of ``said``. It can only miss a text that is said (a word in another Unicode
+    # form), never count one that is not: the full comparison decides.
+    for word in text.casefold().split():
+        if word.isalnum() and word not in said.words:
+            return False
+    words = words_key(text)
+    if not words or words.count(" ") + 1 < SAID_MIN_WORDS:
+        return False
+    padded = f" {words} "
+    return any(padded in key for key in said.keys)
 
 
 def query_words(query: str) -> list[str]:

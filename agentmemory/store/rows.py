@@ -86,6 +86,9 @@ class ConversationRow:
     pending_exchanges: tuple[int, ...] = ()
     #: the seq of that AI message for each call still awaiting its result
     pending_call_seqs: tuple[int, ...] = ()
+    #: ``Conversation.summary_id`` as stored (``None``: no current summary); it may name
+    #: another conversation's summary where the row was written by hand
+    summary_id: int | None = None
 
     @property
     def has_system_prompt(self) -> bool:

@@ -229,9 +229,12 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
       the ``(conversation, seq)`` index;
     * the conversation: ``id`` in ``id``, ``message_count`` in ``seq``,
       ``human_message_count`` in ``token_count``, ``stored_tokens`` in ``exchange_seq``,
-      ``pinned_seq`` in ``has_content``, ``pinned_last_seq`` as text in ``name``, and its
-      oldest stored seq as text in ``role`` (every integer column is taken);
-    * its summary: ``id``, ``through_seq`` in ``seq``, ``token_count``,
+      ``pinned_seq`` in ``has_content``, ``pinned_last_seq`` as text in ``name``, its
+      oldest stored seq as text in ``role`` and ``summary_id`` as text in ``tool_call_id``
+      (every integer column is taken);
+    * its summary, where the conversation's ``summary_id`` names one of its own summaries
+      (a row written by hand may name another conversation's: no row then, and no floor
+      from it): ``id``, ``through_seq`` in ``seq``, ``token_count``,
       ``human_messages_covered`` in ``exchange_seq``, ``token_counter`` in ``name``,
       ``text`` in ``content``, and as text ``first_seq`` in ``role`` and ``tokens_covered``
       in ``tool_call_id``;
@@ -272,11 +275,16 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
     with_conversation = f"WITH conv AS (SELECT {columns} FROM {conversations} WHERE {c('id')} = %(id)s) "
     limit = f"COALESCE((SELECT {_page_expression(alias, c, 'conv')} FROM conv), 0)"
     greatest = "MAX" if connections[alias].vendor == "sqlite" else "GREATEST"
+    # The stored summary, only where it is one of the conversation's own: a ``summary_id``
+    # written by hand (raw SQL, a data migration, a restore) may name another conversation's,
+    # whose text and span are never this conversation's (the conversation row carries the id,
+    # so the builder tells such a row from one without a summary: ``check_summary``).
+    own_summary = f"{s('id')} = (SELECT {c('summary')} FROM conv) AND {s('conversation')} = %(id)s"
     # The floor: the page holds no row the summary covers (``%(floor)s`` NULL: the stored
     # summary's ``through_seq``; a number: that seq, 0 for none) or the pinned prompt holds.
     floor = (
-        f"{greatest}(COALESCE(%(floor)s, (SELECT {s('through_seq')} FROM {summaries} WHERE {s('id')} = "
-        f"(SELECT {c('summary')} FROM conv)), 0), "
+        f"{greatest}(COALESCE(%(floor)s, "
+        f"(SELECT {s('through_seq')} FROM {summaries} WHERE {own_summary}), 0), "
         f"COALESCE((SELECT COALESCE({c('pinned_last_seq')}, {c('pinned_seq')}) FROM conv), 0))"
     )
     # The tail comes first and the pinned message second: PostgreSQL resolves the type of
@@ -319,7 +327,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         f"ORDER BY {m('seq')} LIMIT 1) AS varchar(20))",
         c("human_message_count"),
         c("stored_tokens"),
-        null,
+        f"CAST({c('summary')} AS varchar(20))",
         null,
         c("id"),
         f"CAST({c('pinned_last_seq')} AS varchar(20))",
@@ -344,9 +352,7 @@ def _head_sql(alias: str, *, with_pinned: bool, capped: bool) -> str:
         null,
     ]
     branches.append(f"SELECT {', '.join(conversation)} FROM conv")
-    branches.append(
-        f"SELECT {', '.join(summary)} FROM {summaries} WHERE {s('id')} = (SELECT {c('summary')} FROM conv)"
-    )
+    branches.append(f"SELECT {', '.join(summary)} FROM {summaries} WHERE {own_summary}")
     # The newest orphaned tool results (on the partial index that holds only them), one
     # more than ``HEAD_ORPHANS`` to tell that there are more: with the conversation's
     # oldest seq and the summary's span, what the gap report needs in the common case
@@ -561,6 +567,11 @@ def read_head(
     The page holds only rows above the floor: the pinned prompt's last seq, and
     ``floor`` (a seq; ``None``: the stored summary's ``through_seq``), whichever is
     higher. Rows a summary covers are never read, whatever the budget.
+
+    The summary is the conversation's current one only where it is one of the
+    conversation's own: a ``summary_id`` that names another conversation's summary (written
+    by hand) reads as none (``WindowHead.summary`` is ``None``, and its span is no floor),
+    with the id kept in ``WindowHead.conv.summary_id`` for the caller to refuse it.
     """
     if not -MAX_SEQ - 1 <= conversation_id <= MAX_SEQ:
         return None  # no 64-bit id: no conversation (SQLite's driver raised OverflowError)
@@ -610,6 +621,7 @@ def read_head(
                 None if values[7] is None else int(values[7]),
                 tuple(sorted(set(call_seqs))),
                 call_seqs,
+                None if values[4] is None else int(values[4]),
             )
         elif kind == _SUMMARY:
             summary = SummaryRow(values[6], values[9], values[0], values[2], values[7], values[3])

@@ -93,11 +93,13 @@ class ConversationUpdateSerializer(ConversationSerializer):
 
 
 class ConversationDetailSerializer(ConversationSerializer):
-    """A conversation with its current summary embedded (``null`` before the first compaction).
-    One item: its answer is within ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, or this item
-    alone when it is larger (as a page holds such an item alone)."""
+    """A conversation with its current summary embedded (``null`` before the first compaction,
+    and where the stored ``summary_id`` names another conversation's summary, written by
+    hand: ``Conversation.own_summary``; its ``/context/`` answers 409 then). One item: its
+    answer is within ``AGENTMEMORY["API_MAX_RESPONSE_BYTES"]``, or this item alone when it is
+    larger (as a page holds such an item alone)."""
 
-    summary = SummarySerializer(read_only=True, allow_null=True)
+    summary = SummarySerializer(source="own_summary", read_only=True, allow_null=True)
 
     class Meta(ConversationSerializer.Meta):
         fields = (*ConversationSerializer.Meta.fields, "summary")

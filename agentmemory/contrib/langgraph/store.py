@@ -34,8 +34,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import router, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Value
 from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Left
+from django.db.models.lookups import Exact
 from django.utils import timezone
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -107,10 +109,16 @@ def _split(namespace: str) -> tuple[str, ...]:
 
 
 def _in_prefix(prefix: Sequence[str]) -> Q:
+    """The items whose namespace starts with the labels of ``prefix``, compared exactly, as
+    ``InMemoryStore`` compares them: the ``startswith`` (``LIKE``, which an index serves)
+    is checked again by an ``=`` of the namespace's opening, since SQLite's ``LIKE`` ignores
+    the case of ASCII letters: a search of ("users", "Alice") returned the items of
+    ("users", "alice", ...), another user's memories."""
     if not prefix:
         return Q()
-    joined = _join(prefix)
-    return Q(namespace=joined) | Q(namespace__startswith=joined + ".")
+    joined = _join(prefix) + "."
+    opening = Exact(Left("namespace", len(joined)), Value(joined))
+    return Q(namespace=joined[:-1]) | (Q(namespace__startswith=joined) & Q(opening))
 
 
 def _number(value: Any) -> float | None:

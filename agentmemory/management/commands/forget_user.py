@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from agentmemory.deletion import erasure_counts, forget_user
 from agentmemory.management.base import TextArgumentsCommand
-from agentmemory.management.owners import find_user
+from agentmemory.management.owners import find_user_by_name
+from agentmemory.validation import parse_id
 
 
 class Command(TextArgumentsCommand):
@@ -33,7 +35,7 @@ class Command(TextArgumentsCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = find_user(options["user"], by=options["by"])
+        user = self._user(options["user"], options["by"])
         name = f"{user.get_username()} (id {user.pk})"
         counts = erasure_counts([user])
         listed = ", ".join(f"{n} {what}" for what, n in counts.items()) or "nothing stored"
@@ -54,3 +56,25 @@ class Command(TextArgumentsCommand):
                     self.stdout.write(f"  {label}: {n}")
             else:
                 self.stdout.write(f"  {key.replace('_', ' ')}: {value}")
+
+    def _user(self, value: str, by: str | None) -> Any:
+        model = get_user_model()
+        manager = model._default_manager
+        by_name = None
+        if by in (None, "username"):
+            by_name = find_user_by_name(value)
+        by_pk = None
+        pk = parse_id(value)
+        if by in (None, "pk") and pk is not None:
+            by_pk = manager.filter(pk=pk).first()
+        if by == "pk" and pk is None:
+            raise CommandError(f"{value!r} is not a primary key")
+        if by_name is not None and by_pk is not None and by_name.pk != by_pk.pk:
+            raise CommandError(
+                f"{value!r} is the username of user {by_name.pk} and the id of another user; "
+                "pass --by username or --by pk"
+            )
+        user = by_name or by_pk
+        if user is None:
+            raise CommandError(f"no user {value!r} (by username or primary key)")
+        return user

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
-from agentmemory.management.owners import find_user
+from agentmemory.management.owners import find_user_by_name
 from agentmemory.transfer import ConversationExists, InvalidConversationData, import_conversation
 
 
@@ -31,7 +31,9 @@ class Command(TextArgumentsCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         owner = None
         if options["owner"]:
-            owner = find_user(options["owner"], by="username")
+            owner = find_user_by_name(options["owner"])
+            if owner is None:
+                raise CommandError(f"no user {options['owner']!r}")
         try:
             if options["file"] == "-":
                 data = json.load(sys.stdin)

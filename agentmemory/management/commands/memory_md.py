@@ -6,12 +6,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from agentmemory.knowledge import InvalidFactError, KnowledgeMemory, export_memory_md, import_memory_md
 from agentmemory.management.base import TextArgumentsCommand
-from agentmemory.management.owners import find_user
+from agentmemory.management.owners import find_user_by_name
 from agentmemory.recall.scope import MemoryScopeError
+from agentmemory.validation import parse_id
+
+
+def find_user(value: str) -> Any:
+    """A user by username (``find_user_by_name``: the user model's ``USERNAME_FIELD``, as
+    typed or normalised) or by numeric id."""
+    model = get_user_model()
+    user = find_user_by_name(value)
+    pk = parse_id(value)
+    if user is None and pk is not None:
+        user = model._default_manager.filter(pk=pk).first()
+    if user is None:
+        raise CommandError(f"no user {value!r}")
+    return user
 
 
 class Command(TextArgumentsCommand):

@@ -9,7 +9,7 @@ import anyio
 from django.core.management.base import CommandError, CommandParser
 
 from agentmemory.management.base import TextArgumentsCommand
-from agentmemory.management.owners import find_user
+from agentmemory.management.owners import find_user_by_name
 
 
 class Command(TextArgumentsCommand):
@@ -27,7 +27,9 @@ class Command(TextArgumentsCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from agentmemory.contrib.mcp.server import bind_owner, serve_stdio
 
-        user = find_user(options["user"], by="username")
+        user = find_user_by_name(options["user"])
+        if user is None:
+            raise CommandError(f"no user {options['user']!r}")
         if not user.is_active:
             raise CommandError(f"user {options['user']!r} is inactive")
         # from here on only the transport writes to stdout: it takes file descriptor 1 and
