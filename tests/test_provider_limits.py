@@ -11,6 +11,7 @@ import struct
 import zlib
 
 import pytest
+from django.db import connection
 
 from agentmemory.agents import BaseToolCallingAgent
 from agentmemory.agents.checks import check_agents
@@ -437,7 +438,11 @@ def test_stored_arguments_that_are_not_an_object_are_sent_as_one(
     else:
         [call] = fake_openai.requests[-1]["messages"][2]["tool_calls"]
         assert json.loads(call["function"]["arguments"]) == sent
-    assert Message.objects.get(pk=row.pk).tool_calls[0]["arguments"] == stored  # storage as it was
+    # storage as it was (read around the field, which gives the ORM the shape it writes)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT tool_calls FROM {Message._meta.db_table} WHERE id = %s", [row.pk])
+        [raw] = cursor.fetchone()
+    assert (json.loads(raw) if isinstance(raw, str) else raw)[0]["arguments"] == stored
 
 
 def test_a_request_without_inline_media_is_not_measured(monkeypatch) -> None:  # type: ignore[no-untyped-def]
