@@ -349,6 +349,10 @@ def same_subject(old: str, new: str) -> bool:
     new_names = _names(new, end)[len(subject) :]
     old_dates = _dates(old, end)[len(subject) :]
     new_dates = _dates(new, end)[len(subject) :]
+    # adverbs of time say nothing of what a fact is: "I now live in Munich" after "I currently
+    # live in Berlin" is one change, not two slots of a template filled differently
+    old_rest, old_names, old_dates = _without_when(old_rest, old_names, old_dates)
+    new_rest, new_names, new_dates = _without_when(new_rest, new_names, new_dates)
     about_user = subject in _USER_SUBJECTS
     # a note without a verb ("Call mom at 5pm", "Dentist appointment on Monday") is named by
     # all of its words but its amounts and times
@@ -376,6 +380,20 @@ def same_subject(old: str, new: str) -> bool:
         len(replaced) >= 2 and not amounts and all(a <= _SLOT_WORDS and b <= _SLOT_WORDS for a, b in replaced)
     )
     return not slots
+
+
+#: adverbs that only say when or how often ("now", "currently", "still"), left out of the
+#: words compared; "not", "never" and "no longer" change what a fact says and stay
+_WHEN_ADVERBS_TEXT = "now currently still recently just already finally always usually often"
+_WHEN_ADVERBS = frozenset(_WHEN_ADVERBS_TEXT.split())
+
+
+def _without_when(
+    words: list[str], names: list[bool], dates: list[bool]
+) -> tuple[list[str], list[bool], list[bool]]:
+    """``words`` and their flags less the adverbs of ``_WHEN_ADVERBS``."""
+    kept = [index for index, word in enumerate(words) if word not in _WHEN_ADVERBS]
+    return [words[i] for i in kept], [names[i] for i in kept], [dates[i] for i in kept]
 
 
 def _first_additive(words: list[str]) -> int:
