@@ -317,7 +317,9 @@ def same_subject(old: str, new: str) -> bool:
     after "Favourite colour is blue" another favourite; slots that are all numbers are new
     amounts of the same fact: "Boys are 9, 6 and 2" after "Boys are 8, 5 and 1"). A number
     or code naming which thing (``_names``: "Room 205", "Seat 22A", "Order #1043") makes it
-    another thing, another "key:" another fact, and text the rule cannot read
+    another thing, another "key:" another fact, adverbs of time (``_WHEN_ADVERBS``: "now",
+    "currently", "still") are no slot ("I now live in Munich" after "I currently live in
+    Berlin" is a change), and text the rule cannot read
     (``_readable``: letters of a script other than Latin) is never the same subject. Of a
     long fact, the first ``_COMPARED_WORDS`` words after its subject are compared.
     "My sister now lives in Porto" after "My sister lives in Lisbon", "Dislikes spicy food"
