@@ -321,3 +321,26 @@ def test_the_migration_replaces_the_head_functions_forward_and_back(pair) -> Non
         assert _source(key) == f" BEGIN RETURN QUERY {migration.STATEMENTS[functions.code(key)]}; END "
         assert migration.STATEMENTS[functions.code(key)] == function_sql.body("default", key)
     assert _head_summary(conv) is None
+
+
+def test_a_summary_moved_to_another_conversation_while_the_model_works_is_not_extended(user, pair) -> None:  # type: ignore[no-untyped-def]
+    """The summary a run extends, moved by hand to another conversation (its
+    ``conversation_id`` rewritten) while the model works, is no longer this conversation's:
+    the run stores nothing (``SUPERSEDED``). It stored a summary of this conversation whose
+    ``previous`` was the other conversation's, which the export then named by a span that
+    is in no summary of the document."""
+    _, foreign = pair
+    conv = _conversation(user, 6)
+    assert _compactor(conv, ScriptedChatModel(["Orders 0 to 3."])).run().status == "stored"
+    own = Conversation.objects.get(pk=conv.pk).summary
+    PersistentChatHistory(conv).add_messages(turn(6))
+    PersistentChatHistory(conv).add_messages(turn(7))
+
+    def meanwhile(messages):  # type: ignore[no-untyped-def]
+        Summary.objects.filter(pk=own.pk).update(conversation=foreign.conversation_id)
+        return "Orders 0 to 6."
+
+    run = _compactor(conv, ScriptedChatModel([meanwhile])).run()
+    assert run.status == "superseded" and run.summary is None
+    assert not Summary.objects.filter(conversation=conv).exists()
+    assert Conversation.objects.get(pk=conv.pk).summary_id == own.pk  # left for the repair

@@ -162,3 +162,71 @@ def test_a_short_line_the_prompt_happens_to_hold_is_still_recalled() -> None:
         later, memory_recall=True, system_prompt="When unsure, say: take the ferry."
     ).build(2_000)
     assert window.memory is not None and "assistant: Take the ferry." in window.memory.text
+
+
+ALLERGY = "I am allergic to peanuts and shellfish."
+#: a developer's instructions quoting, as an example, words a user may say
+QUOTING_PROMPT = (
+    'You are a cook. Users often write things like "I am allergic to peanuts and shellfish"; '
+    "never assume an allergy a user has not told you about."
+)
+
+
+def _allergic_user():  # type: ignore[no-untyped-def]
+    """A user who said ``ALLERGY`` in a past conversation, and a new conversation asking about it."""
+    user = UserFactory()
+    past = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(past).add_messages([ChatMessage.human(ALLERGY), ChatMessage.ai("Noted.")])
+    later = Conversation.objects.create(owner=user, agent_key="a")
+    return user, later
+
+
+def test_a_message_the_developers_prompt_happens_to_quote_is_still_recalled() -> None:
+    """The system prompt is the developer's instructions, not a record of what the user said:
+    an example in it with the words of a past message does not tell the model that the user
+    said them. The block left the user's own allergy out ("I am allergic to ..." quoted as an
+    example), and the model was sent no sign of it."""
+    _, later = _allergic_user()
+    PersistentChatHistory(later).add_messages([ChatMessage.human("What am I allergic to? Suggest a dinner.")])
+    window = ContextWindowBuilder(later, memory_recall=True, system_prompt=QUOTING_PROMPT).build(2_000)
+    assert window.memory is not None and f"user: {ALLERGY}" in window.memory.text
+    # a stored (pinned) system prompt is the developer's as well
+    pinned = Conversation.objects.create(owner=later.owner, agent_key="a")
+    history = PersistentChatHistory(pinned)
+    history.add_message(ChatMessage.system(QUOTING_PROMPT))
+    history.add_message(ChatMessage.human("What am I allergic to? Suggest a dinner."))
+    window = ContextWindowBuilder(pinned, memory_recall=True).build(2_000)
+    assert window.memory is not None and f"user: {ALLERGY}" in window.memory.text
+
+
+def test_a_knowledge_block_given_to_the_builder_still_says_a_message() -> None:
+    _, later = _allergic_user()
+    PersistentChatHistory(later).add_messages([ChatMessage.human("What am I allergic to? Suggest a dinner.")])
+    knowledge = f'## health\n- The user said "{ALLERGY}"'
+    window = ContextWindowBuilder(
+        later,
+        memory_recall=True,
+        system_prompt=f"You are a cook.\n\n{knowledge}",
+        memory_said_in=[knowledge],
+    ).build(2_000)
+    assert window.memory is None or f"user: {ALLERGY}" not in window.memory.text
+
+
+def test_a_long_system_prompt_is_not_read_for_the_memory_block(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Reading the words of a system prompt of 1 MB took 0.1-0.3 s on every model call."""
+    from agentmemory.recall import text
+
+    _, later = _allergic_user()
+    PersistentChatHistory(later).add_messages([ChatMessage.human("What am I allergic to? Suggest a dinner.")])
+    prompt = "You are a cook. " * 64_000
+    read = []
+    words_key = text.words_key
+
+    def counting(value: str) -> str:
+        read.append(len(value))
+        return words_key(value)
+
+    monkeypatch.setattr(text, "words_key", counting)
+    window = ContextWindowBuilder(later, memory_recall=True, system_prompt=prompt).build(400_000)
+    assert window.memory is not None and f"user: {ALLERGY}" in window.memory.text
+    assert max(read, default=0) < len(prompt)

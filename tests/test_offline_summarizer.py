@@ -289,3 +289,43 @@ def test_the_admin_says_an_offline_summary_called_no_model(admin_client) -> None
     assert "no model was called" in cost(offline) and "offline extractive summariser" in cost(offline)
     shown = cost(written)
     assert shown.rstrip().endswith(">2") and "no model" not in shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # what a greeting's words take is a condition or a dream: the rest alone is no fact
+        "Hello in my dreams, I live in Paris.",
+        "Hey if I win, I move to Lisbon.",
+        "Thanks but if it works, I'm moving to Berlin.",
+        "Hi, when I retire, I'm moving to Portugal.",
+    ],
+)
+def test_offline_rules_never_drop_a_condition_with_a_greeting(text: str) -> None:
+    """The greeting rule took up to 30 characters after "Hello", "Hey" or "Thanks" up to a
+    comma, whatever they said: "Hello in my dreams, I live in Paris." was kept as the user
+    saying "I live in Paris."."""
+    assert _facts(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("Well\u2026 I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        ("Okay\u2014I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        ("Hey \u2014 I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        ("Hello\u2026 I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        ("Oh \u2013 I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        ("Thanks for asking, I moved to Lisbon last year.", "I moved to Lisbon last year."),
+        (
+            "Hey Mel, I\u2019m a nurse at the city hospital\u2026",
+            "I\u2019m a nurse at the city hospital\u2026",
+        ),
+    ],
+)
+def test_offline_statements_start_on_the_sentences_first_word(text: str, statement: str) -> None:
+    """An ellipsis or a dash after an interjection or a greeting opened the quote
+    ('The user said "\u2026 I moved to Lisbon last year."'), or the greeting took the whole
+    sentence up to its full stop and no fact was kept."""
+    facts = _facts(text)
+    assert len(facts) == 1 and facts[0][1].startswith(f'The user said "{statement}"'), facts

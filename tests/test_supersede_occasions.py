@@ -78,6 +78,10 @@ CHANGES = [
     ("Works at Northwind", "Works at Contoso"),
     ("Alice's birthday is March 3", "Alice's birthday is March 4"),  # a named subject's date
     ("Uses Python 3.11", "Uses Python 3.12"),
+    # an adverb of time ("now", "currently", "still") is no slot of its own
+    ("I currently live in Berlin", "I now live in Munich"),
+    ("User still works at Northwind", "User now works at Contoso"),
+    ("I still eat meat", "I no longer eat meat"),
 ]
 
 

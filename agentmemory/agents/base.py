@@ -490,6 +490,8 @@ class BaseToolCallingAgent:
                 "memory_agent_key": agent_key,
                 "memory_namespace": namespace,
                 "memory_exclude_fact_ids": injector.knowledge_fact_ids,
+                # what the knowledge block says was said; the rest of the prompt is instructions
+                "memory_said_in": (injector.knowledge_context,) if injector.knowledge_context else (),
             }
         if injector.memory_compactor is None:
             return ContextWindowBuilder(

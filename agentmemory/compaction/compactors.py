@@ -703,7 +703,12 @@ class BaseMemoryCompactor:
                     self.conversation_id,
                 )
                 return CompactionRun(LOST_LEASE, llm_calls=calls)
-            if locked.summary_id != (previous.pk if previous else None):
+            if locked.summary_id != (previous.pk if previous else None) or (
+                previous is not None and current is None
+            ):
+                # another summary is current, or the one extended was moved by hand to another
+                # conversation meanwhile: a summary extending it would be this conversation's
+                # with another's as its ``previous``
                 return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)
             if not Message.objects.filter(conversation_id=self.conversation_id, seq=boundary).exists():
                 return CompactionRun(SUPERSEDED, summary=current, llm_calls=calls)  # history cleared

@@ -189,6 +189,12 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
             an agent key); ``memory_namespace`` is the facts' namespace.
         memory_exclude_fact_ids: facts the request already holds (an agent's knowledge block
             in its system prompt): never repeated in the memory block.
+        memory_said_in: texts of the system prompt that record what the user said (an
+            agent's knowledge block, ``build_context()``): a past message one of them, or the
+            summary, says word for word is not repeated in the memory block
+            (``recall.text.said_within``). The rest of the system prompt is the developer's
+            instructions: a message it happens to quote (an example of what users write) is
+            still recalled, since the quote does not tell the model that the user said it.
 
     Tool results are sent right after the AI message that made the call, in the order of its
     ``tool_calls``, wherever they are stored (a result may be stored after later messages).
@@ -223,6 +229,7 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         memory_agent_key: str | None = None,
         memory_namespace: str | None = None,
         memory_exclude_fact_ids: Iterable[int] = (),
+        memory_said_in: Iterable[str] = (),
     ) -> None:
         conf = app_settings()
         if memory_recall is None:
@@ -236,6 +243,10 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         self.memory_agent_key = memory_agent_key
         self.memory_namespace = memory_namespace
         self.memory_exclude_fact_ids = tuple(memory_exclude_fact_ids)
+        said_in = () if isinstance(memory_said_in, str) else tuple(memory_said_in)
+        if isinstance(memory_said_in, str) or not all(isinstance(text, str) for text in said_in):
+            raise TypeError("memory_said_in must be an iterable of texts")
+        self.memory_said_in: tuple[str, ...] = said_in
         self._memory_owner: Any = self._UNSET
         if conversation is None and chat_history is None:
             raise TypeError("ContextWindowBuilder needs a conversation or chat_history=")

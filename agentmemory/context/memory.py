@@ -57,6 +57,11 @@ if TYPE_CHECKING:
         @property
         def memory_exclude_fact_ids(self) -> tuple[int, ...]: ...
         @property
+        def memory_said_in(self) -> tuple[str, ...]: ...
+        @property
+        def system_prompt(self) -> str | None: ...
+        def _said_beside(self, window: ContextWindow) -> list[str]: ...
+        @property
         def token_counter(self) -> TokenCounter: ...
         def _owner_id(self) -> Any: ...
         def add_memory_block(self, window: ContextWindow) -> ContextWindow: ...
@@ -124,15 +129,25 @@ def _texts_sent(window: ContextWindow) -> list[str]:
     return texts
 
 
-def _texts_beside(window: ContextWindow) -> list[str]:
-    """The texts ``window`` sends before its history: the system prompt (with an agent's
-    knowledge block) and the summary, as sent (a cut summary as cut). A message one of them
-    says word for word is not repeated in the memory block (``recall_memory``'s
-    ``exclude_said_in``)."""
-    texts: list[str] = []
-    for message in window.messages:
+def _texts_beside(window: ContextWindow, *, prompt_given: bool, said_in: Sequence[str]) -> list[str]:
+    """The texts sent before ``window``'s history that record what was said: ``said_in`` (an
+    agent's knowledge block, ``ContextWindowBuilder(memory_said_in=...)``) and the summary,
+    as sent (a cut summary as cut). A message one of them says word for word is not repeated
+    in the memory block (``recall_memory``'s ``exclude_said_in``). The system prompt, given
+    (``prompt_given``: the first message) or stored (pinned messages, which have a seq), is
+    the developer's instructions: a past message it happens to quote, as an example of what
+    users write, was left out of the block, and the model never learnt that the user said
+    it (and reading the words of a prompt of 1 MB took 0.1-0.3 s a call)."""
+    texts = [text for text in said_in if text]
+    for index, message in enumerate(window.messages):
         if message.role is not Role.SYSTEM:
             break
+        if (
+            (index == 0 and prompt_given)
+            or message.seq is not None
+            or MEMORY_BLOCK_KEY in (message.metadata or {})
+        ):
+            continue
         if message.parts:
             texts.extend(p.text for p in message.parts if p.kind is PartKind.TEXT and p.text)
         elif message.text:
@@ -334,9 +349,13 @@ class MemoryBlock:
             or i.source_message_id in sent_whole
             or (i.kind == "fact" and i.words in said)
             for i in sent.memory.items
-        ) or _block_repeats(sent.memory, _texts_beside(wider)):
+        ) or _block_repeats(sent.memory, self._said_beside(wider)):
             return sent
         return self._insert_memory(wider, sent.memory)
+
+    def _said_beside(self: _Builder, window: ContextWindow) -> list[str]:
+        """``_texts_beside`` of ``window`` as this builder sends it."""
+        return _texts_beside(window, prompt_given=self.system_prompt is not None, said_in=self.memory_said_in)
 
     def _owner_id(self: _Builder) -> Any:
         """Primary key of the conversation's owner (``None``: no owner), read once per
@@ -398,7 +417,7 @@ class MemoryBlock:
                     exclude_fact_ids=self.memory_exclude_fact_ids,
                     exclude_message_ids=sent_whole,
                     exclude_texts=sent_texts,
-                    exclude_said_in=_texts_beside(window),
+                    exclude_said_in=self._said_beside(window),
                     using=alias,
                 )
         except Exception:

@@ -34,7 +34,7 @@ from agentmemory.recall.backends import mirror_vectors
 from agentmemory.recall.embedders import EmbeddingError, cosine_scores, from_bytes, numpy, to_bytes
 from agentmemory.recall.said import TRANSCRIPT_DATE_KEYS, said_instant, session_date
 from agentmemory.recall.scope import MemoryScopeError, require_user
-from agentmemory.recall.text import character_class
+from agentmemory.recall.text import character_class, search_text
 from agentmemory.recording import usage_scope
 from agentmemory.validation import MAX_ID, text_problem
 
@@ -358,13 +358,22 @@ def lock_touched(
         )
 
 
+def _visible(text: str) -> bool:
+    """Whether ``text`` shows something: a character that is neither white space nor
+    invisible (``recall.text.INVISIBLE_RANGES``: a zero-width space, a soft hyphen, a byte
+    order mark, a joiner) nor a mark the indexes leave out. A fact of invisible characters
+    only was shown as nothing, and every other one was its repeat."""
+    return bool(search_text(text).strip())
+
+
 def validate_fact(
     content: Any, category: Any, importance: Any, ttl: Any
 ) -> tuple[str, str, float, float | None]:
     """``(content, category, importance, ttl seconds or None)`` cleaned for storing: content
     of 1 to ``MAX_FACT_CHARS`` characters (stripped, in Unicode's composed form NFC), a
     one-line category of at most 100 (stripped, composed too), importance 0.0-1.0 (default
-    0.5), ttl as ``_seconds`` reads it.
+    0.5), ttl as ``_seconds`` reads it. Content and category must show something
+    (``_visible``): invisible characters alone are blank.
 
     Raises:
         InvalidFactError: any of them out of bounds, or text a database refuses.
@@ -374,6 +383,8 @@ def validate_fact(
         raise InvalidFactError("content must be a non-empty string")
     if len(content) > limit:
         raise InvalidFactError(f"content must be at most {limit} characters")
+    if not _visible(content):  # read once its length is known to be bounded
+        raise InvalidFactError("content must be a non-empty string (invisible characters alone are blank)")
     if problem := text_problem(content):
         raise InvalidFactError(f"content {problem}")
     if isinstance(category, str):
@@ -381,8 +392,8 @@ def validate_fact(
         category = category_value(category)
     if (
         not isinstance(category, str)
-        or not category
         or len(category) > 100
+        or not _visible(category)
         or text_problem(category)
         or len(category.splitlines()) > 1
     ):

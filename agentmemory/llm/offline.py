@@ -21,7 +21,9 @@ found without a model (``FactDraft.extracted_by == OFFLINE_FACTS``):
    words are not the user's facts.
 2. Each sentence on its own. Questions, sentences addressed to the listener ("you", "your"),
    and sentences under 4 or over 40 words are skipped. A leading greeting or interjection
-   ("Hey Mel!", "Oh,", "Yeah,", "Thanks!") is dropped first.
+   ("Hey Mel!", "Oh,", "Yeah,", "Thanks!", "Well…", "Okay —") is dropped first; a
+   sentence whose greeting runs into a condition or a dream ("Hello in my dreams, I live in
+   Paris", "Thanks but if it works, I'm moving") is skipped: the rest alone was not said.
 3. The sentence opens with a first-person subject ("I", "I'm", "I've", "My", "We", "Our")
    and, after at most two adverbs ("just", "really", ...), a verb of one of three kinds:
    a preference (like, love, enjoy, prefer, hate, eat, drink, ..., also negated: "I don't
@@ -258,14 +260,30 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
+#: a greeting a sentence opens with, with what follows it up to a comma, a full stop, an
+#: exclamation mark, an ellipsis or a dash ("Hey Mel!", "Thanks for asking,", "Hello…")
 _GREETING = re.compile(
-    r"^(?:hey|hi|hello|thanks|thank you|congrats|congratulations)\b[^,!.]{0,30}[,!.]\s*", re.I
+    r"^(?:hey|hi|hello|thanks|thank you|congrats|congratulations)\b"
+    r"[^,!.\u2026\u2013\u2014]{0,30}[,!.\u2026\u2013\u2014]\s*",
+    re.I,
+)
+#: words that make what a greeting's words take a condition, a time to come or a dream
+#: ("Hello in my dreams, I live in Paris", "Thanks but if it works, I'm moving"): the rest of
+#: the sentence alone is not what was said
+_NOT_A_GREETING = re.compile(
+    r"\b(?:if|unless|when|whenever|once|until|till|after|before|while|because|since|though|"
+    r"although|dream|dreams|dreaming|maybe|perhaps|not|never|no|wish|hope|imagine|pretend)\b",
+    re.I,
 )
 _INTERJECTION = re.compile(
     r"^(?:(?:oh|ooh|yeah|yes|yep|no|nope|well|wow|whoa|ha(?:ha)+|hah|lol|aw+|ah+|hmm+|um+|so|and|but|"
-    r"actually|anyway|btw|ok|okay|sure|great|cool|nice|totally|honestly|guess what)\b[\s,!.;-]*)+",
+    r"actually|anyway|btw|ok|okay|sure|great|cool|nice|totally|honestly|guess what)\b"
+    r"[\s,!.;\u2026\u2013\u2014-]*)+",
     re.I,
 )
+#: what a statement never opens or closes with: separators left by the opening rules
+_LEAD = " ,;:-.\u2026\u2013\u2014"
+_TRAIL = " ,;:-\u2013\u2014"
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 _ADDRESSED = re.compile(r"\b(?:you|your|yours|you're|you've|you'll|you'd|u|ur)\b", re.I)
@@ -346,10 +364,14 @@ def _fact_of(sentence: str) -> tuple[str, str] | None:
     said = " ".join(sentence.split())
     # read with plain apostrophes (U+2019 as "'"); one character for one, so what the
     # opening rules leave is the same span of what was said
-    read = _INTERJECTION.sub("", _GREETING.sub("", said.replace("\u2019", "'")))
+    plain = said.replace("\u2019", "'")
+    greeting = _GREETING.match(plain)
+    if greeting and _NOT_A_GREETING.search(greeting.group()):
+        return None
+    read = _INTERJECTION.sub("", plain[greeting.end() :] if greeting else plain)
     kept = said[len(said) - len(read) :]
-    start = len(kept) - len(kept.lstrip(" ,;-"))
-    end = len(kept.rstrip(" ,;-"))
+    start = len(kept) - len(kept.lstrip(_LEAD))
+    end = len(kept.rstrip(_TRAIL))
     text, kept = read[start:end], kept[start:end]
     if not text or "?" in text or _ADDRESSED.search(text):
         return None
