@@ -120,13 +120,17 @@ def _texts_sent(window: ContextWindow) -> list[str]:
     a fact one of them says is not repeated in the memory block (``recall.text.said_keys``)."""
     texts: list[str] = []
     for message in window.history:
-        if message.seq in window.truncated:
-            continue
-        if message.parts:
-            texts.extend(p.text for p in message.parts if p.kind is PartKind.TEXT and p.text)
-        elif message.text:
-            texts.append(message.text)
+        if message.seq not in window.truncated:
+            texts.extend(_texts_of(message))
     return texts
+
+
+def _texts_of(message: ChatMessage) -> list[str]:
+    """The texts of ``message``: each text part of a message of parts on its own, else its
+    text (none when it has none)."""
+    if message.parts:
+        return [p.text for p in message.parts if p.kind is PartKind.TEXT and p.text]
+    return [message.text] if message.text else []
 
 
 def _texts_beside(window: ContextWindow, *, prompt_given: bool, said_in: Sequence[str]) -> list[str]:
@@ -148,10 +152,7 @@ def _texts_beside(window: ContextWindow, *, prompt_given: bool, said_in: Sequenc
             or MEMORY_BLOCK_KEY in (message.metadata or {})
         ):
             continue
-        if message.parts:
-            texts.extend(p.text for p in message.parts if p.kind is PartKind.TEXT and p.text)
-        elif message.text:
-            texts.append(message.text)
+        texts.extend(_texts_of(message))
     return texts
 
 
