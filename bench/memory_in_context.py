@@ -97,9 +97,10 @@ class LocomoCase:
     questions: list[LocomoQuestion] = field(default_factory=list)
 
 
-def locomo_cases(path: Path, conversations: int | None, every: int) -> Iterator[LocomoCase]:
+def locomo_cases(path: Path, conversations: int | None, every: int, start: int = 0) -> Iterator[LocomoCase]:
     """The LoCoMo conversations as the transcript importer reads them, with their questions of
-    categories 1-4 (every ``every``-th), each evidence turn given by its stored text's key."""
+    categories 1-4 (every ``every``-th, from the ``start``-th of each conversation's), each
+    evidence turn given by its stored text's key."""
     from agentmemory.formats.transcripts import load_transcripts
 
     data = json.loads(path.read_text())
@@ -107,7 +108,7 @@ def locomo_cases(path: Path, conversations: int | None, every: int) -> Iterator[
     for sample, transcript in zip(data, transcripts, strict=False):
         by_dia = {m.metadata.get("dia_id"): m.text for m in transcript.messages}
         questions = []
-        for qa in [q for q in sample["qa"] if q.get("category") in (1, 2, 3, 4)][::every]:
+        for qa in [q for q in sample["qa"] if q.get("category") in (1, 2, 3, 4)][start::every]:
             dia_ids = [d.strip() for item in qa.get("evidence") or () for d in str(item).split(";")]
             evidence = [turn_key(by_dia[d]) for d in dia_ids if d in by_dia]
             questions.append(LocomoQuestion(qa["question"], str(qa.get("answer", "")), evidence))
@@ -276,7 +277,7 @@ def run_locomo(args: argparse.Namespace, log: Callable[[str], Any] = print) -> d
 
     limits = [int(x) for x in args.limits.split(",")]
     rows_wanted = {int(x) for x in args.rows.split(",")}
-    cases = list(locomo_cases(Path(args.data or DEFAULT_LOCOMO), args.conversations, args.every))
+    cases = list(locomo_cases(Path(args.data or DEFAULT_LOCOMO), args.conversations, args.every, args.start))
     users = get_user_model().objects
     scratch = f"bench-memory-{os.getpid()}-{time.time_ns()}"
     results: dict[tuple[str, str, int], dict[str, list[float]]] = {}
@@ -517,6 +518,7 @@ def run_longmemeval(args: argparse.Namespace, log: Callable[[str], Any] = print)
                 durations.append(elapsed)
             Conversation.objects.filter(owner=owner).delete()
             if (number + 1) % 25 == 0 and any5:
+                save_embedding_cache()
                 log(
                     f"  {number + 1} questions: any@5 {statistics.fmean(any5):.3f} "
                     f"all@5 {statistics.fmean(all5):.3f} turn all@10 {statistics.fmean(all10):.3f}"
@@ -720,6 +722,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--asked-in", default="new,same", help="LoCoMo: where questions are asked")
     parser.add_argument("--conversations", type=int, help="LoCoMo: the first N conversations")
     parser.add_argument("--every", type=int, default=1, help="LoCoMo: every N-th question")
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="LoCoMo: the first question taken with --every (0 by default; 1 to --every - 1 "
+        "give the questions --every leaves out)",
+    )
     parser.add_argument("--questions", type=int, help="LongMemEval: the first N questions")
     parser.add_argument("--messages", type=int, default=100_000, help="latency: stored messages")
     parser.add_argument("--queries", type=int, default=200, help="latency: recalls timed")
@@ -728,8 +737,86 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="latency: keep the stored messages, and reuse those an earlier --keep run kept",
     )
+    parser.add_argument(
+        "--embedding-cache",
+        help="with AGENTMEMORY_EMBEDDER set: a file keeping the vectors computed (by text) between "
+        "runs, so a second run embeds nothing it embedded before",
+    )
     parser.add_argument("--json", dest="json_path", help="write the figures to this file")
     return parser.parse_args(argv)
+
+
+class CachedEmbedder:
+    """The configured embedder with the vectors it computed kept by text, in memory and in
+    ``path`` (float32 arrays keyed by the text's SHA-1: LongMemEval's dev haystacks hold about
+    125,000 messages, which the local model embeds at about 40 a second on two cores)."""
+
+    def __init__(self, inner: Any, path: Path) -> None:
+        import pickle
+
+        self.inner = inner
+        self.model = inner.model
+        self.path = path
+        self.vectors: dict[bytes, Any] = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.added = 0
+
+    @staticmethod
+    def key(text: str) -> bytes:
+        import hashlib
+
+        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest()
+
+    def embed(self, texts: Any) -> list[Any]:
+        import numpy as np
+
+        keys = [self.key(t) for t in texts]
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}
+        if missing:
+            for k, vector in zip(missing, self.inner.embed(list(missing.values())), strict=True):
+                self.vectors[k] = np.asarray(vector, dtype=np.float32)
+            self.added += len(missing)
+        return [self.vectors[k] for k in keys]
+
+    def save(self) -> None:
+        import pickle
+
+        if self.added:
+            self.path.write_bytes(pickle.dumps(self.vectors))
+            self.added = 0
+
+
+#: the one ``CachedEmbedder`` of a run (``--embedding-cache``), and what it wraps
+_cached: dict[str, Any] = {}
+
+
+def cached_embedder(**options: Any) -> CachedEmbedder:
+    """The ``AGENTMEMORY["EMBEDDER"]`` factory of a run with ``--embedding-cache``."""
+    if "embedder" not in _cached:
+        from django.utils.module_loading import import_string
+
+        inner = import_string(_cached["inner"])(**options)
+        _cached["embedder"] = CachedEmbedder(inner, Path(_cached["path"]))
+    embedder: CachedEmbedder = _cached["embedder"]
+    return embedder
+
+
+def use_embedding_cache(path: str) -> None:
+    """Point ``AGENTMEMORY["EMBEDDER"]`` at ``cached_embedder`` around the configured one."""
+    from django.conf import settings
+
+    conf = dict(getattr(settings, "AGENTMEMORY", {}) or {})
+    if not conf.get("EMBEDDER"):
+        raise SystemExit("--embedding-cache needs an embedder (AGENTMEMORY_EMBEDDER)")
+    _cached.update(inner=conf["EMBEDDER"], path=path)
+    settings.AGENTMEMORY = {**conf, "EMBEDDER": f"{__name__}.cached_embedder"}
+    from agentmemory.conf import app_settings
+
+    app_settings.cache_clear()
+
+
+def save_embedding_cache() -> None:
+    if "embedder" in _cached:
+        _cached["embedder"].save()
 
 
 def run(args: argparse.Namespace, log: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -747,7 +834,12 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    results = run(args)
+    if args.embedding_cache:
+        use_embedding_cache(args.embedding_cache)
+    try:
+        results = run(args)
+    finally:
+        save_embedding_cache()
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(results, indent=2))
     return 0

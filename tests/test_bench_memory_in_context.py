@@ -164,3 +164,39 @@ def test_locomo_measures_the_request_agent_run_sends(tmp_path: Path, monkeypatch
     rows = {(r["request"], r["asked_in"]): r for r in result["rows"]}
     assert rows[("memory block", "new")]["evidence"] == 1.0
     assert Conversation.objects.count() == 0
+
+
+def test_locomo_start_takes_the_questions_every_leaves_out(tmp_path: Path) -> None:
+    from bench.memory_in_context import locomo_cases
+
+    path = locomo_file(tmp_path)
+    taken = [[q.text for q in case.questions] for case in locomo_cases(path, None, 3)]
+    rest = [[q.text for q in case.questions] for case in locomo_cases(path, None, 3, 1)]
+    assert taken == [[f"When does the {t} club meet?" for t in TOPICS[0::3]]]
+    assert rest == [[f"When does the {t} club meet?" for t in TOPICS[1::3]]]
+
+
+def test_embedding_cache_embeds_each_text_once_across_runs(tmp_path: Path) -> None:
+    from bench.memory_in_context import CachedEmbedder
+
+    class Counting:
+        model = "counting"
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            self.seen.extend(texts)
+            return [[float(len(t)), 1.0] for t in texts]
+
+    path = tmp_path / "vectors.pickle"
+    first = Counting()
+    cache = CachedEmbedder(first, path)
+    vectors = cache.embed(["a", "bb", "a"])
+    assert [list(v) for v in vectors] == [[1.0, 1.0], [2.0, 1.0], [1.0, 1.0]]
+    assert first.seen == ["a", "bb"]  # a text repeated in one call is embedded once
+    cache.save()
+    second = Counting()
+    again = CachedEmbedder(second, path)  # a later run reads the file
+    assert [list(v) for v in again.embed(["bb", "ccc"])] == [[2.0, 1.0], [3.0, 1.0]]
+    assert second.seen == ["ccc"]
