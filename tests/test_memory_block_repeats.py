@@ -264,3 +264,21 @@ def test_a_fact_the_knowledge_block_given_to_the_builder_shows_is_not_repeated()
     assert "Tom plays the violin every Sunday" not in text
     assert "of one fact about the violin" not in text
     assert "saved fact] Likes jazz" in text
+
+
+def test_two_facts_of_the_same_words_are_shown_once() -> None:
+    """Case and punctuation make two live facts ("an exact repeat" counts them), but the block
+    reads them as the same words, as it does for a fact a message says: it showed both."""
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Customer prefers email communication.", persistent=True)
+    knowledge.remember("customer prefers EMAIL communication", persistent=True)
+    assert knowledge.live_facts().count() == 2
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("How should we contact the customer, email?")]
+    )
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is not None
+    assert [item.kind for item in window.memory.items] == ["fact"]
+    assert window.memory.text.lower().count("customer prefers email communication") == 1

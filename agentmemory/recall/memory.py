@@ -382,6 +382,12 @@ def recall_memory(
             # a fact the knowledge block or the summary sent beside the block shows, too
             said.update(*(entry_keys(text) for text in exclude_said_in if isinstance(text, str)))
             fact_hits = [h for h in fact_hits if words_key(h.fact.content) not in said]
+        # two live facts of the same words (case and punctuation make them two) are one line
+        # to the model, as a fact a message says is: the best ranked of them is shown
+        by_words: dict[str, Any] = {}
+        for h in fact_hits:
+            by_words.setdefault(words_key(h.fact.content), h)
+        fact_hits = list(by_words.values())
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0
