@@ -230,3 +230,55 @@ def test_a_long_system_prompt_is_not_read_for_the_memory_block(monkeypatch) -> N
     window = ContextWindowBuilder(later, memory_recall=True, system_prompt=prompt).build(400_000)
     assert window.memory is not None and f"user: {ALLERGY}" in window.memory.text
     assert max(read, default=0) < len(prompt)
+
+
+def test_a_fact_the_knowledge_block_given_to_the_builder_shows_is_not_repeated() -> None:
+    """``ContextWindowBuilder(memory_said_in=[block])`` is how code that builds its own
+    requests says which knowledge block its system prompt holds (docs/longterm.md, "No
+    repeats"). The block's messages were left out, but its facts were recalled again as
+    "saved fact" lines: the request sent each of them twice, and a transcript message the
+    block quotes was replaced by the fact dated when it was stored."""
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Favourite colour: blue", category="preferences", persistent=True)
+    knowledge.remember("Tom plays the violin every Sunday", category="family")
+    knowledge.remember("Two lines\nof one fact about the violin", category="family", persistent=True)
+    block = knowledge.build_context()
+    knowledge.remember("Likes jazz", category="music", persistent=True)  # not in the block given
+    # a line of the knowledge block that only holds a fact's words among others does not say it
+    said_in = [block + "\n- My brother likes jazz"]
+    assert "- [" in block and "(family) Tom plays the violin every Sunday" in block
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(conv).add_messages(
+        [
+            ChatMessage.human(
+                "Which violin facts do you have, what is my favourite colour, and do I like jazz?"
+            )
+        ]
+    )
+    window = ContextWindowBuilder(
+        conv, memory_recall=True, system_prompt=f"You are kind.\n\n{said_in[0]}", memory_said_in=said_in
+    ).build(2_000)
+    text = window.memory.text if window.memory is not None else ""
+    assert "Favourite colour: blue" not in text
+    assert "Tom plays the violin every Sunday" not in text
+    assert "of one fact about the violin" not in text
+    assert "saved fact] Likes jazz" in text
+
+
+def test_two_facts_of_the_same_words_are_shown_once() -> None:
+    """Case and punctuation make two live facts ("an exact repeat" counts them), but the block
+    reads them as the same words, as it does for a fact a message says: it showed both."""
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Customer prefers email communication.", persistent=True)
+    knowledge.remember("customer prefers EMAIL communication", persistent=True)
+    assert knowledge.live_facts().count() == 2
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(conv).add_messages(
+        [ChatMessage.human("How should we contact the customer, email?")]
+    )
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is not None
+    assert [item.kind for item in window.memory.items] == ["fact"]
+    assert window.memory.text.lower().count("customer prefers email communication") == 1

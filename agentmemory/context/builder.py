@@ -192,7 +192,8 @@ class ContextWindowBuilder(TurnFitting, LeftOutReport, MemoryBlock):
         memory_said_in: texts of the system prompt that record what the user said (an
             agent's knowledge block, ``build_context()``): a past message one of them, or the
             summary, says word for word is not repeated in the memory block
-            (``recall.text.said_within``). The rest of the system prompt is the developer's
+            (``recall.text.said_within``), nor is a fact one of them shows
+            (``recall.text.entry_keys``). The rest of the system prompt is the developer's
             instructions: a message it happens to quote (an example of what users write) is
             still recalled, since the quote does not tell the model that the user said it.
 

@@ -229,6 +229,32 @@ def said_keys(text: str) -> set[str]:
     return keys
 
 
+#: the opening of an entry of ``KnowledgeMemory.build_context()``: its bullet, and the time
+#: and category of a recent entry ("- [2026-03-13 10:16] (context) ")
+_ENTRY_HEAD = re.compile(r"- (?:\[[^\]\n]*\] \([^)\n]*\) )?")
+
+
+def entry_keys(text: str) -> set[str]:
+    """``said_keys`` of ``text`` and of each fact a knowledge block in it shows (a bullet of
+    ``KnowledgeMemory.build_context()`` without its time and category, its indented lines
+    joined to it): a fact whose ``words_key`` is among them is in the text already, so a
+    memory block sent beside it leaves the fact out (design R3)."""
+    keys = said_keys(text)
+    entry: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if entry and line.startswith("  "):
+            entry.append(line[2:])
+            continue
+        if entry:
+            keys.add(words_key("\n".join(entry)))
+            entry = []
+        head = _ENTRY_HEAD.match(line)
+        if head:
+            entry = [line[head.end() :]]
+    keys.discard("")
+    return keys
+
+
 #: fewest words of a text that ``said_within`` counts as said by another: a short line
 #: ("Thanks!", "Me too") is said in passing by many texts
 SAID_MIN_WORDS = 4
