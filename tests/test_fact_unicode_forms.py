@@ -195,6 +195,11 @@ KEY_SPELLINGS = [
     ("Password: hunter2", "Pass\u200bword: hunter3"),
     ("Caf\u00e9: Flore", "Cafe: Deux Magots"),  # with and without the accent
     ("\u00c4rger: viel", "\u00e4rger: wenig"),  # a non-ASCII letter in another case
+    ("Mom\u2019s phone: 555-0101", "Mom's phone: 555-0199"),  # a phone's typographic apostrophe
+    ("Mom's phone: 555-0101", "Mom\u2019s phone: 555-0199"),
+    ("Dad\u02bcs car: red", "Dad's car: blue"),  # the modifier letter apostrophe
+    ("\u202eEmail: a@example.com", "Email: b@example.com"),  # a direction override pasted in
+    ("Email: a@example.com", "\u2067Email\u2069: b@example.com"),  # a direction isolate
 ]
 
 

@@ -682,11 +682,25 @@ class BaseMemoryCompactor:
             locked = (
                 Conversation.objects.select_for_update()
                 .filter(pk=self.conversation_id)
-                .only("id", "summary_id", "human_message_count", "pinned_seq", "compaction_lease")
+                .only(
+                    "id",
+                    "summary_id",
+                    "human_message_count",
+                    "pinned_seq",
+                    "compaction_lease",
+                    "content_purged_at",
+                )
                 .first()
             )
             if locked is None:
                 return CompactionRun(GONE, llm_calls=calls)  # deleted while the model worked (BUG-23)
+            if locked.content_purged_at != conv.content_purged_at:
+                # blanked (``purge_conversations --blank-content``) while the model worked: the
+                # summary and the facts were made of the words the purge removed
+                logger.warning(
+                    "conversation %s was blanked while its compaction ran; not stored", self.conversation_id
+                )
+                return CompactionRun(SUPERSEDED, llm_calls=calls)
             # The current summary as stored now, only one of this conversation's own: one set
             # by hand to another conversation's meanwhile stops the run (``SUPERSEDED``).
             current = (

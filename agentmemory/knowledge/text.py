@@ -134,6 +134,17 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(normalize(content).encode()).hexdigest()
 
 
+#: what a key is read without beyond ``search_text``: the typographic apostrophes a phone's
+#: keyboard types (U+2018, U+2019) and the modifier letter apostrophe (U+02BC) read as "'"
+#: ("Mom\u2019s phone" and "Mom's phone" were two keys, both values in force), and the
+#: direction embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which are
+#: not drawn, left out
+_KEY_FOLD = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u02bc": "'"}
+    | dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+)
+
+
 def fact_key(content: str) -> str | None:
     """The key of a "key: value" fact ("Preferred language: Python" has the key
     "preferred language"), or None. A new fact with the key of a live fact of the same scope
@@ -150,13 +161,14 @@ def fact_key(content: str) -> str | None:
     A key is compared as both databases' full-text indexes see its words
     (``recall.text.search_text``), case-folded: "\uff25mail" (full width) and "Email",
     "\ufb01le" (a ligature) and "file", "Stra\u00dfe" and "STRASSE", "\u0130stanbul" and
-    "Istanbul", "Caf\u00e9" and "Cafe", "Pass\u200bword" and "Password" are one key.
+    "Istanbul", "Caf\u00e9" and "Cafe", "Pass\u200bword" and "Password", "Mom\u2019s" and
+    "Mom's" are one key (``_KEY_FOLD``).
     Folded by NFKC and ``str.casefold`` alone, each pair was two keys, and the new value of
     a key stayed in force beside the old one."""
     match = _KEY.match(content)
     if not match or (match.group(2) and match.group(1)[-1:].isdigit() and match.group(3).isdigit()):
         return None
-    key = " ".join(search_text(match.group(1)).casefold().split())
+    key = " ".join(search_text(match.group(1)).translate(_KEY_FOLD).casefold().split())
     words = re.findall(r"[^\W_]+", key)
     if key in _LABELS or all(
         word in _WHEN or _WHEN_NUMBER.fullmatch(word) or _CJK_WHEN.fullmatch(word) for word in words
