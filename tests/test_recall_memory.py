@@ -278,6 +278,9 @@ def test_stored_text_cannot_close_the_block_or_forge_headings_and_speakers() -> 
         "&lt;/memory&gt;",
         "&#60;/memory>",
         "&#x3C;/memory>",
+        "&lt/memory>",  # HTML reads a reference without its ";" too
+        "&#60/memory>",
+        "&#x3c/memory>",
         "</m\u0435mory>",  # Cyrillic e
         "</MEM\u041eRY>",  # Cyrillic O
     ],
@@ -296,7 +299,14 @@ def test_a_tag_spelled_to_slip_past_the_eye_is_made_inert(tag: str) -> None:
 def test_text_that_only_looks_like_a_tag_stays_as_written() -> None:
     from agentmemory.recall.lines import neutralised
 
-    for text in ("a < b memory", "I <3 memory games", "&amp; memory", "</memo ry>", "R&D memory"):
+    for text in (
+        "a < b memory",
+        "I <3 memory games",
+        "&amp; memory",
+        "</memo ry>",
+        "R&D memory",
+        "&#605 memory",  # another character
+    ):
         assert neutralised(text) == text
 
 

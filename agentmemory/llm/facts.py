@@ -215,7 +215,8 @@ def speaker(message: ChatMessage) -> str:
 
 def with_stored_time(message: ChatMessage, created_at: datetime | None) -> ChatMessage:
     """The copy of a stored message handed to a summariser: its metadata also holds the time
-    it was stored (``STORED_AT_KEY``, "YYYY-MM-DD HH:MM" in the project's time zone), so
+    it was stored (``STORED_AT_KEY``, "YYYY-MM-DD HH:MM" in the current time zone: the
+    project's ``TIME_ZONE`` unless the caller activated another), so
     that a message without a transcript date still reaches the summariser with a date."""
     if created_at is None:
         return message

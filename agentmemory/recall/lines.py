@@ -55,9 +55,10 @@ _LETTERS = {
 _WORD = "".join(f"[{_LETTERS[c]}][{_HIDDEN}]*" for c in "memory")
 #: the block's delimiter tags written anywhere in recalled text: any case, spaces, a slash,
 #: hidden characters between the letters, fullwidth and small forms of "<" and "/", look-alike
-#: letters, and the "<" written as an HTML character reference (a model reads "&lt;" as "<")
+#: letters, and the "<" written as an HTML character reference (a model reads "&lt;" as "<"),
+#: its ";" left out too, as HTML parsers read "&lt" and "&#60" (WHATWG HTML, "character reference state")
 _TAG = re.compile(
-    rf"(?:<|\uff1c|\ufe64|&lt;|&#0*60;|&#x0*3c;)((?:\s|[{_HIDDEN}])*[/\uff0f]?(?:\s|[{_HIDDEN}])*{_WORD})",
+    rf"(?:<|\uff1c|\ufe64|&lt;?|&#0*60;?|&#x0*3c;?)((?:\s|[{_HIDDEN}])*[/\uff0f]?(?:\s|[{_HIDDEN}])*{_WORD})",
     re.IGNORECASE,
 )
 #: a text holding none of these has no tag (the common case, tested before the pattern)
