@@ -83,6 +83,8 @@ def memory_finding_alike(*texts: str) -> KnowledgeMemory:
         ("The dentist is on Monday at 9", "The plumber is on Tuesday at 9"),
         ("James works at Google", "Thomas works at Google"),
         ("Slides use 16:9", "Photos use 4:3"),
+        ("Room 101 opens at 9", "Room 205 opens at 9"),
+        ("Has two cats", "Has two dogs"),
     ],
 )
 def test_similar_facts_about_different_subjects_both_stay(old, new) -> None:  # type: ignore[no-untyped-def]
@@ -106,6 +108,12 @@ def test_similar_facts_about_different_subjects_both_stay(old, new) -> None:  # 
         ("Pickup for Lea at 8:15", "Pickup for Lea at 8:40"),
         ("Likes spicy food", "Dislikes spicy food"),
         ("Works as a data engineer at Northwind", "Started a new job at Contoso as a platform engineer"),
+        # an amount in a plural unit: "hours" after a number is no verb naming "works 40"
+        ("Works 40 hours a week", "Works 32 hours a week"),
+        ("Sleeps 7 hours a night", "Sleeps 6 hours a night"),
+        ("Room 101 opens at 9", "Room 101 opens at 10"),
+        # numbers written out are amounts, as digits are
+        ("Has two cats", "Has three cats"),
     ],
 )
 def test_a_changed_value_of_the_same_subject_supersedes(old, new) -> None:  # type: ignore[no-untyped-def]

@@ -308,10 +308,12 @@ def fact_subject(content: str) -> tuple[str, ...]:
 
 def _named_before_verb(words: list[str]) -> tuple[str, ...]:
     """The first words of ``words`` (at most ``_SUBJECT_WORDS``, adverbs left out) when a verb
-    follows them, else ``()``."""
+    follows them, else ``()``. A plural after a number is its unit, not a verb: "Works 40
+    hours a week" names no subject ("works 40" did, so "Works 32 hours a week" was about
+    something else and never replaced it)."""
     named: list[str] = []
     for word in words:
-        if named and _verb_like(word):
+        if named and _verb_like(word) and (word in _VERBS or not _number(named[-1])):
             return tuple(named)
         if word not in _ADVERBS:
             if len(named) == _SUBJECT_WORDS:
@@ -387,7 +389,7 @@ def same_subject(old: str, new: str) -> bool:
         ):
             return False  # another word of a note, or another thing liked, spoken, owned
         replaced.append((i2 - i1, j2 - j1))
-        amounts = amounts and all(word.isdigit() for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
+        amounts = amounts and all(_number(word) for word in [*old_rest[i1:i2], *new_rest[j1:j2]])
     # several numbers changed together are the same fact's new values ("Boys are 8, 5 and 1",
     # a year later "9, 6 and 2"), not another instance of a template
     slots = (
@@ -418,8 +420,23 @@ def _first_additive(words: list[str]) -> int:
 
 def _amount(word: str) -> bool:
     """Whether ``word`` is an amount or a time rather than a name of something: it holds a
-    digit ("3", "8gb", "7pm")."""
-    return any(char.isdigit() for char in word)
+    digit ("3", "8gb", "7pm") or is a number written out ("three", ``_NUMBER_WORDS``)."""
+    return word in _NUMBER_WORDS or any(char.isdigit() for char in word)
+
+
+def _number(word: str) -> bool:
+    """Whether ``word`` is a number: digits, or one written out ("Has three cats" after
+    "Has two cats" is a new amount, as "Has 3 cats" after "Has 2 cats" is)."""
+    return word.isdigit() or word in _NUMBER_WORDS
+
+
+#: English numbers written out: amounts, like a number in digits
+_NUMBER_WORDS_TEXT = """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy
+    eighty ninety hundred thousand million dozen half couple few several
+"""
+_NUMBER_WORDS = frozenset(_NUMBER_WORDS_TEXT.split())
 
 
 def _dates(content: str, stop: int) -> list[bool]:
