@@ -85,11 +85,11 @@ from agentmemory.recall.scope import owner_id_of
 from agentmemory.recall.text import (
     STOP_WORDS,
     bounded_query,
-    entry_keys,
     query_words,
     said_keys,
     said_within,
     search_text,
+    unsaid_facts,
     word_keys,
     words_key,
 )
@@ -377,17 +377,7 @@ def recall_memory(
                 for h in memory.recall(query, k=MAX_FACTS, now=now, as_of=as_of)
                 if h.fact.pk not in skip and h.fact.source_message_id not in sent
             ]
-        if fact_hits and (exclude_texts or exclude_said_in):
-            said = set().union(*(said_keys(text) for text in exclude_texts if isinstance(text, str)))
-            # a fact the knowledge block or the summary sent beside the block shows, too
-            said.update(*(entry_keys(text) for text in exclude_said_in if isinstance(text, str)))
-            fact_hits = [h for h in fact_hits if words_key(h.fact.content) not in said]
-        # two live facts of the same words (case and punctuation make them two) are one line
-        # to the model, as a fact a message says is: the best ranked of them is shown
-        by_words: dict[str, Any] = {}
-        for h in fact_hits:
-            by_words.setdefault(words_key(h.fact.content), h)
-        fact_hits = list(by_words.values())
+        fact_hits = unsaid_facts(fact_hits, exclude_texts, exclude_said_in)
     if not hits and not fact_hits:
         return None
     fact_best = max((h.score for h in fact_hits), default=0.0) or 1.0

@@ -7,6 +7,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 #: common English function words (the indefinite pronouns among them: "something" in "I
 #: cooked something for my friend" names nothing to look for); a query made only of them
@@ -253,6 +254,27 @@ def entry_keys(text: str) -> set[str]:
             entry = [line[head.end() :]]
     keys.discard("")
     return keys
+
+
+def unsaid_facts(fact_hits: list[Any], texts: Iterable[Any], said_in: Iterable[Any]) -> list[Any]:
+    """``fact_hits`` (``FactHit``, best first) less the facts a request says already: one
+    that a message of ``texts`` (the window's) says as a whole or as a sentence
+    (``said_keys``), or that a knowledge block or summary of ``said_in`` shows
+    (``entry_keys``); and of two live facts of the same words (case and punctuation make
+    them two facts) the better ranked only, since the model reads them as one line."""
+    said: set[str] = set()
+    for text in texts:
+        if isinstance(text, str):
+            said |= said_keys(text)
+    for text in said_in:
+        if isinstance(text, str):
+            said |= entry_keys(text)
+    kept: dict[str, Any] = {}
+    for hit in fact_hits:
+        key = words_key(hit.fact.content)
+        if key not in said:
+            kept.setdefault(key, hit)
+    return list(kept.values())
 
 
 #: fewest words of a text that ``said_within`` counts as said by another: a short line
