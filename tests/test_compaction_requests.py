@@ -168,7 +168,7 @@ def test_inline_failure_is_recorded_never_raised_and_picked_up_by_the_sweep(
     assert pending_compactions() == [conv.pk]
     scripted.add("Ten questions, summarised late.")
     call_command("compact_conversations", stdout=(out := _Out()))
-    assert f"conversation {conv.pk}: stored" in out.text
+    assert f"conversation {conv.uuid}: stored" in out.text
     conv.refresh_from_db()
     assert conv.summary.text == "Ten questions, summarised late."
     assert conv.compaction_error == "" and conv.compaction_requested_at is None
@@ -495,8 +495,8 @@ def test_command_dry_run_and_all(scripted) -> None:  # type: ignore[no-untyped-d
     Conversation.objects.filter(pk=quiet.pk).update(compaction_requested_at=stale)
     out = _Out()
     call_command("compact_conversations", "--dry-run", stdout=out)
-    assert f"would compact conversation {quiet.pk}" in out.text
-    assert f"would compact conversation {due.pk}\n" not in out.text
+    assert f"would compact conversation {quiet.uuid}" in out.text
+    assert f"would compact conversation {due.uuid}\n" not in out.text
     out = _Out()
     call_command("compact_conversations", "--all", "--dry-run", stdout=out)
     assert "2 conversations to compact" in out.text

@@ -58,12 +58,12 @@ class Command(TextArgumentsCommand):
                 else pending_compactions(include_due=options["all"], limit=limit, backoff=False)
             )
             for pk in ids:
-                self.stdout.write(f"would compact conversation {pk}")
+                self.stdout.write(f"would compact conversation {public_id(pk)}")
             self.stdout.write(f"{len(ids)} conversations to compact")
             return
 
         def progress(pk: int, outcome: str) -> None:
-            self.stdout.write(f"conversation {pk}: {outcome}")
+            self.stdout.write(f"conversation {public_id(pk)}: {outcome}")
 
         if only is not None:
             from agentmemory.compaction import compact_backlog, enqueue_compaction
@@ -100,3 +100,10 @@ def _is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def public_id(pk: int) -> str:
+    """A conversation's public uuid, the id ``--conversation``, the API and the admin use
+    (the primary key where the conversation is gone)."""
+    found = Conversation.objects.filter(pk=pk).values_list("uuid", flat=True).first()
+    return str(found) if found is not None else str(pk)
