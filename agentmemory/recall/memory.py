@@ -124,9 +124,11 @@ AROUND_OFFSETS = (-2, 2)
 CONVERSATION_WEIGHT = 0.5
 CONVERSATION_DECAY = 0.5
 #: a message's score is raised by up to this share for the score of its conversation as one
-#: document (``conversation_scores``), scaled to the best conversation's. Measured on
-#: LongMemEval-S (each haystack session a conversation): 0.5 and 2 gave less than 1
-DOCUMENT_WEIGHT = 1.0
+#: document (``conversation_scores``), scaled to the best conversation's; with full text the
+#: passages' weight takes its place. Measured with the local embedder on every LongMemEval-S
+#: dev question (each haystack session a conversation; docs/benchmarks.md): 0.5 ranked at
+#: least as well as 1 on each measure and half the questions, 0.25 and 2 lower
+DOCUMENT_WEIGHT = 0.5
 #: with full text, a message's score is raised by up to this share for the score of its
 #: passage (``fulltext.passage_scores`` over all of the search's candidates, up to
 #: ``PG_MAX_MATCHES``, scaled to the best passage's) before the ``MAX_HITS`` are chosen, in
