@@ -781,7 +781,10 @@ class CachedEmbedder:
         import pickle
 
         if self.added:
-            self.path.write_bytes(pickle.dumps(self.vectors))
+            # written beside and renamed over the file: a run stopped mid-write keeps the last
+            partial = self.path.with_name(self.path.name + ".partial")
+            partial.write_bytes(pickle.dumps(self.vectors))
+            os.replace(partial, self.path)
             self.added = 0
 
 

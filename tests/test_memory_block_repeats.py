@@ -282,3 +282,17 @@ def test_two_facts_of_the_same_words_are_shown_once() -> None:
     assert window.memory is not None
     assert [item.kind for item in window.memory.items] == ["fact"]
     assert window.memory.text.lower().count("customer prefers email communication") == 1
+
+
+def test_two_facts_apart_by_a_sign_are_both_shown() -> None:
+    """Only case, spacing and closing punctuation make two facts one line: "-200" and "200"
+    are two balances."""
+    user = UserFactory()
+    knowledge = KnowledgeMemory(user)
+    knowledge.remember("Savings balance is -200 euros", persistent=True)
+    knowledge.remember("Savings balance is 200 euros", persistent=True)
+    conv = Conversation.objects.create(owner=user, agent_key="a")
+    PersistentChatHistory(conv).add_messages([ChatMessage.human("What is my savings balance?")])
+    window = ContextWindowBuilder(conv, memory_recall=True).build(2_000)
+    assert window.memory is not None
+    assert [item.kind for item in window.memory.items] == ["fact", "fact"]

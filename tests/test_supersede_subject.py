@@ -85,6 +85,12 @@ def memory_finding_alike(*texts: str) -> KnowledgeMemory:
         ("Slides use 16:9", "Photos use 4:3"),
         ("Room 101 opens at 9", "Room 205 opens at 9"),
         ("Has two cats", "Has two dogs"),
+        # a number naming which one, before a verb in "-s": another team, group, patient
+        ("Team 2 handles billing", "Team 3 handles billing"),
+        ("Group 3 meets on Tuesdays", "Group 4 meets on Tuesdays"),
+        ("Patient 4 needs surgery", "Patient 5 needs surgery"),
+        ("Player 7 scores most goals", "Player 9 scores most goals"),
+        ("Owes Tom 50 dollars", "Owes Ann 20 dollars"),
     ],
 )
 def test_similar_facts_about_different_subjects_both_stay(old, new) -> None:  # type: ignore[no-untyped-def]

@@ -308,12 +308,14 @@ def fact_subject(content: str) -> tuple[str, ...]:
 
 def _named_before_verb(words: list[str]) -> tuple[str, ...]:
     """The first words of ``words`` (at most ``_SUBJECT_WORDS``, adverbs left out) when a verb
-    follows them, else ``()``. A plural after a number is its unit, not a verb: "Works 40
-    hours a week" names no subject ("works 40" did, so "Works 32 hours a week" was about
-    something else and never replaced it)."""
+    follows them, else ``()``. In a fact that opens with a verb and a number, the plural
+    after the number is its unit, not a verb: "Works 40 hours a week" names no subject
+    ("works 40" did, so "Works 32 hours a week" was about something else and never replaced
+    it), while "Team 2 handles billing" names "team 2"."""
     named: list[str] = []
     for word in words:
-        if named and _verb_like(word) and (word in _VERBS or not _number(named[-1])):
+        unit = len(named) == 2 and _verb_like(named[0]) and _number(named[1]) and word not in _VERBS
+        if named and _verb_like(word) and not unit:
             return tuple(named)
         if word not in _ADVERBS:
             if len(named) == _SUBJECT_WORDS:

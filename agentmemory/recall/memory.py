@@ -127,7 +127,8 @@ CONVERSATION_DECAY = 0.5
 #: document (``conversation_scores``), scaled to the best conversation's; with full text the
 #: passages' weight takes its place. Measured with the local embedder on every LongMemEval-S
 #: dev question (each haystack session a conversation; docs/benchmarks.md): 0.5 ranked at
-#: least as well as 1 on each measure and half the questions, 0.25 and 2 lower
+#: least as well as 1 on each measure and half the questions; 0, 0.25 and 2 lower on
+#: session recall
 DOCUMENT_WEIGHT = 0.5
 #: with full text, a message's score is raised by up to this share for the score of its
 #: passage (``fulltext.passage_scores`` over all of the search's candidates, up to

@@ -242,7 +242,8 @@ def entry_keys(text: str) -> set[str]:
     memory block sent beside it leaves the fact out (design R3)."""
     keys = said_keys(text)
     entry: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    # the line ends ``indented`` indents after (``str.splitlines`` also splits at U+2028)
+    for line in [*re.split(r"\r\n|\r|\n", text), ""]:
         if entry and line.startswith("  "):
             entry.append(line[2:])
             continue
@@ -260,8 +261,9 @@ def unsaid_facts(fact_hits: list[Any], texts: Iterable[Any], said_in: Iterable[A
     """``fact_hits`` (``FactHit``, best first) less the facts a request says already: one
     that a message of ``texts`` (the window's) says as a whole or as a sentence
     (``said_keys``), or that a knowledge block or summary of ``said_in`` shows
-    (``entry_keys``); and of two live facts of the same words (case and punctuation make
-    them two facts) the better ranked only, since the model reads them as one line."""
+    (``entry_keys``); and of two live facts that differ only in case, spacing or closing
+    punctuation (two facts to the store) the better ranked only, since the model reads them
+    as one line."""
     said: set[str] = set()
     for text in texts:
         if isinstance(text, str):
@@ -271,9 +273,11 @@ def unsaid_facts(fact_hits: list[Any], texts: Iterable[Any], said_in: Iterable[A
             said |= entry_keys(text)
     kept: dict[str, Any] = {}
     for hit in fact_hits:
-        key = words_key(hit.fact.content)
-        if key not in said:
-            kept.setdefault(key, hit)
+        if words_key(hit.fact.content) not in said:
+            # case, spacing and closing punctuation aside; a sign or an inner mark still
+            # tells two facts apart ("Balance is -200" and "Balance is 200")
+            same = " ".join(hit.fact.content.casefold().split()).rstrip(".!?;,: ")
+            kept.setdefault(same, hit)
     return list(kept.values())
 
 

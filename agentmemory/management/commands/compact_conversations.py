@@ -57,8 +57,9 @@ class Command(TextArgumentsCommand):
                 if only is not None
                 else pending_compactions(include_due=options["all"], limit=limit, backoff=False)
             )
+            uuids = dict(Conversation.objects.filter(pk__in=ids).values_list("pk", "uuid"))
             for pk in ids:
-                self.stdout.write(f"would compact conversation {public_id(pk)}")
+                self.stdout.write(f"would compact conversation {uuids.get(pk, pk)}")
             self.stdout.write(f"{len(ids)} conversations to compact")
             return
 
