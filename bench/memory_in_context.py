@@ -63,6 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.recall import CachedEmbedder
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo6.json"
 AGENT_KEY = "bench-memory"
@@ -744,48 +746,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", dest="json_path", help="write the figures to this file")
     return parser.parse_args(argv)
-
-
-class CachedEmbedder:
-    """The configured embedder with the vectors it computed kept by text, in memory and in
-    ``path`` (float32 arrays keyed by the text's SHA-1: LongMemEval's dev haystacks hold about
-    125,000 messages, which the local model embeds at about 40 a second on two cores)."""
-
-    def __init__(self, inner: Any, path: Path) -> None:
-        import pickle
-
-        self.inner = inner
-        self.model = inner.model
-        self.path = path
-        self.vectors: dict[bytes, Any] = pickle.loads(path.read_bytes()) if path.exists() else {}
-        self.added = 0
-
-    @staticmethod
-    def key(text: str) -> bytes:
-        import hashlib
-
-        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest()
-
-    def embed(self, texts: Any) -> list[Any]:
-        import numpy as np
-
-        keys = [self.key(t) for t in texts]
-        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}
-        if missing:
-            for k, vector in zip(missing, self.inner.embed(list(missing.values())), strict=True):
-                self.vectors[k] = np.asarray(vector, dtype=np.float32)
-            self.added += len(missing)
-        return [self.vectors[k] for k in keys]
-
-    def save(self) -> None:
-        import pickle
-
-        if self.added:
-            # written beside and renamed over the file: a run stopped mid-write keeps the last
-            partial = self.path.with_name(self.path.name + ".partial")
-            partial.write_bytes(pickle.dumps(self.vectors))
-            os.replace(partial, self.path)
-            self.added = 0
 
 
 #: the one ``CachedEmbedder`` of a run (``--embedding-cache``), and what it wraps

@@ -17,8 +17,10 @@ Backends that rank by embeddings ("embedding", "pgvector", "hybrid") use the loc
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -133,27 +135,40 @@ DEFAULT_EMBEDDER = "agentmemory.recall.local.MiniLMEmbedder"
 
 
 class CachedEmbedder:
-    """Wraps an embedder with a file of vectors already computed (``--embedding-cache``), so
-    repeated runs on several databases embed each text once."""
+    """Wraps an embedder with a file of vectors already computed (``--embedding-cache`` of
+    this bench and of ``bench.memory_in_context``), so repeated runs embed each text once:
+    float32 arrays keyed by the text's SHA-1 (LongMemEval's dev haystacks hold about 125,000
+    messages, which the local model embeds at about 40 a second on two cores), the file
+    written beside and renamed over the last, so a run stopped mid-write keeps it."""
 
     def __init__(self, inner: Any, path: Path) -> None:
-        import pickle
-
         self.inner = inner
         self.model = inner.model
         self.path = path
-        self.vectors: dict[str, list[float]] = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.vectors: dict[bytes, Any] = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.added = 0
 
-    def embed(self, texts: Any) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+    @staticmethod
+    def key(text: str) -> bytes:
+        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest()
+
+    def embed(self, texts: Any) -> list[Any]:
+        import numpy as np
+
+        keys = [self.key(t) for t in texts]
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self.vectors}
         if missing:
-            self.vectors.update(zip(missing, self.inner.embed(missing), strict=True))
-        return [self.vectors[t] for t in texts]
+            for k, vector in zip(missing, self.inner.embed(list(missing.values())), strict=True):
+                self.vectors[k] = np.asarray(vector, dtype=np.float32)
+            self.added += len(missing)
+        return [self.vectors[k] for k in keys]
 
     def save(self) -> None:
-        import pickle
-
-        self.path.write_bytes(pickle.dumps(self.vectors))
+        if self.added:
+            partial = self.path.with_name(self.path.name + ".partial")
+            partial.write_bytes(pickle.dumps(self.vectors))
+            os.replace(partial, self.path)
+            self.added = 0
 
 
 def embed_all(conversations: dict[str, int], embedder: Any, batch_size: int = 256) -> int:

@@ -177,7 +177,7 @@ def test_locomo_start_takes_the_questions_every_leaves_out(tmp_path: Path) -> No
 
 
 def test_embedding_cache_embeds_each_text_once_across_runs(tmp_path: Path) -> None:
-    from bench.memory_in_context import CachedEmbedder
+    from bench.recall import CachedEmbedder
 
     class Counting:
         model = "counting"

@@ -29,6 +29,15 @@ def _write(table: str, column: str, pk: int, text: str) -> None:
         cursor.execute(f"UPDATE {table} SET {column} = %s{cast} WHERE id = %s", [text, pk])
 
 
+def _assert_admin_pages_answer(admin_client, model: str, pk: int) -> None:  # type: ignore[no-untyped-def]
+    """The model's admin list and the row's change page answer 200 (no 500)."""
+    admin_client.raise_request_exception = False
+    assert admin_client.get(reverse(f"admin:agentmemory_langgraph_{model}_changelist")).status_code == 200
+    assert (
+        admin_client.get(reverse(f"admin:agentmemory_langgraph_{model}_change", args=[pk])).status_code == 200
+    )
+
+
 def test_a_store_value_holding_a_huge_number_is_read(admin_client) -> None:  # type: ignore[no-untyped-def]
     store = DjangoStore()
     store.put(("users", "alice"), "prefs", {"theme": "dark", "n": 1})
@@ -37,12 +46,7 @@ def test_a_store_value_holding_a_huge_number_is_read(admin_client) -> None:  # t
     got = store.get(("users", "alice"), "prefs")
     assert got is not None and got.value == {"theme": "dark", "n": DIGITS_5000}
     assert [found.key for found in store.search(("users",))] == ["prefs"]
-    admin_client.raise_request_exception = False
-    assert admin_client.get(reverse("admin:agentmemory_langgraph_storeitem_changelist")).status_code == 200
-    assert (
-        admin_client.get(reverse("admin:agentmemory_langgraph_storeitem_change", args=[item.pk])).status_code
-        == 200
-    )
+    _assert_admin_pages_answer(admin_client, "storeitem", item.pk)
 
 
 def test_checkpoint_metadata_holding_a_huge_number_is_read(admin_client) -> None:  # type: ignore[no-untyped-def]
@@ -57,12 +61,7 @@ def test_checkpoint_metadata_holding_a_huge_number_is_read(admin_client) -> None
     found = saver.get_tuple(config)
     assert found is not None and found.metadata["step"] == DIGITS_5000
     assert len(list(saver.list(config))) == 1
-    admin_client.raise_request_exception = False
-    assert admin_client.get(reverse("admin:agentmemory_langgraph_checkpoint_changelist")).status_code == 200
-    assert (
-        admin_client.get(reverse("admin:agentmemory_langgraph_checkpoint_change", args=[row.pk])).status_code
-        == 200
-    )
+    _assert_admin_pages_answer(admin_client, "checkpoint", row.pk)
 
 
 def test_checkpoint_metadata_that_is_no_object_is_listed(admin_client) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,6 @@ is the seed's daily log. Reading never changes a fact.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from agentmemory.conf import get_token_counter
 from agentmemory.knowledge.storage import days_before
 from agentmemory.models import Fact
 from agentmemory.recall.said import shown_time
+from agentmemory.recall.text import LINE_END
 from agentmemory.validation import MAX_ID
 
 if TYPE_CHECKING:
@@ -114,10 +114,6 @@ def render_context(memory: KnowledgeMemory) -> tuple[str, tuple[int, ...]]:
     if lines:
         sections.append("[Recent Memory]\n" + "\n".join(reversed(lines)))
     return "\n\n".join(sections), tuple(shown)
-
-
-#: where a line of a fact or of a MEMORY.md file ends
-LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def indented(content: str) -> str:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from agentmemory.knowledge.context import LINE_END, indented
+from agentmemory.knowledge.context import indented
 from agentmemory.knowledge.storage import InvalidFactError, PreparedFact
+from agentmemory.recall.text import LINE_END
 
 if TYPE_CHECKING:
     from agentmemory.knowledge.memory import KnowledgeMemory

@@ -230,6 +230,11 @@ def said_keys(text: str) -> set[str]:
     return keys
 
 
+#: where a line of a text ends: a fact's or a MEMORY.md file's lines (``knowledge``'s
+#: ``indented`` and ``import_memory_md``), a knowledge block's (``entry_keys``)
+LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 #: the opening of an entry of ``KnowledgeMemory.build_context()``: its bullet, and the time
 #: and category of a recent entry ("- [2026-03-13 10:16] (context) ")
 _ENTRY_HEAD = re.compile(r"- (?:\[[^\]\n]*\] \([^)\n]*\) )?")
@@ -243,7 +248,7 @@ def entry_keys(text: str) -> set[str]:
     keys = said_keys(text)
     entry: list[str] = []
     # the line ends ``indented`` indents after (``str.splitlines`` also splits at U+2028)
-    for line in [*re.split(r"\r\n|\r|\n", text), ""]:
+    for line in [*LINE_END.split(text), ""]:
         if entry and line.startswith("  "):
             entry.append(line[2:])
             continue
