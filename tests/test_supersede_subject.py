@@ -85,6 +85,7 @@ def memory_finding_alike(*texts: str) -> KnowledgeMemory:
         ("Slides use 16:9", "Photos use 4:3"),
         ("Room 101 opens at 9", "Room 205 opens at 9"),
         ("Has two cats", "Has two dogs"),
+        ("Has one cat", "Has two dogs"),
         # a number naming which one, before a verb in "-s": another team, group, patient
         ("Team 2 handles billing", "Team 3 handles billing"),
         ("Group 3 meets on Tuesdays", "Group 4 meets on Tuesdays"),
@@ -120,6 +121,10 @@ def test_similar_facts_about_different_subjects_both_stay(old, new) -> None:  # 
         ("Room 101 opens at 9", "Room 101 opens at 10"),
         # numbers written out are amounts, as digits are
         ("Has two cats", "Has three cats"),
+        # the unit counted is the same word in the singular and the plural
+        ("Has one cat", "Has two cats"),
+        ("Has 1 dog", "Has 2 dogs"),
+        ("Owns three bikes", "Owns one bike"),
     ],
 )
 def test_a_changed_value_of_the_same_subject_supersedes(old, new) -> None:  # type: ignore[no-untyped-def]

@@ -371,6 +371,8 @@ def same_subject(old: str, new: str) -> bool:
     # live in Berlin" is one change, not two slots of a template filled differently
     old_rest, old_names, old_dates = _without_when(old_rest, old_names, old_dates)
     new_rest, new_names, new_dates = _without_when(new_rest, new_names, new_dates)
+    # a unit counted is one word in the singular and the plural ("Has one cat", "Has two cats")
+    old_rest, new_rest = _counted(old_rest), _counted(new_rest)
     about_user = subject in _USER_SUBJECTS
     # a note without a verb ("Call mom at 5pm", "Dentist appointment on Monday") is named by
     # all of its words but its amounts and times
@@ -412,6 +414,23 @@ def _without_when(
     """``words`` and their flags less the adverbs of ``_WHEN_ADVERBS``."""
     kept = [index for index, word in enumerate(words) if word not in _WHEN_ADVERBS]
     return [words[i] for i in kept], [names[i] for i in kept], [dates[i] for i in kept]
+
+
+def _counted(words: list[str]) -> list[str]:
+    """``words`` with the word after a number (``_number``) in a rough singular: a final "s"
+    dropped from a word of four letters or more that does not end in "ss" ("cats" after
+    "two" is "cat", as after "one"), so that only the amount differs between "Has one cat"
+    and "Has two cats"."""
+    return [
+        word[:-1]
+        if index
+        and _number(words[index - 1])
+        and len(word) > 3
+        and word.endswith("s")
+        and not word.endswith("ss")
+        else word
+        for index, word in enumerate(words)
+    ]
 
 
 def _first_additive(words: list[str]) -> int:
