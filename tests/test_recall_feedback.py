@@ -14,7 +14,7 @@ from django.db import connection
 from agentmemory.history import PersistentChatHistory
 from agentmemory.messages import ChatMessage
 from agentmemory.models import Conversation
-from agentmemory.recall.feedback import FEEDBACK_WORDS, asks_for_every, expansion_words, mixed
+from agentmemory.recall.feedback import FEEDBACK_WORDS, asks_for_every, expansion_words, mixed, topic_words
 from agentmemory.recall.memory import rank_messages, recall_memory
 from tests.factories import UserFactory
 
@@ -150,3 +150,65 @@ def test_hits_keep_their_other_fields() -> None:
 
     ranked = mixed([Dated(1, "a", 2.0)], [Dated(1, "a", 1.0)], k=1)
     assert ranked[0].created_at == when and ranked[0].content == "a"
+
+
+def test_topic_words_are_the_question_words_most_first_results_hold() -> None:
+    hits = [
+        Hit(1, "I bought watercolor paper and finished two paintings.", 3.0),
+        Hit(2, "An assistant answer about watercolor paintings.", 2.9, role="ai"),
+        Hit(3, "The watercolor painting of the harbour is done.", 2.5),
+        Hit(4, "Framing my watercolor paintings takes a week.", 2.0),
+        Hit(5, "Another watercolor painting, of the bridge.", 1.5),
+        Hit(6, "I bought chicken and paintings at the fair.", 1.0),
+    ]
+    # "watercolor" and "paintings" (by rough stem, "paint") are in all five human messages,
+    # "bought" in two: the verb names no topic
+    assert topic_words("How many watercolor paintings have I finished or bought?", hits) == [
+        "watercolor",
+        "paintings",
+    ]
+    assert topic_words("How many watercolor paintings?", hits[:1]) == []
+    assert topic_words("How many giraffes did I see?", hits) == []
+
+
+def first_sessions(owner: Any, query: str) -> list[int]:
+    """The conversations of ``owner``'s human messages ``rank_messages`` ranks for ``query``,
+    in the order each first appears (LongMemEval's session ranking)."""
+    order: list[int] = []
+    for hit in rank_messages(owner=owner, query=query, k=100):
+        if hit.role == "human" and hit.conversation_id not in order:
+            order.append(hit.conversation_id)
+    return order
+
+
+@pytest.mark.django_db
+def test_a_count_question_searches_again_by_its_topic_not_its_verbs() -> None:
+    """LongMemEval's "How many model kits have I worked on or bought?": the session about
+    "model tanks" shares the topic and the first results' words, sessions about other things
+    bought share the verb. Searched again with the question's own words and the expansion, the
+    things bought ranked above it (outside the first five sessions); with the topic words in
+    their place it is among them."""
+    user = UserFactory()
+    kits = [
+        stored(user, text, "Nice.")
+        for text in (
+            "I bought a Revell model kit of an F-15 and I am weathering it with washes.",
+            "The model kit of the B-29 bomber is done: the weathering and the decals took a week.",
+            "Another model kit on the bench, a Tamiya Spitfire; weathering the model kit is next.",
+            "My model kit of a Zero fighter needs weathering and a coat of varnish.",
+        )
+    ]
+    tanks = stored(
+        user, "Any tips on weathering my model tanks? The Tiger needs rust and mud.", "Try pigments."
+    )
+    for thing in (
+        "chicken breasts and a meal kit",
+        "a 2TB hard drive",
+        "new running shoes",
+        "a first aid kit",
+        "a bread maker",
+        "a sewing kit",
+    ):
+        stored(user, f"I bought {thing} yesterday and I have been using it since.", "Great.")
+    order = first_sessions(user, "How many model kits have I worked on or bought?")
+    assert set(order[:5]) == {tanks.pk, *(kit.pk for kit in kits)}, order

@@ -9,7 +9,9 @@ matches by meaning (an embedder).
 This is pseudo-relevance feedback in the manner of RM3 (Lavrenko and Croft 2001, "Relevance
 based language models"; Abdul-Jaleel et al. 2004, "UMass at TREC 2004"): the query is
 expanded with the words that weigh most in the best first results and searched again, and
-the two rankings are mixed.
+the two rankings are mixed. The second search takes the question's topic
+(``topic_words``: its words that most of the first results hold) in place of all its words,
+whose verbs ("bought", "attended") find other things bought or attended.
 
 ``rank_messages`` (``agentmemory.recall.memory``) does this only for a question that asks
 for every instance (``asks_for_every``: "how many", "how much", "in total", "the order
@@ -23,6 +25,7 @@ session recall_all@5 from 0.902 to 0.926, recall_any@5 and turn recall_any@10 un
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -31,7 +34,16 @@ from typing import Any
 from agentmemory.recall.lines import rough_stem
 from agentmemory.recall.text import STOP_WORDS, query_words, search_text, word_runs
 
-__all__ = ["FEEDBACK_HITS", "FEEDBACK_SHARE", "FEEDBACK_WORDS", "asks_for_every", "expansion_words", "mixed"]
+__all__ = [
+    "FEEDBACK_HITS",
+    "FEEDBACK_SHARE",
+    "FEEDBACK_WORDS",
+    "TOPIC_SHARE",
+    "asks_for_every",
+    "expansion_words",
+    "mixed",
+    "topic_words",
+]
 
 #: the best first results (the user's own messages) whose words expand the query
 FEEDBACK_HITS = 5
@@ -43,6 +55,8 @@ FEEDBACK_SHARE = 0.5
 FEEDBACK_CHARS = 2000
 #: a word must be this long to expand a query (shorter ones are mostly function words)
 MIN_WORD_CHARS = 3
+#: a word of the question is its topic when at least this share of the first results hold it
+TOPIC_SHARE = 0.8
 
 # Questions whose answer needs every instance: a count, a sum, an order, a list.
 _EVERY = re.compile(
@@ -93,6 +107,30 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
         key=lambda word: (-weight[word] * held[word], word),
     )
     return ranked[:FEEDBACK_WORDS]
+
+
+def topic_words(query: str, hits: Sequence[Any]) -> list[str]:
+    """The words of ``query`` (``query_words``, in order) that at least ``TOPIC_SHARE`` of the
+    best ``FEEDBACK_HITS`` human messages among ``hits`` hold (by rough stem, in their first
+    ``FEEDBACK_CHARS`` characters): what the question is about, as the results agree on it.
+    "How many model kits have I worked on or bought?" is about "model" on LongMemEval's
+    haystack (its first results say "model kit": "kits" is another rough stem); its verbs
+    find other things bought ("the chicken breasts I bought"), which rank above a session
+    about "model tanks" when they are searched again with the expansion words. The second
+    search takes the topic words in the question's place, as RM3 (Lavrenko and Croft 2001)
+    weighs each word of the question by its share of the first results. Empty when fewer
+    than two human messages were found, or none of the words is held so widely."""
+    feedback = [hit for hit in hits if hit.role == "human"][:FEEDBACK_HITS]
+    if len(feedback) < 2:
+        return []
+    held = [
+        {rough_stem(word) for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))}
+        for hit in feedback
+    ]
+    needed = math.ceil(TOPIC_SHARE * len(feedback))
+    return [
+        word for word in query_words(query) if sum(1 for stems in held if rough_stem(word) in stems) >= needed
+    ]
 
 
 def mixed(first: Sequence[Any], second: Iterable[Any], k: int) -> list[Any]:

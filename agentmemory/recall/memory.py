@@ -64,7 +64,7 @@ from agentmemory.messages import ChatMessage
 from agentmemory.models import Message
 from agentmemory.recall import _search, embeddings_wanted
 from agentmemory.recall.dates import Period
-from agentmemory.recall.feedback import asks_for_every, expansion_words, mixed
+from agentmemory.recall.feedback import asks_for_every, expansion_words, mixed, topic_words
 from agentmemory.recall.lines import (
     MAX_READ_CHARS,
     SHOWN_ROLES,
@@ -755,7 +755,9 @@ def _ranked(
     # a count or a list needs every instance: search again with the words the first results
     # share (the window's own messages left out: it sends them) and mix the two rankings
     if asks_for_every(query) and (extra := expansion_words(searched, hits)):
-        hits = shown(mixed(hits, search(f"{searched} {' '.join(extra)}", passages=passages), most))
+        # ... with the words of the question they share, its topic, in its place
+        topic = " ".join(topic_words(searched, hits)) or searched
+        hits = shown(mixed(hits, search(f"{topic} {' '.join(extra)}", passages=passages), most))
     if not hits:
         return []
     best = max(h.score for h in hits) or 1.0
