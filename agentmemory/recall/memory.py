@@ -752,12 +752,13 @@ def _ranked(
 
     left_out = {(conversation_id, seq) for seq in excluded}
     hits = shown(search(searched, passages=passages))
-    # a count or a list needs every instance: search again with the words the first results
-    # share (the window's own messages left out: it sends them) and mix the two rankings
+    # a count or a list needs every instance: search again by its topic and the words the
+    # first results share (the window's own messages left out: it sends them), mix the two
+    # rankings, and weigh a conversation by the topic, not the question's verbs (below)
+    weighed = query
     if asks_for_every(query) and (extra := expansion_words(searched, hits)):
-        # ... with the words of the question they share, its topic, in its place
-        topic = " ".join(topic_words(searched, hits)) or searched
-        hits = shown(mixed(hits, search(f"{topic} {' '.join(extra)}", passages=passages), most))
+        weighed = " ".join(topic_words(searched, hits)) or searched
+        hits = shown(mixed(hits, search(f"{weighed} {' '.join(extra)}", passages=passages), most))
     if not hits:
         return []
     best = max(h.score for h in hits) or 1.0
@@ -774,7 +775,7 @@ def _ranked(
     said: dict[tuple[Any, ...], date | None] = {}
     # the full-text ranking weighed each candidate's passage before the hits were chosen;
     # another backend's hits are weighed by their conversation's text among them
-    documents = {} if passages else conversation_scores(hits, query)
+    documents = {} if passages else conversation_scores(hits, weighed)
     top_document = max(documents.values(), default=0.0) or 1.0
     ranked = [
         replace(
