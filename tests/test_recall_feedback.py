@@ -161,8 +161,8 @@ def test_topic_words_are_the_question_words_most_first_results_hold() -> None:
         Hit(5, "Another watercolor painting, of the bridge.", 1.5),
         Hit(6, "I bought chicken and paintings at the fair.", 1.0),
     ]
-    # "watercolor" and "paintings" (by rough stem, "paint") are in all five human messages,
-    # "bought" in two: the verb names no topic
+    # of the five best human messages (the assistant's is not one), four hold "watercolor" and
+    # all five "paintings" (by rough stem, "paint"); two hold "bought": the verb names no topic
     assert topic_words("How many watercolor paintings have I finished or bought?", hits) == [
         "watercolor",
         "paintings",
