@@ -274,7 +274,13 @@ def _verb_like(word: str) -> bool:
         return True
     if len(word) < 3 or not word.isalpha() or word in _DAYS:
         return False
-    return word.endswith("ed") or (word.endswith("s") and not word.endswith(("ss", "us", "is")))
+    return word.endswith("ed") or _ends_in_s(word)
+
+
+def _ends_in_s(word: str) -> bool:
+    """Whether ``word`` ends in an English "-s" of a verb or a plural ("likes", "cats"; not
+    "class", "bus", "this")."""
+    return word.endswith("s") and not word.endswith(("ss", "us", "is"))
 
 
 def fact_subject(content: str) -> tuple[str, ...]:
@@ -417,18 +423,12 @@ def _without_when(
 
 
 def _counted(words: list[str]) -> list[str]:
-    """``words`` with the word after a number (``_number``) in a rough singular: a final "s"
-    dropped from a word of four letters or more that does not end in "ss" ("cats" after
-    "two" is "cat", as after "one"), so that only the amount differs between "Has one cat"
-    and "Has two cats"."""
+    """``words`` with the word after a number (``_number``) in a rough singular: the "-s"
+    (``_ends_in_s``) dropped from a word of four letters or more ("cats" after "two" is
+    "cat", as after "one"), so that only the amount differs between "Has one cat" and "Has
+    two cats"."""
     return [
-        word[:-1]
-        if index
-        and _number(words[index - 1])
-        and len(word) > 3
-        and word.endswith("s")
-        and not word.endswith("ss")
-        else word
+        word[:-1] if index and _number(words[index - 1]) and len(word) > 3 and _ends_in_s(word) else word
         for index, word in enumerate(words)
     ]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -80,7 +80,7 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
     times the number of messages holding it, best first; at most ``FEEDBACK_WORDS``. Stop
     words, numbers, words under ``MIN_WORD_CHARS`` characters and the query's own words
     (by rough stem) are left out. Empty when fewer than two human messages were found."""
-    feedback = [hit for hit in hits if hit.role == "human"][:FEEDBACK_HITS]
+    feedback = _feedback(hits)
     if len(feedback) < 2:
         return []
     asked = {rough_stem(word) for word in query_words(query)}
@@ -90,7 +90,7 @@ def expansion_words(query: str, hits: Sequence[Any]) -> list[str]:
     for hit in feedback:
         words = [
             word
-            for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))
+            for word in _words(hit)
             if len(word) >= MIN_WORD_CHARS and word not in STOP_WORDS and not word.isdigit()
         ]
         if not words:
@@ -120,17 +120,25 @@ def topic_words(query: str, hits: Sequence[Any]) -> list[str]:
     search takes the topic words in the question's place, as RM3 (Lavrenko and Croft 2001)
     weighs each word of the question by its share of the first results. Empty when fewer
     than two human messages were found, or none of the words is held so widely."""
-    feedback = [hit for hit in hits if hit.role == "human"][:FEEDBACK_HITS]
+    feedback = _feedback(hits)
     if len(feedback) < 2:
         return []
-    held = [
-        {rough_stem(word) for word in word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))}
-        for hit in feedback
-    ]
+    held = [{rough_stem(word) for word in _words(hit)} for hit in feedback]
     needed = math.ceil(TOPIC_SHARE * len(feedback))
     return [
         word for word in query_words(query) if sum(1 for stems in held if rough_stem(word) in stems) >= needed
     ]
+
+
+def _feedback(hits: Sequence[Any]) -> list[Any]:
+    """The best ``FEEDBACK_HITS`` human messages among ``hits`` (best first)."""
+    return [hit for hit in hits if hit.role == "human"][:FEEDBACK_HITS]
+
+
+def _words(hit: Any) -> Iterator[str]:
+    """The words of ``hit``'s first ``FEEDBACK_CHARS`` characters, lower-cased, in the
+    indexes' normal form (``search_text``)."""
+    return word_runs(search_text(hit.content[:FEEDBACK_CHARS].lower()))
 
 
 def mixed(first: Sequence[Any], second: Iterable[Any], k: int) -> list[Any]:
